@@ -1,0 +1,13 @@
+"""dfairpca: PCA and fair PCA on data too large for one machine's memory.
+
+Fair PCA (Kleindessner et al., AISTATS 2023) from additive statistics reduced in one
+chunked pass over numpy, Dask or Zarr arrays, then a small local eigenproblem.
+"""
+
+from ._engine import compute_moments
+from .decomposition import PCA, FairPCA, load
+from .io import from_zarr
+from .moments import Moments, merge
+
+__all__ = ["PCA", "FairPCA", "Moments", "merge", "compute_moments", "from_zarr", "load"]
+__version__ = "0.1.0"

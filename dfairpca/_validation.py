@@ -1,0 +1,194 @@
+"""Input checking: data arrays, group labels and targets, before any heavy work."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["as_data", "encode_groups", "binary_target", "Groups", "compute_dtype_for"]
+
+
+def _is_dask(x) -> bool:
+    return type(x).__module__.startswith("dask.") or hasattr(x, "dask")
+
+
+def as_data(X, what: str = "X"):
+    """Return X as a 2-D numpy or dask array (images (n, h, w) are flattened lazily).
+
+    Accepts numpy arrays (and anything ``np.asarray`` takes), Dask arrays, Zarr arrays,
+    and a path to a Zarr array.  Nothing is read from disk here.
+    """
+    import dask.array as da
+    import zarr
+
+    from .io import from_zarr
+
+    if isinstance(X, (str, os.PathLike)) or isinstance(X, (zarr.Array, zarr.Group)):
+        X = from_zarr(X)
+    if isinstance(X, da.Array):
+        arr = X
+    elif _is_dask(X):  # dask DataFrame
+        arr = X.to_dask_array(lengths=True)
+    else:
+        arr = np.asarray(X)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{what} has dtype {arr.dtype}; need a real numeric dtype (uint8, int, float32, float64)"
+        )
+    if arr.ndim == 3:
+        n = arr.shape[0]
+        if isinstance(arr, da.Array):
+            if len(arr.chunks[1]) > 1 or len(arr.chunks[2]) > 1:
+                arr = arr.rechunk({1: -1, 2: -1})
+        arr = arr.reshape(n, -1)
+    elif arr.ndim != 2:
+        raise ValueError(
+            f"{what} must be 2-D (n_samples, n_features) or 3-D images (n, height, width); "
+            f"got shape {arr.shape}"
+        )
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"{what} has shape {arr.shape}; need at least one row and one feature")
+    if isinstance(arr, da.Array) and len(arr.chunks[1]) > 1:
+        arr = arr.rechunk({1: -1})
+    if arr.dtype == bool:
+        arr = arr.astype(np.uint8)
+    return arr
+
+
+def compute_dtype_for(dtype, requested="auto") -> np.dtype:
+    """Dtype of the per-chunk products: float64 for float64/wide ints, else float32."""
+    if requested not in ("auto", None):
+        rd = np.dtype(requested)
+        if rd not in (np.float32, np.float64):
+            raise ValueError(f"compute_dtype must be 'auto', 'float32' or 'float64'; got {requested!r}")
+        return rd
+    dtype = np.dtype(dtype)
+    if dtype == np.float64 or (dtype.kind in "iu" and dtype.itemsize >= 4):
+        return np.dtype(np.float64)
+    return np.dtype(np.float32)
+
+
+def _to_numpy(v):
+    """Materialise small label vectors (O(n), never O(nd)) from numpy/pandas/dask."""
+    if _is_dask(v):
+        v = v.compute()
+    if hasattr(v, "to_numpy"):
+        return v.to_numpy()
+    return np.asarray(v)
+
+
+@dataclass
+class Groups:
+    """Encoded protected attributes.
+
+    codes : (n, p) int32; categories : list of p sorted label arrays; names : list of str.
+    """
+
+    codes: np.ndarray
+    categories: list
+    names: list
+
+    @property
+    def n_attributes(self) -> int:
+        return self.codes.shape[1]
+
+    def describe(self) -> str:
+        return ", ".join(f"{nm!r} ({len(c)} groups)" for nm, c in zip(self.names, self.categories))
+
+
+def encode_groups(groups, n: int, mask=None, require_two: bool = True) -> Groups:
+    """Encode labels of any type into integer codes per attribute and check them.
+
+    groups : (n,) labels, (n, p) array, a list of p label vectors, or a DataFrame.
+    mask : rows that will be used (equal opportunity); groups must be present among them.
+    require_two : check that every attribute has two or more groups, none empty under mask
+        (``partial_fit`` pieces may hold one group; the check then happens at solve time).
+    """
+    names = None
+    if groups is None:
+        raise ValueError("FairPCA.fit needs groups: the protected attribute(s) of every row")
+    if hasattr(groups, "columns") and hasattr(groups, "dtypes"):  # pandas / dask DataFrame
+        names = [str(c) for c in groups.columns]
+        cols = [_to_numpy(groups[c]) for c in groups.columns]
+    elif isinstance(groups, (list, tuple)) and groups and not np.isscalar(groups[0]) and (
+        np.ndim(groups[0]) == 1 or _is_dask(groups[0]) or hasattr(groups[0], "to_numpy")
+    ):
+        cols = [_to_numpy(g) for g in groups]
+    else:
+        arr = _to_numpy(groups)
+        if arr.ndim == 1:
+            cols = [arr]
+        elif arr.ndim == 2:
+            cols = [arr[:, j] for j in range(arr.shape[1])]
+        else:
+            raise ValueError(f"groups must be 1-D (n,) or 2-D (n, p); got shape {arr.shape}")
+    if names is None:
+        names = [f"attribute {j}" for j in range(len(cols))] if len(cols) > 1 else ["groups"]
+    if not cols:
+        raise ValueError("groups has no attribute columns")
+    codes = np.empty((n, len(cols)), np.int32)
+    categories = []
+    for j, (col, name) in enumerate(zip(cols, names)):
+        col = np.asarray(col)
+        if col.ndim != 1:
+            raise ValueError(f"{name}: labels must be 1-D; got shape {col.shape}")
+        if len(col) != n:
+            raise ValueError(
+                f"{name} has {len(col)} labels but X has {n} rows; pass one label per row"
+            )
+        if col.dtype.kind == "O":
+            if any(v is None or (isinstance(v, float) and np.isnan(v)) for v in col):
+                raise ValueError(f"{name} has missing labels (None/NaN); every row needs a group")
+            col = col.astype(str)
+        elif col.dtype.kind == "f" and np.isnan(col).any():
+            raise ValueError(f"{name} has missing labels (NaN); every row needs a group")
+        cats, inv = np.unique(col, return_inverse=True)
+        codes[:, j] = inv.reshape(-1)
+        categories.append(cats)
+        if require_two:
+            _check_groups(name, cats, inv.reshape(-1), mask)
+    return Groups(codes, categories, names)
+
+
+def _check_groups(name, cats, inv, mask):
+    if len(cats) < 2:
+        raise ValueError(
+            f"{name} has a single group ({cats[0]!r}); fair PCA needs at least two groups per "
+            "attribute (for plain PCA use dfairpca.PCA)"
+        )
+    if mask is None:
+        return
+    counts = np.bincount(inv[mask], minlength=len(cats))
+    empty = [cats[g] for g in np.flatnonzero(counts == 0)]
+    if empty:
+        raise ValueError(
+            f"{name}: group(s) {empty} have no rows with y == 1, so equal opportunity cannot be "
+            "imposed for them; merge or drop those groups, or use "
+            "constraint='demographic_parity'"
+        )
+
+
+def binary_target(y, n: int) -> np.ndarray:
+    """Boolean mask of the positive rows (y == 1 / True) for equal opportunity."""
+    if y is None:
+        raise ValueError(
+            "constraint='equal_opportunity' fits on the rows with y == 1: pass y, the binary "
+            "target of the downstream task, as fit(X, groups, y)"
+        )
+    y = _to_numpy(y)
+    if y.ndim != 1:
+        y = y.reshape(-1) if y.ndim == 2 and 1 in y.shape else y
+    if y.ndim != 1 or len(y) != n:
+        raise ValueError(f"y has shape {np.shape(y)} but X has {n} rows; pass one label per row")
+    values = set(np.unique(y).tolist())
+    if not values <= {0, 1} and not values <= {-1, 1}:
+        raise ValueError(
+            f"y must be binary (0/1, -1/1 or bool) for equal opportunity; got values "
+            f"{sorted(values)[:10]}"
+        )
+    mask = y == 1
+    if not mask.any():
+        raise ValueError("y has no positive rows (y == 1); equal opportunity needs some")
+    return mask

@@ -1,0 +1,471 @@
+"""Estimators: :class:`PCA` and :class:`FairPCA` on numpy, Dask and Zarr arrays.
+
+They are thin: check the input, run the one-pass statistics (:mod:`dfairpca._engine`),
+solve the small eigenproblem (:mod:`dfairpca._solvers`) and keep the fitted attributes.
+``transform`` is lazy on Dask input (``map_blocks``) and eager on numpy input.
+"""
+
+from __future__ import annotations
+
+import numbers
+from pathlib import Path
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.exceptions import NotFittedError
+
+from . import _solvers
+from ._engine import compute_moments
+from ._validation import as_data, binary_target, compute_dtype_for, encode_groups
+from .moments import Moments, _categories_from_json, _categories_to_json, merge
+
+__all__ = ["PCA", "FairPCA", "load"]
+
+CONSTRAINTS = ("demographic_parity", "equal_opportunity")
+
+
+class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Shared fit-from-statistics, transform, inverse_transform, save."""
+
+    # ------------------------------------------------------------------ parameters
+    def _check_params(self):
+        k = self.n_components
+        if k is not None and (
+            not isinstance(k, numbers.Integral) or isinstance(k, bool) or k <= 0
+        ):
+            raise ValueError(f"n_components must be a positive integer or None; got {k!r}")
+        if not isinstance(self.split_every, numbers.Integral) or self.split_every < 2:
+            raise ValueError(f"split_every must be an integer >= 2; got {self.split_every!r}")
+        compute_dtype_for(np.float64, self.compute_dtype)  # validates the option
+
+    # ------------------------------------------------------------------ fitting
+    def _pass(self, X, groups=None, mask=None):
+        dtype = compute_dtype_for(X.dtype, self.compute_dtype)
+        codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
+        m = compute_moments(
+            X, codes, cats, mask=mask, dtype=dtype, split_every=self.split_every,
+            group_scatter=False, progress=self.progress,
+        )
+        m.check_finite()
+        return m
+
+    def _space(self, m: Moments):
+        """(S, scale): the matrix whose eigenvectors we want, in the fitted feature space."""
+        if m.n < 2:
+            raise ValueError(f"need at least 2 rows to fit; got {m.n}")
+        S = m.scatter if self.center else m.scatter + m.n * np.outer(m.mean, m.mean)
+        scale = None
+        if self.standardize:
+            scale = np.sqrt(np.diag(m.scatter) / (m.n - 1))
+            scale[scale == 0] = 1.0
+            S = S / np.outer(scale, scale)
+        return S, scale
+
+    def _set_fitted(self, m: Moments, U: np.ndarray, S: np.ndarray, scale):
+        d = m.n_features
+        self.statistics_ = m
+        self.n_features_in_ = d
+        self.n_samples_seen_ = int(m.n)
+        self.n_components_ = U.shape[0]
+        self.components_ = U
+        self.mean_ = m.mean.copy() if self.center else np.zeros(d)
+        self.scale_ = scale
+        denom = m.n - 1
+        self.explained_variance_ = np.einsum("kd,de,ke->k", U, S, U) / denom
+        self.explained_variance_ratio_ = self.explained_variance_ / (np.trace(S) / denom)
+
+    # ------------------------------------------------------------------ transforming
+    def _check_fitted(self):
+        if not hasattr(self, "components_"):
+            raise NotFittedError(
+                f"this {type(self).__name__} is not fitted yet; call fit(...) before using it"
+            )
+
+    def _projection(self) -> np.ndarray:
+        """(d, k_out) matrix applied to standardised, centred rows."""
+        return self.components_.T
+
+    @property
+    def _n_features_out(self):
+        return self._projection().shape[1]
+
+    def transform(self, X):
+        """Project X: ``((X - mean_) / scale_) @ components_.T``.
+
+        numpy in, numpy out; Dask (or Zarr) in, lazy Dask out with X's row chunks.
+        float64 input gives float64 output, other dtypes float32 (see ``compute_dtype``).
+        """
+        self._check_fitted()
+        Xa = as_data(X)
+        d = Xa.shape[1]
+        if d != self.n_features_in_:
+            raise ValueError(
+                f"X has {d} features, but {type(self).__name__} was fitted with "
+                f"{self.n_features_in_} features"
+            )
+        dtype = compute_dtype_for(Xa.dtype, self.compute_dtype)
+        W = self._projection()
+        scale = np.ones(d) if self.scale_ is None else self.scale_
+        # fold the scaling into W: ((x - mu) / s) @ W == (x - mu) @ (W / s[:, None])
+        Ws = (W / scale[:, None]).astype(dtype)
+        mu = self.mean_.astype(dtype)
+        import dask.array as da
+
+        if isinstance(Xa, da.Array):
+            return Xa.map_blocks(
+                _project_block, mu, Ws, dtype=dtype, chunks=(Xa.chunks[0], (Ws.shape[1],)),
+                meta=np.empty((0, 0), dtype),
+            )
+        out = np.empty((Xa.shape[0], Ws.shape[1]), dtype)
+        rows = max(1, (64 << 20) // max(1, d * dtype.itemsize))
+        for s in range(0, Xa.shape[0], rows):
+            out[s : s + rows] = _project_block(Xa[s : s + rows], mu, Ws)
+        return out
+
+    def inverse_transform(self, Y):
+        """Map representations back to feature space: ``Y[:, :k] @ components_ * scale_ + mean_``.
+
+        With ``tradeoff > 0`` only the first k (fair) columns are used.
+        """
+        self._check_fitted()
+        import dask.array as da
+
+        k = self.n_components_
+        if Y.ndim != 2 or Y.shape[1] not in (k, self._n_features_out):
+            raise ValueError(f"Y must have shape (n, {k}); got {Y.shape}")
+        scale = np.ones(self.n_features_in_) if self.scale_ is None else self.scale_
+        B = self.components_ * scale[None, :]
+        if isinstance(Y, da.Array):
+            dtype = Y.dtype if Y.dtype.kind == "f" else np.float64
+            Yk = Y[:, :k].rechunk({1: -1})
+            return Yk.map_blocks(
+                _reconstruct_block, B.astype(dtype), self.mean_.astype(dtype), dtype=dtype,
+                chunks=(Yk.chunks[0], (self.n_features_in_,)),
+                meta=np.empty((0, 0), dtype),
+            )
+        Y = np.asarray(Y)
+        dtype = Y.dtype if Y.dtype.kind == "f" else np.float64
+        return _reconstruct_block(Y[:, :k], B.astype(dtype), self.mean_.astype(dtype))
+
+    # ------------------------------------------------------------------ persistence
+    _array_attrs = ("components_", "mean_", "scale_", "explained_variance_", "explained_variance_ratio_")
+    _meta_attrs = ("n_features_in_", "n_samples_seen_", "n_components_")
+
+    def save(self, path, *, statistics: bool = False, overwrite: bool = True) -> Path:
+        """Save the fitted model to directory ``path`` (arrays in .npz, metadata in JSON).
+
+        ``statistics=True`` also saves :attr:`statistics_` (d x d float64, 330 MB at
+        d = 6400) so that ``partial_fit`` can continue after :func:`load`.  Never pickles.
+        """
+        from .io import atomic_directory, save_arrays
+
+        self._check_fitted()
+        arrays = {a: getattr(self, a) for a in self._array_attrs if getattr(self, a, None) is not None}
+        meta = {
+            "kind": "estimator",
+            "class": type(self).__name__,
+            "params": self.get_params(),
+            **{a: getattr(self, a) for a in self._meta_attrs if hasattr(self, a)},
+            **self._extra_meta(),
+        }
+        with atomic_directory(path, overwrite=overwrite) as tmp:
+            save_arrays(tmp / "model", arrays, meta)
+            if statistics:
+                self.statistics_.save(tmp / "statistics")
+        return Path(path)
+
+    def _extra_meta(self) -> dict:
+        return {}
+
+    def _restore_extra(self, meta: dict) -> None:
+        pass
+
+
+class PCA(_BaseDecomposition):
+    """Principal component analysis on the one-pass statistics engine.
+
+    Parameters
+    ----------
+    n_components : int or None
+        Number of components k; None keeps all d.
+    center : bool, default True
+        Subtract the mean.  ``False`` uses the uncentred ``X^T X`` (the paper's formula).
+    standardize : bool, default False
+        Divide every feature by its standard deviation (features with zero variance are
+        left unscaled), i.e. PCA of the correlation matrix.
+    compute_dtype : {"auto", "float32", "float64"}, default "auto"
+        Dtype of the per-chunk products and of ``transform``'s output. "auto": float64 for
+        float64 (and 32/64-bit integer) input, float32 otherwise.  Sums are always float64.
+    split_every : int, default 8
+        Fan-in of the Dask tree reduction.
+    progress : bool, default False
+        Show a progress bar during the pass.
+
+    Attributes
+    ----------
+    components_ : ndarray (k, d)
+        Orthonormal rows, largest variance first, signs fixed (largest entry positive).
+    explained_variance_, explained_variance_ratio_ : ndarray (k,)
+    mean_ : ndarray (d,)
+    scale_ : ndarray (d,) or None
+    n_features_in_, n_samples_seen_, n_components_ : int
+    statistics_ : Moments
+        The additive statistics the model was solved from.
+
+    Examples
+    --------
+    >>> import numpy as np, dfairpca
+    >>> X = np.random.default_rng(0).normal(size=(100, 5))
+    >>> dfairpca.PCA(n_components=2).fit(X).transform(X).shape
+    (100, 2)
+    """
+
+    def __init__(self, n_components=None, *, center=True, standardize=False,
+                 compute_dtype="auto", split_every=8, progress=False):
+        self.n_components = n_components
+        self.center = center
+        self.standardize = standardize
+        self.compute_dtype = compute_dtype
+        self.split_every = split_every
+        self.progress = progress
+
+    def fit(self, X, y=None):
+        """Fit on X (numpy, Dask or Zarr; (n, d) or (n, h, w)) in one pass."""
+        self._check_params()
+        Xa = as_data(X)
+        self._check_k(Xa.shape[1])
+        return self.fit_statistics(self._pass(Xa))
+
+    def partial_fit(self, X, y=None):
+        """Add the rows of X to what was seen so far and refit (equals fit on the union)."""
+        self._check_params()
+        Xa = as_data(X)
+        self._check_previous(Xa.shape[1])
+        self._check_k(Xa.shape[1])
+        m = self._pass(Xa)
+        if hasattr(self, "statistics_"):
+            m = merge([self.statistics_, m])
+        return self.fit_statistics(m)
+
+    def fit_statistics(self, statistics: Moments):
+        """Solve from precomputed (e.g. merged or loaded) statistics."""
+        self._check_params()
+        self._check_k(statistics.n_features)
+        S, scale = self._space(statistics)
+        k = self.n_components or statistics.n_features
+        U = _solvers.pca_components(S, k)
+        self._set_fitted(statistics, U, S, scale)
+        return self
+
+    def _check_k(self, d):
+        if self.n_components is not None and self.n_components > d:
+            raise ValueError(f"n_components={self.n_components} is too large: X has {d} features")
+
+    def _check_previous(self, d):
+        if hasattr(self, "n_features_in_") and d != self.n_features_in_:
+            raise ValueError(f"X has {d} features; earlier partial_fit calls had {self.n_features_in_}")
+
+
+class FairPCA(PCA):
+    """Fair PCA (Kleindessner, Donini, Russell & Zafar, AISTATS 2023).
+
+    The best k-dimensional orthonormal projection under which every group of every
+    protected attribute has the same mean (Alg. 1 for two groups, Alg. 2 for m groups,
+    Sec. 3.5 for several attributes): the top-k eigenvectors of the covariance restricted
+    to the orthogonal complement of the group-mean deviations.  With p attributes of
+    m_1, ..., m_p groups at most ``d - sum(m_r) + p`` components exist.
+
+    Parameters
+    ----------
+    n_components : int or None
+        k; None takes the largest allowed, ``d - sum(m_r) + p``.
+    center, standardize, compute_dtype, split_every, progress
+        As in :class:`PCA`.
+    constraint : {"demographic_parity", "equal_opportunity"}
+        "equal_opportunity" (Sec. 3.2) fits on the rows with ``y == 1`` only, both the
+        covariance and the group means.
+    tradeoff : float in [0, 1], default 0
+        λ of Sec. 3.1.  ``transform`` returns ``[X U_fair, λ X U_pca]`` of shape (n, 2k)
+        when λ > 0 and (n, k) when λ = 0.  λ enters linearly; the paper's experiments
+        swept λ = (i/10)^3, so pass ``tradeoff=t**3`` to reproduce that grid.
+
+    Attributes
+    ----------
+    components_ : ndarray (k, d)
+        The fair projection (rows orthonormal and orthogonal to every group-mean deviation).
+    standard_components_ : ndarray (k, d) or None
+        Standard PCA from the same statistics, used when ``tradeoff > 0``.
+    groups_ : list of ndarray
+        Labels seen, per attribute.
+    attribute_names_ : list of str
+    n_constraints_ : int
+        Rank of the constraint (number of directions removed).
+    max_components_ : int
+        ``d - sum(m_r) + p``.
+    explained_variance_, explained_variance_ratio_, mean_, scale_, n_features_in_,
+    n_samples_seen_, statistics_ : as in :class:`PCA`.
+
+    Examples
+    --------
+    >>> import numpy as np, dfairpca
+    >>> rng = np.random.default_rng(0)
+    >>> X, z = rng.normal(size=(200, 6)), rng.integers(0, 2, 200)
+    >>> X[z == 1] += 1.0
+    >>> Y = dfairpca.FairPCA(n_components=2).fit_transform(X, z)
+    >>> bool(np.allclose(Y[z == 0].mean(0), Y[z == 1].mean(0)))
+    True
+    """
+
+    def __init__(self, n_components=None, *, center=True, standardize=False,
+                 constraint="demographic_parity", tradeoff=0.0, compute_dtype="auto",
+                 split_every=8, progress=False):
+        super().__init__(n_components, center=center, standardize=standardize,
+                         compute_dtype=compute_dtype, split_every=split_every, progress=progress)
+        self.constraint = constraint
+        self.tradeoff = tradeoff
+
+    def _check_params(self):
+        super()._check_params()
+        if self.constraint not in CONSTRAINTS:
+            raise ValueError(f"constraint must be one of {CONSTRAINTS}; got {self.constraint!r}")
+        t = self.tradeoff
+        if not isinstance(t, numbers.Real) or isinstance(t, bool) or not 0.0 <= t <= 1.0:
+            raise ValueError(f"tradeoff must be a number in [0, 1]; got {t!r}")
+
+    def _prepare(self, X, groups, y, partial):
+        self._check_params()
+        Xa = as_data(X)
+        n, d = Xa.shape
+        mask = binary_target(y, n) if self.constraint == "equal_opportunity" else None
+        g = encode_groups(groups, n, mask=mask, require_two=not partial)
+        if not partial:
+            self._check_k_groups(d, [len(c) for c in g.categories])
+        return Xa, g, mask
+
+    def fit(self, X, groups=None, y=None):
+        """Fit on X with protected attribute(s) ``groups`` in one pass over X.
+
+        Parameters
+        ----------
+        X : (n, d) or (n, h, w) numpy, Dask or Zarr array (or a path to a Zarr array)
+        groups : (n,) labels of any type, (n, p) array, list of p label vectors, or a
+            pandas/Dask DataFrame (one column per attribute)
+        y : (n,) binary target, required for ``constraint="equal_opportunity"``
+        """
+        Xa, g, mask = self._prepare(X, groups, y, partial=False)
+        self.attribute_names_ = list(g.names)
+        return self.fit_statistics(self._pass(Xa, g, mask))
+
+    def fit_transform(self, X, groups=None, y=None):
+        """``fit(X, groups, y).transform(X)`` (two passes over X: one to fit, one to project)."""
+        return self.fit(X, groups, y).transform(X)
+
+    def partial_fit(self, X, groups=None, y=None):
+        """Add the rows of X and refit; a sequence of calls equals one fit on the union."""
+        Xa, g, mask = self._prepare(X, groups, y, partial=True)
+        self._check_previous(Xa.shape[1])
+        if hasattr(self, "statistics_") and len(self.statistics_.attributes) != g.n_attributes:
+            raise ValueError(
+                f"groups has {g.n_attributes} attribute(s); earlier partial_fit calls had "
+                f"{len(self.statistics_.attributes)}"
+            )
+        m = self._pass(Xa, g, mask)
+        if hasattr(self, "statistics_"):
+            m = merge([self.statistics_, m])
+        if not hasattr(self, "attribute_names_"):
+            self.attribute_names_ = list(g.names)
+        return self.fit_statistics(m)
+
+    def _check_k_groups(self, d, ms):
+        limit = d - sum(ms) + len(ms)
+        k = self.n_components
+        if limit < 1:
+            raise ValueError(
+                f"no fair projection exists: {d} features cannot absorb {sum(ms) - len(ms)} "
+                f"constraints from groups of sizes {ms}"
+            )
+        if k is not None and k > limit:
+            desc = " and ".join(f"{m} groups" for m in ms)
+            raise ValueError(
+                f"n_components={k} is too large: with {desc} the largest k is "
+                f"d - sum(m) + p = {d} - {sum(ms)} + {len(ms)} = {limit}"
+            )
+        return limit
+
+    def fit_statistics(self, statistics: Moments):
+        """Solve fair PCA from precomputed (merged, loaded) statistics."""
+        self._check_params()
+        m = statistics
+        if not m.attributes:
+            raise ValueError("these statistics carry no groups; FairPCA needs protected attributes")
+        names = getattr(self, "attribute_names_", None) or [f"attribute {j}" for j in range(len(m.attributes))]
+        for name, a in zip(names, m.attributes):
+            present = int(np.sum(a.counts > 0))
+            if present < 2:
+                raise ValueError(
+                    f"{name} has {present} non-empty group(s) among the rows seen; fair PCA "
+                    "needs at least two"
+                )
+        ms = [int(np.sum(a.counts > 0)) for a in m.attributes]
+        limit = self._check_k_groups(m.n_features, ms)
+        S, scale = self._space(m)
+        C = m.constraint_matrix()
+        if scale is not None:
+            C = C / scale[None, :]
+        Q = _solvers.constraint_basis(C)
+        k = self.n_components or limit
+        U = _solvers.fair_components(S, Q, k)
+        self._set_fitted(m, U, S, scale)
+        self.n_constraints_ = Q.shape[1]
+        self.max_components_ = limit
+        self.groups_ = [a.categories for a in m.attributes]
+        self.attribute_names_ = list(names)
+        self.standard_components_ = _solvers.pca_components(S, k) if self.tradeoff > 0 else None
+        return self
+
+    def _projection(self):
+        if self.tradeoff > 0 and getattr(self, "standard_components_", None) is not None:
+            return np.concatenate([self.components_, self.tradeoff * self.standard_components_]).T
+        return self.components_.T
+
+    _array_attrs = _BaseDecomposition._array_attrs + ("standard_components_",)
+    _meta_attrs = _BaseDecomposition._meta_attrs + ("n_constraints_", "max_components_", "attribute_names_")
+
+    def _extra_meta(self):
+        return {"groups_": [_categories_to_json(c) for c in self.groups_]}
+
+    def _restore_extra(self, meta):
+        self.groups_ = [_categories_from_json(c) for c in meta["groups_"]]
+
+
+def _project_block(x, mu, W):
+    x = np.asarray(x)
+    return (x.astype(W.dtype, copy=False) - mu) @ W
+
+
+def _reconstruct_block(y, B, mu):
+    return np.asarray(y, dtype=B.dtype) @ B + mu
+
+
+_CLASSES = {"PCA": PCA, "FairPCA": FairPCA}
+
+
+def load(path):
+    """Load a model written by ``save``; reads only .npz arrays and JSON, never pickle."""
+    from .io import load_arrays
+
+    path = Path(path)
+    arrays, meta = load_arrays(path / "model", kind="estimator")
+    cls = _CLASSES.get(meta["class"])
+    if cls is None:
+        raise ValueError(f"{str(path)!r} holds an unknown model class {meta['class']!r}")
+    est = cls(**meta["params"])
+    for a in cls._array_attrs:
+        setattr(est, a, arrays.get(a))
+    for a in cls._meta_attrs:
+        if a in meta:
+            setattr(est, a, meta[a])
+    est._restore_extra(meta)
+    if (path / "statistics").exists():
+        est.statistics_ = Moments.load(path / "statistics")
+    return est

@@ -1,0 +1,385 @@
+"""Additive statistics of a data set: the only thing a linear (fair) PCA needs.
+
+Every estimator in dfairpca depends on the rows of ``X`` only through
+
+* ``n``, the mean and the scatter matrix about the mean (``sum (x - mean)(x - mean)^T``),
+* for every group of every protected attribute: its size and its mean,
+* optionally (Fair PCA-S), for every group: its scatter matrix about its own mean.
+
+:class:`Moments` holds them.  It is built from one chunk of rows with
+:meth:`Moments.from_chunk` and two of them are combined with :func:`merge`; the statistics
+of a union are exactly the merge of the parts' statistics, which is what lets a fit be a
+single tree reduction over the chunks of a Dask array, a sequence of ``partial_fit`` calls,
+or a resumed pass.
+
+Numerics: every part stores its scatter about *its own* mean and parts are combined with
+the pairwise update of Chan, Golub & LeVeque (1979), so nothing ever forms
+``E[xx^T] - E[x]E[x]^T`` (the cancellation behind faiss #773 and scikit-learn PR #28581).
+Within a chunk the product ``xc^T xc`` runs in the chunk's compute dtype (float32 for
+images, a BLAS ``syrk``) and is added to float64 totals.  Group means are stored as
+deviations from the part's mean, which keeps them exact when the data has a large offset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["Moments", "AttributeMoments", "merge"]
+
+#: how many offending row indices a :class:`Moments` remembers for the error message
+MAX_BAD_ROWS_REPORTED = 10
+
+
+@dataclass
+class AttributeMoments:
+    """Per-group statistics of one protected attribute.
+
+    Attributes
+    ----------
+    categories : ndarray of shape (m,)
+        The group labels, sorted.
+    counts : ndarray of int64, shape (m,)
+        Rows per group.
+    deviation : ndarray of float64, shape (m, d)
+        ``mean of the group - mean of all rows`` (zero for an empty group).
+    scatter : ndarray of float64, shape (m, d, d) or None
+        Scatter of each group about its own mean; only kept when asked for (Fair PCA-S).
+    """
+
+    categories: np.ndarray
+    counts: np.ndarray
+    deviation: np.ndarray
+    scatter: np.ndarray | None = None
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.categories)
+
+
+@dataclass
+class Moments:
+    """Additive first and second moments of a set of rows, overall and per group.
+
+    Build with :meth:`from_chunk` (or :func:`dfairpca.compute_moments` for whole arrays)
+    and combine with :func:`merge` or ``a.merge(b)``.
+
+    Attributes
+    ----------
+    n : int
+        Number of rows.
+    mean : ndarray of float64, shape (d,)
+    scatter : ndarray of float64, shape (d, d)
+        ``sum_i (x_i - mean)(x_i - mean)^T``.
+    attributes : list of AttributeMoments
+        One entry per protected attribute (empty for plain PCA).
+    n_nonfinite : int
+        Rows that held NaN or infinity (they are left out of every sum).
+    nonfinite_rows : list of int
+        The first few of those rows, as global row indices.
+    """
+
+    n: int
+    mean: np.ndarray
+    scatter: np.ndarray
+    attributes: list[AttributeMoments] = field(default_factory=list)
+    n_nonfinite: int = 0
+    nonfinite_rows: list[int] = field(default_factory=list)
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def empty(cls, d: int, categories: Sequence[np.ndarray] = (), group_scatter=False):
+        """Statistics of zero rows with ``d`` features."""
+        attrs = []
+        for cats in categories:
+            m = len(cats)
+            attrs.append(
+                AttributeMoments(
+                    np.asarray(cats),
+                    np.zeros(m, np.int64),
+                    np.zeros((m, d)),
+                    np.zeros((m, d, d)) if group_scatter else None,
+                )
+            )
+        return cls(0, np.zeros(d), np.zeros((d, d)), attrs)
+
+    @classmethod
+    def from_chunk(
+        cls,
+        x,
+        codes=None,
+        categories: Sequence[np.ndarray] = (),
+        *,
+        mask=None,
+        row_offset: int = 0,
+        dtype=None,
+        group_scatter: bool = False,
+    ) -> "Moments":
+        """Statistics of one chunk of rows.
+
+        Parameters
+        ----------
+        x : array of shape (r, d) (or (r, h, w), flattened)
+            Any real dtype; cast to ``dtype`` for the products.
+        codes : int array of shape (r, p), optional
+            Group index of every row for each of the p attributes, in ``0 .. m_j - 1``.
+        categories : sequence of p arrays
+            Labels of the groups of each attribute (stored, not used to compute).
+        mask : bool array of shape (r,), optional
+            Rows to use (equal opportunity keeps only the rows with ``y == 1``).
+        row_offset : int
+            Global index of the chunk's first row, for the NaN report.
+        dtype : numpy float dtype, optional
+            Dtype of the chunk's products; float64 sums regardless.  Defaults to float64.
+        group_scatter : bool
+            Also keep every group's scatter matrix (needed by Fair PCA-S only).
+        """
+        x = np.asarray(x)
+        if x.ndim > 2:
+            x = x.reshape(x.shape[0], -1)
+        dtype = np.dtype(dtype or np.float64)
+        d = x.shape[1]
+        keep = np.ones(x.shape[0], bool) if mask is None else np.asarray(mask, bool).copy()
+        n_bad, bad_rows = 0, []
+        if x.dtype.kind in "fc":
+            finite = np.isfinite(x).all(axis=1)
+            if not finite.all():
+                bad = np.flatnonzero(~finite)
+                n_bad = int(bad.size)
+                bad_rows = [int(row_offset + i) for i in bad[:MAX_BAD_ROWS_REPORTED]]
+                keep &= finite
+        if not keep.all():
+            x = x[keep]
+            codes = None if codes is None else np.asarray(codes)[keep]
+        out = cls.empty(d, categories, group_scatter)
+        out.n_nonfinite, out.nonfinite_rows = n_bad, bad_rows
+        r = x.shape[0]
+        if r == 0:
+            return out
+        xf = x.astype(dtype, copy=False)
+        mean = xf.mean(axis=0, dtype=np.float64)
+        xc = xf - mean.astype(dtype)
+        out.n = r
+        out.mean = mean
+        out.scatter = _gram(xc)
+        if codes is None:
+            return out
+        codes = np.asarray(codes)
+        if codes.ndim == 1:
+            codes = codes[:, None]
+        for j, att in enumerate(out.attributes):
+            cj = codes[:, j]
+            counts = np.bincount(cj, minlength=att.n_groups).astype(np.int64)
+            onehot = np.zeros((att.n_groups, r), dtype)
+            onehot[cj, np.arange(r)] = 1
+            # the chunk is centred, so the group sums of xc are n_g * (mean_g - mean)
+            sums = (onehot @ xc).astype(np.float64)
+            nz = counts > 0
+            att.counts = counts
+            att.deviation[nz] = sums[nz] / counts[nz, None]
+            if group_scatter:
+                for g in np.flatnonzero(nz):
+                    xg = xc[cj == g] - att.deviation[g].astype(dtype)
+                    att.scatter[g] = _gram(xg)
+        return out
+
+    # ------------------------------------------------------------------ combining
+    def merge(self, *others: "Moments") -> "Moments":
+        """Statistics of the union of ``self`` and ``others`` (see :func:`merge`)."""
+        return merge([self, *others])
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def n_features(self) -> int:
+        return self.mean.shape[0]
+
+    @property
+    def has_group_scatter(self) -> bool:
+        return bool(self.attributes) and all(a.scatter is not None for a in self.attributes)
+
+    def covariance(self, ddof: int = 1) -> np.ndarray:
+        """Sample covariance ``scatter / (n - ddof)``."""
+        return self.scatter / max(self.n - ddof, 1)
+
+    def second_moment(self) -> np.ndarray:
+        """Uncentred ``X^T X / n`` (the paper's objective without centring)."""
+        return self.scatter / self.n + np.outer(self.mean, self.mean)
+
+    def group_means(self, attribute: int = 0) -> np.ndarray:
+        """Mean of every group of one attribute, shape (m, d)."""
+        return self.mean + self.attributes[attribute].deviation
+
+    def constraint_matrix(self) -> np.ndarray:
+        """``Z_comb^T X`` of the paper (Sec. 3.4/3.5): rows ``n_g (mean_g - mean)``.
+
+        Shape (sum of m_r, d); its row space is what fair PCA must be orthogonal to.
+        """
+        if not self.attributes:
+            return np.zeros((0, self.n_features))
+        return np.concatenate([a.counts[:, None] * a.deviation for a in self.attributes])
+
+    def check_finite(self) -> None:
+        """Raise ``ValueError`` naming the rows if any row held NaN or infinity."""
+        if self.n_nonfinite:
+            rows = ", ".join(map(str, self.nonfinite_rows))
+            more = ", ..." if self.n_nonfinite > len(self.nonfinite_rows) else ""
+            raise ValueError(
+                f"X contains NaN or infinity in {self.n_nonfinite} row(s) (rows {rows}{more}); "
+                "drop or impute them before fitting, e.g. with dask.array.nan_to_num or "
+                "sklearn.impute.SimpleImputer."
+            )
+
+    # ------------------------------------------------------------------ persistence
+    def to_arrays(self) -> tuple[dict, dict]:
+        """(arrays, metadata) for saving without pickle; inverse of :meth:`from_arrays`."""
+        arrays = {"n": np.asarray(self.n), "mean": self.mean, "scatter": self.scatter}
+        meta = {"n_attributes": len(self.attributes), "categories": []}
+        for j, a in enumerate(self.attributes):
+            arrays[f"counts_{j}"] = a.counts
+            arrays[f"deviation_{j}"] = a.deviation
+            if a.scatter is not None:
+                arrays[f"group_scatter_{j}"] = a.scatter
+            meta["categories"].append(_categories_to_json(a.categories))
+        return arrays, meta
+
+    @classmethod
+    def from_arrays(cls, arrays, meta) -> "Moments":
+        attrs = []
+        for j in range(meta["n_attributes"]):
+            key = f"group_scatter_{j}"
+            sc = arrays[key] if key in arrays else None
+            attrs.append(
+                AttributeMoments(
+                    _categories_from_json(meta["categories"][j]),
+                    np.asarray(arrays[f"counts_{j}"]),
+                    np.asarray(arrays[f"deviation_{j}"]),
+                    None if sc is None else np.asarray(sc),
+                )
+            )
+        return cls(int(arrays["n"]), np.asarray(arrays["mean"]), np.asarray(arrays["scatter"]), attrs)
+
+    def save(self, path) -> None:
+        """Save to a directory (``.npz`` arrays + JSON), atomically; see :mod:`dfairpca.io`."""
+        from .io import save_arrays
+
+        arrays, meta = self.to_arrays()
+        save_arrays(path, arrays, {"kind": "Moments", **meta})
+
+    @classmethod
+    def load(cls, path) -> "Moments":
+        from .io import load_arrays
+
+        arrays, meta = load_arrays(path, kind="Moments")
+        return cls.from_arrays(arrays, meta)
+
+
+def _gram(xc: np.ndarray) -> np.ndarray:
+    """``xc^T xc`` in xc's dtype (numpy calls BLAS syrk for ``a.T @ a``), as float64."""
+    return np.asarray(xc.T @ xc, dtype=np.float64)
+
+
+def merge(parts: Sequence[Moments]) -> Moments:
+    """Statistics of the union of several parts.
+
+    Exact (up to rounding) for any split of the rows; parts may have seen different group
+    labels, which are aligned onto the sorted union.  Parts with ``n == 0`` contribute
+    only their NaN bookkeeping.
+    """
+    parts = list(parts)
+    if not parts:
+        raise ValueError("merge() needs at least one Moments")
+    d = parts[0].n_features
+    p = len(parts[0].attributes)
+    for q in parts:
+        if q.n_features != d:
+            raise ValueError(f"cannot merge statistics of {q.n_features} and {d} features")
+        if len(q.attributes) != p:
+            raise ValueError(
+                f"cannot merge statistics of {len(q.attributes)} and {p} protected attributes"
+            )
+    gs = [all(a.scatter is not None for a in q.attributes) for q in parts]
+    group_scatter = p > 0 and all(gs)
+    parts = _align_categories(parts)
+    n_bad = sum(q.n_nonfinite for q in parts)
+    bad_rows = sorted(r for q in parts for r in q.nonfinite_rows)[:MAX_BAD_ROWS_REPORTED]
+    live = [q for q in parts if q.n > 0]
+    cats = [a.categories for a in parts[0].attributes]
+    if not live:
+        out = Moments.empty(d, cats, group_scatter)
+        out.n_nonfinite, out.nonfinite_rows = n_bad, bad_rows
+        return out
+    ns = np.array([q.n for q in live], dtype=np.float64)
+    n = int(sum(q.n for q in live))
+    means = np.stack([q.mean for q in live])
+    mean = (ns @ means) / n
+    delta = means - mean  # (parts, d): mean of each part minus the new mean
+    scatter = sum(q.scatter for q in live) + (delta.T * ns) @ delta
+    attrs = []
+    for j in range(p):
+        counts = sum(q.attributes[j].counts for q in live)
+        # each part's group mean, relative to the new overall mean
+        rel = [delta[i] + q.attributes[j].deviation for i, q in enumerate(live)]
+        weighted = sum(q.attributes[j].counts[:, None] * rel[i] for i, q in enumerate(live))
+        dev = np.zeros_like(weighted)
+        nz = counts > 0
+        dev[nz] = weighted[nz] / counts[nz, None]
+        gsc = None
+        if group_scatter:
+            gsc = np.zeros((len(counts), d, d))
+            for i, q in enumerate(live):
+                a = q.attributes[j]
+                for g in np.flatnonzero(a.counts):
+                    shift = rel[i][g] - dev[g]
+                    gsc[g] += a.scatter[g] + a.counts[g] * np.outer(shift, shift)
+        attrs.append(AttributeMoments(cats[j], counts.astype(np.int64), dev, gsc))
+    return Moments(n, mean, scatter, attrs, n_bad, bad_rows)
+
+
+def _align_categories(parts: list[Moments]) -> list[Moments]:
+    """Re-express every part's group statistics over the union of the labels seen."""
+    p = len(parts[0].attributes)
+    if all(
+        np.array_equal(q.attributes[j].categories, parts[0].attributes[j].categories)
+        for q in parts
+        for j in range(p)
+    ):
+        return parts
+    unions = [
+        np.unique(np.concatenate([q.attributes[j].categories for q in parts])) for j in range(p)
+    ]
+    out = []
+    for q in parts:
+        attrs = []
+        for j, a in enumerate(q.attributes):
+            u = unions[j]
+            idx = np.searchsorted(u, a.categories)
+            d = q.n_features
+            counts = np.zeros(len(u), np.int64)
+            dev = np.zeros((len(u), d))
+            counts[idx], dev[idx] = a.counts, a.deviation
+            sc = None
+            if a.scatter is not None:
+                sc = np.zeros((len(u), d, d))
+                sc[idx] = a.scatter
+            attrs.append(AttributeMoments(u, counts, dev, sc))
+        out.append(Moments(q.n, q.mean, q.scatter, attrs, q.n_nonfinite, q.nonfinite_rows))
+    return out
+
+
+def _categories_to_json(c: np.ndarray):
+    kind = c.dtype.kind
+    return {"kind": kind if kind in "biuUf" else "U", "values": np.asarray(c).tolist()}
+
+
+def _categories_from_json(obj) -> np.ndarray:
+    kind = obj["kind"]
+    values = obj["values"]
+    if kind == "b":
+        return np.asarray(values, dtype=bool)
+    if kind in "iu":
+        return np.asarray(values, dtype=np.int64)
+    if kind == "f":
+        return np.asarray(values, dtype=np.float64)
+    return np.asarray(values, dtype=str)
