@@ -27,14 +27,17 @@ def top_eigh(M: np.ndarray, k: int):
     return w[::-1][:k], V[:, ::-1][:, :k]
 
 
-def constraint_basis(C: np.ndarray, rtol: float | None = None) -> np.ndarray:
-    """Orthonormal basis (d, r) of the row space of C (the constraint directions)."""
+def constraint_basis(C: np.ndarray, atol: float = 0.0, rtol: float | None = None) -> np.ndarray:
+    """Orthonormal basis (d, r) of the row space of C (the constraint directions).
+
+    Rows whose norm is at most ``atol`` are noise and dropped; singular values below
+    ``rtol * s_max`` count as rank deficiency (default ``10 * max(C.shape) * eps``, the
+    rule of ``scipy.linalg.null_space``).
+    """
     d = C.shape[1]
-    C = C[np.any(C != 0, axis=1)]
+    C = C[np.linalg.norm(C, axis=1) > atol]
     if C.shape[0] == 0:
         return np.zeros((d, 0))
-    # scale rows to unit norm so that small groups are not mistaken for rank deficiency
-    C = C / np.linalg.norm(C, axis=1, keepdims=True)
     U, s, _ = scipy.linalg.svd(C.T, full_matrices=False)
     if rtol is None:
         rtol = max(C.shape) * np.finfo(np.float64).eps * 10

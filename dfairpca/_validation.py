@@ -161,7 +161,7 @@ def _check_groups(name, cats, inv, mask):
     if mask is None:
         return
     counts = np.bincount(inv[mask], minlength=len(cats))
-    empty = [cats[g] for g in np.flatnonzero(counts == 0)]
+    empty = cats[counts == 0].tolist()
     if empty:
         raise ValueError(
             f"{name}: group(s) {empty} have no rows with y == 1, so equal opportunity cannot be "

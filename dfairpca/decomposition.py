@@ -77,8 +77,12 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
     # ------------------------------------------------------------------ transforming
     def _check_fitted(self):
         if not hasattr(self, "components_"):
+            hint = (
+                " (partial_fit has not yet seen two groups of every attribute)"
+                if hasattr(self, "statistics_") else ""
+            )
             raise NotFittedError(
-                f"this {type(self).__name__} is not fitted yet; call fit(...) before using it"
+                f"this {type(self).__name__} is not fitted yet{hint}; call fit(...) before using it"
             )
 
     def _projection(self) -> np.ndarray:
@@ -374,6 +378,12 @@ class FairPCA(PCA):
             m = merge([self.statistics_, m])
         if not hasattr(self, "attribute_names_"):
             self.attribute_names_ = list(g.names)
+        if any(np.sum(a.counts > 0) < 2 for a in m.attributes):
+            # not solvable yet (a piece may hold a single group): keep the statistics only
+            self.statistics_ = m
+            self.n_samples_seen_ = int(m.n)
+            self.n_features_in_ = m.n_features
+            return self
         return self.fit_statistics(m)
 
     def _check_k_groups(self, d, ms):
@@ -410,6 +420,10 @@ class FairPCA(PCA):
         limit = self._check_k_groups(m.n_features, ms)
         S, scale = self._space(m)
         C = m.constraint_matrix()
+        counts = np.concatenate([a.counts for a in m.attributes]).astype(np.float64)
+        # a group whose mean deviates by less than rounding noise imposes no constraint
+        noise = np.linalg.norm(C, axis=1) <= counts * m.deviation_floor()
+        C[noise] = 0.0
         if scale is not None:
             C = C / scale[None, :]
         Q = _solvers.constraint_basis(C)

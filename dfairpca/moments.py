@@ -79,6 +79,9 @@ class Moments:
         Rows that held NaN or infinity (they are left out of every sum).
     nonfinite_rows : list of int
         The first few of those rows, as global row indices.
+    precision : float
+        Machine epsilon of the coarsest dtype any part's products ran in (float32 parts
+        make the group deviations reliable only to about 1e-7 relative).
     """
 
     n: int
@@ -87,6 +90,7 @@ class Moments:
     attributes: list[AttributeMoments] = field(default_factory=list)
     n_nonfinite: int = 0
     nonfinite_rows: list[int] = field(default_factory=list)
+    precision: float = float(np.finfo(np.float64).eps)
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -155,6 +159,7 @@ class Moments:
             codes = None if codes is None else np.asarray(codes)[keep]
         out = cls.empty(d, categories, group_scatter)
         out.n_nonfinite, out.nonfinite_rows = n_bad, bad_rows
+        out.precision = float(np.finfo(dtype).eps)
         r = x.shape[0]
         if r == 0:
             return out
@@ -214,11 +219,23 @@ class Moments:
     def constraint_matrix(self) -> np.ndarray:
         """``Z_comb^T X`` of the paper (Sec. 3.4/3.5): rows ``n_g (mean_g - mean)``.
 
-        Shape (sum of m_r, d); its row space is what fair PCA must be orthogonal to.
+        Shape (sum of m_r, d); its row space is what fair PCA must be orthogonal to.  Each
+        attribute's rows are re-centred so that they sum to zero exactly (they do in exact
+        arithmetic), which keeps the rank at m_r - 1 when the sums ran in float32.
         """
         if not self.attributes:
             return np.zeros((0, self.n_features))
-        return np.concatenate([a.counts[:, None] * a.deviation for a in self.attributes])
+        rows = []
+        for a in self.attributes:
+            w = a.counts[:, None].astype(np.float64)
+            dev = a.deviation - (w * a.deviation).sum(0) / max(w.sum(), 1)
+            rows.append(np.where(w > 0, w * dev, 0.0))
+        return np.concatenate(rows)
+
+    def deviation_floor(self) -> float:
+        """Size below which a group-mean deviation is rounding noise, not signal."""
+        scale = np.sqrt(self.mean @ self.mean + np.trace(self.scatter) / max(self.n, 1))
+        return 100.0 * self.precision * float(scale)
 
     def check_finite(self) -> None:
         """Raise ``ValueError`` naming the rows if any row held NaN or infinity."""
@@ -234,7 +251,8 @@ class Moments:
     # ------------------------------------------------------------------ persistence
     def to_arrays(self) -> tuple[dict, dict]:
         """(arrays, metadata) for saving without pickle; inverse of :meth:`from_arrays`."""
-        arrays = {"n": np.asarray(self.n), "mean": self.mean, "scatter": self.scatter}
+        arrays = {"n": np.asarray(self.n), "mean": self.mean, "scatter": self.scatter,
+                  "precision": np.asarray(self.precision)}
         meta = {"n_attributes": len(self.attributes), "categories": []}
         for j, a in enumerate(self.attributes):
             arrays[f"counts_{j}"] = a.counts
@@ -258,7 +276,8 @@ class Moments:
                     None if sc is None else np.asarray(sc),
                 )
             )
-        return cls(int(arrays["n"]), np.asarray(arrays["mean"]), np.asarray(arrays["scatter"]), attrs)
+        return cls(int(arrays["n"]), np.asarray(arrays["mean"]), np.asarray(arrays["scatter"]),
+                   attrs, precision=float(arrays["precision"]))
 
     def save(self, path) -> None:
         """Save to a directory (``.npz`` arrays + JSON), atomically; see :mod:`dfairpca.io`."""
@@ -334,7 +353,7 @@ def merge(parts: Sequence[Moments]) -> Moments:
                     shift = rel[i][g] - dev[g]
                     gsc[g] += a.scatter[g] + a.counts[g] * np.outer(shift, shift)
         attrs.append(AttributeMoments(cats[j], counts.astype(np.int64), dev, gsc))
-    return Moments(n, mean, scatter, attrs, n_bad, bad_rows)
+    return Moments(n, mean, scatter, attrs, n_bad, bad_rows, max(q.precision for q in live))
 
 
 def _align_categories(parts: list[Moments]) -> list[Moments]:
@@ -364,7 +383,7 @@ def _align_categories(parts: list[Moments]) -> list[Moments]:
                 sc = np.zeros((len(u), d, d))
                 sc[idx] = a.scatter
             attrs.append(AttributeMoments(u, counts, dev, sc))
-        out.append(Moments(q.n, q.mean, q.scatter, attrs, q.n_nonfinite, q.nonfinite_rows))
+        out.append(Moments(q.n, q.mean, q.scatter, attrs, q.n_nonfinite, q.nonfinite_rows, q.precision))
     return out
 
 

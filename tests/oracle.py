@@ -1,0 +1,59 @@
+"""Dense numpy implementation of the paper's algorithms, written from the text, as the oracle.
+
+Kleindessner et al. (2023): Alg. 1/2 (explicit nullspace basis R of Z^T X, eigenvectors of
+R^T X^T X R, U = R Lambda) and Sec. 3.5 (stack the attributes' centred one-hot matrices).
+Deliberately naive: n x d data in memory, explicit R, full eigh.
+"""
+
+import numpy as np
+import scipy.linalg
+
+
+def centred_onehot(labels):
+    labels = np.asarray(labels)
+    cats = np.unique(labels)
+    Z = (labels[:, None] == cats[None, :]).astype(float)
+    return Z - Z.mean(axis=0)
+
+
+def fair_pca(X, groups, k, center=True, standardize=False):
+    """U (d, k) of Alg. 2 with Z_comb of Sec. 3.5; groups is a list of label vectors."""
+    X = np.asarray(X, dtype=float)
+    if center:
+        X = X - X.mean(axis=0)
+    if standardize:
+        s = X.std(axis=0, ddof=1)
+        s[s == 0] = 1
+        X = X / s
+    Z = np.concatenate([centred_onehot(g) for g in groups], axis=1)
+    R = scipy.linalg.null_space(Z.T @ X)
+    w, L = np.linalg.eigh(R.T @ X.T @ X @ R)
+    return R @ L[:, np.argsort(w)[::-1][:k]]
+
+
+def pca(X, k, center=True):
+    X = np.asarray(X, dtype=float)
+    if center:
+        X = X - X.mean(axis=0)
+    _, _, Vt = np.linalg.svd(X, full_matrices=False)
+    return Vt[:k].T
+
+
+def max_angle_deg(A, B):
+    """Largest principal angle between span(A) and span(B) (columns), in degrees."""
+    return float(np.degrees(scipy.linalg.subspace_angles(A, B).max()))
+
+
+def make_data(n, d, groups_per_attr=(2,), seed=0, decay=0.85, shift=1.5, dtype=float):
+    """Data with a decaying spectrum (clear eigen-gaps) and group-dependent means."""
+    rng = np.random.default_rng(seed)
+    scales = decay ** np.arange(d) * 3 + 0.05 * rng.random(d)
+    basis = np.linalg.qr(rng.normal(size=(d, d)))[0]
+    X = (rng.normal(size=(n, d)) * scales) @ basis.T + rng.normal(size=d) * 5
+    groups = []
+    for m in groups_per_attr:
+        g = rng.integers(0, m, n)
+        g[:m] = np.arange(m)  # every group present
+        X += rng.normal(size=(m, d))[g] * shift
+        groups.append(g)
+    return X.astype(dtype), groups

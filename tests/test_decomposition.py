@@ -1,0 +1,353 @@
+"""PCA and FairPCA against the dense oracle, across inputs, options and shapes."""
+
+import dask.array as da
+import numpy as np
+import pandas as pd
+import pytest
+import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+
+import dfairpca
+import oracle
+from oracle import make_data, max_angle_deg
+
+TOL_DEG = 1e-6
+
+
+# ----------------------------------------------------------------------------- oracle
+@pytest.mark.parametrize(
+    "n, d, groups, k",
+    [
+        (500, 12, (2,), 3),
+        (800, 30, (3,), 5),
+        (1200, 40, (5,), 10),
+        (1000, 25, (2, 3), 4),       # two attributes (Sec. 3.5)
+        (1500, 20, (2, 2, 4), 6),    # three attributes
+        (300, 8, (2,), 7),           # k = d - 1, the largest allowed
+        (900, 16, (3, 2), 13),       # k = d - sum(m) + p
+    ],
+)
+@pytest.mark.parametrize("kind", ["numpy", "dask"])
+def test_fair_pca_matches_dense_oracle(n, d, groups, k, kind):
+    X, g = make_data(n, d, groups, seed=n + d)
+    U_ref = oracle.fair_pca(X, g, k)
+    Xin = da.from_array(X, chunks=(97, d)) if kind == "dask" else X
+    gin = g[0] if len(g) == 1 else np.column_stack(g)
+    est = dfairpca.FairPCA(k).fit(Xin, gin)
+    assert est.components_.shape == (k, d)
+    assert max_angle_deg(est.components_.T, U_ref) < TOL_DEG
+    np.testing.assert_allclose(est.components_ @ est.components_.T, np.eye(k), atol=1e-12)
+    assert est.max_components_ == d - sum(groups) + len(groups)
+    assert est.n_constraints_ == sum(groups) - len(groups)
+
+
+@pytest.mark.parametrize("center, standardize", [(True, False), (False, False), (True, True)])
+def test_center_and_standardize_match_oracle(center, standardize):
+    X, g = make_data(700, 15, (3,), seed=3)
+    X[:, 4] *= 50  # features on different scales matter when standardizing
+    U_ref = oracle.fair_pca(X, g, 4, center=center, standardize=standardize)
+    est = dfairpca.FairPCA(4, center=center, standardize=standardize).fit(X, g[0])
+    assert max_angle_deg(est.components_.T, U_ref) < TOL_DEG
+    Y = est.transform(X)
+    means = [Y[g[0] == c].mean(0) for c in range(3)]
+    assert np.abs(means[0] - means[1]).max() < 1e-10 * np.abs(Y).max()
+
+
+def test_pca_matches_oracle_and_sklearn():
+    from sklearn.decomposition import PCA as SkPCA
+
+    X, _ = make_data(600, 20, (), seed=5)
+    est = dfairpca.PCA(6).fit(da.from_array(X, chunks=(64, 20)))
+    assert max_angle_deg(est.components_.T, oracle.pca(X, 6)) < TOL_DEG
+    sk = SkPCA(6).fit(X)
+    np.testing.assert_allclose(est.explained_variance_, sk.explained_variance_, rtol=1e-10)
+    np.testing.assert_allclose(est.explained_variance_ratio_, sk.explained_variance_ratio_, rtol=1e-10)
+    np.testing.assert_allclose(np.abs(est.transform(X)), np.abs(sk.transform(X)), atol=1e-9)
+
+
+def test_fair_pca_with_no_mean_difference_is_pca():
+    X, _ = make_data(400, 10, (), seed=1)
+    z = np.tile([0, 1], 200)
+    X[z == 1] += X[z == 0].mean(0) - X[z == 1].mean(0)  # identical group means
+    est = dfairpca.FairPCA(3).fit(X, z)
+    assert est.n_constraints_ == 0
+    assert max_angle_deg(est.components_.T, oracle.pca(X, 3)) < TOL_DEG
+
+
+# ----------------------------------------------------------------------------- invariants
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(30, 300),
+    d=st.integers(4, 12),
+    m=st.integers(2, 4),
+    seed=st.integers(0, 10_000),
+    chunk=st.integers(7, 120),
+    data=st.data(),
+)
+def test_transformed_group_means_are_equal(n, d, m, seed, chunk, data):
+    X, g = make_data(n, d, (m,), seed=seed, shift=data.draw(st.floats(0.1, 20)))
+    k = data.draw(st.integers(1, d - m + 1))
+    est = dfairpca.FairPCA(k).fit(da.from_array(X, chunks=(chunk, d)), g[0])
+    Y = est.transform(X)
+    spread = np.abs(Y - Y.mean(0)).max()
+    means = np.stack([Y[g[0] == c].mean(0) for c in range(m)])
+    assert np.abs(means - means[0]).max() <= 1e-10 * max(spread, 1e-300)
+
+
+def test_group_means_equal_for_every_attribute_and_labels_of_any_type():
+    X, g = make_data(1000, 20, (2, 3), seed=11)
+    df = pd.DataFrame({"sex": np.where(g[0] == 1, "m", "f"), "race": g[1] + 0.5})
+    est = dfairpca.FairPCA(8).fit(X, df)
+    assert est.attribute_names_ == ["sex", "race"]
+    assert list(est.groups_[0]) == ["f", "m"] and list(est.groups_[1]) == [0.5, 1.5, 2.5]
+    Y = est.transform(X)
+    for col in df:
+        ms = np.stack([Y[df[col] == c].mean(0) for c in np.unique(df[col])])
+        assert np.abs(ms - ms[0]).max() < 1e-10 * np.abs(Y).max()
+
+
+# ----------------------------------------------------------------------------- inputs
+def test_numpy_dask_and_zarr_inputs_agree(tmp_path):
+    X, g = make_data(1000, 24, (3,), seed=2)
+    Xu8 = np.clip(X * 10 + 128, 0, 255).astype(np.uint8)
+    store = zarr.open_group(str(tmp_path / "s.zarr"), mode="w")
+    arr = store.create_array("X", shape=Xu8.shape, chunks=(128, 24), dtype="uint8")
+    arr[:] = Xu8
+    ests = [
+        dfairpca.FairPCA(5).fit(Xu8, g[0]),
+        dfairpca.FairPCA(5).fit(da.from_array(Xu8, chunks=(100, 24)), g[0]),
+        dfairpca.FairPCA(5).fit(dfairpca.from_zarr(tmp_path / "s.zarr", "X"), g[0]),
+        dfairpca.FairPCA(5).fit(str(tmp_path / "s.zarr/X"), g[0]),
+        dfairpca.FairPCA(5, compute_dtype="float64").fit(Xu8, g[0]),
+    ]
+    U_ref = oracle.fair_pca(Xu8.astype(float), g, 5)
+    for est in ests[:4]:  # float32 products for uint8 input
+        assert max_angle_deg(est.components_.T, U_ref) < 1e-3
+    assert max_angle_deg(ests[4].components_.T, U_ref) < TOL_DEG
+    Y = ests[2].transform(dfairpca.from_zarr(tmp_path / "s.zarr", "X"))
+    assert isinstance(Y, da.Array) and Y.dtype == np.float32 and Y.shape == (1000, 5)
+    np.testing.assert_allclose(Y.compute(), ests[0].transform(Xu8), rtol=1e-4, atol=1e-3)
+
+
+def test_images_are_flattened_lazily():
+    X, g = make_data(300, 36, (2,), seed=4)
+    imgs = da.from_array(X.reshape(300, 6, 6), chunks=(50, 3, 6))
+    est = dfairpca.FairPCA(4).fit(imgs, g[0])
+    assert est.n_features_in_ == 36
+    assert max_angle_deg(est.components_.T, oracle.fair_pca(X, g, 4)) < TOL_DEG
+    Y = est.transform(imgs)
+    assert isinstance(Y, da.Array) and Y.chunks[0] == (50,) * 6
+
+
+@pytest.mark.parametrize("dtype, out", [(np.float32, np.float32), (np.float64, np.float64),
+                                        (np.uint8, np.float32), (np.int64, np.float64)])
+def test_dtypes(dtype, out):
+    X, g = make_data(400, 10, (2,), seed=6)
+    Xt = (np.abs(X) * 10).astype(dtype)
+    est = dfairpca.FairPCA(3).fit(Xt, g[0])
+    Y = est.transform(Xt)
+    assert Y.dtype == out
+    Yd = est.transform(da.from_array(Xt, chunks=(64, 10)))
+    assert Yd.dtype == out and Yd.compute().dtype == out
+    ref = oracle.fair_pca(Xt.astype(float), g, 3)
+    assert max_angle_deg(est.components_.T, ref) < (1e-3 if out == np.float32 else TOL_DEG)
+
+
+def test_dask_labels_and_lists():
+    X, g = make_data(500, 12, (2, 3), seed=8)
+    a = dfairpca.FairPCA(3).fit(X, [da.from_array(g[0], chunks=100), list(g[1])])
+    b = dfairpca.FairPCA(3).fit(X, np.column_stack(g))
+    assert max_angle_deg(a.components_.T, b.components_.T) < TOL_DEG
+
+
+# ----------------------------------------------------------------------------- options
+def test_partial_fit_equals_fit_and_pieces_may_hold_one_group():
+    X, g = make_data(900, 14, (3,), seed=9)
+    order = np.argsort(g[0], kind="stable")  # pieces sorted by group: single-group pieces
+    X, z = X[order], g[0][order]
+    full = dfairpca.FairPCA(5).fit(X, z)
+    inc = dfairpca.FairPCA(5)
+    for s in range(0, 900, 150):
+        inc.partial_fit(X[s : s + 150], z[s : s + 150])
+    assert inc.n_samples_seen_ == 900
+    assert max_angle_deg(inc.components_.T, full.components_.T) < TOL_DEG
+    np.testing.assert_allclose(inc.explained_variance_, full.explained_variance_, rtol=1e-9)
+
+
+def test_equal_opportunity_fits_on_positive_rows():
+    X, g = make_data(1200, 18, (3,), seed=12)
+    y = (X[:, 1] - np.median(X[:, 1]) + np.random.default_rng(0).normal(size=1200) > 0).astype(int)
+    assert all((y[g[0] == c] == 1).any() for c in range(3))
+    est = dfairpca.FairPCA(5, constraint="equal_opportunity").fit(da.from_array(X, chunks=200), g[0], y)
+    pos = y == 1
+    ref = oracle.fair_pca(X[pos], [g[0][pos]], 5)
+    assert est.n_samples_seen_ == pos.sum()
+    assert max_angle_deg(est.components_.T, ref) < TOL_DEG
+    Y = est.transform(X[pos])
+    ms = np.stack([Y[g[0][pos] == c].mean(0) for c in range(3)])
+    assert np.abs(ms - ms[0]).max() < 1e-10 * np.abs(Y).max()
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.3, 1.0])
+def test_tradeoff_concatenates_scaled_standard_pca(lam):
+    X, g = make_data(600, 12, (2,), seed=13)
+    est = dfairpca.FairPCA(3, tradeoff=lam).fit(X, g[0])
+    Y = est.transform(X)
+    fair = (X - X.mean(0)) @ est.components_.T
+    if lam == 0:
+        assert Y.shape == (600, 3) and est.standard_components_ is None
+        np.testing.assert_allclose(Y, fair, atol=1e-10)
+        return
+    assert Y.shape == (600, 6)
+    std = (X - X.mean(0)) @ est.standard_components_.T
+    np.testing.assert_allclose(Y, np.hstack([fair, lam * std]), atol=1e-10)
+    assert max_angle_deg(est.standard_components_.T, oracle.pca(X, 3)) < TOL_DEG
+    assert est.inverse_transform(Y).shape == (600, 12)
+
+
+def test_inverse_transform_reconstructs_in_fair_subspace():
+    X, g = make_data(500, 10, (2,), seed=14)
+    est = dfairpca.FairPCA(9).fit(X, g[0])  # k = d - 1: only the mean direction is lost
+    R = est.inverse_transform(est.transform(X))
+    Ud = est.components_
+    np.testing.assert_allclose((R - est.mean_) @ Ud.T @ Ud, R - est.mean_, atol=1e-9)
+    Rd = est.inverse_transform(est.transform(da.from_array(X, chunks=100))).compute()
+    np.testing.assert_allclose(Rd, R, atol=1e-9)
+    means = [R[g[0] == c].mean(0) for c in (0, 1)]
+    np.testing.assert_allclose(means[0], means[1], atol=1e-9)
+
+
+def test_sklearn_api_clone_pipeline_params():
+    X, g = make_data(400, 10, (2,), seed=15)
+    est = dfairpca.FairPCA(3, tradeoff=0.1)
+    assert clone(est).get_params() == est.get_params()
+    est.set_params(n_components=4)
+    assert est.n_components == 4
+    pipe = make_pipeline(dfairpca.PCA(5), LogisticRegression())
+    pipe.fit(X, g[0])
+    assert pipe.score(X, g[0]) > 0.5
+    fitted = dfairpca.FairPCA(3).fit(X, g[0])
+    assert list(fitted.get_feature_names_out()) == ["fairpca0", "fairpca1", "fairpca2"]
+    Y = dfairpca.FairPCA(3).fit_transform(X, g[0])
+    np.testing.assert_allclose(Y, fitted.transform(X))
+    assert dfairpca.PCA(2).fit_transform(X).shape == (400, 2)
+
+
+def test_deterministic_signs():
+    X, g = make_data(400, 10, (2,), seed=16)
+    a = dfairpca.FairPCA(4).fit(X, g[0]).components_
+    b = dfairpca.FairPCA(4).fit(da.from_array(X, chunks=33), g[0]).components_
+    np.testing.assert_allclose(a, b, atol=1e-10)
+    assert np.all(a[np.arange(4), np.abs(a).argmax(1)] > 0)
+
+
+# ----------------------------------------------------------------------------- persistence
+@pytest.mark.parametrize("statistics", [False, True])
+def test_save_load_roundtrip(tmp_path, statistics):
+    X, g = make_data(500, 12, (2, 3), seed=17)
+    labels = pd.DataFrame({"a": np.where(g[0] == 1, "x", "y"), "b": g[1]})
+    est = dfairpca.FairPCA(4, tradeoff=0.2, standardize=True).fit(X, labels)
+    est.save(tmp_path / "m", statistics=statistics)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no temporary left behind
+    back = dfairpca.load(tmp_path / "m")
+    assert type(back) is dfairpca.FairPCA and back.get_params() == est.get_params()
+    np.testing.assert_array_equal(back.transform(X), est.transform(X))
+    assert [list(c) for c in back.groups_] == [list(c) for c in est.groups_]
+    assert back.attribute_names_ == ["a", "b"]
+    if statistics:
+        back.partial_fit(X[:50], labels[:50])
+        assert back.n_samples_seen_ == 550
+    else:
+        assert not hasattr(back, "statistics_")
+
+
+def test_load_rejects_foreign_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a saved dfairpca"):
+        dfairpca.load(tmp_path)
+
+
+# ----------------------------------------------------------------------------- errors
+@pytest.fixture
+def xg():
+    X, g = make_data(200, 8, (3,), seed=18)
+    return X, g[0]
+
+
+@pytest.mark.parametrize(
+    "kwargs, fit_args, exc, match",
+    [
+        ({"n_components": 0}, {}, ValueError, "positive integer"),
+        ({"n_components": 7}, {}, ValueError, r"largest k is d - sum\(m\) \+ p = 8 - 3 \+ 1 = 6"),
+        ({"constraint": "parity"}, {}, ValueError, "constraint must be one of"),
+        ({"tradeoff": 1.5}, {}, ValueError, r"tradeoff must be a number in \[0, 1\]"),
+        ({"constraint": "equal_opportunity"}, {}, ValueError, "pass y"),
+        ({"constraint": "equal_opportunity"}, {"y": np.arange(200) % 3}, ValueError, "binary"),
+        ({"compute_dtype": "int8"}, {}, ValueError, "compute_dtype"),
+    ],
+)
+def test_bad_parameters(xg, kwargs, fit_args, exc, match):
+    X, z = xg
+    with pytest.raises(exc, match=match):
+        dfairpca.FairPCA(**{"n_components": 2, **kwargs}).fit(X, z, **fit_args)
+
+
+def test_bad_inputs(xg):
+    X, z = xg
+    est = dfairpca.FairPCA(2)
+    with pytest.raises(ValueError, match="2-D .* or 3-D"):
+        est.fit(X.reshape(-1), z)
+    with pytest.raises(ValueError, match="199 labels but X has 200 rows"):
+        est.fit(X, z[:-1])
+    with pytest.raises(ValueError, match="single group"):
+        est.fit(X, np.zeros(200))
+    with pytest.raises(ValueError, match="missing labels"):
+        est.fit(X, np.where(z == 0, np.nan, z))
+    with pytest.raises(ValueError, match="needs groups"):
+        est.fit(X)
+    with pytest.raises(TypeError, match="numeric"):
+        est.fit(X.astype(str), z)
+    with pytest.raises(ValueError, match="no fair projection exists"):
+        dfairpca.FairPCA().fit(X[:, :2], z)
+
+
+def test_empty_group_after_equal_opportunity_filter(xg):
+    X, z = xg
+    y = (z != 2).astype(int)  # group 2 has no positives
+    with pytest.raises(ValueError, match=r"group\(s\) \[.*2\] have no rows with y == 1"):
+        dfairpca.FairPCA(2, constraint="equal_opportunity").fit(X, z, y)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "dask"])
+def test_nan_and_inf_rows_are_named(xg, kind):
+    X, z = xg
+    X = X.copy()
+    X[17, 3] = np.nan
+    X[150, 0] = np.inf
+    Xin = da.from_array(X, chunks=40) if kind == "dask" else X
+    with pytest.raises(ValueError, match=r"NaN or infinity in 2 row\(s\) \(rows 17, 150\)"):
+        dfairpca.FairPCA(2).fit(Xin, z)
+
+
+def test_transform_errors(xg):
+    X, z = xg
+    with pytest.raises(NotFittedError, match="not fitted yet"):
+        dfairpca.FairPCA(2).transform(X)
+    est = dfairpca.FairPCA(2).fit(X, z)
+    with pytest.raises(ValueError, match="X has 7 features, but FairPCA was fitted with 8"):
+        est.transform(X[:, :7])
+
+
+def test_zarr_store_without_the_named_array(tmp_path):
+    g = zarr.open_group(str(tmp_path / "s.zarr"), mode="w")
+    g.create_array("images", shape=(10, 4), chunks=(5, 4), dtype="uint8")
+    with pytest.raises(KeyError, match=r"has no array 'pixels'; it holds \['images'\]"):
+        dfairpca.from_zarr(tmp_path / "s.zarr", "pixels")
+    with pytest.raises(ValueError, match="is a Zarr group, not an array"):
+        dfairpca.FairPCA(2).fit(str(tmp_path / "s.zarr"), np.arange(10) % 2)
+    with pytest.raises(FileNotFoundError, match="no Zarr store"):
+        dfairpca.from_zarr(tmp_path / "nope.zarr", "images")
