@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-__all__ = ["top_eigh", "constraint_basis", "fair_components", "pca_components", "flip_signs"]
+__all__ = ["top_eigh", "constraint_basis", "fair_components", "equalizing_basis", "pca_components", "flip_signs"]
 
 
 def top_eigh(M: np.ndarray, k: int):
@@ -51,26 +51,62 @@ def pca_components(S: np.ndarray, k: int) -> np.ndarray:
     return flip_signs(V.T)
 
 
-def fair_components(S: np.ndarray, Q: np.ndarray, k: int) -> np.ndarray:
+def _deflated(A: np.ndarray, Q: np.ndarray, c: float) -> np.ndarray:
+    """``P A P + c Q Q^T`` with ``P = I - Q Q^T``, by rank-r updates (no d x d projector)."""
+    AQ = A @ Q
+    M = A - Q @ AQ.T - AQ @ Q.T + Q @ (Q.T @ AQ + c * np.eye(Q.shape[1])) @ Q.T
+    return (M + M.T) / 2
+
+
+def fair_components(S: np.ndarray, Q: np.ndarray, k: int, cov_diffs=None, l=None) -> np.ndarray:
     """Top-k eigenvectors of S restricted to the orthogonal complement of Q's columns.
 
     Returns (k, d) orthonormal rows U with ``U Q = 0``; equivalent to Alg. 2's ``R Lambda``.
+    With ``cov_diffs`` (Fair PCA-S, Sec. 3.6) the search is further restricted to the l
+    directions of the complement along which the group covariances differ least, see
+    :func:`equalizing_basis`.
     """
-    if Q.shape[1] == 0:
+    if cov_diffs is not None:
+        W = equalizing_basis(cov_diffs, Q, l)
+        _, V = top_eigh(W.T @ S @ W, k)
+        U = W @ V
+    elif Q.shape[1] == 0:
         return pca_components(S, k)
-    SQ = S @ Q
-    QtSQ = Q.T @ SQ
-    c = abs(np.trace(S)) + 1.0
-    # P S P - c Q Q^T, formed with rank-r updates (O(d^2 r)), no d x d projector
-    M = S - Q @ SQ.T - SQ @ Q.T + Q @ (QtSQ - c * np.eye(Q.shape[1])) @ Q.T
-    M = (M + M.T) / 2
-    _, V = top_eigh(M, k)
-    # enforce the constraint to rounding and re-diagonalise (Rayleigh-Ritz on span V)
-    V = V - Q @ (Q.T @ V)
-    V, _ = np.linalg.qr(V)
-    w, G = np.linalg.eigh(V.T @ S @ V)
-    V = V @ G[:, ::-1]
-    return flip_signs(V.T)
+    else:
+        # c > 0 pushes the constraint directions below every admissible eigenvalue
+        _, U = top_eigh(_deflated(S, Q, -(abs(np.trace(S)) + 1.0)), k)
+    # enforce the constraint to rounding and re-diagonalise (Rayleigh-Ritz on span U)
+    U = U - Q @ (Q.T @ U)
+    U, _ = np.linalg.qr(U)
+    _, G = np.linalg.eigh(U.T @ S @ U)
+    return flip_signs((U @ G[:, ::-1]).T)
+
+
+def equalizing_basis(cov_diffs, Q: np.ndarray, l: int) -> np.ndarray:
+    """Orthonormal (d, l) basis, orthogonal to Q, where the group covariances agree most.
+
+    ``cov_diffs`` is a list of (weight, D_g) pairs.  With a single ``D = Sigma_0 - Sigma_1``
+    (two groups, the paper's Sec. 3.6) these are the eigenvectors of ``R^T D R`` with the l
+    smallest |eigenvalues|.  With more groups (``D_g = Sigma_g - Sigma_pooled``) they are the
+    l smallest eigenvectors of ``sum_g w_g (R^T D_g R)^2``, i.e. the directions v minimising
+    ``sum_g w_g ||R^T D_g R v||^2``; for two groups this is the same subspace as the paper's
+    (the sum is proportional to ``(R^T D R)^2``).
+    """
+    d = Q.shape[0]
+    if len(cov_diffs) == 1:
+        (_, D), = cov_diffs
+        big = 2.0 * np.abs(D).sum(1).max() + 1.0  # above every |eigenvalue| of P D P
+        w, V = scipy.linalg.eigh(_deflated(D, Q, big))
+        order = np.argsort(np.abs(w), kind="stable")
+    else:
+        T = np.zeros((d, d))
+        for wt, D in cov_diffs:
+            A = _deflated(D, Q, 0.0)
+            T += wt * (A @ A)
+        big = 2.0 * np.abs(T).sum(1).max() + 1.0
+        w, V = scipy.linalg.eigh(_deflated(T, Q, big))
+        order = np.argsort(w, kind="stable")
+    return V[:, order[:l]]
 
 
 def flip_signs(U: np.ndarray) -> np.ndarray:

@@ -44,7 +44,8 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
         m = compute_moments(
             X, codes, cats, mask=mask, dtype=dtype, split_every=self.split_every,
-            group_scatter=False, progress=self.progress,
+            group_scatter=getattr(self, "equalize_covariance", None) is not None,
+            progress=self.progress,
         )
         m.check_finite()
         return m
@@ -292,6 +293,15 @@ class FairPCA(PCA):
         λ of Sec. 3.1.  ``transform`` returns ``[X U_fair, λ X U_pca]`` of shape (n, 2k)
         when λ > 0 and (n, k) when λ = 0.  λ enters linearly; the paper's experiments
         swept λ = (i/10)^3, so pass ``tradeoff=t**3`` to reproduce that grid.
+    equalize_covariance : None, float in (0, 1] or int, default None
+        Fair PCA-S (Sec. 3.6): also (approximately) equalise the group covariances by
+        searching only the l directions of the fair subspace along which they differ least;
+        a float f gives the paper's "Fair PCA-S (f)", ``l = max(k, floor(f d))``, an int is
+        l itself.  Smaller l, fairer covariances, less variance.  Needs per-group d x d
+        statistics, accumulated in the same single pass.  Two groups follow the paper;
+        with more groups (or attributes) the directions minimise
+        ``sum_g (n_g/n) ||R^T (Sigma_g - Sigma_pooled) R v||^2`` (equal to the paper's
+        choice for two groups), see :func:`dfairpca._solvers.equalizing_basis`.
 
     Attributes
     ----------
@@ -321,12 +331,13 @@ class FairPCA(PCA):
     """
 
     def __init__(self, n_components=None, *, center=True, standardize=False,
-                 constraint="demographic_parity", tradeoff=0.0, compute_dtype="auto",
-                 split_every=8, progress=False):
+                 constraint="demographic_parity", tradeoff=0.0, equalize_covariance=None,
+                 compute_dtype="auto", split_every=8, progress=False):
         super().__init__(n_components, center=center, standardize=standardize,
                          compute_dtype=compute_dtype, split_every=split_every, progress=progress)
         self.constraint = constraint
         self.tradeoff = tradeoff
+        self.equalize_covariance = equalize_covariance
 
     def _check_params(self):
         super()._check_params()
@@ -335,6 +346,18 @@ class FairPCA(PCA):
         t = self.tradeoff
         if not isinstance(t, numbers.Real) or isinstance(t, bool) or not 0.0 <= t <= 1.0:
             raise ValueError(f"tradeoff must be a number in [0, 1]; got {t!r}")
+        e = self.equalize_covariance
+        if e is not None:
+            if isinstance(e, bool) or not isinstance(e, numbers.Real):
+                raise ValueError(f"equalize_covariance must be None, a fraction in (0, 1] or an int; got {e!r}")
+            if isinstance(e, numbers.Integral):
+                if self.n_components is not None and e < self.n_components:
+                    raise ValueError(
+                        f"equalize_covariance={e} directions cannot hold n_components="
+                        f"{self.n_components}; pass l >= k or a fraction in (0, 1]"
+                    )
+            elif not 0.0 < e <= 1.0:
+                raise ValueError(f"equalize_covariance as a fraction must be in (0, 1]; got {e!r}")
 
     def _prepare(self, X, groups, y, partial):
         self._check_params()
@@ -428,7 +451,7 @@ class FairPCA(PCA):
             C = C / scale[None, :]
         Q = _solvers.constraint_basis(C)
         k = self.n_components or limit
-        U = _solvers.fair_components(S, Q, k)
+        U = _solvers.fair_components(S, Q, k, *self._covariance_terms(m, scale, k, Q.shape[1]))
         self._set_fitted(m, U, S, scale)
         self.n_constraints_ = Q.shape[1]
         self.max_components_ = limit
@@ -436,6 +459,33 @@ class FairPCA(PCA):
         self.attribute_names_ = list(names)
         self.standard_components_ = _solvers.pca_components(S, k) if self.tradeoff > 0 else None
         return self
+
+    def _covariance_terms(self, m: Moments, scale, k: int, r: int):
+        """(cov_diffs, l) for Fair PCA-S, or (None, None)."""
+        e = self.equalize_covariance
+        if e is None:
+            return None, None
+        d = m.n_features
+        l = int(e) if isinstance(e, numbers.Integral) else max(k, int(np.floor(e * d)))
+        if l >= d - r:  # the whole fair subspace: plain fair PCA (the paper's "S(1.0)")
+            return None, None
+        if not m.has_group_scatter:
+            raise ValueError(
+                "these statistics hold no per-group scatter matrices; fit with "
+                "equalize_covariance set so that the pass accumulates them"
+            )
+        inv = 1.0 if scale is None else 1.0 / np.outer(scale, scale)
+        covs = []  # per attribute: [(n_g, Sigma_g)] of the groups with two or more rows
+        for a in m.attributes:
+            covs.append([(c, a.scatter[g] / (c - 1) * inv) for g, c in enumerate(a.counts) if c > 1])
+        if len(covs) == 1 and len(covs[0]) == 2:
+            return [(1.0, covs[0][0][1] - covs[0][1][1])], l
+        diffs = []
+        for groups in covs:
+            n = sum(c for c, _ in groups)
+            pooled = sum(c / n * cov for c, cov in groups)
+            diffs += [(c / n, cov - pooled) for c, cov in groups]
+        return diffs, l
 
     def _projection(self):
         if self.tradeoff > 0 and getattr(self, "standard_components_", None) is not None:

@@ -26,6 +26,8 @@ N_FEATURES = 97  # then the label (income > 50k), then the protected attribute (
 PAPER = {
     (2, "PCA"): (7.78, 0.349), (2, "Fair PCA"): (6.37, 0.009),
     (10, "PCA"): (21.77, 0.195), (10, "Fair PCA"): (19.62, 0.014),
+    (2, "Fair PCA-S (0.5)"): (3.05, None), (2, "Fair PCA-S (0.85)"): (4.27, None),
+    (10, "Fair PCA-S (0.5)"): (12.75, None), (10, "Fair PCA-S (0.85)"): (15.79, None),
 }
 
 
@@ -40,6 +42,8 @@ def methods():
     return {
         "PCA": lambda k: dfairpca.PCA(k),
         "Fair PCA": lambda k: dfairpca.FairPCA(k),
+        "Fair PCA-S (0.5)": lambda k: dfairpca.FairPCA(k, equalize_covariance=0.5),
+        "Fair PCA-S (0.85)": lambda k: dfairpca.FairPCA(k, equalize_covariance=0.85),
     }
 
 

@@ -57,3 +57,17 @@ def make_data(n, d, groups_per_attr=(2,), seed=0, decay=0.85, shift=1.5, dtype=f
         X += rng.normal(size=(m, d))[g] * shift
         groups.append(g)
     return X.astype(dtype), groups
+
+
+def fair_pca_s(X, z, k, l, center=True):
+    """Sec. 3.6 for two groups: l smallest-|eigenvalue| eigenvectors of R^T (S0 - S1) R."""
+    X = np.asarray(X, dtype=float)
+    if center:
+        X = X - X.mean(axis=0)
+    R = scipy.linalg.null_space(centred_onehot(z).T @ X)
+    cats = np.unique(z)
+    T = R.T @ (np.cov(X[z == cats[0]].T) - np.cov(X[z == cats[1]].T)) @ R
+    w, E = np.linalg.eigh(T)
+    E = E[:, np.argsort(np.abs(w))[:l]]
+    w2, V = np.linalg.eigh(E.T @ R.T @ X.T @ X @ R @ E)
+    return R @ E @ V[:, np.argsort(w2)[::-1][:k]]
