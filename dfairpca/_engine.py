@@ -48,9 +48,10 @@ def compute_moments(
         total = None
         for s in range(0, n, rows):
             e = min(n, s + rows)
-            part = Moments.from_chunk(X[s:e], _sl(codes, s, e), mask=_sl(mask, s, e), row_offset=s, **kw)
+            part = Moments.from_chunk(X[s:e], _sl(codes, s, e), mask=_sl(mask, s, e), row_offset=s,
+                                      symmetric=False, **kw)
             total = part if total is None else merge([total, part])
-        return total
+        return total.symmetrize()
 
     import dask
     from dask import delayed
@@ -63,9 +64,9 @@ def compute_moments(
         for b, s, e in zip(blocks, bounds[:-1], bounds[1:])
     ]
     merge_fn = delayed(_merge_list, pure=True)
-    while len(parts) > 1:
+    while len(parts) > split_every:
         parts = [merge_fn(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
-    root = parts[0]
+    root = merge_fn(parts, True)  # the last merge also fills the lower triangles
     if progress:
         return _compute_with_progress(root)
     (result,) = dask.compute(root)
@@ -77,11 +78,12 @@ def _sl(a, s, e):
 
 
 def _chunk_moments(block, codes, mask, offset, kw):
-    return Moments.from_chunk(block, codes, mask=mask, row_offset=offset, **kw)
+    return Moments.from_chunk(block, codes, mask=mask, row_offset=offset, symmetric=False, **kw)
 
 
-def _merge_list(parts):
-    return merge(parts)
+def _merge_list(parts, final=False):
+    out = merge(parts)
+    return out.symmetrize() if final else out
 
 
 def _compute_with_progress(root):

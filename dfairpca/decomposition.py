@@ -52,6 +52,7 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
 
     def _space(self, m: Moments):
         """(S, scale): the matrix whose eigenvectors we want, in the fitted feature space."""
+        m.symmetrize()
         if m.n < 2:
             raise ValueError(f"need at least 2 rows to fit; got {m.n}")
         S = m.scatter if self.center else m.scatter + m.n * np.outer(m.mean, m.mean)
@@ -166,6 +167,7 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
 
         self._check_fitted()
         arrays = {a: getattr(self, a) for a in self._array_attrs if getattr(self, a, None) is not None}
+        arrays.update(self._extra_arrays())
         meta = {
             "kind": "estimator",
             "class": type(self).__name__,
@@ -182,7 +184,10 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
     def _extra_meta(self) -> dict:
         return {}
 
-    def _restore_extra(self, meta: dict) -> None:
+    def _extra_arrays(self) -> dict:
+        return {}
+
+    def _restore_extra(self, meta: dict, arrays: dict) -> None:
         pass
 
 
@@ -314,6 +319,12 @@ class FairPCA(PCA):
     attribute_names_ : list of str
     n_constraints_ : int
         Rank of the constraint (number of directions removed).
+    constraint_basis_ : ndarray (d, n_constraints_)
+        Orthonormal basis of the removed directions (the group-mean deviations, in the
+        standardised space when ``standardize``); ``I - Q Q^T`` is fair PCA at the
+        largest k.
+    group_means_ : list of ndarray (m_r, d)
+        Mean of every group of every attribute in the training data.
     max_components_ : int
         ``d - sum(m_r) + p``.
     explained_variance_, explained_variance_ratio_, mean_, scale_, n_features_in_,
@@ -428,7 +439,7 @@ class FairPCA(PCA):
     def fit_statistics(self, statistics: Moments):
         """Solve fair PCA from precomputed (merged, loaded) statistics."""
         self._check_params()
-        m = statistics
+        m = statistics.symmetrize()
         if not m.attributes:
             raise ValueError("these statistics carry no groups; FairPCA needs protected attributes")
         names = getattr(self, "attribute_names_", None) or [f"attribute {j}" for j in range(len(m.attributes))]
@@ -454,6 +465,8 @@ class FairPCA(PCA):
         U = _solvers.fair_components(S, Q, k, *self._covariance_terms(m, scale, k, Q.shape[1]))
         self._set_fitted(m, U, S, scale)
         self.n_constraints_ = Q.shape[1]
+        self.constraint_basis_ = Q
+        self.group_means_ = [m.group_means(j) for j in range(len(m.attributes))]
         self.max_components_ = limit
         self.groups_ = [a.categories for a in m.attributes]
         self.attribute_names_ = list(names)
@@ -492,14 +505,18 @@ class FairPCA(PCA):
             return np.concatenate([self.components_, self.tradeoff * self.standard_components_]).T
         return self.components_.T
 
-    _array_attrs = _BaseDecomposition._array_attrs + ("standard_components_",)
+    _array_attrs = _BaseDecomposition._array_attrs + ("standard_components_", "constraint_basis_")
     _meta_attrs = _BaseDecomposition._meta_attrs + ("n_constraints_", "max_components_", "attribute_names_")
 
     def _extra_meta(self):
         return {"groups_": [_categories_to_json(c) for c in self.groups_]}
 
-    def _restore_extra(self, meta):
+    def _extra_arrays(self):
+        return {f"group_means_{j}": gm for j, gm in enumerate(self.group_means_)}
+
+    def _restore_extra(self, meta, arrays):
         self.groups_ = [_categories_from_json(c) for c in meta["groups_"]]
+        self.group_means_ = [arrays[f"group_means_{j}"] for j in range(len(self.groups_))]
 
 
 def _project_block(x, mu, W):
@@ -529,7 +546,7 @@ def load(path):
     for a in cls._meta_attrs:
         if a in meta:
             setattr(est, a, meta[a])
-    est._restore_extra(meta)
+    est._restore_extra(meta, arrays)
     if (path / "statistics").exists():
         est.statistics_ = Moments.load(path / "statistics")
     return est

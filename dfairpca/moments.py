@@ -26,11 +26,14 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+import scipy.linalg.blas
 
 __all__ = ["Moments", "AttributeMoments", "merge"]
 
 #: how many offending row indices a :class:`Moments` remembers for the error message
 MAX_BAD_ROWS_REPORTED = 10
+#: bytes of the float copy of one row block inside a chunk
+BLOCK_BYTES = 64 << 20
 
 
 @dataclass
@@ -79,6 +82,9 @@ class Moments:
         Rows that held NaN or infinity (they are left out of every sum).
     nonfinite_rows : list of int
         The first few of those rows, as global row indices.
+    upper : bool
+        True while only the upper triangles of the scatter matrices are filled (inside
+        a pass); :meth:`symmetrize` completes them.
     precision : float
         Machine epsilon of the coarsest dtype any part's products ran in (float32 parts
         make the group deviations reliable only to about 1e-7 relative).
@@ -91,6 +97,7 @@ class Moments:
     n_nonfinite: int = 0
     nonfinite_rows: list[int] = field(default_factory=list)
     precision: float = float(np.finfo(np.float64).eps)
+    upper: bool = False
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -120,6 +127,7 @@ class Moments:
         row_offset: int = 0,
         dtype=None,
         group_scatter: bool = False,
+        symmetric: bool = True,
     ) -> "Moments":
         """Statistics of one chunk of rows.
 
@@ -139,6 +147,9 @@ class Moments:
             Dtype of the chunk's products; float64 sums regardless.  Defaults to float64.
         group_scatter : bool
             Also keep every group's scatter matrix (needed by Fair PCA-S only).
+        symmetric : bool
+            False leaves only the upper triangles filled (``upper=True``); the engine
+            merges such parts and calls :meth:`symmetrize` once at the end.
         """
         x = np.asarray(x)
         if x.ndim > 2:
@@ -163,32 +174,53 @@ class Moments:
         r = x.shape[0]
         if r == 0:
             return out
-        xf = x.astype(dtype, copy=False)
-        mean = xf.mean(axis=0, dtype=np.float64)
-        xc = xf - mean.astype(dtype)
         out.n = r
-        out.mean = mean
-        out.scatter = _gram(xc)
-        if codes is None:
-            return out
-        codes = np.asarray(codes)
-        if codes.ndim == 1:
-            codes = codes[:, None]
-        for j, att in enumerate(out.attributes):
-            cj = codes[:, j]
-            counts = np.bincount(cj, minlength=att.n_groups).astype(np.int64)
-            onehot = np.zeros((att.n_groups, r), dtype)
-            onehot[cj, np.arange(r)] = 1
-            # the chunk is centred, so the group sums of xc are n_g * (mean_g - mean)
-            sums = (onehot @ xc).astype(np.float64)
-            nz = counts > 0
-            att.counts = counts
-            att.deviation[nz] = sums[nz] / counts[nz, None]
-            if group_scatter:
-                for g in np.flatnonzero(nz):
-                    xg = xc[cj == g] - att.deviation[g].astype(dtype)
-                    att.scatter[g] = _gram(xg)
-        return out
+        out.mean = x.mean(axis=0, dtype=np.float64)
+        shifts = []  # (attribute, group, row selector of the chunk) for the group scatters
+        if codes is not None:
+            codes = np.asarray(codes).reshape(r, -1)
+            for j, att in enumerate(out.attributes):
+                cj = codes[:, j]
+                att.counts = np.bincount(cj, minlength=att.n_groups).astype(np.int64)
+                for g in np.flatnonzero(att.counts):
+                    sel = cj == g
+                    att.deviation[g] = x[sel].mean(axis=0, dtype=np.float64) - out.mean
+                    if group_scatter:
+                        shifts.append((att, g, sel))
+        # x^T x about the mean, in row blocks: BLAS syrk accumulates the upper triangle
+        # in the compute dtype (beta = 1), never materialising a float copy of the chunk
+        syrk = scipy.linalg.blas.get_blas_funcs("syrk", dtype=dtype)
+        mu = out.mean.astype(dtype)
+        acc = np.zeros((d, d), dtype, order="F")
+        gacc = [np.zeros((d, d), dtype, order="F") for _ in shifts]
+        step = max(64, BLOCK_BYTES // (d * dtype.itemsize))
+        for s in range(0, r, step):
+            xc = np.subtract(x[s : s + step], mu, dtype=dtype)
+            acc = syrk(1.0, xc.T, beta=1.0, c=acc, trans=0, lower=0, overwrite_c=1)
+            for i, (att, g, sel) in enumerate(shifts):
+                xg = xc[sel[s : s + step]]
+                if len(xg):
+                    xg -= att.deviation[g].astype(dtype)
+                    gacc[i] = syrk(1.0, xg.T, beta=1.0, c=gacc[i], trans=0, lower=0, overwrite_c=1)
+        out.scatter = acc.astype(np.float64)
+        for i, (att, g, _) in enumerate(shifts):
+            att.scatter[g] = gacc[i]
+        out.upper = True
+        return out.symmetrize() if symmetric else out
+
+    def symmetrize(self) -> "Moments":
+        """Fill the lower triangles of the scatter matrices (in place); returns self.
+
+        The pass keeps only upper triangles (what syrk writes) until the end.
+        """
+        if self.upper:
+            self.scatter = _fill_lower(self.scatter)
+            for a in self.attributes:
+                if a.scatter is not None:
+                    for g in range(len(a.scatter)):
+                        a.scatter[g] = _fill_lower(a.scatter[g])
+            self.upper = False
+        return self
 
     # ------------------------------------------------------------------ combining
     def merge(self, *others: "Moments") -> "Moments":
@@ -206,11 +238,11 @@ class Moments:
 
     def covariance(self, ddof: int = 1) -> np.ndarray:
         """Sample covariance ``scatter / (n - ddof)``."""
-        return self.scatter / max(self.n - ddof, 1)
+        return self.symmetrize().scatter / max(self.n - ddof, 1)
 
     def second_moment(self) -> np.ndarray:
         """Uncentred ``X^T X / n`` (the paper's objective without centring)."""
-        return self.scatter / self.n + np.outer(self.mean, self.mean)
+        return self.symmetrize().scatter / self.n + np.outer(self.mean, self.mean)
 
     def group_means(self, attribute: int = 0) -> np.ndarray:
         """Mean of every group of one attribute, shape (m, d)."""
@@ -251,6 +283,7 @@ class Moments:
     # ------------------------------------------------------------------ persistence
     def to_arrays(self) -> tuple[dict, dict]:
         """(arrays, metadata) for saving without pickle; inverse of :meth:`from_arrays`."""
+        self.symmetrize()
         arrays = {"n": np.asarray(self.n), "mean": self.mean, "scatter": self.scatter,
                   "precision": np.asarray(self.precision)}
         meta = {"n_attributes": len(self.attributes), "categories": []}
@@ -294,9 +327,11 @@ class Moments:
         return cls.from_arrays(arrays, meta)
 
 
-def _gram(xc: np.ndarray) -> np.ndarray:
-    """``xc^T xc`` in xc's dtype (numpy calls BLAS syrk for ``a.T @ a``), as float64."""
-    return np.asarray(xc.T @ xc, dtype=np.float64)
+def _fill_lower(S: np.ndarray) -> np.ndarray:
+    """Symmetric matrix from the upper triangle of S."""
+    U = np.triu(S)
+    U += np.triu(U, 1).T
+    return U
 
 
 def merge(parts: Sequence[Moments]) -> Moments:
@@ -353,7 +388,8 @@ def merge(parts: Sequence[Moments]) -> Moments:
                     shift = rel[i][g] - dev[g]
                     gsc[g] += a.scatter[g] + a.counts[g] * np.outer(shift, shift)
         attrs.append(AttributeMoments(cats[j], counts.astype(np.int64), dev, gsc))
-    return Moments(n, mean, scatter, attrs, n_bad, bad_rows, max(q.precision for q in live))
+    upper = any(q.upper for q in live)
+    return Moments(n, mean, scatter, attrs, n_bad, bad_rows, max(q.precision for q in live), upper)
 
 
 def _align_categories(parts: list[Moments]) -> list[Moments]:
@@ -383,7 +419,8 @@ def _align_categories(parts: list[Moments]) -> list[Moments]:
                 sc = np.zeros((len(u), d, d))
                 sc[idx] = a.scatter
             attrs.append(AttributeMoments(u, counts, dev, sc))
-        out.append(Moments(q.n, q.mean, q.scatter, attrs, q.n_nonfinite, q.nonfinite_rows, q.precision))
+        out.append(Moments(q.n, q.mean, q.scatter, attrs, q.n_nonfinite, q.nonfinite_rows,
+                           q.precision, q.upper))
     return out
 
 

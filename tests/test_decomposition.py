@@ -44,6 +44,10 @@ def test_fair_pca_matches_dense_oracle(n, d, groups, k, kind):
     np.testing.assert_allclose(est.components_ @ est.components_.T, np.eye(k), atol=1e-12)
     assert est.max_components_ == d - sum(groups) + len(groups)
     assert est.n_constraints_ == sum(groups) - len(groups)
+    Q = est.constraint_basis_
+    assert Q.shape == (d, est.n_constraints_) and np.abs(est.components_ @ Q).max() < 1e-12
+    for j, lab in enumerate(g):
+        np.testing.assert_allclose(est.group_means_[j], [X[lab == c].mean(0) for c in range(groups[j])])
 
 
 @pytest.mark.parametrize("center, standardize", [(True, False), (False, False), (True, True)])
@@ -259,6 +263,9 @@ def test_save_load_roundtrip(tmp_path, statistics):
     np.testing.assert_array_equal(back.transform(X), est.transform(X))
     assert [list(c) for c in back.groups_] == [list(c) for c in est.groups_]
     assert back.attribute_names_ == ["a", "b"]
+    for a, b in zip(back.group_means_, est.group_means_):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(back.constraint_basis_, est.constraint_basis_)
     if statistics:
         back.partial_fit(X[:50], labels[:50])
         assert back.n_samples_seen_ == 550
