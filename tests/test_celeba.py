@@ -1,0 +1,426 @@
+"""Tests of dfairpca.celeba: synthetic and ingested CelebA stores in Zarr v3."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from PIL import Image
+
+from dfairpca.celeba import (
+    ATTRIBUTE_NAMES,
+    attribute_column,
+    ingest_celeba,
+    open_celeba,
+    synth_celeba,
+)
+from dfairpca.celeba import _official_like_partition
+
+# ---------------------------------------------------------------------------
+# Synthetic stores
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def synth_store(tmp_path_factory) -> Path:
+    """3,000 synthetic 80 x 80 faces in chunks of 1,024 rows."""
+    out = tmp_path_factory.mktemp("synth") / "faces.zarr"
+    return synth_celeba(out, n=3000, seed=1, chunk_rows=1024, progress=False, n_jobs=1)
+
+
+@pytest.fixture(scope="module")
+def large_attributes(tmp_path_factory) -> dict[str, np.ndarray]:
+    """Attributes of 20,000 synthetic faces (tiny images keep this fast)."""
+    out = tmp_path_factory.mktemp("large") / "faces.zarr"
+    synth_celeba(out, n=20_000, seed=2, size=16, chunk_rows=4096, progress=False, n_jobs=1)
+    _, attributes, names = open_celeba(out)
+    values = attributes[:]
+    return {name: values[:, j].astype(bool) for j, name in enumerate(names)}
+
+
+def store_files(path: Path) -> dict[str, bytes]:
+    """Every file of a store, by relative path."""
+    return {
+        str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()
+    }
+
+
+def test_attribute_names():
+    assert len(ATTRIBUTE_NAMES) == 40 == len(set(ATTRIBUTE_NAMES))
+    assert ATTRIBUTE_NAMES[:3] == ("5_o_Clock_Shadow", "Arched_Eyebrows", "Attractive")
+    assert ATTRIBUTE_NAMES[20] == "Male" and ATTRIBUTE_NAMES[-1] == "Young"
+
+
+def test_synth_schema(synth_store):
+    group = zarr.open_group(synth_store, mode="r")
+    assert group.metadata.zarr_format == 3
+    assert dict(group.attrs) == {"source": "synthetic", "seed": 1, "size": 80}
+
+    images, attributes, names = open_celeba(synth_store)
+    assert images.shape == (3000, 80, 80) and images.dtype == np.uint8
+    assert images.chunks == (1024, 80, 80)
+    assert attributes.shape == (3000, 40) and attributes.dtype == np.int8
+    assert attributes.chunks == (1024, 40)
+    assert names == list(ATTRIBUTE_NAMES)
+    assert set(np.unique(attributes[:])) == {0, 1}
+
+    partition = group["partition"]
+    assert partition.dtype == np.int8 and partition.shape == (3000,)
+    labels = partition[:]
+    assert np.all(np.diff(labels) >= 0), "train, valid and test are contiguous blocks"
+    assert np.bincount(labels).tolist() == [2410, 294, 296]
+
+    pixels = images[:]
+    assert 40 < pixels.mean() < 200 and pixels.std() > 25
+
+
+def test_synth_image_size(tmp_path):
+    out = synth_celeba(tmp_path / "small", n=5, size=24, chunk_rows=2, progress=False, n_jobs=1)
+    images, attributes, _ = open_celeba(out)
+    assert images.shape == (5, 24, 24) and images.chunks == (2, 24, 24)
+    assert attributes.shape == (5, 40)
+
+
+def test_partition_has_official_sizes_for_celeba_length():
+    labels = _official_like_partition(202_599)
+    assert np.bincount(labels).tolist() == [162_770, 19_867, 19_962]
+
+
+def test_synth_is_deterministic_and_independent_of_n_jobs(tmp_path):
+    kwargs = dict(n=600, seed=7, size=40, chunk_rows=256, progress=False)
+    one = synth_celeba(tmp_path / "one", n_jobs=1, **kwargs)
+    again = synth_celeba(tmp_path / "again", n_jobs=1, **kwargs)
+    two = synth_celeba(tmp_path / "two", n_jobs=2, **kwargs)
+    reference = store_files(one)
+    assert store_files(again) == reference
+    assert store_files(two) == reference
+
+    other = synth_celeba(tmp_path / "other", n_jobs=1, **{**kwargs, "seed": 8})
+    assert not np.array_equal(open_celeba(other)[0][:], open_celeba(one)[0][:])
+    # Chunks are seeded separately: rows of different chunks differ.
+    images = open_celeba(one)[0]
+    assert not np.array_equal(images[:256], images[256:512])
+
+
+def test_synth_prevalences(large_attributes):
+    a = large_attributes
+    prevalence = {name: 100 * column.mean() for name, column in a.items()}
+    assert prevalence["Eyeglasses"] == pytest.approx(6.5, abs=1.5)
+    assert prevalence["Smiling"] == pytest.approx(48, abs=4)
+    assert prevalence["Male"] == pytest.approx(42, abs=4)
+    assert prevalence["Young"] == pytest.approx(77, abs=4)
+    assert prevalence["No_Beard"] == pytest.approx(83, abs=4)
+    assert prevalence["Mustache"] == pytest.approx(4, abs=1.5)
+    assert prevalence["Bald"] == pytest.approx(2, abs=1)
+    assert prevalence["Wearing_Hat"] == pytest.approx(5, abs=1.5)
+
+    male = a["Male"]
+    for name in ("Mustache", "Goatee", "Bald", "5_o_Clock_Shadow", "Sideburns"):
+        assert male[a[name]].mean() > 0.9, name
+    for name in ("Heavy_Makeup", "Wearing_Lipstick"):
+        assert male[a[name]].mean() < 0.1, name
+    assert not np.any(a["Goatee"] & a["No_Beard"])
+    assert a["Wearing_Hat"][a["Bald"]].mean() < 0.1
+    hair_colours = a["Black_Hair"].astype(int) + a["Blond_Hair"] + a["Brown_Hair"]
+    assert hair_colours.max() == 1
+    assert not np.any(a["Wavy_Hair"] & a["Straight_Hair"])
+    assert a["Smiling"][a["High_Cheekbones"]].mean() > 0.7
+
+
+def mean_difference(store: Path, name: str) -> np.ndarray:
+    """Mean image of faces with attribute ``name`` minus the mean of the others."""
+    images, attributes, names = open_celeba(store)
+    pixels = images[:].astype(np.float64)
+    has = attributes[:, names.index(name)].astype(bool)
+    return pixels[has].mean(axis=0) - pixels[~has].mean(axis=0)
+
+
+@pytest.mark.parametrize(
+    ("name", "rows", "cols", "sign"),
+    [
+        ("Eyeglasses", slice(34, 46), slice(14, 66), -1),  # frames and tinted lenses
+        ("Mustache", slice(52, 62), slice(28, 52), -1),  # dark hair above the lip
+        ("No_Beard", slice(58, 74), slice(20, 60), +1),  # beards darken the chin
+        ("Wearing_Hat", slice(2, 20), slice(14, 66), +1),  # hats are lighter than hair
+        ("Bald", slice(2, 16), slice(20, 60), +1),  # scalp instead of hair
+        ("Smiling", slice(54, 66), slice(28, 52), +1),  # wide mouth, teeth
+    ],
+)
+def test_attributes_change_pixels(synth_store, name, rows, cols, sign):
+    difference = mean_difference(synth_store, name)
+    region = difference[rows, cols]
+    assert sign * region.mean() > 5, "the feature moves the region's grey level"
+    # The change is concentrated where the feature is drawn.
+    assert np.abs(region).mean() > 1.5 * np.abs(difference).mean()
+
+
+def test_eyeglasses_darken_the_eye_region(synth_store):
+    difference = mean_difference(synth_store, "Eyeglasses")
+    eyes = difference[34:46, 14:66]
+    assert eyes.mean() < -8
+    assert np.abs(eyes).mean() > 2.5 * np.abs(difference[:8]).mean()  # top rows: background
+
+
+def test_synth_is_atomic_and_refuses_to_overwrite(tmp_path):
+    out = tmp_path / "faces.zarr"
+    synth_celeba(out, n=20, size=16, chunk_rows=8, progress=False, n_jobs=1)
+    assert [p.name for p in tmp_path.iterdir()] == ["faces.zarr"]
+
+    before = store_files(out)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        synth_celeba(out, n=20, size=16, chunk_rows=8, seed=5, progress=False, n_jobs=1)
+    assert store_files(out) == before
+
+    synth_celeba(out, n=20, size=16, chunk_rows=8, seed=5, overwrite=True, progress=False)
+    assert store_files(out) != before
+    assert zarr.open_group(out, mode="r").attrs["seed"] == 5
+    assert [p.name for p in tmp_path.iterdir()] == ["faces.zarr"]
+
+
+def test_synth_failure_leaves_nothing_behind(tmp_path):
+    with pytest.raises(ValueError, match="n_jobs"):
+        synth_celeba(tmp_path / "faces.zarr", n=20, size=16, progress=False, n_jobs=0)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"n": 0}, {"size": -1}, {"chunk_rows": 0}, {"seed": -1}, {"seed": 1.5}]
+)
+def test_synth_rejects_bad_arguments(tmp_path, kwargs):
+    with pytest.raises(ValueError):
+        synth_celeba(tmp_path / "x", **{"n": 4, "progress": False, **kwargs})
+
+
+# ---------------------------------------------------------------------------
+# Reading stores
+# ---------------------------------------------------------------------------
+
+
+def test_attribute_column(synth_store):
+    _, attributes, names = open_celeba(synth_store)
+    column = attribute_column(synth_store, "Eyeglasses")
+    assert column.dtype == np.int8 and column.shape == (3000,)
+    np.testing.assert_array_equal(column, attributes[:, names.index("Eyeglasses")])
+    group = zarr.open_group(synth_store, mode="r")
+    np.testing.assert_array_equal(attribute_column(group, "Eyeglasses"), column)
+
+
+def test_attribute_column_unknown_name_suggests_closest(synth_store):
+    with pytest.raises(ValueError, match="did you mean 'Eyeglasses'") as info:
+        attribute_column(synth_store, "eyeglases")
+    assert "Wearing_Necktie" in str(info.value)  # lists the valid names
+
+
+def test_open_celeba_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such"):
+        open_celeba(tmp_path / "missing")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(ValueError, match="not a Zarr group"):
+        open_celeba(tmp_path / "plain")
+
+    group = zarr.open_group(tmp_path / "partial", mode="w")
+    group.create_array("attributes", shape=(3, 40), dtype="int8")
+    group.create_array("labels", shape=(3,), dtype="int8")
+    with pytest.raises(ValueError, match=r"no images array.*\['attributes', 'labels'\]"):
+        open_celeba(tmp_path / "partial")
+
+    group = zarr.open_group(tmp_path / "float", mode="w")
+    group.create_array("images", shape=(3, 8, 8), dtype="float32")
+    group.create_array("attributes", shape=(3, 40), dtype="int8")
+    with pytest.raises(ValueError, match="uint8"):
+        open_celeba(tmp_path / "float")
+
+    group = zarr.open_group(tmp_path / "oblong", mode="w")
+    group.create_array("images", shape=(3, 8, 6), dtype="uint8")
+    group.create_array("attributes", shape=(3, 40), dtype="int8")
+    with pytest.raises(ValueError, match=r"\(n, size, size\)"):
+        open_celeba(tmp_path / "oblong")
+
+
+# ---------------------------------------------------------------------------
+# Ingesting the official layout
+# ---------------------------------------------------------------------------
+
+N_IMAGES = 50
+
+
+def write_jpeg(path: Path, index: int) -> None:
+    """A 178 x 218 colour JPEG with smooth structure, different for each index."""
+    rng = np.random.default_rng(index)
+    yy, xx = np.mgrid[0:218, 0:178]
+    channels = [
+        127 + 100 * np.sin(xx / rng.uniform(5, 30) + rng.uniform(0, 6))
+        * np.cos(yy / rng.uniform(5, 30) + rng.uniform(0, 6))
+        for _ in range(3)
+    ]
+    rgb = np.clip(np.stack(channels, axis=-1), 0, 255).astype(np.uint8)
+    Image.fromarray(rgb).save(path, quality=90)
+
+
+@pytest.fixture
+def celeba_dir(tmp_path) -> Path:
+    """A fabricated CelebA download in the official layout with 50 images."""
+    root = tmp_path / "celeba"
+    (root / "img_align_celeba").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    values = rng.choice([-1, 1], size=(N_IMAGES, 40))
+    lines = [str(N_IMAGES), " ".join(ATTRIBUTE_NAMES) + " "]
+    for i in range(N_IMAGES):
+        name = f"{i + 1:06d}.jpg"
+        write_jpeg(root / "img_align_celeba" / name, i)
+        # The official file pads positive values with an extra space.
+        lines.append(name + "".join(f" {v:2d}" for v in values[i]))
+    (root / "list_attr_celeba.txt").write_text("\n".join(lines) + "\n")
+    partition = [0] * 40 + [1] * 5 + [2] * 5
+    (root / "list_eval_partition.txt").write_text(
+        "".join(f"{i + 1:06d}.jpg {p}\n" for i, p in enumerate(partition))
+    )
+    return root
+
+
+def expected_attributes(celeba_dir: Path) -> np.ndarray:
+    rows = (celeba_dir / "list_attr_celeba.txt").read_text().splitlines()[2:]
+    return (np.array([row.split()[1:] for row in rows], dtype=int) > 0).astype(np.int8)
+
+
+def expected_image(path: Path, size: int) -> np.ndarray:
+    """What Pillow gives directly: grey, central 178 x 178, Lanczos resize."""
+    grey = Image.open(path).convert("L")
+    return np.asarray(grey.crop((0, 20, 178, 198)).resize((size, size), Image.Resampling.LANCZOS))
+
+
+def test_ingest_values(celeba_dir, tmp_path):
+    out = ingest_celeba(
+        celeba_dir, tmp_path / "celeba.zarr", size=32, chunk_rows=16, progress=False, n_jobs=1
+    )
+    images, attributes, names = open_celeba(out)
+    assert images.shape == (N_IMAGES, 32, 32) and images.chunks == (16, 32, 32)
+    assert names == list(ATTRIBUTE_NAMES)
+    np.testing.assert_array_equal(attributes[:], expected_attributes(celeba_dir))
+    for i in (0, 17, N_IMAGES - 1):
+        path = celeba_dir / "img_align_celeba" / f"{i + 1:06d}.jpg"
+        np.testing.assert_array_equal(images[i], expected_image(path, 32))
+
+    group = zarr.open_group(out, mode="r")
+    np.testing.assert_array_equal(group["partition"][:], [0] * 40 + [1] * 5 + [2] * 5)
+    assert group.attrs["source"] == "celeba" and group.attrs["size"] == 32
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["celeba", "celeba.zarr"]
+    assert not (out / ".done").exists()
+
+
+def test_ingest_without_partition_file(celeba_dir, tmp_path):
+    (celeba_dir / "list_eval_partition.txt").unlink()
+    out = ingest_celeba(celeba_dir, tmp_path / "c.zarr", size=16, progress=False, n_jobs=1)
+    assert "partition" not in zarr.open_group(out, mode="r")
+    assert attribute_column(out, "Male").shape == (N_IMAGES,)
+
+
+def test_ingest_resumes_after_interruption(celeba_dir, tmp_path):
+    out = tmp_path / "celeba.zarr"
+    kwargs = dict(size=32, chunk_rows=16, progress=False)
+    # Image 40 is in chunk 2 (rows 32-47): converting it interrupts the run
+    # after chunks 0 and 1 are finished.
+    broken = celeba_dir / "img_align_celeba" / "000040.jpg"
+    broken.write_bytes(b"not a jpeg")
+    with pytest.raises(ValueError, match="000040.jpg"):
+        ingest_celeba(celeba_dir, out, n_jobs=1, **kwargs)
+    assert not out.exists()
+    partial = tmp_path / ".celeba.zarr.partial"
+    assert sorted(p.name for p in (partial / ".done").iterdir()) == ["0", "1"]
+
+    # Backdate the finished chunks: a rewrite would give them a new mtime.
+    finished = [partial / "images" / "c" / str(i) / "0" / "0" for i in (0, 1)]
+    for chunk in finished:
+        os.utime(chunk, ns=(1_000_000_000, 1_000_000_000))
+    write_jpeg(broken, 39)
+    ingest_celeba(celeba_dir, out, n_jobs=2, **kwargs)
+
+    assert not partial.exists()
+    for i in (0, 1):
+        assert (out / "images" / "c" / str(i) / "0" / "0").stat().st_mtime_ns == 1_000_000_000
+    assert (out / "images" / "c" / "2" / "0" / "0").stat().st_mtime_ns > 1_000_000_000
+    images = open_celeba(out)[0][:]
+    for i in (0, 20, 39, N_IMAGES - 1):
+        path = celeba_dir / "img_align_celeba" / f"{i + 1:06d}.jpg"
+        np.testing.assert_array_equal(images[i], expected_image(path, 32))
+
+
+def test_ingest_overwrite_discards_partial_conversion(celeba_dir, tmp_path):
+    out = tmp_path / "celeba.zarr"
+    broken = celeba_dir / "img_align_celeba" / "000040.jpg"
+    broken.write_bytes(b"not a jpeg")
+    with pytest.raises(ValueError):
+        ingest_celeba(celeba_dir, out, size=16, chunk_rows=16, progress=False, n_jobs=1)
+    write_jpeg(broken, 39)
+    # A different size cannot reuse the partial chunks either way.
+    ingest_celeba(celeba_dir, out, size=24, chunk_rows=16, progress=False, n_jobs=1)
+    assert open_celeba(out)[0].shape == (N_IMAGES, 24, 24)
+    ingest_celeba(
+        celeba_dir, out, size=16, chunk_rows=16, overwrite=True, progress=False, n_jobs=1
+    )
+    assert open_celeba(out)[0].shape == (N_IMAGES, 16, 16)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["celeba", "celeba.zarr"]
+
+
+def test_ingest_refuses_existing_output(celeba_dir, tmp_path):
+    out = tmp_path / "celeba.zarr"
+    out.mkdir()
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        ingest_celeba(celeba_dir, out, size=16, progress=False, n_jobs=1)
+
+
+def test_ingest_missing_image_is_named(celeba_dir, tmp_path):
+    missing = celeba_dir / "img_align_celeba" / "000007.jpg"
+    missing.unlink()
+    with pytest.raises(FileNotFoundError, match=str(missing)):
+        ingest_celeba(celeba_dir, tmp_path / "c.zarr", size=16, progress=False, n_jobs=1)
+
+
+def test_ingest_corrupt_image_is_named(celeba_dir, tmp_path):
+    corrupt = celeba_dir / "img_align_celeba" / "000012.jpg"
+    corrupt.write_bytes(corrupt.read_bytes()[:300])  # truncated JPEG
+    with pytest.raises(ValueError, match=f"corrupt or unreadable image {corrupt}"):
+        ingest_celeba(celeba_dir, tmp_path / "c.zarr", size=16, progress=False, n_jobs=1)
+
+
+def rewrite_line(celeba_dir: Path, number: int, text: str) -> None:
+    path = celeba_dir / "list_attr_celeba.txt"
+    lines = path.read_text().splitlines()
+    lines[number - 1] = text
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("number", "text", "message"),
+    [
+        (1, "49", "line 1 says 49 images but 50 rows follow"),
+        (1, "fifty", "expected the number of images"),
+        (2, " ".join(ATTRIBUTE_NAMES[:-1]) + " Old", r"unknown \['Old'\], missing \['Young'\]"),
+        (2, " ".join(reversed(ATTRIBUTE_NAMES)), "different order"),
+        (3, "000001.jpg" + " 1" * 39 + " 0", "line 3: attribute values must be -1 or 1, got '0'"),
+        (4, "000002.jpg" + " 1" * 39, "line 4: expected a file name and 40 values"),
+    ],
+)
+def test_ingest_malformed_attribute_file(celeba_dir, tmp_path, number, text, message):
+    rewrite_line(celeba_dir, number, text)
+    with pytest.raises(ValueError, match=message):
+        ingest_celeba(celeba_dir, tmp_path / "c.zarr", size=16, progress=False, n_jobs=1)
+
+
+def test_ingest_missing_layout(celeba_dir, tmp_path):
+    (celeba_dir / "list_attr_celeba.txt").rename(celeba_dir / "attributes.txt")
+    with pytest.raises(FileNotFoundError, match="list_attr_celeba.txt"):
+        ingest_celeba(celeba_dir, tmp_path / "c.zarr", progress=False)
+    (celeba_dir / "attributes.txt").rename(celeba_dir / "list_attr_celeba.txt")
+    (celeba_dir / "img_align_celeba").rename(celeba_dir / "images")
+    with pytest.raises(FileNotFoundError, match="img_align_celeba"):
+        ingest_celeba(celeba_dir, tmp_path / "c.zarr", progress=False)
+
+
+def test_ingest_bad_partition_file(celeba_dir, tmp_path):
+    (celeba_dir / "list_eval_partition.txt").write_text("000001.jpg 3\n")
+    with pytest.raises(ValueError, match="list_eval_partition.txt, line 1"):
+        ingest_celeba(celeba_dir, tmp_path / "c.zarr", size=16, progress=False, n_jobs=1)
