@@ -14,17 +14,63 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-__all__ = ["top_eigh", "constraint_basis", "fair_components", "equalizing_basis", "pca_components", "flip_signs"]
+__all__ = ["top_eigh", "subspace_iteration", "constraint_basis", "fair_components", "equalizing_basis", "pca_components", "flip_signs"]
 
 
-def top_eigh(M: np.ndarray, k: int):
-    """Largest k eigenpairs of symmetric M, eigenvalues descending."""
+EIGEN_SOLVERS = ("auto", "dense", "randomized")
+
+
+def top_eigh(M: np.ndarray, k: int, solver: str = "dense", Q: np.ndarray | None = None,
+             rtol: float = 1e-10, seed: int = 0):
+    """Largest k eigenpairs of symmetric M, eigenvalues descending.
+
+    ``solver="dense"`` is LAPACK (``eigh`` with ``subset_by_index``); "randomized" is block
+    subspace iteration with Rayleigh-Ritz (:func:`subspace_iteration`), for PSD M.  Q
+    (d, r), if given, is an orthonormal basis the eigenvectors must be orthogonal to.
+    "auto" is "dense" (see benchmarks/eigensolvers.py for the comparison behind it).
+    """
     d = M.shape[0]
+    if solver == "auto":
+        solver = "dense"
+    if solver == "randomized" and k < d:
+        return subspace_iteration(M, k, Q=Q, rtol=rtol, seed=seed)
+    if solver not in EIGEN_SOLVERS:
+        raise ValueError(f"eigen_solver must be one of {EIGEN_SOLVERS}; got {solver!r}")
+    if Q is not None and Q.shape[1]:
+        M = _deflated(M, Q, -(abs(np.trace(M)) + 1.0))
     if k >= d:
         w, V = scipy.linalg.eigh(M)
     else:
         w, V = scipy.linalg.eigh(M, subset_by_index=[d - k, d - 1], driver="evr")
     return w[::-1][:k], V[:, ::-1][:, :k]
+
+
+def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-10, max_iter: int = 100,
+                       oversample: int | None = None, seed: int = 0):
+    """Top-k eigenpairs of PSD S (restricted to the complement of Q) by block iteration.
+
+    A random block of ``p = k + oversample`` vectors is multiplied by ``P S P`` and
+    re-orthonormalised; after every product a Rayleigh-Ritz step rotates the block to Ritz
+    vectors.  Iteration stops when the sum of the top-k Ritz values, i.e. the variance the
+    components capture, changes by less than ``rtol`` relative: the quantity PCA maximises,
+    which converges even where eigenvalues around k are nearly equal and the individual
+    vectors are not defined.  Each step costs one (d x d) x (d x p) product.
+    """
+    d = S.shape[0]
+    p = min(d, k + (oversample if oversample is not None else max(16, k // 4)))
+    proj = (lambda A: A - Q @ (Q.T @ A)) if Q is not None and Q.shape[1] else (lambda A: A)
+    V, _ = np.linalg.qr(proj(np.random.default_rng(seed).standard_normal((d, p))))
+    prev = None
+    for _ in range(max_iter):
+        W = proj(S @ V)
+        w, G = np.linalg.eigh(V.T @ W)  # Rayleigh-Ritz in span(V)
+        total = w[-k:].sum()
+        if prev is not None and abs(total - prev) <= rtol * abs(total):
+            break
+        prev = total
+        V, _ = np.linalg.qr(W @ G[:, ::-1])
+    V = V @ G[:, ::-1]
+    return w[::-1][:k], V[:, :k]
 
 
 def constraint_basis(C: np.ndarray, atol: float = 0.0, rtol: float | None = None) -> np.ndarray:
@@ -45,9 +91,9 @@ def constraint_basis(C: np.ndarray, atol: float = 0.0, rtol: float | None = None
     return U[:, :r]
 
 
-def pca_components(S: np.ndarray, k: int) -> np.ndarray:
+def pca_components(S: np.ndarray, k: int, solver: str = "dense") -> np.ndarray:
     """Top-k eigenvectors of S as rows (k, d), signs fixed."""
-    _, V = top_eigh(S, k)
+    _, V = top_eigh(S, k, solver)
     return flip_signs(V.T)
 
 
@@ -58,7 +104,8 @@ def _deflated(A: np.ndarray, Q: np.ndarray, c: float) -> np.ndarray:
     return (M + M.T) / 2
 
 
-def fair_components(S: np.ndarray, Q: np.ndarray, k: int, cov_diffs=None, l=None) -> np.ndarray:
+def fair_components(S: np.ndarray, Q: np.ndarray, k: int, cov_diffs=None, l=None,
+                    solver: str = "dense") -> np.ndarray:
     """Top-k eigenvectors of S restricted to the orthogonal complement of Q's columns.
 
     Returns (k, d) orthonormal rows U with ``U Q = 0``; equivalent to Alg. 2's ``R Lambda``.
@@ -68,13 +115,10 @@ def fair_components(S: np.ndarray, Q: np.ndarray, k: int, cov_diffs=None, l=None
     """
     if cov_diffs is not None:
         W = equalizing_basis(cov_diffs, Q, l)
-        _, V = top_eigh(W.T @ S @ W, k)
+        _, V = top_eigh(W.T @ S @ W, k, solver)
         U = W @ V
-    elif Q.shape[1] == 0:
-        return pca_components(S, k)
     else:
-        # c > 0 pushes the constraint directions below every admissible eigenvalue
-        _, U = top_eigh(_deflated(S, Q, -(abs(np.trace(S)) + 1.0)), k)
+        _, U = top_eigh(S, k, solver, Q=Q)
     # enforce the constraint to rounding and re-diagonalise (Rayleigh-Ritz on span U)
     U = U - Q @ (Q.T @ U)
     U, _ = np.linalg.qr(U)

@@ -37,6 +37,10 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         if not isinstance(self.split_every, numbers.Integral) or self.split_every < 2:
             raise ValueError(f"split_every must be an integer >= 2; got {self.split_every!r}")
         compute_dtype_for(np.float64, self.compute_dtype)  # validates the option
+        if self.eigen_solver not in _solvers.EIGEN_SOLVERS:
+            raise ValueError(
+                f"eigen_solver must be one of {_solvers.EIGEN_SOLVERS}; got {self.eigen_solver!r}"
+            )
 
     # ------------------------------------------------------------------ fitting
     def _pass(self, X, groups=None, mask=None):
@@ -210,6 +214,9 @@ class PCA(_BaseDecomposition):
         Fan-in of the Dask tree reduction.
     progress : bool, default False
         Show a progress bar during the pass.
+    eigen_solver : {"auto", "dense", "randomized"}, default "auto"
+        The local d x d solve: LAPACK ``eigh`` (subset by index) or block subspace iteration
+        with Rayleigh-Ritz, stopped when the captured variance is converged to 1e-10.
 
     Attributes
     ----------
@@ -231,13 +238,14 @@ class PCA(_BaseDecomposition):
     """
 
     def __init__(self, n_components=None, *, center=True, standardize=False,
-                 compute_dtype="auto", split_every=8, progress=False):
+                 compute_dtype="auto", split_every=8, progress=False, eigen_solver="auto"):
         self.n_components = n_components
         self.center = center
         self.standardize = standardize
         self.compute_dtype = compute_dtype
         self.split_every = split_every
         self.progress = progress
+        self.eigen_solver = eigen_solver
 
     def fit(self, X, y=None):
         """Fit on X (numpy, Dask or Zarr; (n, d) or (n, h, w)) in one pass."""
@@ -263,7 +271,7 @@ class PCA(_BaseDecomposition):
         self._check_k(statistics.n_features)
         S, scale = self._space(statistics)
         k = self.n_components or statistics.n_features
-        U = _solvers.pca_components(S, k)
+        U = _solvers.pca_components(S, k, self.eigen_solver)
         self._set_fitted(statistics, U, S, scale)
         return self
 
@@ -343,9 +351,10 @@ class FairPCA(PCA):
 
     def __init__(self, n_components=None, *, center=True, standardize=False,
                  constraint="demographic_parity", tradeoff=0.0, equalize_covariance=None,
-                 compute_dtype="auto", split_every=8, progress=False):
+                 compute_dtype="auto", split_every=8, progress=False, eigen_solver="auto"):
         super().__init__(n_components, center=center, standardize=standardize,
-                         compute_dtype=compute_dtype, split_every=split_every, progress=progress)
+                         compute_dtype=compute_dtype, split_every=split_every, progress=progress,
+                         eigen_solver=eigen_solver)
         self.constraint = constraint
         self.tradeoff = tradeoff
         self.equalize_covariance = equalize_covariance
@@ -462,7 +471,8 @@ class FairPCA(PCA):
             C = C / scale[None, :]
         Q = _solvers.constraint_basis(C)
         k = self.n_components or limit
-        U = _solvers.fair_components(S, Q, k, *self._covariance_terms(m, scale, k, Q.shape[1]))
+        U = _solvers.fair_components(S, Q, k, *self._covariance_terms(m, scale, k, Q.shape[1]),
+                                     solver=self.eigen_solver)
         self._set_fitted(m, U, S, scale)
         self.n_constraints_ = Q.shape[1]
         self.constraint_basis_ = Q
@@ -470,7 +480,9 @@ class FairPCA(PCA):
         self.max_components_ = limit
         self.groups_ = [a.categories for a in m.attributes]
         self.attribute_names_ = list(names)
-        self.standard_components_ = _solvers.pca_components(S, k) if self.tradeoff > 0 else None
+        self.standard_components_ = (
+            _solvers.pca_components(S, k, self.eigen_solver) if self.tradeoff > 0 else None
+        )
         return self
 
     def _covariance_terms(self, m: Moments, scale, k: int, r: int):

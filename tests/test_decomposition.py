@@ -358,3 +358,15 @@ def test_zarr_store_without_the_named_array(tmp_path):
         dfairpca.FairPCA(2).fit(str(tmp_path / "s.zarr"), np.arange(10) % 2)
     with pytest.raises(FileNotFoundError, match="no Zarr store"):
         dfairpca.from_zarr(tmp_path / "nope.zarr", "images")
+
+
+@pytest.mark.parametrize("solver", ["dense", "randomized"])
+def test_eigen_solvers_agree_with_oracle(solver):
+    X, g = make_data(2000, 60, (3, 2), seed=31, decay=0.9)
+    ref = oracle.fair_pca(X, g, 8)
+    est = dfairpca.FairPCA(8, eigen_solver=solver).fit(X, np.column_stack(g))
+    assert max_angle_deg(est.components_.T, ref) < 1e-4
+    pca = dfairpca.PCA(8, eigen_solver=solver).fit(X)
+    assert max_angle_deg(pca.components_.T, oracle.pca(X, 8)) < 1e-4
+    with pytest.raises(ValueError, match="eigen_solver must be one of"):
+        dfairpca.PCA(2, eigen_solver="arpack").fit(X)
