@@ -202,7 +202,9 @@ class Moments:
                 if len(xg):
                     xg -= att.deviation[g].astype(dtype)
                     gacc[i] = syrk(1.0, xg.T, beta=1.0, c=gacc[i], trans=0, lower=0, overwrite_c=1)
-        out.scatter = acc.astype(np.float64)
+        # a chunk's product is only as precise as its dtype: keep it (half the bytes to ship
+        # for float32); merges accumulate in float64
+        out.scatter = acc
         for i, (att, g, _) in enumerate(shifts):
             att.scatter[g] = gacc[i]
         out.upper = True
@@ -328,8 +330,8 @@ class Moments:
 
 
 def _fill_lower(S: np.ndarray) -> np.ndarray:
-    """Symmetric matrix from the upper triangle of S."""
-    U = np.triu(S)
+    """Symmetric float64 matrix from the upper triangle of S."""
+    U = np.triu(np.asarray(S, dtype=np.float64))
     U += np.triu(U, 1).T
     return U
 
@@ -369,7 +371,9 @@ def merge(parts: Sequence[Moments]) -> Moments:
     means = np.stack([q.mean for q in live])
     mean = (ns @ means) / n
     delta = means - mean  # (parts, d): mean of each part minus the new mean
-    scatter = sum(q.scatter for q in live) + (delta.T * ns) @ delta
+    scatter = (delta.T * ns) @ delta
+    for q in live:
+        scatter += q.scatter  # in place, float64 whatever the part's dtype
     attrs = []
     for j in range(p):
         counts = sum(q.attributes[j].counts for q in live)
@@ -386,7 +390,8 @@ def merge(parts: Sequence[Moments]) -> Moments:
                 a = q.attributes[j]
                 for g in np.flatnonzero(a.counts):
                     shift = rel[i][g] - dev[g]
-                    gsc[g] += a.scatter[g] + a.counts[g] * np.outer(shift, shift)
+                    gsc[g] += a.scatter[g]
+                    gsc[g] += a.counts[g] * np.outer(shift, shift)
         attrs.append(AttributeMoments(cats[j], counts.astype(np.int64), dev, gsc))
     upper = any(q.upper for q in live)
     return Moments(n, mean, scatter, attrs, n_bad, bad_rows, max(q.precision for q in live), upper)
