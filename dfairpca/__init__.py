@@ -7,7 +7,8 @@ chunked pass over numpy, Dask or Zarr arrays, then a small local eigenproblem.
 from ._engine import compute_moments
 from .decomposition import PCA, FairPCA, load
 from .io import from_zarr
+from .kernel import FairKernelPCA
 from .moments import Moments, merge
 
-__all__ = ["PCA", "FairPCA", "Moments", "merge", "compute_moments", "from_zarr", "load"]
+__all__ = ["PCA", "FairPCA", "FairKernelPCA", "Moments", "merge", "compute_moments", "from_zarr", "load"]
 __version__ = "0.1.0"
