@@ -30,11 +30,13 @@ def compute_moments(
     split_every: int = 8,
     group_scatter: bool = False,
     progress: bool = False,
+    row_offset: int = 0,
 ) -> Moments:
     """Statistics of all rows of X (numpy or Dask, 2-D) in one chunked pass.
 
     ``codes`` (n, p) and ``mask`` (n,) are small numpy arrays; they are sliced to each
-    chunk.  See :meth:`Moments.from_chunk` for the meaning of the arguments.
+    chunk.  See :meth:`Moments.from_chunk` for the meaning of the arguments; ``row_offset``
+    is the global index of X's first row (for the NaN report when X is a slice).
     """
     import dask.array as da
 
@@ -48,7 +50,7 @@ def compute_moments(
         total = None
         for s in range(0, n, rows):
             e = min(n, s + rows)
-            part = Moments.from_chunk(X[s:e], _sl(codes, s, e), mask=_sl(mask, s, e), row_offset=s,
+            part = Moments.from_chunk(X[s:e], _sl(codes, s, e), mask=_sl(mask, s, e), row_offset=row_offset + s,
                                       symmetric=False, **kw)
             total = part if total is None else merge([total, part])
         return total.symmetrize()
@@ -60,7 +62,7 @@ def compute_moments(
     blocks = X.to_delayed().ravel()
     chunk_fn = delayed(_chunk_moments, pure=True)
     parts = [
-        chunk_fn(b, _sl(codes, s, e), _sl(mask, s, e), int(s), kw)
+        chunk_fn(b, _sl(codes, s, e), _sl(mask, s, e), row_offset + int(s), kw)
         for b, s, e in zip(blocks, bounds[:-1], bounds[1:])
     ]
     merge_fn = delayed(_merge_list, pure=True)

@@ -43,14 +43,24 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
             )
 
     # ------------------------------------------------------------------ fitting
-    def _pass(self, X, groups=None, mask=None):
+    def _pass(self, X, groups=None, mask=None, checkpoint=None):
         dtype = compute_dtype_for(X.dtype, self.compute_dtype)
         codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
-        m = compute_moments(
-            X, codes, cats, mask=mask, dtype=dtype, split_every=self.split_every,
+        kw = dict(
+            mask=mask, dtype=dtype, split_every=self.split_every,
             group_scatter=getattr(self, "equalize_covariance", None) is not None,
             progress=self.progress,
         )
+        if checkpoint is None:
+            m = compute_moments(X, codes, cats, **kw)
+        else:
+            import dask.array as da
+
+            from .checkpoint import compute_moments_checkpointed
+
+            if not isinstance(X, da.Array):
+                X = da.from_array(X, chunks=(max(1, (64 << 20) // (X.shape[1] * X.itemsize)), -1))
+            m = compute_moments_checkpointed(X, codes, cats, checkpoint=checkpoint, **kw)
         m.check_finite()
         return m
 
@@ -247,12 +257,17 @@ class PCA(_BaseDecomposition):
         self.progress = progress
         self.eigen_solver = eigen_solver
 
-    def fit(self, X, y=None):
-        """Fit on X (numpy, Dask or Zarr; (n, d) or (n, h, w)) in one pass."""
+    def fit(self, X, y=None, *, checkpoint=None):
+        """Fit on X (numpy, Dask or Zarr; (n, d) or (n, h, w)) in one pass.
+
+        ``checkpoint``: a directory where the pass saves its running statistics after every
+        segment of chunks; a fit interrupted and run again with the same checkpoint skips
+        the finished segments (see :mod:`dfairpca.checkpoint`).
+        """
         self._check_params()
         Xa = as_data(X)
         self._check_k(Xa.shape[1])
-        return self.fit_statistics(self._pass(Xa))
+        return self.fit_statistics(self._pass(Xa, checkpoint=checkpoint))
 
     def partial_fit(self, X, y=None):
         """Add the rows of X to what was seen so far and refit (equals fit on the union)."""
@@ -389,7 +404,7 @@ class FairPCA(PCA):
             self._check_k_groups(d, [len(c) for c in g.categories])
         return Xa, g, mask
 
-    def fit(self, X, groups=None, y=None):
+    def fit(self, X, groups=None, y=None, *, checkpoint=None):
         """Fit on X with protected attribute(s) ``groups`` in one pass over X.
 
         Parameters
@@ -398,10 +413,12 @@ class FairPCA(PCA):
         groups : (n,) labels of any type, (n, p) array, list of p label vectors, or a
             pandas/Dask DataFrame (one column per attribute)
         y : (n,) binary target, required for ``constraint="equal_opportunity"``
+        checkpoint : path, optional
+            Resumable pass, as in :meth:`PCA.fit`.
         """
         Xa, g, mask = self._prepare(X, groups, y, partial=False)
         self.attribute_names_ = list(g.names)
-        return self.fit_statistics(self._pass(Xa, g, mask))
+        return self.fit_statistics(self._pass(Xa, g, mask, checkpoint))
 
     def fit_transform(self, X, groups=None, y=None):
         """``fit(X, groups, y).transform(X)`` (two passes over X: one to fit, one to project)."""

@@ -22,7 +22,8 @@ __all__ = ["from_zarr", "save_arrays", "load_arrays", "atomic_directory", "FORMA
 FORMAT_VERSION = 1
 
 
-def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None = None):
+def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None = None,
+              storage_options: dict | None = None):
     """Open a Zarr array lazily as a Dask array chunked along rows only.
 
     Parameters
@@ -34,6 +35,10 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
     rows_per_chunk : int, optional
         Rows per Dask chunk; default: the store's own chunking along the first axis,
         merged up to roughly 64 MiB per chunk.
+    storage_options : dict, optional
+        For a URL (``s3://``, ``gs://``, any fsspec protocol): options of the file system,
+        e.g. ``{"anon": True}``; the package (s3fs, gcsfs, ...) must be installed on the
+        client and on every worker.
 
     Returns
     -------
@@ -44,7 +49,12 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
     import zarr
 
     node = store
-    if isinstance(store, (str, os.PathLike)):
+    if isinstance(store, str) and "://" in store:
+        try:
+            node = zarr.open(store, mode="r", storage_options=storage_options)
+        except Exception as exc:
+            raise ValueError(f"cannot open the Zarr store {store!r}: {exc}") from exc
+    elif isinstance(store, (str, os.PathLike)):
         path = Path(store)
         if not path.exists():
             raise FileNotFoundError(f"no Zarr store at {str(path)!r}")

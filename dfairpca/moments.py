@@ -287,7 +287,9 @@ class Moments:
         """(arrays, metadata) for saving without pickle; inverse of :meth:`from_arrays`."""
         self.symmetrize()
         arrays = {"n": np.asarray(self.n), "mean": self.mean, "scatter": self.scatter,
-                  "precision": np.asarray(self.precision)}
+                  "precision": np.asarray(self.precision),
+                  "n_nonfinite": np.asarray(self.n_nonfinite),
+                  "nonfinite_rows": np.asarray(self.nonfinite_rows, np.int64)}
         meta = {"n_attributes": len(self.attributes), "categories": []}
         for j, a in enumerate(self.attributes):
             arrays[f"counts_{j}"] = a.counts
@@ -312,7 +314,8 @@ class Moments:
                 )
             )
         return cls(int(arrays["n"]), np.asarray(arrays["mean"]), np.asarray(arrays["scatter"]),
-                   attrs, precision=float(arrays["precision"]))
+                   attrs, int(arrays["n_nonfinite"]), [int(r) for r in arrays["nonfinite_rows"]],
+                   precision=float(arrays["precision"]))
 
     def save(self, path) -> None:
         """Save to a directory (``.npz`` arrays + JSON), atomically; see :mod:`dfairpca.io`."""
@@ -444,3 +447,19 @@ def _categories_from_json(obj) -> np.ndarray:
     if kind == "f":
         return np.asarray(values, dtype=np.float64)
     return np.asarray(values, dtype=str)
+
+
+def _register_sizeof():
+    """Tell Dask what a partial weighs (else it counts 56 bytes and never spills or
+    weighs transfers when placing merges)."""
+    from dask.sizeof import sizeof
+
+    @sizeof.register(Moments)
+    def _sizeof_moments(m):
+        n = m.mean.nbytes + m.scatter.nbytes
+        for a in m.attributes:
+            n += a.counts.nbytes + a.deviation.nbytes + (0 if a.scatter is None else a.scatter.nbytes)
+        return int(n)
+
+
+_register_sizeof()

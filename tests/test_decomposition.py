@@ -358,6 +358,9 @@ def test_zarr_store_without_the_named_array(tmp_path):
         dfairpca.FairPCA(2).fit(str(tmp_path / "s.zarr"), np.arange(10) % 2)
     with pytest.raises(FileNotFoundError, match="no Zarr store"):
         dfairpca.from_zarr(tmp_path / "nope.zarr", "images")
+    # URLs go through fsspec (s3://, gs://, ...; file:// here)
+    X = dfairpca.from_zarr(f"file://{tmp_path}/s.zarr", "images")
+    assert X.shape == (10, 4)
 
 
 @pytest.mark.parametrize("solver", ["dense", "randomized"])

@@ -1,0 +1,283 @@
+"""Speed and memory of FairPCA.fit at CelebA scale, against the machine's limit and peers.
+
+    python benchmarks/bench_fit.py --n 60000 202599 [--k 400] [--dir /tmp/dfairpca-bench]
+
+For every n it makes (or reuses) a synthetic CelebA stack (uint8, 80x80 = 6,400 features)
+and runs each method in a fresh subprocess, sampling the resident memory of that process
+and all its children (the Dask workers) every 50 ms.  Measured in the same run:
+
+* limit: bare numpy over the same Zarr chunks: read, centre, float32 ``syrk`` into one
+  accumulator (BLAS at its best block size), plus the top-k eigensolve of the result;
+* dfairpca: ``FairPCA(k).fit`` (Eyeglasses) out of core, on a local distributed cluster
+  (2 worker processes x 1 thread) and on Dask's threaded scheduler;
+* peers: dask-ml PCA (tsqr, randomized), scikit-learn IncrementalPCA (partial_fit over
+  the chunks), scikit-learn PCA on the in-memory float32 array, and the paper's own
+  approach in memory (dense numpy fair PCA with an explicit null-space basis R).
+
+Results (markdown table + JSON) go to ``benchmarks/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+D = 6400
+ATTR = "Eyeglasses"
+
+
+# ----------------------------------------------------------------------------- helpers
+class PeakRSS:
+    """Peak of the summed RSS of this process and its children, sampled in a thread."""
+
+    def __init__(self, interval=0.05):
+        import psutil
+
+        self.proc, self.interval, self.peak = psutil.Process(), interval, 0
+        self._stop = threading.Event()
+
+    def _total(self):
+        total = 0
+        for p in [self.proc, *self.proc.children(recursive=True)]:
+            try:
+                total += p.memory_info().rss
+            except Exception:
+                pass
+        return total
+
+    def __enter__(self):
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._total())
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+        self.peak = max(self.peak, self._total())
+
+
+def store_path(args, n):
+    return Path(args.dir) / f"synthetic_celeba_{n}.zarr"
+
+
+def load_dense(store, n, dtype=np.float32):
+    import zarr
+
+    im = zarr.open_group(str(store), mode="r")["images"]
+    out = np.empty((n, D), dtype)
+    step = im.chunks[0] * 4
+    for s in range(0, n, step):
+        out[s : s + step] = im[s : s + step].reshape(-1, D)
+    return out
+
+
+def groups(store):
+    from dfairpca.celeba import attribute_column
+
+    return attribute_column(store, ATTR)
+
+
+# ----------------------------------------------------------------------------- methods
+def m_limit(store, n, k):
+    """Read + centre + float32 syrk over the chunks, then the top-k eigensolve."""
+    import scipy.linalg.blas as blas
+    import zarr
+
+    from dfairpca._solvers import top_eigh
+
+    im = zarr.open_group(str(store), mode="r")["images"]
+    rows = 4096
+    t0 = time.perf_counter()
+    acc = np.zeros((D, D), np.float32, order="F")
+    for s in range(0, n, rows):
+        x = im[s : s + rows].reshape(-1, D)
+        xc = np.subtract(x, x.mean(0, dtype=np.float64).astype(np.float32), dtype=np.float32)
+        acc = blas.ssyrk(1.0, xc.T, beta=1.0, c=acc, trans=0, lower=0, overwrite_c=1)
+    t_pass = time.perf_counter() - t0
+    S = np.triu(acc.astype(np.float64))
+    S += np.triu(S, 1).T
+    t1 = time.perf_counter()
+    top_eigh(S, k, "dense")
+    t_eig = time.perf_counter() - t1
+    return {"pass_s": t_pass, "eig_s": t_eig, "gflops": 2 * n * D * D / t_pass / 1e9}
+
+
+def _fit_dfairpca(store, n, k, solver="auto", dtype="auto"):
+    import dfairpca
+
+    X = dfairpca.from_zarr(store, "images")
+    z = groups(store)
+    t0 = time.perf_counter()
+    est = dfairpca.FairPCA(k, eigen_solver=solver, compute_dtype=dtype).fit(X, z)
+    return est, time.perf_counter() - t0
+
+
+def m_dfairpca_cluster(store, n, k):
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as c, Client(c):
+        est, t = _fit_dfairpca(store, n, k)
+    return {"fit_s": t}
+
+
+def m_dfairpca_threads(store, n, k):
+    import dask
+
+    with dask.config.set(scheduler="threads", num_workers=2):
+        est, t = _fit_dfairpca(store, n, k)
+    return {"fit_s": t}
+
+
+def m_daskml(store, n, k, solver):
+    import dask.array as da
+    from dask_ml.decomposition import PCA
+
+    import dfairpca
+
+    X = dfairpca.from_zarr(store, "images").reshape(n, D).astype(np.float32)
+    X = X.rechunk({0: 4096, 1: -1})
+    t0 = time.perf_counter()
+    PCA(n_components=k, svd_solver=solver, random_state=0).fit(X)
+    return {"fit_s": time.perf_counter() - t0}
+
+
+def m_ipca(store, n, k):
+    import zarr
+    from sklearn.decomposition import IncrementalPCA
+
+    im = zarr.open_group(str(store), mode="r")["images"]
+    rows = 4096
+    t0 = time.perf_counter()
+    ipca = IncrementalPCA(n_components=k)
+    for s in range(0, n, rows):
+        ipca.partial_fit(im[s : s + rows].reshape(-1, D).astype(np.float32))
+    return {"fit_s": time.perf_counter() - t0}
+
+
+def m_sklearn(store, n, k, solver):
+    from sklearn.decomposition import PCA
+
+    X = load_dense(store, n)
+    t0 = time.perf_counter()
+    PCA(n_components=k, svd_solver=solver, random_state=0).fit(X)
+    return {"fit_s": time.perf_counter() - t0, "note": "data loaded before timing"}
+
+
+def m_paper(store, n, k):
+    """The paper's reference approach, in memory: explicit null space R, R^T X^T X R."""
+    import scipy.linalg
+
+    X = load_dense(store, n, np.float64)
+    z = groups(store).astype(np.float64)
+    t0 = time.perf_counter()
+    X -= X.mean(0)
+    zc = z - z.mean()
+    R = scipy.linalg.null_space((zc @ X)[None, :])
+    H = R.T @ (X.T @ X) @ R
+    s = H.shape[0]
+    _, L = scipy.linalg.eigh(H, subset_by_index=[s - k, s - 1])
+    _ = R @ L
+    return {"fit_s": time.perf_counter() - t0, "note": "data loaded before timing"}
+
+
+METHODS = {
+    "limit": m_limit,
+    "dfairpca (local cluster, 2 procs)": m_dfairpca_cluster,
+    "dfairpca (threads)": m_dfairpca_threads,
+    "dask-ml PCA tsqr": lambda s, n, k: m_daskml(s, n, k, "tsqr"),
+    "dask-ml PCA randomized": lambda s, n, k: m_daskml(s, n, k, "randomized"),
+    "sklearn IncrementalPCA": m_ipca,
+    "sklearn PCA covariance_eigh (in memory)": lambda s, n, k: m_sklearn(s, n, k, "covariance_eigh"),
+    "sklearn PCA randomized (in memory)": lambda s, n, k: m_sklearn(s, n, k, "randomized"),
+    "paper's fair PCA (in memory, float64)": m_paper,
+}
+
+
+def run_one(method, store, n, k):
+    with PeakRSS() as mem:
+        res = METHODS[method](store, n, k)
+    res["peak_rss_gb"] = mem.peak / 2**30
+    return res
+
+
+# ----------------------------------------------------------------------------- driver
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, nargs="+", default=[60000, 202599])
+    ap.add_argument("--k", type=int, default=400)
+    ap.add_argument("--dir", default="/tmp/dfairpca-bench")
+    ap.add_argument("--methods", nargs="*", default=list(METHODS))
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per method")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=str(HERE / "results" / "fit"))
+    args = ap.parse_args(argv)
+    if args.one:  # child process: one method, JSON on the last line
+        n = args.n[0]
+        print(json.dumps(run_one(args.one, store_path(args, n), n, args.k)))
+        return
+    from dfairpca.celeba import synth_celeba
+
+    Path(args.dir).mkdir(parents=True, exist_ok=True)
+    rows = []
+    for n in args.n:
+        store = store_path(args, n)
+        if not store.exists():
+            synth_celeba(store, n=n, progress=False)
+        for method in args.methods:
+            cmd = [sys.executable, __file__, "--one", method, "--n", str(n), "--k", str(args.k),
+                   "--dir", args.dir]
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+                res = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {
+                    "error": (p.stderr.strip().splitlines() or ["failed"])[-1][:200]}
+            except subprocess.TimeoutExpired:
+                res = {"error": f"over {args.timeout:.0f} s"}
+            res.update(method=method, n=n)
+            print(json.dumps(res), flush=True)
+            rows.append(res)
+    write(rows, args)
+
+
+def write(rows, args):
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    lines = [
+        f"Command: `python benchmarks/bench_fit.py --n {' '.join(map(str, args.n))} --k {args.k}`",
+        "",
+        "| n | method | wall s | ratio to limit | peak RSS GB | note |",
+        "|---|---|---|---|---|---|",
+    ]
+    for n in args.n:
+        lim = next((r for r in rows if r["n"] == n and r["method"] == "limit" and "error" not in r), None)
+        limit = lim["pass_s"] + lim["eig_s"] if lim else None
+        for r in (r for r in rows if r["n"] == n):
+            if "error" in r:
+                lines.append(f"| {n:,} | {r['method']} | — | — | — | {r['error']} |")
+                continue
+            t = r["pass_s"] + r["eig_s"] if r["method"] == "limit" else r["fit_s"]
+            note = (f"pass {r['pass_s']:.1f} s ({r['gflops']:.0f} GFLOP/s) + eigensolve {r['eig_s']:.1f} s"
+                    if r["method"] == "limit" else r.get("note", ""))
+            ratio = f"{t / limit:.2f}" if limit else "—"
+            lines.append(f"| {n:,} | {r['method']} | {t:.1f} | {ratio} | {r['peak_rss_gb']:.2f} | {note} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

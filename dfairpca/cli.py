@@ -1,0 +1,293 @@
+"""The ``dfairpca`` command: make or ingest a CelebA store, fit, transform, show, demo.
+
+    dfairpca synth-celeba OUT.zarr [--n 202599] [--seed 0]
+    dfairpca ingest-celeba CELEBA_DIR OUT.zarr [--size 80]
+    dfairpca fit STORE.zarr --attribute Eyeglasses -k 400 --out MODEL [--method fair]
+    dfairpca transform MODEL STORE.zarr --out OUT.zarr [--reconstruct]
+    dfairpca show MODEL STORE.zarr --out faces.png [--n 8]
+    dfairpca demo [--n 202599] [--workdir dfairpca-demo]
+
+Commands that compute connect to ``--scheduler tcp://host:port`` or ``--scheduler-file``
+when given; otherwise they start a LocalCluster sized to this machine (the library itself
+never starts a cluster: it uses the active Client, the Dask convention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["main"]
+
+
+class CLIError(Exception):
+    """An error the command reports in one line (exit status 2)."""
+
+
+# ----------------------------------------------------------------------------- helpers
+def _client(args):
+    from .cluster import connect
+
+    return connect(
+        getattr(args, "scheduler", None), getattr(args, "scheduler_file", None),
+        timeout=getattr(args, "timeout", 10),
+    )
+
+
+def _check_out(path: Path, overwrite: bool):
+    if path.exists() and not overwrite:
+        raise CLIError(f"{path} exists; pass --overwrite to replace it")
+
+
+def _images(store, rows_per_chunk=None):
+    from .celeba import open_celeba
+    from .io import from_zarr
+
+    images, _, names = open_celeba(store)
+    return from_zarr(store, "images", rows_per_chunk=rows_per_chunk), names
+
+
+def _attributes(store, names):
+    import pandas as pd
+
+    from .celeba import attribute_column
+
+    return pd.DataFrame({n: attribute_column(store, n) for n in names})
+
+
+def _estimator(args):
+    from . import FairPCA, PCA
+
+    if args.method == "pca":
+        return PCA(args.k, progress=True)
+    eq = args.equalize if args.method == "fair-s" else None
+    return FairPCA(
+        args.k, constraint=args.constraint, tradeoff=args.tradeoff,
+        equalize_covariance=eq, progress=True,
+    )
+
+
+# ----------------------------------------------------------------------------- commands
+def cmd_synth(args):
+    from .celeba import synth_celeba
+
+    out = Path(args.out)
+    _check_out(out, args.overwrite)
+    t = time.perf_counter()
+    synth_celeba(out, n=args.n, seed=args.seed, size=args.size, overwrite=args.overwrite)
+    print(f"wrote {args.n:,} synthetic faces to {out} in {time.perf_counter() - t:.1f} s")
+
+
+def cmd_ingest(args):
+    from .celeba import ingest_celeba
+
+    out = Path(args.out)
+    _check_out(out, args.overwrite)
+    t = time.perf_counter()
+    ingest_celeba(args.celeba_dir, out, size=args.size, overwrite=args.overwrite)
+    print(f"ingested {args.celeba_dir} into {out} in {time.perf_counter() - t:.1f} s")
+
+
+def cmd_fit(args):
+    out = Path(args.out)
+    _check_out(out, args.overwrite)
+    X, names = _images(args.store, args.rows_per_chunk)
+    if args.method != "pca" and not args.attribute:
+        raise CLIError("name the protected attribute(s) with --attribute NAME (e.g. Eyeglasses)")
+    groups = _attributes(args.store, args.attribute) if args.method != "pca" else None
+    y = None
+    if args.constraint == "equal_opportunity":
+        if not args.target:
+            raise CLIError("--constraint equal_opportunity needs --target NAME (the task label)")
+        y = _attributes(args.store, [args.target])[args.target].to_numpy()
+    est = _estimator(args)
+    n, d = X.shape[0], int(np.prod(X.shape[1:]))
+    print(f"n = {n:,} images, d = {d:,} features", end="")
+    if groups is not None:
+        desc = ", ".join(
+            f"{c}: {int((groups[c] == 1).sum()):,} with / {int((groups[c] == 0).sum()):,} without"
+            for c in groups
+        )
+        print(f"; groups {desc}")
+    else:
+        print()
+    ckpt = Path(args.checkpoint) if args.checkpoint else out.with_name(out.name + ".checkpoint")
+    if ckpt.exists() and not args.resume:
+        if not args.overwrite:
+            raise CLIError(
+                f"an interrupted fit left its checkpoint at {ckpt}; pass --resume to continue "
+                "it or --overwrite to start over"
+            )
+        shutil.rmtree(ckpt)
+    with _client(args):
+        t = time.perf_counter()
+        if groups is None:
+            est.fit(X, checkpoint=ckpt)
+        else:
+            est.fit(X, groups, y, checkpoint=ckpt)
+        dt = time.perf_counter() - t
+    est.save(out, statistics=args.statistics, overwrite=args.overwrite)
+    shutil.rmtree(ckpt, ignore_errors=True)
+    kept = 100 * est.explained_variance_ratio_.sum()
+    print(f"{type(est).__name__} k = {est.n_components_}: {kept:.2f}% of the variance kept; "
+          f"fit in {dt:.1f} s; model written to {out}")
+    return est
+
+
+def cmd_transform(args):
+    import dask.array as da
+
+    from . import load
+    from .io import atomic_directory
+
+    out = Path(args.out)
+    _check_out(out, args.overwrite)
+    model = load(args.model)
+    X, names = _images(args.store)
+    with _client(args):
+        Xf = X.reshape(X.shape[0], -1)
+        if args.reconstruct:
+            R = model.inverse_transform(model.transform(Xf))
+            Y = da.clip(da.round(R), 0, 255).astype(np.uint8).reshape(X.shape)
+            name = "images"
+        else:
+            Y = model.transform(Xf)
+            name = "representation"
+        t = time.perf_counter()
+        with atomic_directory(out, overwrite=args.overwrite) as tmp:
+            import zarr
+
+            g = zarr.open_group(str(tmp), mode="w")
+            g.attrs.update({"model": str(args.model), "source": str(args.store), "content": name})
+            da.to_zarr(Y, str(tmp), component=name, compute=True)
+            src = zarr.open_group(str(args.store), mode="r")
+            for extra in ("attributes", "partition"):
+                if extra in src:
+                    arr = g.create_array(extra, shape=src[extra].shape, chunks=src[extra].chunks,
+                                         dtype=src[extra].dtype)
+                    arr[:] = src[extra][:]
+                    arr.attrs.update(dict(src[extra].attrs))
+        print(f"wrote {name} {Y.shape} to {out} in {time.perf_counter() - t:.1f} s")
+
+
+def cmd_show(args):
+    from . import load
+    from .figures import faces_figure
+
+    model = load(args.model)
+    path = faces_figure(model, args.store, args.out, n=args.n)
+    print(f"picture written to {path}")
+
+
+def cmd_demo(args):
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    store = work / f"synthetic_celeba_{args.n}.zarr"
+    if not store.exists():
+        cmd_synth(argparse.Namespace(out=str(store), n=args.n, seed=0, size=80, overwrite=False))
+    else:
+        print(f"using the existing store {store}")
+    model = work / f"fair_{args.attribute}_k{args.k}"
+    fit_args = argparse.Namespace(
+        store=str(store), attribute=[args.attribute], k=args.k, out=str(model), method="fair",
+        constraint="demographic_parity", target=None, tradeoff=0.0, equalize=0.5,
+        scheduler=args.scheduler, scheduler_file=args.scheduler_file, timeout=10,
+        overwrite=True, statistics=False, checkpoint=None, resume=False, rows_per_chunk=None,
+    )
+    cmd_fit(fit_args)
+    cmd_show(argparse.Namespace(model=str(model), store=str(store), out=str(work / "faces.png"), n=8))
+
+
+# ----------------------------------------------------------------------------- parser
+def _add_cluster(p):
+    g = p.add_argument_group("cluster")
+    g.add_argument("--scheduler", metavar="ADDRESS", help="tcp://host:port of a Dask scheduler")
+    g.add_argument("--scheduler-file", metavar="PATH", help="scheduler file written by `dask scheduler`")
+    g.add_argument("--timeout", type=float, default=10, help="seconds to wait for the scheduler")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="dfairpca", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("synth-celeba", help="write a synthetic CelebA-shaped Zarr store")
+    p.add_argument("out")
+    p.add_argument("--n", type=int, default=202_599)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--size", type=int, default=80)
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_synth)
+
+    p = sub.add_parser("ingest-celeba", help="convert the official CelebA folder to a Zarr store")
+    p.add_argument("celeba_dir")
+    p.add_argument("out")
+    p.add_argument("--size", type=int, default=80)
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("fit", help="fit PCA / fair PCA on a CelebA-schema store")
+    p.add_argument("store")
+    p.add_argument("--attribute", action="append", default=[], help="protected attribute (repeatable)")
+    p.add_argument("-k", "--k", type=int, required=True, help="number of components")
+    p.add_argument("--out", required=True, help="model directory to write")
+    p.add_argument("--method", choices=["pca", "fair", "fair-s"], default="fair")
+    p.add_argument("--equalize", type=float, default=0.5, help="fair-s: fraction f of Fair PCA-S (f)")
+    p.add_argument("--constraint", choices=["demographic_parity", "equal_opportunity"],
+                   default="demographic_parity")
+    p.add_argument("--target", help="task label attribute for equal opportunity")
+    p.add_argument("--tradeoff", type=float, default=0.0)
+    p.add_argument("--statistics", action="store_true", help="also save the d x d statistics")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="where the pass saves its running statistics (default: OUT.checkpoint)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted fit from its checkpoint, skipping finished chunks")
+    p.add_argument("--rows-per-chunk", type=int,
+                   help="rows per task of the pass (default: store chunks merged to ~64 MiB)")
+    p.add_argument("--overwrite", action="store_true")
+    _add_cluster(p)
+    p.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser("transform", help="project a store lazily and write the result to Zarr")
+    p.add_argument("model")
+    p.add_argument("store")
+    p.add_argument("--out", required=True)
+    p.add_argument("--reconstruct", action="store_true", help="write images in pixel space")
+    p.add_argument("--overwrite", action="store_true")
+    _add_cluster(p)
+    p.set_defaults(func=cmd_transform)
+
+    p = sub.add_parser("show", help="picture of original and fair faces (paper's Figure 5)")
+    p.add_argument("model")
+    p.add_argument("store")
+    p.add_argument("--out", default="faces.png")
+    p.add_argument("--n", type=int, default=8, help="faces per row")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("demo", help="the main job: synth-celeba -> fit -> show")
+    p.add_argument("--n", type=int, default=202_599)
+    p.add_argument("-k", "--k", type=int, default=400)
+    p.add_argument("--attribute", default="Eyeglasses")
+    p.add_argument("--workdir", default="dfairpca-demo")
+    _add_cluster(p)
+    p.set_defaults(func=cmd_demo)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (CLIError, ValueError, KeyError, FileExistsError, FileNotFoundError, ConnectionError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"dfairpca {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

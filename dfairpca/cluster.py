@@ -1,0 +1,271 @@
+"""Connecting the command line to a Dask cluster.
+
+The estimators never create or choose a cluster: like every Dask library they run on the
+active ``distributed.Client`` when there is one.  :func:`connect` is what the ``dfairpca``
+command line uses to make one active: a running scheduler given by address
+(``--scheduler tcp://host:8786``) or by scheduler file (``--scheduler-file``), or else a
+:class:`distributed.LocalCluster` sized to this machine.  Recipes for starting schedulers
+and workers on SSH hosts, SLURM/PBS and Kubernetes are in the repository's ``cluster/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import json
+import ssl
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+__all__ = [
+    "SchedulerUnreachable", "connect", "describe", "local_cluster_size",
+    "scheduler_address_from_file", "check_scheduler",
+]
+
+
+#: what to check when nothing (or no scheduler) answers
+_CHECK_RUNNING = (
+    "check that `dask scheduler` is running there and that the address and port "
+    "(default 8786) are right and not blocked by a firewall"
+)
+
+
+class SchedulerUnreachable(ConnectionError):
+    """No Dask scheduler answered at the given address within the timeout."""
+
+
+@contextlib.contextmanager
+def connect(
+    scheduler: str | None = None,
+    scheduler_file=None,
+    *,
+    timeout: float = 10,
+    local: bool = True,
+    n_workers: int | None = None,
+    threads_per_worker: int | None = None,
+    memory_limit="auto",
+    quiet: bool = False,
+    security=None,
+):
+    """Yield a ``distributed.Client`` (the active one while the block runs), then close it.
+
+    Parameters
+    ----------
+    scheduler : str, optional
+        Address of a running scheduler, e.g. ``"tcp://10.0.0.5:8786"`` or
+        ``"tls://head:8786"``.
+    scheduler_file : str or Path, optional
+        JSON file written by ``dask scheduler --scheduler-file PATH`` (usually on shared
+        storage); waited for up to ``timeout`` seconds, since a batch job's scheduler may
+        still be starting.
+    timeout : float, default 10
+        Seconds to wait for the scheduler to answer.
+    local : bool, default True
+        With neither ``scheduler`` nor ``scheduler_file``: start a local cluster of worker
+        processes (True) or refuse (False).
+    n_workers, threads_per_worker : int, optional
+        Size of the local cluster; default from :func:`local_cluster_size`.
+    memory_limit : str or int, default "auto"
+        Memory limit per local worker; "auto" splits this machine's memory evenly.
+    quiet : bool, default False
+        Do not print the local cluster's size and dashboard address (to stderr).
+    security : distributed.security.Security, optional
+        TLS settings for a ``tls://`` scheduler; default: Dask's configuration
+        (``distributed.comm.tls.*``), see ``cluster/tls.md``.
+
+    Raises
+    ------
+    SchedulerUnreachable
+        Nothing answered as a Dask scheduler within ``timeout``.  One-line message.
+    FileNotFoundError
+        ``scheduler_file`` did not appear within ``timeout``.
+    ValueError
+        Both or, with ``local=False``, neither of ``scheduler`` and ``scheduler_file``; a
+        malformed address or scheduler file.
+    """
+    from distributed import Client, LocalCluster
+
+    if scheduler is not None and scheduler_file is not None:
+        raise ValueError("give either scheduler (an address) or scheduler_file, not both")
+    origin = ""
+    if scheduler_file is not None:
+        scheduler = scheduler_address_from_file(scheduler_file, timeout)
+        origin = f" (read from scheduler file {str(scheduler_file)!r})"
+    if scheduler is not None:
+        check_scheduler(scheduler, timeout, security, origin)
+        with Client(scheduler, timeout=timeout, security=security) as client:
+            yield client
+        return
+    if not local:
+        raise ValueError(
+            "no scheduler given: pass scheduler='tcp://host:8786' or scheduler_file=... "
+            "(CLI: --scheduler / --scheduler-file), or local=True for a cluster on this machine"
+        )
+    workers, threads = local_cluster_size(n_workers, threads_per_worker)
+    with LocalCluster(
+        n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
+        memory_limit=memory_limit, dashboard_address=":8787",
+    ) as cluster, Client(cluster) as client:
+        if not quiet:
+            print(f"dfairpca: local Dask cluster, {describe(client)}", file=sys.stderr)
+            print(f"dfairpca: dashboard {_dashboard(client)}", file=sys.stderr)
+        yield client
+
+
+def local_cluster_size(n_workers: int | None = None, threads_per_worker: int | None = None):
+    """(workers, threads per worker) for a local cluster using every core of this machine.
+
+    One process per two cores (one per core below four cores): each process holds its
+    merge's ``split_every + 1`` partial d x d statistics, so fewer, two-threaded processes
+    leave more memory to each than one process per core would.  Either number, when given,
+    is kept and the other fills the cores.
+    """
+    from dask.system import CPU_COUNT
+
+    cores = max(1, CPU_COUNT)
+    if threads_per_worker is None:
+        if n_workers is not None:
+            threads_per_worker = max(1, cores // n_workers)
+        else:
+            threads_per_worker = 2 if cores >= 4 else 1
+    if n_workers is None:
+        n_workers = max(1, cores // threads_per_worker)
+    return int(n_workers), int(threads_per_worker)
+
+
+def describe(client) -> str:
+    """One line: scheduler address, number of workers, threads and total memory limit."""
+    from dask.utils import format_bytes
+
+    info = client.scheduler_info(n_workers=-1)
+    workers = info["workers"].values()
+    threads = sum(w["nthreads"] for w in workers)
+    limits = [w.get("memory_limit") or 0 for w in workers]
+    memory = f"{format_bytes(sum(limits))} memory" if limits and all(limits) else "no memory limit"
+    return f"scheduler {info['address']}: {len(workers)} worker(s), {threads} thread(s), {memory}"
+
+
+def scheduler_address_from_file(path, timeout: float = 10) -> str:
+    """The ``address`` in a scheduler file, waiting up to ``timeout`` s for it to appear."""
+    path = Path(path)
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() >= deadline:
+            raise FileNotFoundError(
+                f"scheduler file {str(path)!r} does not exist (waited {timeout:g} s); start the "
+                f"scheduler with `dask scheduler --scheduler-file {path}` on storage this "
+                "machine shares, or give the address with --scheduler tcp://host:8786"
+            )
+        time.sleep(0.1)
+    try:
+        address = json.loads(path.read_text())["address"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{str(path)!r} is not a Dask scheduler file (expected JSON with an 'address'): {exc}"
+        ) from None
+    return str(address)
+
+
+def check_scheduler(address: str, timeout: float = 10, security=None, origin: str = "") -> None:
+    """Raise :class:`SchedulerUnreachable` unless a Dask scheduler answers at ``address``.
+
+    Asks for the scheduler's identity with one hard deadline, so that an address where
+    nothing listens, a firewall that drops packets, or a server that is not Dask (and never
+    replies to Dask's handshake) all fail within ``timeout`` seconds; ``distributed.Client``
+    alone can wait forever on the last.
+
+    Parameters
+    ----------
+    address : str
+        ``tcp://host:port``, ``tls://host:port`` (or any scheme distributed knows).
+    timeout : float
+        Seconds for the whole probe.
+    security : distributed.security.Security, optional
+        TLS settings; default: Dask's configuration.
+    origin : str
+        Said after the address in the message (e.g. which scheduler file it came from).
+
+    Raises
+    ------
+    SchedulerUnreachable
+        One line: the address, the timeout, the cause and what to check.
+    ValueError
+        A malformed address, or a ``tls://`` address without a client certificate.
+    """
+    from distributed.comm.addressing import parse_address
+    from distributed.comm.registry import get_backend
+    from distributed.security import Security
+
+    try:
+        scheme = parse_address(address)[0]
+        get_backend(scheme)
+    except ValueError as exc:
+        raise ValueError(
+            f"{address!r} is not a scheduler address; expected e.g. tcp://host:8786 ({exc})"
+        ) from None
+    security = security or Security()
+    tls = security.get_tls_config_for_role("client")
+    if scheme == "tls" and not (tls.get("ca_file") and tls.get("cert")):
+        raise ValueError(
+            f"{address} is a TLS address but no TLS client certificate is configured: pass "
+            "security=Security(tls_ca_file=..., tls_client_cert=..., tls_client_key=...) or "
+            "set distributed.comm.tls.ca-file and distributed.comm.tls.client.cert/key in the "
+            "Dask configuration (see cluster/tls.md)"
+        )
+    try:
+        with ThreadPoolExecutor(1) as pool:  # own event loop, also under a running one
+            identity = pool.submit(asyncio.run, _identity(address, timeout, security)).result()
+    except Exception as exc:  # a garbled reply can surface as any exception type
+        reason, hint = _diagnose(exc)
+    else:
+        kind = identity.get("type") if isinstance(identity, dict) else None
+        if kind == "Scheduler":
+            return
+        reason = f"it answered as a Dask {kind}, not a scheduler" if kind else "not Dask"
+        hint = _CHECK_RUNNING
+    message = (f"cannot reach a Dask scheduler at {address}{origin} within {timeout:g} s "
+               f"({reason}); {hint}")
+    raise SchedulerUnreachable(" ".join(message.split())) from None
+
+
+
+async def _identity(address: str, timeout: float, security) -> dict:
+    """The ``identity`` reply of whatever Dask server listens at ``address``."""
+    from distributed.core import rpc
+
+    args = security.get_connection_args("client")
+
+    async def ask():
+        async with rpc(address, timeout=timeout, connection_args=args) as server:
+            return await server.identity()
+
+    return await asyncio.wait_for(ask(), timeout)
+
+
+def _diagnose(exc: BaseException) -> tuple[str, str]:
+    """(cause, what to check) of a failed probe, for the one-line message."""
+    chain = []
+    while exc is not None and len(chain) < 10:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    tls = [e for e in chain if isinstance(e, ssl.SSLError)]
+    if tls:
+        return (f"TLS handshake failed: {tls[-1]}", "check that the CA file and the client "
+                "certificate belong to the cluster's CA (see cluster/tls.md)")
+    first, text = chain[0], str(chain[0]).strip()
+    if isinstance(first, (TimeoutError, asyncio.TimeoutError)) or text.startswith("Timed out"):
+        return "timed out", _CHECK_RUNNING
+    if isinstance(first, OSError):
+        return (text.splitlines()[0] if text else type(first).__name__), _CHECK_RUNNING
+    return f"the reply was not Dask's protocol: {type(first).__name__}", _CHECK_RUNNING
+
+
+def _dashboard(client) -> str:
+    """The dashboard's address, noting when bokeh (which draws it) is missing."""
+    link = client.dashboard_link
+    if importlib.util.find_spec("bokeh") is None:
+        return f"{link} (needs `pip install bokeh`)"
+    return link

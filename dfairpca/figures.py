@@ -1,0 +1,122 @@
+"""Pictures of fair faces, after the paper's Figure 5 and App. C.6."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["faces_figure", "full_fair_projection"]
+
+
+def full_fair_projection(model, X: np.ndarray) -> np.ndarray:
+    """Reconstruct rows with fair PCA at the largest k (``d - n_constraints``).
+
+    That projection is ``I - Q Q^T`` with Q the model's ``constraint_basis_``: no eigensolve
+    is needed, whatever d is.
+    """
+    Q = model.constraint_basis_
+    scale = np.ones(model.n_features_in_) if model.scale_ is None else model.scale_
+    Z = (np.asarray(X, np.float64) - model.mean_) / scale
+    return (Z - (Z @ Q) @ Q.T) * scale + model.mean_
+
+
+def _pick_rows(flags: np.ndarray, value: int, n: int) -> np.ndarray:
+    idx = np.flatnonzero(flags == value)
+    return idx[:n]
+
+
+def faces_figure(model, store, out, n: int = 8) -> Path:
+    """Write a PNG: originals, fair PCA at the largest k, fair PCA at the model's k.
+
+    Columns show ``n`` faces with and ``n`` without the model's first protected attribute
+    (read from the store's ``attributes``).  A second panel shows the group-mean images of
+    the data and of the model's reconstructions; after fair PCA the two means coincide.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .celeba import attribute_column, open_celeba
+
+    images, _, _ = open_celeba(store)
+    h, w = images.shape[1:]
+    if h * w != model.n_features_in_:
+        raise ValueError(
+            f"the model has {model.n_features_in_} features but the store's images are {h}x{w}"
+        )
+    fair = hasattr(model, "constraint_basis_")
+    name = model.attribute_names_[0] if fair else None
+    if fair:
+        flags = attribute_column(store, name)
+        rows = np.concatenate([_pick_rows(flags, 1, n), _pick_rows(flags, 0, n)])
+    else:
+        rows = np.arange(min(2 * n, images.shape[0]))
+    rows = np.sort(rows)
+    X = images.get_orthogonal_selection((rows,)).reshape(len(rows), -1).astype(np.float64)
+    if fair:  # attribute-holders first
+        order = np.argsort(-flags[rows], kind="stable")
+        rows, X = rows[order], X[order]
+    panels = [("original", X)]
+    if fair:
+        panels.append((f"fair PCA, k = {model.n_features_in_ - model.n_constraints_}",
+                       full_fair_projection(model, X)))
+    label = "fair PCA" if fair else "PCA"
+    panels.append((f"{label}, k = {model.n_components_}", model.inverse_transform(model.transform(X))))
+
+    ncols = len(rows)
+    n_mean_rows = 1 if fair else 0
+    fig, axes = plt.subplots(
+        len(panels) + n_mean_rows, ncols, figsize=(1.3 * ncols, 1.45 * (len(panels) + n_mean_rows)),
+        squeeze=False,
+    )
+    for r, (title, imgs) in enumerate(panels):
+        for c in range(ncols):
+            ax = axes[r, c]
+            ax.imshow(np.clip(imgs[c].reshape(h, w), 0, 255), cmap="gray", vmin=0, vmax=255)
+            ax.set_xticks([]), ax.set_yticks([])
+        axes[r, 0].set_ylabel(title, fontsize=7)
+    if fair:
+        n_with = int((flags[rows] == 1).sum())
+        axes[0, 0].set_title(f"with {name}", fontsize=8, loc="left")
+        if n_with < ncols:
+            axes[0, n_with].set_title(f"without {name}", fontsize=8, loc="left")
+        _group_means_row(model, axes[len(panels)], h, w, name)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(out)
+    return out
+
+
+def _group_means_row(model, axes, h, w, name):
+    """Group means of the data and of the fair reconstructions, and their differences."""
+    cats = list(model.groups_[0])
+    gm = model.group_means_[0]
+    i1 = cats.index(1) if 1 in cats else len(cats) - 1
+    i0 = cats.index(0) if 0 in cats else 0
+    before = gm[[i1, i0]]
+    after = model.inverse_transform(model.transform(before))
+    tiles = [
+        (f"mean with {name}", before[0], True),
+        (f"mean without", before[1], True),
+        ("difference", before[0] - before[1], False),
+        ("fair: mean with", after[0], True),
+        ("fair: mean without", after[1], True),
+        ("fair: difference", after[0] - after[1], False),
+    ]
+    diff_lim = max(np.abs(before[0] - before[1]).max(), 1e-9)
+    for ax in axes:
+        ax.axis("off")
+    for ax, (title, img, is_image) in zip(axes, tiles):
+        ax.axis("on")
+        if is_image:
+            ax.imshow(np.clip(img.reshape(h, w), 0, 255), cmap="gray", vmin=0, vmax=255)
+        else:
+            ax.imshow(img.reshape(h, w), cmap="RdBu_r", vmin=-diff_lim, vmax=diff_lim)
+        ax.set_title(title, fontsize=6)
+        ax.set_xticks([]), ax.set_yticks([])

@@ -1,0 +1,187 @@
+"""Resumable pass: equality with one pass, resume after an interruption, fingerprints."""
+
+import json
+
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+import dfairpca
+from dfairpca.checkpoint import CheckpointMismatch, compute_moments_checkpointed, segment_bounds
+from oracle import make_data, max_angle_deg
+
+N, D, CHUNK = 2400, 24, 100
+
+
+class Interrupt(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, g = make_data(N, D, (2, 3), seed=5)
+    codes = np.column_stack(g).astype(np.int32)
+    return X, codes, [np.arange(2), np.arange(3)]
+
+
+def assert_same_moments(a, b):
+    assert a.n == b.n
+    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10, atol=1e-8)
+    for p, q in zip(a.attributes, b.attributes):
+        np.testing.assert_array_equal(p.counts, q.counts)
+        np.testing.assert_allclose(p.deviation, q.deviation, rtol=1e-10, atol=1e-10)
+    assert (a.n_nonfinite, a.nonfinite_rows) == (b.n_nonfinite, b.nonfinite_rows)
+
+
+def test_checkpointed_pass_equals_one_pass(data, tmp_path):
+    X, codes, cats = data
+    Xd = da.from_array(X, chunks=(CHUNK, D))
+    mask = np.arange(N) % 3 != 0
+    calls = []
+    m = compute_moments_checkpointed(
+        Xd, codes, cats, checkpoint=tmp_path / "ckpt", segment_rows=500, mask=mask,
+        split_every=3, on_segment=lambda i, n: calls.append((i, n)),
+    )
+    ref = dfairpca.compute_moments(Xd, codes, cats, mask=mask)
+    assert_same_moments(m, ref)
+    assert calls == [(i, 5) for i in range(5)]  # 2400 rows in segments of 5 chunks
+    fair = dfairpca.FairPCA(5).fit_statistics(m)
+    plain = dfairpca.FairPCA(5).fit(X[mask], codes[mask])
+    assert max_angle_deg(fair.components_.T, plain.components_.T) < 1e-6
+    # one running total, not one file per segment
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["progress.json", "total"]
+
+
+def test_interrupted_pass_resumes_with_the_remaining_segments_only(data, tmp_path):
+    X, codes, cats = data
+    Xd = da.from_array(X, chunks=(CHUNK, D))
+    ckpt = tmp_path / "ckpt"
+
+    def stop_after_two(i, n):
+        if i == 1:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=300,
+                                     on_segment=stop_after_two)
+    progress = json.loads((ckpt / "progress.json").read_text())
+    assert progress["done"] == [0, 1] and len(progress["segments"]) == 8
+    assert dfairpca.Moments.load(ckpt / "total").n == 600
+
+    computed = []
+    m = compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt,
+                                     on_segment=lambda i, n: computed.append(i))
+    assert computed == list(range(2, 8))
+    assert_same_moments(m, dfairpca.compute_moments(Xd, codes, cats))
+    # a finished checkpoint computes nothing more and returns the same statistics
+    again = []
+    m2 = compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt,
+                                      on_segment=lambda i, n: again.append(i))
+    assert again == []
+    assert_same_moments(m2, m)
+
+
+def test_resume_uses_the_recorded_segments(data, tmp_path):
+    X, codes, cats = data
+    Xd = da.from_array(X, chunks=(CHUNK, D))
+
+    def stop_first(i, n):
+        raise Interrupt
+
+    with pytest.raises(Interrupt):
+        compute_moments_checkpointed(Xd, codes, cats, checkpoint=tmp_path / "c",
+                                     segment_rows=1200, on_segment=stop_first)
+    seen = []
+    compute_moments_checkpointed(Xd, codes, cats, checkpoint=tmp_path / "c", segment_rows=100,
+                                 on_segment=lambda i, n: seen.append((i, n)))
+    assert seen == [(1, 2)]
+
+
+def test_mismatching_fingerprint_is_refused_and_resume_false_starts_over(data, tmp_path):
+    X, codes, cats = data
+    Xd = da.from_array(X, chunks=(CHUNK, D))
+    ckpt = tmp_path / "ckpt"
+    compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=1200)
+    other = codes.copy()
+    other[0, 0] = 1 - other[0, 0]
+    with pytest.raises(CheckpointMismatch) as info:
+        compute_moments_checkpointed(Xd, other, cats, checkpoint=ckpt, dtype=np.float32)
+    msg = str(info.value)
+    assert "group codes differ" in msg and "compute_dtype float64" in msg
+    assert str(ckpt) in msg and "resume=False" in msg
+    with pytest.raises(CheckpointMismatch,
+                       match=r"shape \[2400, 24\] in the checkpoint but \[1200, 24\]"):
+        compute_moments_checkpointed(Xd[:1200], codes[:1200], cats, checkpoint=ckpt)
+    m = compute_moments_checkpointed(Xd, other, cats, checkpoint=ckpt, resume=False)
+    assert_same_moments(m, dfairpca.compute_moments(Xd, other, cats))
+
+
+def test_fingerprint_names_the_zarr_store(tmp_path):
+    X = np.arange(200 * 6, dtype=np.uint8).reshape(200, 6)
+    for name in ("a.zarr", "b.zarr"):
+        zarr.create_array(str(tmp_path / name), shape=X.shape, chunks=(20, 6), dtype="uint8")[:] = X
+    ckpt = tmp_path / "ckpt"
+    za = dfairpca.from_zarr(tmp_path / "a.zarr", rows_per_chunk=20)
+    compute_moments_checkpointed(za, checkpoint=ckpt)
+    progress = json.loads((ckpt / "progress.json").read_text())
+    assert progress["fingerprint"]["stores"] == [f"file://{tmp_path / 'a.zarr'}"]
+    zb = dfairpca.from_zarr(tmp_path / "b.zarr", rows_per_chunk=20)
+    with pytest.raises(CheckpointMismatch, match="b.zarr"):
+        compute_moments_checkpointed(zb, checkpoint=ckpt)
+
+
+def test_nan_rows_are_reported_with_global_indices_across_a_resume(data, tmp_path):
+    X, codes, cats = data
+    X = X.copy()
+    bad = [7, 650, 1333, 2399]
+    X[bad, 3] = np.nan
+    Xd = da.from_array(X, chunks=(CHUNK, D))
+
+    def stop_after_one(i, n):
+        if i == 0:
+            raise Interrupt
+
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(Interrupt):
+        compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=700,
+                                     on_segment=stop_after_one)
+    m = compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt)
+    assert m.n_nonfinite == 4 and m.nonfinite_rows == bad
+    assert_same_moments(m, dfairpca.compute_moments(Xd, codes, cats))
+    with pytest.raises(ValueError, match="rows 7, 650, 1333, 2399"):
+        m.check_finite()
+
+
+def test_segment_bounds_follow_chunks():
+    assert segment_bounds((100,) * 5 + (30,), 250) == [(0, 300), (300, 530)]
+    assert segment_bounds((100, 100), 1) == [(0, 100), (100, 200)]
+    assert segment_bounds((100, 100), 10**9) == [(0, 200)]
+    with pytest.raises(ValueError, match="positive"):
+        segment_bounds((100,), 0)
+
+
+def test_default_segments_are_few(data, tmp_path):
+    X, codes, cats = data
+    Xd = da.from_array(X, chunks=(10, D))  # 240 chunks
+    seen = []
+    compute_moments_checkpointed(Xd, codes, cats, checkpoint=tmp_path / "c",
+                                 on_segment=lambda i, n: seen.append(n))
+    assert 1 <= seen[0] <= 20 and len(seen) == seen[0]
+
+
+def test_bad_inputs(data, tmp_path):
+    X, codes, cats = data
+    with pytest.raises(TypeError, match="Dask array"):
+        compute_moments_checkpointed(X, codes, cats, checkpoint=tmp_path / "c")
+    Xd = da.from_array(X, chunks=(CHUNK, D))
+    with pytest.raises(ValueError, match="codes has 100 rows but X has 2400"):
+        compute_moments_checkpointed(Xd, codes[:100], cats, checkpoint=tmp_path / "c")
+    with pytest.raises(ValueError, match="positive"):
+        compute_moments_checkpointed(Xd, codes, cats, checkpoint=tmp_path / "c", segment_rows=0)
+    (tmp_path / "not_a_ckpt").mkdir()
+    (tmp_path / "not_a_ckpt" / "x.txt").write_text("hello")
+    with pytest.raises(ValueError, match="not a dfairpca checkpoint"):
+        compute_moments_checkpointed(da.from_array(X, chunks=(CHUNK, D)), codes, cats,
+                                     checkpoint=tmp_path / "not_a_ckpt")

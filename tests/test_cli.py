@@ -1,0 +1,144 @@
+"""The dfairpca command line on real (small) CelebA-schema stores and a real cluster."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import zarr
+from PIL import Image
+
+import dfairpca
+from dfairpca.celeba import synth_celeba
+from dfairpca.cli import main
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "faces.zarr"
+    synth_celeba(path, n=1500, size=16, chunk_rows=256, progress=False, n_jobs=1)
+    return path
+
+
+def run(args, capsys):
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def sched(client):
+    return ["--scheduler", client.scheduler.address]
+
+
+def test_fit_transform_show_round_trip(store, tmp_path, capsys, sched):
+    model = tmp_path / "model"
+    code, out, err = run(["fit", store, "--attribute", "Eyeglasses", "--attribute", "Smiling",
+                          "-k", "20", "--out", model, *sched], capsys)
+    assert code == 0, err
+    assert "n = 1,500 images, d = 256 features" in out and "Eyeglasses:" in out and "Smiling:" in out
+    assert "% of the variance kept" in out and "model written to" in out
+    est = dfairpca.load(model)
+    assert est.attribute_names_ == ["Eyeglasses", "Smiling"] and est.n_components_ == 20
+
+    rep = tmp_path / "rep.zarr"
+    code, out, err = run(["transform", model, store, "--out", rep, *sched], capsys)
+    assert code == 0, err
+    g = zarr.open_group(str(rep), mode="r")
+    Y = g["representation"][:]
+    names = list(g["attributes"].attrs["names"])
+    assert Y.shape == (1500, 20)
+    for name in ("Eyeglasses", "Smiling"):  # group means of the written representation agree
+        a = g["attributes"][:, names.index(name)]
+        assert np.abs(Y[a == 1].mean(0) - Y[a == 0].mean(0)).max() < 1e-4 * np.abs(Y).max()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
+
+    rec = tmp_path / "rec.zarr"
+    code, out, err = run(["transform", model, store, "--out", rec, "--reconstruct", *sched], capsys)
+    assert code == 0, err
+    imgs = zarr.open_group(str(rec), mode="r")["images"]
+    assert imgs.shape == (1500, 16, 16) and imgs.dtype == np.uint8
+
+    png = tmp_path / "faces.png"
+    code, out, err = run(["show", model, store, "--out", png, "--n", "3"], capsys)
+    assert code == 0, err
+    assert str(png) in out
+    with Image.open(png) as im:
+        assert im.format == "PNG" and im.size[0] > 200 and im.size[1] > 200
+
+
+def test_fit_methods(store, tmp_path, capsys, sched):
+    for method in ("pca", "fair-s"):
+        code, out, err = run(["fit", store, "--attribute", "Male", "-k", "5", "--method", method,
+                              "--out", tmp_path / method, *sched], capsys)
+        assert code == 0, err
+    assert type(dfairpca.load(tmp_path / "pca")) is dfairpca.PCA
+    assert dfairpca.load(tmp_path / "fair-s").equalize_covariance == 0.5
+    code, out, err = run(["fit", store, "--attribute", "Male", "-k", "5", "--constraint",
+                          "equal_opportunity", "--target", "Smiling", "--out", tmp_path / "eo", *sched], capsys)
+    assert code == 0, err
+    est = dfairpca.load(tmp_path / "eo")
+    smiling = dfairpca.celeba.attribute_column(store, "Smiling")
+    assert est.n_samples_seen_ == int((smiling == 1).sum())
+
+
+def test_errors(store, tmp_path, capsys, sched):
+    code, _, err = run(["fit", store, "--attribute", "Eyeglases", "-k", "5", "--out", tmp_path / "m", *sched], capsys)
+    assert code == 2 and "Eyeglases" in err and "Eyeglasses" in err
+    code, _, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "256", "--out", tmp_path / "m", *sched], capsys)
+    assert code == 2 and "largest k is" in err and "255" in err
+    (tmp_path / "exists").mkdir()
+    code, _, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", tmp_path / "exists", *sched], capsys)
+    assert code == 2 and "--overwrite" in err
+    bare = zarr.open_group(str(tmp_path / "bare.zarr"), mode="w")
+    bare.create_array("pixels", shape=(10, 4, 4), chunks=(5, 4, 4), dtype="uint8")
+    code, _, err = run(["fit", tmp_path / "bare.zarr", "--attribute", "Male", "-k", "2", "--out", tmp_path / "m2", *sched], capsys)
+    assert code == 2 and "images" in err
+    # a model of 16x16 images shown against 8x8 images
+    small = tmp_path / "small.zarr"
+    synth_celeba(small, n=300, size=8, chunk_rows=100, progress=False, n_jobs=1)
+    code, _, err = run(["fit", store, "--attribute", "Male", "-k", "3", "--out", tmp_path / "m16", *sched], capsys)
+    assert code == 0, err
+    code, _, err = run(["transform", tmp_path / "m16", small, "--out", tmp_path / "t.zarr", *sched], capsys)
+    assert code == 2 and "64 features" in err and "256" in err
+    code, _, err = run(["show", tmp_path / "m16", small, "--out", tmp_path / "x.png"], capsys)
+    assert code == 2 and "8x8" in err
+
+
+def test_console_script_help():
+    out = subprocess.run([sys.executable, "-m", "dfairpca.cli", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0
+    for cmd in ("synth-celeba", "ingest-celeba", "fit", "transform", "show", "demo"):
+        assert cmd in out.stdout
+
+
+def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched):
+    """An interrupted fit leaves a checkpoint; --resume finishes it with the same result."""
+    from dfairpca.checkpoint import compute_moments_checkpointed
+
+    model, ckpt = tmp_path / "m", tmp_path / "m.checkpoint"
+    calls = []
+
+    def stop_after_two(i, n):
+        calls.append(i)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    X = dfairpca.from_zarr(store, "images", rows_per_chunk=100)
+    z = dfairpca.celeba.attribute_column(store, "Eyeglasses")
+    import pandas as pd
+    from dfairpca._validation import encode_groups
+
+    g = encode_groups(pd.DataFrame({"Eyeglasses": z}), len(z))
+    with pytest.raises(KeyboardInterrupt):  # the same pass the CLI runs, stopped half-way
+        compute_moments_checkpointed(X.reshape(len(z), -1), g.codes, g.categories, checkpoint=ckpt,
+                                     dtype=np.float32, on_segment=stop_after_two, segment_rows=300)
+    code, _, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model, *sched], capsys)
+    assert code == 2 and "--resume" in err
+    code, out, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model,
+                          "--resume", "--rows-per-chunk", "100", *sched], capsys)
+    assert code == 0, err
+    assert not ckpt.exists()
+    ref = dfairpca.FairPCA(5).fit(X, z)
+    got = dfairpca.load(model)
+    np.testing.assert_allclose(np.abs(got.components_ @ ref.components_.T), np.eye(5), atol=1e-4)

@@ -1,0 +1,388 @@
+"""dfairpca.cluster against real `dask scheduler` / `dask worker` processes on 127.0.0.1.
+
+The optional test at the end places the workers in network namespaces (separate virtual
+hosts joined by a bridge); it needs root and runs only with DFAIRPCA_TEST_NETNS=1.
+"""
+
+import http.server
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+import dfairpca
+from dfairpca.cluster import SchedulerUnreachable, connect, describe, local_cluster_size
+from oracle import make_data, max_angle_deg
+
+TESTS = Path(__file__).resolve().parent
+N, H, W = 3000, 5, 8
+
+
+def _env():
+    """Environment of the worker processes: can import this module (for _slow_copy)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), env.get("PYTHONPATH")) if p)
+    return env
+
+
+class DaskProcesses:
+    """A `dask scheduler` process and `dask worker` processes, stopped and reaped on exit."""
+
+    def __init__(self, tmp_path, host="127.0.0.1", worker_hosts=("127.0.0.1",) * 2, prefixes=None,
+                 extra_args=()):
+        self.dir = tmp_path
+        self.scheduler_file = tmp_path / "scheduler.json"
+        self.host, self.worker_hosts = host, list(worker_hosts)
+        self.prefixes = prefixes or [[] for _ in self.worker_hosts]
+        self.extra_args = list(extra_args)  # for the scheduler and every worker (TLS)
+        self.scheduler, self.workers = None, []
+
+    def _spawn(self, args, log, prefix=()):
+        out = open(self.dir / log, "w")
+        try:
+            return subprocess.Popen([*prefix, sys.executable, "-m", *args, *self.extra_args],
+                                    stdout=out, stderr=subprocess.STDOUT, env=_env(), cwd=self.dir)
+        finally:
+            out.close()
+
+    def __enter__(self):
+        try:
+            self.scheduler = self._spawn(
+                ["distributed.cli.dask_scheduler", "--host", self.host, "--port", "0",
+                 "--scheduler-file", str(self.scheduler_file), "--no-dashboard"],
+                "scheduler.log")
+            for i, (host, prefix) in enumerate(zip(self.worker_hosts, self.prefixes)):
+                self.workers.append(self._spawn(
+                    ["distributed.cli.dask_worker", "--scheduler-file", str(self.scheduler_file),
+                     "--nworkers", "1", "--nthreads", "1", "--memory-limit", "2GiB",
+                     "--no-nanny", "--no-dashboard", "--host", host,
+                     "--local-directory", str(self.dir / f"w{i}")],
+                    f"worker{i}.log", prefix))
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        # workers first, so that none waits on a scheduler that is already gone
+        _stop(self.workers)
+        _stop([self.scheduler] if self.scheduler is not None else [])
+
+    def logs(self) -> str:
+        logs = sorted(self.dir.glob("*.log"))
+        return "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in logs)
+
+
+def _stop(procs):
+    """SIGTERM, then SIGKILL after 10 s; always reaped."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@pytest.fixture
+def processes(tmp_path):
+    with DaskProcesses(tmp_path) as procs:
+        yield procs
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """uint8 images in a real Zarr store, their group labels and the local numpy fit."""
+    X, g = make_data(N, H * W, (2, 3), seed=21)
+    Xu8 = np.clip(X * 8 + 128, 0, 255).astype(np.uint8)
+    path = tmp_path_factory.mktemp("zarr") / "faces.zarr"
+    group = zarr.open_group(str(path), mode="w")
+    images = group.create_array("images", shape=(N, H, W), chunks=(50, H, W), dtype="uint8")
+    images[:] = Xu8.reshape(N, H, W)
+    labels = np.column_stack(g)
+    local = dfairpca.FairPCA(6, compute_dtype="float64").fit(Xu8, labels)
+    return path, labels, local
+
+
+def _slow_copy(block):
+    time.sleep(0.05)
+    return block
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_fit_through_scheduler_file_equals_local_fit(processes, data):
+    path, labels, local = data
+    with connect(scheduler_file=processes.scheduler_file, timeout=20) as client:
+        client.wait_for_workers(2, timeout=30)
+        line = describe(client)
+        assert line.startswith("scheduler tcp://127.0.0.1:") and "2 worker(s), 2 thread(s)" in line
+        assert "4.00 GiB memory" in line and "\n" not in line
+        Xz = dfairpca.from_zarr(path, "images", rows_per_chunk=250)
+        remote = dfairpca.FairPCA(6, compute_dtype="float64", split_every=3).fit(Xz, labels)
+        ran = client.run(lambda dask_worker: sum(
+            "_chunk_moments" in str(entry) for entry in dask_worker.state.log))
+        assert all(count > 0 for count in ran.values()), ran  # both workers read chunks
+    assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
+
+
+def test_worker_killed_mid_pass_leaves_the_result_unchanged(processes, data):
+    path, labels, local = data
+    Xz = dfairpca.from_zarr(path, "images", rows_per_chunk=50)  # 60 chunks
+    slow = Xz.map_blocks(_slow_copy, dtype=Xz.dtype)
+    with connect(scheduler_file=processes.scheduler_file, timeout=20) as client:
+        client.wait_for_workers(2, timeout=30)
+        pids = client.run(os.getpid)
+        victim = processes.workers[0]
+        (address,) = [a for a, pid in pids.items() if pid == victim.pid]
+        est = dfairpca.FairPCA(6, compute_dtype="float64", split_every=4)
+        with ThreadPoolExecutor(1) as pool:
+            fit = pool.submit(est.fit, slow, labels)
+            deadline = time.monotonic() + 30
+            while client.run(lambda dask_worker: dask_worker.state.executed_count,
+                             workers=[address])[address] < 3:
+                assert time.monotonic() < deadline and not fit.done(), processes.logs()
+                time.sleep(0.02)
+            victim.send_signal(signal.SIGKILL)
+            assert not fit.done()  # the pass is still running when the worker dies
+            remote = fit.result(timeout=60)
+        assert victim.wait(timeout=5) == -signal.SIGKILL
+        assert list(client.scheduler_info()["workers"]) == [a for a in pids if a != address]
+    assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
+
+
+def test_unreachable_scheduler_fails_fast_with_one_line():
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    start = time.monotonic()
+    with pytest.raises(SchedulerUnreachable) as info:
+        with connect(address, timeout=2):
+            pass
+    assert time.monotonic() - start < 2 + 5
+    msg = str(info.value)
+    assert "\n" not in msg and address in msg and "2 s" in msg and "dask scheduler" in msg
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert isinstance(info.value, ConnectionError)
+
+
+def test_a_server_that_is_not_dask_fails_within_the_timeout():
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    server.RequestHandlerClass.log_message = lambda *a: None
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        start = time.monotonic()
+        with pytest.raises(SchedulerUnreachable, match="within 1 s"):
+            with connect(f"tcp://127.0.0.1:{server.server_address[1]}", timeout=1):
+                pass
+        assert time.monotonic() - start < 1 + 5
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_scheduler_file_errors(tmp_path):
+    missing = tmp_path / "nope.json"
+    with pytest.raises(FileNotFoundError, match="nope.json.*dask scheduler --scheduler-file"):
+        with connect(scheduler_file=missing, timeout=0.3):
+            pass
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps({"address": f"tcp://127.0.0.1:{_free_port()}"}))
+    with pytest.raises(SchedulerUnreachable, match="stale.json"):
+        with connect(scheduler_file=stale, timeout=1):
+            pass
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("{not json")
+    with pytest.raises(ValueError, match="not a Dask scheduler file"):
+        with connect(scheduler_file=garbage, timeout=1):
+            pass
+
+
+def test_argument_errors():
+    with pytest.raises(ValueError, match="not both"):
+        with connect("tcp://127.0.0.1:1", scheduler_file="x.json"):
+            pass
+    with pytest.raises(ValueError, match="no scheduler given"):
+        with connect(local=False):
+            pass
+    with pytest.raises(ValueError, match="not a scheduler address"):
+        with connect("http://127.0.0.1:8786"):
+            pass
+
+
+def test_local_cluster_prints_its_dashboard(capsys):
+    from distributed import get_client
+
+    with connect(n_workers=1, threads_per_worker=1, memory_limit="1GiB") as client:
+        assert get_client() is client
+        assert "1 worker(s), 1 thread(s), 1.00 GiB memory" in describe(client)
+    err = capsys.readouterr().err
+    assert "dfairpca: local Dask cluster, scheduler tcp://127.0.0.1:" in err
+    assert "dfairpca: dashboard http://127.0.0.1:" in err
+
+
+def test_local_cluster_size_fills_the_cores():
+    from dask.system import CPU_COUNT
+
+    workers, threads = local_cluster_size()
+    assert workers * threads <= max(CPU_COUNT, 1) and workers >= 1
+    assert local_cluster_size(3, 2) == (3, 2)
+    assert local_cluster_size(n_workers=1)[1] == max(1, CPU_COUNT)
+
+
+# A test CA, a certificate it signed (used by scheduler, workers and client alike) and an
+# intruder's self-signed certificate; EC P-256, valid 2000-2100, made with `openssl ca`.
+TEST_PEM = {
+    "ca.crt": """-----BEGIN CERTIFICATE-----
+MIIBaTCCAQ+gAwIBAgIBATAKBggqhkjOPQQDAjAbMRkwFwYDVQQDDBBkZmFpcnBj
+YS10ZXN0LWNhMCAXDTAwMDEwMTAwMDAwMFoYDzIxMDAwMTAxMDAwMDAwWjAbMRkw
+FwYDVQQDDBBkZmFpcnBjYS10ZXN0LWNhMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcD
+QgAElFYrsjyVVWK1BcvTX1PCJo46S0tZOGBeL+h87ofjQKh2kZ051EXJ6bMhTj7R
+lu1YAzVrqhT8JbyztMLmv6etKKNCMEAwDwYDVR0TAQH/BAUwAwEB/zAOBgNVHQ8B
+Af8EBAMCAgQwHQYDVR0OBBYEFKOXJzSsE4CXQ/5cHGWjFvgva9NPMAoGCCqGSM49
+BAMCA0gAMEUCIQCXcvaa5kpzPJKciDFkEdQ2RYVV0S88lVe4q8AYsDMFuQIgC430
+hrqbzZ40C/7fpdZReHzIHIGKdxzTffryI4vfntY=
+-----END CERTIFICATE-----
+""",
+    "node.crt": """-----BEGIN CERTIFICATE-----
+MIIBejCCAR+gAwIBAgIBAjAKBggqhkjOPQQDAjAbMRkwFwYDVQQDDBBkZmFpcnBj
+YS10ZXN0LWNhMCAXDTAwMDEwMTAwMDAwMFoYDzIxMDAwMTAxMDAwMDAwWjAdMRsw
+GQYDVQQDDBJkZmFpcnBjYS10ZXN0LW5vZGUwWTATBgcqhkjOPQIBBggqhkjOPQMB
+BwNCAARoX6AhQ2d/TuKcB3dwrUeQBBKbmNbz2H1uivMbX75pujnyMb7gC47xAS82
+g2vjOUrWf7iCupwAS09nOtD9esD3o1AwTjAMBgNVHRMBAf8EAjAAMB0GA1UdDgQW
+BBRwB4rJvLm0eQfL64PWTCPjZAITWzAfBgNVHSMEGDAWgBSjlyc0rBOAl0P+XBxl
+oxb4L2vTTzAKBggqhkjOPQQDAgNJADBGAiEA0H9lCa7ZMxo+Rhl1tDmUSSRsDfco
+ybJKzroiABIMoUACIQDyLDNUqrwI56JOEzsK6lIirPLCGhHyRik8gx26RTveNQ==
+-----END CERTIFICATE-----
+""",
+    "node.key": """-----BEGIN EC PRIVATE KEY-----
+MHcCAQEEIPc37O4SzzIVy+r78kPtB7SSLvRy1t0101izWTlEat/PoAoGCCqGSM49
+AwEHoUQDQgAEaF+gIUNnf07inAd3cK1HkAQSm5jW89h9borzG1++abo58jG+4AuO
+8QEvNoNr4zlK1n+4grqcAEtPZzrQ/XrA9w==
+-----END EC PRIVATE KEY-----
+""",
+    "intruder.crt": """-----BEGIN CERTIFICATE-----
+MIIBWTCB/6ADAgECAgEDMAoGCCqGSM49BAMCMBMxETAPBgNVBAMMCGludHJ1ZGVy
+MCAXDTAwMDEwMTAwMDAwMFoYDzIxMDAwMTAxMDAwMDAwWjATMREwDwYDVQQDDAhp
+bnRydWRlcjBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABN5ScuJyaVrgkGkwEOaA
+W/2Lu5ZqfWBIyMyVnOip4nH4Di91nYEBYUOHRig1rcYNRCDkoPBnmcbJ1fhU+Hev
++g2jQjBAMA8GA1UdEwEB/wQFMAMBAf8wDgYDVR0PAQH/BAQDAgIEMB0GA1UdDgQW
+BBReZAK7V0syggox+x3E6Maxah8knTAKBggqhkjOPQQDAgNJADBGAiEApM01Wha/
+GCk7iPLHw30/NunxbYlT/k+w9PwztW2VF2QCIQD8bQ+16b8QKW0oYz4v69k+TDbn
+kJWypQ/KmBW6o3RwcQ==
+-----END CERTIFICATE-----
+""",
+    "intruder.key": """-----BEGIN EC PRIVATE KEY-----
+MHcCAQEEIOa6PA2d7h1tTowDc8WWidUv5U9G1xZbkkgCZZeaOK6MoAoGCCqGSM49
+AwEHoUQDQgAE3lJy4nJpWuCQaTAQ5oBb/Yu7lmp9YEjIzJWc6KnicfgOL3WdgQFh
+Q4dGKDWtxg1EIOSg8GeZxsnV+FT4d6/6DQ==
+-----END EC PRIVATE KEY-----
+""",
+}
+
+
+def test_tls_scheduler_admits_only_certificates_of_its_ca(tmp_path):
+    from distributed.security import Security
+
+    for name, text in TEST_PEM.items():
+        (tmp_path / name).write_text(text)
+    pem = {name: str(tmp_path / name) for name in TEST_PEM}
+    # the flags of cluster/tls.md
+    tls_args = ["--tls-ca-file", pem["ca.crt"], "--tls-cert", pem["node.crt"],
+                "--tls-key", pem["node.key"]]
+    member = Security(tls_ca_file=pem["ca.crt"], tls_client_cert=pem["node.crt"],
+                      tls_client_key=pem["node.key"], require_encryption=True)
+    intruder = Security(tls_ca_file=pem["intruder.crt"], tls_client_cert=pem["intruder.crt"],
+                        tls_client_key=pem["intruder.key"], require_encryption=True)
+    with DaskProcesses(tmp_path, host="tls://127.0.0.1", worker_hosts=["tls://127.0.0.1"],
+                       extra_args=tls_args) as procs:
+        with connect(scheduler_file=procs.scheduler_file, timeout=20, security=member) as client:
+            client.wait_for_workers(1, timeout=30)
+            assert describe(client).startswith("scheduler tls://127.0.0.1:")
+            X = np.random.default_rng(0).normal(size=(400, 5))
+            import dask.array as da
+
+            m = dfairpca.compute_moments(da.from_array(X, chunks=(100, 5)))
+            np.testing.assert_allclose(m.mean, X.mean(0))
+        with pytest.raises(SchedulerUnreachable, match="tls://127.0.0.1.*TLS handshake failed"):
+            with connect(scheduler_file=procs.scheduler_file, timeout=2, security=intruder):
+                pass
+        with pytest.raises(ValueError, match="no TLS client certificate"):
+            with connect(scheduler_file=procs.scheduler_file, timeout=2):
+                pass
+
+
+# ---------------------------------------------------------------- optional: virtual hosts
+NETNS = os.environ.get("DFAIRPCA_TEST_NETNS") == "1"
+
+
+class Netns:
+    """Two network namespaces (virtual hosts) on a bridge with the scheduler's address."""
+
+    def __init__(self):
+        tag = os.getpid() % 10000
+        self.bridge, self.names = f"dfpbr{tag}", [f"dfp{tag}w{i}" for i in range(2)]
+        net = 10 + os.getpid() % 240
+        self.host = f"10.213.{net}.1"
+        self.hosts = [f"10.213.{net}.{i + 2}" for i in range(2)]
+
+    def __enter__(self):
+        try:
+            self._ip("link", "add", self.bridge, "type", "bridge")
+            self._ip("addr", "add", f"{self.host}/24", "dev", self.bridge)
+            self._ip("link", "set", self.bridge, "up")
+            for i, ns in enumerate(self.names):
+                veth = f"dfpv{os.getpid() % 10000}{i}"
+                self._ip("netns", "add", ns)
+                self._ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+                self._ip("link", "set", veth, "master", self.bridge, "up")
+                self._ip("-n", ns, "addr", "add", f"{self.hosts[i]}/24", "dev", "eth0")
+                self._ip("-n", ns, "link", "set", "eth0", "up")
+                self._ip("-n", ns, "link", "set", "lo", "up")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for ns in self.names:
+            subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
+
+    @staticmethod
+    def _ip(*args):
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+if NETNS:  # defined only when asked for, so that the main suite never skips
+
+    def test_workers_on_separate_virtual_hosts(tmp_path, data):
+        path, labels, local = data
+        with Netns() as net:
+            procs = DaskProcesses(tmp_path, host=net.host, worker_hosts=net.hosts,
+                                  prefixes=[["ip", "netns", "exec", ns] for ns in net.names])
+            with procs, connect(scheduler_file=procs.scheduler_file, timeout=20) as client:
+                client.wait_for_workers(2, timeout=30)
+                hosts = sorted(w["host"] for w in client.scheduler_info()["workers"].values())
+                assert hosts == sorted(net.hosts)
+                Xz = dfairpca.from_zarr(path, "images", rows_per_chunk=250)
+                remote = dfairpca.FairPCA(6, compute_dtype="float64", split_every=3).fit(Xz, labels)
+                # partials crossed the bridge: some worker fetched data from the other host
+                moved = client.run(lambda dask_worker: sum(
+                    t["total"] for t in dask_worker.transfer_incoming_log))
+                assert sum(moved.values()) > 0
+        assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
