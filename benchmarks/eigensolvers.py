@@ -80,7 +80,7 @@ def main(argv=None):
         dt = time.perf_counter() - t0
         U, _ = np.linalg.qr(U - Q @ (Q.T @ U))  # common finishing step of every solver
         rows.append({"solver": name, "seconds": dt,
-                     "captured": float(np.einsum("dk,de,ek->", U, S, U)),
+                     "captured": float(np.sum((S @ U) * U)),
                      "constraint": float(np.abs(Q.T @ U).max())})
         print(json.dumps(rows[-1]), flush=True)
     best = max(r["captured"] for r in rows)

@@ -21,17 +21,19 @@ EIGEN_SOLVERS = ("auto", "dense", "randomized")
 
 
 def top_eigh(M: np.ndarray, k: int, solver: str = "dense", Q: np.ndarray | None = None,
-             rtol: float = 1e-10, seed: int = 0):
+             rtol: float = 1e-8, seed: int = 0):
     """Largest k eigenpairs of symmetric M, eigenvalues descending.
 
     ``solver="dense"`` is LAPACK (``eigh`` with ``subset_by_index``); "randomized" is block
     subspace iteration with Rayleigh-Ritz (:func:`subspace_iteration`), for PSD M.  Q
     (d, r), if given, is an orthonormal basis the eigenvectors must be orthogonal to.
-    "auto" is "dense" (see benchmarks/eigensolvers.py for the comparison behind it).
+    "auto" takes subspace iteration for ``d >= 2000`` and ``k <= d / 10`` and LAPACK
+    otherwise (benchmarks/eigensolvers.py: at d = 6400, k = 400 it is 1.6x faster than the
+    fastest LAPACK driver with the captured variance equal to 1e-9 relative).
     """
     d = M.shape[0]
     if solver == "auto":
-        solver = "dense"
+        solver = "randomized" if d >= 2000 and 10 * k <= d else "dense"
     if solver == "randomized" and k < d:
         return subspace_iteration(M, k, Q=Q, rtol=rtol, seed=seed)
     if solver not in EIGEN_SOLVERS:
@@ -45,7 +47,7 @@ def top_eigh(M: np.ndarray, k: int, solver: str = "dense", Q: np.ndarray | None 
     return w[::-1][:k], V[:, ::-1][:, :k]
 
 
-def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-10, max_iter: int = 100,
+def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_iter: int = 100,
                        oversample: int | None = None, seed: int = 0):
     """Top-k eigenpairs of PSD S (restricted to the complement of Q) by block iteration.
 
@@ -57,7 +59,7 @@ def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-10, max_i
     vectors are not defined.  Each step costs one (d x d) x (d x p) product.
     """
     d = S.shape[0]
-    p = min(d, k + (oversample if oversample is not None else max(16, k // 4)))
+    p = min(d, k + (oversample if oversample is not None else max(16, k // 2)))
     proj = (lambda A: A - Q @ (Q.T @ A)) if Q is not None and Q.shape[1] else (lambda A: A)
     V, _ = np.linalg.qr(proj(np.random.default_rng(seed).standard_normal((d, p))))
     prev = None

@@ -45,7 +45,7 @@ def explained_variance_pct(X, components) -> float:
     if U.ndim != 2 or U.shape[1] != Xa.shape[1]:
         raise ValueError(f"components must be (k, {Xa.shape[1]}); got {U.shape}")
     A = compute_moments(Xa).scatter
-    return float(100.0 * np.einsum("kd,de,ke->", U, A, U) / np.trace(A))
+    return float(100.0 * np.sum((U @ A) * U) / np.trace(A))
 
 
 def _sample_rows(Y, idx, max_samples, rng):

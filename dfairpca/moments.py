@@ -332,11 +332,47 @@ class Moments:
         return cls.from_arrays(arrays, meta)
 
 
-def _fill_lower(S: np.ndarray) -> np.ndarray:
-    """Symmetric float64 matrix from the upper triangle of S."""
-    U = np.triu(np.asarray(S, dtype=np.float64))
-    U += np.triu(U, 1).T
-    return U
+def _fill_lower(S: np.ndarray, block: int = 512) -> np.ndarray:
+    """Symmetric float64 matrix from the upper triangle of S (in place when S is float64).
+
+    Copies the strictly upper part onto the lower one block column by block column, one
+    pass over the matrix and no d x d temporary.
+    """
+    S = np.asarray(S, dtype=np.float64)
+    d = S.shape[0]
+    for j in range(0, d, block):
+        e = min(d, j + block)
+        B = S[j:e, j:e]
+        B[...] = np.triu(B) + np.triu(B, 1).T
+        S[e:, j:e] = S[j:e, e:].T
+    return S
+
+
+def _accumulate(mats, delta: np.ndarray, weights: np.ndarray, upper: bool) -> np.ndarray:
+    """``sum(mats) + delta^T diag(weights) delta`` in float64, adding in place.
+
+    ``mats`` are scatter matrices of the parts (float32 or float64); the rank-p term is the
+    Chan et al. correction for the parts' different means.  With ``upper`` only the upper
+    triangle is meaningful and the correction is a BLAS ``dsyrk`` into it.
+    """
+    out = np.array(_fortran(mats[0], upper), dtype=np.float64, order="F")
+    for M in mats[1:]:
+        out += _fortran(M, upper)
+    A = delta * np.sqrt(weights)[:, None]  # (parts, d)
+    if upper:
+        return scipy.linalg.blas.dsyrk(1.0, A.T, beta=1.0, c=out, trans=0, lower=0, overwrite_c=1)
+    out += A.T @ A
+    return out
+
+
+def _fortran(M: np.ndarray, upper: bool) -> np.ndarray:
+    """M laid out column-major without a copy where possible (a full symmetric matrix in
+    row-major order is its own transpose)."""
+    if M.flags.f_contiguous:
+        return M
+    if not upper and M.flags.c_contiguous:
+        return M.T
+    return np.asfortranarray(M)
 
 
 def merge(parts: Sequence[Moments]) -> Moments:
@@ -374,9 +410,8 @@ def merge(parts: Sequence[Moments]) -> Moments:
     means = np.stack([q.mean for q in live])
     mean = (ns @ means) / n
     delta = means - mean  # (parts, d): mean of each part minus the new mean
-    scatter = (delta.T * ns) @ delta
-    for q in live:
-        scatter += q.scatter  # in place, float64 whatever the part's dtype
+    upper = any(q.upper for q in live)
+    scatter = _accumulate([q.scatter for q in live], delta, ns, upper)
     attrs = []
     for j in range(p):
         counts = sum(q.attributes[j].counts for q in live)
@@ -389,14 +424,16 @@ def merge(parts: Sequence[Moments]) -> Moments:
         gsc = None
         if group_scatter:
             gsc = np.zeros((len(counts), d, d))
-            for i, q in enumerate(live):
-                a = q.attributes[j]
-                for g in np.flatnonzero(a.counts):
-                    shift = rel[i][g] - dev[g]
-                    gsc[g] += a.scatter[g]
-                    gsc[g] += a.counts[g] * np.outer(shift, shift)
+            for g in range(len(counts)):
+                has = [i for i, q in enumerate(live) if q.attributes[j].counts[g] > 0]
+                if has:
+                    gsc[g] = _accumulate(
+                        [live[i].attributes[j].scatter[g] for i in has],
+                        np.stack([rel[i][g] - dev[g] for i in has]),
+                        np.array([live[i].attributes[j].counts[g] for i in has], np.float64),
+                        upper,
+                    )
         attrs.append(AttributeMoments(cats[j], counts.astype(np.int64), dev, gsc))
-    upper = any(q.upper for q in live)
     return Moments(n, mean, scatter, attrs, n_bad, bad_rows, max(q.precision for q in live), upper)
 
 

@@ -368,8 +368,14 @@ def test_eigen_solvers_agree_with_oracle(solver):
     X, g = make_data(2000, 60, (3, 2), seed=31, decay=0.9)
     ref = oracle.fair_pca(X, g, 8)
     est = dfairpca.FairPCA(8, eigen_solver=solver).fit(X, np.column_stack(g))
-    assert max_angle_deg(est.components_.T, ref) < 1e-4
+    # subspace iteration stops on the captured variance (1e-8 relative), so vectors are
+    # accurate to about the square root of that
+    tol = 1e-6 if solver == "dense" else 0.05
+    assert max_angle_deg(est.components_.T, ref) < tol
+    C = np.cov(X.T)
+    captured = lambda U: np.sum((U.T @ C) * U.T)
+    assert captured(est.components_.T) == pytest.approx(captured(ref), rel=1e-8)
     pca = dfairpca.PCA(8, eigen_solver=solver).fit(X)
-    assert max_angle_deg(pca.components_.T, oracle.pca(X, 8)) < 1e-4
+    assert max_angle_deg(pca.components_.T, oracle.pca(X, 8)) < tol
     with pytest.raises(ValueError, match="eigen_solver must be one of"):
         dfairpca.PCA(2, eigen_solver="arpack").fit(X)
