@@ -14,6 +14,10 @@ and all its children (the Dask workers) every 50 ms.  Measured in the same run:
   the chunks), scikit-learn PCA on the in-memory float32 array, and the paper's own
   approach in memory (dense numpy fair PCA with an explicit null-space basis R).
 
+Accuracy: every method's components are scored by the variance they capture,
+``trace(U^T S U)`` with S the float64 covariance, against the optimum of their own problem
+(PCA or fair PCA, float64 dense solve), and by the fairness constraint ``max |U q|``.
+
 Results (markdown table + JSON) go to ``benchmarks/results/``.
 """
 
@@ -116,7 +120,12 @@ def m_limit(store, n, k):
     return {"pass_s": t_pass, "eig_s": t_eig, "gflops": 2 * n * D * D / t_pass / 1e9}
 
 
-def _fit_dfairpca(store, n, k, solver="auto", dtype="auto"):
+def save_components(store, U, tag):
+    """Components for the accuracy column, computed by the driver afterwards."""
+    np.save(Path(store).parent / f"U_{tag}_{Path(store).stem}.npy", np.asarray(U, np.float64))
+
+
+def _fit_dfairpca(store, n, k, tag, solver="auto", dtype="auto"):
     import dfairpca
 
     X = dfairpca.from_zarr(store, "images")
@@ -126,6 +135,7 @@ def _fit_dfairpca(store, n, k, solver="auto", dtype="auto"):
     total = time.perf_counter() - t0
     t1 = time.perf_counter()
     est.fit_statistics(est.statistics_)  # the local solve alone
+    save_components(store, est.components_, tag)
     return est, {"fit_s": total, "solve_s": time.perf_counter() - t1}
 
 
@@ -134,7 +144,7 @@ def m_dfairpca_cluster(store, n, k):
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None) as c, Client(c):
-        est, t = _fit_dfairpca(store, n, k)
+        est, t = _fit_dfairpca(store, n, k, "dfairpca_cluster")
     return t
 
 
@@ -142,7 +152,7 @@ def m_dfairpca_threads(store, n, k):
     import dask
 
     with dask.config.set(scheduler="threads", num_workers=2):
-        est, t = _fit_dfairpca(store, n, k)
+        est, t = _fit_dfairpca(store, n, k, "dfairpca_threads")
     return t
 
 
@@ -155,8 +165,10 @@ def m_daskml(store, n, k, solver):
     X = dfairpca.from_zarr(store, "images").reshape(n, D).astype(np.float32)
     X = X.rechunk({0: 4096, 1: -1})
     t0 = time.perf_counter()
-    PCA(n_components=k, svd_solver=solver, random_state=0).fit(X)
-    return {"fit_s": time.perf_counter() - t0}
+    est = PCA(n_components=k, svd_solver=solver, random_state=0).fit(X)
+    t = time.perf_counter() - t0
+    save_components(store, est.components_, f"daskml_{solver}")
+    return {"fit_s": t}
 
 
 def m_ipca(store, n, k):
@@ -169,7 +181,9 @@ def m_ipca(store, n, k):
     ipca = IncrementalPCA(n_components=k)
     for s in range(0, n, rows):
         ipca.partial_fit(im[s : s + rows].reshape(-1, D).astype(np.float32))
-    return {"fit_s": time.perf_counter() - t0}
+    t = time.perf_counter() - t0
+    save_components(store, ipca.components_, "ipca")
+    return {"fit_s": t}
 
 
 def m_sklearn(store, n, k, solver):
@@ -177,8 +191,10 @@ def m_sklearn(store, n, k, solver):
 
     X = load_dense(store, n)
     t0 = time.perf_counter()
-    PCA(n_components=k, svd_solver=solver, random_state=0).fit(X)
-    return {"fit_s": time.perf_counter() - t0, "note": "data loaded before timing"}
+    est = PCA(n_components=k, svd_solver=solver, random_state=0).fit(X)
+    t = time.perf_counter() - t0
+    save_components(store, est.components_, f"sklearn_{solver}")
+    return {"fit_s": t, "note": "data loaded before timing"}
 
 
 def m_paper(store, n, k):
@@ -194,9 +210,23 @@ def m_paper(store, n, k):
     H = R.T @ (X.T @ X) @ R
     s = H.shape[0]
     _, L = scipy.linalg.eigh(H, subset_by_index=[s - k, s - 1])
-    _ = R @ L
-    return {"fit_s": time.perf_counter() - t0, "note": "data loaded before timing"}
+    U = R @ L
+    t = time.perf_counter() - t0
+    save_components(store, U.T, "paper")
+    return {"fit_s": t, "note": "data loaded before timing"}
 
+
+#: which saved components belong to which method, and whether the problem is fair PCA
+TAGS = {
+    "dfairpca (local cluster, 2 procs)": ("dfairpca_cluster", True),
+    "dfairpca (threads)": ("dfairpca_threads", True),
+    "dask-ml PCA tsqr": ("daskml_tsqr", False),
+    "dask-ml PCA randomized": ("daskml_randomized", False),
+    "sklearn IncrementalPCA": ("ipca", False),
+    "sklearn PCA covariance_eigh (in memory)": ("sklearn_covariance_eigh", False),
+    "sklearn PCA randomized (in memory)": ("sklearn_randomized", False),
+    "paper's fair PCA (in memory, float64)": ("paper", True),
+}
 
 METHODS = {
     "limit": m_limit,
@@ -253,7 +283,35 @@ def main(argv=None):
             res.update(method=method, n=n)
             print(json.dumps(res), flush=True)
             rows.append(res)
+        accuracy(store, n, args.k, [r for r in rows if r["n"] == n])
     write(rows, args)
+
+
+def accuracy(store, n, k, rows):
+    """Captured variance of every method against the float64 optimum of its own problem."""
+    import dask
+
+    import dfairpca
+
+    with dask.config.set(scheduler="threads"):
+        ref = dfairpca.FairPCA(k, compute_dtype="float64", eigen_solver="dense").fit(
+            dfairpca.from_zarr(store, "images"), groups(store))
+    m = ref.statistics_
+    S = m.scatter / (m.n - 1)
+    captured = lambda U: float(np.sum((U @ S) * U))
+    opt = {True: captured(ref.components_),
+           False: captured(dfairpca.PCA(k, eigen_solver="dense").fit_statistics(m).components_)}
+    q = ref.constraint_basis_
+    for r in rows:
+        tag = TAGS.get(r["method"])
+        f = Path(store).parent / f"U_{tag[0]}_{Path(store).stem}.npy" if tag else None
+        if f is None or not f.exists() or "error" in r:
+            continue
+        U = np.load(f)
+        U = np.linalg.qr(U.T)[0].T  # orthonormalise (randomized SVDs are not exactly)
+        r["gap"] = (opt[tag[1]] - captured(U)) / opt[tag[1]]
+        r["fair"] = float(np.abs(U @ q).max())
+        f.unlink()
 
 
 def write(rows, args):
@@ -263,15 +321,15 @@ def write(rows, args):
     lines = [
         f"Command: `python benchmarks/bench_fit.py --n {' '.join(map(str, args.n))} --k {args.k}`",
         "",
-        "| n | method | wall s | ratio to limit | peak RSS GB | note |",
-        "|---|---|---|---|---|---|",
+        "| n | method | wall s | ratio to limit | peak RSS GB | captured variance gap to optimum | max abs(U q) | note |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for n in args.n:
         lim = next((r for r in rows if r["n"] == n and r["method"] == "limit" and "error" not in r), None)
         limit = lim["pass_s"] + lim["eig_s"] if lim else None
         for r in (r for r in rows if r["n"] == n):
             if "error" in r:
-                lines.append(f"| {n:,} | {r['method']} | — | — | — | {r['error']} |")
+                lines.append(f"| {n:,} | {r['method']} | — | — | — | — | — | {r['error']} |")
                 continue
             t = r["pass_s"] + r["eig_s"] if r["method"] == "limit" else r["fit_s"]
             if r["method"] == "limit":
@@ -281,7 +339,9 @@ def write(rows, args):
             else:
                 note = r.get("note", "")
             ratio = f"{t / limit:.2f}" if limit else "—"
-            lines.append(f"| {n:,} | {r['method']} | {t:.1f} | {ratio} | {r['peak_rss_gb']:.2f} | {note} |")
+            gap = f"{r['gap']:.1e}" if "gap" in r else "—"
+            fair = f"{r['fair']:.0e}" if "fair" in r else "—"
+            lines.append(f"| {n:,} | {r['method']} | {t:.1f} | {ratio} | {r['peak_rss_gb']:.2f} | {gap} | {fair} | {note} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["as_data", "encode_groups", "binary_target", "Groups", "compute_dtype_for"]
+__all__ = ["as_data", "encode_groups", "binary_target", "Groups", "compute_dtype_for", "check_n_features"]
 
 
 def _is_dask(x) -> bool:
@@ -55,6 +55,15 @@ def as_data(X, what: str = "X"):
     if arr.dtype == bool:
         arr = arr.astype(np.uint8)
     return arr
+
+
+def check_n_features(estimator, d: int) -> None:
+    """Raise if X's d features differ from those the estimator was fitted with."""
+    if d != estimator.n_features_in_:
+        raise ValueError(
+            f"X has {d} features, but {type(estimator).__name__} was fitted with "
+            f"{estimator.n_features_in_} features"
+        )
 
 
 def compute_dtype_for(dtype, requested="auto") -> np.dtype:

@@ -16,7 +16,7 @@ from sklearn.exceptions import NotFittedError
 
 from . import _solvers
 from ._engine import compute_moments
-from ._validation import as_data, binary_target, compute_dtype_for, encode_groups
+from ._validation import as_data, binary_target, check_n_features, compute_dtype_for, encode_groups
 from .moments import Moments, _categories_from_json, _categories_to_json, merge
 
 __all__ = ["PCA", "FairPCA", "load"]
@@ -118,11 +118,7 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         self._check_fitted()
         Xa = as_data(X)
         d = Xa.shape[1]
-        if d != self.n_features_in_:
-            raise ValueError(
-                f"X has {d} features, but {type(self).__name__} was fitted with "
-                f"{self.n_features_in_} features"
-            )
+        check_n_features(self, d)
         dtype = compute_dtype_for(Xa.dtype, self.compute_dtype)
         W = self._projection()
         scale = np.ones(d) if self.scale_ is None else self.scale_

@@ -67,7 +67,7 @@ from sklearn.metrics import pairwise
 
 from . import _solvers
 from ._engine import compute_moments
-from ._validation import as_data, binary_target, encode_groups
+from ._validation import as_data, binary_target, check_n_features, encode_groups
 from .decomposition import CONSTRAINTS, FairPCA
 
 __all__ = ["FairKernelPCA", "KERNELS", "exact_fit_bytes"]
@@ -473,11 +473,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
 
         Xa = as_data(X)
         d = Xa.shape[1]
-        if d != self.n_features_in_:
-            raise ValueError(
-                f"X has {d} features, but {type(self).__name__} was fitted with "
-                f"{self.n_features_in_} features"
-            )
+        check_n_features(self, d)
         kern = self._kernel_function(self.gamma_)
         if isinstance(Xa, da.Array):
             return _expand_lazily(Xa, self.basis_, self.dual_coef_, self.offset_, kern)
