@@ -66,6 +66,16 @@ def compute_moments(
         for b, s, e in zip(blocks, bounds[:-1], bounds[1:])
     ]
     merge_fn = delayed(_merge_list, pure=True)
+    if len(parts) > split_every:
+        # first level: chains, each folding split_every partials one at a time, so a partial
+        # is merged as soon as it exists instead of waiting for its siblings
+        chains = []
+        for i in range(0, len(parts), split_every):
+            acc = parts[i]
+            for j, q in enumerate(parts[i + 1 : i + split_every]):
+                acc = merge_fn([acc, q], False, j > 0)  # a chain's own sum is reused in place
+            chains.append(acc)
+        parts = chains
     while len(parts) > split_every:
         parts = [merge_fn(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
     root = merge_fn(parts, True)  # the last merge also fills the lower triangles
@@ -83,8 +93,8 @@ def _chunk_moments(block, codes, mask, offset, kw):
     return Moments.from_chunk(block, codes, mask=mask, row_offset=offset, symmetric=False, **kw)
 
 
-def _merge_list(parts, final=False):
-    out = merge(parts)
+def _merge_list(parts, final=False, reuse_first=False):
+    out = merge(parts, reuse_first=reuse_first)
     return out.symmetrize() if final else out
 
 

@@ -357,14 +357,19 @@ def _fill_lower(S: np.ndarray, block: int = 512) -> np.ndarray:
     return S
 
 
-def _accumulate(mats, delta: np.ndarray, weights: np.ndarray, upper: bool) -> np.ndarray:
+def _accumulate(mats, delta: np.ndarray, weights: np.ndarray, upper: bool,
+                reuse_first: bool = False) -> np.ndarray:
     """``sum(mats) + delta^T diag(weights) delta`` in float64, adding in place.
 
     ``mats`` are scatter matrices of the parts (float32 or float64); the rank-p term is the
     Chan et al. correction for the parts' different means.  With ``upper`` only the upper
     triangle is meaningful and the correction is a BLAS ``dsyrk`` into it.
     """
-    out = np.array(_fortran(mats[0], upper), dtype=np.float64, order="F")
+    first = _fortran(mats[0], upper)
+    if reuse_first and first.dtype == np.float64 and first.flags.f_contiguous and first.flags.writeable:
+        out = first
+    else:
+        out = np.array(first, dtype=np.float64, order="F")
     for M in mats[1:]:
         out += _fortran(M, upper)
     A = delta * np.sqrt(weights)[:, None]  # (parts, d)
@@ -384,12 +389,14 @@ def _fortran(M: np.ndarray, upper: bool) -> np.ndarray:
     return np.asfortranarray(M)
 
 
-def merge(parts: Sequence[Moments]) -> Moments:
+def merge(parts: Sequence[Moments], *, reuse_first: bool = False) -> Moments:
     """Statistics of the union of several parts.
 
     Exact (up to rounding) for any split of the rows; parts may have seen different group
     labels, which are aligned onto the sorted union.  Parts with ``n == 0`` contribute
-    only their NaN bookkeeping.
+    only their NaN bookkeeping.  ``reuse_first=True`` lets the result take over the first
+    part's float64 scatter matrix (the caller must not use that part again): the engine's
+    chains of merges then add each new chunk in place instead of copying 8 d^2 bytes.
     """
     parts = list(parts)
     if not parts:
@@ -420,7 +427,8 @@ def merge(parts: Sequence[Moments]) -> Moments:
     mean = (ns @ means) / n
     delta = means - mean  # (parts, d): mean of each part minus the new mean
     upper = any(q.upper for q in live)
-    scatter = _accumulate([q.scatter for q in live], delta, ns, upper)
+    scatter = _accumulate([q.scatter for q in live], delta, ns, upper,
+                          reuse_first and live[0] is parts[0])
     attrs = []
     for j in range(p):
         counts = sum(q.attributes[j].counts for q in live)
