@@ -52,7 +52,8 @@ def compute_moments(
             e = min(n, s + rows)
             part = Moments.from_chunk(X[s:e], _sl(codes, s, e), mask=_sl(mask, s, e), row_offset=row_offset + s,
                                       symmetric=False, **kw)
-            total = part if total is None else merge([total, part])
+            # the running float64 sum is ours: add each block into it in place
+            total = part if total is None else merge([total, part], reuse_first=True)
         return total.symmetrize()
 
     import dask
