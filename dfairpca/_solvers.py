@@ -75,15 +75,15 @@ def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_it
     return w[::-1][:k], V[:, :k]
 
 
-def constraint_basis(C: np.ndarray, atol: float = 0.0, rtol: float | None = None) -> np.ndarray:
+def constraint_basis(C: np.ndarray, rtol: float | None = None) -> np.ndarray:
     """Orthonormal basis (d, r) of the row space of C (the constraint directions).
 
-    Rows whose norm is at most ``atol`` are noise and dropped; singular values below
-    ``rtol * s_max`` count as rank deficiency (default ``10 * max(C.shape) * eps``, the
-    rule of ``scipy.linalg.null_space``).
+    Zero rows (groups without signal, see ``FairPCA.fit_statistics``) are dropped; singular
+    values below ``rtol * s_max`` count as rank deficiency (default
+    ``10 * max(C.shape) * eps``, the rule of ``scipy.linalg.null_space``).
     """
     d = C.shape[1]
-    C = C[np.linalg.norm(C, axis=1) > atol]
+    C = C[np.any(C != 0, axis=1)]
     if C.shape[0] == 0:
         return np.zeros((d, 0))
     U, s, _ = scipy.linalg.svd(C.T, full_matrices=False)
