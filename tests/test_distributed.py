@@ -20,7 +20,7 @@ def test_fit_on_cluster_equals_local_fit_and_reads_zarr_in_workers(client, tmp_p
     assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
     # the work ran on the workers: their task logs record the chunk tasks
     logs = client.run(lambda dask_worker: [str(k) for k in dask_worker.state.log])
-    assert sum("_chunk_moments" in str(entry) for log in logs.values() for entry in log) >= 12
+    assert sum("_fold" in str(entry) for log in logs.values() for entry in log) >= 12
     Y = remote.transform(Xz)
     assert isinstance(Y, da.Array)
     Yc = Y.compute()

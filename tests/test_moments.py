@@ -109,3 +109,58 @@ def test_merge_rejects_mismatched_parts():
     b = Moments.from_chunk(np.ones((3, 4)))
     with pytest.raises(ValueError, match="4 and 2 features"):
         merge([a, b])
+
+
+@settings(max_examples=30, deadline=None)
+@given(d=st.integers(1, 40), width=st.integers(1, 17), seed=st.integers(0, 2**16))
+def test_upper_panels_hold_the_upper_triangle(d, width, seed):
+    from dfairpca.moments import UpperPanels
+
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((d, d))
+    S = A + A.T
+    M = np.triu(S).astype(np.float32)
+    M[np.tril_indices(d, -1)] = np.nan  # whatever lies below the diagonal is never read
+    P = UpperPanels(d, width)
+    P.add(M).add(np.asfortranarray(M))
+    B = rng.standard_normal((3, d))
+    P.add_gram(B)
+    expect = 2 * np.triu(S).astype(np.float32).astype(np.float64)
+    expect = np.triu(expect) + np.triu(expect, 1).T + B.T @ B
+    np.testing.assert_allclose(P.to_full(), expect, rtol=1e-12, atol=1e-12)
+    assert P.nbytes < 8 * (d * d / 2 + d * width / 2 + d) + 1
+    # adding panels of another width, copying, pickling
+    Q = UpperPanels.from_upper(P)
+    Q.add(UpperPanels.from_upper(expect) if width == 1 else UpperPanels(d, width + 1).add(expect))
+    np.testing.assert_allclose(Q.to_full(), 2 * expect, rtol=1e-12, atol=1e-12)
+    import pickle
+
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(P)).to_full(), P.to_full())
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(4, 120), d=st.integers(1, 9), width=st.integers(1, 5),
+       cuts=st.lists(st.integers(1, 119), max_size=6), seed=st.integers(0, 2**16))
+def test_a_pass_folding_chunks_in_place_equals_the_whole(n, d, width, cuts, seed):
+    """The engine's path: upper-triangle float32 chunks folded into one float64 sum in place."""
+    import dfairpca.moments as mm
+
+    old = mm.PANEL_WIDTH
+    mm.PANEL_WIDTH = width
+    try:
+        X, g = make_data(n, d, (3,), seed=seed)
+        X = X + 50.0  # an offset, which the pairwise update must not lose
+        labels = [g[0]]
+        cats = [np.arange(3)]
+        bounds = sorted({0, n, *[c for c in cuts if c < n]})
+        total = None
+        for s, e in zip(bounds[:-1], bounds[1:]):
+            codes = g[0][s:e, None]
+            part = Moments.from_chunk(X[s:e], codes, cats, symmetric=False, dtype=np.float64,
+                                      group_scatter=True)
+            assert part.upper
+            total = part if total is None else merge([total, part], reuse_first=True)
+        assert isinstance(total.scatter, mm.UpperPanels) or len(bounds) == 2
+        assert_matches(total.symmetrize(), X, labels, cats)
+    finally:
+        mm.PANEL_WIDTH = old

@@ -1,0 +1,74 @@
+"""The pass itself: chains of in-place folds, one per worker thread, reading their own chunks."""
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+import dfairpca
+from dfairpca._engine import _Block, _block_sources, compute_moments
+from oracle import make_data
+
+
+def _data(n=900, d=12, seed=3):
+    X, g = make_data(n, d, (3,), seed=seed)
+    return X + 20.0, g[0][:, None]
+
+
+def _same(a, b, rtol=1e-10):
+    assert a.n == b.n
+    scale = np.abs(b.scatter).max()
+    np.testing.assert_allclose(a.mean, b.mean, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(a.scatter, b.scatter, rtol=rtol, atol=rtol * scale)
+    for x, y in zip(a.attributes, b.attributes):
+        np.testing.assert_array_equal(x.counts, y.counts)
+        np.testing.assert_allclose(x.deviation, y.deviation, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("n_chains", [1, 2, 3, 7, 50])
+def test_any_number_of_chains_gives_the_statistics_of_the_whole(n_chains):
+    X, codes = _data()
+    whole = compute_moments(X, codes, [np.arange(3)])
+    Xd = da.from_array(X, chunks=(64, -1))  # 15 chunks
+    with dask.config.set(scheduler="threads"):
+        part = compute_moments(Xd, codes, [np.arange(3)], n_chains=n_chains, split_every=2)
+    assert not part.upper and part.scatter.shape == (12, 12)
+    _same(part, whole)
+
+
+def test_chunks_are_read_inside_the_fold_unless_they_share_work(tmp_path):
+    X, codes = _data()
+    z = zarr.open_group(str(tmp_path / "s.zarr"), mode="w")
+    z.create_array("x", shape=X.shape, chunks=(100, 12), dtype="f8")[:] = X
+    Xz = dfairpca.from_zarr(tmp_path / "s.zarr", "x", rows_per_chunk=200)
+    blocks = _block_sources(Xz)
+    assert len(blocks) == 5 and all(isinstance(b, _Block) for b in blocks)
+    np.testing.assert_array_equal(blocks[1].compute(), X[200:400])
+    # a graph whose chunks share work (here a statistic of all of X) keeps its chunks as
+    # dependencies: inlining would recompute the shared part once per chunk
+    shared = Xz - Xz.mean(axis=0)
+    assert not any(isinstance(b, _Block) for b in _block_sources(shared))
+    split = Xz.rechunk((150, 12))  # a rechunk that splits stored chunks also shares reads
+    assert not any(isinstance(b, _Block) for b in _block_sources(split))
+    whole = compute_moments(X, codes, [np.arange(3)])
+    for A in (Xz, split, shared + Xz.mean(axis=0)):
+        _same(compute_moments(A, codes, [np.arange(3)], n_chains=2), whole, rtol=1e-9)
+
+
+def test_running_sums_stay_on_their_workers(client, tmp_path):
+    """The only d x d objects that travel are the chains' sums at the final merge (and the
+    result): chunks are read and folded where their chain's sum lives."""
+    X, codes = _data(2400, 30)
+    z = zarr.open_group(str(tmp_path / "s.zarr"), mode="w")
+    z.create_array("x", shape=X.shape, chunks=(100, 30), dtype="f8")[:] = X
+    Xz = dfairpca.from_zarr(tmp_path / "s.zarr", "x", rows_per_chunk=100)  # 24 chunks
+    client.run(lambda dask_worker: dask_worker.transfer_incoming_log.clear())
+    m = compute_moments(Xz, codes, [np.arange(3)])
+    _same(m, compute_moments(X, codes, [np.arange(3)]), rtol=1e-9)
+    moved = client.run(lambda dask_worker: [str(k) for t in dask_worker.transfer_incoming_log
+                                            for k in t["keys"]])
+    moved = [k for keys in moved.values() for k in keys]
+    assert sum("_fold" in k for k in moved) <= 1, moved  # 2 chains: one sum joins the other
+    logs = client.run(lambda dask_worker: sum("_fold" in str(e) for e in dask_worker.state.log))
+    assert all(c > 0 for c in logs.values()), logs  # both workers folded chunks
