@@ -318,8 +318,13 @@ def write(rows, args):
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    cmd = f"python benchmarks/bench_fit.py --n {' '.join(map(str, args.n))} --k {args.k}"
+    if args.methods != list(METHODS):
+        cmd += " --methods " + " ".join(f'"{m}"' if " " in m else m for m in args.methods)
+    if Path(args.out).resolve() != (HERE / "results" / "fit").resolve():
+        cmd += f" --out {os.path.relpath(args.out, HERE.parent)}"
     lines = [
-        f"Command: `python benchmarks/bench_fit.py --n {' '.join(map(str, args.n))} --k {args.k}`",
+        f"Command: `{cmd}`",
         "",
         "| n | method | wall s | ratio to limit | peak RSS GB | captured variance gap to optimum | max abs(U q) | note |",
         "|---|---|---|---|---|---|---|---|",

@@ -21,6 +21,8 @@ __all__ = ["compute_moments"]
 
 #: bytes of input per block when walking a numpy array
 NUMPY_BLOCK_BYTES = 64 << 20
+#: data shared by every chunk (pickled size) up to which it is copied into each fold task
+SHARED_INLINE_BYTES = 1 << 20
 
 
 def compute_moments(
@@ -67,18 +69,24 @@ def compute_moments(
     from dask import delayed
 
     bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(int)
-    blocks = _block_sources(X)
+    blocks, shared = _block_sources(X)
     # one chain per thread of the cluster: each folds its run of row chunks, one at a time,
     # into a single running sum (upper-triangle float64 panels updated in place), so what a
     # process holds is its threads' sums plus the chunk at hand, whatever n is
-    width = max(1, min(len(blocks), n_chains or _parallelism()))
+    slots = _worker_slots()  # one entry per thread of the active Client's workers
+    width = max(1, min(len(blocks), n_chains or len(slots) or _local_threads()))
     fold = delayed(_fold, pure=True)
     parts = []
-    for run in np.array_split(np.arange(len(blocks)), width):
+    for c, run in enumerate(np.array_split(np.arange(len(blocks)), width)):
+        # a chain prefers its own worker (else Dask would put every chain next to the data
+        # the folds share); allow_other_workers lets another take over if it dies
+        where = dict(workers=[slots[c % len(slots)]], allow_other_workers=True) if slots else {}
         acc = None
-        for i in run:
-            s, e = bounds[i], bounds[i + 1]
-            acc = fold(acc, blocks[i], _sl(codes, s, e), _sl(mask, s, e), row_offset + int(s), kw)
+        with dask.annotate(**where):
+            for i in run:
+                s, e = bounds[i], bounds[i + 1]
+                acc = fold(acc, blocks[i], shared, _sl(codes, s, e), _sl(mask, s, e),
+                           row_offset + int(s), kw)
         parts.append(acc)
     merge_fn = delayed(_merge_list, pure=True)
     while len(parts) > 1:  # the chains' sums: a tree of fan-in split_every, in place
@@ -91,39 +99,45 @@ def compute_moments(
     return result.symmetrize()
 
 
-def _block_sources(X) -> list:
-    """What each fold task gets for its row chunk: a :class:`_Block` that it computes itself.
+def _block_sources(X) -> tuple[list, dict]:
+    """What each fold task gets for its row chunk, and the data shared by all chunks.
 
-    A chunk that is its own small graph (read a Zarr chunk, cast, scale...) is read inside
-    the task that folds it.  Were the reads separate tasks, they would be ready from the
-    start and idle workers would run them far ahead of the chains, holding chunks of X in
-    memory.  A graph whose chunks share work (a rechunk that splits chunks, a statistic of
-    all of X) or large data cannot be split like that; its chunks stay task dependencies.
+    A chunk whose graph is its own (read a Zarr chunk, cast, expand through a kernel...)
+    becomes a :class:`_Block` that the fold computes itself.  Were the reads separate
+    tasks, they would be ready from the start and idle workers would run them far ahead of
+    the chains, holding chunks of X in memory.  Small data every chunk uses (the Zarr
+    array object) is copied into every block; large data (Nyström landmarks) stays one key
+    of the graph, a dependency of every fold, so it travels once per worker.  A graph whose chunks share *work* (a rechunk that splits
+    chunks, a statistic of all of X) cannot be split like that: its chunks stay plain
+    task dependencies.
     """
     import pickle
 
     from dask.core import flatten, istask
+    from dask.delayed import Delayed
     from dask.optimization import cull
 
     keys = list(flatten(X.__dask_keys__()))
+    fallback = (list(X.to_delayed().ravel()), {})
     try:
         dsk = dict(X.__dask_optimize__(X.__dask_graph__(), keys))
         subs = [cull(dsk, k)[0] for k in keys]
     except Exception:  # an exotic graph: let Dask schedule it as it stands
-        return list(X.to_delayed().ravel())
+        return fallback
     seen: dict = {}
     for sub in subs:
         for k in sub:
             seen[k] = seen.get(k, 0) + 1
-    shared = [k for k, c in seen.items() if c > 1]
-    try:
-        shared_bytes = sum(len(pickle.dumps(dsk[k])) for k in shared)
+    shared = {k for k, c in seen.items() if c > 1}
+    if any(istask(dsk[k]) for k in shared):
+        return fallback
+    try:  # small shared data (the Zarr array object) is simply copied into every fold
+        shared = {k for k in shared if len(pickle.dumps(dsk[k])) > SHARED_INLINE_BYTES}
     except Exception:
-        shared_bytes = None
-    # shared keys are fine only as small data (the Zarr array object), never as tasks
-    if shared_bytes is None or shared_bytes > 1 << 20 or any(istask(dsk[k]) for k in shared):
-        return list(X.to_delayed().ravel())
-    return [_Block(sub, k, X.name) for sub, k in zip(subs, keys)]
+        pass
+    deps = {k: Delayed(k, {k: dsk[k]}) for k in shared}
+    blocks = [_Block({k: v for k, v in sub.items() if k not in shared}, k, X.name) for sub, k in zip(subs, keys)]
+    return blocks, deps
 
 
 class _Block:
@@ -135,24 +149,27 @@ class _Block:
     def __dask_tokenize__(self):
         return ("dfairpca-block", self.name, str(self.key))
 
-    def compute(self):
+    def compute(self, shared: dict | None = None):
         import dask
 
-        return dask.get(self.graph, self.key)
+        return dask.get({**self.graph, **(shared or {})}, self.key)
 
 
-def _parallelism() -> int:
-    """Threads that can run tasks: the active Client's workers', else Dask's local pool."""
-    import os
-
+def _worker_slots() -> list:
+    """The active Client's worker addresses, each repeated once per thread ([] without one)."""
     try:
         from distributed import get_client
 
-        threads = sum(get_client().nthreads().values())
-        if threads:
-            return threads
+        nthreads = get_client().nthreads()
     except (ImportError, ValueError):
-        pass
+        return []
+    return [addr for addr, t in sorted(nthreads.items()) for _ in range(t)]
+
+
+def _local_threads() -> int:
+    """Threads of Dask's local scheduler (the default threaded pool unless configured)."""
+    import os
+
     import dask
 
     if dask.config.get("scheduler", None) in ("sync", "synchronous", "single-threaded"):
@@ -164,10 +181,10 @@ def _sl(a, s, e):
     return None if a is None else a[s:e]
 
 
-def _fold(acc, block, codes, mask, offset, kw):
+def _fold(acc, block, shared, codes, mask, offset, kw):
     """Add one chunk's statistics to a chain's running sum (in place) or start the chain."""
     if isinstance(block, _Block):
-        block = block.compute()
+        block = block.compute(shared)
     part = Moments.from_chunk(block, codes, mask=mask, row_offset=offset, symmetric=False, **kw)
     return merge([part] if acc is None else [acc, part], reuse_first=acc is not None)
 

@@ -217,7 +217,8 @@ class PCA(_BaseDecomposition):
         Dtype of the per-chunk products and of ``transform``'s output. "auto": float64 for
         float64 (and 32/64-bit integer) input, float32 otherwise.  Sums are always float64.
     split_every : int, default 8
-        Fan-in of the Dask tree reduction.
+        Fan-in of the merges that combine the pass's running sums (one per worker thread;
+        each folds its share of the row chunks in place) at the end of a Dask pass.
     progress : bool, default False
         Show a progress bar during the pass.
     eigen_solver : {"auto", "dense", "randomized"}, default "auto"

@@ -1,5 +1,7 @@
 """The pass itself: chains of in-place folds, one per worker thread, reading their own chunks."""
 
+import pickle
+
 import dask
 import dask.array as da
 import numpy as np
@@ -14,6 +16,10 @@ from oracle import make_data
 def _data(n=900, d=12, seed=3):
     X, g = make_data(n, d, (3,), seed=seed)
     return X + 20.0, g[0][:, None]
+
+
+def _times(x, B):
+    return x @ B
 
 
 def _same(a, b, rtol=1e-10):
@@ -42,16 +48,29 @@ def test_chunks_are_read_inside_the_fold_unless_they_share_work(tmp_path):
     z = zarr.open_group(str(tmp_path / "s.zarr"), mode="w")
     z.create_array("x", shape=X.shape, chunks=(100, 12), dtype="f8")[:] = X
     Xz = dfairpca.from_zarr(tmp_path / "s.zarr", "x", rows_per_chunk=200)
-    blocks = _block_sources(Xz)
+    blocks, shared = _block_sources(Xz)
     assert len(blocks) == 5 and all(isinstance(b, _Block) for b in blocks)
+    assert not shared  # the Zarr array object is small: copied into every block
     np.testing.assert_array_equal(blocks[1].compute(), X[200:400])
     # a graph whose chunks share work (here a statistic of all of X) keeps its chunks as
     # dependencies: inlining would recompute the shared part once per chunk
     shared = Xz - Xz.mean(axis=0)
-    assert not any(isinstance(b, _Block) for b in _block_sources(shared))
+    assert not any(isinstance(b, _Block) for b in _block_sources(shared)[0])
     split = Xz.rechunk((150, 12))  # a rechunk that splits stored chunks also shares reads
-    assert not any(isinstance(b, _Block) for b in _block_sources(split))
+    assert not any(isinstance(b, _Block) for b in _block_sources(split)[0])
+    # large data used by every chunk (here a matrix, as Nyström's landmarks) is shared, not
+    # copied into every task
+    from dask import delayed
+
+    big = np.random.default_rng(0).standard_normal((12, 30000))
+    mapped = Xz.map_blocks(_times, delayed(big), dtype=float, chunks=(Xz.chunks[0], (30000,)))
+    blocks, deps = _block_sources(mapped)
+    assert all(isinstance(b, _Block) for b in blocks) and len(deps) == 1
+    mapped = mapped[:, :300]
+    assert all(len(pickle.dumps(b)) < big.nbytes / 4 for b in blocks)
     whole = compute_moments(X, codes, [np.arange(3)])
+    _same(compute_moments(mapped, codes, [np.arange(3)], n_chains=2),
+          compute_moments(X @ big[:, :300], codes, [np.arange(3)]), rtol=1e-9)
     for A in (Xz, split, shared + Xz.mean(axis=0)):
         _same(compute_moments(A, codes, [np.arange(3)], n_chains=2), whole, rtol=1e-9)
 
