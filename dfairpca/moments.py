@@ -57,6 +57,8 @@ class AttributeMoments:
         ``mean of the group - mean of all rows`` (zero for an empty group).
     scatter : ndarray of float64, shape (m, d, d) or None
         Scatter of each group about its own mean; only kept when asked for (Fair PCA-S).
+        Inside a pass (``Moments.upper``) a list of m upper-triangle matrices instead
+        (:class:`UpperPanels`, or None for a group without rows so far).
     """
 
     categories: np.ndarray
@@ -175,12 +177,16 @@ class Moments:
         if not keep.all():
             x = x[keep]
             codes = None if codes is None else np.asarray(codes)[keep]
-        out = cls.empty(d, categories, group_scatter)
+        out = cls.empty(d, categories)
         out.n_nonfinite, out.nonfinite_rows = n_bad, bad_rows
         out.precision = float(np.finfo(dtype).eps)
+        if group_scatter:  # per group, filled below; None stands for a group without rows
+            for att in out.attributes:
+                att.scatter = [None] * att.n_groups
         r = x.shape[0]
         if r == 0:
-            return out
+            out.upper = group_scatter  # the group lists are completed by symmetrize
+            return out.symmetrize() if symmetric else out
         out.n = r
         total = x.sum(axis=0, dtype=np.float64)
         out.mean = total / r
@@ -236,12 +242,14 @@ class Moments:
         The pass keeps only upper triangles (what syrk writes) until the end.
         """
         if self.upper:
-            sc = self.scatter
-            self.scatter = sc.to_full() if isinstance(sc, UpperPanels) else _fill_lower(sc)
+            self.scatter = _full(self.scatter, self.n_features)
             for a in self.attributes:
                 if a.scatter is not None:
+                    full = np.empty((len(a.scatter), self.n_features, self.n_features))
                     for g in range(len(a.scatter)):
-                        a.scatter[g] = _fill_lower(a.scatter[g])
+                        full[g] = _full(a.scatter[g], self.n_features)
+                        a.scatter[g] = None  # free each group's pass storage as we go
+                    a.scatter = full
             self.upper = False
         return self
 
@@ -434,6 +442,13 @@ class UpperPanels:
         return (UpperPanels, (self.d, self.width, self.data))
 
 
+def _full(M, d: int) -> np.ndarray:
+    """The symmetric float64 matrix of a pass's upper-triangle storage (None: zeros)."""
+    if M is None:
+        return np.zeros((d, d))
+    return M.to_full() if isinstance(M, UpperPanels) else _fill_lower(M)
+
+
 def _fill_lower(S: np.ndarray, block: int = 512) -> np.ndarray:
     """Symmetric float64 matrix from the upper triangle of S (in place when S is float64).
 
@@ -472,16 +487,6 @@ def _accumulate(mats, delta: np.ndarray, weights: np.ndarray, upper: bool,
         out += _fortran(M, False)
     out += A.T @ A
     return out
-
-
-def _accumulate_upper_array(mats, delta, weights):
-    """As :func:`_accumulate` with ``upper`` for the per-group scatters, kept as (d, d) arrays
-    whose upper triangles are meaningful (a BLAS ``dsyrk`` adds the correction)."""
-    out = np.array(_fortran(mats[0], True), dtype=np.float64, order="F")
-    for M in mats[1:]:
-        out += _fortran(M, True)
-    A = delta * np.sqrt(weights)[:, None]
-    return scipy.linalg.blas.dsyrk(1.0, A.T, beta=1.0, c=out, trans=0, lower=0, overwrite_c=1)
 
 
 def _fortran(M: np.ndarray, upper: bool) -> np.ndarray:
@@ -546,15 +551,16 @@ def merge(parts: Sequence[Moments], *, reuse_first: bool = False) -> Moments:
         dev[nz] = weighted[nz] / counts[nz, None]
         gsc = None
         if group_scatter:
-            gsc = np.zeros((len(counts), d, d))
+            # inside a pass: a list with one UpperPanels per group (None: no rows yet)
+            gsc = [None] * len(counts) if upper else np.zeros((len(counts), d, d))
             for g in range(len(counts)):
                 has = [i for i, q in enumerate(live) if q.attributes[j].counts[g] > 0]
                 if has:
                     mats = [live[i].attributes[j].scatter[g] for i in has]
                     dg = np.stack([rel[i][g] - dev[g] for i in has])
                     wg = np.array([live[i].attributes[j].counts[g] for i in has], np.float64)
-                    gsc[g] = (_accumulate_upper_array(mats, dg, wg) if upper
-                              else _accumulate(mats, dg, wg, False))
+                    own = reuse_first and has[0] == 0 and live[0] is parts[0]
+                    gsc[g] = _accumulate(mats, dg, wg, upper, own)
         attrs.append(AttributeMoments(cats[j], counts.astype(np.int64), dev, gsc))
     return Moments(n, mean, scatter, attrs, n_bad, bad_rows, max(q.precision for q in live), upper)
 
@@ -582,7 +588,11 @@ def _align_categories(parts: list[Moments]) -> list[Moments]:
             dev = np.zeros((len(u), d))
             counts[idx], dev[idx] = a.counts, a.deviation
             sc = None
-            if a.scatter is not None:
+            if isinstance(a.scatter, list):  # inside a pass
+                sc = [None] * len(u)
+                for i, ix in enumerate(idx):
+                    sc[ix] = a.scatter[i]
+            elif a.scatter is not None:
                 sc = np.zeros((len(u), d, d))
                 sc[idx] = a.scatter
             attrs.append(AttributeMoments(u, counts, dev, sc))
@@ -617,7 +627,9 @@ def _register_sizeof():
     def _sizeof_moments(m):
         n = m.mean.nbytes + m.scatter.nbytes
         for a in m.attributes:
-            n += a.counts.nbytes + a.deviation.nbytes + (0 if a.scatter is None else a.scatter.nbytes)
+            n += a.counts.nbytes + a.deviation.nbytes
+            if a.scatter is not None:
+                n += sum(0 if x is None else x.nbytes for x in a.scatter)
         return int(n)
 
 
