@@ -564,6 +564,10 @@ def load(path):
 
     path = Path(path)
     arrays, meta = load_arrays(path / "model", kind="estimator")
+    if meta["class"] == "FairKernelPCA":
+        from .kernel import FairKernelPCA
+
+        return FairKernelPCA._from_saved(arrays, meta)
     cls = _CLASSES.get(meta["class"])
     if cls is None:
         raise ValueError(f"{str(path)!r} holds an unknown model class {meta['class']!r}")

@@ -452,6 +452,53 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.n_constraints_ = fair.n_constraints_
         self.max_components_ = fair.max_components_
 
+    # ------------------------------------------------------------------ persistence
+    _array_attrs = ("basis_", "basis_indices_", "dual_coef_", "offset_", "explained_variance_",
+                    "explained_variance_ratio_")
+    _meta_attrs = ("gamma_", "method_", "n_landmarks_", "n_features_in_", "n_samples_seen_",
+                   "n_components_", "n_constraints_", "max_components_", "attribute_names_")
+
+    def save(self, path, *, overwrite: bool = True):
+        """Save the fitted model to directory ``path`` (.npz + JSON, written atomically).
+
+        Loaded back by :func:`dfairpca.load`.  Never pickles, so a callable ``kernel``
+        cannot be saved (refit after loading, or use a named kernel).
+        """
+        from pathlib import Path
+
+        from .io import atomic_directory, save_arrays
+        from .moments import _categories_to_json
+
+        self._check_fitted()
+        if callable(self.kernel):
+            raise ValueError(
+                "a FairKernelPCA with a callable kernel cannot be saved: the format holds "
+                "arrays and JSON only, never pickled code; use a named kernel to save"
+            )
+        arrays = {a: np.asarray(getattr(self, a)) for a in self._array_attrs}
+        meta = {
+            "kind": "estimator",
+            "class": type(self).__name__,
+            "params": self.get_params(),
+            **{a: getattr(self, a) for a in self._meta_attrs},
+            "groups_": [_categories_to_json(c) for c in self.groups_],
+        }
+        with atomic_directory(path, overwrite=overwrite) as tmp:
+            save_arrays(tmp / "model", arrays, meta)
+        return Path(path)
+
+    @classmethod
+    def _from_saved(cls, arrays: dict, meta: dict) -> "FairKernelPCA":
+        from .moments import _categories_from_json
+
+        est = cls(**meta["params"])
+        for a in cls._array_attrs:
+            setattr(est, a, arrays[a])
+        for a in cls._meta_attrs:
+            setattr(est, a, meta[a])
+        est.groups_ = [_categories_from_json(c) for c in meta["groups_"]]
+        return est
+
     # ------------------------------------------------------------------ transforming
     def _check_fitted(self):
         if not hasattr(self, "dual_coef_"):

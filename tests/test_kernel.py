@@ -222,6 +222,30 @@ def _my_rbf(A, B):
     return rbf_kernel(A, B, gamma=0.05)
 
 
+@pytest.mark.parametrize("n_landmarks", [None, 100])
+def test_save_load_round_trip(tmp_path, n_landmarks):
+    X, g = make_data(300, 6, (2, 3), seed=17)
+    labels = np.column_stack([g[0].astype(str), g[1]])  # string and integer labels
+    est = FairKernelPCA(3, kernel="poly", degree=2, n_landmarks=n_landmarks, tradeoff=0.3).fit(X, labels)
+    est.save(tmp_path / "m")
+    back = dfairpca.load(tmp_path / "m")
+    assert type(back) is FairKernelPCA and back.get_params() == est.get_params()
+    assert back.method_ == est.method_ and back.gamma_ == est.gamma_
+    for a, b in zip(back.groups_, est.groups_):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(back.transform(X), est.transform(X))
+    assert not list(tmp_path.glob(".m.tmp*"))  # written under a temporary name, then moved
+
+
+def test_save_refuses_a_callable_kernel_and_an_unfitted_model(tmp_path):
+    X, g = make_data(120, 4, (2,), seed=18)
+    with pytest.raises(ValueError, match="callable kernel cannot be saved"):
+        FairKernelPCA(2, kernel=_my_rbf).fit(X, g[0]).save(tmp_path / "m")
+    with pytest.raises(NotFittedError):
+        FairKernelPCA(2).save(tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+
+
 def test_callable_kernel_and_sklearn_api():
     X, g = make_data(250, 5, (2,), seed=16)
     a = FairKernelPCA(3, kernel=_my_rbf).fit(X, g[0])
