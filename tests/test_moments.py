@@ -164,3 +164,35 @@ def test_a_pass_folding_chunks_in_place_equals_the_whole(n, d, width, cuts, seed
         assert_matches(total.symmetrize(), X, labels, cats)
     finally:
         mm.PANEL_WIDTH = old
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gil_free_syrk_matches_blas(dtype):
+    import scipy.linalg.blas as blas
+
+    from dfairpca.moments import _ctypes_syrk, _syrk
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((37, 23)).astype(dtype)
+    C = np.asfortranarray(np.triu(rng.standard_normal((23, 23))).astype(dtype))
+    expect = np.triu(C + x.T @ x)
+    for f in (_syrk(dtype), _ctypes_syrk(np.dtype(dtype).char)):
+        out = f(C.copy(order="F"), x)
+        np.testing.assert_allclose(np.triu(out), expect, rtol=1e-5 if dtype == np.float32 else 1e-12)
+    np.testing.assert_allclose(np.triu(blas.get_blas_funcs("syrk", dtype=dtype)(1.0, x.T, trans=0, lower=0)),
+                               np.triu(x.T @ x), rtol=1e-5)
+    with pytest.raises(ValueError, match="F-ordered"):
+        _syrk(dtype)(np.zeros((23, 23), dtype), x)  # C-ordered: refused, not silently wrong
+
+
+def test_blas_products_are_serialised_only_when_blas_is_multithreaded():
+    import contextlib
+
+    from threadpoolctl import threadpool_limits
+
+    from dfairpca.moments import _BLAS_LOCK, _blas_lock
+
+    with threadpool_limits(1):
+        assert isinstance(_blas_lock(), contextlib.nullcontext)
+    with threadpool_limits(2):
+        assert _blas_lock() is _BLAS_LOCK
