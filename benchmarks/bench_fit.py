@@ -41,21 +41,25 @@ ATTR = "Eyeglasses"
 
 # ----------------------------------------------------------------------------- helpers
 class PeakRSS:
-    """Peak of the summed RSS of this process and its children, sampled in a thread."""
+    """Peak of the summed RSS of this process and its children, sampled in a thread, and the
+    peak of each process on its own (``by_process``: this one first, then children)."""
 
     def __init__(self, interval=0.05):
         import psutil
 
         self.proc, self.interval, self.peak = psutil.Process(), interval, 0
+        self.by_process: dict[int, int] = {}
         self._stop = threading.Event()
 
     def _total(self):
         total = 0
         for p in [self.proc, *self.proc.children(recursive=True)]:
             try:
-                total += p.memory_info().rss
+                rss = p.memory_info().rss
             except Exception:
-                pass
+                continue
+            total += rss
+            self.by_process[p.pid] = max(self.by_process.get(p.pid, 0), rss)
         return total
 
     def __enter__(self):
@@ -245,6 +249,8 @@ def run_one(method, store, n, k):
     with PeakRSS() as mem:
         res = METHODS[method](store, n, k)
     res["peak_rss_gb"] = mem.peak / 2**30
+    # every process above 100 MB (the client first, then e.g. the Dask workers)
+    res["peak_by_process_gb"] = [v / 2**30 for v in mem.by_process.values() if v > 100 << 20]
     return res
 
 
@@ -341,6 +347,10 @@ def write(rows, args):
                 note = f"pass {r['pass_s']:.1f} s ({r['gflops']:.0f} GFLOP/s) + eigensolve {r['eig_s']:.1f} s"
             elif "solve_s" in r:
                 note = f"pass {t - r['solve_s']:.1f} s + solve {r['solve_s']:.1f} s"
+                per = r.get("peak_by_process_gb", [])
+                if len(per) > 1:
+                    note += f"; peaks: client {per[0]:.2f}" + "".join(
+                        f", worker {v:.2f}" for v in per[1:]) + " GB"
             else:
                 note = r.get("note", "")
             ratio = f"{t / limit:.2f}" if limit else "—"
