@@ -107,9 +107,9 @@ def _block_sources(X) -> tuple[list, dict]:
     tasks, they would be ready from the start and idle workers would run them far ahead of
     the chains, holding chunks of X in memory.  Small data every chunk uses (the Zarr
     array object) is copied into every block; large data (Nyström landmarks) stays one key
-    of the graph, a dependency of every fold, so it travels once per worker.  A graph whose chunks share *work* (a rechunk that splits
-    chunks, a statistic of all of X) cannot be split like that: its chunks stay plain
-    task dependencies.
+    of the graph, a dependency of every fold, so it travels once per worker.  A graph
+    whose chunks share *work* (a rechunk that splits chunks, a statistic of all of X)
+    cannot be split like that: its chunks stay plain task dependencies.
     """
     import pickle
 
@@ -136,7 +136,8 @@ def _block_sources(X) -> tuple[list, dict]:
     except Exception:
         pass
     deps = {k: Delayed(k, {k: dsk[k]}) for k in shared}
-    blocks = [_Block({k: v for k, v in sub.items() if k not in shared}, k, X.name) for sub, k in zip(subs, keys)]
+    blocks = [_Block({k: v for k, v in sub.items() if k not in shared}, key, X.name)
+              for sub, key in zip(subs, keys)]
     return blocks, deps
 
 
