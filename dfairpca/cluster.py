@@ -118,9 +118,10 @@ def connect(
 def local_cluster_size(n_workers: int | None = None, threads_per_worker: int | None = None):
     """(workers, threads per worker) for a local cluster using every core of this machine.
 
-    One process per two cores (one per core below four cores): each process holds its
-    merge's ``split_every + 1`` partial d x d statistics, so fewer, two-threaded processes
-    leave more memory to each than one process per core would.  Either number, when given,
+    One process per two cores (one per core below four cores): every thread keeps one
+    running d x d sum during a pass, whatever the layout, and two threads per process share
+    one process's fixed cost (Python and the libraries, about 0.3 GB) while their products
+    still run side by side (the BLAS call releases the GIL).  Either number, when given,
     is kept and the other fills the cores.
     """
     from dask.system import CPU_COUNT
