@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .moments import Moments, merge
+from .moments import Moments, UpperPanels, merge
 
 __all__ = ["compute_moments"]
 
@@ -37,6 +37,7 @@ def compute_moments(
     progress: bool = False,
     row_offset: int = 0,
     n_chains: int | None = None,
+    symmetric: bool = True,
 ) -> Moments:
     """Statistics of all rows of X (numpy or Dask, 2-D) in one chunked pass.
 
@@ -45,7 +46,9 @@ def compute_moments(
     is the global index of X's first row (for the NaN report when X is a slice).
     ``n_chains`` is how many running sums a Dask pass keeps (default: one per thread of
     the active Client's workers, or of Dask's local pool); ``split_every`` is the fan-in of
-    the merges of those sums.
+    the merges of those sums.  ``symmetric=False`` returns the running total as a pass
+    keeps it (upper triangle in :class:`~dfairpca.moments.UpperPanels`, ``upper=True``),
+    for a caller that goes on merging into it (the checkpointed pass).
     """
     import dask.array as da
 
@@ -63,7 +66,9 @@ def compute_moments(
                                       symmetric=False, **kw)
             # the running float64 sum is ours: add each block into it in place
             total = part if total is None else merge([total, part], reuse_first=True)
-        return total.symmetrize()
+        if total.upper and not isinstance(total.scatter, UpperPanels):
+            total = merge([total])  # a single block: into panels like any other total
+        return total.symmetrize() if symmetric else total
 
     import dask
     from dask import delayed
@@ -94,9 +99,10 @@ def compute_moments(
     root = parts[0]
     # the sum travels as upper-triangle panels (half the bytes) and is completed here
     if progress:
-        return _compute_with_progress(root).symmetrize()
-    (result,) = dask.compute(root)
-    return result.symmetrize()
+        result = _compute_with_progress(root)
+    else:
+        (result,) = dask.compute(root)
+    return result.symmetrize() if symmetric else result
 
 
 def _block_sources(X) -> tuple[list, dict]:

@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 #: version of the checkpoint layout, checked on resume
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: the total is saved as upper-triangle panels
 
 #: fingerprint entries stored as digests, and what to say when they differ
 _DIGESTS = {"chunks": "the chunks differ", "codes": "the group codes differ",
@@ -115,14 +115,17 @@ def compute_moments_checkpointed(
     for i, (s, e) in enumerate(segments):
         if i in done:
             continue
+        # the total stays a pass's running sum (upper-triangle panels, added in place) and
+        # is saved as such: half the bytes, and no d x d copies on the client
         part = compute_moments(X[s:e], _rows(codes, s, e), categories,
-                               mask=_rows(mask, s, e), row_offset=s, **compute_kw)
-        total = part if total is None else merge([total, part])
+                               mask=_rows(mask, s, e), row_offset=s, symmetric=False,
+                               **compute_kw)
+        total = part if total is None else merge([total, part], reuse_first=True)
         done = done + [i]
         _save(path, total, fingerprint, segments, done)
         if on_segment is not None:
             on_segment(i, len(segments))
-    return total
+    return total.symmetrize()
 
 
 def segment_bounds(row_chunks, segment_rows: int) -> list[tuple[int, int]]:

@@ -327,7 +327,8 @@ class Moments:
                     full = np.empty((len(a.scatter), self.n_features, self.n_features))
                     for g in range(len(a.scatter)):
                         full[g] = _full(a.scatter[g], self.n_features)
-                        a.scatter[g] = None  # free each group's pass storage as we go
+                        if isinstance(a.scatter, list):
+                            a.scatter[g] = None  # free each group's pass storage as we go
                     a.scatter = full
             self.upper = False
         return self
@@ -392,18 +393,32 @@ class Moments:
 
     # ------------------------------------------------------------------ persistence
     def to_arrays(self) -> tuple[dict, dict]:
-        """(arrays, metadata) for saving without pickle; inverse of :meth:`from_arrays`."""
-        self.symmetrize()
-        arrays = {"n": np.asarray(self.n), "mean": self.mean, "scatter": self.scatter,
+        """(arrays, metadata) for saving without pickle; inverse of :meth:`from_arrays`.
+
+        A running total of a pass (its scatter in :class:`UpperPanels`, as a checkpoint
+        saves it) is written as its panels, half the bytes, and stays as it is; anything
+        else is completed (:meth:`symmetrize`) and written as full matrices.
+        """
+        panels = self.upper and isinstance(self.scatter, UpperPanels)
+        if not panels:
+            self.symmetrize()
+        d = self.n_features
+        arrays = {"n": np.asarray(self.n), "mean": self.mean,
                   "precision": np.asarray(self.precision),
                   "n_nonfinite": np.asarray(self.n_nonfinite),
                   "nonfinite_rows": np.asarray(self.nonfinite_rows, np.int64)}
         meta = {"n_attributes": len(self.attributes), "categories": []}
+        if panels:
+            arrays["scatter_panels"] = self.scatter.data
+            meta["panel_width"] = self.scatter.width
+        else:
+            arrays["scatter"] = self.scatter
         for j, a in enumerate(self.attributes):
             arrays[f"counts_{j}"] = a.counts
             arrays[f"deviation_{j}"] = a.deviation
             if a.scatter is not None:
-                arrays[f"group_scatter_{j}"] = a.scatter
+                arrays[f"group_scatter_{j}"] = (np.stack([_full(x, d) for x in a.scatter])
+                                                if isinstance(a.scatter, list) else a.scatter)
             meta["categories"].append(_categories_to_json(a.categories))
         return arrays, meta
 
@@ -421,9 +436,15 @@ class Moments:
                     None if sc is None else np.asarray(sc),
                 )
             )
-        return cls(int(arrays["n"]), np.asarray(arrays["mean"]), np.asarray(arrays["scatter"]),
+        mean = np.asarray(arrays["mean"])
+        if "scatter_panels" in arrays:  # a pass's running total: resumes as one
+            scatter = UpperPanels(len(mean), int(meta["panel_width"]),
+                                  np.array(arrays["scatter_panels"], dtype=np.float64))
+        else:
+            scatter = np.asarray(arrays["scatter"])
+        return cls(int(arrays["n"]), mean, scatter,
                    attrs, int(arrays["n_nonfinite"]), [int(r) for r in arrays["nonfinite_rows"]],
-                   precision=float(arrays["precision"]))
+                   precision=float(arrays["precision"]), upper="scatter_panels" in arrays)
 
     def save(self, path) -> None:
         """Save to a directory (``.npz`` arrays + JSON), atomically; see :mod:`dfairpca.io`."""

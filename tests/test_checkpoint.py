@@ -9,6 +9,7 @@ import zarr
 
 import dfairpca
 from dfairpca.checkpoint import CheckpointMismatch, compute_moments_checkpointed, segment_bounds
+from dfairpca.moments import UpperPanels
 from oracle import make_data, max_angle_deg
 
 N, D, CHUNK = 2400, 24, 100
@@ -68,7 +69,9 @@ def test_interrupted_pass_resumes_with_the_remaining_segments_only(data, tmp_pat
                                      on_segment=stop_after_two)
     progress = json.loads((ckpt / "progress.json").read_text())
     assert progress["done"] == [0, 1] and len(progress["segments"]) == 8
-    assert dfairpca.Moments.load(ckpt / "total").n == 600
+    saved = dfairpca.Moments.load(ckpt / "total")
+    # the running total is kept and saved as a pass keeps it: upper-triangle panels
+    assert saved.n == 600 and saved.upper and isinstance(saved.scatter, UpperPanels)
 
     computed = []
     m = compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt,
@@ -81,6 +84,34 @@ def test_interrupted_pass_resumes_with_the_remaining_segments_only(data, tmp_pat
                                       on_segment=lambda i, n: again.append(i))
     assert again == []
     assert_same_moments(m2, m)
+
+
+def test_resume_of_fair_pca_s_statistics_and_of_a_full_matrix_total(data, tmp_path):
+    """Per-group scatters survive a resume; a total saved as full matrices (checkpoint
+    version 1) resumes too."""
+    X, codes, cats = data
+    Xd = da.from_array(X, chunks=(CHUNK, D))
+    ckpt = tmp_path / "ckpt"
+
+    def stop(i, n):
+        if i == 2:
+            raise Interrupt
+
+    ref = dfairpca.compute_moments(Xd, codes, cats, group_scatter=True)
+    for full in (False, True):
+        ckpt = tmp_path / f"ckpt{full}"
+        with pytest.raises(Interrupt):
+            compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=400,
+                                         group_scatter=True, on_segment=stop)
+        if full:
+            total = dfairpca.Moments.load(ckpt / "total")
+            total.symmetrize().save(ckpt / "total")  # as version 1 wrote it
+            assert not dfairpca.Moments.load(ckpt / "total").upper
+        m = compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, group_scatter=True)
+        assert not m.upper
+        assert_same_moments(m, ref)
+        for a, b in zip(m.attributes, ref.attributes):
+            np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10, atol=1e-8)
 
 
 def test_resume_uses_the_recorded_segments(data, tmp_path):
