@@ -63,12 +63,15 @@ def _attributes(store, names):
 def _estimator(args):
     from . import FairPCA, PCA
 
+    # a progress bar redraws itself many times a second: only on a terminal, never into the
+    # log file of a batch job
+    progress = sys.stdout.isatty()
     if args.method == "pca":
-        return PCA(args.k, progress=True)
+        return PCA(args.k, progress=progress)
     eq = args.equalize if args.method == "fair-s" else None
     return FairPCA(
         args.k, constraint=args.constraint, tradeoff=args.tradeoff,
-        equalize_covariance=eq, progress=True,
+        equalize_covariance=eq, progress=progress,
     )
 
 
