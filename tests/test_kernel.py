@@ -333,3 +333,11 @@ def test_nystroem_and_exact_on_a_distributed_cluster(client, tmp_path):
         assert group_mean_gap(Yc, g[0]) < 1e-8
     logs = client.run(lambda dask_worker: [str(k) for k in dask_worker.state.log])
     assert sum("_expand" in str(entry) for log in logs.values() for entry in log) >= 9
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e6])
+def test_variance_for_gamma_scale_is_exact_in_row_blocks(offset, monkeypatch):
+    monkeypatch.setattr(kernel_module, "BLOCK_BYTES", 8 * 7 * 3)  # 3-row blocks
+    X = np.random.default_rng(3).standard_normal((200, 7)) * 2 + offset
+    v = kernel_module._flat_variance(da.from_array(X, chunks=(45, 7))).compute()
+    assert abs(v - X.var()) <= 1e-9 * X.var()
