@@ -19,6 +19,14 @@ class Interrupt(Exception):
     pass
 
 
+def stop_after(k):
+    """An on_segment callback that interrupts the pass once segment k is saved."""
+    def callback(i, n):
+        if i == k:
+            raise Interrupt
+    return callback
+
+
 @pytest.fixture(scope="module")
 def data():
     X, g = make_data(N, D, (2, 3), seed=5)
@@ -59,14 +67,9 @@ def test_interrupted_pass_resumes_with_the_remaining_segments_only(data, tmp_pat
     X, codes, cats = data
     Xd = da.from_array(X, chunks=(CHUNK, D))
     ckpt = tmp_path / "ckpt"
-
-    def stop_after_two(i, n):
-        if i == 1:
-            raise Interrupt
-
     with pytest.raises(Interrupt):
         compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=300,
-                                     on_segment=stop_after_two)
+                                     on_segment=stop_after(1))
     progress = json.loads((ckpt / "progress.json").read_text())
     assert progress["done"] == [0, 1] and len(progress["segments"]) == 8
     saved = dfairpca.Moments.load(ckpt / "total")
@@ -91,18 +94,12 @@ def test_resume_of_fair_pca_s_statistics_and_of_a_full_matrix_total(data, tmp_pa
     version 1) resumes too."""
     X, codes, cats = data
     Xd = da.from_array(X, chunks=(CHUNK, D))
-    ckpt = tmp_path / "ckpt"
-
-    def stop(i, n):
-        if i == 2:
-            raise Interrupt
-
     ref = dfairpca.compute_moments(Xd, codes, cats, group_scatter=True)
     for full in (False, True):
         ckpt = tmp_path / f"ckpt{full}"
         with pytest.raises(Interrupt):
             compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=400,
-                                         group_scatter=True, on_segment=stop)
+                                         group_scatter=True, on_segment=stop_after(2))
         if full:
             total = dfairpca.Moments.load(ckpt / "total")
             total.symmetrize().save(ckpt / "total")  # as version 1 wrote it
