@@ -585,8 +585,8 @@ def _accumulate(mats, delta: np.ndarray, weights: np.ndarray, upper: bool,
     out = np.array(_fortran(mats[0], False), dtype=np.float64, order="F")
     for M in mats[1:]:
         out += _fortran(M, False)
-    out += A.T @ A
-    return out
+    # the correction straight into out (BLAS, beta = 1): no d x d temporary
+    return scipy.linalg.blas.dgemm(1.0, A, A, beta=1.0, c=out, trans_a=1, overwrite_c=1)
 
 
 def _fortran(M: np.ndarray, upper: bool) -> np.ndarray:
