@@ -177,15 +177,10 @@ def _default_segment_rows(row_chunks) -> int:
 
 
 def _threads() -> int:
-    """Threads of the active distributed cluster, else of this machine."""
-    from dask.system import CPU_COUNT
-    from distributed import get_client
+    """Threads of the active distributed cluster, else of Dask's local pool."""
+    from ._engine import _local_threads, _worker_slots
 
-    try:
-        client = get_client()
-    except ValueError:
-        return CPU_COUNT
-    return max(1, sum(client.nthreads().values()))
+    return len(_worker_slots()) or _local_threads()
 
 
 def _rows(a, s, e):
