@@ -147,7 +147,8 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         Bytes the exact method may use; None is 50% of the currently available memory
         (``psutil``).  The exact method refuses to start (ValueError) above it.
     split_every : int, default 8
-        Fan-in of the Dask tree reduction of the Nyström statistics.
+        Fan-in of the merges of the pass's running sums of the Nyström statistics (one
+        sum per worker thread, see :func:`dfairpca.compute_moments`).
 
     Attributes
     ----------

@@ -9,7 +9,7 @@ Every estimator in dfairpca depends on the rows of ``X`` only through
 :class:`Moments` holds them.  It is built from one chunk of rows with
 :meth:`Moments.from_chunk` and two of them are combined with :func:`merge`; the statistics
 of a union are exactly the merge of the parts' statistics, which is what lets a fit be a
-single tree reduction over the chunks of a Dask array, a sequence of ``partial_fit`` calls,
+single pass of folds over the chunks of a Dask array, a sequence of ``partial_fit`` calls,
 or a resumed pass.
 
 Numerics: every part stores its scatter about *its own* mean and parts are combined with
