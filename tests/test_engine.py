@@ -91,3 +91,34 @@ def test_running_sums_stay_on_their_workers(client, tmp_path):
     assert sum("_fold" in k for k in moved) <= 1, moved  # 2 chains: one sum joins the other
     logs = client.run(lambda dask_worker: sum("_fold" in str(e) for e in dask_worker.state.log))
     assert all(c > 0 for c in logs.values()), logs  # both workers folded chunks
+
+
+def _peak_bytes_of_pass(store, n):
+    import tracemalloc
+
+    X = dfairpca.from_zarr(store, "x", rows_per_chunk=2000)[:n]
+    codes = (np.arange(n) % 3)[:, None]
+    tracemalloc.start()
+    try:
+        with dask.config.set(scheduler="threads", num_workers=2):
+            compute_moments(X, codes, [np.arange(3)], dtype=np.float32)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_of_a_pass_does_not_grow_with_n(tmp_path):
+    """Ten times the rows, the same peak: two running sums and the chunks at hand, never
+    chunks read ahead of their chain (the Zarr reads are inside the folds)."""
+    n, d = 60_000, 512
+    z = zarr.open_group(str(tmp_path / "s.zarr"), mode="w")
+    arr = z.create_array("x", shape=(n, d), chunks=(2000, d), dtype="uint8")
+    rng = np.random.default_rng(0)
+    for s in range(0, n, 10_000):
+        arr[s : s + 10_000] = rng.integers(0, 255, (10_000, d), dtype=np.uint8)
+    _peak_bytes_of_pass(tmp_path / "s.zarr", 6_000)  # imports and caches of a first pass
+    small = _peak_bytes_of_pass(tmp_path / "s.zarr", 6_000)
+    large = _peak_bytes_of_pass(tmp_path / "s.zarr", n)  # 30 chunks of 1 MB
+    # read ahead, the 27 extra chunks would add up to 27 MB (measured: 30-34 MB peaks against
+    # 12-19 MB); the graph's own bookkeeping for 27 more tasks is a few MB
+    assert large < small + (8 << 20), (small, large)
