@@ -78,12 +78,12 @@ def _ctypes_syrk(char: str):
 
     name = {"f": "ssyrk", "d": "dsyrk"}[char]
     capsule = cython_blas.__pyx_capi__[name]
-    api = ctypes.pythonapi
-    api.PyCapsule_GetName.restype = ctypes.c_char_p
-    api.PyCapsule_GetName.argtypes = [ctypes.py_object]
-    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    address = api.PyCapsule_GetPointer(capsule, api.PyCapsule_GetName(capsule))
+    # private prototypes: ctypes.pythonapi's shared function objects are left as they are
+    get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
+        ("PyCapsule_GetName", ctypes.pythonapi))
+    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", ctypes.pythonapi))
+    address = get_pointer(capsule, get_name(capsule))
     real = ctypes.c_float if char == "f" else ctypes.c_double
     i32, p = ctypes.POINTER(ctypes.c_int), ctypes.c_void_p
     # void ?syrk(char *uplo, char *trans, int *n, int *k, real *alpha, real *a, int *lda,

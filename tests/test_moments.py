@@ -196,3 +196,35 @@ def test_blas_products_are_serialised_only_when_blas_is_multithreaded():
         assert isinstance(_blas_lock(), contextlib.nullcontext)
     with threadpool_limits(2):
         assert _blas_lock() is _BLAS_LOCK
+
+
+def test_syrk_lets_other_threads_run():
+    """The product releases the GIL: while it runs in one thread, Python code in another
+    keeps running (with scipy's f2py wrapper that thread would stall for the whole call)."""
+    import threading
+    import time
+
+    from threadpoolctl import threadpool_limits
+
+    from dfairpca.moments import _syrk
+
+    x = np.random.default_rng(0).standard_normal((1500, 2500)).astype(np.float32)
+    C = np.zeros((2500, 2500), np.float32, order="F")
+    started, took = threading.Event(), []
+
+    def run():
+        started.set()
+        t0 = time.perf_counter()
+        _syrk(np.float32)(C, x)
+        took.append(time.perf_counter() - t0)
+
+    with threadpool_limits(1):
+        t = threading.Thread(target=run)
+        t.start()
+        started.wait()
+        t0 = time.perf_counter()
+        while t.is_alive():
+            pass
+        looped = time.perf_counter() - t0
+        t.join()
+    assert looped > 0.5 * took[0], (looped, took)
