@@ -55,6 +55,9 @@ def compute_moments(
     if split_every < 2:
         raise ValueError(f"split_every must be at least 2; got {split_every}")
     kw = dict(categories=list(categories), dtype=dtype, group_scatter=group_scatter)
+    for name, a in (("codes", codes), ("mask", mask)):
+        if a is not None and len(a) != X.shape[0]:
+            raise ValueError(f"{name} has {len(a)} rows but X has {X.shape[0]}")
     if not isinstance(X, da.Array):
         X = np.asarray(X)
         n, d = X.shape
@@ -73,6 +76,10 @@ def compute_moments(
     import dask
     from dask import delayed
 
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (n, d); got shape {X.shape}")
+    if len(X.chunks[1]) > 1:  # a fold needs whole rows: merge the column chunks of each row chunk
+        X = X.rechunk({1: -1})
     bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(int)
     blocks, shared = _block_sources(X)
     # one chain per thread of the cluster: each folds its run of row chunks, one at a time,
