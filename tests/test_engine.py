@@ -119,9 +119,11 @@ def test_memory_of_a_pass_does_not_grow_with_n(tmp_path):
     _peak_bytes_of_pass(tmp_path / "s.zarr", 20_000)  # imports and caches of a first pass
     small = _peak_bytes_of_pass(tmp_path / "s.zarr", 20_000)  # 10 chunks of 1 MB, 5 a chain
     large = _peak_bytes_of_pass(tmp_path / "s.zarr", n)  # 60 chunks
-    # measured: 21.0 and 21.3 MB; with the reads as tasks of their own, which run ahead of
-    # the chains, 22.1 and 40.7 MB
-    assert large < small + (4 << 20), (small, large)
+    # measured: 16.8-21.0 MB (depending on how the two chains' temporaries overlap) and
+    # 21.2-21.4 MB; with the reads as tasks of their own, which run ahead of the chains,
+    # 22.1 and 40.7 MB.  Two chains' working sets (chunk, float32 block, Gram matrix, sum)
+    # come to about 20 MB; 60 chunks read ahead would add up to 60 MB.
+    assert large < 30e6 and large < small + 12e6, (small, large)
 
 
 def test_column_chunks_are_merged_per_row_chunk():
