@@ -69,9 +69,11 @@ def compute_moments(
                                       symmetric=False, **kw)
             # the running float64 sum is ours: add each block into it in place
             total = part if total is None else merge([total, part], reuse_first=True)
+        if symmetric:
+            return total.symmetrize()
         if total.upper and not isinstance(total.scatter, UpperPanels):
-            total = merge([total])  # a single block: into panels like any other total
-        return total.symmetrize() if symmetric else total
+            total = merge([total])  # a single block: into panels like any other running total
+        return total
 
     import dask
     from dask import delayed
