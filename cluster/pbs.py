@@ -16,17 +16,17 @@ then, in another shell on any machine that sees the same file system:
 
 ``--print-job-script`` shows the batch script that would be submitted, and submits nothing.
 
-Memory per worker, for d = 6400 statistics (80 x 80 images): every partial is a d x d
-float64 matrix, 6400**2 * 8 B = 330 MB.  A chunk task needs about 1.1 GB (a 64 MiB uint8
-chunk cast to float32, centred, and its Gram matrix); a merge of ``split_every`` partials
-(8 by default) holds the 8 inputs plus about two more: 3.3 GB per thread.  Finished
-partials also wait in memory for their merge.  So give every worker process about
-``threads x (split_every + 3) x 330 MB / 0.7``, the 0.7 keeping it under Dask's spill
-threshold (70 % of the worker's limit).  The defaults, a 24-core 128 GB node cut into 8
-processes of 3 threads, need 3 x 11 x 330 MB / 0.7 = 15.6 GB and get 128 GB / 8 = 16 GB;
-on smaller nodes lower ``split_every`` (``FairPCA(..., split_every=4)``).  Fair PCA-S
-(``equalize_covariance``) adds one d x d matrix per group to every partial: with 2 groups
-use ``split_every=4`` or twice the memory.
+Memory per worker, for d = 6400 statistics (80 x 80 images): during the pass every worker
+thread keeps one running sum (the upper triangle of a d x d float64 matrix, 177 MB) and the
+chunk at hand (a 64 MiB uint8 chunk, its float32 blocks and its 164 MB float32 Gram matrix):
+about 0.5 GB per thread, whatever n is, plus about 0.3 GB per process for Python and the
+libraries (measured on 2 single-thread workers: 0.77 GB each; cluster/README.md).  The
+worker that merges the sums at the end briefly holds ``min(split_every, threads) - 1`` more.
+So ``0.3 GB + threads x 0.5 GB``, divided by 0.7 to stay under Dask's spill threshold (70 %
+of the worker's limit), is ample: the defaults, a 24-core 128 GB node cut into 8 processes of 3
+threads, need (0.3 + 3 x 0.5) / 0.7 = 2.6 GB and get 128 GB / 8 = 16 GB, room for larger d
+(about 4 d^2 bytes per thread for the sum and 4 d^2 for the Gram matrix).  Fair PCA-S
+(``equalize_covariance``) adds, per group, 12 d^2 bytes per thread (1 GB with 2 groups).
 """
 
 from __future__ import annotations
