@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._engine import compute_moments
+from ._engine import _sl, compute_moments
 from .io import atomic_directory
 from .moments import Moments, merge
 
@@ -117,8 +117,8 @@ def compute_moments_checkpointed(
             continue
         # the total stays a pass's running sum (upper-triangle panels, added in place) and
         # is saved as such: half the bytes, and no d x d copies on the client
-        part = compute_moments(X[s:e], _rows(codes, s, e), categories,
-                               mask=_rows(mask, s, e), row_offset=s, symmetric=False,
+        part = compute_moments(X[s:e], _sl(codes, s, e), categories,
+                               mask=_sl(mask, s, e), row_offset=s, symmetric=False,
                                **compute_kw)
         total = part if total is None else merge([total, part], reuse_first=True)
         done = done + [i]
@@ -181,10 +181,6 @@ def _threads() -> int:
     from ._engine import _local_threads, _worker_slots
 
     return len(_worker_slots()) or _local_threads()
-
-
-def _rows(a, s, e):
-    return None if a is None else a[s:e]
 
 
 def _digest(a) -> str | None:

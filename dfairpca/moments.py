@@ -582,19 +582,19 @@ def _accumulate(mats, delta: np.ndarray, weights: np.ndarray, upper: bool,
         for M in mats[1:]:
             out.add(M)
         return out.add_gram(A)
-    out = np.array(_fortran(mats[0], False), dtype=np.float64, order="F")
+    out = np.array(_fortran(mats[0]), dtype=np.float64, order="F")
     for M in mats[1:]:
-        out += _fortran(M, False)
+        out += _fortran(M)
     # the correction straight into out (BLAS, beta = 1): no d x d temporary
     return scipy.linalg.blas.dgemm(1.0, A, A, beta=1.0, c=out, trans_a=1, overwrite_c=1)
 
 
-def _fortran(M: np.ndarray, upper: bool) -> np.ndarray:
-    """M laid out column-major without a copy where possible (a full symmetric matrix in
-    row-major order is its own transpose)."""
+def _fortran(M: np.ndarray) -> np.ndarray:
+    """The full symmetric M laid out column-major without a copy where possible (in
+    row-major order it is its own transpose)."""
     if M.flags.f_contiguous:
         return M
-    if not upper and M.flags.c_contiguous:
+    if M.flags.c_contiguous:
         return M.T
     return np.asfortranarray(M)
 
