@@ -150,24 +150,32 @@ def describe(client) -> str:
 
 
 def scheduler_address_from_file(path, timeout: float = 10) -> str:
-    """The ``address`` in a scheduler file, waiting up to ``timeout`` s for it to appear."""
+    """The ``address`` in a scheduler file, waiting up to ``timeout`` s for it to appear.
+
+    The scheduler writes the file in place, so a reader can find it empty or half written:
+    unreadable content is read again until the deadline, and only then is an error.
+    """
     path = Path(path)
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while True:
+        problem = None
+        if path.exists():
+            try:
+                return str(json.loads(path.read_text())["address"])
+            except (ValueError, KeyError, TypeError) as exc:
+                problem = exc
         if time.monotonic() >= deadline:
-            raise FileNotFoundError(
-                f"scheduler file {str(path)!r} does not exist (waited {timeout:g} s); start the "
-                f"scheduler with `dask scheduler --scheduler-file {path}` on storage this "
-                "machine shares, or give the address with --scheduler tcp://host:8786"
-            )
+            break
         time.sleep(0.1)
-    try:
-        address = json.loads(path.read_text())["address"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(
-            f"{str(path)!r} is not a Dask scheduler file (expected JSON with an 'address'): {exc}"
-        ) from None
-    return str(address)
+    if problem is None:
+        raise FileNotFoundError(
+            f"scheduler file {str(path)!r} does not exist (waited {timeout:g} s); start the "
+            f"scheduler with `dask scheduler --scheduler-file {path}` on storage this "
+            "machine shares, or give the address with --scheduler tcp://host:8786"
+        )
+    raise ValueError(
+        f"{str(path)!r} is not a Dask scheduler file (expected JSON with an 'address'): {problem}"
+    )
 
 
 def check_scheduler(address: str, timeout: float = 10, security=None, origin: str = "") -> None:

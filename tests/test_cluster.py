@@ -415,3 +415,20 @@ if NETNS:  # defined only when asked for, so that the main suite never skips
                     t["total"] for t in dask_worker.transfer_incoming_log))
                 assert sum(moved.values()) > 0
         assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
+
+
+def test_a_scheduler_file_still_being_written_is_read_again(tmp_path):
+    """The scheduler writes its file in place: an empty file that fills in later is waited
+    for, not reported as malformed."""
+    import threading
+
+    from dfairpca.cluster import scheduler_address_from_file
+
+    f = tmp_path / "scheduler.json"
+    f.write_text("")
+    timer = threading.Timer(0.5, lambda: f.write_text('{"address": "tcp://127.0.0.1:1"}'))
+    timer.start()
+    try:
+        assert scheduler_address_from_file(f, timeout=10) == "tcp://127.0.0.1:1"
+    finally:
+        timer.cancel()
