@@ -55,9 +55,9 @@ def main(argv=None):
     X = dfairpca.from_zarr(store, "images")
     lines = [f"Command: `python benchmarks/bench_transform_precision.py --n {args.n} --k {args.k}`", ""]
     with dask.config.set(scheduler="threads"):
-        f64 = dfairpca.FairPCA(args.k, compute_dtype="float64", eigen_solver="dense").fit(X, z)
-        f32 = dfairpca.FairPCA(args.k, compute_dtype="float32", eigen_solver="dense").fit(X, z)
-        f32r = dfairpca.FairPCA(args.k, compute_dtype="float32").fit(X, z)  # auto solver
+        f64 = dfairpca.FairPCA(args.k, compute_dtype="float64", eigen_solver="dense").fit(X, sensitive_features=z)
+        f32 = dfairpca.FairPCA(args.k, compute_dtype="float32", eigen_solver="dense").fit(X, sensitive_features=z)
+        f32r = dfairpca.FairPCA(args.k, compute_dtype="float32").fit(X, sensitive_features=z)  # auto solver
 
         # ---------------------------------------------------------------- transform
         Y, t_dask = best_of(lambda: f32.transform(X).compute())

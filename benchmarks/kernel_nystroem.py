@@ -104,13 +104,13 @@ def run(n: int, n_test: int, k: int, size: int, store: Path):
     args = (Xtr, ztr, ytr, Xte, zte, yte, centred_trace)
 
     rows = []
-    exact = evaluate("exact", lambda: FairKernelPCA(k).fit(Xtr, ztr), *args, None)
+    exact = evaluate("exact", lambda: FairKernelPCA(k).fit(Xtr, sensitive_features=ztr), *args, None)
     rows.append(exact)
     for m in LANDMARKS:
         if m > n:
             continue
         rows.append(evaluate(
-            f"Nyström m={m}", lambda m=m: FairKernelPCA(k, n_landmarks=m).fit(Xtr, ztr),
+            f"Nyström m={m}", lambda m=m: FairKernelPCA(k, n_landmarks=m).fit(Xtr, sensitive_features=ztr),
             *args, exact["Y"],
         ))
     unfair = evaluate(

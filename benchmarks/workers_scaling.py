@@ -99,7 +99,7 @@ def run_shape(store: Path, groups, args, workers: int, threads: int) -> dict:
             est = dfairpca.FairPCA(args.k, split_every=args.split_every)
             with get_task_stream(client) as stream, threadpool_limits(1):
                 t0 = time.perf_counter()
-                est.fit(X, groups)
+                est.fit(X, sensitive_features=groups)
                 fit = time.perf_counter() - t0
             logs = client.run(lambda dask_worker: list(dask_worker.transfer_incoming_log))
         span = [s for t in stream.data for s in t["startstops"]]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["as_data", "encode_groups", "binary_target", "Groups", "compute_dtype_for", "check_n_features"]
+__all__ = ["as_data", "encode_groups", "require_sensitive_features", "binary_target", "Groups", "compute_dtype_for", "check_n_features"]
 
 
 def _is_dask(x) -> bool:
@@ -105,6 +105,25 @@ class Groups:
 
     def describe(self) -> str:
         return ", ".join(f"{nm!r} ({len(c)} groups)" for nm, c in zip(self.names, self.categories))
+
+
+def require_sensitive_features(estimator, sensitive_features) -> None:
+    """Refuse a fit without protected attributes; y is never taken for them.
+
+    scikit-learn passes the task label as the second positional argument of ``fit`` (a
+    Pipeline always does), so the groups travel only by keyword, the way fairlearn's
+    ``sensitive_features`` do.
+    """
+    if sensitive_features is None:
+        name = type(estimator).__name__
+        raise ValueError(
+            f"{name}.fit needs the protected attribute(s) of every row: pass "
+            f"fit(X, sensitive_features=z) (in a Pipeline: "
+            f"{name.lower()}.set_fit_request(sensitive_features=True) with "
+            f"sklearn.set_config(enable_metadata_routing=True), then "
+            f"pipe.fit(X, y, sensitive_features=z)); y is the task label and is never used "
+            "as the groups"
+        )
 
 
 def encode_groups(groups, n: int, mask=None, require_two: bool = True) -> Groups:

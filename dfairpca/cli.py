@@ -132,7 +132,7 @@ def cmd_fit(args):
         if groups is None:
             est.fit(X, checkpoint=ckpt)
         else:
-            est.fit(X, groups, y, checkpoint=ckpt)
+            est.fit(X, y, sensitive_features=groups, checkpoint=ckpt)
         dt = time.perf_counter() - t
     est.save(out, statistics=args.statistics, overwrite=args.overwrite)
     shutil.rmtree(ckpt, ignore_errors=True)

@@ -16,7 +16,10 @@ from sklearn.exceptions import NotFittedError
 
 from . import _solvers
 from ._engine import compute_moments
-from ._validation import as_data, binary_target, check_n_features, compute_dtype_for, encode_groups
+from ._validation import (
+    as_data, binary_target, check_n_features, compute_dtype_for, encode_groups,
+    require_sensitive_features,
+)
 from .moments import Moments, _categories_from_json, _categories_to_json, merge
 
 __all__ = ["PCA", "FairPCA", "load"]
@@ -357,7 +360,7 @@ class FairPCA(PCA):
     >>> rng = np.random.default_rng(0)
     >>> X, z = rng.normal(size=(200, 6)), rng.integers(0, 2, 200)
     >>> X[z == 1] += 1.0
-    >>> Y = dfairpca.FairPCA(n_components=2).fit_transform(X, z)
+    >>> Y = dfairpca.FairPCA(n_components=2).fit_transform(X, sensitive_features=z)
     >>> bool(np.allclose(Y[z == 0].mean(0), Y[z == 1].mean(0)))
     True
     """
@@ -396,34 +399,39 @@ class FairPCA(PCA):
         self._check_params()
         Xa = as_data(X)
         n, d = Xa.shape
+        require_sensitive_features(self, groups)
         mask = binary_target(y, n) if self.constraint == "equal_opportunity" else None
         g = encode_groups(groups, n, mask=mask, require_two=not partial)
         if not partial:
             self._check_k_groups(d, [len(c) for c in g.categories])
         return Xa, g, mask
 
-    def fit(self, X, groups=None, y=None, *, checkpoint=None):
-        """Fit on X with protected attribute(s) ``groups`` in one pass over X.
+    def fit(self, X, y=None, *, sensitive_features=None, checkpoint=None):
+        """Fit on X with protected attribute(s) ``sensitive_features`` in one pass over X.
 
         Parameters
         ----------
         X : (n, d) or (n, h, w) numpy, Dask or Zarr array (or a path to a Zarr array)
-        groups : (n,) labels of any type, (n, p) array, list of p label vectors, or a
-            pandas/Dask DataFrame (one column per attribute)
-        y : (n,) binary target, required for ``constraint="equal_opportunity"``
+        y : (n,) binary task label, used only by ``constraint="equal_opportunity"``; it is
+            never taken for the protected attribute
+        sensitive_features : (n,) labels of any type, (n, p) array, list of p label vectors,
+            or a pandas/Dask DataFrame (one column per attribute); required (keyword only,
+            as in fairlearn, so scikit-learn's metadata routing can pass it)
         checkpoint : path, optional
             Resumable pass, as in :meth:`PCA.fit`.
         """
+        groups = sensitive_features
         Xa, g, mask = self._prepare(X, groups, y, partial=False)
         self.attribute_names_ = list(g.names)
         return self.fit_statistics(self._pass(Xa, g, mask, checkpoint))
 
-    def fit_transform(self, X, groups=None, y=None):
-        """``fit(X, groups, y).transform(X)`` (two passes over X: one to fit, one to project)."""
-        return self.fit(X, groups, y).transform(X)
+    def fit_transform(self, X, y=None, *, sensitive_features=None):
+        """``fit(X, y, sensitive_features=...).transform(X)`` (two passes over X)."""
+        return self.fit(X, y, sensitive_features=sensitive_features).transform(X)
 
-    def partial_fit(self, X, groups=None, y=None):
+    def partial_fit(self, X, y=None, *, sensitive_features=None):
         """Add the rows of X and refit; a sequence of calls equals one fit on the union."""
+        groups = sensitive_features
         Xa, g, mask = self._prepare(X, groups, y, partial=True)
         self._check_previous(Xa.shape[1])
         if hasattr(self, "statistics_") and len(self.statistics_.attributes) != g.n_attributes:

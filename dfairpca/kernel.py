@@ -67,7 +67,7 @@ from sklearn.metrics import pairwise
 
 from . import _solvers
 from ._engine import compute_moments
-from ._validation import as_data, binary_target, check_n_features, encode_groups
+from ._validation import as_data, binary_target, check_n_features, encode_groups, require_sensitive_features
 from .decomposition import CONSTRAINTS, FairPCA
 
 __all__ = ["FairKernelPCA", "KERNELS", "exact_fit_bytes"]
@@ -186,7 +186,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     >>> rng = np.random.default_rng(0)
     >>> X, z = rng.normal(size=(300, 4)), rng.integers(0, 2, 300)
     >>> X[z == 1] += 1.0
-    >>> Y = FairKernelPCA(3).fit_transform(X, z)
+    >>> Y = FairKernelPCA(3).fit_transform(X, sensitive_features=z)
     >>> bool(np.allclose(Y[z == 0].mean(0), Y[z == 1].mean(0)))
     True
     """
@@ -321,14 +321,15 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         return self._needs_gamma() and isinstance(self.gamma, str)
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X, groups, y=None):
+    def fit(self, X, y=None, *, sensitive_features=None):
         """Fit on X (numpy, Dask or Zarr; (n, d) or images (n, h, w)) and protected attributes.
 
         Parameters
         ----------
         X : (n, d) or (n, h, w) array, Dask array, Zarr array or path to a Zarr array
-        groups : (n,) labels, (n, p) array, list of p label vectors, or a DataFrame
-        y : (n,) binary target, required for ``constraint="equal_opportunity"``
+        y : (n,) binary task label, used only by ``constraint="equal_opportunity"``
+        sensitive_features : (n,) labels, (n, p) array, list of p label vectors, or a
+            DataFrame; required, keyword only (never taken from y)
 
         Returns
         -------
@@ -337,8 +338,9 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self._check_params()
         Xa = as_data(X)
         n, d = Xa.shape
+        require_sensitive_features(self, sensitive_features)
         mask = binary_target(y, n) if self.constraint == "equal_opportunity" else None
-        g = encode_groups(groups, n, mask=mask)
+        g = encode_groups(sensitive_features, n, mask=mask)
         fit_rows = np.arange(n) if mask is None else np.flatnonzero(mask)
         ms = [len(c) for c in g.categories]
         m = self._choose_method(len(fit_rows), d)
@@ -357,9 +359,9 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.attribute_names_ = list(g.names)
         return self
 
-    def fit_transform(self, X, groups, y=None):
-        """``fit(X, groups, y).transform(X)``."""
-        return self.fit(X, groups, y).transform(X)
+    def fit_transform(self, X, y=None, *, sensitive_features=None):
+        """``fit(X, y, sensitive_features=...).transform(X)``."""
+        return self.fit(X, y, sensitive_features=sensitive_features).transform(X)
 
     def _fit_exact(self, Xa, fit_rows, g):
         """Alg. 3 on the centred kernel of the fitted rows, via the downdate ``Kc - D D^T``."""

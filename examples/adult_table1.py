@@ -57,7 +57,7 @@ def table1(data: Path = DEFAULT_DATA, ks=(2, 10), splits=range(10)):
             sigma = metrics.mmd_bandwidth(pca.transform(Xtr), max_samples=None)
             for name, make in methods().items():
                 est = make(k)
-                est = est.fit(Xtr, ztr) if isinstance(est, dfairpca.FairPCA) else est.fit(Xtr)
+                est = est.fit(Xtr, sensitive_features=ztr) if isinstance(est, dfairpca.FairPCA) else est.fit(Xtr)
                 r = out.setdefault((k, name), {"var": [], "mmd2": []})
                 r["var"].append(metrics.explained_variance_pct(Xte, est.components_))
                 r["mmd2"].append(metrics.mmd2(est.transform(Xte), zte, sigma, max_samples=None))

@@ -61,7 +61,7 @@ def main(argv=None):
               f"{len(X.chunks[0])} chunks; written in {synth_s:.1f} s")
 
         t0 = time.perf_counter()
-        est = FairKernelPCA(a.k, n_landmarks=a.m).fit(X, glasses)
+        est = FairKernelPCA(a.k, n_landmarks=a.m).fit(X, sensitive_features=glasses)
         fit_s = time.perf_counter() - t0
         ev = 100 * est.explained_variance_ratio_.sum()
         print(f"fit: {fit_s:.1f} s (method {est.method_}, m = {est.n_landmarks_}, "

@@ -57,7 +57,7 @@ def test_checkpointed_pass_equals_one_pass(data, tmp_path):
     assert_same_moments(m, ref)
     assert calls == [(i, 5) for i in range(5)]  # 2400 rows in segments of 5 chunks
     fair = dfairpca.FairPCA(5).fit_statistics(m)
-    plain = dfairpca.FairPCA(5).fit(X[mask], codes[mask])
+    plain = dfairpca.FairPCA(5).fit(X[mask], sensitive_features=codes[mask])
     assert max_angle_deg(fair.components_.T, plain.components_.T) < 1e-6
     # one running total, not one file per segment
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["progress.json", "total"]

@@ -139,6 +139,6 @@ def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched):
                           "--resume", "--rows-per-chunk", "100", *sched], capsys)
     assert code == 0, err
     assert not ckpt.exists()
-    ref = dfairpca.FairPCA(5).fit(X, z)
+    ref = dfairpca.FairPCA(5).fit(X, sensitive_features=z)
     got = dfairpca.load(model)
     np.testing.assert_allclose(np.abs(got.components_ @ ref.components_.T), np.eye(5), atol=1e-4)

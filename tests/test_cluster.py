@@ -112,7 +112,7 @@ def data(tmp_path_factory):
     images = group.create_array("images", shape=(N, H, W), chunks=(50, H, W), dtype="uint8")
     images[:] = Xu8.reshape(N, H, W)
     labels = np.column_stack(g)
-    local = dfairpca.FairPCA(6, compute_dtype="float64").fit(Xu8, labels)
+    local = dfairpca.FairPCA(6, compute_dtype="float64").fit(Xu8, sensitive_features=labels)
     return path, labels, local
 
 
@@ -135,7 +135,7 @@ def test_fit_through_scheduler_file_equals_local_fit(processes, data):
         assert line.startswith("scheduler tcp://127.0.0.1:") and "2 worker(s), 2 thread(s)" in line
         assert "4.00 GiB memory" in line and "\n" not in line
         Xz = dfairpca.from_zarr(path, "images", rows_per_chunk=250)
-        remote = dfairpca.FairPCA(6, compute_dtype="float64", split_every=3).fit(Xz, labels)
+        remote = dfairpca.FairPCA(6, compute_dtype="float64", split_every=3).fit(Xz, sensitive_features=labels)
         ran = client.run(lambda dask_worker: sum(
             "_fold" in str(entry) for entry in dask_worker.state.log))
         assert all(count > 0 for count in ran.values()), ran  # both workers read chunks
@@ -409,7 +409,7 @@ if NETNS:  # defined only when asked for, so that the main suite never skips
                 hosts = sorted(w["host"] for w in client.scheduler_info()["workers"].values())
                 assert hosts == sorted(net.hosts)
                 Xz = dfairpca.from_zarr(path, "images", rows_per_chunk=250)
-                remote = dfairpca.FairPCA(6, compute_dtype="float64", split_every=3).fit(Xz, labels)
+                remote = dfairpca.FairPCA(6, compute_dtype="float64", split_every=3).fit(Xz, sensitive_features=labels)
                 # partials crossed the bridge: some worker fetched data from the other host
                 moved = client.run(lambda dask_worker: sum(
                     t["total"] for t in dask_worker.transfer_incoming_log))

@@ -38,7 +38,7 @@ def test_fair_pca_matches_dense_oracle(n, d, groups, k, kind):
     U_ref = oracle.fair_pca(X, g, k)
     Xin = da.from_array(X, chunks=(97, d)) if kind == "dask" else X
     gin = g[0] if len(g) == 1 else np.column_stack(g)
-    est = dfairpca.FairPCA(k).fit(Xin, gin)
+    est = dfairpca.FairPCA(k).fit(Xin, sensitive_features=gin)
     assert est.components_.shape == (k, d)
     assert max_angle_deg(est.components_.T, U_ref) < TOL_DEG
     np.testing.assert_allclose(est.components_ @ est.components_.T, np.eye(k), atol=1e-12)
@@ -55,7 +55,7 @@ def test_center_and_standardize_match_oracle(center, standardize):
     X, g = make_data(700, 15, (3,), seed=3)
     X[:, 4] *= 50  # features on different scales matter when standardizing
     U_ref = oracle.fair_pca(X, g, 4, center=center, standardize=standardize)
-    est = dfairpca.FairPCA(4, center=center, standardize=standardize).fit(X, g[0])
+    est = dfairpca.FairPCA(4, center=center, standardize=standardize).fit(X, sensitive_features=g[0])
     assert max_angle_deg(est.components_.T, U_ref) < TOL_DEG
     Y = est.transform(X)
     means = [Y[g[0] == c].mean(0) for c in range(3)]
@@ -78,7 +78,7 @@ def test_fair_pca_with_no_mean_difference_is_pca():
     X, _ = make_data(400, 10, (), seed=1)
     z = np.tile([0, 1], 200)
     X[z == 1] += X[z == 0].mean(0) - X[z == 1].mean(0)  # identical group means
-    est = dfairpca.FairPCA(3).fit(X, z)
+    est = dfairpca.FairPCA(3).fit(X, sensitive_features=z)
     assert est.n_constraints_ == 0
     assert max_angle_deg(est.components_.T, oracle.pca(X, 3)) < TOL_DEG
 
@@ -96,7 +96,7 @@ def test_fair_pca_with_no_mean_difference_is_pca():
 def test_transformed_group_means_are_equal(n, d, m, seed, chunk, data):
     X, g = make_data(n, d, (m,), seed=seed, shift=data.draw(st.floats(0.1, 20)))
     k = data.draw(st.integers(1, d - m + 1))
-    est = dfairpca.FairPCA(k).fit(da.from_array(X, chunks=(chunk, d)), g[0])
+    est = dfairpca.FairPCA(k).fit(da.from_array(X, chunks=(chunk, d)), sensitive_features=g[0])
     Y = est.transform(X)
     spread = np.abs(Y - Y.mean(0)).max()
     means = np.stack([Y[g[0] == c].mean(0) for c in range(m)])
@@ -106,7 +106,7 @@ def test_transformed_group_means_are_equal(n, d, m, seed, chunk, data):
 def test_group_means_equal_for_every_attribute_and_labels_of_any_type():
     X, g = make_data(1000, 20, (2, 3), seed=11)
     df = pd.DataFrame({"sex": np.where(g[0] == 1, "m", "f"), "race": g[1] + 0.5})
-    est = dfairpca.FairPCA(8).fit(X, df)
+    est = dfairpca.FairPCA(8).fit(X, sensitive_features=df)
     assert est.attribute_names_ == ["sex", "race"]
     assert list(est.groups_[0]) == ["f", "m"] and list(est.groups_[1]) == [0.5, 1.5, 2.5]
     Y = est.transform(X)
@@ -123,11 +123,11 @@ def test_numpy_dask_and_zarr_inputs_agree(tmp_path):
     arr = store.create_array("X", shape=Xu8.shape, chunks=(128, 24), dtype="uint8")
     arr[:] = Xu8
     ests = [
-        dfairpca.FairPCA(5).fit(Xu8, g[0]),
-        dfairpca.FairPCA(5).fit(da.from_array(Xu8, chunks=(100, 24)), g[0]),
-        dfairpca.FairPCA(5).fit(dfairpca.from_zarr(tmp_path / "s.zarr", "X"), g[0]),
-        dfairpca.FairPCA(5).fit(str(tmp_path / "s.zarr/X"), g[0]),
-        dfairpca.FairPCA(5, compute_dtype="float64").fit(Xu8, g[0]),
+        dfairpca.FairPCA(5).fit(Xu8, sensitive_features=g[0]),
+        dfairpca.FairPCA(5).fit(da.from_array(Xu8, chunks=(100, 24)), sensitive_features=g[0]),
+        dfairpca.FairPCA(5).fit(dfairpca.from_zarr(tmp_path / "s.zarr", "X"), sensitive_features=g[0]),
+        dfairpca.FairPCA(5).fit(str(tmp_path / "s.zarr/X"), sensitive_features=g[0]),
+        dfairpca.FairPCA(5, compute_dtype="float64").fit(Xu8, sensitive_features=g[0]),
     ]
     U_ref = oracle.fair_pca(Xu8.astype(float), g, 5)
     for est in ests[:4]:  # float32 products for uint8 input
@@ -141,7 +141,7 @@ def test_numpy_dask_and_zarr_inputs_agree(tmp_path):
 def test_images_are_flattened_lazily():
     X, g = make_data(300, 36, (2,), seed=4)
     imgs = da.from_array(X.reshape(300, 6, 6), chunks=(50, 3, 6))
-    est = dfairpca.FairPCA(4).fit(imgs, g[0])
+    est = dfairpca.FairPCA(4).fit(imgs, sensitive_features=g[0])
     assert est.n_features_in_ == 36
     assert max_angle_deg(est.components_.T, oracle.fair_pca(X, g, 4)) < TOL_DEG
     Y = est.transform(imgs)
@@ -153,7 +153,7 @@ def test_images_are_flattened_lazily():
 def test_dtypes(dtype, out):
     X, g = make_data(400, 10, (2,), seed=6)
     Xt = (np.abs(X) * 10).astype(dtype)
-    est = dfairpca.FairPCA(3).fit(Xt, g[0])
+    est = dfairpca.FairPCA(3).fit(Xt, sensitive_features=g[0])
     Y = est.transform(Xt)
     assert Y.dtype == out
     Yd = est.transform(da.from_array(Xt, chunks=(64, 10)))
@@ -164,8 +164,8 @@ def test_dtypes(dtype, out):
 
 def test_dask_labels_and_lists():
     X, g = make_data(500, 12, (2, 3), seed=8)
-    a = dfairpca.FairPCA(3).fit(X, [da.from_array(g[0], chunks=100), list(g[1])])
-    b = dfairpca.FairPCA(3).fit(X, np.column_stack(g))
+    a = dfairpca.FairPCA(3).fit(X, sensitive_features=[da.from_array(g[0], chunks=100), list(g[1])])
+    b = dfairpca.FairPCA(3).fit(X, sensitive_features=np.column_stack(g))
     assert max_angle_deg(a.components_.T, b.components_.T) < TOL_DEG
 
 
@@ -174,10 +174,10 @@ def test_partial_fit_equals_fit_and_pieces_may_hold_one_group():
     X, g = make_data(900, 14, (3,), seed=9)
     order = np.argsort(g[0], kind="stable")  # pieces sorted by group: single-group pieces
     X, z = X[order], g[0][order]
-    full = dfairpca.FairPCA(5).fit(X, z)
+    full = dfairpca.FairPCA(5).fit(X, sensitive_features=z)
     inc = dfairpca.FairPCA(5)
     for s in range(0, 900, 150):
-        inc.partial_fit(X[s : s + 150], z[s : s + 150])
+        inc.partial_fit(X[s : s + 150], sensitive_features=z[s : s + 150])
     assert inc.n_samples_seen_ == 900
     assert max_angle_deg(inc.components_.T, full.components_.T) < TOL_DEG
     np.testing.assert_allclose(inc.explained_variance_, full.explained_variance_, rtol=1e-9)
@@ -187,7 +187,7 @@ def test_equal_opportunity_fits_on_positive_rows():
     X, g = make_data(1200, 18, (3,), seed=12)
     y = (X[:, 1] - np.median(X[:, 1]) + np.random.default_rng(0).normal(size=1200) > 0).astype(int)
     assert all((y[g[0] == c] == 1).any() for c in range(3))
-    est = dfairpca.FairPCA(5, constraint="equal_opportunity").fit(da.from_array(X, chunks=200), g[0], y)
+    est = dfairpca.FairPCA(5, constraint="equal_opportunity").fit(da.from_array(X, chunks=200), y, sensitive_features=g[0])
     pos = y == 1
     ref = oracle.fair_pca(X[pos], [g[0][pos]], 5)
     assert est.n_samples_seen_ == pos.sum()
@@ -200,7 +200,7 @@ def test_equal_opportunity_fits_on_positive_rows():
 @pytest.mark.parametrize("lam", [0.0, 0.3, 1.0])
 def test_tradeoff_concatenates_scaled_standard_pca(lam):
     X, g = make_data(600, 12, (2,), seed=13)
-    est = dfairpca.FairPCA(3, tradeoff=lam).fit(X, g[0])
+    est = dfairpca.FairPCA(3, tradeoff=lam).fit(X, sensitive_features=g[0])
     Y = est.transform(X)
     fair = (X - X.mean(0)) @ est.components_.T
     if lam == 0:
@@ -216,7 +216,7 @@ def test_tradeoff_concatenates_scaled_standard_pca(lam):
 
 def test_inverse_transform_reconstructs_in_fair_subspace():
     X, g = make_data(500, 10, (2,), seed=14)
-    est = dfairpca.FairPCA(9).fit(X, g[0])  # k = d - 1: only the mean direction is lost
+    est = dfairpca.FairPCA(9).fit(X, sensitive_features=g[0])  # k = d - 1: only the mean direction is lost
     R = est.inverse_transform(est.transform(X))
     Ud = est.components_
     np.testing.assert_allclose((R - est.mean_) @ Ud.T @ Ud, R - est.mean_, atol=1e-9)
@@ -235,17 +235,37 @@ def test_sklearn_api_clone_pipeline_params():
     pipe = make_pipeline(dfairpca.PCA(5), LogisticRegression())
     pipe.fit(X, g[0])
     assert pipe.score(X, g[0]) > 0.5
-    fitted = dfairpca.FairPCA(3).fit(X, g[0])
+    fitted = dfairpca.FairPCA(3).fit(X, sensitive_features=g[0])
     assert list(fitted.get_feature_names_out()) == ["fairpca0", "fairpca1", "fairpca2"]
-    Y = dfairpca.FairPCA(3).fit_transform(X, g[0])
+    Y = dfairpca.FairPCA(3).fit_transform(X, sensitive_features=g[0])
     np.testing.assert_allclose(Y, fitted.transform(X))
     assert dfairpca.PCA(2).fit_transform(X).shape == (400, 2)
 
 
+def test_task_label_is_never_taken_for_the_groups():
+    """The Pipeline trap: ``pipe.fit(X, y)`` hands y to every step's fit as its second
+    argument; FairPCA must refuse to run without sensitive features instead of using y."""
+    import sklearn
+
+    X, g = make_data(400, 10, (2,), seed=15)
+    y = (X[:, 0] > 0).astype(int)
+    for est in (dfairpca.FairPCA(3), dfairpca.FairKernelPCA(3)):
+        with pytest.raises(ValueError, match="sensitive_features=z"):
+            make_pipeline(est, LogisticRegression()).fit(X, y)
+        with pytest.raises(ValueError, match="never used"):
+            clone(est).fit(X, y)
+    # metadata routing passes the groups through the Pipeline, y reaches the classifier
+    with sklearn.config_context(enable_metadata_routing=True):
+        fair = dfairpca.FairPCA(3).set_fit_request(sensitive_features=True)
+        pipe = make_pipeline(fair, LogisticRegression()).fit(X, y, sensitive_features=g[0])
+        ref = dfairpca.FairPCA(3).fit(X, sensitive_features=g[0])
+        np.testing.assert_allclose(pipe[0].components_, ref.components_)
+
+
 def test_deterministic_signs():
     X, g = make_data(400, 10, (2,), seed=16)
-    a = dfairpca.FairPCA(4).fit(X, g[0]).components_
-    b = dfairpca.FairPCA(4).fit(da.from_array(X, chunks=33), g[0]).components_
+    a = dfairpca.FairPCA(4).fit(X, sensitive_features=g[0]).components_
+    b = dfairpca.FairPCA(4).fit(da.from_array(X, chunks=33), sensitive_features=g[0]).components_
     np.testing.assert_allclose(a, b, atol=1e-10)
     assert np.all(a[np.arange(4), np.abs(a).argmax(1)] > 0)
 
@@ -255,7 +275,7 @@ def test_deterministic_signs():
 def test_save_load_roundtrip(tmp_path, statistics):
     X, g = make_data(500, 12, (2, 3), seed=17)
     labels = pd.DataFrame({"a": np.where(g[0] == 1, "x", "y"), "b": g[1]})
-    est = dfairpca.FairPCA(4, tradeoff=0.2, standardize=True).fit(X, labels)
+    est = dfairpca.FairPCA(4, tradeoff=0.2, standardize=True).fit(X, sensitive_features=labels)
     est.save(tmp_path / "m", statistics=statistics)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no temporary left behind
     back = dfairpca.load(tmp_path / "m")
@@ -267,7 +287,7 @@ def test_save_load_roundtrip(tmp_path, statistics):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(back.constraint_basis_, est.constraint_basis_)
     if statistics:
-        back.partial_fit(X[:50], labels[:50])
+        back.partial_fit(X[:50], sensitive_features=labels[:50])
         assert back.n_samples_seen_ == 550
     else:
         assert not hasattr(back, "statistics_")
@@ -300,33 +320,33 @@ def xg():
 def test_bad_parameters(xg, kwargs, fit_args, exc, match):
     X, z = xg
     with pytest.raises(exc, match=match):
-        dfairpca.FairPCA(**{"n_components": 2, **kwargs}).fit(X, z, **fit_args)
+        dfairpca.FairPCA(**{"n_components": 2, **kwargs}).fit(X, sensitive_features=z, **fit_args)
 
 
 def test_bad_inputs(xg):
     X, z = xg
     est = dfairpca.FairPCA(2)
     with pytest.raises(ValueError, match="2-D .* or 3-D"):
-        est.fit(X.reshape(-1), z)
+        est.fit(X.reshape(-1), sensitive_features=z)
     with pytest.raises(ValueError, match="199 labels but X has 200 rows"):
-        est.fit(X, z[:-1])
+        est.fit(X, sensitive_features=z[:-1])
     with pytest.raises(ValueError, match="single group"):
-        est.fit(X, np.zeros(200))
+        est.fit(X, sensitive_features=np.zeros(200))
     with pytest.raises(ValueError, match="missing labels"):
-        est.fit(X, np.where(z == 0, np.nan, z))
-    with pytest.raises(ValueError, match="needs groups"):
+        est.fit(X, sensitive_features=np.where(z == 0, np.nan, z))
+    with pytest.raises(ValueError, match="sensitive_features=z"):
         est.fit(X)
     with pytest.raises(TypeError, match="numeric"):
-        est.fit(X.astype(str), z)
+        est.fit(X.astype(str), sensitive_features=z)
     with pytest.raises(ValueError, match="no fair projection exists"):
-        dfairpca.FairPCA().fit(X[:, :2], z)
+        dfairpca.FairPCA().fit(X[:, :2], sensitive_features=z)
 
 
 def test_empty_group_after_equal_opportunity_filter(xg):
     X, z = xg
     y = (z != 2).astype(int)  # group 2 has no positives
     with pytest.raises(ValueError, match=r"group\(s\) \[.*2\] have no rows with y == 1"):
-        dfairpca.FairPCA(2, constraint="equal_opportunity").fit(X, z, y)
+        dfairpca.FairPCA(2, constraint="equal_opportunity").fit(X, y, sensitive_features=z)
 
 
 @pytest.mark.parametrize("kind", ["numpy", "dask"])
@@ -337,14 +357,14 @@ def test_nan_and_inf_rows_are_named(xg, kind):
     X[150, 0] = np.inf
     Xin = da.from_array(X, chunks=40) if kind == "dask" else X
     with pytest.raises(ValueError, match=r"NaN or infinity in 2 row\(s\) \(rows 17, 150\)"):
-        dfairpca.FairPCA(2).fit(Xin, z)
+        dfairpca.FairPCA(2).fit(Xin, sensitive_features=z)
 
 
 def test_transform_errors(xg):
     X, z = xg
     with pytest.raises(NotFittedError, match="not fitted yet"):
         dfairpca.FairPCA(2).transform(X)
-    est = dfairpca.FairPCA(2).fit(X, z)
+    est = dfairpca.FairPCA(2).fit(X, sensitive_features=z)
     with pytest.raises(ValueError, match="X has 7 features, but FairPCA was fitted with 8"):
         est.transform(X[:, :7])
 
@@ -355,7 +375,7 @@ def test_zarr_store_without_the_named_array(tmp_path):
     with pytest.raises(KeyError, match=r"has no array 'pixels'; it holds \['images'\]"):
         dfairpca.from_zarr(tmp_path / "s.zarr", "pixels")
     with pytest.raises(ValueError, match="is a Zarr group, not an array"):
-        dfairpca.FairPCA(2).fit(str(tmp_path / "s.zarr"), np.arange(10) % 2)
+        dfairpca.FairPCA(2).fit(str(tmp_path / "s.zarr"), sensitive_features=np.arange(10) % 2)
     with pytest.raises(FileNotFoundError, match="no Zarr store"):
         dfairpca.from_zarr(tmp_path / "nope.zarr", "images")
     # URLs go through fsspec (s3://, gs://, ...; file:// here)
@@ -367,7 +387,7 @@ def test_zarr_store_without_the_named_array(tmp_path):
 def test_eigen_solvers_agree_with_oracle(solver):
     X, g = make_data(2000, 60, (3, 2), seed=31, decay=0.9)
     ref = oracle.fair_pca(X, g, 8)
-    est = dfairpca.FairPCA(8, eigen_solver=solver).fit(X, np.column_stack(g))
+    est = dfairpca.FairPCA(8, eigen_solver=solver).fit(X, sensitive_features=np.column_stack(g))
     # subspace iteration stops on the captured variance (1e-8 relative), so vectors are
     # accurate to about the square root of that
     tol = 1e-6 if solver == "dense" else 0.05

@@ -15,8 +15,8 @@ def test_fit_on_cluster_equals_local_fit_and_reads_zarr_in_workers(client, tmp_p
     store.create_array("images", shape=(3000, 5, 8), chunks=(250, 5, 8), dtype="uint8")[:] = Xu8.reshape(3000, 5, 8)
     Xz = dfairpca.from_zarr(tmp_path / "s.zarr", "images", rows_per_chunk=250)
     labels = np.column_stack(g)
-    local = dfairpca.FairPCA(6, compute_dtype="float64").fit(Xu8, labels)
-    remote = dfairpca.FairPCA(6, compute_dtype="float64", split_every=3).fit(Xz, labels)
+    local = dfairpca.FairPCA(6, compute_dtype="float64").fit(Xu8, sensitive_features=labels)
+    remote = dfairpca.FairPCA(6, compute_dtype="float64", split_every=3).fit(Xz, sensitive_features=labels)
     assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
     # the work ran on the workers: their task logs record the chunk tasks
     logs = client.run(lambda dask_worker: [str(k) for k in dask_worker.state.log])

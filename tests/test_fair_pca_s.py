@@ -26,15 +26,15 @@ def two_gaussians(n=3000, d=12, seed=0):
 def test_matches_dense_oracle(eq, l, kind):
     X, z = two_gaussians()
     Xin = da.from_array(X, chunks=(256, 12)) if kind == "dask" else X
-    est = dfairpca.FairPCA(3 if l >= 3 else l, equalize_covariance=eq).fit(Xin, z)
+    est = dfairpca.FairPCA(3 if l >= 3 else l, equalize_covariance=eq).fit(Xin, sensitive_features=z)
     ref = oracle.fair_pca_s(X, z, est.n_components_, l)
     assert max_angle_deg(est.components_.T, ref) < 1e-6
 
 
 def test_equalizes_covariances_better_than_fair_pca():
     X, z = two_gaussians()
-    Y1 = dfairpca.FairPCA(2).fit_transform(X, z)
-    Y2 = dfairpca.FairPCA(2, equalize_covariance=0.5).fit(X, z).transform(X)
+    Y1 = dfairpca.FairPCA(2).fit_transform(X, sensitive_features=z)
+    Y2 = dfairpca.FairPCA(2, equalize_covariance=0.5).fit(X, sensitive_features=z).transform(X)
     gap = lambda Y: np.linalg.norm(np.cov(Y[z == 0].T) - np.cov(Y[z == 1].T))
     assert gap(Y2) < 0.5 * gap(Y1)
     for Y in (Y1, Y2):  # the means stay equal
@@ -43,8 +43,8 @@ def test_equalizes_covariances_better_than_fair_pca():
 
 def test_fraction_one_is_fair_pca():
     X, z = two_gaussians()
-    a = dfairpca.FairPCA(3, equalize_covariance=1.0).fit(X, z)
-    b = dfairpca.FairPCA(3).fit(X, z)
+    a = dfairpca.FairPCA(3, equalize_covariance=1.0).fit(X, sensitive_features=z)
+    b = dfairpca.FairPCA(3).fit(X, sensitive_features=z)
     assert max_angle_deg(a.components_.T, b.components_.T) < 1e-6
 
 
@@ -65,8 +65,8 @@ def test_three_groups_and_two_attributes():
     X, g = make_data(3000, 14, (3, 2), seed=5)
     X[g[0] == 2] *= 2.0  # group 2 has a larger covariance
     for groups in (g[0], np.column_stack(g)):
-        est = dfairpca.FairPCA(3, equalize_covariance=0.5).fit(X, groups)
-        base = dfairpca.FairPCA(3).fit(X, groups)
+        est = dfairpca.FairPCA(3, equalize_covariance=0.5).fit(X, sensitive_features=groups)
+        base = dfairpca.FairPCA(3).fit(X, sensitive_features=groups)
         def spread(model):
             Y = model.transform(X)
             covs = [np.cov(Y[g[0] == c].T) for c in range(3)]
@@ -79,19 +79,19 @@ def test_three_groups_and_two_attributes():
 
 def test_partial_fit_carries_group_scatter():
     X, z = two_gaussians()
-    full = dfairpca.FairPCA(3, equalize_covariance=0.5).fit(X, z)
+    full = dfairpca.FairPCA(3, equalize_covariance=0.5).fit(X, sensitive_features=z)
     inc = dfairpca.FairPCA(3, equalize_covariance=0.5)
     for s in range(0, 3000, 700):
-        inc.partial_fit(X[s : s + 700], z[s : s + 700])
+        inc.partial_fit(X[s : s + 700], sensitive_features=z[s : s + 700])
     assert max_angle_deg(inc.components_.T, full.components_.T) < 1e-6
 
 
 def test_errors():
     X, z = two_gaussians()
     with pytest.raises(ValueError, match="cannot hold n_components=3"):
-        dfairpca.FairPCA(3, equalize_covariance=2).fit(X, z)
+        dfairpca.FairPCA(3, equalize_covariance=2).fit(X, sensitive_features=z)
     with pytest.raises(ValueError, match=r"fraction must be in \(0, 1\]"):
-        dfairpca.FairPCA(3, equalize_covariance=1.5).fit(X, z)
-    plain = dfairpca.FairPCA(3).fit(X, z)
+        dfairpca.FairPCA(3, equalize_covariance=1.5).fit(X, sensitive_features=z)
+    plain = dfairpca.FairPCA(3).fit(X, sensitive_features=z)
     with pytest.raises(ValueError, match="no per-group scatter"):
         dfairpca.FairPCA(3, equalize_covariance=0.5).fit_statistics(plain.statistics_)

@@ -76,7 +76,7 @@ def test_exact_matches_dense_algorithm3(n, d, groups, k, kernel, params, lanczos
     if lanczos:  # the estimator switches to Lanczos above LANCZOS_MIN_ROWS rows
         monkeypatch.setattr(kernel_module, "LANCZOS_MIN_ROWS", n // 2)
     X, g = make_data(n, d, groups, seed=n + d)
-    est = FairKernelPCA(k, kernel=kernel, **params).fit(X, np.column_stack(g))
+    est = FairKernelPCA(k, kernel=kernel, **params).fit(X, sensitive_features=np.column_stack(g))
     same = {"gamma": est.gamma_, **({} if kernel == "rbf" else {"coef0": 1.0}), **params}
     Kc = centred_kernel(X, kernel, **same)
     Y_ref = fair_kernel_pca_alg3(Kc, g, k)
@@ -97,7 +97,7 @@ def test_exact_matches_dense_algorithm3(n, d, groups, k, kernel, params, lanczos
 )
 def test_indefinite_kernel_uses_its_positive_part(kernel, params):
     X, g = make_data(300, 5, (2,), seed=19)
-    est = FairKernelPCA(3, kernel=kernel, **params).fit(X, g[0])
+    est = FairKernelPCA(3, kernel=kernel, **params).fit(X, sensitive_features=g[0])
     Kc = centred_kernel(X, kernel, **{"gamma": est.gamma_, **params})
     w, V = np.linalg.eigh(Kc)
     assert w.min() < -1e-3 * w.max()  # genuinely indefinite
@@ -110,20 +110,20 @@ def test_indefinite_kernel_uses_its_positive_part(kernel, params):
 def test_gamma_scale_is_one_over_d_times_variance():
     X, g = make_data(200, 7, (2,), seed=1)
     X = np.round(X * 10 + 100).astype(np.uint8)
-    a = FairKernelPCA(3).fit(X, g[0])
-    b = FairKernelPCA(3, n_landmarks=50).fit(da.from_array(X, chunks=(30, 7)), g[0])
+    a = FairKernelPCA(3).fit(X, sensitive_features=g[0])
+    b = FairKernelPCA(3, n_landmarks=50).fit(da.from_array(X, chunks=(30, 7)), sensitive_features=g[0])
     expected = 1.0 / (7 * X.astype(float).var())
     assert a.gamma_ == pytest.approx(expected, rel=1e-12)
     assert b.gamma_ == pytest.approx(expected, rel=1e-12)
-    assert FairKernelPCA(3, kernel="linear").fit(X, g[0]).gamma_ is None
+    assert FairKernelPCA(3, kernel="linear").fit(X, sensitive_features=g[0]).gamma_ is None
 
 
 # ----------------------------------------------------------------------------- Nyström
 def test_nystroem_with_all_rows_as_landmarks_equals_exact():
     X, g = make_data(300, 5, (3,), seed=7)
     Xnew, _ = make_data(60, 5, (3,), seed=8)
-    exact = FairKernelPCA(4).fit(X, g[0])
-    nys = FairKernelPCA(4, n_landmarks=300).fit(da.from_array(X, chunks=(64, 5)), g[0])
+    exact = FairKernelPCA(4).fit(X, sensitive_features=g[0])
+    nys = FairKernelPCA(4, n_landmarks=300).fit(da.from_array(X, chunks=(64, 5)), sensitive_features=g[0])
     assert nys.method_ == "nystroem" and nys.n_landmarks_ == 300
     Ye, Yn = exact.transform(X), nys.transform(X)
     assert max_angle_deg(Yn, Ye) < TOL_DEG
@@ -137,9 +137,9 @@ def test_nystroem_with_all_rows_as_landmarks_equals_exact():
 
 def test_nystroem_landmarks_are_deterministic_fitted_rows():
     X, g = make_data(500, 6, (2,), seed=9)
-    a = FairKernelPCA(3, n_landmarks=80, random_state=3).fit(X, g[0])
-    b = FairKernelPCA(3, n_landmarks=80, random_state=3).fit(da.from_array(X, chunks=(77, 6)), g[0])
-    c = FairKernelPCA(3, n_landmarks=80, random_state=4).fit(X, g[0])
+    a = FairKernelPCA(3, n_landmarks=80, random_state=3).fit(X, sensitive_features=g[0])
+    b = FairKernelPCA(3, n_landmarks=80, random_state=3).fit(da.from_array(X, chunks=(77, 6)), sensitive_features=g[0])
+    c = FairKernelPCA(3, n_landmarks=80, random_state=4).fit(X, sensitive_features=g[0])
     np.testing.assert_array_equal(a.basis_indices_, b.basis_indices_)
     np.testing.assert_array_equal(a.basis_, X[a.basis_indices_])
     assert len(np.unique(a.basis_indices_)) == 80
@@ -151,7 +151,7 @@ def test_nystroem_landmarks_are_deterministic_fitted_rows():
 @pytest.mark.parametrize("n_landmarks", [None, 120])
 def test_group_means_of_training_representation_are_equal(n_landmarks):
     X, g = make_data(600, 8, (2, 3), seed=11)
-    est = FairKernelPCA(6, n_landmarks=n_landmarks).fit(X, np.column_stack(g))
+    est = FairKernelPCA(6, n_landmarks=n_landmarks).fit(X, sensitive_features=np.column_stack(g))
     Y = est.transform(X)
     for labels in g:
         assert group_mean_gap(Y, labels) < 1e-8
@@ -160,7 +160,7 @@ def test_group_means_of_training_representation_are_equal(n_landmarks):
 @pytest.mark.parametrize("n_landmarks", [None, 100])
 def test_lazy_transform_of_dask_input_equals_numpy(n_landmarks):
     X, g = make_data(400, 6, (2,), seed=12)
-    est = FairKernelPCA(3, n_landmarks=n_landmarks, tradeoff=0.5).fit(X, g[0])
+    est = FairKernelPCA(3, n_landmarks=n_landmarks, tradeoff=0.5).fit(X, sensitive_features=g[0])
     Xd = da.from_array(X, chunks=(90, 6))
     Y = est.transform(Xd)
     assert isinstance(Y, da.Array) and Y.chunks[0] == Xd.chunks[0] and Y.shape == (400, 6)
@@ -175,8 +175,8 @@ def test_zarr_images_out_of_core(tmp_path):
     arr = store.create_array("images", shape=imgs.shape, chunks=(128, 6, 6), dtype="uint8")
     arr[:] = imgs
     Xz = dfairpca.from_zarr(tmp_path / "faces.zarr", "images")
-    est = FairKernelPCA(5, n_landmarks=150).fit(Xz, g[0])
-    ref = FairKernelPCA(5, n_landmarks=150).fit(imgs.reshape(600, 36), g[0])
+    est = FairKernelPCA(5, n_landmarks=150).fit(Xz, sensitive_features=g[0])
+    ref = FairKernelPCA(5, n_landmarks=150).fit(imgs.reshape(600, 36), sensitive_features=g[0])
     np.testing.assert_array_equal(est.basis_, ref.basis_)
     Y = est.transform(Xz)
     assert isinstance(Y, da.Array) and Y.shape == (600, 5)
@@ -191,14 +191,14 @@ def test_equal_opportunity_fits_on_positive_rows():
     X, g = make_data(700, 6, (3,), seed=14)
     y = (X[:, 0] > np.median(X[:, 0])).astype(int)
     pos = y == 1
-    est = FairKernelPCA(4, constraint="equal_opportunity").fit(X, g[0], y)
+    est = FairKernelPCA(4, constraint="equal_opportunity").fit(X, y, sensitive_features=g[0])
     assert est.n_samples_seen_ == pos.sum() and est.n_landmarks_ == pos.sum()
     assert est.gamma_ == pytest.approx(rbf_gamma(X[pos]), rel=1e-12)
     Kc = centred_kernel(X[pos], "rbf", gamma=est.gamma_)
     Y = est.transform(X[pos])
     assert max_angle_deg(Y, fair_kernel_pca_alg3(Kc, [g[0][pos]], 4)) < TOL_DEG
     nys = FairKernelPCA(4, n_landmarks=150, constraint="equal_opportunity")
-    nys.fit(da.from_array(X, chunks=100), g[0], y)
+    nys.fit(da.from_array(X, chunks=100), y, sensitive_features=g[0])
     assert pos[nys.basis_indices_].all()
     assert group_mean_gap(nys.transform(X[pos]), g[0][pos]) < 1e-8
 
@@ -207,10 +207,10 @@ def test_equal_opportunity_fits_on_positive_rows():
 def test_tradeoff_appends_scaled_standard_kernel_pca(n_landmarks):
     X, g = make_data(350, 5, (2,), seed=15)
     lam = 0.3
-    est = FairKernelPCA(3, tradeoff=lam, n_landmarks=n_landmarks).fit(X, g[0])
+    est = FairKernelPCA(3, tradeoff=lam, n_landmarks=n_landmarks).fit(X, sensitive_features=g[0])
     Y = est.transform(X)
     assert Y.shape == (350, 6)
-    fair = FairKernelPCA(3, n_landmarks=n_landmarks).fit(X, g[0]).transform(X)
+    fair = FairKernelPCA(3, n_landmarks=n_landmarks).fit(X, sensitive_features=g[0]).transform(X)
     np.testing.assert_allclose(Y[:, :3], fair, atol=1e-8 * np.abs(fair).max())
     kpca = KernelPCA(3, kernel="rbf", gamma=est.gamma_).fit_transform(X)
     assert max_angle_deg(Y[:, 3:], kpca) < TOL_DEG
@@ -226,7 +226,7 @@ def _my_rbf(A, B):
 def test_save_load_round_trip(tmp_path, n_landmarks):
     X, g = make_data(300, 6, (2, 3), seed=17)
     labels = np.column_stack([g[0].astype(str), g[1]])  # string and integer labels
-    est = FairKernelPCA(3, kernel="poly", degree=2, n_landmarks=n_landmarks, tradeoff=0.3).fit(X, labels)
+    est = FairKernelPCA(3, kernel="poly", degree=2, n_landmarks=n_landmarks, tradeoff=0.3).fit(X, sensitive_features=labels)
     est.save(tmp_path / "m")
     back = dfairpca.load(tmp_path / "m")
     assert type(back) is FairKernelPCA and back.get_params() == est.get_params()
@@ -240,7 +240,7 @@ def test_save_load_round_trip(tmp_path, n_landmarks):
 def test_save_refuses_a_callable_kernel_and_an_unfitted_model(tmp_path):
     X, g = make_data(120, 4, (2,), seed=18)
     with pytest.raises(ValueError, match="callable kernel cannot be saved"):
-        FairKernelPCA(2, kernel=_my_rbf).fit(X, g[0]).save(tmp_path / "m")
+        FairKernelPCA(2, kernel=_my_rbf).fit(X, sensitive_features=g[0]).save(tmp_path / "m")
     with pytest.raises(NotFittedError):
         FairKernelPCA(2).save(tmp_path / "m")
     assert not (tmp_path / "m").exists()
@@ -248,19 +248,19 @@ def test_save_refuses_a_callable_kernel_and_an_unfitted_model(tmp_path):
 
 def test_callable_kernel_and_sklearn_api():
     X, g = make_data(250, 5, (2,), seed=16)
-    a = FairKernelPCA(3, kernel=_my_rbf).fit(X, g[0])
-    b = FairKernelPCA(3, kernel="rbf", gamma=0.05).fit(X, g[0])
+    a = FairKernelPCA(3, kernel=_my_rbf).fit(X, sensitive_features=g[0])
+    b = FairKernelPCA(3, kernel="rbf", gamma=0.05).fit(X, sensitive_features=g[0])
     np.testing.assert_allclose(a.transform(X), b.transform(X), atol=1e-12)
     est = FairKernelPCA(3, n_landmarks=100, tradeoff=0.1)
     assert clone(est).get_params() == est.get_params()
-    np.testing.assert_allclose(est.fit_transform(X, g[0]), clone(est).fit(X, g[0]).transform(X))
+    np.testing.assert_allclose(est.fit_transform(X, sensitive_features=g[0]), clone(est).fit(X, sensitive_features=g[0]).transform(X))
     assert list(b.get_feature_names_out()) == ["fairkernelpca0", "fairkernelpca1", "fairkernelpca2"]
 
 
 def test_auto_chooses_exact_when_it_fits_else_nystroem():
     X, g = make_data(300, 5, (2,), seed=17)
-    assert FairKernelPCA(3, n_landmarks="auto").fit(X, g[0]).method_ == "exact"
-    est = FairKernelPCA(3, n_landmarks="auto", max_memory=exact_fit_bytes(300, 5) - 1).fit(X, g[0])
+    assert FairKernelPCA(3, n_landmarks="auto").fit(X, sensitive_features=g[0]).method_ == "exact"
+    est = FairKernelPCA(3, n_landmarks="auto", max_memory=exact_fit_bytes(300, 5) - 1).fit(X, sensitive_features=g[0])
     assert est.method_ == "nystroem" and est.n_landmarks_ == 300  # min(n, 2000)
 
 
@@ -294,27 +294,27 @@ def xz():
 def test_bad_parameters(xz, kwargs, match):
     X, z = xz
     with pytest.raises(ValueError, match=match):
-        FairKernelPCA(**{"n_components": 2, **kwargs}).fit(X, z)
+        FairKernelPCA(**{"n_components": 2, **kwargs}).fit(X, sensitive_features=z)
 
 
 def test_exact_memory_error_names_the_bytes(xz):
     X, z = xz
     need = exact_fit_bytes(200, 6)
     with pytest.raises(ValueError, match=f"{need} bytes"):
-        FairKernelPCA(2, max_memory=need - 1).fit(X, z)
+        FairKernelPCA(2, max_memory=need - 1).fit(X, sensitive_features=z)
 
 
 def test_transform_errors(xz):
     X, z = xz
     with pytest.raises(NotFittedError, match="not fitted yet"):
         FairKernelPCA(2).transform(X)
-    est = FairKernelPCA(2, n_landmarks=50).fit(X, z)
+    est = FairKernelPCA(2, n_landmarks=50).fit(X, sensitive_features=z)
     with pytest.raises(ValueError, match="X has 5 features, but FairKernelPCA was fitted with 6"):
         est.transform(X[:, :5])
     with pytest.raises(ValueError, match="pass y"):
-        FairKernelPCA(2, constraint="equal_opportunity").fit(X, z)
+        FairKernelPCA(2, constraint="equal_opportunity").fit(X, sensitive_features=z)
     with pytest.raises(ValueError, match="single group"):
-        FairKernelPCA(2).fit(X, np.zeros(200))
+        FairKernelPCA(2).fit(X, sensitive_features=np.zeros(200))
 
 
 def test_nystroem_and_exact_on_a_distributed_cluster(client, tmp_path):
@@ -324,8 +324,8 @@ def test_nystroem_and_exact_on_a_distributed_cluster(client, tmp_path):
     store.create_array("X", shape=Xu8.shape, chunks=(100, 12), dtype="uint8")[:] = Xu8
     Xz = dfairpca.from_zarr(tmp_path / "s.zarr", "X", rows_per_chunk=100)
     for n_landmarks in (200, None):
-        local = FairKernelPCA(4, n_landmarks=n_landmarks).fit(Xu8, g[0])
-        remote = FairKernelPCA(4, n_landmarks=n_landmarks, split_every=3).fit(Xz, g[0])
+        local = FairKernelPCA(4, n_landmarks=n_landmarks).fit(Xu8, sensitive_features=g[0])
+        remote = FairKernelPCA(4, n_landmarks=n_landmarks, split_every=3).fit(Xz, sensitive_features=g[0])
         Y = remote.transform(Xz)
         assert isinstance(Y, da.Array)
         Yc = Y.compute()

@@ -41,7 +41,7 @@ def test_fair_pca_lowers_mmd_and_raises_inseparability():
     X, g = make_data(2000, 12, (2,), seed=3, shift=2.0)
     z = g[0]
     pca = dfairpca.PCA(3).fit(X)
-    fair = dfairpca.FairPCA(3).fit(X, z)
+    fair = dfairpca.FairPCA(3).fit(X, sensitive_features=z)
     sigma = metrics.mmd_bandwidth(pca.transform(X))
     assert metrics.mmd2(fair.transform(X), z, sigma) < 0.2 * metrics.mmd2(pca.transform(X), z, sigma)
     tr, te = slice(0, 1000), slice(1000, None)

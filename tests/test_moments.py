@@ -71,10 +71,9 @@ def test_merge_aligns_different_labels():
     lab = np.array(["a", "b", "c"])[g]
     est = dfairpca.FairPCA(2)
     first = lab[:150] != "c"
-    est.partial_fit(X[:150][first], lab[:150][first])
-    est.partial_fit(np.concatenate([X[:150][~first], X[150:]]), np.concatenate([lab[:150][~first], lab[150:]]))
-    full = dfairpca.FairPCA(2).fit(np.concatenate([X[:150][first], X[:150][~first], X[150:]]),
-                                   np.concatenate([lab[:150][first], lab[:150][~first], lab[150:]]))
+    est.partial_fit(X[:150][first], sensitive_features=lab[:150][first])
+    est.partial_fit(np.concatenate([X[:150][~first], X[150:]]), sensitive_features=np.concatenate([lab[:150][~first], lab[150:]]))
+    full = dfairpca.FairPCA(2).fit(np.concatenate([X[:150][first], X[:150][~first], X[150:]]), sensitive_features=np.concatenate([lab[:150][first], lab[:150][~first], lab[150:]]))
     assert list(est.groups_[0]) == ["a", "b", "c"]
     np.testing.assert_allclose(np.abs(est.components_ @ full.components_.T), np.eye(2), atol=1e-9)
 
