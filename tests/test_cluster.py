@@ -153,7 +153,7 @@ def test_worker_killed_mid_pass_leaves_the_result_unchanged(processes, data):
         (address,) = [a for a, pid in pids.items() if pid == victim.pid]
         est = dfairpca.FairPCA(6, compute_dtype="float64", split_every=4)
         with ThreadPoolExecutor(1) as pool:
-            fit = pool.submit(est.fit, slow, labels)
+            fit = pool.submit(est.fit, slow, sensitive_features=labels)
             deadline = time.monotonic() + 30
             while client.run(lambda dask_worker: dask_worker.state.executed_count,
                              workers=[address])[address] < 3:
