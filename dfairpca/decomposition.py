@@ -170,11 +170,14 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
     _array_attrs = ("components_", "mean_", "scale_", "explained_variance_", "explained_variance_ratio_")
     _meta_attrs = ("n_features_in_", "n_samples_seen_", "n_components_")
 
-    def save(self, path, *, statistics: bool = False, overwrite: bool = True) -> Path:
+    def save(self, path, *, statistics: bool = False, overwrite: bool = False) -> Path:
         """Save the fitted model to directory ``path`` (arrays in .npz, metadata in JSON).
 
         ``statistics=True`` also saves :attr:`statistics_` (d x d float64, 330 MB at
         d = 6400) so that ``partial_fit`` can continue after :func:`load`.  Never pickles.
+        ``path`` must not exist or be an empty directory; ``overwrite=True`` replaces a
+        model saved by dfairpca there, atomically, and nothing else (see
+        :func:`dfairpca.io.atomic_directory`).
         """
         from .io import atomic_directory, save_arrays
 
@@ -188,7 +191,7 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
             **{a: getattr(self, a) for a in self._meta_attrs if hasattr(self, a)},
             **self._extra_meta(),
         }
-        with atomic_directory(path, overwrite=overwrite) as tmp:
+        with atomic_directory(path, "model", overwrite=overwrite) as tmp:
             save_arrays(tmp / "model", arrays, meta)
             if statistics:
                 self.statistics_.save(tmp / "statistics")

@@ -461,11 +461,12 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     _meta_attrs = ("gamma_", "method_", "n_landmarks_", "n_features_in_", "n_samples_seen_",
                    "n_components_", "n_constraints_", "max_components_", "attribute_names_")
 
-    def save(self, path, *, overwrite: bool = True):
+    def save(self, path, *, overwrite: bool = False):
         """Save the fitted model to directory ``path`` (.npz + JSON, written atomically).
 
         Loaded back by :func:`dfairpca.load`.  Never pickles, so a callable ``kernel``
-        cannot be saved (refit after loading, or use a named kernel).
+        cannot be saved (refit after loading, or use a named kernel).  ``overwrite=True``
+        replaces a model saved by dfairpca at ``path`` and nothing else.
         """
         from pathlib import Path
 
@@ -486,7 +487,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             **{a: getattr(self, a) for a in self._meta_attrs},
             "groups_": [_categories_to_json(c) for c in self.groups_],
         }
-        with atomic_directory(path, overwrite=overwrite) as tmp:
+        with atomic_directory(path, "model", overwrite=overwrite) as tmp:
             save_arrays(tmp / "model", arrays, meta)
         return Path(path)
 
