@@ -135,7 +135,7 @@ def cmd_fit(args):
         print(f"; groups {desc}")
     else:
         print()
-    if not args.resume:
+    if not args.resume and read_marker(ckpt) is not None:
         remove_directory(ckpt, "checkpoint")  # --overwrite: start over (checked above)
     with _client(args):
         t = time.perf_counter()
