@@ -396,20 +396,13 @@ def _create_store(
 ) -> zarr.Group:
     """Create an empty CelebA store at ``path``, marked as dfairpca's, and return its group.
 
-    Its arrays write every chunk (:func:`dfairpca.io.writing_every_chunk`).
+    Call it, and write through the group, inside :func:`dfairpca.io.writing_every_chunk`:
+    Zarr takes that setting when an array is opened, and ``group[name]`` opens it anew.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with writing_every_chunk():
-        return _create_arrays(
-            zarr.open_group(path, mode="w", zarr_format=3,
-                            attributes={**attrs, **marker_attributes(STORE_KIND)}),
-            n, size, chunk_rows, with_partition,
-        )
-
-
-def _create_arrays(group: zarr.Group, n: int, size: int, chunk_rows: int,
-                   with_partition: bool) -> zarr.Group:
-    """The arrays of a CelebA store, created empty in ``group``."""
+    group = zarr.open_group(
+        path, mode="w", zarr_format=3, attributes={**attrs, **marker_attributes(STORE_KIND)}
+    )
     group.create_array(
         "images", shape=(n, size, size), chunks=(chunk_rows, size, size), dtype="uint8"
     )

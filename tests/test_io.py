@@ -20,8 +20,9 @@ import zarr
 
 import dfairpca
 from dfairpca import io
-from dfairpca.celeba import synth_celeba
+from dfairpca.celeba import ingest_celeba, synth_celeba
 from dfairpca.checkpoint import compute_moments_checkpointed
+from test_celeba import celeba_dir  # noqa: F401  (a fixture: a CelebA download of 50 images)
 
 
 def tree(path: Path) -> dict:
@@ -413,3 +414,22 @@ def test_a_dask_write_keeps_every_chunk_on_the_workers(tmp_path, client):
         arr = g.create_array("y", shape=Y.shape, chunks=Y.chunksize, dtype=Y.dtype)
     da.to_zarr(Y, arr, compute=True)
     assert sorted(os.listdir(tmp_path / "y.zarr" / "y" / "c")) == ["0", "1", "2", "3"]
+
+
+def test_ingest_keeps_every_chunk_and_touches_only_its_own_partial(celeba_dir, tmp_path):  # noqa: F811
+    out = tmp_path / "c.zarr"
+    # a folder named like ingest's partial conversion, but a user's
+    partial = tmp_path / ".c.zarr.partial"
+    partial.mkdir()
+    (partial / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a store written by dfairpca"):
+        ingest_celeba(celeba_dir, out, size=8, chunk_rows=16, progress=False, n_jobs=1)
+    assert [p.name for p in partial.iterdir()] == ["notes.txt"] and not out.exists()
+    (partial / "notes.txt").unlink()
+    partial.rmdir()
+
+    ingest_celeba(celeba_dir, out, size=8, chunk_rows=16, progress=False, n_jobs=1)
+    assert io.read_marker(out)["kind"] == "store"
+    # rows 0-39 are the training split (0): partition chunks 0 and 1 are all zeros
+    assert (out / "partition" / "c" / "0").is_file() and (out / "partition" / "c" / "1").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.zarr", "celeba"]
