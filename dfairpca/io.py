@@ -185,7 +185,8 @@ def read_marker(path) -> dict | None:
     return found if ok else None
 
 
-def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | None = None) -> None:
+def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | None = None,
+                 probe: bool = True) -> None:
     """Raise unless dfairpca may write a ``kind`` at ``path`` now; call it before any work.
 
     Allowed: ``path`` does not exist, is an empty directory, or (with ``overwrite``) carries
@@ -194,8 +195,9 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
     output, and anything that is or contains a path of ``protect`` (a mapping
     ``{"the input store": path}`` or ``(what, path)`` pairs: what this job reads or also
     writes).  The closest existing
-    folder must be writable (:class:`PermissionError` otherwise).  Leftovers of an earlier
-    crash are recovered first (:func:`recover`).
+    folder must be writable (:class:`PermissionError` otherwise; ``probe=False`` skips that
+    check for a caller that creates a sibling right away).  Leftovers of an earlier crash
+    are recovered first (:func:`recover`).
     """
     path = Path(path)
     for what, other in (protect.items() if isinstance(protect, dict) else protect or ()):
@@ -224,7 +226,8 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
                 f"{path} already exists (a dfairpca {kind}); pass overwrite=True (--overwrite "
                 "on the command line) to replace it, or choose another path"
             )
-    _check_writable(path)
+    if probe:
+        _check_writable(path)
 
 
 @contextlib.contextmanager
@@ -248,11 +251,14 @@ def atomic_directory(path, kind: str, *, overwrite: bool = False, protect: dict 
     make one of them fail (never lose the version that was there).
     """
     path = Path(path)
-    check_target(path, kind, overwrite=overwrite, protect=protect)
+    check_target(path, kind, overwrite=overwrite, protect=protect, probe=False)
     tmp = _sibling(path, "tmp")
     _ACTIVE.add(tmp.name)
     try:
-        tmp.mkdir(parents=True)
+        try:
+            tmp.mkdir(parents=True)  # the writability probe, before the block's work
+        except OSError as exc:
+            raise _not_writable(path, tmp.parent, exc) from None
         write_marker(tmp, kind)  # first: a leftover of a crash is recognisably ours
         yield tmp
         write_marker(tmp, kind)  # again: a Zarr store written into tmp replaced the file
@@ -267,7 +273,7 @@ def move_into_place(src, path, kind: str, *, overwrite: bool = False) -> Path:
     """Rename the finished, marked directory ``src`` to ``path`` (steps 1, 3 of
     :func:`atomic_directory`), replacing only dfairpca's own ``kind`` there."""
     src, path = Path(src), Path(path)
-    check_target(path, kind, overwrite=overwrite)
+    check_target(path, kind, overwrite=overwrite, probe=False)  # src's folder: writable
     if not _exists(path):
         os.replace(src, path)
         return path
@@ -367,10 +373,17 @@ def _check_writable(path: Path) -> None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".dfairpca-probe-", dir=folder))
     except OSError as exc:
-        raise PermissionError(
-            f"cannot write {path}: the directory {folder} is not writable ({exc.strerror}); "
-            "choose an output path in a writable directory"
-        ) from None
+        raise _not_writable(path, folder, exc) from None
+
+
+def _not_writable(path: Path, folder: Path, exc: OSError) -> PermissionError:
+    """The error for an output whose folder cannot be written."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return PermissionError(
+        f"cannot write {path}: the directory {folder} is not writable ({exc.strerror}); "
+        "choose an output path in a writable directory"
+    )
 
 
 def _sibling(path: Path, role: str) -> Path:
