@@ -179,7 +179,7 @@ def read_marker(path) -> dict | None:
                 with Image.open(path) as im:
                     text = im.text.get(MARKER_KEY)
                 found = json.loads(text) if text else None
-    except (OSError, ValueError, AttributeError):
+    except Exception:  # an unreadable marker is no marker: the path is then not ours
         return None
     ok = isinstance(found, dict) and found.get("written_by") == "dfairpca"
     return found if ok else None
@@ -194,10 +194,9 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
     a non-empty directory without the marker, a symbolic link, another kind of dfairpca
     output, and anything that is or contains a path of ``protect`` (a mapping
     ``{"the input store": path}`` or ``(what, path)`` pairs: what this job reads or also
-    writes).  The closest existing
-    folder must be writable (:class:`PermissionError` otherwise; ``probe=False`` skips that
-    check for a caller that creates a sibling right away).  Leftovers of an earlier crash
-    are recovered first (:func:`recover`).
+    writes).  The closest existing folder must be writable (:class:`PermissionError`
+    otherwise; ``probe=False`` skips that check for a caller that creates a sibling right
+    away).  Leftovers of an earlier crash are recovered first (:func:`recover`).
     """
     path = Path(path)
     for what, other in (protect.items() if isinstance(protect, dict) else protect or ()):
