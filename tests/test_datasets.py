@@ -216,8 +216,9 @@ def test_installed_package_finds_every_data_file():
 def _copy_repo(dst: Path) -> Path:
     """What a fresh clone holds of the files a build reads (no virtualenv, caches, outputs)."""
     dst.mkdir()
-    for f in ("pyproject.toml", "README.md", "MANIFEST.in"):
-        shutil.copy2(ROOT / f, dst / f)
+    for f in ROOT.iterdir():  # pyproject.toml, README.md, LICENSE, MANIFEST.in, ...
+        if f.is_file() and not f.name.startswith("."):
+            shutil.copy2(f, dst / f.name)
     # byte code comes along as in a working clone: MANIFEST.in must keep it out of the sdist
     for d in ("dfairpca", "tests", "examples"):
         shutil.copytree(ROOT / d, dst / d, ignore=shutil.ignore_patterns("*.egg-info"))
