@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
 __all__ = ["as_data", "encode_groups", "require_sensitive_features", "binary_target", "Groups", "compute_dtype_for", "check_n_features"]
+
+#: how many offending rows an error message lists
+MAX_ROWS_SHOWN = 10
 
 
 def _is_dask(x) -> bool:
@@ -166,18 +170,68 @@ def encode_groups(groups, n: int, mask=None, require_two: bool = True) -> Groups
             raise ValueError(
                 f"{name} has {len(col)} labels but X has {n} rows; pass one label per row"
             )
-        if col.dtype.kind == "O":
-            if any(v is None or (isinstance(v, float) and np.isnan(v)) for v in col):
-                raise ValueError(f"{name} has missing labels (None/NaN); every row needs a group")
-            col = col.astype(str)
-        elif col.dtype.kind == "f" and np.isnan(col).any():
-            raise ValueError(f"{name} has missing labels (NaN); every row needs a group")
+        col = _plain_labels(col, name)
         cats, inv = np.unique(col, return_inverse=True)
         codes[:, j] = inv.reshape(-1)
         categories.append(cats)
         if require_two:
             _check_groups(name, cats, inv.reshape(-1), mask)
     return Groups(codes, categories, names)
+
+
+def _plain_labels(col: np.ndarray, name: str) -> np.ndarray:
+    """The labels as an array ``np.unique`` sorts without merging distinct labels.
+
+    Missing labels (None, NaN, pandas' <NA>, NaT) are refused: a missing value is not a
+    group.  An object column holds either text or numbers: mixing them is refused, since
+    1 and '1' would both become the group '1' as text; numbers alone keep their numeric
+    type (1 and 1.0 are one group, as in numpy and pandas).
+    """
+    import pandas as pd
+
+    if col.dtype.kind in "fcMmO":
+        missing = np.asarray(pd.isna(col), bool)
+        if missing.any():
+            rows = ", ".join(str(int(i)) for i in np.flatnonzero(missing)[:MAX_ROWS_SHOWN])
+            raise ValueError(
+                f"{name} has missing labels (None/NaN/<NA>) in {int(missing.sum())} row(s) "
+                f"(rows {rows}); every row needs a group: drop those rows or give them a label"
+            )
+    if col.dtype.kind != "O":
+        return col
+    text = np.fromiter((isinstance(v, str) for v in col), bool, len(col))
+    if text.all():
+        return col.astype(str)
+    if text.any():
+        words = set(col[text].tolist())
+        others = list(dict.fromkeys(col[~text].tolist()))
+        # show a pair that text would merge (1 and '1') when there is one
+        a = next((v for v in others if str(v) in words), others[0])
+        b = str(a) if str(a) in words else col[text][0]
+        raise ValueError(
+            f"{name} mixes labels of different types, e.g. {a!r} ({type(a).__name__}) and "
+            f"{b!r} (str); convert them to one type first, e.g. labels.astype(str) if "
+            f"{a!r} and {b!r} are one group"
+        )
+    values = col.tolist()
+    plain = np.array([str(v) for v in values])  # tuples and other objects: as text
+    if all(isinstance(v, numbers.Real) for v in values):
+        integral = all(isinstance(v, numbers.Integral) for v in values)
+        # integers too wide for 64 bits stay text, which is exact for them
+        for dtype in (np.int64, np.uint64) if integral else (np.float64,):
+            try:
+                plain = np.asarray(values, dtype=dtype)
+                break
+            except (OverflowError, TypeError, ValueError):
+                continue
+    # the conversion must keep exactly the labels Python tells apart (2**63 + 1 and
+    # 2**63 would be one float; two objects may print alike)
+    if len(np.unique(plain)) != len(pd.unique(col)):
+        raise ValueError(
+            f"{name} holds labels that would merge when converted to one type; convert them "
+            "to one type first (e.g. text or int64)"
+        )
+    return plain
 
 
 def _check_groups(name, cats, inv, mask):
