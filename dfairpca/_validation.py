@@ -29,9 +29,11 @@ def as_data(X, what: str = "X"):
 
     from .io import from_zarr
 
+    _refuse_sparse(X, what)
     if isinstance(X, (str, os.PathLike)) or isinstance(X, (zarr.Array, zarr.Group)):
         X = from_zarr(X)
     if isinstance(X, da.Array):
+        _refuse_sparse(X._meta, what, dask=True)
         arr = X
     elif _is_dask(X):  # dask DataFrame
         arr = X.to_dask_array(lengths=True)
@@ -59,6 +61,29 @@ def as_data(X, what: str = "X"):
     if arr.dtype == bool:
         arr = arr.astype(np.uint8)
     return arr
+
+
+def _refuse_sparse(X, what: str, dask: bool = False) -> None:
+    """Raise for scipy.sparse or pydata ``sparse`` input, naming how to densify it.
+
+    Centring makes every entry non-zero, so a sparse X would be densified anyway, chunk by
+    chunk; np.asarray would instead wrap it in a 0-d object array (a baffling dtype error).
+    """
+    import scipy.sparse
+
+    module = type(X).__module__
+    if not (scipy.sparse.issparse(X) or module == "sparse" or module.startswith("sparse.")):
+        return
+    kind = f"a Dask array of {type(X).__name__} chunks" if dask else f"a {type(X).__name__}"
+    fix = (
+        "densify its chunks: X.map_blocks(lambda b: b.toarray(), dtype=X.dtype)" if dask else
+        "densify it: X.toarray() if it fits in memory, or chunk by chunk with "
+        "dask.array.from_array(X, chunks=(10_000, -1)).map_blocks(lambda b: b.toarray(), "
+        "dtype=X.dtype)"
+    )
+    raise TypeError(
+        f"{what} is {kind}: sparse matrices are not supported (centring makes them dense); {fix}"
+    )
 
 
 def check_n_features(estimator, d: int) -> None:

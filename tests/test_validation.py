@@ -1,9 +1,12 @@
-"""Input the estimators must refuse clearly or handle: missing and mixed-type labels, and
-CLI attributes outside 0/1.  Real numpy and pandas objects; real Zarr stores."""
+"""Input the estimators must refuse clearly or handle: sparse matrices, missing and
+mixed-type labels, and CLI attributes outside 0/1.  Real numpy, scipy, pandas and Dask
+objects; real Zarr stores."""
 
+import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.sparse as sp
 import zarr
 
 import dfairpca
@@ -20,6 +23,61 @@ def data():
     z = rng.integers(0, 2, n)
     X[z == 1] += 0.7
     return X, z
+
+
+def _fitted(kind, X, z):
+    if kind == "PCA":
+        return dfairpca.PCA(3).fit(X)
+    if kind == "FairPCA":
+        return dfairpca.FairPCA(3).fit(X, sensitive_features=z)
+    return dfairpca.FairKernelPCA(3, n_landmarks=None).fit(X[:200], sensitive_features=z[:200])
+
+
+def _angle(A, B):
+    """Largest principal angle (degrees) between the row spaces of A and B."""
+    qa, _ = np.linalg.qr(np.asarray(A).T)
+    qb, _ = np.linalg.qr(np.asarray(B).T)
+    sine = np.linalg.norm(qb - qa @ (qa.T @ qb), 2)  # well conditioned near 0, unlike arccos
+    return float(np.degrees(np.arcsin(min(sine, 1.0))))
+
+
+ESTIMATORS = ["PCA", "FairPCA", "FairKernelPCA"]
+
+
+# ----------------------------------------------------------------------------- sparse
+SPARSE = [sp.csr_matrix, sp.csr_array, sp.coo_matrix]
+CALLS = [("PCA", "fit"), ("PCA", "partial_fit"), ("PCA", "transform"),
+         ("FairPCA", "fit"), ("FairPCA", "partial_fit"), ("FairPCA", "transform"),
+         ("FairKernelPCA", "fit"), ("FairKernelPCA", "transform")]
+
+
+@pytest.mark.parametrize("fmt", SPARSE, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("kind,method", CALLS)
+def test_sparse_input_is_refused_naming_how_to_densify(data, fmt, kind, method):
+    X, z = data
+    S = fmt(X[:200])
+    if method == "transform":
+        call = lambda: _fitted(kind, X, z).transform(S)  # noqa: E731
+    else:
+        est = getattr(dfairpca, kind)(2)
+        kw = {} if kind == "PCA" else {"sensitive_features": z[:200]}
+        call = lambda: getattr(est, method)(S, **kw)  # noqa: E731
+    with pytest.raises(TypeError, match=r"sparse matrices are not supported .*X.toarray\(\)"):
+        call()
+
+
+def test_dask_array_of_sparse_chunks_is_refused_and_the_named_fix_works(data):
+    X, z = data
+    S = sp.csr_matrix(X)
+    Sd = da.from_array(S, chunks=(100, -1))
+    with pytest.raises(TypeError, match=r"Dask array of csr_matrix chunks: sparse matrices are "
+                                        r"not supported .*X.map_blocks\(lambda b: b.toarray\(\)"):
+        dfairpca.FairPCA(2).fit(Sd, sensitive_features=z)
+    # the recipe the message gives for a scipy matrix, as written there
+    dense = da.from_array(S, chunks=(10_000, -1)).map_blocks(lambda b: b.toarray(), dtype=S.dtype)
+    a = dfairpca.FairPCA(2).fit(dense, sensitive_features=z)
+    b = dfairpca.FairPCA(2).fit(X, sensitive_features=z)
+    assert _angle(a.components_, b.components_) < 1e-6
 
 
 # ----------------------------------------------------------------------------- labels
