@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["as_data", "encode_groups", "require_sensitive_features", "binary_target", "Groups", "compute_dtype_for", "check_n_features"]
+__all__ = ["as_data", "encode_groups", "require_sensitive_features", "binary_target", "Groups", "compute_dtype_for", "check_n_features",
+           "with_known_rows"]
 
 #: how many offending rows an error message lists
 MAX_ROWS_SHOWN = 10
@@ -48,7 +49,12 @@ def as_data(X, what: str = "X"):
         if isinstance(arr, da.Array):
             if len(arr.chunks[1]) > 1 or len(arr.chunks[2]) > 1:
                 arr = arr.rechunk({1: -1, 2: -1})
-        arr = arr.reshape(n, -1)
+            if np.isnan(n):  # reshape needs the row count: flatten each chunk instead
+                width = arr.shape[1] * arr.shape[2]
+                arr = arr.map_blocks(lambda b: b.reshape(len(b), width), drop_axis=2,
+                                     chunks=(arr.chunks[0], (width,)), dtype=arr.dtype)
+        if not (isinstance(arr, da.Array) and np.isnan(n)):
+            arr = arr.reshape(n, -1)
     elif arr.ndim != 2:
         raise ValueError(
             f"{what} must be 2-D (n_samples, n_features) or 3-D images (n, height, width); "
@@ -84,6 +90,49 @@ def _refuse_sparse(X, what: str, dask: bool = False) -> None:
     raise TypeError(
         f"{what} is {kind}: sparse matrices are not supported (centring makes them dense); {fix}"
     )
+
+
+def with_known_rows(X, *aligned):
+    """``(X, *aligned)`` with X's row-chunk sizes known and Dask label inputs computed.
+
+    A Dask array filtered by its own values (``X[X[:, 0] > 0]``) has unknown chunk sizes,
+    but pairing rows with their labels, checkpoints and row numbers in errors need them.
+    They are computed together with the Dask collections among ``aligned`` (the groups,
+    y: typically filtered by the same mask) in one ``dask.compute``, so the reads and the
+    mask they share run once; nothing but the sizes and the labels is kept.  A pass that
+    multiplies each chunk by itself (O(n d^2)) costs far more than this read (O(n d)).
+    Inputs other than such a Dask array come back unchanged.
+    """
+    import dask
+    import dask.array as da
+
+    if not isinstance(X, da.Array) or not np.isnan(X.shape[0]):
+        return (X, *aligned)
+    todo = [(i, None) for i, a in enumerate(aligned) if _is_dask(a)]
+    todo += [(i, j) for i, a in enumerate(aligned) if isinstance(a, (list, tuple))
+             for j, v in enumerate(a) if _is_dask(v)]
+    sizes = X.map_blocks(
+        _n_rows, chunks=((1,) * X.numblocks[0],), drop_axis=1, dtype=np.int64,
+        meta=np.empty((0,), np.int64),
+    )
+    sizes, *values = dask.compute(sizes, *[
+        aligned[i] if j is None else aligned[i][j] for i, j in todo
+    ])
+    out = list(aligned)
+    for (i, j), v in zip(todo, values):
+        if j is None:
+            out[i] = v
+        else:
+            out[i] = list(out[i])
+            out[i][j] = v
+    known = da.Array(X.dask, X.name, (tuple(int(c) for c in sizes), X.chunks[1]), dtype=X.dtype,
+                     meta=np.empty((0, 0), X.dtype))
+    return (known, *out)
+
+
+def _n_rows(block):
+    """The row count of one chunk, as a 1-element array (one entry per chunk)."""
+    return np.array([np.shape(block)[0]], np.int64)
 
 
 def check_n_features(estimator, d: int) -> None:

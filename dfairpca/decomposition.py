@@ -18,7 +18,7 @@ from . import _solvers
 from ._engine import compute_moments
 from ._validation import (
     as_data, binary_target, check_n_features, compute_dtype_for, encode_groups,
-    require_sensitive_features,
+    require_sensitive_features, with_known_rows,
 )
 from .moments import Moments, _categories_from_json, _categories_to_json, merge
 
@@ -266,14 +266,14 @@ class PCA(_BaseDecomposition):
         the finished segments (see :mod:`dfairpca.checkpoint`).
         """
         self._check_params()
-        Xa = as_data(X)
+        (Xa,) = with_known_rows(as_data(X))
         self._check_k(Xa.shape[1])
         return self.fit_statistics(self._pass(Xa, checkpoint=checkpoint))
 
     def partial_fit(self, X, y=None):
         """Add the rows of X to what was seen so far and refit (equals fit on the union)."""
         self._check_params()
-        Xa = as_data(X)
+        (Xa,) = with_known_rows(as_data(X))
         self._check_previous(Xa.shape[1])
         self._check_k(Xa.shape[1])
         m = self._pass(Xa)
@@ -398,8 +398,9 @@ class FairPCA(PCA):
     def _prepare(self, X, groups, y, partial):
         self._check_params()
         Xa = as_data(X)
-        n, d = Xa.shape
         require_sensitive_features(self, groups)
+        Xa, groups, y = with_known_rows(Xa, groups, y)
+        n, d = Xa.shape
         mask = binary_target(y, n) if self.constraint == "equal_opportunity" else None
         g = encode_groups(groups, n, mask=mask, require_two=not partial)
         if not partial:

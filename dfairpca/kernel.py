@@ -67,7 +67,10 @@ from sklearn.metrics import pairwise
 
 from . import _solvers
 from ._engine import compute_moments
-from ._validation import as_data, binary_target, check_n_features, encode_groups, require_sensitive_features
+from ._validation import (
+    as_data, binary_target, check_n_features, encode_groups, require_sensitive_features,
+    with_known_rows,
+)
 from .decomposition import CONSTRAINTS, FairPCA
 
 __all__ = ["FairKernelPCA", "KERNELS", "exact_fit_bytes"]
@@ -337,10 +340,11 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         """
         self._check_params()
         Xa = as_data(X)
-        n, d = Xa.shape
         require_sensitive_features(self, sensitive_features)
+        Xa, groups, y = with_known_rows(Xa, sensitive_features, y)
+        n, d = Xa.shape
         mask = binary_target(y, n) if self.constraint == "equal_opportunity" else None
-        g = encode_groups(sensitive_features, n, mask=mask)
+        g = encode_groups(groups, n, mask=mask)
         fit_rows = np.arange(n) if mask is None else np.flatnonzero(mask)
         ms = [len(c) for c in g.categories]
         m = self._choose_method(len(fit_rows), d)

@@ -1,7 +1,10 @@
-"""Input the estimators must refuse clearly or handle: sparse matrices, missing and
-mixed-type labels, and CLI attributes outside 0/1.  Real numpy, scipy, pandas and Dask
-objects; real Zarr stores."""
+"""Input the estimators must refuse clearly or handle: sparse matrices, Dask arrays of
+unknown chunk sizes, missing and mixed-type labels, and CLI attributes outside 0/1.  Real
+numpy, scipy, pandas and Dask objects; real Zarr stores."""
 
+import threading
+
+import dask
 import dask.array as da
 import numpy as np
 import pandas as pd
@@ -10,7 +13,7 @@ import scipy.sparse as sp
 import zarr
 
 import dfairpca
-from dfairpca._validation import encode_groups
+from dfairpca._validation import encode_groups, with_known_rows
 from dfairpca.celeba import synth_celeba
 from dfairpca.cli import main
 
@@ -78,6 +81,105 @@ def test_dask_array_of_sparse_chunks_is_refused_and_the_named_fix_works(data):
     a = dfairpca.FairPCA(2).fit(dense, sensitive_features=z)
     b = dfairpca.FairPCA(2).fit(X, sensitive_features=z)
     assert _angle(a.components_, b.components_) < 1e-6
+
+
+# ----------------------------------------------------------------------------- unknown chunks
+def _masked(X, z, y=None):
+    """X, z (and y) as Dask arrays filtered by the same condition on X: unknown chunks."""
+    Xd = da.from_array(X, chunks=(100, -1))
+    keep = Xd[:, 0] > -1.0
+    out = [Xd[keep], da.from_array(z, chunks=100)[keep]]
+    if y is not None:
+        out.append(da.from_array(y, chunks=100)[keep])
+    assert np.isnan(out[0].shape[0]) and np.isnan(out[1].shape[0])
+    return out, X[:, 0] > -1.0
+
+
+def test_pca_fit_and_transform_on_unknown_chunk_sizes(data):
+    X, z = data
+    (Xm, _), keep = _masked(X, z)
+    est = dfairpca.PCA(3).fit(Xm)
+    ref = dfairpca.PCA(3).fit(X[keep])
+    assert est.n_samples_seen_ == keep.sum()
+    assert _angle(est.components_, ref.components_) < 1e-6
+    np.testing.assert_allclose(est.transform(Xm).compute(), ref.transform(X[keep]), atol=1e-8)
+    part = dfairpca.PCA(3).partial_fit(Xm)
+    assert _angle(part.components_, ref.components_) < 1e-6
+
+
+@pytest.mark.parametrize("labels", ["dask", "numpy", "pandas"])
+def test_fair_pca_on_x_and_groups_masked_the_same_way(data, labels):
+    X, z = data
+    (Xm, zm), keep = _masked(X, z)
+    groups = {"dask": zm, "numpy": z[keep], "pandas": pd.Series(z[keep])}[labels]
+    est = dfairpca.FairPCA(3).fit(Xm, sensitive_features=groups)
+    ref = dfairpca.FairPCA(3).fit(X[keep], sensitive_features=z[keep])
+    assert _angle(est.components_, ref.components_) < 1e-6
+    Y = est.transform(Xm).compute()
+    zk = z[keep]
+    assert np.abs(Y[zk == 1].mean(0) - Y[zk == 0].mean(0)).max() < 1e-8
+
+
+def test_fair_pca_partial_fit_and_equal_opportunity_on_unknown_chunks(data):
+    X, z = data
+    y = (X[:, 1] > 0).astype(int)
+    (Xm, zm, ym), keep = _masked(X, z, y)
+    eo = dfairpca.FairPCA(2, constraint="equal_opportunity").fit(Xm, ym, sensitive_features=zm)
+    ref = dfairpca.FairPCA(2, constraint="equal_opportunity").fit(
+        X[keep], y[keep], sensitive_features=z[keep])
+    assert _angle(eo.components_, ref.components_) < 1e-6
+    part = dfairpca.FairPCA(2).partial_fit(Xm, sensitive_features=zm)
+    ref = dfairpca.FairPCA(2).fit(X[keep], sensitive_features=z[keep])
+    assert _angle(part.components_, ref.components_) < 1e-6
+
+
+@pytest.mark.parametrize("landmarks", [None, 60])
+def test_fair_kernel_pca_on_unknown_chunks(data, landmarks):
+    X, z = data
+    (Xm, zm), keep = _masked(X[:300], z[:300])
+    kw = dict(n_landmarks=landmarks, random_state=0)
+    est = dfairpca.FairKernelPCA(2, **kw).fit(Xm, sensitive_features=zm)
+    ref = dfairpca.FairKernelPCA(2, **kw).fit(X[:300][keep], sensitive_features=z[:300][keep])
+    np.testing.assert_allclose(
+        np.abs(est.transform(Xm).compute()), np.abs(ref.transform(X[:300][keep])), atol=1e-6)
+
+
+def test_images_of_unknown_chunk_sizes_are_flattened(data):
+    X, z = data
+    imgs = X.reshape(len(X), 2, 4)
+    Id = da.from_array(imgs, chunks=(100, 2, 4))
+    keep = X[:, 0] > -1.0
+    est = dfairpca.FairPCA(2).fit(Id[Id[:, 0, 0] > -1.0], sensitive_features=z[keep])
+    ref = dfairpca.FairPCA(2).fit(X[keep], sensitive_features=z[keep])
+    assert _angle(est.components_, ref.components_) < 1e-6
+
+
+def test_groups_that_do_not_line_up_with_the_rows_are_refused(data):
+    X, z = data
+    (Xm, _), keep = _masked(X, z)
+    zd = da.from_array(z, chunks=100)
+    other = zd[zd >= 0]  # all 600 labels, unknown chunks: more than X's rows
+    with pytest.raises(ValueError, match=rf"600 labels but X has {keep.sum()} rows"):
+        dfairpca.FairPCA(2).fit(Xm, sensitive_features=other)
+
+
+def test_sizes_and_labels_are_computed_in_one_read_of_each_chunk(data):
+    X, z = data
+    reads, lock = [0], threading.Lock()
+
+    def read(b):
+        with lock:
+            reads[0] += 1
+        return b
+
+    Xd = da.from_array(X, chunks=(100, -1)).map_blocks(read, dtype=X.dtype)
+    keep = Xd[:, 0] > -1.0
+    reads[0] = 0  # map_blocks called read once on an empty array to learn its output type
+    with dask.config.set(scheduler="threads"):  # counted in this process, even with a Client
+        Xk, zk = with_known_rows(Xd[keep], da.from_array(z, chunks=100)[keep])
+    assert reads[0] == 6  # six chunks, each read once for both the sizes and the labels
+    assert Xk.chunks[0] == tuple(int(keep[i:i + 100].sum().compute()) for i in range(0, 600, 100))
+    np.testing.assert_array_equal(zk, z[X[:, 0] > -1.0])
 
 
 # ----------------------------------------------------------------------------- labels
