@@ -68,8 +68,8 @@ from sklearn.metrics import pairwise
 from . import _solvers
 from ._engine import compute_moments
 from ._validation import (
-    as_data, binary_target, check_n_features, encode_groups, require_sensitive_features,
-    with_known_rows,
+    as_data, binary_target, check_finite_input, check_n_features, encode_groups,
+    require_sensitive_features, row_origin, with_known_rows,
 )
 from .decomposition import CONSTRAINTS, FairPCA
 
@@ -564,9 +564,15 @@ def _rows_per_block(width: int) -> int:
     return max(1, BLOCK_BYTES // (8 * max(1, width)))
 
 
-def _expand(x, basis, coef, offset, kern):
-    """``kern(x, basis) @ coef - offset`` row block by row block (bounded temporaries)."""
+def _expand(x, basis, coef, offset, kern, block_info=None):
+    """``kern(x, basis) @ coef - offset`` row block by row block (bounded temporaries).
+
+    Rows of x holding NaN or infinity raise, named (global rows inside ``map_blocks``):
+    a kernel may map them to finite values (sklearn's refuse them without the rows, a
+    callable may not look), and the test costs O(d) per row against the kernel's O(m d).
+    """
     x = np.asarray(x)
+    check_finite_input(x, *row_origin(block_info))
     basis = np.asarray(basis, dtype=np.float64)  # cast once, not per block
     out = np.empty((x.shape[0], coef.shape[1]))
     step = _rows_per_block(max(basis.shape[0], x.shape[1]))

@@ -1,6 +1,6 @@
-"""Input the estimators must refuse clearly or handle: sparse matrices, Dask arrays of
-unknown chunk sizes, missing and mixed-type labels, and CLI attributes outside 0/1.  Real
-numpy, scipy, pandas and Dask objects; real Zarr stores."""
+"""Input the estimators must refuse clearly or handle: NaN/inf at transform, sparse
+matrices, Dask arrays of unknown chunk sizes, missing and mixed-type labels, and CLI
+attributes outside 0/1.  Real numpy, scipy, pandas and Dask objects; real Zarr stores."""
 
 import threading
 
@@ -45,6 +45,80 @@ def _angle(A, B):
 
 
 ESTIMATORS = ["PCA", "FairPCA", "FairKernelPCA"]
+
+
+# ----------------------------------------------------------------------------- NaN / inf
+@pytest.mark.parametrize("kind", ESTIMATORS)
+def test_transform_names_nan_and_inf_rows_of_numpy_input_at_once(data, kind):
+    X, z = data
+    est = _fitted(kind, X, z)
+    Xb = X.copy()
+    Xb[5, 2] = np.nan
+    Xb[301, 0] = -np.inf
+    with pytest.raises(ValueError, match=r"NaN or infinity in 2 row\(s\) \(rows 5, 301\); drop or impute"):
+        est.transform(Xb)
+    with pytest.raises(ValueError, match=r"in 1 row\(s\) \(rows 5\)"):
+        est.transform(Xb[:300].astype(np.float32))
+
+
+@pytest.mark.parametrize("kind", ESTIMATORS)
+def test_transform_of_dask_input_stays_lazy_and_names_global_rows_at_compute(data, kind):
+    X, z = data
+    est = _fitted(kind, X, z)
+    Xb = X.copy()
+    Xb[250, 4] = np.nan
+    Xb[251, 1] = np.inf
+    Y = est.transform(da.from_array(Xb, chunks=(100, -1)))  # nothing computed: no error yet
+    assert isinstance(Y, da.Array)
+    good = Y[:200].compute()  # the clean chunks compute
+    np.testing.assert_allclose(good, est.transform(X[:200]), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"NaN or infinity in 2 row\(s\) \(rows 250, 251\)"):
+        Y.compute()
+
+
+def test_unknown_chunk_sizes_name_the_chunk_and_how_to_get_global_rows(data):
+    X, z = data
+    est = dfairpca.PCA(3).fit(X)
+    Xb = X.copy()
+    Xb[:, 0] = np.abs(Xb[:, 0]) + 1  # every row passes the mask below
+    Xb[150, 3] = np.nan
+    Xd = da.from_array(Xb, chunks=(100, -1))
+    Xm = Xd[Xd[:, 0] > 0]
+    with pytest.raises(ValueError, match=r"rows 50 of row chunk 1; .*X.compute_chunk_sizes\(\)"):
+        est.transform(Xm).compute()
+    Xm.compute_chunk_sizes()
+    with pytest.raises(ValueError, match=r"\(rows 150\)"):
+        est.transform(Xm).compute()
+
+
+def test_integer_input_is_not_checked_and_projects_exactly(data):
+    X, z = data
+    Xi = np.clip(X * 20 + 128, 0, 255).astype(np.uint8)
+    est = dfairpca.FairPCA(3).fit(Xi, sensitive_features=z)
+    Y = est.transform(da.from_array(Xi, chunks=(128, -1))).compute()
+    ref = (Xi.astype(np.float64) - est.mean_) @ est.components_.T
+    np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-3)
+
+
+def test_overflow_of_finite_input_says_compute_dtype_float64(data):
+    X, z = data
+    est = dfairpca.PCA(3, compute_dtype="float32").fit(X)
+    Xb = X.copy()
+    Xb[9] = 1e39  # finite in float64, infinite once cast to the float32 compute dtype
+    with pytest.raises(ValueError, match=r"projection of 1 row\(s\) \(rows 9\) overflows "
+                                         r"float32 .*compute_dtype='float64'"):
+        est.transform(Xb)
+
+
+def test_nan_in_a_nystroem_pass_names_the_row(data):
+    X, z = data
+    Xb = X.copy()
+    est = dfairpca.FairKernelPCA(2, n_landmarks=20, random_state=0)
+    landmarks = set(np.random.default_rng(0).choice(len(X), 20, replace=False).tolist())
+    row = next(r for r in range(400, 600) if r not in landmarks)
+    Xb[row, 0] = np.nan
+    with pytest.raises(ValueError, match=rf"NaN or infinity in 1 row\(s\) \(rows {row}\)"):
+        est.fit(da.from_array(Xb, chunks=(150, -1)), sensitive_features=z)
 
 
 # ----------------------------------------------------------------------------- sparse
@@ -276,3 +350,13 @@ def test_cli_reads_celeba_minus_one_one_as_0_1(store, tmp_path, capsys, client):
     assert code == 0, out.err
     assert "Eyeglasses: 200 with / 100 without" in out.out
     assert [list(g) for g in dfairpca.load(tmp_path / "m").groups_] == [[0, 1]]
+
+
+# ----------------------------------------------------------------------------- on a cluster
+def test_lazy_error_travels_from_a_distributed_worker(data, client):
+    X, z = data
+    est = dfairpca.FairPCA(3).fit(X, sensitive_features=z)
+    Xb = X.copy()
+    Xb[444, 0] = np.nan
+    with pytest.raises(ValueError, match=r"\(rows 444\)"):
+        est.transform(da.from_array(Xb, chunks=(100, -1))).compute()
