@@ -59,11 +59,30 @@ def _images(store, rows_per_chunk=None):
 
 
 def _attributes(store, names):
+    """The named 0/1 attribute columns of the store (CelebA's own -1/1 read as 0/1).
+
+    Any other value would silently become a third group (or a wrong "with"/"without"
+    count), so it is refused with the values found.
+    """
     import pandas as pd
 
     from .celeba import attribute_column
 
-    return pd.DataFrame({n: attribute_column(store, n) for n in names})
+    columns = {}
+    for n in names:
+        col = attribute_column(store, n)
+        values = np.unique(col)
+        if set(values.tolist()) <= {-1, 1}:
+            col = (col == 1).astype(np.int8)
+        elif not set(values.tolist()) <= {0, 1}:
+            shown = ", ".join(str(int(v)) for v in values[:10]) + (", ..." if len(values) > 10 else "")
+            raise CLIError(
+                f"attribute {n!r} of {store} holds the values {shown}; a CelebA attribute must "
+                "be 0/1 (or CelebA's -1/1): fix the store, e.g. re-ingest it with "
+                "dfairpca ingest-celeba"
+            )
+        columns[n] = col
+    return pd.DataFrame(columns)
 
 
 def _estimator(args):
