@@ -646,12 +646,15 @@ class Moments:
                    precision=float(arrays["precision"]), upper="scatter_panels" in arrays,
                    scatter_exponent=int(arrays["scatter_exponent"]) if "scatter_exponent" in arrays else 0)
 
-    def save(self, path) -> None:
-        """Save to a directory (``.npz`` arrays + JSON), atomically; see :mod:`dfairpca.io`."""
+    def save(self, path, *, overwrite: bool = False) -> None:
+        """Save to a directory (``.npz`` arrays + JSON), atomically; see :mod:`dfairpca.io`.
+
+        ``overwrite=True`` replaces statistics saved by dfairpca at ``path``, nothing else.
+        """
         from .io import save_arrays
 
         arrays, meta = self.to_arrays()
-        save_arrays(path, arrays, {"kind": "Moments", **meta})
+        save_arrays(path, arrays, {"kind": "Moments", **meta}, overwrite=overwrite)
 
     @classmethod
     def load(cls, path) -> "Moments":
