@@ -111,7 +111,8 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
     def _check_fitted(self):
         if not hasattr(self, "components_"):
             hint = (
-                " (partial_fit has not yet seen two groups of every attribute)"
+                " (partial_fit has not yet seen two groups of every attribute, or "
+                "n_components rows)"
                 if hasattr(self, "statistics_") else ""
             )
             raise NotFittedError(

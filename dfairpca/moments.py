@@ -166,14 +166,19 @@ def _products(x, mean, shifts, dtype, exponents=None):
         devs = [np.ldexp(v, -exponents) for v in devs]
     devs = [v.astype(dtype) for v in devs]
     # the centres the products are about, in float64 (the dtype's roundings of the means)
-    centre = mean if exponents is not None else mu.astype(np.float64)
+    centre = mu.astype(np.float64) if exponents is None and np.can_cast(x.dtype, dtype, "safe") else mean
     back = (lambda v: np.ldexp(v.astype(np.float64), exponents)) if exponents is not None else (
         lambda v: v.astype(np.float64))
     centres = (centre, [centre + back(v) for v in devs])
     step = max(64, BLOCK_BYTES // (d * dtype.itemsize))
+    # values the dtype cannot hold exactly (float64 into float32 products) are centred in
+    # float64 first: cast first, 1e8 + N(0, 1) would keep nothing of its spread
+    exact = np.can_cast(x.dtype, dtype, "safe")
     for s in range(0, r, step):
-        if exponents is None:
+        if exponents is None and exact:
             xc = np.subtract(x[s : s + step], mu, dtype=dtype)
+        elif exponents is None:
+            xc = np.subtract(x[s : s + step], mean, dtype=np.float64).astype(dtype)
         else:
             xc = np.ldexp(np.subtract(x[s : s + step], mean, dtype=np.float64),
                           -exponents).astype(dtype)

@@ -201,3 +201,14 @@ def test_float32_products_of_tiny_and_huge_values_are_rescaled():
         m = dfairpca.compute_moments((X * 2.0**p).astype(np.float32), dtype=np.float32)
         np.testing.assert_allclose(m.covariance() / 4.0**p, ref.covariance(), rtol=1e-6,
                                    atol=1e-6 * ref.covariance().max())
+
+
+def test_float64_data_in_float32_products_is_centred_first():
+    """compute_dtype="float32" on float64 data 1e6 sd from 0: cast before centring, float32
+    would keep the spread to its spacing there, 0.1 sd; centred in float64 first, the
+    products lose only float32's rounding of the deviations."""
+    X, b, z, _ = exact_data(3, np.float64, 0.5, 0.0)
+    Y = X + 1e6 * SCALES.max()
+    ref = dfairpca.FairPCA(3).fit(X, sensitive_features=z)
+    got = dfairpca.FairPCA(3, compute_dtype="float32").fit(Y, sensitive_features=z)
+    assert np.radians(oracle.max_angle_deg(ref.components_.T, got.components_.T)) < TOL[np.float32]
