@@ -841,7 +841,9 @@ def _entry_moments(x) -> tuple[int, float, float]:
         if b.size:
             mean = float(b.mean())
             m2 = float(np.square(b - mean).sum())
-            if not np.isfinite(m2) or (m2 < np.finfo(np.float64).tiny and np.ptp(b) > 0):
+            # (NaN or infinity in X is refused, named, where the rows are read)
+            if (not np.isfinite(m2) and np.isfinite(b).all()) or (
+                    m2 < np.finfo(np.float64).tiny and np.ptp(b) > 0):
                 raise ValueError(
                     "X's values are too far from 1 for gamma='scale': their variance "
                     f"{'overflows' if not np.isfinite(m2) else 'underflows'} float64; multiply X "

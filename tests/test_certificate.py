@@ -270,3 +270,11 @@ def test_values_whose_sums_overflow_are_an_error():
         warnings.simplefilter("ignore", RuntimeWarning)  # numpy's own overflow notice
         with pytest.raises(ValueError, match="too large for float64 sums.*divide X"):
             dfairpca.PCA(3).fit(X * 1e306)
+
+
+def test_rbf_gamma_scale_beyond_float64_is_an_error():
+    """gamma="scale" is 1 / (d Var): the variance of 1e-170s is 1e-340, which float64 cannot
+    hold; the fit says so instead of using gamma = 1 on a kernel of ones."""
+    X, z = item6_data()
+    with pytest.raises(ValueError, match="too far from 1 for gamma='scale'.*underflows"):
+        FairKernelPCA(3).fit(X[:200] * 1e-170, sensitive_features=z[:200])
