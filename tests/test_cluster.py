@@ -21,7 +21,7 @@ import pytest
 import zarr
 
 import dfairpca
-from dfairpca.cluster import SchedulerUnreachable, connect, describe, local_cluster_size
+from dfairpca.cluster import NoWorkers, SchedulerUnreachable, connect, describe, local_cluster_size
 from oracle import make_data, max_angle_deg
 
 TESTS = Path(__file__).resolve().parent
@@ -415,6 +415,67 @@ if NETNS:  # defined only when asked for, so that the main suite never skips
                     t["total"] for t in dask_worker.transfer_incoming_log))
                 assert sum(moved.values()) > 0
         assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
+
+
+def _scheduler_address(procs, timeout=60) -> str:
+    """The address a `dask scheduler` process wrote to its scheduler file."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return json.loads(procs.scheduler_file.read_text())["address"]
+        except (OSError, ValueError, KeyError):
+            assert time.monotonic() < deadline, procs.logs()
+            time.sleep(0.1)
+
+
+def test_a_scheduler_without_workers_is_a_one_line_error_after_the_timeout(tmp_path, capsys):
+    """Issue 10 item 5: a running scheduler that no worker joined used to hang forever."""
+    from dfairpca.celeba import synth_celeba
+    from dfairpca.cli import main
+
+    store = tmp_path / "small.zarr"
+    synth_celeba(store, n=200, size=8, chunk_rows=100, progress=False, n_jobs=1)
+    with DaskProcesses(tmp_path, worker_hosts=()) as procs:
+        address = _scheduler_address(procs)
+        start = time.monotonic()
+        with pytest.raises(NoWorkers) as info:
+            with connect(address, timeout=2):
+                pass
+        assert 2 <= time.monotonic() - start < 2 + 5
+        msg = str(info.value)
+        assert "\n" not in msg and isinstance(info.value, ConnectionError)
+        assert f"no workers (waited 2 s); start them with `dask worker {address}`" in msg
+        capsys.readouterr()
+        start = time.monotonic()
+        code = main(["fit", str(store), "--attribute", "Eyeglasses", "-k", "5", "--out",
+                     str(tmp_path / "m"), "--scheduler", address, "--timeout", "1.5"])
+        assert time.monotonic() - start < 1.5 + 10
+        err = capsys.readouterr().err.splitlines()
+        assert code == 2 and err == [
+            f"dfairpca: waiting up to 1.5 s for a worker to join the scheduler at {address}",
+            f"dfairpca fit: error: the Dask scheduler at {address} has no workers (waited "
+            f"1.5 s); start them with `dask worker {address}` on the machines that should "
+            "compute, or wait longer with --timeout",
+        ]
+        assert not (tmp_path / "m").exists()
+
+
+def test_a_worker_that_joins_while_connect_waits_is_used(tmp_path):
+    with DaskProcesses(tmp_path, worker_hosts=()) as procs:
+        address = _scheduler_address(procs)
+        with ThreadPoolExecutor(1) as pool:
+            def connect_and_describe():
+                with connect(address, timeout=60, quiet=True) as client:
+                    return describe(client)
+
+            waiting = pool.submit(connect_and_describe)
+            time.sleep(1)
+            assert not waiting.done()
+            procs.workers.append(procs._spawn(
+                ["distributed.cli.dask_worker", address, "--nthreads", "1", "--no-nanny",
+                 "--no-dashboard", "--memory-limit", "1GiB", "--host", "127.0.0.1"],
+                "worker-late.log"))
+            assert "1 worker(s)" in waiting.result(timeout=60), procs.logs()
 
 
 def test_a_scheduler_file_still_being_written_is_read_again(tmp_path):
