@@ -96,7 +96,8 @@ def compute_moments_checkpointed(
     ----------
     X : dask.array.Array of shape (n, d) or (n, h, w)
         E.g. :func:`dfairpca.from_zarr`, chunked along rows only; segments are cut at its
-        row-chunk boundaries.
+        row-chunk boundaries.  Every chunk is computed twice, once for its digest and once
+        to fold it: persist an expensive graph, or write it to Zarr, first.
     codes, categories
         As in :func:`dfairpca.compute_moments`; ``codes`` (n, p) is sliced per segment.
     checkpoint : str or Path
