@@ -19,14 +19,15 @@ chunking, store URLs, groups, options) cannot see data rewritten in place or ano
 array of the same shape, so every row chunk also gets a sha256 of its values
 (:func:`chunk_digests`) just before it is folded, and a resume computes the digests of
 the chunks it would skip again and refuses the checkpoint if any differs.  Digests are
-computed where the chunks are (on the workers) in a read of the chunks without any BLAS
-product.  Measured on one core for a 4,000-row chunk of 80 x 80 uint8 images (25.6 MB):
-sha256 22 ms (SHA-NI; blake2b 34 ms, md5 43 ms), reading it from Zarr (zstd) and hashing
-63 ms, folding it (the float32 syrk product) 1.73 s.  So the digests add about 4% to a
-pass at d = 6400 (they read every chunk a second time), and a resume checks the finished
-part for about 4% of what folding it again would cost.  Modification times or sizes of
-a store's chunk files would be cheaper but say nothing about numpy or computed input,
-and ``cp -p``/``rsync -t`` carry them over to other contents.
+computed where the chunks are (on the workers), in a read without any BLAS product.
+Measured on one core for a 4,000-row chunk of 80 x 80 uint8 images (25.6 MB): sha256
+22 ms (the CPU's SHA instructions; blake2b 34 ms, md5 43 ms), reading it from Zarr (zstd)
+and hashing 63 ms, folding it (the float32 syrk product) 1.73 s.  So the digests add about
+4% to a pass at d = 6400 (they read every chunk a second time), and a resume checks the
+finished part for about 4% of what folding it again would cost (in a pass bound by
+reading: as much as reading that part again).  Modification times or sizes of a store's
+chunk files would be cheaper, but say nothing about numpy or computed input, and
+``cp -p`` or ``rsync -t`` carry them over to other contents.
 """
 
 from __future__ import annotations
@@ -235,7 +236,15 @@ def remove_checkpoint(checkpoint) -> None:
     path = Path(checkpoint)
     if not path.exists():
         return
-    _load(path)  # raises unless it carries a checkpoint's progress.json
+    try:  # the marker only: the total (d x d) need not be read to be deleted
+        ok = json.loads((path / "progress.json").read_text())["kind"] == "dfairpca checkpoint"
+    except (OSError, ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{str(path)!r} is not a dfairpca checkpoint, so it was not deleted; choose "
+            "another checkpoint directory"
+        )
     shutil.rmtree(path)
 
 
