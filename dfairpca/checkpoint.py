@@ -22,12 +22,13 @@ the chunks it would skip again and refuses the checkpoint if any differs.  Diges
 computed where the chunks are (on the workers), in a read without any BLAS product.
 Measured on one core for a 4,000-row chunk of 80 x 80 uint8 images (25.6 MB): sha256
 22 ms (the CPU's SHA instructions; blake2b 34 ms, md5 43 ms), reading it from Zarr (zstd)
-and hashing 63 ms, folding it (the float32 syrk product) 1.73 s.  So the digests add about
-4% to a pass at d = 6400 (they read every chunk a second time), and a resume checks the
-finished part for about 4% of what folding it again would cost (in a pass bound by
-reading: as much as reading that part again).  Modification times or sizes of a store's
-chunk files would be cheaper, but say nothing about numpy or computed input, and
-``cp -p`` or ``rsync -t`` carry them over to other contents.
+and hashing 41-63 ms, reading and folding it (the float32 syrk product) 1.7-2.5 s.  So
+the digests add 2-4% to a pass at d = 6400 (11% at d = 1024: hashing grows with d, the
+product with d^2), and a resume checks the finished part for that fraction of what
+folding it again would cost (in a pass bound by reading: as much as reading it again).
+Modification times or sizes of a store's chunk files would be cheaper, but say nothing
+about numpy or computed input, and ``cp -p`` or ``rsync -t`` carry them over to other
+contents.
 """
 
 from __future__ import annotations
@@ -263,7 +264,7 @@ def _digest_tasks(X) -> list:
 def _check_same_data(path: Path, X, segments, done, digests) -> None:
     """Raise :class:`CheckpointMismatch` unless every folded chunk of X has its saved digest.
 
-    One read of the finished chunks, without a product (about 4% of folding them again).
+    One read of the finished chunks, without a product (see the module docstring's costs).
     """
     import dask
 
