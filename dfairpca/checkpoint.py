@@ -176,6 +176,7 @@ def compute_moments_checkpointed(
             if on_segment is not None:
                 on_segment(i, len(segments))
     except KeyboardInterrupt:
+        done = _saved_done(path, done)
         saved = sum(len(X[s:e].chunks[0]) for i, (s, e) in enumerate(segments) if i in done)
         raise PassInterrupted(path, saved, len(X.chunks[0])) from None
     return total.symmetrize()
@@ -283,6 +284,15 @@ def _check_same_data(path: Path, X, segments, done, digests) -> None:
             f"checkpoint {str(path)!r} was made from different data: rows {differ[0][0]}-"
             f"{differ[0][1]} differ{more} from the rows it holds; {_START_OVER}"
         )
+
+
+def _saved_done(path: Path, done: list) -> list:
+    """The finished segments as the checkpoint on disk says (an interrupt can land between
+    its replacement and our note of it); ``done`` if it cannot be read."""
+    try:
+        return list(json.loads((path / "progress.json").read_text())["done"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return done
 
 
 def _saved_digests(path: Path, segments, done) -> list:

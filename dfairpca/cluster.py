@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import logging
 import signal
 import ssl
 import sys
@@ -99,6 +100,7 @@ def connect(
     """
     from distributed import Client, LocalCluster
 
+    _drop_abandoned_gathers()
     if scheduler is not None and scheduler_file is not None:
         raise ValueError("give either scheduler (an address) or scheduler_file, not both")
     origin = ""
@@ -124,10 +126,42 @@ def connect(
             memory_limit=memory_limit, dashboard_address=":8787",
         )
     with cluster, Client(cluster) as client:
+        client.run(_quiet_cancelled_tasks)
         if not quiet:
             print(f"dfairpca: local Dask cluster, {describe(client)}", file=sys.stderr)
             print(f"dfairpca: dashboard {_dashboard(client)}", file=sys.stderr)
         yield client
+
+
+class _AbandonedGatherFilter(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" for distributed's ``AllExit``.
+
+    A gather interrupted by Ctrl-C leaves one waiting task per result; when the client
+    releases the results each fails with ``AllExit``, which nobody awaits any more, and
+    asyncio would print a traceback for every one of them.  Nothing else is filtered.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (type(exc).__name__ == "AllExit"
+                    and type(exc).__module__ == "distributed.client")
+
+
+def _quiet_cancelled_tasks() -> None:
+    """Run on the local workers: no warning for a task cancelled because the cluster closes.
+
+    After Ctrl-C the cluster is closed while a fold is running, and every worker would
+    print "Async instruction ... ended with CancelledError" (the only warning of that
+    logger; its errors still show).
+    """
+    logging.getLogger("distributed.worker.state_machine").setLevel(logging.ERROR)
+
+
+def _drop_abandoned_gathers() -> None:
+    """Install :class:`_AbandonedGatherFilter` on the asyncio logger (once)."""
+    log = logging.getLogger("asyncio")
+    if not any(isinstance(f, _AbandonedGatherFilter) for f in log.filters):
+        log.addFilter(_AbandonedGatherFilter())
 
 
 @contextlib.contextmanager

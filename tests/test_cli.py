@@ -195,15 +195,17 @@ def test_parameter_errors_come_before_any_cluster(store, tmp_path, capsys, sched
 
 
 def _noise_store(path, n, size, chunk_rows, seed=0):
-    """A CelebA-schema store of noise images with one attribute (fast to write)."""
+    """A CelebA-schema store with one attribute, fast to write: 8 patterns of clearly
+    different variance (so that the top components are well separated) plus noise."""
     rng = np.random.default_rng(seed)
     z = (rng.random(n) < 0.3).astype(np.int8)
     g = zarr.open_group(str(path), mode="w")
     images = g.create_array("images", shape=(n, size, size), chunks=(chunk_rows, size, size),
                             dtype="uint8")
-    x = rng.integers(0, 200, size=(n, size, size), dtype=np.uint8)
-    x[z == 1, : size // 4] += 40
-    images[:] = x
+    patterns = np.linalg.qr(rng.normal(size=(size * size, 8)))[0].T  # orthonormal rows
+    scores = rng.normal(size=(n, 8)) * 400 * 0.7 ** np.arange(8)
+    x = 100 + scores @ patterns + rng.normal(scale=5, size=(n, size * size)) + 20 * z[:, None]
+    images[:] = np.clip(np.round(x), 0, 255).astype(np.uint8).reshape(n, size, size)
     attributes = g.create_array("attributes", shape=(n, 1), chunks=(n, 1), dtype="int8")
     attributes[:] = z[:, None]
     attributes.attrs["names"] = ["Eyeglasses"]

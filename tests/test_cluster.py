@@ -478,6 +478,48 @@ def test_a_worker_that_joins_while_connect_waits_is_used(tmp_path):
             assert "1 worker(s)" in waiting.result(timeout=60), procs.logs()
 
 
+INTERRUPTED_GATHER = """
+import sys, time
+import dask
+from dfairpca.cluster import connect
+
+def slow(i):
+    time.sleep(0.5)
+    return i
+
+if __name__ == "__main__":
+    try:
+        with connect(n_workers=2, threads_per_worker=1, quiet=True):
+            print("computing", flush=True)
+            dask.compute(*[dask.delayed(slow, pure=False)(i) for i in range(200)])
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+"""
+
+
+def test_ctrl_c_on_a_local_cluster_prints_nothing_of_its_own(tmp_path):
+    """Ctrl-C (SIGINT to the whole process group) during a computation of many results on
+    connect()'s local cluster: the workers do not see it (no traceback of theirs), and
+    closing the cluster with tasks running and a gather pending prints nothing."""
+    script = tmp_path / "gather.py"
+    script.write_text(INTERRUPTED_GATHER)
+    env = dict(_env(), PYTHONWARNINGS="ignore:Port 8787 is already in use")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline() == "computing\n", proc.communicate()
+        time.sleep(1.5)  # tasks are running, the gather of 200 results is pending
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130 and err == "interrupted\n", err
+
+
 def test_a_scheduler_file_still_being_written_is_read_again(tmp_path):
     """The scheduler writes its file in place: an empty file that fills in later is waited
     for, not reported as malformed."""
