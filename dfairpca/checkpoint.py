@@ -35,18 +35,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 
 from ._engine import _sl, compute_moments
-from .io import atomic_directory
+from .io import atomic_directory, check_target, local_zarr_roots
 from .moments import Moments, merge
 
 __all__ = [
     "compute_moments_checkpointed", "job_fingerprint", "segment_bounds", "chunk_digests",
-    "remove_checkpoint", "CheckpointMismatch", "PassInterrupted",
+    "CheckpointMismatch", "PassInterrupted",
 ]
 
 #: version of the checkpoint layout, checked on resume
@@ -105,7 +104,8 @@ def compute_moments_checkpointed(
     checkpoint : str or Path
         Checkpoint directory (created; replaced atomically after every segment).  It is
         left in place at the end, holding the full statistics; delete it once the model
-        is saved.
+        is saved (:func:`dfairpca.io.remove_directory`).  Refused before the pass if it
+        exists and is not a dfairpca checkpoint, or holds the store the pass reads.
     resume : bool, default True
         Continue from ``checkpoint`` if it exists; False starts over and overwrites it.
     segment_rows : int, optional
@@ -142,6 +142,9 @@ def compute_moments_checkpointed(
     if X.ndim < 2 or X.shape[0] == 0:
         raise ValueError(f"X must be (n, d) or (n, h, w) with n >= 1; got shape {X.shape}")
     path = Path(checkpoint)
+    # before any work: the checkpoint may replace only a checkpoint, never the data it reads
+    check_target(path, "checkpoint", overwrite=True,
+                 protect=[("the input store", root) for root in local_zarr_roots(X)])
     mask = compute_kw.pop("mask", None)
     for name, a in (("codes", codes), ("mask", mask)):
         if a is not None and len(a) != X.shape[0]:
@@ -231,23 +234,6 @@ def chunk_digests(X) -> list[str]:
     import dask
 
     return list(dask.compute(*_digest_tasks(X)))
-
-
-def remove_checkpoint(checkpoint) -> None:
-    """Delete a checkpoint directory; refuse a directory that is not one, do nothing if absent."""
-    path = Path(checkpoint)
-    if not path.exists():
-        return
-    try:  # the marker only: the total (d x d) need not be read to be deleted
-        ok = json.loads((path / "progress.json").read_text())["kind"] == "dfairpca checkpoint"
-    except (OSError, ValueError, KeyError, TypeError):
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"{str(path)!r} is not a dfairpca checkpoint, so it was not deleted; choose "
-            "another checkpoint directory"
-        )
-    shutil.rmtree(path)
 
 
 def _digest_tasks(X) -> list:
@@ -383,7 +369,7 @@ def _save(path: Path, total: Moments, fingerprint: dict, segments, done, digests
         "done": list(done),
         "digests": list(digests),
     }
-    with atomic_directory(path) as tmp:
+    with atomic_directory(path, "checkpoint", overwrite=True) as tmp:
         total.save(tmp / "total")
         (tmp / "progress.json").write_text(json.dumps(progress, indent=1))
 
