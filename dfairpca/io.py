@@ -17,13 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["from_zarr", "save_arrays", "load_arrays", "atomic_directory", "FORMAT_VERSION"]
+__all__ = ["from_zarr", "save_arrays", "load_arrays", "atomic_directory", "FORMAT_VERSION",
+           "MissingChunkError", "CorruptChunkError", "strict_array", "strict_group", "read_checked"]
 
 FORMAT_VERSION = 1
 
 
 def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None = None,
-              storage_options: dict | None = None):
+              storage_options: dict | None = None, missing_chunks: str = "error"):
     """Open a Zarr array lazily as a Dask array chunked along rows only.
 
     Parameters
@@ -39,15 +40,25 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
         For a URL (``s3://``, ``gs://``, any fsspec protocol): options of the file system,
         e.g. ``{"anon": True}``; the package (s3fs, gcsfs, ...) must be installed on the
         client and on every worker.
+    missing_chunks : {"error", "fill"}, default "error"
+        What a chunk absent from the store means.  Zarr reads one as the array's fill value,
+        which is how some writers store constant chunks but also what a lost or half-copied
+        store looks like; dfairpca's own stores hold every chunk.  "error": refuse it (a
+        :class:`MissingChunkError` naming the chunk and its rows, here if the store can be
+        listed cheaply, else when the chunk is read); "fill": read it as zarr does.
 
     Returns
     -------
     dask.array.Array
         Lazy; workers read the chunks themselves (the graph holds the store, not data).
+        A chunk that cannot be decoded raises :class:`CorruptChunkError` naming it.
     """
     import dask.array as da
     import zarr
+    from dask.base import tokenize
 
+    if missing_chunks not in ("error", "fill"):
+        raise ValueError(f"missing_chunks must be 'error' or 'fill', got {missing_chunks!r}")
     node = store
     if isinstance(store, str) and "://" in store:
         try:
@@ -83,12 +94,252 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
     if rows_per_chunk is None:
         target = max(1, (64 << 20) // max(row_bytes, 1))
         rows_per_chunk = max(chunks[0], (target // chunks[0]) * chunks[0])
-    arr = da.from_zarr(node, chunks=(rows_per_chunk,) + tuple(shape[1:]))
-    return arr
+    if missing_chunks == "error":
+        node = strict_array(node)
+        _check_chunks_present(node)
+    chunks = (rows_per_chunk,) + tuple(shape[1:])
+    # dask's from_zarr with our getter: the graph still holds the zarr.Array itself (the
+    # checkpoint's fingerprint finds its source there), and every read is the checked one
+    name = "from-zarr-" + tokenize(str(node.store_path), node.metadata.to_dict(), chunks,
+                                   missing_chunks)
+    return da.from_array(node, chunks=chunks, name=name, getitem=read_checked,
+                         meta=np.empty((0,) * len(shape), node.dtype))
 
 
 def _name(store) -> str:
     return repr(str(store)) if isinstance(store, (str, os.PathLike)) else "the store"
+
+
+# ---------------------------------------------------------------------------- whole chunks
+class MissingChunkError(ValueError):
+    """A chunk of a Zarr array is absent from its store (zarr would read fill values)."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
+
+    def __reduce__(self):  # travels from a worker to the client intact
+        return type(self), (self.args[0], self.key)
+
+
+class CorruptChunkError(ValueError):
+    """A chunk of a Zarr array is in its store but cannot be read or decoded."""
+
+
+#: file names zarr looks up and legitimately finds absent (metadata of v2 and v3)
+_METADATA_NAMES = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})
+
+#: the most chunks listed up front; beyond it (listing millions of keys from object storage
+#: takes minutes) a missing chunk is found only when its read task runs
+LISTING_LIMIT = 200_000
+
+
+def _strict_store_class():
+    """The store wrapper, defined on first use: importing dfairpca does not import zarr."""
+    global _StrictStore
+    if _StrictStore is not None:
+        return _StrictStore
+    from zarr.storage import WrapperStore
+
+    class StrictStore(WrapperStore):
+        """A store on which an absent chunk is an error instead of fill values.
+
+        Zarr asks the store for every chunk it reads and fills the ones it gets None for;
+        raising there costs no request and works on any store (local, fsspec, zip) in
+        whichever process reads.  Metadata lookups may still find nothing.
+        """
+
+        async def get(self, key, prototype, byte_range=None):
+            value = await self._store.get(key, prototype, byte_range)
+            if value is None and key.rsplit("/", 1)[-1] not in _METADATA_NAMES:
+                raise MissingChunkError(
+                    f"chunk {key!r} is missing from the Zarr store {str(self._store)!r}; "
+                    "restore it or rewrite the store", key)
+            return value
+
+        async def get_partial_values(self, prototype, key_ranges):
+            return [await self.get(k, prototype, r) for k, r in key_ranges]
+
+        async def _get_many(self, requests):
+            for key, prototype, byte_range in requests:
+                yield key, await self.get(key, prototype, byte_range)
+
+        def __str__(self):  # the data's address, as the checkpoint fingerprint records it
+            return str(self._store)
+
+        def __reduce__(self):  # a class made in a function pickles through a module function
+            return _strict_store, (self._store,)
+
+    _StrictStore = StrictStore
+    return StrictStore
+
+
+_StrictStore = None
+
+
+def _strict_store(store):
+    """``store`` wrapped so that reading an absent chunk raises :class:`MissingChunkError`."""
+    return _strict_store_class()(store)
+
+
+def strict_array(array):
+    """``array`` reopened on a store that refuses absent chunks (see :func:`from_zarr`)."""
+    import zarr
+
+    cls = _strict_store_class()
+    if isinstance(array.store, cls):
+        return array
+    return zarr.open_array(store=_strict_store(array.store), path=array.path, mode="r")
+
+
+def strict_group(group):
+    """``group`` reopened so that every array read from it refuses absent chunks."""
+    import zarr
+
+    cls = _strict_store_class()
+    if isinstance(group.store, cls):
+        return group
+    return zarr.open_group(store=_strict_store(group.store), path=group.path, mode="r")
+
+
+def read_checked(array, selection, asarray=True, lock=None):
+    """``array[selection]`` (dask's getter), with a failed read named by its chunk and rows.
+
+    An absent chunk (on a strict store) raises :class:`MissingChunkError`, an unreadable
+    one :class:`CorruptChunkError`: one line each instead of a codec traceback.
+    """
+    from dask.array.core import getter
+
+    try:
+        return getter(array, selection, asarray=asarray, lock=lock)
+    except MissingChunkError as exc:
+        raise MissingChunkError(_missing_message(array, [exc.key]), exc.key) from None
+    except Exception as exc:
+        found = _failing_chunk(array, selection)
+        if found is None:  # every chunk reads on its own: not the data's fault
+            raise
+        key, error = found
+        if isinstance(error, MissingChunkError):
+            raise MissingChunkError(_missing_message(array, [key]), key) from None
+        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        raise CorruptChunkError(
+            f"chunk {key!r} ({_rows_of(array, key)}) of the Zarr array "
+            f"{str(array.store_path)!r} cannot be read ({type(error).__name__}: {reason}); "
+            "it is truncated or damaged: restore it or rewrite the store"
+        ) from None
+
+
+def _store_chunks(array) -> tuple[int, ...]:
+    """Shape of one object in the store: the shard if sharded, else the chunk."""
+    return tuple(getattr(array, "shards", None) or array.chunks)
+
+
+def _chunk_key(array, coords) -> str:
+    """The store key of the stored object at grid position ``coords``."""
+    key = array.metadata.encode_chunk_key(tuple(coords))
+    return f"{array.path}/{key}" if array.path else key
+
+
+def _chunk_coords(array, selection):
+    """Grid positions of the stored objects a basic (slice) selection touches."""
+    import itertools
+
+    if not isinstance(selection, tuple):
+        selection = (selection,)
+    selection = selection + (slice(None),) * (array.ndim - len(selection))
+    ranges = []
+    for sel, size, step in zip(selection, array.shape, _store_chunks(array)):
+        if isinstance(sel, slice):
+            start, stop, _ = sel.indices(size)
+            ranges.append(range(start // step, max(start, stop - 1) // step + 1))
+        elif isinstance(sel, (int, np.integer)):
+            ranges.append(range(int(sel) % size // step, int(sel) % size // step + 1))
+        else:  # a fancy selection: every chunk along that axis
+            ranges.append(range(-(-size // step)))
+    return itertools.product(*ranges)
+
+
+def _failing_chunk(array, selection):
+    """(key, exception) of the first stored object in ``selection`` that fails to read alone."""
+    step = _store_chunks(array)
+    for coords in _chunk_coords(array, selection):
+        region = tuple(slice(c * s, (c + 1) * s) for c, s in zip(coords, step))
+        try:
+            array[region]
+        except Exception as exc:  # noqa: BLE001 - reported, by chunk, to the caller
+            return _chunk_key(array, coords), exc
+    return None
+
+
+def _rows_of(array, key) -> str:
+    """'rows a-b' of the stored object ``key`` (found by encoding the grid, no parsing)."""
+    step = _store_chunks(array)[0]
+    for c in range(-(-array.shape[0] // step)):
+        coords = (c,) + (0,) * (array.ndim - 1)
+        stem = _chunk_key(array, coords)
+        if key == stem or _same_row_block(array, key, c):
+            return f"rows {c * step}-{min((c + 1) * step, array.shape[0]) - 1}"
+    return "rows unknown"
+
+
+def _same_row_block(array, key, c) -> bool:
+    """Whether ``key`` is any stored object of row block ``c`` (arrays split across columns)."""
+    import itertools
+
+    step = _store_chunks(array)
+    rest = [range(-(-s // k)) for s, k in zip(array.shape[1:], step[1:])]
+    if np.prod([len(r) for r in rest]) > 64:
+        return False
+    return any(key == _chunk_key(array, (c, *r)) for r in itertools.product(*rest))
+
+
+def _missing_message(array, keys) -> str:
+    """One line naming the array, the first absent chunk and its rows, and the fixes."""
+    first = keys[0]
+    many = f" and {len(keys) - 1} more" if len(keys) > 1 else ""
+    return (
+        f"the Zarr array {str(array.store_path)!r} is missing chunk {first!r} "
+        f"({_rows_of(array, first)}){many}; zarr would read "
+        f"{'it' if len(keys) == 1 else 'them'} as fill values ({_plain(array.fill_value)}), which "
+        "dfairpca refuses: restore the chunks or rewrite the store, or, if its writer leaves "
+        "out constant chunks on purpose, open it with "
+        "dfairpca.from_zarr(..., missing_chunks='fill')"
+    )
+
+
+def _plain(value):
+    """A numpy scalar as the Python value it prints as (``0``, not ``np.uint8(0)``)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _check_chunks_present(array) -> None:
+    """Raise :class:`MissingChunkError` for absent chunks found by one listing of the store.
+
+    Skipped (left to the read tasks) when the store cannot list or holds more than
+    :data:`LISTING_LIMIT` chunks for this array.
+    """
+    import itertools
+
+    from zarr.core.sync import sync
+
+    store = array.store
+    counts = [-(-s // c) for s, c in zip(array.shape, _store_chunks(array))]
+    total = int(np.prod(counts))
+    if total == 0 or total > LISTING_LIMIT or not store.supports_listing:
+        return
+    prefix = f"{array.path}/" if array.path else ""
+
+    async def _keys():
+        return {k async for k in store.list_prefix(prefix)}
+
+    present = sync(_keys())
+    missing = []
+    for coords in itertools.product(*(range(c) for c in counts)):
+        key = _chunk_key(array, coords)
+        if key not in present:
+            missing.append(key)
+    if missing:
+        raise MissingChunkError(_missing_message(array, missing), missing[0])
 
 
 @contextlib.contextmanager
