@@ -524,7 +524,8 @@ def _check_arrays(headers: dict, specs: dict) -> None:
         if dtype.kind not in kinds.lstrip("?"):
             raise SavedFileError(f"arrays.npz: {name!r} has dtype {dtype}, expected kind {kinds.lstrip('?')!r}")
         if len(got) != len(shape) or any(w is not None and g != w for g, w in zip(got, shape)):
-            want = "(" + ", ".join("any" if w is None else str(w) for w in shape) + ")"
+            want = "(" + ", ".join("any" if w is None else str(w) for w in shape) + \
+                ("," if len(shape) == 1 else "") + ")"
             raise SavedFileError(
                 f"arrays.npz: {name!r} has shape {got}, but meta.json and the other arrays "
                 f"say {want}"

@@ -515,10 +515,10 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         from .decomposition import saved_groups, saved_params
         from .io import meta_value
 
-        params = saved_params(cls, meta)
-        kernel = params.get("kernel", "rbf")
+        kernel = meta_value(meta, "params", "dict").get("kernel", "rbf")
         if kernel not in KERNELS:  # a saved kernel is a name, never code
             raise ValueError(f"meta.json: kernel {kernel!r:.40} is not one of {list(KERNELS)}")
+        params = saved_params(cls, meta)
         gamma = meta_value(meta, "gamma_", "number", optional=True)
         if (gamma is None) != (kernel == "linear") or (gamma is not None and gamma <= 0):
             raise ValueError(f"meta.json: 'gamma_' {gamma!r} does not suit the {kernel} kernel")

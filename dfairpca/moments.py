@@ -787,11 +787,15 @@ def _homogeneous_labels(c: np.ndarray) -> np.ndarray:
         "float" if isinstance(v, (float, np.floating)) else type(v).__name__
         for v in c.tolist()
     }
-    if len(kinds) == 1 and kinds <= {"str", "bool", "int", "float"}:
-        try:
-            return np.array(c.tolist())
-        except OverflowError:  # an int beyond 64 bits
-            pass
+    values = c.tolist()
+    if kinds == {"int"}:  # numpy would make float64 of int64 and uint64 values together
+        for dtype in (np.int64, np.uint64):
+            try:
+                return np.array(values, dtype=dtype)
+            except OverflowError:
+                pass
+    elif len(kinds) == 1 and kinds <= {"str", "bool", "float"}:
+        return np.array(values)
     raise ValueError(
         f"group labels of types {sorted(kinds)} (e.g. {c[:3].tolist()!r}) cannot be saved so "
         "that they load as the same groups; use labels of one kind (all str, all int, ...) "
