@@ -608,9 +608,9 @@ def load(path):
     return est
 
 
-#: the classes a saved model may name: the allow-list (the kernel's lives in kernel.py,
+#: the classes a saved model may name: the allow-list (FairKernelPCA lives in kernel.py,
 #: which imports this module)
-SAVED_CLASSES = ("PCA", "FairPCA", "FairKernelPCA")
+SAVED_CLASSES = (*_CLASSES, "FairKernelPCA")
 
 
 def _saved_layout(meta: dict, headers: dict) -> dict:

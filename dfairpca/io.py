@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["from_zarr", "save_arrays", "load_arrays", "atomic_directory", "FORMAT_VERSION",
-           "MissingChunkError", "CorruptChunkError", "SavedFileError", "strict_array", "strict_group", "read_checked"]
+           "MissingChunkError", "CorruptChunkError", "SavedFileError", "strict_array",
+           "strict_group", "read_checked"]
 
 FORMAT_VERSION = 1
 
@@ -215,17 +216,19 @@ def read_checked(array, selection, asarray=True, lock=None):
     try:
         return getter(array, selection, asarray=asarray, lock=lock)
     except MissingChunkError as exc:
-        raise MissingChunkError(_missing_message(array, [exc.key]), exc.key) from None
-    except Exception as exc:
+        coords = next((c for c in _chunk_coords(array, selection)
+                       if _chunk_key(array, c) == exc.key), None)
+        raise MissingChunkError(_missing_message(array, [(exc.key, coords)]), exc.key) from None
+    except Exception:
         found = _failing_chunk(array, selection)
         if found is None:  # every chunk reads on its own: not the data's fault
             raise
-        key, error = found
+        key, coords, error = found
         if isinstance(error, MissingChunkError):
-            raise MissingChunkError(_missing_message(array, [key]), key) from None
+            raise MissingChunkError(_missing_message(array, [(key, coords)]), key) from None
         reason = (str(error).strip().splitlines() or [""])[0][:200]
         raise CorruptChunkError(
-            f"chunk {key!r} ({_rows_of(array, key)}) of the Zarr array "
+            f"chunk {key!r} ({_rows(array, coords)}) of the Zarr array "
             f"{str(array.store_path)!r} cannot be read ({type(error).__name__}: {reason}); "
             "it is truncated or damaged: restore it or rewrite the store"
         ) from None
@@ -242,8 +245,9 @@ def _chunk_key(array, coords) -> str:
     return f"{array.path}/{key}" if array.path else key
 
 
-def _chunk_coords(array, selection):
-    """Grid positions of the stored objects a basic (slice) selection touches."""
+def _chunk_coords(array, selection=()):
+    """Grid positions of the stored objects a selection touches (all of an axis that is
+    indexed by an array)."""
     import itertools
 
     if not isinstance(selection, tuple):
@@ -256,53 +260,40 @@ def _chunk_coords(array, selection):
             ranges.append(range(start // step, max(start, stop - 1) // step + 1))
         elif isinstance(sel, (int, np.integer)):
             ranges.append(range(int(sel) % size // step, int(sel) % size // step + 1))
-        else:  # a fancy selection: every chunk along that axis
+        else:
             ranges.append(range(-(-size // step)))
     return itertools.product(*ranges)
 
 
 def _failing_chunk(array, selection):
-    """(key, exception) of the first stored object in ``selection`` that fails to read alone."""
+    """(key, coords, exception) of the first stored object in ``selection`` that fails to
+    read on its own, or None."""
     step = _store_chunks(array)
     for coords in _chunk_coords(array, selection):
         region = tuple(slice(c * s, (c + 1) * s) for c, s in zip(coords, step))
         try:
             array[region]
         except Exception as exc:  # noqa: BLE001 - reported, by chunk, to the caller
-            return _chunk_key(array, coords), exc
+            return _chunk_key(array, coords), coords, exc
     return None
 
 
-def _rows_of(array, key) -> str:
-    """'rows a-b' of the stored object ``key`` (found by encoding the grid, no parsing)."""
+def _rows(array, coords) -> str:
+    """'rows a-b' of the stored object at grid position ``coords``."""
+    if coords is None:
+        return "rows unknown"
     step = _store_chunks(array)[0]
-    for c in range(-(-array.shape[0] // step)):
-        coords = (c,) + (0,) * (array.ndim - 1)
-        stem = _chunk_key(array, coords)
-        if key == stem or _same_row_block(array, key, c):
-            return f"rows {c * step}-{min((c + 1) * step, array.shape[0]) - 1}"
-    return "rows unknown"
+    return f"rows {coords[0] * step}-{min((coords[0] + 1) * step, array.shape[0]) - 1}"
 
 
-def _same_row_block(array, key, c) -> bool:
-    """Whether ``key`` is any stored object of row block ``c`` (arrays split across columns)."""
-    import itertools
-
-    step = _store_chunks(array)
-    rest = [range(-(-s // k)) for s, k in zip(array.shape[1:], step[1:])]
-    if np.prod([len(r) for r in rest]) > 64:
-        return False
-    return any(key == _chunk_key(array, (c, *r)) for r in itertools.product(*rest))
-
-
-def _missing_message(array, keys) -> str:
-    """One line naming the array, the first absent chunk and its rows, and the fixes."""
-    first = keys[0]
-    many = f" and {len(keys) - 1} more" if len(keys) > 1 else ""
+def _missing_message(array, missing) -> str:
+    """One line naming the array, the first absent chunk and its rows, and the fixes;
+    ``missing`` lists (key, coords)."""
+    (key, coords), more = missing[0], len(missing) - 1
     return (
-        f"the Zarr array {str(array.store_path)!r} is missing chunk {first!r} "
-        f"({_rows_of(array, first)}){many}; zarr would read "
-        f"{'it' if len(keys) == 1 else 'them'} as fill values ({_plain(array.fill_value)}), which "
+        f"the Zarr array {str(array.store_path)!r} is missing chunk {key!r} "
+        f"({_rows(array, coords)}){f' and {more} more' if more else ''}; zarr would read "
+        f"{'them' if more else 'it'} as fill values ({_plain(array.fill_value)}), which "
         "dfairpca refuses: restore the chunks or rewrite the store, or, if its writer leaves "
         "out constant chunks on purpose, open it with "
         "dfairpca.from_zarr(..., missing_chunks='fill')"
@@ -320,28 +311,22 @@ def _check_chunks_present(array) -> None:
     Skipped (left to the read tasks) when the store cannot list or holds more than
     :data:`LISTING_LIMIT` chunks for this array.
     """
-    import itertools
-
     from zarr.core.sync import sync
 
-    store = array.store
     counts = [-(-s // c) for s, c in zip(array.shape, _store_chunks(array))]
     total = int(np.prod(counts))
-    if total == 0 or total > LISTING_LIMIT or not store.supports_listing:
+    if total == 0 or total > LISTING_LIMIT or not array.store.supports_listing:
         return
     prefix = f"{array.path}/" if array.path else ""
 
     async def _keys():
-        return {k async for k in store.list_prefix(prefix)}
+        return {k async for k in array.store.list_prefix(prefix)}
 
     present = sync(_keys())
-    missing = []
-    for coords in itertools.product(*(range(c) for c in counts)):
-        key = _chunk_key(array, coords)
-        if key not in present:
-            missing.append(key)
+    missing = [(key, c) for c in _chunk_coords(array)
+               if (key := _chunk_key(array, c)) not in present]
     if missing:
-        raise MissingChunkError(_missing_message(array, missing), missing[0])
+        raise MissingChunkError(_missing_message(array, missing), missing[0][0])
 
 
 @contextlib.contextmanager
@@ -469,9 +454,10 @@ def _read_meta(file: Path) -> dict:
 def _npz_headers(file: Path) -> dict:
     """``{name: (shape, dtype, header_bytes)}`` of the .npy members, read from their headers.
 
-    Reads no array data.  Refuses arrays of Python objects (loading them unpickles) and
-    members whose size in the zip directory differs from what their header declares, so
-    nothing larger than declared is ever decompressed.
+    Reads no array data.  Refuses arrays of Python objects (loading them unpickles),
+    compressed members (``save_arrays`` stores them as they are, so reading a member never
+    inflates it beyond the bytes on disk) and members whose size in the zip directory
+    differs from what their header declares.
     """
     import zipfile
 
@@ -485,6 +471,11 @@ def _npz_headers(file: Path) -> dict:
             name = info.filename[:-4] if info.filename.endswith(".npy") else None
             if not name or "/" in name or name in out:
                 raise SavedFileError(f"{file.name} holds {info.filename!r}, not an array of dfairpca")
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise SavedFileError(
+                    f"{file.name}: {name!r} is compressed ({info.file_size} bytes from "
+                    f"{info.compress_size}); dfairpca stores arrays uncompressed"
+                )
             try:
                 with zf.open(info) as f:
                     version = np.lib.format.read_magic(f)

@@ -780,14 +780,14 @@ def _categories_to_json(c) -> dict:
 
 def _homogeneous_labels(c: np.ndarray) -> np.ndarray:
     """The labels of an object array as a typed array, or ValueError naming the mix."""
+    values = c.tolist()
     kinds = {
         "str" if isinstance(v, str) else
         "bool" if isinstance(v, (bool, np.bool_)) else
         "int" if isinstance(v, (int, np.integer)) else
         "float" if isinstance(v, (float, np.floating)) else type(v).__name__
-        for v in c.tolist()
+        for v in values
     }
-    values = c.tolist()
     if kinds == {"int"}:  # numpy would make float64 of int64 and uint64 values together
         for dtype in (np.int64, np.uint64):
             try:

@@ -430,6 +430,11 @@ def test_declared_sizes_are_checked_before_any_data_is_read(tmp_path):
             zf.writestr(name, data)
     _refused(path, "'mean_' declares (1000000000000,) float64 (8000000000000 bytes) but the "
                    "archive holds")
+    # a compressed member (savez_compressed) could inflate far beyond its bytes on disk
+    with np.load(npz) as z:
+        arrays = {k: z[k] for k in z.files if k != "mean_"}
+    np.savez_compressed(npz, mean_=np.zeros(6), **arrays)
+    _refused(path, "'mean_' is compressed", "dfairpca stores arrays uncompressed")
 
 
 def test_kernel_models_are_checked(tmp_path):
