@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["as_data", "encode_groups", "require_sensitive_features", "binary_target", "Groups", "compute_dtype_for", "check_n_features"]
+__all__ = [
+    "as_data", "encode_groups", "require_sensitive_features", "binary_target", "Groups",
+    "compute_dtype_for", "check_n_features", "with_known_rows", "check_finite_output",
+    "check_finite_input", "row_origin",
+]
+
+#: how many offending rows an error message lists
+MAX_ROWS_SHOWN = 10
 
 
 def _is_dask(x) -> bool:
@@ -25,9 +33,11 @@ def as_data(X, what: str = "X"):
 
     from .io import from_zarr
 
+    _refuse_sparse(X, what)
     if isinstance(X, (str, os.PathLike)) or isinstance(X, (zarr.Array, zarr.Group)):
         X = from_zarr(X)
     if isinstance(X, da.Array):
+        _refuse_sparse(X._meta, what, dask=True)
         arr = X
     elif _is_dask(X):  # dask DataFrame
         arr = X.to_dask_array(lengths=True)
@@ -42,7 +52,12 @@ def as_data(X, what: str = "X"):
         if isinstance(arr, da.Array):
             if len(arr.chunks[1]) > 1 or len(arr.chunks[2]) > 1:
                 arr = arr.rechunk({1: -1, 2: -1})
-        arr = arr.reshape(n, -1)
+            if np.isnan(n):  # reshape needs the row count: flatten each chunk instead
+                width = arr.shape[1] * arr.shape[2]
+                arr = arr.map_blocks(lambda b: b.reshape(len(b), width), drop_axis=2,
+                                     chunks=(arr.chunks[0], (width,)), dtype=arr.dtype)
+        if not (isinstance(arr, da.Array) and np.isnan(n)):
+            arr = arr.reshape(n, -1)
     elif arr.ndim != 2:
         raise ValueError(
             f"{what} must be 2-D (n_samples, n_features) or 3-D images (n, height, width); "
@@ -55,6 +70,147 @@ def as_data(X, what: str = "X"):
     if arr.dtype == bool:
         arr = arr.astype(np.uint8)
     return arr
+
+
+def _refuse_sparse(X, what: str, dask: bool = False) -> None:
+    """Raise for scipy.sparse or pydata ``sparse`` input, naming how to densify it.
+
+    Centring makes every entry non-zero, so a sparse X would be densified anyway, chunk by
+    chunk; np.asarray would instead wrap it in a 0-d object array (a baffling dtype error).
+    """
+    import scipy.sparse
+
+    module = type(X).__module__
+    if not (scipy.sparse.issparse(X) or module == "sparse" or module.startswith("sparse.")):
+        return
+    kind = f"a Dask array of {type(X).__name__} chunks" if dask else f"a {type(X).__name__}"
+    fix = (
+        "densify its chunks: X.map_blocks(lambda b: b.toarray(), dtype=X.dtype)" if dask else
+        "densify it: X.toarray() if it fits in memory, or chunk by chunk with "
+        "dask.array.from_array(X, chunks=(10_000, -1)).map_blocks(lambda b: b.toarray(), "
+        "dtype=X.dtype)"
+    )
+    raise TypeError(
+        f"{what} is {kind}: sparse matrices are not supported (centring makes them dense); {fix}"
+    )
+
+
+def with_known_rows(X, *aligned):
+    """``(X, *aligned)`` with X's row-chunk sizes known and Dask label inputs computed.
+
+    A Dask array filtered by its own values (``X[X[:, 0] > 0]``) has unknown chunk sizes,
+    but pairing rows with their labels, checkpoints and row numbers in errors need them.
+    They are computed together with the Dask collections among ``aligned`` (the groups,
+    y: typically filtered by the same mask) in one ``dask.compute``, so the reads and the
+    mask they share run once; nothing but the sizes and the labels is kept.  A pass that
+    multiplies each chunk by itself (O(n d^2)) costs far more than this read (O(n d)).
+    Inputs other than such a Dask array come back unchanged.
+    """
+    import dask
+    import dask.array as da
+
+    if not isinstance(X, da.Array) or not np.isnan(X.shape[0]):
+        return (X, *aligned)
+    todo = [(i, None) for i, a in enumerate(aligned) if _is_dask(a)]
+    todo += [(i, j) for i, a in enumerate(aligned) if isinstance(a, (list, tuple))
+             for j, v in enumerate(a) if _is_dask(v)]
+    sizes = X.map_blocks(
+        _n_rows, chunks=((1,) * X.numblocks[0],), drop_axis=1, dtype=np.int64,
+        meta=np.empty((0,), np.int64),
+    )
+    sizes, *values = dask.compute(sizes, *[
+        aligned[i] if j is None else aligned[i][j] for i, j in todo
+    ])
+    out = list(aligned)
+    for (i, j), v in zip(todo, values):
+        if j is None:
+            out[i] = v
+        else:
+            out[i] = list(out[i])
+            out[i][j] = v
+    known = da.Array(X.dask, X.name, (tuple(int(c) for c in sizes), X.chunks[1]), dtype=X.dtype,
+                     meta=np.empty((0, 0), X.dtype))
+    return (known, *out)
+
+
+def _n_rows(block):
+    """The row count of one chunk, as a 1-element array (one entry per chunk)."""
+    return np.array([np.shape(block)[0]], np.int64)
+
+
+def row_origin(block_info, row_offset: int = 0) -> tuple[int | None, int | None]:
+    """(global index of the chunk's first row or None if unknown, chunk index or None).
+
+    ``block_info`` is what ``map_blocks`` passes (None outside it, where ``row_offset``
+    holds); chunks of an array of unknown chunk sizes have no known start after the first.
+    """
+    if not block_info or 0 not in block_info:
+        return row_offset, None
+    start = block_info[0]["array-location"][0][0]
+    chunk = block_info[0]["chunk-location"][0]
+    if start is None or (isinstance(start, float) and np.isnan(start)):
+        return None, chunk
+    return int(start), chunk
+
+
+def _describe_rows(local, start, chunk) -> str:
+    """'rows 5, 17' (global) or 'rows 5, 17 of row chunk 3' when the start is unknown."""
+    shown = local[:MAX_ROWS_SHOWN]
+    more = ", ..." if len(local) > len(shown) else ""
+    if start is None:
+        listed = ", ".join(str(int(i)) for i in shown)
+        return (f"rows {listed}{more} of row chunk {chunk}; X's chunk sizes are unknown, "
+                "X.compute_chunk_sizes() first gives global row numbers")
+    return "rows " + ", ".join(str(int(start + i)) for i in shown) + more
+
+
+def _nonfinite_input_error(local, start, chunk) -> ValueError:
+    return ValueError(
+        f"X contains NaN or infinity in {len(local)} row(s) ({_describe_rows(local, start, chunk)}); "
+        "drop or impute them first, e.g. with dask.array.nan_to_num or "
+        "sklearn.impute.SimpleImputer"
+    )
+
+
+def check_finite_input(x, start: int | None = 0, chunk=None) -> None:
+    """Raise naming the rows of the chunk x that hold NaN or infinity (integers cannot)."""
+    x = np.asarray(x)
+    if x.dtype.kind not in "fc":
+        return
+    step = max(1, (64 << 20) // max(1, x.shape[1]))  # bounded temporaries on a large numpy X
+    bad = np.concatenate([s + np.flatnonzero(~np.isfinite(x[s : s + step]).all(axis=1))
+                          for s in range(0, len(x), step)] or [np.zeros(0, np.int64)])
+    if len(bad):
+        raise _nonfinite_input_error(bad, start, chunk)
+
+
+def check_finite_output(out, x, start: int | None = 0, chunk=None) -> None:
+    """Raise if a projected chunk ``out = (x - mean) @ W`` holds NaN or infinity.
+
+    The test runs on the output, (n, k), instead of the input, (n, d): it finds the same
+    rows at k/d of the cost (on a 4,000 x 6,400 float32 chunk, 0.2 ms against 16 ms for
+    ``np.isfinite`` on the input, 0.1% and 10% of the 164 ms projection at k = 50),
+    because under IEEE arithmetic a NaN or infinite entry of x makes every output of its
+    row NaN or infinite whatever its weight (NaN * w = NaN, inf * 0 = NaN).  A BLAS that skipped exact-zero weights could hide one, but then the
+    entry is one the model ignores and the row's output is right for any finite value.
+    Only the rows found are inspected again, to tell bad input from a projection that
+    overflowed the output dtype.  Integer input can hold neither: not checked.
+    """
+    x = np.asarray(x) if not hasattr(x, "dtype") else x
+    if np.dtype(x.dtype).kind not in "fc":
+        return
+    bad = np.flatnonzero(~np.isfinite(out).all(axis=1))
+    if not len(bad):
+        return
+    rows = np.asarray(x[bad])
+    nonfinite = bad[~np.isfinite(rows).all(axis=1)]
+    if len(nonfinite):
+        raise _nonfinite_input_error(nonfinite, start, chunk)
+    big = float(np.max(np.abs(rows)))
+    raise ValueError(
+        f"the projection of {len(bad)} row(s) ({_describe_rows(bad, start, chunk)}) overflows "
+        f"{out.dtype} (entries of X up to {big:.3g}); pass compute_dtype='float64' or rescale X"
+    )
 
 
 def check_n_features(estimator, d: int) -> None:
@@ -166,18 +322,68 @@ def encode_groups(groups, n: int, mask=None, require_two: bool = True) -> Groups
             raise ValueError(
                 f"{name} has {len(col)} labels but X has {n} rows; pass one label per row"
             )
-        if col.dtype.kind == "O":
-            if any(v is None or (isinstance(v, float) and np.isnan(v)) for v in col):
-                raise ValueError(f"{name} has missing labels (None/NaN); every row needs a group")
-            col = col.astype(str)
-        elif col.dtype.kind == "f" and np.isnan(col).any():
-            raise ValueError(f"{name} has missing labels (NaN); every row needs a group")
+        col = _plain_labels(col, name)
         cats, inv = np.unique(col, return_inverse=True)
         codes[:, j] = inv.reshape(-1)
         categories.append(cats)
         if require_two:
             _check_groups(name, cats, inv.reshape(-1), mask)
     return Groups(codes, categories, names)
+
+
+def _plain_labels(col: np.ndarray, name: str) -> np.ndarray:
+    """The labels as an array ``np.unique`` sorts without merging distinct labels.
+
+    Missing labels (None, NaN, pandas' <NA>, NaT) are refused: a missing value is not a
+    group.  An object column holds either text or numbers: mixing them is refused, since
+    1 and '1' would both become the group '1' as text; numbers alone keep their numeric
+    type (1 and 1.0 are one group, as in numpy and pandas).
+    """
+    import pandas as pd
+
+    if col.dtype.kind in "fcMmO":
+        missing = np.asarray(pd.isna(col), bool)
+        if missing.any():
+            rows = ", ".join(str(int(i)) for i in np.flatnonzero(missing)[:MAX_ROWS_SHOWN])
+            raise ValueError(
+                f"{name} has missing labels (None/NaN/<NA>) in {int(missing.sum())} row(s) "
+                f"(rows {rows}); every row needs a group: drop those rows or give them a label"
+            )
+    if col.dtype.kind != "O":
+        return col
+    text = np.fromiter((isinstance(v, str) for v in col), bool, len(col))
+    if text.all():
+        return col.astype(str)
+    if text.any():
+        words = set(col[text].tolist())
+        others = list(dict.fromkeys(col[~text].tolist()))
+        # show a pair that text would merge (1 and '1') when there is one
+        a = next((v for v in others if str(v) in words), others[0])
+        b = str(a) if str(a) in words else col[text][0]
+        raise ValueError(
+            f"{name} mixes labels of different types, e.g. {a!r} ({type(a).__name__}) and "
+            f"{b!r} (str); convert them to one type first, e.g. labels.astype(str) if "
+            f"{a!r} and {b!r} are one group"
+        )
+    values = col.tolist()
+    plain = np.array([str(v) for v in values])  # tuples and other objects: as text
+    if all(isinstance(v, numbers.Real) for v in values):
+        integral = all(isinstance(v, numbers.Integral) for v in values)
+        # integers too wide for 64 bits stay text, which is exact for them
+        for dtype in (np.int64, np.uint64) if integral else (np.float64,):
+            try:
+                plain = np.asarray(values, dtype=dtype)
+                break
+            except (OverflowError, TypeError, ValueError):
+                continue
+    # the conversion must keep exactly the labels Python tells apart (2**63 + 1 and
+    # 2**63 would be one float; two objects may print alike)
+    if len(np.unique(plain)) != len(pd.unique(col)):
+        raise ValueError(
+            f"{name} holds labels that would merge when converted to one type; convert them "
+            "to one type first (e.g. text or int64)"
+        )
+    return plain
 
 
 def _check_groups(name, cats, inv, mask):

@@ -39,7 +39,10 @@ import zarr.errors
 from PIL import Image
 from tqdm import tqdm
 
-from .io import read_checked, strict_group
+from .io import (
+    atomic_directory, check_target, marker_attributes, move_into_place, read_checked,
+    remove_directory, strict_group, writing_every_chunk,
+)
 
 __all__ = [
     "ATTRIBUTE_NAMES",
@@ -68,6 +71,8 @@ _CELEBA_SPLIT = (162_770, 19_867, 19_962)
 _DONE_DIR = ".done"
 # Images rendered at once inside a synthetic chunk (keeps temporaries in cache).
 _RENDER_BATCH = 128
+# The kind of dfairpca's marker on a store it writes (see dfairpca.io.MARKER).
+STORE_KIND = "store"
 
 
 # --------------------------------------------------------------------------
@@ -104,7 +109,7 @@ def synth_celeba(
     ``size`` and ``chunk_rows`` -- not on ``n_jobs``.  Memory use is bounded
     by a few chunks per worker.  The store is written to a temporary sibling
     directory that is moved into place at the end, so ``out`` never holds a
-    half-written store.
+    half-written store, and every chunk is written, even one that is all zeros.
 
     Parameters
     ----------
@@ -119,7 +124,7 @@ def synth_celeba(
     chunk_rows : int, default 2048
         Images per chunk (2048 images of 80 x 80 are about 13 MB).
     overwrite : bool, default False
-        Replace ``out`` if it exists.
+        Replace ``out`` if it is a store written by dfairpca (nothing else is replaced).
     progress : bool, default True
         Show a tqdm progress bar.
     n_jobs : int, optional
@@ -136,7 +141,8 @@ def synth_celeba(
     Raises
     ------
     FileExistsError
-        If ``out`` exists and ``overwrite`` is False.
+        If ``out`` exists and ``overwrite`` is False, or ``out`` is not a store written by
+        dfairpca (:class:`dfairpca.io.OutputPathError`).
     ValueError
         If an argument is out of range.
 
@@ -150,10 +156,7 @@ def synth_celeba(
     _check_positive(n=n, size=size, chunk_rows=chunk_rows)
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    _check_target(out, overwrite)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    _remove(tmp)
-    try:
+    with atomic_directory(out, STORE_KIND, overwrite=overwrite) as tmp, writing_every_chunk():
         group = _create_store(
             tmp, n, size, chunk_rows, {"source": "synthetic", "seed": int(seed), "size": size}
         )
@@ -165,9 +168,6 @@ def synth_celeba(
         _run_chunks(
             _synth_chunk, tasks, n_jobs=n_jobs, progress=progress, total=n, desc="synth CelebA"
         )
-        _move_into_place(tmp, out, overwrite)
-    finally:
-        _remove(tmp)
     return out
 
 
@@ -211,8 +211,8 @@ def ingest_celeba(
     chunk_rows : int, default 2048
         Images per chunk.
     overwrite : bool, default False
-        Replace ``out`` if it exists, and discard any partial conversion
-        instead of resuming it.
+        Replace ``out`` if it is a store written by dfairpca (nothing else is
+        replaced), and discard any partial conversion instead of resuming it.
     progress : bool, default True
         Show a tqdm progress bar.
     n_jobs : int, optional
@@ -229,7 +229,8 @@ def ingest_celeba(
     Raises
     ------
     FileExistsError
-        If ``out`` exists and ``overwrite`` is False.
+        If ``out`` exists and ``overwrite`` is False, or ``out`` (or the partial
+        conversion) is not a store written by dfairpca.
     FileNotFoundError
         If ``list_attr_celeba.txt``, ``img_align_celeba`` or an image listed
         in the attribute file is missing.
@@ -239,7 +240,7 @@ def ingest_celeba(
     """
     celeba_dir, out = Path(celeba_dir), Path(out)
     _check_positive(size=size, chunk_rows=chunk_rows)
-    _check_target(out, overwrite)
+    check_target(out, STORE_KIND, overwrite=overwrite, protect={"the CelebA folder": celeba_dir})
     attr_file = celeba_dir / "list_attr_celeba.txt"
     image_dir = celeba_dir / "img_align_celeba"
     if not attr_file.is_file():
@@ -262,11 +263,12 @@ def ingest_celeba(
     partial = out.parent / f".{out.name}.partial"
     done_dir = partial / _DONE_DIR
     if overwrite or not _is_resumable(partial, settings, n):
-        _remove(partial)
-        group = _create_store(partial, n, size, chunk_rows, settings, partition is not None)
-        group["attributes"][:] = attributes
-        if partition is not None:
-            group["partition"][:] = partition
+        remove_directory(partial, STORE_KIND)
+        with writing_every_chunk():
+            group = _create_store(partial, n, size, chunk_rows, settings, partition is not None)
+            group["attributes"][:] = attributes
+            if partition is not None:
+                group["partition"][:] = partition
         done_dir.mkdir()
     done = {int(p.name) for p in done_dir.iterdir()}
     paths = [str(image_dir / f) for f in files]
@@ -285,7 +287,7 @@ def ingest_celeba(
         desc="ingest CelebA",
     )
     shutil.rmtree(done_dir)
-    _move_into_place(partial, out, overwrite)
+    move_into_place(partial, out, STORE_KIND, overwrite=overwrite)
     return out
 
 
@@ -390,42 +392,18 @@ def _check_positive(**values: int) -> None:
             raise ValueError(f"{key} must be a positive integer, got {value!r}")
 
 
-def _check_target(out: Path, overwrite: bool) -> None:
-    """Raise FileExistsError if ``out`` exists and may not be replaced."""
-    if not overwrite and (out.exists() or out.is_symlink()):
-        raise FileExistsError(
-            f"{out} already exists; pass overwrite=True (or --overwrite on the "
-            "command line) to replace it"
-        )
-
-
-def _remove(path: Path) -> None:
-    """Delete a file or directory tree if it exists."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-
-
-def _move_into_place(src: Path, out: Path, overwrite: bool) -> None:
-    """Rename the finished store ``src`` to ``out``, replacing ``out`` if allowed."""
-    _check_target(out, overwrite)
-    if out.exists() or out.is_symlink():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        _remove(old)
-        os.replace(out, old)
-        os.replace(src, out)
-        _remove(old)
-    else:
-        os.replace(src, out)
-
-
 def _create_store(
     path: Path, n: int, size: int, chunk_rows: int, attrs: dict, with_partition: bool = True
 ) -> zarr.Group:
-    """Create an empty CelebA store at ``path`` and return its group."""
+    """Create an empty CelebA store at ``path``, marked as dfairpca's, and return its group.
+
+    Call it, and write through the group, inside :func:`dfairpca.io.writing_every_chunk`:
+    Zarr takes that setting when an array is opened, and ``group[name]`` opens it anew.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    group = zarr.open_group(path, mode="w", zarr_format=3, attributes=attrs)
+    group = zarr.open_group(
+        path, mode="w", zarr_format=3, attributes={**attrs, **marker_attributes(STORE_KIND)}
+    )
     group.create_array(
         "images", shape=(n, size, size), chunks=(chunk_rows, size, size), dtype="uint8"
     )
@@ -612,7 +590,8 @@ def _is_resumable(partial: Path, settings: dict, n: int) -> bool:
         return False
     try:
         group = zarr.open_group(partial, mode="r")
-        return dict(group.attrs) == settings and group["images"].shape[0] == n
+        return (dict(group.attrs) == {**settings, **marker_attributes(STORE_KIND)}
+                and group["images"].shape[0] == n)
     except (zarr.errors.BaseZarrError, KeyError, ValueError, OSError):
         return False
 
@@ -637,7 +616,9 @@ def _ingest_chunk(store: str, index: int, start: int, paths: list[str], size: in
     block = np.empty((len(paths), size, size), dtype=np.uint8)
     for k, path in enumerate(paths):
         block[k] = _load_image(path, size)
-    zarr.open_array(Path(store) / "images", mode="r+")[start : start + len(paths)] = block
+    with writing_every_chunk():
+        images = zarr.open_array(Path(store) / "images", mode="r+")
+    images[start : start + len(paths)] = block
     (Path(store) / _DONE_DIR / str(index)).touch()
     return len(paths)
 
@@ -1196,7 +1177,8 @@ def _synth_chunk(store: str, index: int, start: int, stop: int, seed: int, size:
         p = {key: value[rows, None, None] for key, value in params.items()}
         flags = {name: attributes[rows, j] > 0 for j, name in enumerate(ATTRIBUTE_NAMES)}
         images[rows] = _render_faces(rng, p, flags, size)
-    group = zarr.open_group(store, mode="r+")
-    group["images"][start:stop] = images
-    group["attributes"][start:stop] = attributes
+    with writing_every_chunk():
+        group = zarr.open_group(store, mode="r+")
+        group["images"][start:stop] = images
+        group["attributes"][start:stop] = attributes
     return stop - start

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ._engine import _sl, compute_moments
-from .io import atomic_directory, check_progress
+from .io import atomic_directory, check_progress, check_target, local_zarr_roots
 from .moments import Moments, merge
 
 __all__ = [
@@ -66,7 +66,8 @@ def compute_moments_checkpointed(
     checkpoint : str or Path
         Checkpoint directory (created; replaced atomically after every segment).  It is
         left in place at the end, holding the full statistics; delete it once the model
-        is saved.
+        is saved (:func:`dfairpca.io.remove_directory`).  Refused before the pass if it
+        exists and is not a dfairpca checkpoint, or holds the store the pass reads.
     resume : bool, default True
         Continue from ``checkpoint`` if it exists; False starts over and overwrites it.
     segment_rows : int, optional
@@ -100,6 +101,9 @@ def compute_moments_checkpointed(
     if X.ndim < 2 or X.shape[0] == 0:
         raise ValueError(f"X must be (n, d) or (n, h, w) with n >= 1; got shape {X.shape}")
     path = Path(checkpoint)
+    # before any work: the checkpoint may replace only a checkpoint, never the data it reads
+    check_target(path, "checkpoint", overwrite=True,
+                 protect=[("the input store", root) for root in local_zarr_roots(X)])
     mask = compute_kw.pop("mask", None)
     for name, a in (("codes", codes), ("mask", mask)):
         if a is not None and len(a) != X.shape[0]:
@@ -238,7 +242,7 @@ def _save(path: Path, total: Moments, fingerprint: dict, segments, done) -> None
         "segments": [list(b) for b in segments],
         "done": list(done),
     }
-    with atomic_directory(path) as tmp:
+    with atomic_directory(path, "checkpoint", overwrite=True) as tmp:
         total.save(tmp / "total")
         (tmp / "progress.json").write_text(json.dumps(progress, indent=1))
 

@@ -15,7 +15,6 @@ never starts a cluster: it uses the active Client, the Dask convention).
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -39,9 +38,16 @@ def _client(args):
     )
 
 
-def _check_out(path: Path, overwrite: bool):
-    if path.exists() and not overwrite:
-        raise CLIError(f"{path} exists; pass --overwrite to replace it")
+def _check_out(path: Path, kind: str, overwrite: bool, protect: dict | None = None):
+    """Refuse, before any work or cluster, an output dfairpca may not write.
+
+    See :func:`dfairpca.io.check_target`: a missing path, an empty directory, or with
+    ``--overwrite`` dfairpca's own ``kind``; never the inputs (``protect``) or a folder
+    holding them; the folder must be writable.
+    """
+    from .io import check_target
+
+    check_target(path, kind, overwrite=overwrite, protect=protect)
 
 
 def _images(store, rows_per_chunk=None):
@@ -53,11 +59,30 @@ def _images(store, rows_per_chunk=None):
 
 
 def _attributes(store, names):
+    """The named 0/1 attribute columns of the store (CelebA's own -1/1 read as 0/1).
+
+    Any other value would silently become a third group (or a wrong "with"/"without"
+    count), so it is refused with the values found.
+    """
     import pandas as pd
 
     from .celeba import attribute_column
 
-    return pd.DataFrame({n: attribute_column(store, n) for n in names})
+    columns = {}
+    for n in names:
+        col = attribute_column(store, n)
+        values = np.unique(col)
+        if set(values.tolist()) <= {-1, 1}:
+            col = (col == 1).astype(np.int8)
+        elif not set(values.tolist()) <= {0, 1}:
+            shown = ", ".join(str(int(v)) for v in values[:10]) + (", ..." if len(values) > 10 else "")
+            raise CLIError(
+                f"attribute {n!r} of {store} holds the values {shown}; a CelebA attribute must "
+                "be 0/1 (or CelebA's -1/1): fix the store, e.g. re-ingest it with "
+                "dfairpca ingest-celeba"
+            )
+        columns[n] = col
+    return pd.DataFrame(columns)
 
 
 def _estimator(args):
@@ -80,7 +105,7 @@ def cmd_synth(args):
     from .celeba import synth_celeba
 
     out = Path(args.out)
-    _check_out(out, args.overwrite)
+    _check_out(out, "store", args.overwrite)
     t = time.perf_counter()
     synth_celeba(out, n=args.n, seed=args.seed, size=args.size, overwrite=args.overwrite)
     print(f"wrote {args.n:,} synthetic faces to {out} in {time.perf_counter() - t:.1f} s")
@@ -90,15 +115,25 @@ def cmd_ingest(args):
     from .celeba import ingest_celeba
 
     out = Path(args.out)
-    _check_out(out, args.overwrite)
+    _check_out(out, "store", args.overwrite, {"the CelebA folder": args.celeba_dir})
     t = time.perf_counter()
     ingest_celeba(args.celeba_dir, out, size=args.size, overwrite=args.overwrite)
     print(f"ingested {args.celeba_dir} into {out} in {time.perf_counter() - t:.1f} s")
 
 
 def cmd_fit(args):
+    from .io import read_marker, remove_directory
+
     out = Path(args.out)
-    _check_out(out, args.overwrite)
+    ckpt = Path(args.checkpoint) if args.checkpoint else out.with_name(out.name + ".checkpoint")
+    _check_out(out, "model", args.overwrite, {"the input store": args.store, "the checkpoint": ckpt})
+    # the checkpoint is replaced after every segment: only a dfairpca checkpoint may be there
+    _check_out(ckpt, "checkpoint", True, {"the input store": args.store, "the model": out})
+    if read_marker(ckpt) is not None and not args.resume and not args.overwrite:
+        raise CLIError(
+            f"an interrupted fit left its checkpoint at {ckpt}; pass --resume to continue "
+            "it or --overwrite to start over"
+        )
     X, names = _images(args.store, args.rows_per_chunk)
     if args.method != "pca" and not args.attribute:
         raise CLIError("name the protected attribute(s) with --attribute NAME (e.g. Eyeglasses)")
@@ -119,14 +154,8 @@ def cmd_fit(args):
         print(f"; groups {desc}")
     else:
         print()
-    ckpt = Path(args.checkpoint) if args.checkpoint else out.with_name(out.name + ".checkpoint")
-    if ckpt.exists() and not args.resume:
-        if not args.overwrite:
-            raise CLIError(
-                f"an interrupted fit left its checkpoint at {ckpt}; pass --resume to continue "
-                "it or --overwrite to start over"
-            )
-        shutil.rmtree(ckpt)
+    if not args.resume and read_marker(ckpt) is not None:
+        remove_directory(ckpt, "checkpoint")  # --overwrite: start over (checked above)
     with _client(args):
         t = time.perf_counter()
         if groups is None:
@@ -135,7 +164,7 @@ def cmd_fit(args):
             est.fit(X, y, sensitive_features=groups, checkpoint=ckpt)
         dt = time.perf_counter() - t
     est.save(out, statistics=args.statistics, overwrite=args.overwrite)
-    shutil.rmtree(ckpt, ignore_errors=True)
+    remove_directory(ckpt, "checkpoint")
     kept = 100 * est.explained_variance_ratio_.sum()
     print(f"{type(est).__name__} k = {est.n_components_}: {kept:.2f}% of the variance kept; "
           f"fit in {dt:.1f} s; model written to {out}")
@@ -146,10 +175,13 @@ def cmd_transform(args):
     import dask.array as da
 
     from . import load
-    from .io import atomic_directory
+    from .io import (
+        atomic_directory, marker_attributes, read_checked, strict_group, writing_every_chunk,
+    )
 
     out = Path(args.out)
-    _check_out(out, args.overwrite)
+    protect = {"the input store": args.store, "the model": args.model}
+    _check_out(out, "store", args.overwrite, protect)
     model = load(args.model)
     X, names = _images(args.store)
     with _client(args):
@@ -162,18 +194,28 @@ def cmd_transform(args):
             Y = model.transform(Xf)
             name = "representation"
         t = time.perf_counter()
-        with atomic_directory(out, overwrite=args.overwrite) as tmp:
+        with atomic_directory(out, "store", overwrite=args.overwrite, protect=protect) as tmp, \
+                writing_every_chunk():
             import zarr
 
-            g = zarr.open_group(str(tmp), mode="w")
-            g.attrs.update({"model": str(args.model), "source": str(args.store), "content": name})
-            da.to_zarr(Y, str(tmp), component=name, compute=True)
+            g = zarr.open_group(str(tmp), mode="w", attributes={
+                "model": str(args.model), "source": str(args.store), "content": name,
+                **marker_attributes("store"),
+            })
+            # created here, not by da.to_zarr, so that it writes every chunk (the setting
+            # travels with the array to the workers)
+            arr = g.create_array(name, shape=Y.shape, chunks=Y.chunksize, dtype=Y.dtype)
+            da.to_zarr(Y, arr, compute=True)
             src = zarr.open_group(str(args.store), mode="r")
+            # the attributes whole or an error; the partition as zarr reads it: stores of
+            # dfairpca that predate writing_every_chunk lack its all-train (all-zero) chunks
+            strict = strict_group(src)
             for extra in ("attributes", "partition"):
                 if extra in src:
                     arr = g.create_array(extra, shape=src[extra].shape, chunks=src[extra].chunks,
                                          dtype=src[extra].dtype)
-                    arr[:] = src[extra][:]
+                    arr[:] = read_checked((strict if extra == "attributes" else src)[extra],
+                                          slice(None))
                     arr.attrs.update(dict(src[extra].attrs))
         print(f"wrote {name} {Y.shape} to {out} in {time.perf_counter() - t:.1f} s")
 
@@ -182,8 +224,10 @@ def cmd_show(args):
     from . import load
     from .figures import faces_figure
 
+    out = Path(args.out)
+    _check_out(out, "figure", args.overwrite, {"the input store": args.store, "the model": args.model})
     model = load(args.model)
-    path = faces_figure(model, args.store, args.out, n=args.n)
+    path = faces_figure(model, args.store, out, n=args.n, overwrite=args.overwrite)
     print(f"picture written to {path}")
 
 
@@ -203,7 +247,8 @@ def cmd_demo(args):
         overwrite=True, statistics=False, checkpoint=None, resume=False, rows_per_chunk=None,
     )
     cmd_fit(fit_args)
-    cmd_show(argparse.Namespace(model=str(model), store=str(store), out=str(work / "faces.png"), n=8))
+    cmd_show(argparse.Namespace(model=str(model), store=str(store), out=str(work / "faces.png"), n=8,
+                                overwrite=True))
 
 
 # ----------------------------------------------------------------------------- parser
@@ -223,14 +268,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, default=202_599)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--size", type=int, default=80)
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what dfairpca wrote there before (never anything else)")
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("ingest-celeba", help="convert the official CelebA folder to a Zarr store")
     p.add_argument("celeba_dir")
     p.add_argument("out")
     p.add_argument("--size", type=int, default=80)
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what dfairpca wrote there before (never anything else)")
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("fit", help="fit PCA / fair PCA on a CelebA-schema store")
@@ -251,7 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue an interrupted fit from its checkpoint, skipping finished chunks")
     p.add_argument("--rows-per-chunk", type=int,
                    help="rows per task of the pass (default: store chunks merged to ~64 MiB)")
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what dfairpca wrote there before (never anything else)")
     _add_cluster(p)
     p.set_defaults(func=cmd_fit)
 
@@ -260,7 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store")
     p.add_argument("--out", required=True)
     p.add_argument("--reconstruct", action="store_true", help="write images in pixel space")
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what dfairpca wrote there before (never anything else)")
     _add_cluster(p)
     p.set_defaults(func=cmd_transform)
 
@@ -269,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store")
     p.add_argument("--out", default="faces.png")
     p.add_argument("--n", type=int, default=8, help="faces per row")
+    p.add_argument("--overwrite", action="store_true", help="replace a picture dfairpca drew")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("demo", help="the main job: synth-celeba -> fit -> show")
@@ -285,7 +335,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (CLIError, ValueError, KeyError, FileExistsError, FileNotFoundError, ConnectionError) as exc:
+    except (CLIError, ValueError, KeyError, FileExistsError, FileNotFoundError, PermissionError,
+            ConnectionError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"dfairpca {args.command}: error: {msg}", file=sys.stderr)
         return 2

@@ -17,8 +17,8 @@ from sklearn.exceptions import NotFittedError
 from . import _solvers
 from ._engine import compute_moments
 from ._validation import (
-    as_data, binary_target, check_n_features, compute_dtype_for, encode_groups,
-    require_sensitive_features,
+    as_data, binary_target, check_finite_output, check_n_features, compute_dtype_for,
+    encode_groups, require_sensitive_features, row_origin, with_known_rows,
 )
 from .moments import Moments, _categories_from_json, _categories_to_json, merge
 
@@ -117,6 +117,9 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
 
         numpy in, numpy out; Dask (or Zarr) in, lazy Dask out with X's row chunks.
         float64 input gives float64 output, other dtypes float32 (see ``compute_dtype``).
+        Rows holding NaN or infinity raise ``ValueError`` naming them: at once for numpy
+        input, when the chunk is computed for Dask input (integer input is not checked:
+        it cannot hold either).
         """
         self._check_fitted()
         Xa = as_data(X)
@@ -138,7 +141,8 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         out = np.empty((Xa.shape[0], Ws.shape[1]), dtype)
         rows = max(1, (64 << 20) // max(1, d * dtype.itemsize))
         for s in range(0, Xa.shape[0], rows):
-            out[s : s + rows] = _project_block(Xa[s : s + rows], mu, Ws)
+            out[s : s + rows] = _project(Xa[s : s + rows], mu, Ws)
+        check_finite_output(out, Xa)  # all rows at once: the error counts every bad row
         return out
 
     def inverse_transform(self, Y):
@@ -170,11 +174,14 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
     _array_attrs = ("components_", "mean_", "scale_", "explained_variance_", "explained_variance_ratio_")
     _meta_attrs = ("n_features_in_", "n_samples_seen_", "n_components_")
 
-    def save(self, path, *, statistics: bool = False, overwrite: bool = True) -> Path:
+    def save(self, path, *, statistics: bool = False, overwrite: bool = False) -> Path:
         """Save the fitted model to directory ``path`` (arrays in .npz, metadata in JSON).
 
         ``statistics=True`` also saves :attr:`statistics_` (d x d float64, 330 MB at
         d = 6400) so that ``partial_fit`` can continue after :func:`load`.  Never pickles.
+        ``path`` must not exist or be an empty directory; ``overwrite=True`` replaces a
+        model saved by dfairpca there, atomically, and nothing else (see
+        :func:`dfairpca.io.atomic_directory`).
         """
         from .io import atomic_directory, save_arrays
 
@@ -188,7 +195,7 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
             **{a: getattr(self, a) for a in self._meta_attrs if hasattr(self, a)},
             **self._extra_meta(),
         }
-        with atomic_directory(path, overwrite=overwrite) as tmp:
+        with atomic_directory(path, "model", overwrite=overwrite) as tmp:
             save_arrays(tmp / "model", arrays, meta)
             if statistics:
                 self.statistics_.save(tmp / "statistics")
@@ -266,14 +273,14 @@ class PCA(_BaseDecomposition):
         the finished segments (see :mod:`dfairpca.checkpoint`).
         """
         self._check_params()
-        Xa = as_data(X)
+        (Xa,) = with_known_rows(as_data(X))
         self._check_k(Xa.shape[1])
         return self.fit_statistics(self._pass(Xa, checkpoint=checkpoint))
 
     def partial_fit(self, X, y=None):
         """Add the rows of X to what was seen so far and refit (equals fit on the union)."""
         self._check_params()
-        Xa = as_data(X)
+        (Xa,) = with_known_rows(as_data(X))
         self._check_previous(Xa.shape[1])
         self._check_k(Xa.shape[1])
         m = self._pass(Xa)
@@ -398,8 +405,9 @@ class FairPCA(PCA):
     def _prepare(self, X, groups, y, partial):
         self._check_params()
         Xa = as_data(X)
-        n, d = Xa.shape
         require_sensitive_features(self, groups)
+        Xa, groups, y = with_known_rows(Xa, groups, y)
+        n, d = Xa.shape
         mask = binary_target(y, n) if self.constraint == "equal_opportunity" else None
         g = encode_groups(groups, n, mask=mask, require_two=not partial)
         if not partial:
@@ -554,9 +562,18 @@ class FairPCA(PCA):
         self.group_means_ = [arrays[f"group_means_{j}"] for j in range(len(self.groups_))]
 
 
-def _project_block(x, mu, W):
+def _project(x, mu, W):
+    """``(x - mu) @ W`` in W's dtype."""
     x = np.asarray(x)
-    return (x.astype(W.dtype, copy=False) - mu) @ W
+    with np.errstate(invalid="ignore", over="ignore"):  # such rows raise, named, instead
+        return (x.astype(W.dtype, copy=False) - mu) @ W
+
+
+def _project_block(x, mu, W, block_info=None):
+    """:func:`_project` of one Dask chunk, raising for NaN/inf rows with their row numbers."""
+    out = _project(x, mu, W)
+    check_finite_output(out, x, *row_origin(block_info))
+    return out
 
 
 def _reconstruct_block(y, B, mu):

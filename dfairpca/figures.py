@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +27,10 @@ def _pick_rows(flags: np.ndarray, value: int, n: int) -> np.ndarray:
     return idx[:n]
 
 
-def faces_figure(model, store, out, n: int = 8) -> Path:
+def faces_figure(model, store, out, n: int = 8, *, overwrite: bool = False) -> Path:
     """Write a PNG: originals, fair PCA at the largest k, fair PCA at the model's k.
+
+    ``overwrite=True`` replaces a picture dfairpca drew at ``out``, never another file.
 
     Columns show ``n`` faces with and ``n`` without the model's first protected attribute
     (read from the store's ``attributes``).  A second panel shows the group-mean images of
@@ -39,7 +42,9 @@ def faces_figure(model, store, out, n: int = 8) -> Path:
     import matplotlib.pyplot as plt
 
     from .celeba import attribute_column, open_celeba
+    from .io import MARKER_KEY, check_target, marker
 
+    check_target(out, "figure", overwrite=overwrite)
     images, _, _ = open_celeba(store)
     h, w = images.shape[1:]
     if h * w != model.n_features_in_:
@@ -87,7 +92,8 @@ def faces_figure(model, store, out, n: int = 8) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    # the PNG carries dfairpca's marker as a text chunk, so that only it may be replaced
+    fig.savefig(tmp, dpi=110, metadata={MARKER_KEY: json.dumps(marker("figure"))})
     plt.close(fig)
     tmp.replace(out)
     return out

@@ -67,7 +67,10 @@ from sklearn.metrics import pairwise
 
 from . import _solvers
 from ._engine import compute_moments
-from ._validation import as_data, binary_target, check_n_features, encode_groups, require_sensitive_features
+from ._validation import (
+    as_data, binary_target, check_finite_input, check_n_features, encode_groups,
+    require_sensitive_features, row_origin, with_known_rows,
+)
 from .decomposition import CONSTRAINTS, FairPCA
 
 __all__ = ["FairKernelPCA", "KERNELS", "exact_fit_bytes"]
@@ -337,10 +340,11 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         """
         self._check_params()
         Xa = as_data(X)
-        n, d = Xa.shape
         require_sensitive_features(self, sensitive_features)
+        Xa, groups, y = with_known_rows(Xa, sensitive_features, y)
+        n, d = Xa.shape
         mask = binary_target(y, n) if self.constraint == "equal_opportunity" else None
-        g = encode_groups(sensitive_features, n, mask=mask)
+        g = encode_groups(groups, n, mask=mask)
         fit_rows = np.arange(n) if mask is None else np.flatnonzero(mask)
         ms = [len(c) for c in g.categories]
         m = self._choose_method(len(fit_rows), d)
@@ -461,11 +465,12 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     _meta_attrs = ("gamma_", "method_", "n_landmarks_", "n_features_in_", "n_samples_seen_",
                    "n_components_", "n_constraints_", "max_components_", "attribute_names_")
 
-    def save(self, path, *, overwrite: bool = True):
+    def save(self, path, *, overwrite: bool = False):
         """Save the fitted model to directory ``path`` (.npz + JSON, written atomically).
 
         Loaded back by :func:`dfairpca.load`.  Never pickles, so a callable ``kernel``
-        cannot be saved (refit after loading, or use a named kernel).
+        cannot be saved (refit after loading, or use a named kernel).  ``overwrite=True``
+        replaces a model saved by dfairpca at ``path`` and nothing else.
         """
         from pathlib import Path
 
@@ -486,7 +491,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             **{a: getattr(self, a) for a in self._meta_attrs},
             "groups_": [_categories_to_json(c) for c in self.groups_],
         }
-        with atomic_directory(path, overwrite=overwrite) as tmp:
+        with atomic_directory(path, "model", overwrite=overwrite) as tmp:
             save_arrays(tmp / "model", arrays, meta)
         return Path(path)
 
@@ -595,9 +600,15 @@ def _rows_per_block(width: int) -> int:
     return max(1, BLOCK_BYTES // (8 * max(1, width)))
 
 
-def _expand(x, basis, coef, offset, kern):
-    """``kern(x, basis) @ coef - offset`` row block by row block (bounded temporaries)."""
+def _expand(x, basis, coef, offset, kern, block_info=None):
+    """``kern(x, basis) @ coef - offset`` row block by row block (bounded temporaries).
+
+    Rows of x holding NaN or infinity raise, named (global rows inside ``map_blocks``):
+    a kernel may map them to finite values (sklearn's refuse them without the rows, a
+    callable may not look), and the test costs O(d) per row against the kernel's O(m d).
+    """
     x = np.asarray(x)
+    check_finite_input(x, *row_origin(block_info))
     basis = np.asarray(basis, dtype=np.float64)  # cast once, not per block
     out = np.empty((x.shape[0], coef.shape[1]))
     step = _rows_per_block(max(basis.shape[0], x.shape[1]))

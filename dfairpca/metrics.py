@@ -4,13 +4,20 @@
   (held-out) data; one pass of :func:`dfairpca.compute_moments` for chunked data.
 * :func:`mmd2`: squared maximum mean discrepancy between the groups' representations with a
   Gaussian kernel ``exp(-||a - b||^2 / (2 sigma^2))`` (biased V-statistic, as Lee et al.
-  2022); :func:`mmd_bandwidth` is their bandwidth rule.  O(n^2): on chunked or large data
-  both take a uniform random sample of at most ``max_samples`` rows per group (documented
-  default 2,000, fixed seed).
+  2022), the largest over pairs of groups when there are more than two;
+  :func:`mmd_bandwidth` is their bandwidth rule.  O(n^2): on chunked or large data both take
+  a uniform random sample of at most ``max_samples`` rows per group (documented default
+  2,000, fixed seed).
 * :func:`linear_inseparability`: balanced error of a logistic regression that predicts the
-  group from the representation (0.5 = groups linearly indistinguishable, 0 = separable).
-* :func:`delta_dp`, :func:`delta_eo`: a downstream classifier's demographic-parity and
-  equal-opportunity gaps, ``max_g P(ŷ=1 | g) - min_g P(ŷ=1 | g)`` (on ``y == 1`` for EO).
+  group from the representation (1 - 1/m = m groups linearly indistinguishable, 0 =
+  separable).
+
+A downstream classifier's demographic-parity and equal-opportunity gaps (the paper's ΔDP
+and ΔEO) are fairlearn's, which also handles intersectional groups and sample weights::
+
+    from fairlearn.metrics import demographic_parity_difference, equal_opportunity_difference
+    demographic_parity_difference(y_true, y_pred, sensitive_features=z)   # ΔDP
+    equal_opportunity_difference(y_true, y_pred, sensitive_features=z)    # ΔEO
 """
 
 from __future__ import annotations
@@ -22,8 +29,6 @@ __all__ = [
     "mmd2",
     "mmd_bandwidth",
     "linear_inseparability",
-    "delta_dp",
-    "delta_eo",
 ]
 
 
@@ -74,54 +79,46 @@ def mmd_bandwidth(Y, max_samples: int | None = 2000, random_state=0) -> float:
 
 
 def mmd2(Y, groups, sigma: float, max_samples: int | None = 2000, random_state=0) -> float:
-    """Squared MMD between the two groups of rows of Y (biased V-statistic).
+    """Squared MMD between the groups of rows of Y (biased V-statistic).
 
     Parameters
     ----------
     Y : (n, k) representation (numpy or Dask)
-    groups : (n,) labels with exactly two distinct values
+    groups : (n,) labels with two or more distinct values; with more than two the largest
+        pairwise MMD² is returned (the worst-treated pair, as ΔDP takes max - min)
     sigma : Gaussian kernel bandwidth (see :func:`mmd_bandwidth`)
     max_samples : rows sampled per group when a group is larger (None: use all)
     """
     groups = np.asarray(groups)
+    if groups.ndim != 1 or groups.shape[0] != Y.shape[0]:
+        raise ValueError(
+            f"groups must be 1-D with one label per row of Y ({Y.shape[0]}); got shape "
+            f"{groups.shape} (for several attributes pass one combined label per row)"
+        )
     cats = np.unique(groups)
-    if len(cats) != 2:
-        raise ValueError(f"mmd2 compares two groups; got {len(cats)} ({cats[:5]})")
+    if len(cats) < 2:
+        raise ValueError(f"mmd2 compares two or more groups; got {len(cats)} ({cats[:5]})")
     if not sigma > 0:
         raise ValueError(f"sigma must be positive; got {sigma}")
     rng = np.random.default_rng(random_state)
-    A = _sample_rows(Y, groups == cats[0], max_samples, rng)
-    B = _sample_rows(Y, groups == cats[1], max_samples, rng)
+    samples = [_sample_rows(Y, groups == c, max_samples, rng) for c in cats]
     g = 1.0 / (2.0 * sigma**2)
-    kaa = np.exp(-g * _sq_dists(A, A)).mean()
-    kbb = np.exp(-g * _sq_dists(B, B)).mean()
-    kab = np.exp(-g * _sq_dists(A, B)).mean()
-    return float(kaa + kbb - 2.0 * kab)
+    within = [np.exp(-g * _sq_dists(A, A)).mean() for A in samples]
+    worst = 0.0
+    for i in range(len(samples)):
+        for j in range(i + 1, len(samples)):
+            kab = np.exp(-g * _sq_dists(samples[i], samples[j])).mean()
+            worst = max(worst, float(within[i] + within[j] - 2.0 * kab))
+    return worst
 
 
 def linear_inseparability(Y_train, g_train, Y_test, g_test, C: float = 1.0) -> float:
-    """Balanced error of a logistic regression predicting the group (higher is fairer)."""
+    """Balanced error of a logistic regression predicting the group (higher is fairer).
+
+    With m groups the regression is multinomial and chance level is ``1 - 1/m``.
+    """
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import balanced_accuracy_score
 
     clf = LogisticRegression(C=C, max_iter=2000).fit(_dense(Y_train), np.asarray(g_train))
     return float(1.0 - balanced_accuracy_score(np.asarray(g_test), clf.predict(_dense(Y_test))))
-
-
-def _rate_gap(pred, groups) -> float:
-    pred, groups = np.asarray(pred).astype(bool), np.asarray(groups)
-    rates = [pred[groups == c].mean() for c in np.unique(groups)]
-    if len(rates) < 2:
-        raise ValueError("need at least two groups to measure a fairness gap")
-    return float(max(rates) - min(rates))
-
-
-def delta_dp(y_pred, groups) -> float:
-    """Demographic-parity gap ``max_g P(ŷ=1|g) - min_g P(ŷ=1|g)`` (binary predictions)."""
-    return _rate_gap(y_pred, groups)
-
-
-def delta_eo(y_pred, y_true, groups) -> float:
-    """Equal-opportunity gap: :func:`delta_dp` on the rows with ``y_true == 1``."""
-    pos = np.asarray(y_true) == 1
-    return _rate_gap(np.asarray(y_pred)[pos], np.asarray(groups)[pos])

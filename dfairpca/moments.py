@@ -446,12 +446,15 @@ class Moments:
                    attrs, int(arrays["n_nonfinite"]), [int(r) for r in arrays["nonfinite_rows"]],
                    precision=float(arrays["precision"]), upper="scatter_panels" in arrays)
 
-    def save(self, path) -> None:
-        """Save to a directory (``.npz`` arrays + JSON), atomically; see :mod:`dfairpca.io`."""
+    def save(self, path, *, overwrite: bool = False) -> None:
+        """Save to a directory (``.npz`` arrays + JSON), atomically; see :mod:`dfairpca.io`.
+
+        ``overwrite=True`` replaces statistics saved by dfairpca at ``path``, nothing else.
+        """
         from .io import save_arrays
 
         arrays, meta = self.to_arrays()
-        save_arrays(path, arrays, {"kind": "Moments", **meta})
+        save_arrays(path, arrays, {"kind": "Moments", **meta}, overwrite=overwrite)
 
     @classmethod
     def load(cls, path) -> "Moments":

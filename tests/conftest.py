@@ -5,16 +5,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-
-
-@pytest.fixture(scope="session")
-def adult_dir():
-    d = SHARED / "data" / "adult_lee2022"
-    if not d.exists():
-        pytest.fail(f"the Adult data of the paper's Table 1 is expected at {d}")
-    return d
-
 
 @pytest.fixture(scope="module")
 def client():

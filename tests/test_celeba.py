@@ -57,7 +57,9 @@ def test_attribute_names():
 def test_synth_schema(synth_store):
     group = zarr.open_group(synth_store, mode="r")
     assert group.metadata.zarr_format == 3
-    assert dict(group.attrs) == {"source": "synthetic", "seed": 1, "size": 80}
+    attrs = dict(group.attrs)
+    assert attrs.pop("dfairpca")["kind"] == "store"  # dfairpca's marker: its own to replace
+    assert attrs == {"source": "synthetic", "seed": 1, "size": 80}
 
     images, attributes, names = open_celeba(synth_store)
     assert images.shape == (3000, 80, 80) and images.dtype == np.uint8
@@ -367,9 +369,15 @@ def test_ingest_overwrite_discards_partial_conversion(celeba_dir, tmp_path):
 
 def test_ingest_refuses_existing_output(celeba_dir, tmp_path):
     out = tmp_path / "celeba.zarr"
-    out.mkdir()
+    ingest_celeba(celeba_dir, out, size=16, progress=False, n_jobs=1)
     with pytest.raises(FileExistsError, match="overwrite=True"):
         ingest_celeba(celeba_dir, out, size=16, progress=False, n_jobs=1)
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("x")
+    with pytest.raises(FileExistsError, match="remove it yourself"):
+        ingest_celeba(celeba_dir, foreign, size=16, overwrite=True, progress=False, n_jobs=1)
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
 
 
 def test_ingest_missing_image_is_named(celeba_dir, tmp_path):

@@ -60,7 +60,7 @@ def test_checkpointed_pass_equals_one_pass(data, tmp_path):
     plain = dfairpca.FairPCA(5).fit(X[mask], sensitive_features=codes[mask])
     assert max_angle_deg(fair.components_.T, plain.components_.T) < 1e-6
     # one running total, not one file per segment
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["progress.json", "total"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [".dfairpca", "progress.json", "total"]
 
 
 def test_interrupted_pass_resumes_with_the_remaining_segments_only(data, tmp_path):
@@ -102,7 +102,7 @@ def test_resume_of_fair_pca_s_statistics_and_of_a_full_matrix_total(data, tmp_pa
                                          group_scatter=True, on_segment=stop_after(2))
         if full:
             total = dfairpca.Moments.load(ckpt / "total")
-            total.symmetrize().save(ckpt / "total")  # as version 1 wrote it
+            total.symmetrize().save(ckpt / "total", overwrite=True)  # as version 1 wrote it
             assert not dfairpca.Moments.load(ckpt / "total").upper
         m = compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, group_scatter=True)
         assert not m.upper
@@ -210,6 +210,7 @@ def test_bad_inputs(data, tmp_path):
         compute_moments_checkpointed(Xd, codes, cats, checkpoint=tmp_path / "c", segment_rows=0)
     (tmp_path / "not_a_ckpt").mkdir()
     (tmp_path / "not_a_ckpt" / "x.txt").write_text("hello")
-    with pytest.raises(ValueError, match="not a dfairpca checkpoint"):
+    with pytest.raises(FileExistsError, match="dfairpca did not write"):
         compute_moments_checkpointed(da.from_array(X, chunks=(CHUNK, D)), codes, cats,
                                      checkpoint=tmp_path / "not_a_ckpt")
+    assert [p.name for p in (tmp_path / "not_a_ckpt").iterdir()] == ["x.txt"]

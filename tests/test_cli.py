@@ -33,13 +33,23 @@ def sched(client):
 
 def test_fit_transform_show_round_trip(store, tmp_path, capsys, sched):
     model = tmp_path / "model"
-    code, out, err = run(["fit", store, "--attribute", "Eyeglasses", "--attribute", "Smiling",
-                          "-k", "20", "--out", model, *sched], capsys)
+    fit20 = ["fit", store, "--attribute", "Eyeglasses", "--attribute", "Smiling", "-k", "20",
+             "--out", model, *sched]
+    code, out, err = run(fit20, capsys)
     assert code == 0, err
     assert "n = 1,500 images, d = 256 features" in out and "Eyeglasses:" in out and "Smiling:" in out
     assert "% of the variance kept" in out and "model written to" in out
     est = dfairpca.load(model)
     assert est.attribute_names_ == ["Eyeglasses", "Smiling"] and est.n_components_ == 20
+    assert dfairpca.io.read_marker(model)["kind"] == "model"
+    # its own model: replaced only when asked
+    fit5 = ["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model, *sched]
+    code, _, err = run(fit5, capsys)
+    assert code == 2 and "--overwrite" in err and dfairpca.load(model).n_components_ == 20
+    code, _, err = run([*fit5, "--overwrite"], capsys)
+    assert code == 0 and dfairpca.load(model).n_components_ == 5
+    code, _, err = run([*fit20, "--overwrite"], capsys)
+    assert code == 0 and dfairpca.load(model).n_components_ == 20, err
 
     rep = tmp_path / "rep.zarr"
     code, out, err = run(["transform", model, store, "--out", rep, *sched], capsys)
@@ -52,6 +62,13 @@ def test_fit_transform_show_round_trip(store, tmp_path, capsys, sched):
         a = g["attributes"][:, names.index(name)]
         assert np.abs(Y[a == 1].mean(0) - Y[a == 0].mean(0)).max() < 1e-4 * np.abs(Y).max()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
+    assert dfairpca.io.read_marker(rep)["kind"] == "store"
+    # every chunk on disk, the all-zero ones too (the first 256 rows are all "train", 0)
+    assert not g["partition"][:256].any()
+    for name in ("representation", "attributes", "partition"):
+        a = g[name]
+        for i in range(-(-a.shape[0] // a.chunks[0])):
+            assert rep.joinpath(name, "c", str(i), *["0"] * (a.ndim - 1)).is_file(), (name, i)
 
     rec = tmp_path / "rec.zarr"
     code, out, err = run(["transform", model, store, "--out", rec, "--reconstruct", *sched], capsys)
@@ -63,6 +80,11 @@ def test_fit_transform_show_round_trip(store, tmp_path, capsys, sched):
     code, out, err = run(["show", model, store, "--out", png, "--n", "3"], capsys)
     assert code == 0, err
     assert str(png) in out
+    assert dfairpca.io.read_marker(png)["kind"] == "figure"
+    code, out, err = run(["show", model, store, "--out", png, "--n", "3"], capsys)
+    assert code == 2 and "--overwrite" in err
+    code, out, err = run(["show", model, store, "--out", png, "--n", "3", "--overwrite"], capsys)
+    assert code == 0, err
     with Image.open(png) as im:
         assert im.format == "PNG" and im.size[0] > 200 and im.size[1] > 200
 
@@ -88,8 +110,9 @@ def test_errors(store, tmp_path, capsys, sched):
     code, _, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "256", "--out", tmp_path / "m", *sched], capsys)
     assert code == 2 and "largest k is" in err and "255" in err
     (tmp_path / "exists").mkdir()
+    (tmp_path / "exists" / "notes.txt").write_text("mine")
     code, _, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", tmp_path / "exists", *sched], capsys)
-    assert code == 2 and "--overwrite" in err
+    assert code == 2 and "remove it yourself" in err
     bare = zarr.open_group(str(tmp_path / "bare.zarr"), mode="w")
     bare.create_array("pixels", shape=(10, 4, 4), chunks=(5, 4, 4), dtype="uint8")
     code, _, err = run(["fit", tmp_path / "bare.zarr", "--attribute", "Male", "-k", "2", "--out", tmp_path / "m2", *sched], capsys)
@@ -142,3 +165,85 @@ def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched):
     ref = dfairpca.FairPCA(5).fit(X, sensitive_features=z)
     got = dfairpca.load(model)
     np.testing.assert_allclose(np.abs(got.components_ @ ref.components_.T), np.eye(5), atol=1e-4)
+
+
+def tree(path):
+    """Every file and folder under ``path``, with file contents and modification times."""
+    return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) if p.is_file() else None
+            for p in sorted([path, *path.rglob("*")])}
+
+
+# every refusal must come before any cluster: the scheduler given is a port nobody serves
+NO_CLUSTER = ["--scheduler", "tcp://127.0.0.1:9", "--timeout", "1"]
+
+
+def test_outputs_never_replace_what_dfairpca_did_not_write(store, tmp_path, capsys):
+    """The issue's reproductions: --out/--checkpoint on a user's folder, on the input store
+    and on a folder holding it; refused before any work, nothing deleted."""
+    res = tmp_path / "res"
+    (res / "sub").mkdir(parents=True)
+    (res / "thesis.tex").write_text("x\n")
+    before = {p: tree(p) for p in (store, res)}
+    fit = ["fit", store, "--attribute", "Eyeglasses", "-k", "5"]
+    cases = [
+        ([*fit, "--out", res, "--overwrite"], "res is a non-empty directory that dfairpca did not write"),
+        ([*fit, "--out", tmp_path / "m", "--checkpoint", res, "--overwrite"], "did not write"),
+        ([*fit, "--out", tmp_path / "m", "--checkpoint", res, "--resume"], "did not write"),
+        ([*fit, "--out", tmp_path / "m", "--checkpoint", store, "--overwrite"], "is the input store"),
+        ([*fit, "--out", tmp_path / "m", "--checkpoint", store.parent, "--overwrite"],
+         "contains the input store"),
+        ([*fit, "--out", store, "--overwrite"], "is the input store"),
+        ([*fit, "--out", store.parent, "--overwrite"], "contains the input store"),
+        ([*fit, "--out", tmp_path / "m", "--checkpoint", tmp_path / "m"], "is the checkpoint"),
+        (["transform", tmp_path / "m", store, "--out", store, "--overwrite"], "is the input store"),
+        (["transform", tmp_path / "m", store, "--out", res, "--overwrite"], "did not write"),
+        (["show", tmp_path / "m", store, "--out", res / "thesis.tex", "--overwrite"],
+         "is a file that dfairpca did not write"),
+        (["synth-celeba", res, "--n", "10", "--overwrite"], "did not write"),
+    ]
+    for args, message in cases:
+        cluster = NO_CLUSTER if args[0] in ("fit", "transform") else []
+        code, out, err = run([*args, *cluster], capsys)
+        assert code == 2 and message in err and "Traceback" not in err, (args, err)
+        assert "remove it yourself" in err or "choose another path" in err
+        assert {p: tree(p) for p in (store, res)} == before, args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res"]
+
+
+def test_a_read_only_output_folder_is_refused_before_any_cluster(store, tmp_path, capsys):
+    from test_io import read_only
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    with read_only(locked):
+        for args in (["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", locked / "m",
+                      *NO_CLUSTER],
+                     ["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", tmp_path / "m",
+                      "--checkpoint", locked / "ck", *NO_CLUSTER],
+                     ["transform", tmp_path / "m", store, "--out", locked / "r.zarr", *NO_CLUSTER],
+                     ["synth-celeba", locked / "s.zarr", "--n", "10"]):
+            code, _, err = run(args, capsys)
+            assert code == 2 and f"{locked} is not writable" in err, (args, err)
+            assert "writable directory" in err
+    assert list(locked.iterdir()) == []
+
+
+def test_checkpoint_overwrite_replaces_only_a_checkpoint(store, tmp_path, capsys, sched):
+    """--overwrite discards dfairpca's own checkpoint, and the fit removes it when done."""
+    from dfairpca.checkpoint import compute_moments_checkpointed
+
+    model, ckpt = tmp_path / "m", tmp_path / "ck"
+    X = dfairpca.from_zarr(store, "images").reshape(1500, -1)
+    compute_moments_checkpointed(X[:500], checkpoint=ckpt)  # another job's checkpoint
+    args = ["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model, "--checkpoint", ckpt,
+            *sched]
+    code, _, err = run(args, capsys)
+    assert code == 2 and "--overwrite to start over" in err and ckpt.exists()
+    code, _, err = run([*args, "--overwrite"], capsys)
+    assert code == 0, err
+    assert not ckpt.exists() and dfairpca.io.read_marker(model)["kind"] == "model"
+    # a model is not a checkpoint, even with --overwrite
+    code, _, err = run([*args[:6], "--out", tmp_path / "m2", "--checkpoint", model, "--overwrite",
+                        *NO_CLUSTER], capsys)
+    assert code == 2 and "holds a dfairpca model, not a checkpoint" in err
+    assert dfairpca.load(model).n_components_ == 5

@@ -33,7 +33,7 @@ def test_mmd2_against_direct_formula_and_sampling():
     assert sub != ref and abs(sub - ref) < 0.3
     d2 = ((Y[:, None] - Y[None]) ** 2).sum(-1)[np.triu_indices(60, 1)]
     assert metrics.mmd_bandwidth(Y) == pytest.approx(np.sqrt(np.median(d2) / 2))
-    with pytest.raises(ValueError, match="two groups"):
+    with pytest.raises(ValueError, match="two or more groups"):
         metrics.mmd2(Y, np.zeros(60), s)
 
 
@@ -50,11 +50,42 @@ def test_fair_pca_lowers_mmd_and_raises_inseparability():
     assert ins_fair > ins_pca and ins_fair > 0.3
 
 
-def test_delta_dp_and_eo():
-    pred = np.array([1, 1, 0, 0, 1, 0, 0, 0])
-    grp = np.array([0, 0, 0, 0, 1, 1, 1, 1])
-    y = np.array([1, 1, 1, 0, 1, 1, 0, 0])
-    assert metrics.delta_dp(pred, grp) == pytest.approx(0.5 - 0.25)
-    assert metrics.delta_eo(pred, y, grp) == pytest.approx(2 / 3 - 1 / 2)
-    with pytest.raises(ValueError, match="two groups"):
-        metrics.delta_dp(pred, np.zeros(8))
+def test_mmd2_more_than_two_groups_is_the_worst_pair():
+    rng = np.random.default_rng(1)
+    Y = rng.normal(size=(90, 2))
+    z = np.repeat(["a", "b", "c"], 30)
+    Y[z == "c"] += 2.0
+    s = 1.0
+    pairs = [metrics.mmd2(Y[(z == p) | (z == q)], z[(z == p) | (z == q)], s)
+             for p, q in (("a", "b"), ("a", "c"), ("b", "c"))]
+    assert metrics.mmd2(Y, z, s) == pytest.approx(max(pairs), rel=1e-12)
+    assert max(pairs) == pairs[1] or max(pairs) == pairs[2]
+    with pytest.raises(ValueError, match="1-D"):
+        metrics.mmd2(Y, np.column_stack([z, z]), s)
+
+
+def test_linear_inseparability_three_groups_chance_level():
+    rng = np.random.default_rng(2)
+    Y = rng.normal(size=(3000, 3))
+    z = rng.integers(0, 3, 3000)
+    err = metrics.linear_inseparability(Y[:1500], z[:1500], Y[1500:], z[1500:])
+    assert abs(err - 2 / 3) < 0.05  # indistinguishable groups: chance level 1 - 1/m
+    Y[:, 0] += 4 * z
+    assert metrics.linear_inseparability(Y[:1500], z[:1500], Y[1500:], z[1500:]) < 0.1
+
+
+def test_downstream_gaps_with_fairlearn():
+    """The README's ΔDP line: fairlearn's metric on a classifier trained on the representation."""
+    from fairlearn.metrics import demographic_parity_difference
+    from sklearn.linear_model import LogisticRegression
+
+    X, g = make_data(3000, 12, (2,), seed=4, shift=2.0)
+    z = g[0]
+    y = (X[:, :3].sum(1) + 0.5 * z > np.median(X[:, :3].sum(1))).astype(int)
+    gaps = {}
+    for name, est in (("pca", dfairpca.PCA(3)), ("fair", dfairpca.FairPCA(3))):
+        kw = {} if name == "pca" else {"sensitive_features": z[:1500]}
+        Y = est.fit(X[:1500], **kw).transform(X)
+        pred = LogisticRegression().fit(Y[:1500], y[:1500]).predict(Y[1500:])
+        gaps[name] = demographic_parity_difference(y[1500:], pred, sensitive_features=z[1500:])
+    assert gaps["fair"] < 0.5 * gaps["pca"], gaps

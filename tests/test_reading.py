@@ -78,6 +78,19 @@ def test_cli_transform_refuses_a_missing_chunk(store, tmp_path, capsys):
     assert not (tmp_path / "r.zarr").exists()
 
 
+def test_cli_transform_does_not_copy_a_missing_attribute_chunk(store, tmp_path, capsys, client):
+    """The attributes copied next to the representation are read whole or not at all."""
+    X = open_celeba(store)[0][:].reshape(N, -1)
+    z = attribute_column(store, "Eyeglasses")
+    dfairpca.FairPCA(3).fit(X, sensitive_features=z).save(tmp_path / "model")
+    (store / "attributes" / "c" / "1" / "0").unlink()
+    code, out, err = run(["transform", tmp_path / "model", store, "--out", tmp_path / "r.zarr",
+                          "--scheduler", client.scheduler.address], capsys)
+    assert code == 2
+    assert "'attributes/c/1/0' (rows 200-399)" in err.strip().splitlines()[-1]
+    assert not (tmp_path / "r.zarr").exists()
+
+
 def test_from_zarr_refuses_a_missing_chunk_before_any_work(store):
     (store / "images" / "c" / "1" / "0" / "0").unlink()
     with pytest.raises(MissingChunkError, match=r"'images/c/1/0/0' \(rows 200-399\)") as info:

@@ -1,0 +1,435 @@
+"""dfairpca never deletes or overwrites what it did not write; its writes are atomic.
+
+Real files in tmp_path.  Crashes are real where it matters: a child process that dies
+(``os._exit``) in the middle of the replace protocol, then the next call in this process
+repairs what it left.
+"""
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+import dfairpca
+from dfairpca import io
+from dfairpca.celeba import ingest_celeba, synth_celeba
+from dfairpca.checkpoint import compute_moments_checkpointed
+from test_celeba import celeba_dir  # noqa: F401  (a fixture: a CelebA download of 50 images)
+
+
+def tree(path: Path) -> dict:
+    """Every file and folder under ``path`` (its name included), with file contents."""
+    out = {}
+    for p in sorted([path, *path.rglob("*")]):
+        rel = str(p.relative_to(path.parent))
+        out[rel] = p.read_bytes() if p.is_file() else None
+    return out
+
+
+def siblings(path: Path) -> list[str]:
+    """The hidden siblings of ``path`` (what the replace protocol leaves on a crash)."""
+    return sorted(p.name for p in path.parent.iterdir() if p.name.startswith(f".{path.name}."))
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 6)) * np.linspace(1, 3, 6)
+    z = rng.integers(0, 2, 300)
+    return X, z
+
+
+@pytest.fixture(scope="module")
+def models(data):
+    X, z = data
+    return {
+        "PCA": dfairpca.PCA(2).fit(X),
+        "FairPCA": dfairpca.FairPCA(2).fit(X, sensitive_features=z),
+        "FairKernelPCA": dfairpca.FairKernelPCA(2).fit(X, sensitive_features=z),
+    }
+
+
+def foreign_dir(tmp_path: Path) -> Path:
+    """The issue's reproduction: a user's results folder."""
+    res = tmp_path / "res"
+    (res / "sub").mkdir(parents=True)
+    (res / "thesis.tex").write_text("x\n")
+    return res
+
+
+# ------------------------------------------------------------------ never what it did not write
+@pytest.mark.parametrize("name", ["PCA", "FairPCA", "FairKernelPCA"])
+def test_save_refuses_a_users_directory_and_leaves_it_untouched(models, name, tmp_path):
+    res = foreign_dir(tmp_path)
+    before = tree(res)
+    for overwrite in (False, True):
+        with pytest.raises(FileExistsError, match="did not write.*remove it yourself"):
+            models[name].save(res, overwrite=overwrite)
+        assert tree(res) == before
+    assert os.listdir(tmp_path) == ["res"]  # no temporary left either
+
+
+def test_the_issue_reproduction_in_a_fresh_process(tmp_path):
+    """``mkdir -p res/sub; echo x > res/thesis.tex; python -c "...save('res')"``"""
+    res = foreign_dir(tmp_path)
+    before = tree(res)
+    code = "import numpy as np, dfairpca; dfairpca.PCA(2).fit(np.random.rand(300,6)).save('res')"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "res is a non-empty directory that dfairpca did not write" in proc.stderr
+    assert tree(res) == before
+
+
+def test_save_refuses_a_file_a_link_and_another_kind(models, data, tmp_path):
+    m = models["PCA"]
+    f = tmp_path / "notes.txt"
+    f.write_text("mine")
+    with pytest.raises(FileExistsError, match="is a file that dfairpca did not write"):
+        m.save(f, overwrite=True)
+    assert f.read_text() == "mine"
+
+    m.save(tmp_path / "model")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "model")
+    with pytest.raises(FileExistsError, match="symbolic link"):
+        m.save(link, overwrite=True)
+    assert link.is_symlink()
+
+    # statistics dfairpca wrote are not a model: overwrite replaces only the same kind
+    X, _ = data
+    stats = tmp_path / "stats"
+    dfairpca.compute_moments(X).save(stats)
+    before = tree(stats)
+    with pytest.raises(FileExistsError, match="holds a dfairpca Moments, not a model"):
+        m.save(stats, overwrite=True)
+    assert tree(stats) == before
+
+
+def test_overwrite_is_off_by_default_and_replaces_only_dfairpcas_own(models, data, tmp_path):
+    X, z = data
+    path = tmp_path / "model"
+    models["PCA"].save(path)
+    before = tree(path)
+    with pytest.raises(FileExistsError, match="pass overwrite=True"):
+        models["FairPCA"].save(path)
+    assert tree(path) == before
+    models["FairPCA"].save(path, overwrite=True)
+    assert type(dfairpca.load(path)) is dfairpca.FairPCA
+    assert os.listdir(tmp_path) == ["model"]
+
+    stats = tmp_path / "stats"
+    m = dfairpca.compute_moments(X)
+    m.save(stats)
+    with pytest.raises(FileExistsError, match="pass overwrite=True"):
+        m.save(stats)
+    m.save(stats, overwrite=True)
+
+
+def test_an_empty_directory_may_be_written_into(models, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    models["PCA"].save(empty)
+    np.testing.assert_array_equal(dfairpca.load(empty).components_, models["PCA"].components_)
+
+
+def test_every_directory_dfairpca_writes_carries_its_marker(models, tmp_path):
+    path = models["FairPCA"].save(tmp_path / "m", statistics=True)
+    for d in (path, path / "model", path / "statistics"):
+        assert json.loads((d / io.MARKER).read_text())["written_by"] == "dfairpca"
+    assert io.read_marker(path)["kind"] == "model"
+    assert io.read_marker(path / "statistics")["kind"] == "Moments"
+    assert io.read_marker(path)["version"] == dfairpca.__version__
+
+    store = synth_celeba(tmp_path / "s.zarr", n=40, size=8, chunk_rows=16, progress=False, n_jobs=1)
+    assert io.read_marker(store)["kind"] == "store"
+    assert not (store / io.MARKER).exists()  # in a store the marker is a group attribute
+    assert zarr.open_group(str(store), mode="r").attrs["dfairpca"]["kind"] == "store"
+
+
+def test_the_protected_inputs(tmp_path):
+    store = tmp_path / "data" / "faces.zarr"
+    synth_celeba(store, n=40, size=8, chunk_rows=16, progress=False, n_jobs=1)
+    protect = {"the input store": store}
+    with pytest.raises(FileExistsError, match="is the input store"):
+        io.check_target(store, "store", overwrite=True, protect=protect)
+    with pytest.raises(FileExistsError, match="contains the input store"):
+        io.check_target(tmp_path / "data", "store", overwrite=True, protect=protect)
+    # through a link too
+    (tmp_path / "alias").symlink_to(store)
+    with pytest.raises(FileExistsError, match="is the input store"):
+        io.check_target(tmp_path / "alias", "store", overwrite=True, protect=protect)
+    io.check_target(tmp_path / "data" / "other.zarr", "store", protect=protect)
+
+
+# ------------------------------------------------------------------ atomic, and crashes recovered
+CRASH = textwrap.dedent("""
+    import os, sys, numpy as np, dfairpca
+    from dfairpca import io
+    path, step = sys.argv[1], sys.argv[2]
+    model = dfairpca.PCA(3).fit(np.random.default_rng(1).normal(size=(200, 6)))
+    real_replace, real_remove = os.replace, io._remove_tree
+    calls = []
+
+    def replace(src, dst):
+        calls.append(str(dst))
+        # the outer move: rename old to .old-, then new (.tmp-) to path
+        if step == "before_old_moved" and os.path.basename(str(dst)).startswith(".model.old-"):
+            os._exit(3)
+        if step == "before_new_moved" and str(dst) == path and len(calls) > 2:
+            os._exit(3)
+        return real_replace(src, dst)
+
+    def remove(p):
+        if step == "before_old_removed" and ".old-" in str(p):
+            os._exit(3)
+        if step == "while_old_removed" and ".old-" in str(p):
+            import shutil
+            shutil.rmtree(p / "model")  # half the deletion done: the marker goes last
+            os._exit(3)
+        return real_remove(p)
+
+    os.replace, io._remove_tree = replace, remove
+    model.save(path, overwrite=True)
+    os._exit(0)
+""")
+
+
+def crash_in(path: Path, step: str) -> None:
+    proc = subprocess.run([sys.executable, "-c", CRASH, str(path), step], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr  # it really died there
+
+
+@pytest.mark.parametrize("step, leftovers, survivor", [
+    ("before_old_moved", [".tmp-"], "old"),
+    ("before_new_moved", [".old-", ".tmp-"], "old"),
+    ("before_old_removed", [".old-"], "new"),
+    ("while_old_removed", [".old-"], "new"),
+])
+def test_a_crash_anywhere_in_a_replace_loses_neither_version(models, tmp_path, step, leftovers,
+                                                           survivor):
+    """A writer killed in each window of the protocol: old or new exists whole, and the next
+    call puts things right."""
+    path = tmp_path / "model"
+    models["PCA"].save(path)
+    old = tree(path)
+    crash_in(path, step)
+    left = siblings(path)
+    assert [k for k in leftovers if not any(k in s for s in left)] == [] and len(left) == len(leftovers)
+    # whatever the window, one whole version is on disk under a name recovery knows
+    io.recover(path)
+    assert siblings(path) == []
+    got = dfairpca.load(path)
+    if survivor == "old":
+        assert tree(path) == old
+    else:
+        assert got.n_components_ == 3
+    # and the next save goes through
+    models["PCA"].save(path, overwrite=True)
+    assert dfairpca.load(path).n_components_ == 2 and siblings(path) == []
+
+
+def test_the_next_save_repairs_the_crash_itself(models, tmp_path):
+    """Without an explicit recover(): the final name is missing, the old version is restored
+    before it is replaced (or refused: overwrite is off)."""
+    path = tmp_path / "model"
+    models["PCA"].save(path)
+    old = tree(path)
+    crash_in(path, "before_new_moved")
+    assert not path.exists()
+    with pytest.raises(FileExistsError, match="pass overwrite=True"):
+        models["FairPCA"].save(path)  # the old model is back, so this is refused
+    assert tree(path) == old and siblings(path) == []
+
+
+def test_an_error_during_the_swap_puts_the_old_version_back(models, tmp_path, monkeypatch):
+    path = tmp_path / "model"
+    models["PCA"].save(path)
+    old = tree(path)
+    real = os.replace
+
+    def fail_moving_new_in(src, dst):
+        if Path(dst) == path and ".tmp-" in str(src):
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", fail_moving_new_in)
+    with pytest.raises(OSError, match="No space left"):
+        models["FairPCA"].save(path, overwrite=True)
+    assert tree(path) == old and siblings(path) == []
+
+
+def test_a_failed_rollback_in_this_process_is_recovered_by_the_next_call(models, tmp_path,
+                                                                          monkeypatch):
+    path = tmp_path / "model"
+    models["PCA"].save(path)
+    old = tree(path)
+    real, moved_aside = os.replace, []
+
+    def fail_after_moving_old(src, dst):
+        if moved_aside:
+            raise OSError(5, "Input/output error")
+        if ".old-" in str(dst):
+            moved_aside.append(dst)
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", fail_after_moving_old)
+    with pytest.raises(OSError, match="Input/output"):
+        models["FairPCA"].save(path, overwrite=True)
+    monkeypatch.setattr(os, "replace", real)
+    assert not path.exists() and [s for s in siblings(path) if ".old-" in s]
+    models["FairPCA"].save(tmp_path / "elsewhere")  # unrelated writes do not touch it
+    assert not path.exists()
+    models["FairPCA"].save(path, overwrite=True)  # same path: old restored, then replaced
+    assert type(dfairpca.load(path)) is dfairpca.FairPCA and siblings(path) == []
+
+
+def test_recovery_touches_only_marked_leftovers_of_dead_writers(models, tmp_path):
+    path = tmp_path / "model"
+    models["PCA"].save(path)
+    host = io._sibling(path, "tmp").name.split("-")[1]
+    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True).stdout.strip()
+    # named like a leftover of a dead writer, but without the marker: a user's, never touched
+    users = tmp_path / f".model.old-{host}-{dead_pid}-0123abcd"
+    users.mkdir()
+    (users / "data.csv").write_text("1,2\n")
+    # a marked leftover of a writer still running on this host (the shell that ran pytest)
+    live = tmp_path / f".model.tmp-{host}-{os.getppid()}-89abcdef"
+    live.mkdir()
+    io.write_marker(live, "model")
+    # a marked leftover of a process that is gone
+    dead = tmp_path / f".model.tmp-{host}-{dead_pid}-456789ab"
+    dead.mkdir()
+    io.write_marker(dead, "model")
+    (dead / "half.npz").write_bytes(b"12")
+    io.recover(path)
+    assert users.exists() and (users / "data.csv").read_text() == "1,2\n"
+    assert live.exists() and not dead.exists()
+
+
+# ------------------------------------------------------------------ checkpoints
+def test_checkpoint_directory_is_checked_before_the_pass(tmp_path):
+    """A foreign directory, the input store or a folder holding it: refused before any chunk
+    is read, and nothing deleted."""
+    store = tmp_path / "data" / "faces.zarr"
+    synth_celeba(store, n=64, size=8, chunk_rows=16, progress=False, n_jobs=1)
+    X = dfairpca.from_zarr(store, "images").reshape(64, -1)
+    res = foreign_dir(tmp_path)
+    before = {p: tree(p) for p in (store, res)}
+    segments = []
+    for ckpt, message in [(res, "did not write"), (store, "is the input store"),
+                          (tmp_path / "data", "contains the input store")]:
+        with pytest.raises(FileExistsError, match=message):
+            compute_moments_checkpointed(X, checkpoint=ckpt, resume=False,
+                                         on_segment=lambda i, n: segments.append(i))
+    assert segments == [] and {p: tree(p) for p in (store, res)} == before
+    ckpt = tmp_path / "ckpt"
+    compute_moments_checkpointed(X, checkpoint=ckpt, segment_rows=32)
+    assert io.read_marker(ckpt)["kind"] == "checkpoint"
+    io.remove_directory(ckpt, "checkpoint")
+    assert not ckpt.exists()
+    with pytest.raises(FileExistsError, match="not a checkpoint written by dfairpca"):
+        io.remove_directory(res, "checkpoint")
+    assert tree(res) == before[res]
+
+
+# ------------------------------------------------------------------ a read-only output folder
+@contextlib.contextmanager
+def read_only(folder: Path):
+    """Make ``folder`` unwritable, also for root (who ignores permission bits): then with
+    the immutable attribute."""
+    folder.chmod(0o555)
+    immutable = False
+    try:
+        if _writable(folder):
+            subprocess.run(["chattr", "+i", str(folder)], check=True, capture_output=True)
+            immutable = True
+        assert not _writable(folder), f"could not make {folder} read-only for this test"
+        yield folder
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+        folder.chmod(0o755)
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        (folder / ".probe").mkdir()
+    except OSError:
+        return False
+    (folder / ".probe").rmdir()
+    return True
+
+
+def test_a_read_only_output_folder_is_an_error_naming_the_folder(models, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    with read_only(locked):
+        with pytest.raises(PermissionError, match=f"{locked} is not writable.*writable directory"):
+            models["PCA"].save(locked / "model")
+        with pytest.raises(PermissionError, match="not writable"):
+            io.check_target(locked / "deeper" / "model", "model")
+    assert os.listdir(locked) == []
+
+
+# ------------------------------------------------------------------ every chunk on disk
+def test_stores_dfairpca_writes_hold_every_chunk_even_all_zero_ones(tmp_path):
+    # the control: zarr's default skips a chunk that is all fill value ...
+    plain = zarr.open_group(str(tmp_path / "plain.zarr"), mode="w")
+    a = plain.create_array("x", shape=(4, 2), chunks=(2, 2), dtype="uint8")
+    a[:] = 0
+    assert not (tmp_path / "plain.zarr" / "x" / "c" / "0" / "0").exists()
+    # ... dfairpca's writers keep it
+    with io.writing_every_chunk():
+        ours = zarr.open_group(str(tmp_path / "ours.zarr"), mode="w")
+        b = ours.create_array("x", shape=(4, 2), chunks=(2, 2), dtype="uint8")
+    b[:] = 0
+    assert (tmp_path / "ours.zarr" / "x" / "c" / "0" / "0").is_file()
+
+    # synth-celeba: the first rows are the training split, partition value 0 (all zeros)
+    store = synth_celeba(tmp_path / "s.zarr", n=64, size=8, chunk_rows=16, progress=False, n_jobs=1)
+    partition = zarr.open_group(str(store), mode="r")["partition"]
+    assert not partition[:16].any()
+    for name, grid in (("partition", [(i,) for i in range(4)]),
+                       ("images", [(i, 0, 0) for i in range(4)]),
+                       ("attributes", [(i, 0) for i in range(4)])):
+        for key in grid:
+            assert (store / name / "c").joinpath(*map(str, key)).is_file(), (name, key)
+
+
+def test_a_dask_write_keeps_every_chunk_on_the_workers(tmp_path, client):
+    """The setting travels with the array to distributed workers (transform's path)."""
+    Y = da.zeros((40, 3), chunks=(10, 3), dtype=np.float32)
+    with io.writing_every_chunk():
+        g = zarr.open_group(str(tmp_path / "y.zarr"), mode="w")
+        arr = g.create_array("y", shape=Y.shape, chunks=Y.chunksize, dtype=Y.dtype)
+    da.to_zarr(Y, arr, compute=True)
+    assert sorted(os.listdir(tmp_path / "y.zarr" / "y" / "c")) == ["0", "1", "2", "3"]
+
+
+def test_ingest_keeps_every_chunk_and_touches_only_its_own_partial(celeba_dir, tmp_path):  # noqa: F811
+    out = tmp_path / "c.zarr"
+    # a folder named like ingest's partial conversion, but a user's
+    partial = tmp_path / ".c.zarr.partial"
+    partial.mkdir()
+    (partial / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a store written by dfairpca"):
+        ingest_celeba(celeba_dir, out, size=8, chunk_rows=16, progress=False, n_jobs=1)
+    assert [p.name for p in partial.iterdir()] == ["notes.txt"] and not out.exists()
+    (partial / "notes.txt").unlink()
+    partial.rmdir()
+
+    ingest_celeba(celeba_dir, out, size=8, chunk_rows=16, progress=False, n_jobs=1)
+    assert io.read_marker(out)["kind"] == "store"
+    # rows 0-39 are the training split (0): partition chunks 0 and 1 are all zeros
+    assert (out / "partition" / "c" / "0").is_file() and (out / "partition" / "c" / "1").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.zarr", "celeba"]
