@@ -9,7 +9,10 @@
 
 Commands that compute connect to ``--scheduler tcp://host:port`` or ``--scheduler-file``
 when given; otherwise they start a LocalCluster sized to this machine (the library itself
-never starts a cluster: it uses the active Client, the Dask convention).
+never starts a cluster: it uses the active Client, the Dask convention).  They check every
+parameter against the data's shape first, so that a mistake is reported at once and not
+after a cluster was found or started.  Errors are one line on stderr and exit status 2;
+Ctrl-C is one line and exit status 130 (``fit`` says how many chunks its checkpoint holds).
 """
 
 from __future__ import annotations
@@ -28,14 +31,15 @@ class CLIError(Exception):
     """An error the command reports in one line (exit status 2)."""
 
 
+#: exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it
+EXIT_INTERRUPTED = 130
+
+
 # ----------------------------------------------------------------------------- helpers
 def _client(args):
     from .cluster import connect
 
-    return connect(
-        getattr(args, "scheduler", None), getattr(args, "scheduler_file", None),
-        timeout=getattr(args, "timeout", 10),
-    )
+    return connect(args.scheduler, args.scheduler_file, timeout=args.timeout)
 
 
 def _check_out(path: Path, kind: str, overwrite: bool, protect: dict | None = None):
@@ -144,6 +148,11 @@ def cmd_fit(args):
             raise CLIError("--constraint equal_opportunity needs --target NAME (the task label)")
         y = _attributes(args.store, [args.target])[args.target].to_numpy()
     est = _estimator(args)
+    # every parameter error now, before a cluster is found or started
+    if groups is None:
+        est.validate_fit(X, y)
+    else:
+        est.validate_fit(X, y, sensitive_features=groups)
     n, d = X.shape[0], int(np.prod(X.shape[1:]))
     print(f"n = {n:,} images, d = {d:,} features", end="")
     if groups is not None:
@@ -159,9 +168,9 @@ def cmd_fit(args):
     with _client(args):
         t = time.perf_counter()
         if groups is None:
-            est.fit(X, checkpoint=ckpt)
+            est.fit(X, checkpoint=ckpt, keep_checkpoint=True)
         else:
-            est.fit(X, y, sensitive_features=groups, checkpoint=ckpt)
+            est.fit(X, y, sensitive_features=groups, checkpoint=ckpt, keep_checkpoint=True)
         dt = time.perf_counter() - t
     est.save(out, statistics=args.statistics, overwrite=args.overwrite)
     remove_directory(ckpt, "checkpoint")
@@ -184,15 +193,16 @@ def cmd_transform(args):
     _check_out(out, "store", args.overwrite, protect)
     model = load(args.model)
     X, names = _images(args.store)
+    # the lazy graph first: a model of another d is refused before any cluster starts
+    Xf = X.reshape(X.shape[0], -1)
+    if args.reconstruct:
+        R = model.inverse_transform(model.transform(Xf))
+        Y = da.clip(da.round(R), 0, 255).astype(np.uint8).reshape(X.shape)
+        name = "images"
+    else:
+        Y = model.transform(Xf)
+        name = "representation"
     with _client(args):
-        Xf = X.reshape(X.shape[0], -1)
-        if args.reconstruct:
-            R = model.inverse_transform(model.transform(Xf))
-            Y = da.clip(da.round(R), 0, 255).astype(np.uint8).reshape(X.shape)
-            name = "images"
-        else:
-            Y = model.transform(Xf)
-            name = "representation"
         t = time.perf_counter()
         with atomic_directory(out, "store", overwrite=args.overwrite, protect=protect) as tmp, \
                 writing_every_chunk():
@@ -243,7 +253,7 @@ def cmd_demo(args):
     fit_args = argparse.Namespace(
         store=str(store), attribute=[args.attribute], k=args.k, out=str(model), method="fair",
         constraint="demographic_parity", target=None, tradeoff=0.0, equalize=0.5,
-        scheduler=args.scheduler, scheduler_file=args.scheduler_file, timeout=10,
+        scheduler=args.scheduler, scheduler_file=args.scheduler_file, timeout=args.timeout,
         overwrite=True, statistics=False, checkpoint=None, resume=False, rows_per_chunk=None,
     )
     cmd_fit(fit_args)
@@ -252,22 +262,55 @@ def cmd_demo(args):
 
 
 # ----------------------------------------------------------------------------- parser
+class _UsageError(Exception):
+    """A command line argparse refused: reported by :func:`main` like any other error."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__(f"{prog}: error: {message} (see {prog} --help)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse without the usage block on errors: one line, like every other error."""
+
+    def error(self, message):
+        raise _UsageError(self.prog, message)
+
+
+def _positive(kind):
+    """An argparse type: ``kind`` (int or float) greater than zero."""
+    name = "integer" if kind is int else "number"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0:
+            raise argparse.ArgumentTypeError(f"must be a positive {name}; got {text!r}")
+        return value
+
+    parse.__name__ = f"positive {name}"
+    return parse
+
+
 def _add_cluster(p):
     g = p.add_argument_group("cluster")
     g.add_argument("--scheduler", metavar="ADDRESS", help="tcp://host:port of a Dask scheduler")
     g.add_argument("--scheduler-file", metavar="PATH", help="scheduler file written by `dask scheduler`")
-    g.add_argument("--timeout", type=float, default=10, help="seconds to wait for the scheduler")
+    g.add_argument("--timeout", type=_positive(float), default=60, metavar="SECONDS",
+                   help="how long to wait for the scheduler to answer, then for a first worker "
+                        "(default 60)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="dfairpca", description=__doc__.splitlines()[0])
+    ap = _Parser(prog="dfairpca", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("synth-celeba", help="write a synthetic CelebA-shaped Zarr store")
     p.add_argument("out")
-    p.add_argument("--n", type=int, default=202_599)
+    p.add_argument("--n", type=_positive(int), default=202_599)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--size", type=int, default=80)
+    p.add_argument("--size", type=_positive(int), default=80)
     p.add_argument("--overwrite", action="store_true",
                    help="replace what dfairpca wrote there before (never anything else)")
     p.set_defaults(func=cmd_synth)
@@ -275,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ingest-celeba", help="convert the official CelebA folder to a Zarr store")
     p.add_argument("celeba_dir")
     p.add_argument("out")
-    p.add_argument("--size", type=int, default=80)
+    p.add_argument("--size", type=_positive(int), default=80)
     p.add_argument("--overwrite", action="store_true",
                    help="replace what dfairpca wrote there before (never anything else)")
     p.set_defaults(func=cmd_ingest)
@@ -283,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fit", help="fit PCA / fair PCA on a CelebA-schema store")
     p.add_argument("store")
     p.add_argument("--attribute", action="append", default=[], help="protected attribute (repeatable)")
-    p.add_argument("-k", "--k", type=int, required=True, help="number of components")
+    p.add_argument("-k", "--k", type=_positive(int), required=True, help="number of components")
     p.add_argument("--out", required=True, help="model directory to write")
     p.add_argument("--method", choices=["pca", "fair", "fair-s"], default="fair")
     p.add_argument("--equalize", type=float, default=0.5, help="fair-s: fraction f of Fair PCA-S (f)")
@@ -296,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the pass saves its running statistics (default: OUT.checkpoint)")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted fit from its checkpoint, skipping finished chunks")
-    p.add_argument("--rows-per-chunk", type=int,
+    p.add_argument("--rows-per-chunk", type=_positive(int),
                    help="rows per task of the pass (default: store chunks merged to ~64 MiB)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace what dfairpca wrote there before (never anything else)")
@@ -317,13 +360,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model")
     p.add_argument("store")
     p.add_argument("--out", default="faces.png")
-    p.add_argument("--n", type=int, default=8, help="faces per row")
+    p.add_argument("--n", type=_positive(int), default=8, help="faces per row")
     p.add_argument("--overwrite", action="store_true", help="replace a picture dfairpca drew")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("demo", help="the main job: synth-celeba -> fit -> show")
-    p.add_argument("--n", type=int, default=202_599)
-    p.add_argument("-k", "--k", type=int, default=400)
+    p.add_argument("--n", type=_positive(int), default=202_599)
+    p.add_argument("-k", "--k", type=_positive(int), default=400)
     p.add_argument("--attribute", default="Eyeglasses")
     p.add_argument("--workdir", default="dfairpca-demo")
     _add_cluster(p)
@@ -332,7 +375,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; return its exit status (0, 2 on an error, 130 on Ctrl-C)."""
+    from .checkpoint import PassInterrupted
+
+    try:
+        args = build_parser().parse_args(argv)
+    except _UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     try:
         args.func(args)
     except (CLIError, ValueError, KeyError, FileExistsError, FileNotFoundError, PermissionError,
@@ -340,6 +390,14 @@ def main(argv=None) -> int:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"dfairpca {args.command}: error: {msg}", file=sys.stderr)
         return 2
+    except PassInterrupted as exc:
+        resume = "; rerun with --resume" if args.command == "fit" else ""
+        print(f"dfairpca {args.command}: interrupted after {exc.chunks_done} of "
+              f"{exc.n_chunks} chunks{resume}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:  # outside a pass, or a second Ctrl-C while the cluster closes
+        print(f"dfairpca {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 

@@ -14,14 +14,17 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import logging
+import signal
 import ssl
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 __all__ = [
-    "SchedulerUnreachable", "connect", "describe", "local_cluster_size",
+    "SchedulerUnreachable", "NoWorkers", "connect", "describe", "local_cluster_size",
     "scheduler_address_from_file", "check_scheduler",
 ]
 
@@ -37,12 +40,16 @@ class SchedulerUnreachable(ConnectionError):
     """No Dask scheduler answered at the given address within the timeout."""
 
 
+class NoWorkers(ConnectionError):
+    """The scheduler answered, but no worker joined it within the timeout."""
+
+
 @contextlib.contextmanager
 def connect(
     scheduler: str | None = None,
     scheduler_file=None,
     *,
-    timeout: float = 10,
+    timeout: float = 60,
     local: bool = True,
     n_workers: int | None = None,
     threads_per_worker: int | None = None,
@@ -61,8 +68,9 @@ def connect(
         JSON file written by ``dask scheduler --scheduler-file PATH`` (usually on shared
         storage); waited for up to ``timeout`` seconds, since a batch job's scheduler may
         still be starting.
-    timeout : float, default 10
-        Seconds to wait for the scheduler to answer.
+    timeout : float, default 60
+        Seconds to wait for the scheduler to answer, and then for its first worker (a
+        batch system may start the workers after this process).
     local : bool, default True
         With neither ``scheduler`` nor ``scheduler_file``: start a local cluster of worker
         processes (True) or refuse (False).
@@ -71,7 +79,8 @@ def connect(
     memory_limit : str or int, default "auto"
         Memory limit per local worker; "auto" splits this machine's memory evenly.
     quiet : bool, default False
-        Do not print the local cluster's size and dashboard address (to stderr).
+        Do not print (to stderr) the local cluster's size and dashboard address, nor that
+        this waits for a worker.
     security : distributed.security.Security, optional
         TLS settings for a ``tls://`` scheduler; default: Dask's configuration
         (``distributed.comm.tls.*``), see ``cluster/tls.md``.
@@ -80,6 +89,9 @@ def connect(
     ------
     SchedulerUnreachable
         Nothing answered as a Dask scheduler within ``timeout``.  One-line message.
+    NoWorkers
+        The scheduler had no worker and none joined within ``timeout``.  One-line message
+        saying how to start workers.
     FileNotFoundError
         ``scheduler_file`` did not appear within ``timeout``.
     ValueError
@@ -88,6 +100,7 @@ def connect(
     """
     from distributed import Client, LocalCluster
 
+    _drop_abandoned_gathers()
     if scheduler is not None and scheduler_file is not None:
         raise ValueError("give either scheduler (an address) or scheduler_file, not both")
     origin = ""
@@ -97,6 +110,8 @@ def connect(
     if scheduler is not None:
         check_scheduler(scheduler, timeout, security, origin)
         with Client(scheduler, timeout=timeout, security=security) as client:
+            # without a worker every computation waits forever, silently
+            _wait_for_a_worker(client, scheduler, scheduler_file, timeout, quiet)
             yield client
         return
     if not local:
@@ -105,14 +120,91 @@ def connect(
             "(CLI: --scheduler / --scheduler-file), or local=True for a cluster on this machine"
         )
     workers, threads = local_cluster_size(n_workers, threads_per_worker)
-    with LocalCluster(
-        n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
-        memory_limit=memory_limit, dashboard_address=":8787",
-    ) as cluster, Client(cluster) as client:
+    with _sigint_only_here():
+        cluster = LocalCluster(
+            n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
+            memory_limit=memory_limit, dashboard_address=":8787",
+        )
+    with cluster, Client(cluster) as client:
+        client.run(_quiet_cancelled_tasks)
         if not quiet:
             print(f"dfairpca: local Dask cluster, {describe(client)}", file=sys.stderr)
             print(f"dfairpca: dashboard {_dashboard(client)}", file=sys.stderr)
         yield client
+
+
+class _AbandonedGatherFilter(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" for distributed's ``AllExit``.
+
+    A gather interrupted by Ctrl-C leaves one waiting task per result; when the client
+    releases the results each fails with ``AllExit``, which nobody awaits any more, and
+    asyncio would print a traceback for every one of them.  Nothing else is filtered.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (type(exc).__name__ == "AllExit"
+                    and type(exc).__module__ == "distributed.client")
+
+
+def _quiet_cancelled_tasks() -> None:
+    """Run on the local workers: no warning for a task cancelled because the cluster closes.
+
+    After Ctrl-C the cluster is closed while a fold is running, and every worker would
+    print "Async instruction ... ended with CancelledError" (the only warning of that
+    logger; its errors still show).
+    """
+    logging.getLogger("distributed.worker.state_machine").setLevel(logging.ERROR)
+
+
+def _drop_abandoned_gathers() -> None:
+    """Install :class:`_AbandonedGatherFilter` on the asyncio logger (once)."""
+    log = logging.getLogger("asyncio")
+    if not any(isinstance(f, _AbandonedGatherFilter) for f in log.filters):
+        log.addFilter(_AbandonedGatherFilter())
+
+
+@contextlib.contextmanager
+def _sigint_only_here():
+    """Processes and threads started in this block never see SIGINT; this process still does.
+
+    Ctrl-C in a terminal signals every process of the foreground group: local workers
+    would die printing tracebacks while this process closes them in order.  A blocked
+    signal mask is inherited by threads and across fork and exec, and the main thread's
+    is restored at the end, so a Ctrl-C during the block is delivered then, not lost.
+    multiprocessing's resource tracker unblocks SIGINT in the thread that starts it (the
+    one that would go on to start the workers), so it is started first, outside the block.
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+            signal, "pthread_sigmask"):  # only the main thread gets signals; Windows has none
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _wait_for_a_worker(client, address: str, scheduler_file, timeout: float, quiet: bool):
+    """Return once the scheduler has a worker; raise :class:`NoWorkers` after ``timeout`` s."""
+    if client.nthreads():
+        return
+    if not quiet:
+        print(f"dfairpca: waiting up to {timeout:g} s for a worker to join the scheduler at "
+              f"{address}", file=sys.stderr)
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError:
+        how = f"--scheduler-file {scheduler_file}" if scheduler_file is not None else address
+        raise NoWorkers(
+            f"the Dask scheduler at {address} has no workers (waited {timeout:g} s); start "
+            f"them with `dask worker {how}` on the machines that should compute, or wait "
+            "longer with --timeout"
+        ) from None
 
 
 def local_cluster_size(n_workers: int | None = None, threads_per_worker: int | None = None):

@@ -265,17 +265,30 @@ class PCA(_BaseDecomposition):
         self.progress = progress
         self.eigen_solver = eigen_solver
 
-    def fit(self, X, y=None, *, checkpoint=None):
+    def fit(self, X, y=None, *, checkpoint=None, keep_checkpoint=False):
         """Fit on X (numpy, Dask or Zarr; (n, d) or (n, h, w)) in one pass.
 
         ``checkpoint``: a directory where the pass saves its running statistics after every
-        segment of chunks; a fit interrupted and run again with the same checkpoint skips
-        the finished segments (see :mod:`dfairpca.checkpoint`).
+        segment of chunks; a fit interrupted (Ctrl-C raises
+        :class:`~dfairpca.checkpoint.PassInterrupted`) and run again with the same
+        checkpoint skips the finished segments, after checking that their rows are the
+        ones it folded (see :mod:`dfairpca.checkpoint`; other data is refused with
+        :class:`~dfairpca.checkpoint.CheckpointMismatch`).  ``keep_checkpoint``: keep the
+        checkpoint after a successful fit; by default it is deleted then.
+        """
+        self.validate_fit(X, y)
+        (Xa,) = with_known_rows(as_data(X))
+        self.fit_statistics(self._pass(Xa, checkpoint=checkpoint))
+        _release(checkpoint, keep_checkpoint)
+        return self
+
+    def validate_fit(self, X, y=None):
+        """Raise the error ``fit(X, y)`` would raise for the parameters and X's shape.
+
+        Reads no data: the command line calls it before it connects to a cluster.
         """
         self._check_params()
-        (Xa,) = with_known_rows(as_data(X))
-        self._check_k(Xa.shape[1])
-        return self.fit_statistics(self._pass(Xa, checkpoint=checkpoint))
+        self._check_k(as_data(X).shape[1])
 
     def partial_fit(self, X, y=None):
         """Add the rows of X to what was seen so far and refit (equals fit on the union)."""
@@ -414,7 +427,8 @@ class FairPCA(PCA):
             self._check_k_groups(d, [len(c) for c in g.categories])
         return Xa, g, mask
 
-    def fit(self, X, y=None, *, sensitive_features=None, checkpoint=None):
+    def fit(self, X, y=None, *, sensitive_features=None, checkpoint=None,
+            keep_checkpoint=False):
         """Fit on X with protected attribute(s) ``sensitive_features`` in one pass over X.
 
         Parameters
@@ -427,11 +441,23 @@ class FairPCA(PCA):
             as in fairlearn, so scikit-learn's metadata routing can pass it)
         checkpoint : path, optional
             Resumable pass, as in :meth:`PCA.fit`.
+        keep_checkpoint : bool, default False
+            Keep ``checkpoint`` after a successful fit (by default it is deleted).
         """
         groups = sensitive_features
         Xa, g, mask = self._prepare(X, groups, y, partial=False)
         self.attribute_names_ = list(g.names)
-        return self.fit_statistics(self._pass(Xa, g, mask, checkpoint))
+        self.fit_statistics(self._pass(Xa, g, mask, checkpoint))
+        _release(checkpoint, keep_checkpoint)
+        return self
+
+    def validate_fit(self, X, y=None, *, sensitive_features=None):
+        """Raise the error ``fit`` would raise for the parameters, X's shape and the groups.
+
+        Reads no data of X (only the row counts of a Dask array of unknown chunk sizes):
+        the command line calls it before it connects to a cluster.
+        """
+        self._prepare(X, sensitive_features, y, partial=False)
 
     def fit_transform(self, X, y=None, *, sensitive_features=None):
         """``fit(X, y, sensitive_features=...).transform(X)`` (two passes over X)."""
@@ -560,6 +586,14 @@ class FairPCA(PCA):
     def _restore_extra(self, meta, arrays):
         self.groups_ = [_categories_from_json(c) for c in meta["groups_"]]
         self.group_means_ = [arrays[f"group_means_{j}"] for j in range(len(self.groups_))]
+
+
+def _release(checkpoint, keep: bool) -> None:
+    """Delete a successful fit's checkpoint unless the caller keeps it."""
+    if checkpoint is not None and not keep:
+        from .io import remove_directory
+
+        remove_directory(checkpoint, "checkpoint")
 
 
 def _project(x, mu, W):

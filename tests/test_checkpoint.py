@@ -8,7 +8,10 @@ import pytest
 import zarr
 
 import dfairpca
-from dfairpca.checkpoint import CheckpointMismatch, compute_moments_checkpointed, segment_bounds
+from dfairpca.checkpoint import (
+    CheckpointMismatch, PassInterrupted, chunk_digests, compute_moments_checkpointed,
+    segment_bounds,
+)
 from dfairpca.moments import UpperPanels
 from oracle import make_data, max_angle_deg
 
@@ -214,3 +217,115 @@ def test_bad_inputs(data, tmp_path):
         compute_moments_checkpointed(da.from_array(X, chunks=(CHUNK, D)), codes, cats,
                                      checkpoint=tmp_path / "not_a_ckpt")
     assert [p.name for p in (tmp_path / "not_a_ckpt").iterdir()] == ["x.txt"]
+
+
+# ------------------------------------------------------------- bound to the data (issue 10.4)
+def test_a_python_fit_removes_its_checkpoint_unless_asked_to_keep_it(tmp_path):
+    """The reproduction of issue 10 item 4: a second fit of other data of the same shape
+    with the same checkpoint= gets its own model, not the first one's."""
+    X1, g = make_data(1500, 12, (2,), seed=1)
+    X2, _ = make_data(1500, 12, (2,), seed=2)
+    z = g[0]
+    ck = tmp_path / "ck"
+    a = dfairpca.FairPCA(3).fit(X1, sensitive_features=z, checkpoint=ck)
+    assert not ck.exists()
+    b = dfairpca.FairPCA(3).fit(X2, sensitive_features=z, checkpoint=ck)
+    ref = dfairpca.FairPCA(3).fit(X2, sensitive_features=z)
+    assert max_angle_deg(b.components_.T, ref.components_.T) < 1e-6
+    assert max_angle_deg(a.components_.T, b.components_.T) > 1  # the two data sets differ
+    kept = dfairpca.PCA(3).fit(X1, checkpoint=ck, keep_checkpoint=True)
+    assert (ck / "progress.json").exists()
+    again = dfairpca.PCA(3).fit(X1, checkpoint=ck, keep_checkpoint=True)  # resumes: all done
+    np.testing.assert_array_equal(again.components_, kept.components_)
+
+
+def test_a_kept_checkpoint_of_other_numpy_data_of_the_same_shape_is_refused(tmp_path):
+    X1, g = make_data(1500, 12, (2,), seed=1)
+    X2 = X1.copy()
+    X2[1234, 5] += 1.0  # one value of one row: the shapes, dtypes and groups are all the same
+    ck = tmp_path / "ck"
+    dfairpca.FairPCA(3).fit(X1, sensitive_features=g[0], checkpoint=ck, keep_checkpoint=True)
+    with pytest.raises(CheckpointMismatch) as info:
+        dfairpca.FairPCA(3).fit(X2, sensitive_features=g[0], checkpoint=ck)
+    msg = str(info.value)
+    assert "\n" not in msg and str(ck) in msg and "rows 0-1499" in msg
+    assert "different data" in msg and "--overwrite" in msg and "delete" in msg
+    assert (ck / "progress.json").exists()  # refused: nothing was touched
+
+
+def zarr_store(path, X, chunk):
+    a = zarr.create_array(str(path), shape=X.shape, chunks=(chunk, X.shape[1]), dtype=X.dtype,
+                          overwrite=True)
+    a[:] = X
+    return a
+
+
+def test_a_zarr_store_rewritten_in_place_is_refused_for_the_finished_chunks_only(data, tmp_path):
+    X, codes, cats = data
+    path, ckpt = tmp_path / "x.zarr", tmp_path / "ckpt"
+    zarr_store(path, X, CHUNK)
+    Xz = dfairpca.from_zarr(path, rows_per_chunk=CHUNK)
+    with pytest.raises(Interrupt):  # segments of 3 chunks; 0 and 1 (rows 0-599) finished
+        compute_moments_checkpointed(Xz, codes, cats, checkpoint=ckpt, segment_rows=300,
+                                     on_segment=stop_after(1))
+    # rewritten in place: same path, shape, dtype and chunks; one chunk not yet folded ...
+    changed = X.copy()
+    changed[700:800] = X[700:800][::-1]
+    zarr.open_array(str(path), mode="r+")[700:800] = changed[700:800]
+    m = compute_moments_checkpointed(Xz, codes, cats, checkpoint=ckpt)
+    assert_same_moments(m, dfairpca.compute_moments(da.from_array(changed, chunks=(CHUNK, D)),
+                                                    codes, cats))
+    # ... then one of the folded ones: the finished checkpoint no longer matches
+    changed[250:300] *= 2.0
+    zarr.open_array(str(path), mode="r+")[200:300] = changed[200:300]
+    with pytest.raises(CheckpointMismatch, match=r"rows 200-299 differ"):
+        compute_moments_checkpointed(Xz, codes, cats, checkpoint=ckpt)
+    m = compute_moments_checkpointed(Xz, codes, cats, checkpoint=ckpt, resume=False)
+    assert_same_moments(m, dfairpca.compute_moments(da.from_array(changed, chunks=(CHUNK, D)),
+                                                    codes, cats))
+
+
+def test_every_folded_chunk_has_its_digest_in_the_checkpoint(data, tmp_path):
+    X, codes, cats = data
+    ckpt = tmp_path / "ckpt"
+    Xd = da.from_array(X, chunks=(CHUNK, D))
+    with pytest.raises(Interrupt):
+        compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=500,
+                                     on_segment=stop_after(1))
+    digests = json.loads((ckpt / "progress.json").read_text())["digests"]
+    assert [len(d) if d else 0 for d in digests] == [5, 5, 0, 0, 0]
+    assert digests[0][0] == chunk_digests(Xd[:CHUNK])[0]
+
+
+def test_a_checkpoint_without_digests_is_refused(data, tmp_path):
+    """A checkpoint of an older dfairpca cannot show that the data is the same."""
+    X, codes, cats = data
+    ckpt = tmp_path / "ckpt"
+    Xd = da.from_array(X, chunks=(CHUNK, D))
+    with pytest.raises(Interrupt):
+        compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=500,
+                                     on_segment=stop_after(0))
+    progress = json.loads((ckpt / "progress.json").read_text())
+    del progress["digests"]
+    (ckpt / "progress.json").write_text(json.dumps(progress))
+    with pytest.raises(CheckpointMismatch, match="no content fingerprints.*start over"):
+        compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt)
+
+
+def test_an_interrupt_says_how_many_chunks_are_saved(data, tmp_path):
+    X, codes, cats = data
+    ckpt = tmp_path / "ckpt"
+    Xd = da.from_array(X, chunks=(CHUNK, D))
+
+    def ctrl_c_after_two(i, n):
+        if i == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(PassInterrupted) as info:
+        compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=500,
+                                     on_segment=ctrl_c_after_two)
+    exc = info.value
+    assert isinstance(exc, KeyboardInterrupt)
+    assert (exc.chunks_done, exc.n_chunks, exc.checkpoint) == (10, 24, ckpt)
+    assert str(exc) == (f"interrupted after 10 of 24 chunks; the checkpoint {str(ckpt)!r} "
+                        "holds them: run the same call again to continue")

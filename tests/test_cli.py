@@ -167,6 +167,135 @@ def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched):
     np.testing.assert_allclose(np.abs(got.components_ @ ref.components_.T), np.eye(5), atol=1e-4)
 
 
+def _nowhere() -> str:
+    """A scheduler address where nothing listens."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_parameter_errors_come_before_any_cluster(store, tmp_path, capsys, sched):
+    """Issue 10: every parameter error is reported before connecting, so with a scheduler
+    address where nothing listens (and a long --timeout) the user sees the parameter error
+    in one line, at once, and nothing is written."""
+    import time
+
+    nowhere = ["--scheduler", _nowhere(), "--timeout", "60"]
+    fit = ["fit", store, "--attribute", "Eyeglasses", "--out", tmp_path / "m", *nowhere]
+    cases = [
+        (["-k", "256"], "largest k is"),
+        (["-k", "257", "--method", "pca"], "n_components=257 is too large"),
+        (["-k", "0"], "argument -k/--k: must be a positive integer; got '0'"),
+        (["-k", "5", "--tradeoff", "1.5"], "tradeoff must be a number in [0, 1]"),
+        (["-k", "5", "--method", "fair-s", "--equalize", "0"], "equalize_covariance"),
+        (["-k", "5", "--rows-per-chunk", "0"], "--rows-per-chunk: must be a positive integer"),
+        (["-k", "5", "--rows-per-chunk", "-3"], "--rows-per-chunk: must be a positive integer"),
+        (["-k", "5", "--constraint", "equal_opportunity"], "--target"),
+        (["-k", "5", "--timeout", "0"], "--timeout: must be a positive number"),
+    ]
+    for extra, expected in cases:
+        start = time.monotonic()
+        code, _, err = run(fit + extra, capsys)
+        assert time.monotonic() - start < 5, extra
+        assert code == 2 and expected in err and "scheduler" not in err, (extra, err)
+        assert err.startswith("dfairpca fit: error: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "m").exists()
+    # transform: a model of 16x16 images applied to 8x8 images
+    code, _, err = run(["fit", store, "--attribute", "Male", "-k", "3", "--out",
+                        tmp_path / "m16", *sched], capsys)
+    assert code == 0, err
+    small = tmp_path / "small.zarr"
+    synth_celeba(small, n=300, size=8, chunk_rows=100, progress=False, n_jobs=1)
+    start = time.monotonic()
+    code, _, err = run(["transform", tmp_path / "m16", small, "--out", tmp_path / "t.zarr",
+                        *nowhere], capsys)
+    assert code == 2 and "64 features" in err and "scheduler" not in err, err
+    assert time.monotonic() - start < 5 and not (tmp_path / "t.zarr").exists()
+    code, _, err = run(["show", tmp_path / "m16", store, "--n", "0"], capsys)
+    assert code == 2 and "argument --n: must be a positive integer; got '0'" in err
+
+
+def _noise_store(path, n, size, chunk_rows, seed=0):
+    """A CelebA-schema store with one attribute, fast to write: 8 patterns of clearly
+    different variance (so that the top components are well separated) plus noise."""
+    rng = np.random.default_rng(seed)
+    z = (rng.random(n) < 0.3).astype(np.int8)
+    g = zarr.open_group(str(path), mode="w")
+    images = g.create_array("images", shape=(n, size, size), chunks=(chunk_rows, size, size),
+                            dtype="uint8")
+    patterns = np.linalg.qr(rng.normal(size=(size * size, 8)))[0].T  # orthonormal rows
+    scores = rng.normal(size=(n, 8)) * 400 * 0.7 ** np.arange(8)
+    x = 100 + scores @ patterns + rng.normal(scale=5, size=(n, size * size)) + 20 * z[:, None]
+    images[:] = np.clip(np.round(x), 0, 255).astype(np.uint8).reshape(n, size, size)
+    attributes = g.create_array("attributes", shape=(n, 1), chunks=(n, 1), dtype="int8")
+    attributes[:] = z[:, None]
+    attributes.attrs["names"] = ["Eyeglasses"]
+    return z
+
+
+# the CLI in a child process on (at most) two cores, so that the local cluster it starts has
+# two threads and the pass of 120 chunks has 8 segments of 16 chunks whatever the machine
+TWO_CORES = ("import os, sys; os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2]); "
+             "from dfairpca.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+def test_ctrl_c_during_fit_is_one_line_exit_130_and_resume_finishes(tmp_path, capsys, sched):
+    """Issue 10: Ctrl-C in a terminal (SIGINT to the whole foreground process group: the
+    command and the workers of its local cluster) stops a fit with one line, exit status
+    130 and no traceback; --resume then finishes it and equals an uninterrupted fit."""
+    import json
+    import os
+    import signal
+    import time
+
+    store, model = tmp_path / "noise.zarr", tmp_path / "m"
+    ckpt = tmp_path / "m.checkpoint"
+    z = _noise_store(store, n=24000, size=32, chunk_rows=200)
+    args = ["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model,
+            "--rows-per-chunk", "200"]
+    # another test's cluster may hold the dashboard port: that warning is not under test
+    env = dict(os.environ, PYTHONWARNINGS="ignore:Port 8787 is already in use")
+    proc = subprocess.Popen([sys.executable, "-c", TWO_CORES, *map(str, args)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # its own group, as a terminal job has
+    try:
+        deadline = time.monotonic() + 300
+        while True:  # until the checkpoint holds a finished segment
+            try:
+                if json.loads((ckpt / "progress.json").read_text())["done"]:
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    done = json.loads((ckpt / "progress.json").read_text())["done"]
+    lines = err.splitlines()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and len(lines) == 3, err
+    assert lines[0].startswith("dfairpca: local Dask cluster, ") and lines[1].startswith(
+        "dfairpca: dashboard "), err
+    assert 1 <= len(done) < 8
+    assert lines[2] == (f"dfairpca fit: interrupted after {16 * len(done)} of 120 chunks; "
+                        "rerun with --resume")
+    assert not model.exists()
+
+    code, out, err = run([*args, "--resume", *sched], capsys)
+    assert code == 0, err
+    assert not ckpt.exists()
+    X = dfairpca.from_zarr(store, "images", rows_per_chunk=200)
+    ref = dfairpca.FairPCA(5).fit(X, sensitive_features=z)
+    got = dfairpca.load(model)
+    np.testing.assert_allclose(np.abs(got.components_ @ ref.components_.T), np.eye(5), atol=1e-4)
+
+
 def tree(path):
     """Every file and folder under ``path``, with file contents and modification times."""
     return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) if p.is_file() else None

@@ -21,7 +21,7 @@ import pytest
 import zarr
 
 import dfairpca
-from dfairpca.cluster import SchedulerUnreachable, connect, describe, local_cluster_size
+from dfairpca.cluster import NoWorkers, SchedulerUnreachable, connect, describe, local_cluster_size
 from oracle import make_data, max_angle_deg
 
 TESTS = Path(__file__).resolve().parent
@@ -415,6 +415,109 @@ if NETNS:  # defined only when asked for, so that the main suite never skips
                     t["total"] for t in dask_worker.transfer_incoming_log))
                 assert sum(moved.values()) > 0
         assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
+
+
+def _scheduler_address(procs, timeout=60) -> str:
+    """The address a `dask scheduler` process wrote to its scheduler file."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return json.loads(procs.scheduler_file.read_text())["address"]
+        except (OSError, ValueError, KeyError):
+            assert time.monotonic() < deadline, procs.logs()
+            time.sleep(0.1)
+
+
+def test_a_scheduler_without_workers_is_a_one_line_error_after_the_timeout(tmp_path, capsys):
+    """Issue 10 item 5: a running scheduler that no worker joined used to hang forever."""
+    from dfairpca.celeba import synth_celeba
+    from dfairpca.cli import main
+
+    store = tmp_path / "small.zarr"
+    synth_celeba(store, n=200, size=8, chunk_rows=100, progress=False, n_jobs=1)
+    with DaskProcesses(tmp_path, worker_hosts=()) as procs:
+        address = _scheduler_address(procs)
+        start = time.monotonic()
+        with pytest.raises(NoWorkers) as info:
+            with connect(address, timeout=2):
+                pass
+        assert 2 <= time.monotonic() - start < 2 + 5
+        msg = str(info.value)
+        assert "\n" not in msg and isinstance(info.value, ConnectionError)
+        assert f"no workers (waited 2 s); start them with `dask worker {address}`" in msg
+        capsys.readouterr()
+        start = time.monotonic()
+        code = main(["fit", str(store), "--attribute", "Eyeglasses", "-k", "5", "--out",
+                     str(tmp_path / "m"), "--scheduler", address, "--timeout", "1.5"])
+        assert time.monotonic() - start < 1.5 + 10
+        err = capsys.readouterr().err.splitlines()
+        assert code == 2 and err == [
+            f"dfairpca: waiting up to 1.5 s for a worker to join the scheduler at {address}",
+            f"dfairpca fit: error: the Dask scheduler at {address} has no workers (waited "
+            f"1.5 s); start them with `dask worker {address}` on the machines that should "
+            "compute, or wait longer with --timeout",
+        ]
+        assert not (tmp_path / "m").exists()
+
+
+def test_a_worker_that_joins_while_connect_waits_is_used(tmp_path):
+    with DaskProcesses(tmp_path, worker_hosts=()) as procs:
+        address = _scheduler_address(procs)
+        with ThreadPoolExecutor(1) as pool:
+            def connect_and_describe():
+                with connect(address, timeout=60, quiet=True) as client:
+                    return describe(client)
+
+            waiting = pool.submit(connect_and_describe)
+            time.sleep(1)
+            assert not waiting.done()
+            procs.workers.append(procs._spawn(
+                ["distributed.cli.dask_worker", address, "--nthreads", "1", "--no-nanny",
+                 "--no-dashboard", "--memory-limit", "1GiB", "--host", "127.0.0.1"],
+                "worker-late.log"))
+            assert "1 worker(s)" in waiting.result(timeout=60), procs.logs()
+
+
+INTERRUPTED_GATHER = """
+import sys, time
+import dask
+from dfairpca.cluster import connect
+
+def slow(i):
+    time.sleep(0.5)
+    return i
+
+if __name__ == "__main__":
+    try:
+        with connect(n_workers=2, threads_per_worker=1, quiet=True):
+            print("computing", flush=True)
+            dask.compute(*[dask.delayed(slow, pure=False)(i) for i in range(200)])
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+"""
+
+
+def test_ctrl_c_on_a_local_cluster_prints_nothing_of_its_own(tmp_path):
+    """Ctrl-C (SIGINT to the whole process group) during a computation of many results on
+    connect()'s local cluster: the workers do not see it (no traceback of theirs), and
+    closing the cluster with tasks running and a gather pending prints nothing."""
+    script = tmp_path / "gather.py"
+    script.write_text(INTERRUPTED_GATHER)
+    env = dict(_env(), PYTHONWARNINGS="ignore:Port 8787 is already in use")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline() == "computing\n", proc.communicate()
+        time.sleep(1.5)  # tasks are running, the gather of 200 results is pending
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130 and err == "interrupted\n", err
 
 
 def test_a_scheduler_file_still_being_written_is_read_again(tmp_path):
