@@ -186,7 +186,9 @@ def cmd_transform(args):
     import dask.array as da
 
     from . import load
-    from .io import atomic_directory, marker_attributes, writing_every_chunk
+    from .io import (
+        atomic_directory, marker_attributes, read_checked, strict_group, writing_every_chunk,
+    )
 
     out = Path(args.out)
     protect = {"the input store": args.store, "the model": args.model}
@@ -217,11 +219,15 @@ def cmd_transform(args):
             arr = g.create_array(name, shape=Y.shape, chunks=Y.chunksize, dtype=Y.dtype)
             da.to_zarr(Y, arr, compute=True)
             src = zarr.open_group(str(args.store), mode="r")
+            # the attributes whole or an error; the partition as zarr reads it: stores of
+            # dfairpca that predate writing_every_chunk lack its all-train (all-zero) chunks
+            strict = strict_group(src)
             for extra in ("attributes", "partition"):
                 if extra in src:
                     arr = g.create_array(extra, shape=src[extra].shape, chunks=src[extra].chunks,
                                          dtype=src[extra].dtype)
-                    arr[:] = src[extra][:]
+                    arr[:] = read_checked((strict if extra == "attributes" else src)[extra],
+                                          slice(None))
                     arr.attrs.update(dict(src[extra].attrs))
         print(f"wrote {name} {Y.shape} to {out} in {time.perf_counter() - t:.1f} s")
 

@@ -128,6 +128,24 @@ def test_every_fair_fit_is_certified_and_saved(kw, tmp_path):
                                   m.fairness_violation_per_attribute_)
 
 
+@pytest.mark.parametrize("edit", [
+    {"fairness_violation_per_attribute_": [0.0]},  # one number for two attributes
+    {"fairness_violation_": -1.0},
+    {"fairness_violation_": "tiny"},
+])
+def test_a_tampered_certificate_is_refused_at_load(edit, tmp_path):
+    import json
+
+    X, (z1, z2) = make_data(200, 6, (2, 2), seed=5)
+    dfairpca.FairPCA(2).fit(X, sensitive_features=[z1, z2]).save(tmp_path / "m")
+    meta_path = tmp_path / "m" / "model" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta.update(edit)
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(dfairpca.io.SavedFileError, match="fairness_violation_"):
+        dfairpca.load(tmp_path / "m")
+
+
 def test_equal_opportunity_is_certified_on_the_positive_rows():
     X, (z,) = make_data(600, 8, (2,), seed=6)
     y = np.random.default_rng(6).integers(0, 2, 600)
