@@ -63,7 +63,12 @@ def compute_moments(
         n, d = X.shape
         rows = max(1, NUMPY_BLOCK_BYTES // max(1, d * X.itemsize))
         total = None
-        for s in range(0, n, rows):
+        starts = range(0, n, rows)
+        if progress:  # one step per block of rows (a Dask pass shows Dask's own bar)
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc="pass", unit="block")
+        for s in starts:
             e = min(n, s + rows)
             part = Moments.from_chunk(X[s:e], _sl(codes, s, e), mask=_sl(mask, s, e), row_offset=row_offset + s,
                                       symmetric=False, **kw)

@@ -11,7 +11,8 @@ import numpy as np
 __all__ = [
     "as_data", "encode_groups", "require_sensitive_features", "binary_target", "Groups",
     "compute_dtype_for", "check_n_features", "with_known_rows", "check_finite_output",
-    "check_finite_input", "row_origin",
+    "check_finite_input", "row_origin", "check_input", "Input", "is_lazy", "group_labels", "is_xarray",
+    "sensitive_columns",
 ]
 
 #: how many offending rows an error message lists
@@ -20,6 +21,20 @@ MAX_ROWS_SHOWN = 10
 
 def _is_dask(x) -> bool:
     return type(x).__module__.startswith("dask.") or hasattr(x, "dask")
+
+
+def is_xarray(x) -> bool:
+    return type(x).__module__.startswith("xarray.") and hasattr(x, "dims")
+
+
+def is_lazy(X) -> bool:
+    """Whether X is read lazily (Dask, Zarr or a path to Zarr, also inside an xarray
+    DataArray): its checks then run chunk by chunk, never on all of X at once."""
+    import zarr
+
+    if is_xarray(X):
+        X = X.data
+    return _is_dask(X) or isinstance(X, (str, os.PathLike, zarr.Array, zarr.Group))
 
 
 def as_data(X, what: str = "X"):
@@ -63,8 +78,10 @@ def as_data(X, what: str = "X"):
             f"{what} must be 2-D (n_samples, n_features) or 3-D images (n, height, width); "
             f"got shape {arr.shape}"
         )
-    if arr.shape[0] == 0 or arr.shape[1] == 0:
-        raise ValueError(f"{what} has shape {arr.shape}; need at least one row and one feature")
+    if arr.shape[0] == 0 or arr.shape[1] == 0:  # scikit-learn's wording, as in check_array
+        which = "sample" if arr.shape[0] == 0 else "feature"
+        raise ValueError(f"Found array with 0 {which}(s) (shape={arr.shape}) while a minimum of 1 "
+                         f"is required; {what} needs at least one row and one feature")
     if isinstance(arr, da.Array) and len(arr.chunks[1]) > 1:
         arr = arr.rechunk({1: -1})
     if arr.dtype == bool:
@@ -214,11 +231,12 @@ def check_finite_output(out, x, start: int | None = 0, chunk=None) -> None:
 
 
 def check_n_features(estimator, d: int) -> None:
-    """Raise if X's d features differ from those the estimator was fitted with."""
+    """Raise if X's d features differ from those the estimator was fitted with (in
+    scikit-learn's words, as ``validate_data`` says it for numpy input)."""
     if d != estimator.n_features_in_:
         raise ValueError(
-            f"X has {d} features, but {type(estimator).__name__} was fitted with "
-            f"{estimator.n_features_in_} features"
+            f"X has {d} features, but {type(estimator).__name__} is expecting "
+            f"{estimator.n_features_in_} features as input"
         )
 
 
@@ -268,7 +286,8 @@ def require_sensitive_features(estimator, sensitive_features) -> None:
 
     scikit-learn passes the task label as the second positional argument of ``fit`` (a
     Pipeline always does), so the groups travel only by keyword, the way fairlearn's
-    ``sensitive_features`` do.
+    ``sensitive_features`` do, or as columns of X (``sensitive_feature_ids``, the way
+    fairlearn's CorrelationRemover takes them).
     """
     if sensitive_features is None:
         name = type(estimator).__name__
@@ -277,9 +296,25 @@ def require_sensitive_features(estimator, sensitive_features) -> None:
             f"fit(X, sensitive_features=z) (in a Pipeline: "
             f"{name.lower()}.set_fit_request(sensitive_features=True) with "
             f"sklearn.set_config(enable_metadata_routing=True), then "
-            f"pipe.fit(X, y, sensitive_features=z)); y is the task label and is never used "
+            f"pipe.fit(X, y, sensitive_features=z)), or name their columns of X with "
+            f"{name}(..., sensitive_feature_ids=[...]); y is the task label and is never used "
             "as the groups"
         )
+
+
+def group_labels(estimator, inp: Input, sensitive_features):
+    """The group labels of a fit: ``sensitive_features``, or the non-numeric columns of X
+    named by ``sensitive_feature_ids`` (None when those are all numeric); both is an error."""
+    if len(inp.sensitive):
+        if sensitive_features is not None:
+            raise ValueError(
+                f"{type(estimator).__name__} got sensitive_features= and also "
+                f"sensitive_feature_ids={list(estimator.sensitive_feature_ids)!r}; pass the "
+                "protected attributes one way: as the keyword or as columns of X"
+            )
+        return inp.labels
+    require_sensitive_features(estimator, sensitive_features)
+    return sensitive_features
 
 
 def encode_groups(groups, n: int, mask=None, require_two: bool = True) -> Groups:
@@ -426,3 +461,219 @@ def binary_target(y, n: int) -> np.ndarray:
     if not mask.any():
         raise ValueError("y has no positive rows (y == 1); equal opportunity needs some")
     return mask
+
+
+# ---------------------------------------------------------------------------- estimator input
+@dataclass
+class Input:
+    """X as an estimator uses it, from :func:`check_input`.
+
+    data : 2-D numpy or Dask array: X without its non-numeric sensitive columns (those of a
+        DataFrame holding text or categories), the columns the pass reads.
+    labels : the non-numeric sensitive columns (a pandas or Dask DataFrame), or None.
+    numeric : positions in ``data`` of the numeric sensitive columns.
+    numeric_names : their names (the column's name, or "column i").
+    sensitive : positions in X of every column named by ``sensitive_feature_ids``.
+    width : X's number of columns (``n_features_in_``).
+    rows : ``(dimension, coordinate or None)`` of an xarray DataArray X, else None.
+    """
+
+    data: object
+    labels: object
+    numeric: np.ndarray
+    numeric_names: list
+    sensitive: np.ndarray
+    width: int
+    rows: tuple | None = None
+
+    @property
+    def features(self) -> np.ndarray:
+        """Positions in ``data`` of the columns that are not sensitive (the projected ones)."""
+        return np.setdiff1d(np.arange(self.data.shape[1]), self.numeric)
+
+    def wrap(self, out, names):
+        """``out`` (rows of X, one column per name) as X's container: a DataArray with X's
+        row dimension and coordinate and a "component" dimension for a DataArray X."""
+        if self.rows is None:
+            return out
+        import xarray as xr
+
+        dim, coord = self.rows
+        coords = {"component": np.asarray(names, dtype=object)}
+        if coord is not None:
+            coords[dim] = coord
+        return xr.DataArray(out, dims=(dim, "component"), coords=coords)
+
+
+def check_input(estimator, X, *, reset, min_samples: int = 1, ids=None) -> Input:
+    """Check X for ``estimator`` before any heavy work and split off its sensitive columns.
+
+    numpy, pandas and anything array-like go through scikit-learn's ``check_array`` (so
+    the errors are scikit-learn's: "Reshape your data", "0 feature(s)", "n_samples", object
+    and complex dtypes) and ``validate_data`` (``n_features_in_``, ``feature_names_in_``;
+    a DataFrame with other or reordered columns is refused).  NaN and infinity are left to
+    the pass and to ``transform``, which name the rows holding them.  Dask, Zarr (or a
+    path to it) and Dask DataFrames keep dfairpca's own lazy checks (:func:`as_data`):
+    nothing is read here.  An xarray DataArray is checked as its ``.data`` (lazily when
+    that is a Dask array) and remembered so that the output can be one too.
+
+    reset : True in ``fit`` (sets ``n_features_in_`` and ``feature_names_in_``), False
+        afterwards (checks them), None to check X alone (``validate_fit``).
+    ids : ``sensitive_feature_ids``, resolved by :func:`sensitive_columns`.
+    """
+    rows, columns = None, None
+    if is_xarray(X):
+        dims = X.dims
+        if len(dims) not in (2, 3):
+            raise ValueError(f"X must be a 2-D DataArray (sample, feature) or 3-D images; got "
+                             f"dimensions {dims}")
+        # .data, never .values or np.asarray: a Dask-backed DataArray stays lazy
+        rows = (dims[0], X.coords[dims[0]].data if dims[0] in X.coords else None)
+        if len(dims) == 2 and dims[1] in X.coords:
+            columns = np.asarray(X.coords[dims[1]].data).tolist()
+        X = X.data
+    if _is_dataframe(X):
+        return _dataframe_input(estimator, X, reset, min_samples, ids, rows)
+    if is_lazy(X):
+        arr = as_data(X)
+        _set_or_check_width(estimator, arr.shape[1], reset, None)
+    else:
+        from sklearn.utils.validation import check_array, validate_data
+
+        _refuse_sparse(X, "X")
+        arr = check_array(X, dtype="numeric", ensure_all_finite=False, allow_nd=True,
+                          ensure_min_samples=min_samples, estimator=estimator, input_name="X")
+        if arr.ndim == 3:  # images (n, height, width)
+            arr = arr.reshape(arr.shape[0], -1)
+        elif arr.ndim != 2:
+            raise ValueError(f"X must be 2-D (n_samples, n_features) or 3-D images (n, height, "
+                             f"width); got shape {arr.shape}")
+        if arr.dtype == bool:
+            arr = arr.astype(np.uint8)
+        if reset is not None:
+            validate_data(estimator, arr, skip_check_array=True, reset=reset)
+    sensitive = sensitive_columns(ids, arr.shape[1], columns)
+    _check_features_left(arr.shape[1], sensitive)
+    numeric_names = [_column_name(columns, i) for i in sensitive]
+    return Input(arr, None, sensitive.copy(), numeric_names, sensitive, arr.shape[1], rows)
+
+
+def _is_dataframe(X) -> bool:
+    return hasattr(X, "columns") and hasattr(X, "dtypes") and hasattr(X, "iloc")
+
+
+def _dataframe_input(estimator, X, reset, min_samples, ids, rows) -> Input:
+    """:func:`check_input` of a pandas or Dask DataFrame: sensitive columns of text or
+    categories are split off as group labels, the others checked as numbers."""
+    width = len(X.columns)
+    lazy = _is_dask(X)
+    if lazy:
+        _set_or_check_width(estimator, width, reset, list(X.columns))
+    elif reset is not None:
+        from sklearn.utils.validation import validate_data
+
+        validate_data(estimator, X, skip_check_array=True, reset=reset)
+    sensitive = sensitive_columns(ids, width, list(X.columns))
+    _check_features_left(width, sensitive)
+    dtypes = list(X.dtypes)
+    is_label = np.array([i in set(sensitive.tolist()) and not _numeric_dtype(dtypes[i])
+                         for i in range(width)], bool)
+    kept = np.flatnonzero(~is_label)
+    labels = X.iloc[:, np.flatnonzero(is_label)] if is_label.any() else None
+    numbers = X.iloc[:, kept]
+    if lazy:
+        arr = as_data(numbers)
+    else:
+        from sklearn.utils.validation import check_array
+
+        arr = check_array(numbers, dtype="numeric", ensure_all_finite=False,
+                          ensure_min_samples=min_samples, estimator=estimator, input_name="X")
+        if arr.dtype == bool:
+            arr = arr.astype(np.uint8)
+    position = {int(c): j for j, c in enumerate(kept)}
+    numeric = np.array([position[int(i)] for i in sensitive if int(i) in position], dtype=np.intp)
+    names = [str(X.columns[i]) for i in sensitive if int(i) in position]
+    return Input(arr, labels, numeric, names, sensitive, width, rows)
+
+
+def _numeric_dtype(dtype) -> bool:
+    """Whether a DataFrame column of this dtype holds numbers (bool counts as 0/1); text,
+    object and categorical columns hold group labels."""
+    import pandas as pd
+
+    return (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)) and \
+        not isinstance(dtype, pd.CategoricalDtype)
+
+
+def _set_or_check_width(estimator, width: int, reset, columns) -> None:
+    """``n_features_in_`` and ``feature_names_in_`` of a lazily read X (``validate_data``'s
+    job for numpy and pandas input)."""
+    if reset is None:
+        return
+    names = None
+    if columns is not None and columns and all(isinstance(c, str) for c in columns):
+        names = np.asarray(columns, dtype=object)
+    if reset:
+        estimator.n_features_in_ = width
+        if names is not None:
+            estimator.feature_names_in_ = names
+        elif hasattr(estimator, "feature_names_in_"):
+            del estimator.feature_names_in_
+        return
+    if not hasattr(estimator, "n_features_in_"):
+        return
+    fitted = getattr(estimator, "feature_names_in_", None)
+    if fitted is not None and names is not None and list(fitted) != list(names):
+        raise ValueError(
+            "The feature names should match those that were passed during fit: "
+            f"{list(fitted)[:10]} at fit, {list(names)[:10]} now (reordered or other columns)"
+        )
+    check_n_features(estimator, width)
+
+
+def sensitive_columns(ids, width: int, columns=None) -> np.ndarray:
+    """Positions in X (``width`` columns, named ``columns`` or unnamed) of the columns that
+    ``sensitive_feature_ids`` names: column names, or integer indices ``0 .. width - 1``."""
+    if ids is None:
+        return np.zeros(0, np.intp)
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise ValueError(
+            f"sensitive_feature_ids must be a list of column names or indices; got {ids!r}: "
+            f"pass [{ids!r}]"
+        )
+    out = []
+    for i in ids:
+        if columns is not None and any(_same_label(i, c) for c in columns):
+            out.append(next(j for j, c in enumerate(columns) if _same_label(i, c)))
+        elif isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < width:
+            out.append(int(i))
+        else:
+            where = (f"X's columns are {list(columns)[:10]!r}" if columns is not None else
+                     f"X has no column names; pass integer indices 0 .. {width - 1}")
+            raise ValueError(f"sensitive_feature_ids: {i!r} is not a column of X ({width} "
+                             f"feature(s)); {where}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"sensitive_feature_ids names a column twice: {list(ids)!r}")
+    return np.array(out, dtype=np.intp)
+
+
+def _same_label(a, b) -> bool:
+    """Whether an id names a column label: text equal to text, or an integer equal to an
+    integer label (an integer matches a position only where no label is an integer)."""
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a == b
+    whole = (numbers.Integral,)
+    return (isinstance(a, whole) and isinstance(b, whole) and not isinstance(a, bool)
+            and not isinstance(b, bool) and int(a) == int(b))
+
+
+def _column_name(columns, i) -> str:
+    return str(columns[i]) if columns is not None else f"column {int(i)}"
+
+
+def _check_features_left(width: int, sensitive) -> None:
+    if len(sensitive) >= width:
+        raise ValueError(
+            f"X has {width} feature(s) and sensitive_feature_ids names {len(sensitive)} of "
+            "them: no feature is left to project; pass X with the features as well"
+        )

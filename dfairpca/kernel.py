@@ -69,10 +69,10 @@ from sklearn.metrics import pairwise
 from . import _solvers
 from ._engine import compute_moments
 from ._validation import (
-    as_data, binary_target, check_finite_input, check_n_features, encode_groups,
-    require_sensitive_features, row_origin, with_known_rows,
+    Input, binary_target, check_finite_input, check_input, encode_groups, group_labels,
+    row_origin, with_known_rows,
 )
-from .decomposition import CONSTRAINTS, FairPCA, certify
+from .decomposition import CONSTRAINTS, FairPCA, certify, fair_feature_names
 
 __all__ = ["FairKernelPCA", "KERNELS", "exact_fit_bytes"]
 
@@ -111,9 +111,19 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
 
     Parameters
     ----------
-    n_components : int
-        k, the dimension of the representation.  At most ``n - sum(m_r) + p`` (exact) or
-        ``m - sum(m_r) + p`` (Nyström) for p attributes with m_1, ..., m_p groups.
+    n_components : int or None, default None
+        k, the dimension of the representation.  At most ``n - sum(m_r) + p - q`` (exact)
+        or ``m - sum(m_r) + p - q`` (Nyström) for p attributes with m_1, ..., m_p groups
+        and q numeric attributes.  None keeps every fair component of non-zero variance
+        among those (as scikit-learn's KernelPCA keeps all non-zero components): an
+        eigendecomposition of the whole n x n kernel for the exact method.
+    sensitive_feature_ids : list of column names or int, default None
+        The protected attributes as columns of X, as in :class:`dfairpca.FairPCA` (and
+        fairlearn's CorrelationRemover): left out of the kernel in ``fit`` and
+        ``transform`` (which takes the same full-width X); a column of text or categories
+        is group labels, a numeric column a number the representation is made
+        uncorrelated with (for a 0/1 column: equal group means).  Not together with
+        ``sensitive_features=``.
     kernel : {"rbf", "poly", "sigmoid", "linear"} or callable, default "rbf"
         scikit-learn's kernels: ``exp(-gamma ||x - y||^2)``, ``(gamma <x, y> + coef0)^degree``,
         ``tanh(gamma <x, y> + coef0)``, ``<x, y>``.  A callable ``kernel(A, B)`` must return the
@@ -169,6 +179,10 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     gamma_ : float or None
         The kernel parameter used (None for "linear" and callables).
     n_components_ : int
+    sensitive_feature_indices_ : ndarray of int
+        Positions in X of the columns named by ``sensitive_feature_ids`` (empty without).
+    numeric_sensitive_columns_ : ndarray of int
+        Positions of the numeric ones among X's numeric columns.
     explained_variance_ : ndarray (k,)
         Variance of each fair component over the fitted rows (sum of squares / (n - 1)).
     explained_variance_ratio_ : ndarray (k,)
@@ -189,9 +203,14 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     max_components_ : int
         The largest k allowed.
     groups_ : list of ndarray
+        Labels seen, per attribute given as labels.
     attribute_names_ : list of str
+        The attributes given as labels, then the numeric ones.
     n_features_in_, n_samples_seen_ : int
-        Features, and rows fitted on (the ``y == 1`` rows for equal opportunity).
+        X's columns (the sensitive ones included), and rows fitted on (the ``y == 1`` rows
+        for equal opportunity).
+    feature_names_in_ : ndarray of str
+        X's column names when X was a DataFrame with text column names.
 
     Examples
     --------
@@ -205,10 +224,12 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     True
     """
 
-    def __init__(self, n_components, *, kernel="rbf", gamma="scale", degree=3, coef0=1.0,
-                 n_landmarks=None, landmarks="uniform", constraint="demographic_parity",
-                 tradeoff=0.0, center=True, random_state=0, max_memory=None, split_every=8):
+    def __init__(self, n_components=None, *, sensitive_feature_ids=None, kernel="rbf",
+                 gamma="scale", degree=3, coef0=1.0, n_landmarks=None, landmarks="uniform",
+                 constraint="demographic_parity", tradeoff=0.0, center=True, random_state=0,
+                 max_memory=None, split_every=8):
         self.n_components = n_components
+        self.sensitive_feature_ids = sensitive_feature_ids
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -222,11 +243,17 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.max_memory = max_memory
         self.split_every = split_every
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False  # NaN rows are refused, named
+        tags.input_tags.sparse = False
+        return tags
+
     # ------------------------------------------------------------------ parameters
     def _check_params(self):
         k = self.n_components
-        if not _is_int(k) or k <= 0:
-            raise ValueError(f"n_components must be a positive integer; got {k!r}")
+        if k is not None and (not _is_int(k) or k <= 0):
+            raise ValueError(f"n_components must be a positive integer or None; got {k!r}")
         if not callable(self.kernel) and self.kernel not in KERNELS:
             valid = ", ".join(repr(s) for s in KERNELS)
             raise ValueError(
@@ -289,23 +316,26 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
                 f"n_landmarks={m} exceeds the {n} fitted rows; pass n_landmarks <= {n}, or "
                 "n_landmarks=None for the exact method"
             )
-        if m < self.n_components:
+        if self.n_components is not None and m < self.n_components:
             raise ValueError(
                 f"n_landmarks={m} is smaller than n_components={self.n_components}; a "
                 f"k-dimensional representation needs at least k landmarks"
             )
         return m
 
-    def _check_k(self, size: int, what: str, ms: list[int], fix: str) -> None:
-        """Raise if n_components exceeds ``size - sum(m_r) + p`` (``what`` names size)."""
-        limit = size - sum(ms) + len(ms)
-        k = self.n_components
-        if k > limit:
-            desc = " and ".join(f"{m} groups" for m in ms)
+    def _check_k(self, size: int, what: str, ms: list[int], fix: str, q: int = 0) -> int:
+        """The largest k, ``size - sum(m_r) + p - q`` (``what`` names size); raise if
+        n_components exceeds it."""
+        limit = size - sum(ms) + len(ms) - q
+        k = limit if self.n_components is None else self.n_components
+        if k > limit or limit < 1:
+            desc = " and ".join([f"{m} groups" for m in ms] + ([f"{q} numeric attribute(s)"] if q else []))
+            minus = f" - {q}" if q else ""
             raise ValueError(
                 f"n_components={k} is too large: with {desc} and {what} the largest k is "
-                f"{size} - {sum(ms)} + {len(ms)} = {limit}; {fix}"
+                f"{size} - {sum(ms)} + {len(ms)}{minus} = {limit}; {fix}"
             )
+        return limit
 
     def _kernel_function(self, gamma):
         """A picklable ``f(A, B)`` returning the kernel matrix of two row blocks."""
@@ -336,58 +366,67 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None, *, sensitive_features=None):
-        """Fit on X (numpy, Dask or Zarr; (n, d) or images (n, h, w)) and protected attributes.
+        """Fit on X (numpy, pandas, xarray, Dask or Zarr; (n, d) or images (n, h, w)) and
+        protected attributes.
 
         Parameters
         ----------
-        X : (n, d) or (n, h, w) array, Dask array, Zarr array or path to a Zarr array
+        X : (n, d) or (n, h, w) array, DataFrame, DataArray, Dask array, Zarr array or path
+            to a Zarr array
         y : (n,) binary task label, used only by ``constraint="equal_opportunity"``
         sensitive_features : (n,) labels, (n, p) array, list of p label vectors, or a
-            DataFrame; required, keyword only (never taken from y)
+            DataFrame; required unless ``sensitive_feature_ids`` names columns of X,
+            keyword only (never taken from y)
 
         Returns
         -------
         self
         """
         self._check_params()
-        Xa = as_data(X)
-        require_sensitive_features(self, sensitive_features)
-        Xa, groups, y = with_known_rows(Xa, sensitive_features, y)
-        n, d = Xa.shape
+        inp = check_input(self, X, reset=True, min_samples=2, ids=self.sensitive_feature_ids)
+        labels = group_labels(self, inp, sensitive_features)
+        Xa, labels, y = with_known_rows(inp.data, labels, y)
+        n = Xa.shape[0]
         mask = binary_target(y, n) if self.constraint == "equal_opportunity" else None
-        g = encode_groups(groups, n, mask=mask)
+        g = None if labels is None else encode_groups(labels, n, mask=mask)
         fit_rows = np.arange(n) if mask is None else np.flatnonzero(mask)
-        ms = [len(c) for c in g.categories]
-        m = self._choose_method(len(fit_rows), d)
+        ms = [] if g is None else [len(c) for c in g.categories]
+        q = len(inp.numeric)
+        names = ([] if g is None else list(g.names)) + inp.numeric_names
+        m = self._choose_method(len(fit_rows), len(inp.features))
         if m is None:
-            self._check_k(len(fit_rows), f"n = {len(fit_rows)} fitted rows", ms,
-                          "pass a smaller n_components")
-            self._fit_exact(Xa, fit_rows, g)
+            limit = self._check_k(len(fit_rows), f"n = {len(fit_rows)} fitted rows", ms,
+                                  "pass a smaller n_components", q)
+            self._fit_exact(Xa, fit_rows, g, inp, names, limit)
         else:
             self._check_k(m, f"n_landmarks = {m}", ms,
-                          "pass a smaller n_components or more landmarks")
-            self._fit_nystroem(Xa, fit_rows, mask, g, m)
-        self.n_features_in_ = d
+                          "pass a smaller n_components or more landmarks", q)
+            self._fit_nystroem(Xa, fit_rows, mask, g, m, inp, names)
+        self.n_features_in_ = inp.width
+        self.sensitive_feature_indices_ = inp.sensitive
+        self.numeric_sensitive_columns_ = inp.numeric
         self.n_samples_seen_ = len(fit_rows)
-        self.n_components_ = self.n_components
-        self.groups_ = list(g.categories)
-        self.attribute_names_ = list(g.names)
+        self.groups_ = [] if g is None else list(g.categories)
+        self.attribute_names_ = names
         return self
 
     def fit_transform(self, X, y=None, *, sensitive_features=None):
         """``fit(X, y, sensitive_features=...).transform(X)``."""
         return self.fit(X, y, sensitive_features=sensitive_features).transform(X)
 
-    def _fit_exact(self, Xa, fit_rows, g):
+    def _fit_exact(self, Xa, fit_rows, g, inp: Input, names, limit: int):
         """Alg. 3 on the centred kernel of the fitted rows, via the downdate ``Kc - D D^T``."""
         import dask
 
         rows = None if len(fit_rows) == Xa.shape[0] else fit_rows
-        Xf = _take_rows(Xa, rows)
-        var = _flat_variance(Xf) if self._needs_variance() else None
-        Xf, var = dask.compute(Xf, var)
-        _check_finite(Xf, fit_rows)
-        n, k = Xf.shape[0], self.n_components
+        Xr = _take_rows(Xa, rows)
+        var = _flat_variance(Xr[:, inp.features]) if self._needs_variance() else None
+        Xr, var = dask.compute(Xr, var)
+        _check_finite(Xr, fit_rows)
+        Xf = Xr[:, inp.features] if len(inp.numeric) else Xr
+        Zn = _numeric_attributes(Xr[:, inp.numeric], inp.numeric_names)
+        n = Xf.shape[0]
+        k = limit if self.n_components is None else self.n_components
         self.gamma_ = self._resolve_gamma(var, Xf.shape[1])
         kern = self._kernel_function(self.gamma_)
         rng = np.random.default_rng(self.random_state)
@@ -397,17 +436,22 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         positive = None if self._kernel_is_psd() else _clip_to_psd_in_place(K)
         total = float(np.trace(K))
         standard = _top_eigenpairs(K, k, rng, overwrite=False) if self.tradeoff > 0 else None
-        Z = _centred_onehot(g.codes[fit_rows], g.categories)
+        parts = [] if g is None else [_centred_onehot(g.codes[fit_rows], g.categories)]
+        Z = np.hstack(parts + [Zn])
+        categories = ([] if g is None else list(g.categories)) + [None] * Zn.shape[1]
         ZT, D, C, G = _constraint_directions(K, Z)
-        columns = _zero_groups(C, G, Z, K, g.categories, g.names)
+        columns = _zero_groups(C, G, Z, K, categories, names)
         _downdate_in_place(K, D)
         s, E = _top_eigenpairs(K, k, rng, overwrite=True)
         del K
         tol = n * np.finfo(np.float64).eps * max(total, 0.0)
+        if self.n_components is None:  # every component of non-zero variance
+            k = max(1, int(np.count_nonzero(s > tol)))
+            s, E = s[:k], E[:, :k]
         coef = _dual_coefficients(E, s, ZT, D, tol)
         if standard is not None:
             s0, E0 = standard
-            coef = np.hstack([coef, self.tradeoff * _dual_coefficients(E0, s0, None, None, tol)])
+            coef = np.hstack([coef, self.tradeoff * _dual_coefficients(E0[:, :k], s0[:k], None, None, tol)])
         if positive is not None:  # coefficients in the clipped kernel's range: Kc B = Kc_+ B
             coef = positive @ (positive.T @ coef)
         if self.center:
@@ -416,7 +460,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             coef -= coef.mean(axis=0)
 
         per_group = _exact_violations(coef[:, :k], columns)
-        certify(per_group, g.names, g.categories, np.finfo(np.float64).eps, type(self).__name__)
+        certify(per_group, names, categories, np.finfo(np.float64).eps, type(self).__name__)
         self._set_certificate(per_group)
         self.method_ = "exact"
         self.n_landmarks_ = n
@@ -424,12 +468,13 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.basis_indices_ = fit_rows
         self.dual_coef_ = coef
         self.offset_ = col_mean @ coef
+        self.n_components_ = k
         self.explained_variance_ = np.maximum(s, 0.0) / (n - 1)
         self.explained_variance_ratio_ = np.maximum(s, 0.0) / total
         self.n_constraints_ = D.shape[1]
-        self.max_components_ = n - sum(len(c) for c in g.categories) + len(g.categories)
+        self.max_components_ = limit
 
-    def _fit_nystroem(self, Xa, fit_rows, mask, g, m):
+    def _fit_nystroem(self, Xa, fit_rows, mask, g, m, inp: Input, names):
         """Linear fair PCA on Nyström features, from one chunked pass of additive statistics."""
         import dask
         import dask.array as da
@@ -437,40 +482,56 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         rng = np.random.default_rng(self.random_state)
         idx = np.sort(rng.choice(fit_rows, size=m, replace=False))
         var_rows = None if mask is None else fit_rows
-        var = _flat_variance(_take_rows(Xa, var_rows)) if self._needs_variance() else None
+        var = _flat_variance(_take_rows(Xa, var_rows)[:, inp.features]) if self._needs_variance() else None
         L, var = dask.compute(_take_rows(Xa, idx), var)
         _check_finite(L, idx)
-        self.gamma_ = self._resolve_gamma(var, Xa.shape[1])
+        L = L[:, inp.features]
+        self.gamma_ = self._resolve_gamma(var, L.shape[1])
         kern = self._kernel_function(self.gamma_)
 
         W = _inverse_sqrt(kern(L, L))
-        ms = [len(c) for c in g.categories]
+        ms = [] if g is None else [len(c) for c in g.categories]
+        q = len(inp.numeric)
         if W.shape[1] < m:
             self._check_k(W.shape[1], f"the landmark kernel matrix of rank {W.shape[1]} < "
                           f"{m} (duplicate landmarks or a low-rank kernel)", ms,
-                          "pass a smaller n_components")
+                          "pass a smaller n_components", q)
         if not isinstance(Xa, da.Array):
             Xa = da.from_array(Xa, chunks=(_rows_per_block(max(Xa.shape[1], W.shape[1])), -1))
-        phi = _expand_lazily(Xa, L, W, np.zeros(W.shape[1]), kern)
-        stats = compute_moments(phi, g.codes, g.categories, mask=mask, dtype=np.float64,
+        r = W.shape[1]
+        # phi(x) of the features, then the numeric attributes as they are: their covariances
+        # with phi are the constraint (FairPCA's numeric_sensitive_columns_)
+        from dask import delayed
+
+        phi = Xa.map_blocks(_phi_block, delayed(L), delayed(W), kern, inp.features,
+                            inp.numeric, dtype=np.float64, chunks=(Xa.chunks[0], (r + q,)),
+                            meta=np.empty((0, 0)))
+        codes, cats = (None, ()) if g is None else (g.codes, g.categories)
+        stats = compute_moments(phi, codes, cats, mask=mask, dtype=np.float64,
                                 split_every=self.split_every)
         stats.check_finite()
         fair = FairPCA(self.n_components, center=self.center, constraint=self.constraint,
                        tradeoff=self.tradeoff, split_every=self.split_every)
-        fair.attribute_names_ = list(g.names)
+        fair.attribute_names_ = list(names)
+        fair.numeric_sensitive_columns_ = np.arange(r, r + q)
         fair.fit_statistics(stats)
 
-        P = fair.components_.T
+        k = fair.n_components_
+        if self.n_components is None:  # every component of non-zero variance
+            tol = r * np.finfo(np.float64).eps * float(np.sum(fair.explained_variance_) or 1.0)
+            k = max(1, int(np.count_nonzero(fair.explained_variance_ > tol)))
+        P = fair.components_[:k].T
         if self.tradeoff > 0:
-            P = np.hstack([P, self.tradeoff * fair.standard_components_.T])
+            P = np.hstack([P, self.tradeoff * fair.standard_components_[:k].T])
         self.method_ = "nystroem"
         self.n_landmarks_ = m
         self.basis_ = L
         self.basis_indices_ = idx
         self.dual_coef_ = W @ P
         self.offset_ = fair.mean_ @ P
-        self.explained_variance_ = fair.explained_variance_
-        self.explained_variance_ratio_ = fair.explained_variance_ratio_
+        self.n_components_ = k
+        self.explained_variance_ = fair.explained_variance_[:k]
+        self.explained_variance_ratio_ = fair.explained_variance_ratio_[:k]
         self.n_constraints_ = fair.n_constraints_
         self.max_components_ = fair.max_components_
         self.fairness_violation_ = fair.fairness_violation_
@@ -495,6 +556,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         """
         from pathlib import Path
 
+        from .decomposition import _input_meta
         from .io import atomic_directory, save_arrays
         from .moments import _categories_to_json
 
@@ -510,6 +572,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             "class": type(self).__name__,
             "params": self.get_params(),
             **{a: getattr(self, a) for a in self._meta_attrs},
+            **_input_meta(self),
             "groups_": [_categories_to_json(c) for c in self.groups_],
             "fairness_violation_": float(self.fairness_violation_),
             "fairness_violation_per_attribute_": [float(v) for v in self.fairness_violation_per_attribute_],
@@ -522,6 +585,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     def _from_saved(cls, arrays: dict, meta: dict) -> "FairKernelPCA":
         """The model from what :func:`dfairpca.io.load_arrays` read with :meth:`_saved_layout`;
         ValueError saying what is inconsistent."""
+        from .decomposition import restore_input_meta
         from .moments import _categories_from_json
 
         est = cls(**meta["params"])
@@ -529,6 +593,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             setattr(est, a, arrays[a])
         for a in cls._meta_attrs:
             setattr(est, a, meta[a])
+        restore_input_meta(est, meta)
         est.groups_ = [_categories_from_json(c) for c in meta["groups_"]]
         if "fairness_violation_" in meta:  # models saved before the certificate lack it
             est.fairness_violation_ = float(meta["fairness_violation_"])
@@ -543,7 +608,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     def _saved_layout(cls, meta: dict, headers: dict) -> dict:
         """Check a saved FairKernelPCA's meta.json (kernel from :data:`KERNELS` only); the
         shape and kind of each array it implies."""
-        from .decomposition import saved_certificate, saved_groups, saved_params
+        from .decomposition import saved_certificate, saved_groups, saved_input_meta, saved_params
         from .io import meta_value
 
         kernel = meta_value(meta, "params", "dict").get("kernel", "rbf")
@@ -554,13 +619,15 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         if (gamma is None) != (kernel == "linear") or (gamma is not None and gamma <= 0):
             raise ValueError(f"meta.json: 'gamma_' {gamma!r} does not suit the {kernel} kernel")
         meta_value(meta, "method_", ("exact", "nystroem"))
-        d = meta_value(meta, "n_features_in_", "positive")
+        width = meta_value(meta, "n_features_in_", "positive")
+        sensitive, numeric = saved_input_meta(meta, width)
+        d = width - len(sensitive)  # the columns of the kernel
         k = meta_value(meta, "n_components_", "positive")
         b = meta_value(meta, "n_landmarks_", "positive")
         n = meta_value(meta, "n_samples_seen_", "positive")
         meta_value(meta, "n_constraints_", "count")
         meta_value(meta, "max_components_", "int")
-        saved_certificate(meta, len(saved_groups(meta)))
+        saved_certificate(meta, len(saved_groups(meta, len(numeric))) + len(numeric))
         if b > n:
             raise ValueError(f"meta.json: 'n_landmarks_' {b} exceeds 'n_samples_seen_' {n}")
         out = 2 * k if params.get("tradeoff", 0) > 0 else k
@@ -572,28 +639,43 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     def _check_fitted(self):
         if not hasattr(self, "dual_coef_"):
             raise NotFittedError(
-                f"this {type(self).__name__} is not fitted yet; call fit(X, groups) before using it"
+                f"this {type(self).__name__} is not fitted yet; call fit(...) before using it"
             )
 
     @property
     def _n_features_out(self):
         return self.dual_coef_.shape[1]
 
+    def get_feature_names_out(self, input_features=None):
+        """"fairkernelpca0", ... for the fair components, then "fairkernelpca_standard0",
+        ... for the λ-scaled standard ones when ``tradeoff > 0``."""
+        return fair_feature_names(self, super().get_feature_names_out(input_features))
+
     def transform(self, X):
         """Represent X: ``kernel(X, basis_) @ dual_coef_ - offset_`` (the centred kernel expansion).
 
-        numpy in, numpy out; Dask (or Zarr) in, lazy Dask out with X's row chunks.  float64.
+        numpy or pandas in, numpy out; Dask (or Zarr) in, lazy Dask out with X's row chunks;
+        a DataArray in, a DataArray out (rows and a "component" dimension).  float64.  X
+        has all ``n_features_in_`` columns; those named by ``sensitive_feature_ids`` are
+        left out of the kernel.
         """
         self._check_fitted()
         import dask.array as da
 
-        Xa = as_data(X)
-        d = Xa.shape[1]
-        check_n_features(self, d)
+        inp = check_input(self, X, reset=False, ids=self.sensitive_feature_ids)
+        fitted = np.asarray(getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
+        if not np.array_equal(inp.numeric, fitted) or \
+                inp.data.shape[1] != self.basis_.shape[1] + len(fitted):
+            raise ValueError("X's sensitive columns differ from those at fit: give the columns "
+                             "the dtypes they had at fit")
+        Xa = inp.data
+        columns = inp.features if len(fitted) else None
         kern = self._kernel_function(self.gamma_)
         if isinstance(Xa, da.Array):
-            return _expand_lazily(Xa, self.basis_, self.dual_coef_, self.offset_, kern)
-        return _expand(Xa, self.basis_, self.dual_coef_, self.offset_, kern)
+            out = _expand_lazily(Xa, self.basis_, self.dual_coef_, self.offset_, kern, columns)
+        else:
+            out = _expand(Xa, self.basis_, self.dual_coef_, self.offset_, kern, columns)
+        return inp.wrap(out, self.get_feature_names_out())
 
 
 # ---------------------------------------------------------------------------- kernels
@@ -632,8 +714,9 @@ def _rows_per_block(width: int) -> int:
     return max(1, BLOCK_BYTES // (8 * max(1, width)))
 
 
-def _expand(x, basis, coef, offset, kern, block_info=None):
-    """``kern(x, basis) @ coef - offset`` row block by row block (bounded temporaries).
+def _expand(x, basis, coef, offset, kern, columns=None, block_info=None):
+    """``kern(x[:, columns], basis) @ coef - offset`` row block by row block (bounded
+    temporaries); ``columns`` None: all of x's.
 
     Rows of x holding NaN or infinity raise, named (global rows inside ``map_blocks``):
     a kernel may map them to finite values (sklearn's refuse them without the rows, a
@@ -641,6 +724,8 @@ def _expand(x, basis, coef, offset, kern, block_info=None):
     """
     x = np.asarray(x)
     check_finite_input(x, *row_origin(block_info))
+    if columns is not None:
+        x = x[:, columns]
     basis = np.asarray(basis, dtype=np.float64)  # cast once, not per block
     out = np.empty((x.shape[0], coef.shape[1]))
     step = _rows_per_block(max(basis.shape[0], x.shape[1]))
@@ -649,14 +734,35 @@ def _expand(x, basis, coef, offset, kern, block_info=None):
     return out
 
 
-def _expand_lazily(X, basis, coef, offset, kern):
+def _expand_lazily(X, basis, coef, offset, kern, columns=None):
     """:func:`_expand` per row chunk of the Dask array X (basis and coef shipped once)."""
     from dask import delayed
 
     return X.map_blocks(
-        _expand, delayed(basis), delayed(coef), offset, kern, dtype=np.float64,
+        _expand, delayed(basis), delayed(coef), offset, kern, columns, dtype=np.float64,
         chunks=(X.chunks[0], (coef.shape[1],)), meta=np.empty((0, 0)),
     )
+
+
+def _phi_block(x, basis, coef, kern, features, numeric, block_info=None):
+    """Nyström features of a row chunk's ``features`` columns, then its ``numeric``
+    protected attributes as float64: the columns the Nyström statistics are taken over."""
+    phi = _expand(x, basis, coef, 0.0, kern, features if len(numeric) else None, block_info)
+    if not len(numeric):
+        return phi
+    return np.hstack([phi, np.asarray(x)[:, numeric].astype(np.float64)])
+
+
+def _numeric_attributes(values, names) -> np.ndarray:
+    """Centred numeric protected attributes (n, q): the Z columns of the exact method
+    (``Z^T Kc B = 0``: the representation is uncorrelated with each); a constant one is an
+    error."""
+    Z = np.asarray(values, dtype=np.float64)
+    for j, name in enumerate(names):
+        if Z.shape[0] and np.ptp(Z[:, j]) == 0:
+            raise ValueError(f"{name} is constant over the rows fitted, so it tells no one "
+                             "apart; drop it from sensitive_feature_ids")
+    return Z - Z.mean(axis=0)
 
 
 def _kernel_matrix(X: np.ndarray, kern) -> np.ndarray:
@@ -730,26 +836,31 @@ def _noise_level(Kc: np.ndarray) -> float:
 
 def _zero_groups(C, G, Z, Kc, categories, names):
     """Per attribute: ``(Kc z_g, z_g^T Kc z_g)`` for all m groups (the last group's
-    centred indicator is minus the sum of the other m - 1 columns of Z), with the groups
-    without signal (:func:`_noise_level`) set to zero and a warning naming them."""
+    centred indicator is minus the sum of the other m - 1 columns of Z), or for a numeric
+    attribute (categories None) its one centred column, with those without signal
+    (:func:`_noise_level`) set to zero and a warning naming them."""
     level = _noise_level(Kc)
     columns, start = [], 0
     for cats, name in zip(categories, names):
-        cols = np.arange(start, start + len(cats) - 1)
-        start += len(cats) - 1
+        numeric = cats is None
+        width = 1 if numeric else len(cats) - 1
+        cols = np.arange(start, start + width)
+        start += width
         Zb = Z[:, cols]
-        KZ = np.hstack([C[:, cols], -C[:, cols].sum(axis=1, keepdims=True)])
         Gb = G[np.ix_(cols, cols)]
-        sq = np.append(np.diagonal(Gb), Gb.sum())
-        zsq = np.append(np.einsum("ij,ij->j", Zb, Zb), np.square(Zb.sum(axis=1)).sum())
+        if numeric:
+            KZ, sq, zsq = C[:, cols].copy(), np.diagonal(Gb).copy(), np.einsum("ij,ij->j", Zb, Zb)
+        else:
+            KZ = np.hstack([C[:, cols], -C[:, cols].sum(axis=1, keepdims=True)])
+            sq = np.append(np.diagonal(Gb), Gb.sum())
+            zsq = np.append(np.einsum("ij,ij->j", Zb, Zb), np.square(Zb.sum(axis=1)).sum())
         zero = sq <= level * zsq
         if zero.any():
-            labels = ", ".join(str(c) for c in np.asarray(cats)[zero])
-            warnings.warn(
-                f"group(s) {labels} of {name}: the mean in the kernel's feature space equals "
-                "the overall mean to rounding, so they impose no constraint and none is kept",
-                UserWarning, stacklevel=4,
-            )
+            what = (f"{name}: its covariance with the kernel's features is rounding" if numeric else
+                    f"group(s) {', '.join(str(c) for c in np.asarray(cats)[zero])} of {name}: "
+                    "the mean in the kernel's feature space equals the overall mean to rounding")
+            warnings.warn(f"{what}, so they impose no constraint and none is kept",
+                          UserWarning, stacklevel=4)
             KZ[:, zero], sq[zero] = 0.0, 0.0
         columns.append((KZ, sq))
     return columns

@@ -327,7 +327,7 @@ def test_bad_parameters(xg, kwargs, fit_args, exc, match):
 def test_bad_inputs(xg):
     X, z = xg
     est = dfairpca.FairPCA(2)
-    with pytest.raises(ValueError, match="2-D .* or 3-D"):
+    with pytest.raises(ValueError, match="Reshape your data"):  # scikit-learn's words
         est.fit(X.reshape(-1), sensitive_features=z)
     with pytest.raises(ValueError, match="199 labels but X has 200 rows"):
         est.fit(X, sensitive_features=z[:-1])
@@ -337,7 +337,7 @@ def test_bad_inputs(xg):
         est.fit(X, sensitive_features=np.where(z == 0, np.nan, z))
     with pytest.raises(ValueError, match="sensitive_features=z"):
         est.fit(X)
-    with pytest.raises(TypeError, match="numeric"):
+    with pytest.raises(ValueError, match="numeric"):
         est.fit(X.astype(str), sensitive_features=z)
     with pytest.raises(ValueError, match="no fair projection exists"):
         dfairpca.FairPCA().fit(X[:, :2], sensitive_features=z)
@@ -366,7 +366,7 @@ def test_transform_errors(xg):
     with pytest.raises(NotFittedError, match="not fitted yet"):
         dfairpca.FairPCA(2).transform(X)
     est = dfairpca.FairPCA(2).fit(X, sensitive_features=z)
-    with pytest.raises(ValueError, match="X has 7 features, but FairPCA was fitted with 8"):
+    with pytest.raises(ValueError, match="X has 7 features, but FairPCA is expecting 8 features as input"):
         est.transform(X[:, :7])
 
 

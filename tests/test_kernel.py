@@ -309,7 +309,7 @@ def test_transform_errors(xz):
     with pytest.raises(NotFittedError, match="not fitted yet"):
         FairKernelPCA(2).transform(X)
     est = FairKernelPCA(2, n_landmarks=50).fit(X, sensitive_features=z)
-    with pytest.raises(ValueError, match="X has 5 features, but FairKernelPCA was fitted with 6"):
+    with pytest.raises(ValueError, match="X has 5 features, but FairKernelPCA is expecting 6 features as input"):
         est.transform(X[:, :5])
     with pytest.raises(ValueError, match="pass y"):
         FairKernelPCA(2, constraint="equal_opportunity").fit(X, sensitive_features=z)

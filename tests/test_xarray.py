@@ -1,0 +1,70 @@
+"""xarray DataArrays in and out: a Dask-backed one stays lazy, its row coordinate survives."""
+
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+
+import dfairpca
+from dfairpca import FairKernelPCA, FairPCA
+from oracle import make_data
+
+
+def _array(X, lazy):
+    data = da.from_array(X, chunks=(100, -1)) if lazy else X
+    return xr.DataArray(data, dims=("sample", "feature"),
+                        coords={"sample": np.arange(len(X)) * 10,
+                                "feature": [f"f{i}" for i in range(X.shape[1])]})
+
+
+@pytest.fixture
+def never_loaded(monkeypatch):
+    """Any np.asarray / .values of a DataArray fails: the estimators must take ``.data``."""
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("a DataArray was loaded into memory")
+
+    monkeypatch.setattr(xr.DataArray, "__array__", refuse)
+    monkeypatch.setattr(xr.DataArray, "values", property(refuse))
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_dataarray_in_dataarray_out(lazy, never_loaded):
+    X, (z,) = make_data(400, 6, (2,), seed=1)
+    xa = _array(X, lazy)
+    est = FairPCA(3).fit(xa, sensitive_features=z)
+    ref = FairPCA(3).fit(X, sensitive_features=z)
+    np.testing.assert_allclose(est.components_, ref.components_, atol=1e-10)
+    out = est.transform(xa)
+    assert isinstance(out, xr.DataArray) and out.dims == ("sample", "component")
+    assert isinstance(out.data, da.Array) is lazy
+    if lazy:
+        assert out.data.chunks[0] == xa.data.chunks[0]
+    np.testing.assert_array_equal(out.coords["sample"].data, np.arange(400) * 10)
+    assert list(out.coords["component"].data) == ["fairpca0", "fairpca1", "fairpca2"]
+    got = out.data.compute() if lazy else out.data
+    np.testing.assert_allclose(got, ref.transform(X), atol=1e-10)
+    pca = dfairpca.PCA(2).fit(xa)
+    assert isinstance(pca.transform(xa).data, da.Array) is lazy
+
+
+def test_dataarray_sensitive_feature_ids_by_coordinate_label():
+    X, (z,) = make_data(300, 6, (2,), seed=2)
+    xa = _array(np.column_stack([X, z]), lazy=True)
+    xa = xa.assign_coords(feature=[f"f{i}" for i in range(6)] + ["sex"])
+    est = FairPCA(2, sensitive_feature_ids=["sex"]).fit(xa)
+    ref = FairPCA(2).fit(X, sensitive_features=z)
+    np.testing.assert_allclose(est.components_, ref.components_, atol=1e-9)
+    kern = FairKernelPCA(2, sensitive_feature_ids=["sex"]).fit(xa)
+    out = kern.transform(xa)
+    assert out.dims == ("sample", "component") and isinstance(out.data, da.Array)
+    kref = FairKernelPCA(2).fit(X, sensitive_features=z)
+    np.testing.assert_allclose(out.data.compute(), kref.transform(X), atol=1e-8)
+
+
+def test_progress_bar_for_numpy_input(capsys):
+    X, (z,) = make_data(300, 5, (2,), seed=3)
+    quiet = FairPCA(2).fit(X, sensitive_features=z)
+    assert "pass" not in capsys.readouterr().err
+    shown = FairPCA(2, progress=True).fit(X, sensitive_features=z)
+    assert "pass: 100%" in capsys.readouterr().err
+    np.testing.assert_array_equal(shown.components_, quiet.components_)
