@@ -1323,8 +1323,9 @@ def restore_input_meta(est, meta: dict) -> None:
     """Set what :func:`_input_meta` saved (checked by :func:`saved_input_meta`)."""
     if "feature_names_in_" in meta:
         est.feature_names_in_ = np.asarray(meta["feature_names_in_"], dtype=object)
+    takes_ids = "sensitive_feature_ids" in est.get_params()  # models saved before: none
     for a in ("sensitive_feature_indices_", "numeric_sensitive_columns_"):
-        if a in meta or hasattr(type(est), "sensitive_feature_ids"):
+        if a in meta or takes_ids:
             setattr(est, a, np.asarray(meta.get(a, []), dtype=np.intp))
 
 

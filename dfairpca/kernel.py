@@ -331,8 +331,10 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         if k > limit or limit < 1:
             desc = " and ".join([f"{m} groups" for m in ms] + ([f"{q} numeric attribute(s)"] if q else []))
             minus = f" - {q}" if q else ""
+            head = (f"n_components={k} is too large" if limit >= 1 else
+                    "no fair representation exists")
             raise ValueError(
-                f"n_components={k} is too large: with {desc} and {what} the largest k is "
+                f"{head}: with {desc} and {what} the largest k is "
                 f"{size} - {sum(ms)} + {len(ms)}{minus} = {limit}; {fix}"
             )
         return limit

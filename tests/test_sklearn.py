@@ -318,3 +318,30 @@ def test_metadata_routing_still_passes_sensitive_features():
         pipe = make_pipeline(fair, LogisticRegression()).fit(X, y, sensitive_features=z)
     np.testing.assert_allclose(pipe[0].components_,
                                FairPCA(3).fit(X, sensitive_features=z).components_, atol=1e-12)
+
+
+def test_a_model_saved_before_these_attributes_loads(tmp_path):
+    """Models written before singular_values_, noise_variance_, the sensitive columns and
+    the new parameters existed load, and get those from what they hold."""
+    import json
+
+    X, (z,) = make_data(400, 7, (2,), seed=12)
+    est = FairPCA(3).fit(X, sensitive_features=z)
+    est.save(tmp_path / "m", statistics=True)
+    model = tmp_path / "m" / "model"
+    meta = json.loads((model / "meta.json").read_text())
+    for key in ("noise_variance_", "sensitive_feature_indices_", "numeric_sensitive_columns_"):
+        del meta[key]
+    for key in ("whiten", "svd_solver", "iterated_power", "n_oversamples", "random_state",
+                "sensitive_feature_ids"):
+        del meta["params"][key]
+    (model / "meta.json").write_text(json.dumps(meta))
+    with np.load(model / "arrays.npz") as f:
+        arrays = {k: f[k] for k in f.files if k not in ("singular_values_",)}
+    np.savez(model / "arrays.npz", **arrays)
+    back = dfairpca.load(tmp_path / "m")
+    np.testing.assert_allclose(back.singular_values_, est.singular_values_, rtol=1e-12)
+    assert back.noise_variance_ == pytest.approx(est.noise_variance_, rel=1e-12)
+    np.testing.assert_array_equal(back.transform(X), est.transform(X))
+    back.partial_fit(X[:40], sensitive_features=z[:40])
+    assert back.n_samples_seen_ == 440
