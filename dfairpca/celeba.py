@@ -40,8 +40,8 @@ from PIL import Image
 from tqdm import tqdm
 
 from .io import (
-    atomic_directory, check_target, marker_attributes, move_into_place, remove_directory,
-    writing_every_chunk,
+    atomic_directory, check_target, marker_attributes, move_into_place, read_checked,
+    remove_directory, strict_group, writing_every_chunk,
 )
 
 __all__ = [
@@ -376,7 +376,8 @@ def attribute_column(path_or_group: str | os.PathLike | zarr.Group, name: str) -
         raise ValueError(
             f"unknown attribute {name!r}{hint} Valid names: {', '.join(names)}"
         )
-    return np.asarray(attributes[:, names.index(name)], dtype=np.int8)
+    column = read_checked(attributes, (slice(None), names.index(name)))
+    return np.asarray(column, dtype=np.int8)
 
 
 # --------------------------------------------------------------------------
@@ -425,16 +426,20 @@ def _create_store(
 
 
 def _open_group(path: str | os.PathLike | zarr.Group) -> zarr.Group:
-    """Open ``path`` as a Zarr group for reading (or return it if it is one)."""
+    """Open ``path`` (or reopen a group) for reading; an absent chunk is an error, not zeros.
+
+    dfairpca's stores hold every chunk, so one that is missing was lost: reading it as
+    the fill value would give a face of zeros or an attribute of 0 without a word.
+    """
     if isinstance(path, zarr.Group):
-        return path
+        return strict_group(path)
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such CelebA store: {path}")
     if not path.is_dir():
         raise ValueError(f"{path} is not a Zarr group (it is a file, not a directory)")
     try:
-        return zarr.open_group(path, mode="r")
+        return strict_group(zarr.open_group(path, mode="r"))
     except (zarr.errors.BaseZarrError, ValueError) as exc:
         raise ValueError(f"{path} is not a Zarr group: {exc}") from exc
 

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ._engine import _sl, compute_moments
-from .io import atomic_directory, check_target, local_zarr_roots
+from .io import atomic_directory, check_progress, check_target, local_zarr_roots
 from .moments import Moments, merge
 
 __all__ = [
@@ -381,7 +381,7 @@ def _load(path: Path) -> dict | None:
     file = path / "progress.json"
     try:
         progress = json.loads(file.read_text())
-        ok = progress.get("kind") == "dfairpca checkpoint"
+        ok = isinstance(progress, dict) and progress.get("kind") == "dfairpca checkpoint"
     except (OSError, ValueError):
         ok = False
     if not ok:
@@ -389,12 +389,14 @@ def _load(path: Path) -> dict | None:
             f"{str(path)!r} exists but is not a dfairpca checkpoint; choose another "
             "checkpoint directory"
         )
+    check_progress(progress, file)
     if progress["version"] > CHECKPOINT_VERSION:
         raise ValueError(
             f"checkpoint {str(path)!r} was written by a newer dfairpca; upgrade dfairpca "
             "or pass resume=False to start over"
         )
     total = Moments.load(path / "total")
+    check_progress(progress, file, total)
     return {
         "fingerprint": progress["fingerprint"],
         "segments": [tuple(b) for b in progress["segments"]],

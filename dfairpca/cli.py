@@ -75,12 +75,13 @@ def _check_out(path: Path, kind: str, overwrite: bool, protect: dict | None = No
     check_target(path, kind, overwrite=overwrite, protect=protect)
 
 
-def _images(store, rows_per_chunk=None):
+def _images(store, rows_per_chunk=None, missing_chunks="error"):
     from .celeba import open_celeba
     from .io import from_zarr
 
     images, _, names = open_celeba(store)
-    return from_zarr(store, "images", rows_per_chunk=rows_per_chunk), names
+    return from_zarr(store, "images", rows_per_chunk=rows_per_chunk,
+                     missing_chunks=missing_chunks), names
 
 
 def _attributes(store, names):
@@ -204,7 +205,7 @@ def _data(args, rows_per_chunk=None) -> _Data:
                 f"{args.store} is not a CelebA store: it has no 'images' array; for another "
                 f"layout name the data with --array NAME, one of {_shown(_arrays(root))}"
             )
-        X, _ = _images(args.store, rows_per_chunk)
+        X, _ = _images(args.store, rows_per_chunk, args.missing_chunks)
         return _Data(X, X.shape, f"{args.store}/images", "images", True, root)
     if args.array is None:  # STORE is itself an array
         node, label, name = root, str(args.store), _array_name(str(args.store))
@@ -216,7 +217,7 @@ def _data(args, rows_per_chunk=None) -> _Data:
             f"{label} holds {node.dtype} of shape {node.shape}; X must be numbers (bool, int "
             "or float) with one row per sample: shape (n, d) or (n, ...)"
         )
-    X = from_zarr(node, rows_per_chunk=rows_per_chunk)
+    X = from_zarr(node, rows_per_chunk=rows_per_chunk, missing_chunks=args.missing_chunks)
     # (n, h, w, ...) -> (n, h*w*...): rows are chunked whole, so no rechunk
     return _Data(X.reshape(X.shape[0], -1), X.shape, label, name, False, root)
 
@@ -242,9 +243,13 @@ def _check_rows(count: int, source: str, data: _Data) -> None:
         )
 
 
-def _read_labels(node) -> np.ndarray:
-    """A small label array read whole (text as Python strings, which FairPCA encodes)."""
-    values = np.asarray(node[:])
+def _read_labels(node, missing_chunks: str) -> np.ndarray:
+    """A small label array read whole, every chunk or an error unless ``missing_chunks``
+    is "fill" (text as Python strings, which FairPCA encodes)."""
+    from .io import read_checked, strict_array
+
+    values = np.asarray(read_checked(strict_array(node) if missing_chunks == "error" else node,
+                                     slice(None)))
     return values.astype(object) if values.dtype.kind == "T" else values
 
 
@@ -258,7 +263,7 @@ def _label_array(args, data: _Data, value: str, option: str):
     if node.ndim not in (1, 2):
         raise CLIError(f"{option} {value}: {label} has shape {node.shape}; labels must be (n,) or (n, p)")
     _check_rows(node.shape[0], f"{option} {label}", data)
-    values = _read_labels(node)
+    values = _read_labels(node, args.missing_chunks)
     name = _array_name(value)
     if values.ndim == 1:
         return {name: values}
@@ -536,7 +541,9 @@ def cmd_transform(args):
     import dask.array as da
 
     from . import load
-    from .io import atomic_directory, marker_attributes, writing_every_chunk
+    from .io import (
+        atomic_directory, marker_attributes, read_checked, strict_group, writing_every_chunk,
+    )
 
     start = time.perf_counter()
     out = Path(args.out)
@@ -568,13 +575,17 @@ def cmd_transform(args):
             # travels with the array to the workers)
             arr = g.create_array(name, shape=Y.shape, chunks=Y.chunksize, dtype=Y.dtype)
             da.to_zarr(Y, arr, compute=True)
-            # the CelebA layout's labels travel along; other stores' rows keep X's order
+            # the CelebA layout's labels travel along (other stores' rows keep X's order):
+            # the attributes whole or an error; the partition as zarr reads it: stores of
+            # dfairpca that predate writing_every_chunk lack its all-train (all-zero) chunks
             src = data.root if data.celeba else {}
+            strict = strict_group(src) if data.celeba else {}
             for extra in ("attributes", "partition"):
                 if extra in src:
                     arr = g.create_array(extra, shape=src[extra].shape, chunks=src[extra].chunks,
                                          dtype=src[extra].dtype)
-                    arr[:] = src[extra][:]
+                    arr[:] = read_checked((strict if extra == "attributes" else src)[extra],
+                                          slice(None))
                     arr.attrs.update(dict(src[extra].attrs))
         dt = time.perf_counter() - t
     print(f"wrote {name} {Y.shape} to {out} in {dt:.1f} s")
@@ -632,7 +643,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     its own words what happens instead."""
 
     def _get_help_string(self, action):
-        if action.default is None or "default" in (action.help or ""):
+        if action.default is None or "(default: " in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
 
@@ -687,6 +698,11 @@ def _add_array(p):
                    help="the data X: an array of STORE (a path inside it, e.g. X or data/X) or "
                         "the path of a Zarr array, of shape (n, ...) (default: the CelebA "
                         "layout's images)")
+    p.add_argument("--missing-chunks", choices=["error", "fill"], default="error",
+                   help="a chunk absent from the store of X or of a label array: an error, or "
+                        "(fill) the array's fill value, for stores whose writer leaves out "
+                        "constant chunks on purpose (zarr-python does by default); CelebA "
+                        "attributes are always read whole")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -618,25 +618,130 @@ _CLASSES = {"PCA": PCA, "FairPCA": FairPCA}
 
 
 def load(path):
-    """Load a model written by ``save``; reads only .npz arrays and JSON, never pickle."""
-    from .io import load_arrays
+    """Load a model written by ``save``; reads only .npz arrays and JSON, never pickle.
+
+    Everything is checked before it is trusted: meta.json's keys and types for the model's
+    class, the declared shape of every array against the others (before any is read) and
+    their values (finite, orthonormal components).  A truncated, edited or inconsistent
+    model raises :class:`dfairpca.io.SavedFileError` naming the file and what is wrong.
+    """
+    from .io import SavedFileError, load_arrays
 
     path = Path(path)
-    arrays, meta = load_arrays(path / "model", kind="estimator")
-    if meta["class"] == "FairKernelPCA":
+    arrays, meta = load_arrays(path / "model", kind="estimator", layout=_saved_layout)
+    try:
+        if meta["class"] == "FairKernelPCA":
+            from .kernel import FairKernelPCA
+
+            return FairKernelPCA._from_saved(arrays, meta)
+        cls = _CLASSES[meta["class"]]
+        est = cls(**meta["params"])
+        for a in cls._array_attrs:
+            setattr(est, a, arrays.get(a))
+        for a in cls._meta_attrs:
+            if a in meta:
+                setattr(est, a, meta[a])
+        est._restore_extra(meta, arrays)
+        _check_saved_values(est)
+    except ValueError as exc:
+        raise SavedFileError(f"cannot load {str(path / 'model')!r}: {exc}; it was edited or "
+                             "not written by dfairpca: save the model again") from None
+    if (path / "statistics").exists():
+        stats = Moments.load(path / "statistics")
+        p = len(getattr(est, "groups_", []))
+        if stats.n_features != est.n_features_in_ or len(stats.attributes) != p:
+            raise SavedFileError(
+                f"cannot load {str(path)!r}: statistics/ hold {stats.n_features} features and "
+                f"{len(stats.attributes)} attributes, the model {est.n_features_in_} and {p}; "
+                "they were not saved together: save the model again"
+            )
+        est.statistics_ = stats
+    return est
+
+
+#: the classes a saved model may name: the allow-list (FairKernelPCA lives in kernel.py,
+#: which imports this module)
+SAVED_CLASSES = (*_CLASSES, "FairKernelPCA")
+
+
+def _saved_layout(meta: dict, headers: dict) -> dict:
+    """Check a saved estimator's meta.json for its class; the arrays it implies."""
+    from .io import meta_value
+
+    name = meta_value(meta, "class", SAVED_CLASSES)
+    if name == "FairKernelPCA":
         from .kernel import FairKernelPCA
 
-        return FairKernelPCA._from_saved(arrays, meta)
-    cls = _CLASSES.get(meta["class"])
-    if cls is None:
-        raise ValueError(f"{str(path)!r} holds an unknown model class {meta['class']!r}")
-    est = cls(**meta["params"])
-    for a in cls._array_attrs:
-        setattr(est, a, arrays.get(a))
-    for a in cls._meta_attrs:
-        if a in meta:
-            setattr(est, a, meta[a])
-    est._restore_extra(meta, arrays)
-    if (path / "statistics").exists():
-        est.statistics_ = Moments.load(path / "statistics")
-    return est
+        return FairKernelPCA._saved_layout(meta, headers)
+    cls = _CLASSES[name]
+    saved_params(cls, meta)
+    d = meta_value(meta, "n_features_in_", "positive")
+    k = meta_value(meta, "n_components_", "positive")
+    meta_value(meta, "n_samples_seen_", "count")
+    if k > d:
+        raise ValueError(f"meta.json: 'n_components_' {k} exceeds 'n_features_in_' {d}")
+    specs = {"components_": ((k, d), "f"), "mean_": ((d,), "f"),
+             "scale_": ((d,), "f" if meta["params"].get("standardize") else "?f"),
+             "explained_variance_": ((k,), "f"), "explained_variance_ratio_": ((k,), "f")}
+    if cls is FairPCA:
+        ms = saved_groups(meta)
+        r = meta_value(meta, "n_constraints_", "count")
+        meta_value(meta, "max_components_", "int")
+        if r + k > d:
+            raise ValueError(f"meta.json: {k} components and {r} constraints exceed {d} features")
+        specs["constraint_basis_"] = ((d, r), "f")
+        specs["standard_components_"] = ((k, d), "?f")
+        for j, m in enumerate(ms):
+            specs[f"group_means_{j}"] = ((m, d), "f")
+    return specs
+
+
+def saved_params(cls, meta: dict) -> dict:
+    """meta.json's ``params``, checked to be ``cls``'s parameters with valid values."""
+    from .io import meta_value
+
+    params = meta_value(meta, "params", "dict")
+    unknown = sorted(set(params) - set(cls._get_param_names()))
+    if unknown:
+        raise ValueError(f"meta.json: 'params' has keys {unknown} that {cls.__name__} does not take")
+    try:
+        cls(**params)._check_params()
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"meta.json: 'params': {exc}") from None
+    return params
+
+
+def saved_groups(meta: dict) -> list[int]:
+    """Group counts of each attribute from meta.json's ``groups_`` and ``attribute_names_``."""
+    from .io import meta_value
+
+    groups = meta_value(meta, "groups_", "list")
+    names = meta_value(meta, "attribute_names_", "list")
+    if not groups or len(names) != len(groups) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"meta.json: 'attribute_names_' must name each of the {len(groups)} "
+                         f"attributes of 'groups_' (at least one); got {names!r:.80}")
+    ms = []
+    for j, c in enumerate(groups):
+        try:
+            ms.append(len(_categories_from_json(c)))
+        except ValueError as exc:
+            raise ValueError(f"meta.json: 'groups_' of {names[j]!r}: {exc}") from None
+    return ms
+
+
+def _check_saved_values(est) -> None:
+    """ValueError if a loaded PCA/FairPCA's values contradict what a fit gives (O(k^2 d))."""
+    U, tol = est.components_, 1e-6
+    problem = (
+        "the rows of 'components_' are not orthonormal"
+        if np.abs(U @ U.T - np.eye(len(U))).max() > tol else
+        "'explained_variance_' has negative entries"
+        if (est.explained_variance_ < -tol * max(1.0, est.explained_variance_.max())).any() else
+        "'scale_' has entries <= 0"
+        if getattr(est, "scale_", None) is not None and (est.scale_ <= 0).any() else None
+    )
+    Q = getattr(est, "constraint_basis_", None)
+    if problem is None and Q is not None and Q.size and np.abs(U @ Q).max() > tol:
+        problem = "'components_' are not orthogonal to 'constraint_basis_' (the model is not fair)"
+    if problem:
+        raise ValueError(f"arrays.npz: {problem}")

@@ -497,6 +497,8 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
 
     @classmethod
     def _from_saved(cls, arrays: dict, meta: dict) -> "FairKernelPCA":
+        """The model from what :func:`dfairpca.io.load_arrays` read with :meth:`_saved_layout`;
+        ValueError saying what is inconsistent."""
         from .moments import _categories_from_json
 
         est = cls(**meta["params"])
@@ -505,7 +507,40 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         for a in cls._meta_attrs:
             setattr(est, a, meta[a])
         est.groups_ = [_categories_from_json(c) for c in meta["groups_"]]
+        idx = est.basis_indices_
+        if idx.size and (idx.min() < 0 or idx.max() >= est.n_samples_seen_):
+            raise ValueError(f"arrays.npz: 'basis_indices_' points outside the "
+                             f"{est.n_samples_seen_} fitted rows")
         return est
+
+    @classmethod
+    def _saved_layout(cls, meta: dict, headers: dict) -> dict:
+        """Check a saved FairKernelPCA's meta.json (kernel from :data:`KERNELS` only); the
+        shape and kind of each array it implies."""
+        from .decomposition import saved_groups, saved_params
+        from .io import meta_value
+
+        kernel = meta_value(meta, "params", "dict").get("kernel", "rbf")
+        if kernel not in KERNELS:  # a saved kernel is a name, never code
+            raise ValueError(f"meta.json: kernel {kernel!r:.40} is not one of {list(KERNELS)}")
+        params = saved_params(cls, meta)
+        gamma = meta_value(meta, "gamma_", "number", optional=True)
+        if (gamma is None) != (kernel == "linear") or (gamma is not None and gamma <= 0):
+            raise ValueError(f"meta.json: 'gamma_' {gamma!r} does not suit the {kernel} kernel")
+        meta_value(meta, "method_", ("exact", "nystroem"))
+        d = meta_value(meta, "n_features_in_", "positive")
+        k = meta_value(meta, "n_components_", "positive")
+        b = meta_value(meta, "n_landmarks_", "positive")
+        n = meta_value(meta, "n_samples_seen_", "positive")
+        meta_value(meta, "n_constraints_", "count")
+        meta_value(meta, "max_components_", "int")
+        saved_groups(meta)
+        if b > n:
+            raise ValueError(f"meta.json: 'n_landmarks_' {b} exceeds 'n_samples_seen_' {n}")
+        out = 2 * k if params.get("tradeoff", 0) > 0 else k
+        return {"basis_": ((b, d), "f"), "basis_indices_": ((b,), "iu"),
+                "dual_coef_": ((b, out), "f"), "offset_": ((out,), "f"),
+                "explained_variance_": ((k,), "f"), "explained_variance_ratio_": ((k,), "f")}
 
     # ------------------------------------------------------------------ transforming
     def _check_fitted(self):

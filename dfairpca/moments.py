@@ -458,10 +458,54 @@ class Moments:
 
     @classmethod
     def load(cls, path) -> "Moments":
-        from .io import load_arrays
+        """Read what :meth:`save` wrote, checked first (:class:`dfairpca.io.SavedFileError`
+        names the file and what is wrong); never unpickles."""
+        from .io import SavedFileError, load_arrays
 
-        arrays, meta = load_arrays(path, kind="Moments")
+        arrays, meta = load_arrays(path, kind="Moments", layout=_saved_layout)
+        n = int(arrays["n"])
+        problem = (
+            "'n' is negative" if n < 0 else
+            "'n_nonfinite' is negative" if int(arrays["n_nonfinite"]) < 0 else
+            "'precision' is not in (0, 1)" if not 0 < float(arrays["precision"]) < 1 else
+            next((f"the group counts 'counts_{j}' do not add up to n = {n}"
+                  for j in range(meta["n_attributes"])
+                  if (arrays[f"counts_{j}"] < 0).any() or int(arrays[f"counts_{j}"].sum()) != n),
+                 None)
+        )
+        if problem:
+            raise SavedFileError(f"cannot load {str(path)!r}: arrays.npz: {problem}; it was "
+                                 "edited or not written by dfairpca: compute it again")
         return cls.from_arrays(arrays, meta)
+
+
+def _saved_layout(meta: dict, headers: dict) -> dict:
+    """Check a saved Moments' meta.json; the shape and kind of each array it implies."""
+    from .io import header_shape, meta_value
+
+    p = meta_value(meta, "n_attributes", "count")
+    cats = meta_value(meta, "categories", "list")
+    if len(cats) != p:
+        raise ValueError(f"meta.json: 'categories' lists {len(cats)} attributes, not {p}")
+    ms = []
+    for j, c in enumerate(cats):
+        try:
+            ms.append(len(_categories_from_json(c)))
+        except ValueError as exc:
+            raise ValueError(f"meta.json: 'categories' of attribute {j}: {exc}") from None
+    (d,) = header_shape(headers, "mean", 1)
+    specs = {"n": ((), "iu"), "mean": ((d,), "f"), "precision": ((), "f"),
+             "n_nonfinite": ((), "iu"), "nonfinite_rows": ((None,), "iu")}
+    if "scatter_panels" in headers:  # a pass's running total, as a checkpoint saves it
+        width = meta_value(meta, "panel_width", "positive")
+        specs["scatter_panels"] = ((UpperPanels.size(d, width),), "f")
+    else:
+        specs["scatter"] = ((d, d), "f")
+    for j, m in enumerate(ms):
+        specs[f"counts_{j}"] = ((m,), "iu")
+        specs[f"deviation_{j}"] = ((m, d), "f")
+        specs[f"group_scatter_{j}"] = ((m, d, d), "?f")
+    return specs
 
 
 #: columns per panel of :class:`UpperPanels`
@@ -482,13 +526,18 @@ class UpperPanels:
 
     def __init__(self, d: int, width: int | None = None, data: np.ndarray | None = None):
         self.d, self.width = int(d), int(width or PANEL_WIDTH)
-        size = sum(e * (e - s) for s, e in self._bounds())
+        size = self.size(self.d, self.width)
         self.data = np.zeros(size) if data is None else data
         if self.data.shape != (size,) or self.data.dtype != np.float64:
             raise ValueError("UpperPanels data has the wrong size or dtype")
 
     def _bounds(self):
-        return [(s, min(self.d, s + self.width)) for s in range(0, self.d, self.width)]
+        return _panel_bounds(self.d, self.width)
+
+    @staticmethod
+    def size(d: int, width: int) -> int:
+        """Doubles the panels of a d x d matrix take."""
+        return sum(e * (e - s) for s, e in _panel_bounds(d, width))
 
     def panels(self):
         """(s, e, view) for every panel; ``view`` is ``S[:e, s:e]`` (float64, writable)."""
@@ -543,6 +592,10 @@ class UpperPanels:
 
     def __reduce__(self):
         return (UpperPanels, (self.d, self.width, self.data))
+
+
+def _panel_bounds(d: int, width: int) -> list[tuple[int, int]]:
+    return [(s, min(d, s + width)) for s in range(0, d, width)]
 
 
 def _full(M, d: int) -> np.ndarray:
@@ -704,21 +757,88 @@ def _align_categories(parts: list[Moments]) -> list[Moments]:
     return out
 
 
-def _categories_to_json(c: np.ndarray):
-    kind = c.dtype.kind
-    return {"kind": kind if kind in "biuUf" else "U", "values": np.asarray(c).tolist()}
+#: dtype kinds a saved label may have: JSON holds them exactly (a float through its
+#: shortest repr, an integer of any size) and numpy reads them back with their dtype
+_LABEL_KINDS = "biufU"
+
+
+def _categories_to_json(c) -> dict:
+    """JSON form of one attribute's sorted labels that reads back to equal values and dtype.
+
+    Labels held in an object array are kept if they all are of one kind (str, bool, int or
+    float); anything else (mixed kinds, arbitrary objects, bytes, dates) is refused here,
+    at save time, rather than written in a form that loads as different groups.
+    """
+    c = np.asarray(c)
+    if c.dtype.kind == "O":
+        c = _homogeneous_labels(c)
+    if c.dtype.kind not in _LABEL_KINDS:
+        raise ValueError(
+            f"group labels of dtype {c.dtype} (e.g. {c[:3].tolist()!r}) cannot be saved: a "
+            "saved model holds booleans, integers, floats or strings as labels; convert them "
+            "(e.g. labels.astype(str)) and fit again"
+        )
+    return {"kind": c.dtype.kind, "dtype": c.dtype.str, "values": c.tolist()}
+
+
+def _homogeneous_labels(c: np.ndarray) -> np.ndarray:
+    """The labels of an object array as a typed array, or ValueError naming the mix."""
+    values = c.tolist()
+    kinds = {
+        "str" if isinstance(v, str) else
+        "bool" if isinstance(v, (bool, np.bool_)) else
+        "int" if isinstance(v, (int, np.integer)) else
+        "float" if isinstance(v, (float, np.floating)) else type(v).__name__
+        for v in values
+    }
+    if kinds == {"int"}:  # numpy would make float64 of int64 and uint64 values together
+        for dtype in (np.int64, np.uint64):
+            try:
+                return np.array(values, dtype=dtype)
+            except OverflowError:
+                pass
+    elif len(kinds) == 1 and kinds <= {"str", "bool", "float"}:
+        return np.array(values)
+    raise ValueError(
+        f"group labels of types {sorted(kinds)} (e.g. {c[:3].tolist()!r}) cannot be saved so "
+        "that they load as the same groups; use labels of one kind (all str, all int, ...) "
+        "and fit again"
+    )
 
 
 def _categories_from_json(obj) -> np.ndarray:
-    kind = obj["kind"]
-    values = obj["values"]
-    if kind == "b":
-        return np.asarray(values, dtype=bool)
-    if kind in "iu":
-        return np.asarray(values, dtype=np.int64)
-    if kind == "f":
-        return np.asarray(values, dtype=np.float64)
-    return np.asarray(values, dtype=str)
+    """Inverse of :func:`_categories_to_json`; ValueError saying what is wrong with ``obj``.
+
+    Files written before the dtype was recorded hold only the kind: integers then load as
+    int64, or uint64 where a label needs it.
+    """
+    if not isinstance(obj, dict) or not isinstance(obj.get("values"), list):
+        raise ValueError(f"group labels must be {{'kind': ..., 'values': [...]}}; got {obj!r:.80}")
+    kind, values = obj.get("kind"), obj["values"]
+    if kind not in tuple(_LABEL_KINDS):
+        raise ValueError(f"group labels of kind {kind!r} are not one of {list(_LABEL_KINDS)}")
+    dtype = obj.get("dtype")
+    if dtype is None:  # format of the first release
+        big = kind in "iu" and any(isinstance(v, int) and v >= 2**63 for v in values)
+        dtype = {"b": bool, "i": np.int64, "u": np.uint64 if big else np.int64,
+                 "f": np.float64, "U": str}[kind]
+    elif not isinstance(dtype, str):
+        raise ValueError(f"group label dtype must be a string; got {dtype!r:.80}")
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"group label dtype {dtype!r:.80} is not a numpy dtype") from None
+    want = {"b": bool, "i": int, "u": int, "f": float, "U": str}[kind]
+    if dtype.kind != kind or any(type(v) is not want and not (
+            kind == "f" and type(v) is int) for v in values):
+        raise ValueError(f"group labels {values!r:.80} do not match their dtype {dtype}")
+    try:
+        c = np.array(values, dtype=dtype)
+    except (OverflowError, ValueError) as exc:
+        raise ValueError(f"group labels {values!r:.80} do not fit dtype {dtype}: {exc}") from None
+    if c.tolist() != values or (len(c) > 1 and not (c[1:] > c[:-1]).all()):
+        raise ValueError(f"group labels {values!r:.80} are not distinct, sorted values of {dtype}")
+    return c
 
 
 def _register_sizeof():

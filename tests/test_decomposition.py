@@ -371,7 +371,7 @@ def test_transform_errors(xg):
 
 def test_zarr_store_without_the_named_array(tmp_path):
     g = zarr.open_group(str(tmp_path / "s.zarr"), mode="w")
-    g.create_array("images", shape=(10, 4), chunks=(5, 4), dtype="uint8")
+    g.create_array("images", shape=(10, 4), chunks=(5, 4), dtype="uint8")[:] = 1
     with pytest.raises(KeyError, match=r"has no array 'pixels'; it holds \['images'\]"):
         dfairpca.from_zarr(tmp_path / "s.zarr", "pixels")
     with pytest.raises(ValueError, match="is a Zarr group, not an array"):

@@ -1,0 +1,560 @@
+"""Reading is whole or an error: Zarr chunks, saved labels, saved models and checkpoints.
+
+Real Zarr stores in tmp_path (written by dfairpca's own synth_celeba or by plain zarr),
+chunks deleted or damaged with the file system, saved models edited byte by byte.
+"""
+
+import shutil
+
+import numpy as np
+import pytest
+import zarr
+
+import dfairpca
+import dfairpca.io as dio
+from dfairpca.celeba import attribute_column, open_celeba, synth_celeba
+from dfairpca.cli import main
+from dfairpca.io import CorruptChunkError, MissingChunkError
+
+N, CHUNK, SIZE = 600, 200, 16
+
+
+@pytest.fixture(scope="module")
+def faces(tmp_path_factory):
+    """A complete synthetic CelebA store: 600 faces of 16 x 16 in chunks of 200 rows."""
+    path = tmp_path_factory.mktemp("reading") / "faces.zarr"
+    synth_celeba(path, n=N, size=SIZE, chunk_rows=CHUNK, progress=False, n_jobs=1)
+    return path
+
+
+@pytest.fixture
+def store(faces, tmp_path):
+    """A private copy of ``faces`` that a test may damage."""
+    path = tmp_path / "f.zarr"
+    shutil.copytree(faces, path)
+    return path
+
+
+def run(args, capsys):
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def _pixels(path):
+    return zarr.open_group(str(path), mode="r")["images"][:].reshape(N, -1).astype(np.float64)
+
+
+# ----------------------------------------------------------------------------- missing chunks
+def test_cli_fit_refuses_a_missing_chunk(store, tmp_path, capsys):
+    """Issue 10 item 3: the first chunk deleted was read as zeros and the fit exited 0."""
+    (store / "images" / "c" / "0" / "0" / "0").unlink()
+    code, out, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5",
+                          "--out", tmp_path / "m"], capsys)
+    assert code == 2
+    line = one_line(err)
+    assert "images" in line and "'images/c/0/0/0'" in line and "rows 0-199" in line
+    assert "missing_chunks='fill'" in line
+    assert not (tmp_path / "m").exists()
+
+
+def test_cli_transform_refuses_a_missing_chunk(store, tmp_path, capsys):
+    g = open_celeba(store)
+    X = g[0][:].reshape(N, -1)
+    z = attribute_column(store, "Eyeglasses")
+    dfairpca.FairPCA(3).fit(X, sensitive_features=z).save(tmp_path / "model")
+    (store / "images" / "c" / "2" / "0" / "0").unlink()
+    code, out, err = run(["transform", tmp_path / "model", store, "--out", tmp_path / "r.zarr"],
+                         capsys)
+    assert code == 2
+    line = one_line(err)
+    assert "'images/c/2/0/0'" in line and "rows 400-599" in line
+    assert not (tmp_path / "r.zarr").exists()
+
+
+def test_cli_transform_does_not_copy_a_missing_attribute_chunk(store, tmp_path, capsys, client):
+    """The attributes copied next to the representation are read whole or not at all."""
+    X = open_celeba(store)[0][:].reshape(N, -1)
+    z = attribute_column(store, "Eyeglasses")
+    dfairpca.FairPCA(3).fit(X, sensitive_features=z).save(tmp_path / "model")
+    (store / "attributes" / "c" / "1" / "0").unlink()
+    code, out, err = run(["transform", tmp_path / "model", store, "--out", tmp_path / "r.zarr",
+                          "--scheduler", client.scheduler.address], capsys)
+    assert code == 2
+    assert "'attributes/c/1/0' (rows 200-399)" in err.strip().splitlines()[-1]
+    assert not (tmp_path / "r.zarr").exists()
+
+
+def test_from_zarr_refuses_a_missing_chunk_before_any_work(store):
+    (store / "images" / "c" / "1" / "0" / "0").unlink()
+    with pytest.raises(MissingChunkError, match=r"'images/c/1/0/0' \(rows 200-399\)") as info:
+        dfairpca.from_zarr(store, "images")
+    assert info.value.key == "images/c/1/0/0"
+    assert "\n" not in str(info.value)
+
+
+@pytest.fixture
+def unlisted(monkeypatch):
+    """Stores too large to list up front: the read tasks alone must find a missing chunk."""
+    monkeypatch.setattr(dio, "LISTING_LIMIT", 0)
+
+
+def test_read_tasks_refuse_a_missing_chunk(store, unlisted):
+    """fit, transform and compute all fail, naming the chunk, when it is read."""
+    z = attribute_column(store, "Eyeglasses")
+    model = dfairpca.FairPCA(3).fit(_pixels(store), sensitive_features=z)
+    (store / "images" / "c" / "1" / "0" / "0").unlink()
+    X = dfairpca.from_zarr(store, "images")  # no listing: opens fine
+    match = r"'images/c/1/0/0' \(rows 200-399\)"
+    with pytest.raises(MissingChunkError, match=match):
+        dfairpca.FairPCA(3).fit(X, sensitive_features=z)
+    with pytest.raises(MissingChunkError, match=match):
+        dfairpca.PCA(3).fit(X, checkpoint=store.parent / "ck")
+    with pytest.raises(MissingChunkError, match=match):
+        model.transform(X.reshape(N, -1)).compute()
+    with pytest.raises(MissingChunkError, match=match):
+        X.sum().compute()
+    # one Dask block over several store chunks: the absent one is still the one named
+    with pytest.raises(MissingChunkError, match=match):
+        dfairpca.from_zarr(store, "images", rows_per_chunk=N).mean().compute()
+    # rows of other chunks still read
+    np.testing.assert_array_equal(
+        dfairpca.from_zarr(store, "images", rows_per_chunk=CHUNK)[:CHUNK].compute(),
+        zarr.open_group(str(store), mode="r")["images"][:CHUNK],
+    )
+
+
+def test_missing_chunk_is_found_on_cluster_workers(store, unlisted, client):
+    """The check travels with the graph: worker processes reading the store raise it."""
+    (store / "images" / "c" / "2" / "0" / "0").unlink()
+    X = dfairpca.from_zarr(store, "images", rows_per_chunk=CHUNK)
+    with pytest.raises(MissingChunkError, match=r"'images/c/2/0/0' \(rows 400-599\)"):
+        dfairpca.PCA(3).fit(X)
+    assert float(X[:400].mean().compute()) > 50  # the chunks that exist read on workers
+
+
+def test_fill_option_reads_absent_chunks_as_zarr_does(store):
+    (store / "images" / "c" / "0" / "0" / "0").unlink()
+    X = dfairpca.from_zarr(store, "images", missing_chunks="fill")
+    assert float(X[:CHUNK].max().compute()) == 0  # the fill value, as requested
+    assert float(X[CHUNK:].mean().compute()) > 50
+    with pytest.raises(ValueError, match="missing_chunks must be 'error' or 'fill'"):
+        dfairpca.from_zarr(store, "images", missing_chunks="zeros")
+
+
+def test_attribute_column_refuses_a_missing_chunk(store):
+    """Group labels of zeros would move faces between groups without a word."""
+    (store / "attributes" / "c" / "1" / "0").unlink()
+    with pytest.raises(MissingChunkError, match=r"'attributes/c/1/0' \(rows 200-399\)"):
+        attribute_column(store, "Eyeglasses")
+    with pytest.raises(MissingChunkError, match="attributes/c/1/0"):
+        attribute_column(zarr.open_group(str(store), mode="r"), "Eyeglasses")
+
+
+def test_constant_chunks_left_out_by_a_foreign_writer(tmp_path):
+    """zarr skips chunks equal to the fill value unless told: 'fill' reads such stores."""
+    X = np.arange(40 * 6, dtype=np.float64).reshape(40, 6)
+    X[10:20] = 0.0
+    arr = zarr.create_array(str(tmp_path / "x.zarr"), shape=X.shape, chunks=(10, 6),
+                            dtype="float64", fill_value=0.0)
+    arr[:] = X
+    with pytest.raises(MissingChunkError, match=r"'c/1/0' \(rows 10-19\)"):
+        dfairpca.from_zarr(tmp_path / "x.zarr")
+    Y = dfairpca.from_zarr(tmp_path / "x.zarr", missing_chunks="fill")
+    np.testing.assert_array_equal(Y.compute(), X)
+
+
+@pytest.mark.parametrize("layout", ["v2", "v2-nested", "sharded"])
+def test_other_chunk_layouts(tmp_path, layout, unlisted):
+    """Keys of Zarr v2 ('1.0', '1/0') and of shards ('c/1/0' holding several chunks)."""
+    X = np.arange(40 * 6, dtype=np.float64).reshape(40, 6) + 1
+    path = tmp_path / "x.zarr"
+    if layout == "sharded":
+        arr = zarr.create_array(str(path), shape=X.shape, chunks=(5, 6), shards=(10, 6),
+                                dtype="float64")
+        key = "c/1/0"
+    else:
+        sep = "/" if layout == "v2-nested" else "."
+        arr = zarr.create_array(str(path), shape=X.shape, chunks=(10, 6), dtype="float64",
+                                zarr_format=2, chunk_key_encoding={"name": "v2", "separator": sep})
+        key = f"1{sep}0"
+    arr[:] = X
+    np.testing.assert_array_equal(dfairpca.from_zarr(path).compute(), X)
+    (path / key).unlink()
+    with pytest.raises(MissingChunkError, match=rf"'{key}' \(rows 10-19\)"):
+        dfairpca.from_zarr(path, rows_per_chunk=20).compute()
+
+
+def test_listing_finds_missing_chunks_of_v2_and_sharded_stores(tmp_path):
+    X = np.ones((40, 6))
+    for name, kw, key in [
+        ("v2.zarr", {"zarr_format": 2}, "3.0"),
+        ("sh.zarr", {"chunks": (5, 6), "shards": (10, 6)}, "c/3/0"),
+    ]:
+        kw = {"chunks": (10, 6), **kw}
+        arr = zarr.create_array(str(tmp_path / name), shape=X.shape, dtype="float64", **kw)
+        arr[:] = X
+        (tmp_path / name / key).unlink()
+        with pytest.raises(MissingChunkError, match=rf"'{key}' \(rows 30-39\)"):
+            dfairpca.from_zarr(tmp_path / name)
+
+
+# ----------------------------------------------------------------------------- corrupt chunks
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_corrupt_chunk_is_one_line_naming_it(store, damage):
+    chunk = store / "images" / "c" / "1" / "0" / "0"
+    data = chunk.read_bytes()
+    chunk.write_bytes({"truncated": data[: len(data) // 3],
+                       "garbage": np.random.default_rng(0).bytes(len(data)),
+                       "empty": b""}[damage])
+    z = attribute_column(store, "Eyeglasses")
+    X = dfairpca.from_zarr(store, "images")  # present, so the listing passes
+    with pytest.raises(CorruptChunkError) as info:
+        dfairpca.FairPCA(3).fit(X, sensitive_features=z)
+    msg = str(info.value)
+    assert "\n" not in msg and len(msg) < 600
+    assert "'images/c/1/0/0' (rows 200-399)" in msg and "images" in msg
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_corrupt_attribute_chunk(store):
+    (store / "attributes" / "c" / "0" / "0").write_bytes(b"not zstd")
+    with pytest.raises(CorruptChunkError, match=r"'attributes/c/0/0' \(rows 0-199\)"):
+        attribute_column(store, "Smiling")
+
+
+# ----------------------------------------------------------------------------- saved labels
+def _labelled(labels, n=240, seed=0):
+    """(X, z): z takes every label, X's group means differ."""
+    rng = np.random.default_rng(seed)
+    codes = np.arange(n) % len(labels)
+    X = rng.normal(size=(n, 6)) + codes[:, None] * np.linspace(0.5, 1.0, 6)
+    return X, codes
+
+
+LABELS = {
+    "uint64 >= 2**63": np.array([2**63, 2**64 - 1], dtype=np.uint64),
+    "int64 extremes": np.array([-(2**63), 2**63 - 1], dtype=np.int64),
+    "negative ints": np.array([-7, -1, 3]),
+    "int8": np.array([-3, 4], dtype=np.int8),
+    "bools": np.array([False, True]),
+    "floats": np.array([-0.5, 1e-300, 0.1, 1e300]),
+    "float32": np.array([0.1, 2.5], dtype=np.float32),
+    "unicode": np.array(["x", "été", "日本語"]),
+}
+
+
+@pytest.mark.parametrize("name", list(LABELS) + ["categorical str", "categorical int"])
+def test_labels_round_trip_through_save_and_load(name, tmp_path):
+    """Issue 10 item 7: uint64 labels >= 2**63 raised OverflowError on load."""
+    import pandas as pd
+
+    if name.startswith("categorical"):
+        cats = ["b", "a", "c"] if name.endswith("str") else [30, 10, 20]
+        X, codes = _labelled(cats)
+        z = pd.Series(pd.Categorical(np.asarray(cats, dtype=object)[codes]))
+        expected = np.sort(np.asarray(cats))
+    else:
+        labels = LABELS[name]
+        X, codes = _labelled(labels)
+        z, expected = labels[codes], np.sort(labels)
+    model = dfairpca.FairPCA(2).fit(X, sensitive_features=z)
+    model.save(tmp_path / "m", statistics=True)
+    back = dfairpca.load(tmp_path / "m")
+    for got in (back.groups_[0], back.statistics_.attributes[0].categories):
+        assert got.dtype == model.groups_[0].dtype
+        np.testing.assert_array_equal(got, expected)
+    np.testing.assert_allclose(back.transform(X), model.transform(X), rtol=0, atol=1e-12)
+    kernel = dfairpca.FairKernelPCA(2, n_landmarks=40).fit(X, sensitive_features=z)
+    kernel.save(tmp_path / "k")
+    got = dfairpca.load(tmp_path / "k").groups_[0]
+    assert got.dtype == kernel.groups_[0].dtype and np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("labels, reason", [
+    (np.array(["2020-01-01", "2021-06-30"], dtype="datetime64[D]"), "datetime64"),
+    (np.array([1 + 1j, 2 - 1j]), "complex128"),
+    (np.array([b"a", b"b"]), r"\|S1"),
+])
+def test_labels_that_cannot_round_trip_are_refused_at_save(labels, reason, tmp_path):
+    X, codes = _labelled(labels)
+    model = dfairpca.FairPCA(2).fit(X, sensitive_features=labels[codes])
+    with pytest.raises(ValueError, match=rf"labels of dtype {reason}.*cannot be saved"):
+        model.save(tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+    with pytest.raises(ValueError, match="cannot be saved"):
+        model.statistics_.save(tmp_path / "s")
+    assert not (tmp_path / "s").exists()
+
+
+def test_object_labels_are_kept_only_if_of_one_kind():
+    from dfairpca.moments import _categories_from_json, _categories_to_json
+
+    for values, kind in [(["a", "b"], "U"), ([1, 2**64 - 1], "u"), ([-1, 5], "i"),
+                         ([False, True], "b"), ([0.5, 2.0], "f")]:
+        saved = _categories_to_json(np.array(values, dtype=object))
+        assert saved["kind"] == kind
+        assert _categories_from_json(saved).tolist() == values
+    for values, reason in [([1, "1"], r"\['int', 'str'\]"), ([object(), object()], r"\['object'\]"),
+                           ([2**70, 1], r"\['int'\]"), ([True, 2], r"\['bool', 'int'\]")]:
+        with pytest.raises(ValueError, match=rf"labels of types {reason}.*cannot be saved"):
+            _categories_to_json(np.array(values, dtype=object))
+
+
+def test_labels_of_the_first_format_still_load():
+    """Files written before the dtype was recorded: uint64 labels load without overflow."""
+    from dfairpca.moments import _categories_from_json
+
+    got = _categories_from_json({"kind": "u", "values": [3, 2**64 - 1]})
+    assert got.dtype == np.uint64 and got[1] == 2**64 - 1
+    assert _categories_from_json({"kind": "i", "values": [-1, 4]}).dtype == np.int64
+    assert _categories_from_json({"kind": "U", "values": ["a", "b"]}).tolist() == ["a", "b"]
+
+
+# ----------------------------------------------------------------------------- loading
+from dfairpca.io import SavedFileError  # noqa: E402
+
+
+def _fair_model(tmp_path, **kw):
+    X, codes = _labelled(np.array([0, 1, 2]), n=300)
+    model = dfairpca.FairPCA(2, **kw).fit(X, sensitive_features=codes)
+    model.save(tmp_path / "m", statistics=True)
+    return tmp_path / "m", X
+
+
+def _edit_meta(path, fn):
+    import json
+
+    file = path / "model" / "meta.json"
+    meta = json.loads(file.read_text())
+    fn(meta)
+    file.write_text(json.dumps(meta))
+
+
+def _edit_arrays(path, fn, where="model"):
+    file = path / where / "arrays.npz"
+    with np.load(file) as z:
+        arrays = {k: z[k] for k in z.files}
+    fn(arrays)
+    np.savez(file, **arrays)
+
+
+def _refused(path, *patterns, load=dfairpca.load):
+    with pytest.raises(SavedFileError) as info:
+        load(path)
+    msg = str(info.value)
+    assert "\n" not in msg and str(path) in msg, msg
+    for p in patterns:
+        assert p in msg, msg
+    return msg
+
+
+def test_truncated_files_are_named(tmp_path):
+    path, _ = _fair_model(tmp_path)
+    npz = path / "model" / "arrays.npz"
+    data = npz.read_bytes()
+    npz.write_bytes(data[: len(data) // 2])
+    _refused(path, "arrays.npz is not a complete zip archive")
+    npz.write_bytes(data)
+    meta = path / "model" / "meta.json"
+    meta.write_text(meta.read_text()[:40])
+    _refused(path, "meta.json is not valid JSON")
+    meta.write_text("[1, 2]")
+    _refused(path, "meta.json holds a list, not a JSON object")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m.pop("n_components_"), "meta.json has no 'n_components_'"),
+    (lambda m: m.update(n_components_="2"), "'n_components_' must be an integer >= 1; got '2'"),
+    (lambda m: m.update(n_features_in_=True), "'n_features_in_' must be an integer >= 1"),
+    (lambda m: m.update(n_components_=3), "'components_' has shape (2, 6), but meta.json and "
+                                          "the other arrays say (3, 6)"),
+    (lambda m: m.update(n_features_in_=7), "has shape (2, 6), but meta.json and the other "
+                                           "arrays say (2, 7)"),
+    (lambda m: m["groups_"][0]["values"].append(3), "'group_means_0' has shape (3, 6), but "
+                                                    "meta.json and the other arrays say (4, 6)"),
+    (lambda m: m["groups_"][0]["values"].reverse(), "are not distinct, sorted values"),
+    (lambda m: m["groups_"][0].update(dtype="|O"), "do not match their dtype object"),
+    (lambda m: m["groups_"][0].update(values=[0, 1, 2**64]), "do not fit dtype int64"),
+    (lambda m: m.update(attribute_names_=[]), "'attribute_names_' must name each of the 1"),
+    (lambda m: m.update(n_constraints_=5), "components and 5 constraints exceed 6 features"),
+    (lambda m: m.update({"class": "Pipeline"}), "'class' must be one of ['PCA', 'FairPCA', "
+                                                "'FairKernelPCA']"),
+    (lambda m: m["params"].update(n_components=-1), "'params': n_components must be a positive"),
+    (lambda m: m["params"].update(solver="x"), "'params' has keys ['solver'] that FairPCA "
+                                               "does not take"),
+    (lambda m: m.update(params=[]), "'params' must be a dict"),
+    (lambda m: m.update(format_version=-1), "'format_version' must be an integer >= 0"),
+])
+def test_meta_json_is_checked_against_the_class(tmp_path, edit, message):
+    path, _ = _fair_model(tmp_path)
+    _edit_meta(path, edit)
+    _refused(path, str(path / "model"), message)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda a: a.update(mean_=np.zeros(7)), "'mean_' has shape (7,), but meta.json and the "
+                                            "other arrays say (6,)"),
+    (lambda a: a.pop("components_"), "arrays.npz has no 'components_'"),
+    (lambda a: a.update(components_=a["components_"].astype(np.int64)),
+     "'components_' has dtype int64, expected kind 'f'"),
+    (lambda a: a["components_"].__setitem__((0, 0), np.nan), "'components_' holds NaN"),
+    (lambda a: a.update(components_=2 * a["components_"]), "rows of 'components_' are not "
+                                                           "orthonormal"),
+    (lambda a: a.update(components_=np.linalg.qr(
+        np.vstack([a["constraint_basis_"][:, 0], a["components_"][1]]).T)[0].T),
+     "not orthogonal to 'constraint_basis_' (the model is not fair)"),
+    (lambda a: a.update(junk=np.zeros(1 << 18)), "'junk' declares (262144,) float64 (2097152 "
+                                                 "bytes), more than any array"),
+    (lambda a: a.update(junk=np.array([b"x"], dtype="V1")), "'junk' has dtype |V1, not a plain"),
+])
+def test_arrays_are_checked_against_meta_and_each_other(tmp_path, edit, message):
+    path, _ = _fair_model(tmp_path)
+    _edit_arrays(path, edit)
+    _refused(path, message)
+
+
+def test_pickled_object_arrays_are_never_unpickled(tmp_path):
+    """np.load(allow_pickle=True) would run a pickle's code; dfairpca refuses to."""
+    path, _ = _fair_model(tmp_path)
+    _edit_arrays(path, lambda a: a.update(mean_=np.array([object()] * 6, dtype=object)))
+    _refused(path, "'mean_' is an array of Python objects", "never unpickles")
+
+
+def test_declared_sizes_are_checked_before_any_data_is_read(tmp_path):
+    """A header declaring 8 TB (a zip bomb, or an edited header) is refused from the header."""
+    import zipfile
+
+    path, _ = _fair_model(tmp_path)
+    npz = path / "model" / "arrays.npz"
+    with zipfile.ZipFile(npz) as zf:
+        members = {i.filename: zf.read(i) for i in zf.infolist()}
+    raw = members["mean_.npy"]
+    members["mean_.npy"] = raw.replace(b"(6,)", b"(1000000000000,)".ljust(4)) \
+        .replace(b"'shape': (1000000000000,), }", b"'shape': (1000000000000,)}", 1)
+    with zipfile.ZipFile(npz, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    _refused(path, "'mean_' declares (1000000000000,) float64 (8000000000000 bytes) but the "
+                   "archive holds")
+    # a compressed member (savez_compressed) could inflate far beyond its bytes on disk
+    with np.load(npz) as z:
+        arrays = {k: z[k] for k in z.files if k != "mean_"}
+    np.savez_compressed(npz, mean_=np.zeros(6), **arrays)
+    _refused(path, "'mean_' is compressed", "dfairpca stores arrays uncompressed")
+
+
+def test_kernel_models_are_checked(tmp_path):
+    X, codes = _labelled(np.array([0, 1]), n=200)
+    dfairpca.FairKernelPCA(2, n_landmarks=30).fit(X, sensitive_features=codes).save(tmp_path / "k")
+    path = tmp_path / "k"
+    assert dfairpca.load(path).method_ == "nystroem"
+    for edit, message in [
+        (lambda m: m["params"].update(kernel="os.system"), "kernel 'os.system' is not one of "
+                                                           "['rbf', 'poly', 'sigmoid', 'linear']"),
+        (lambda m: m.update(gamma_=None), "'gamma_' None does not suit the rbf kernel"),
+        (lambda m: m.update(method_="magic"), "'method_' must be one of ['exact', 'nystroem']"),
+        (lambda m: m.update(n_landmarks_=31), "'basis_' has shape (30, 6), but meta.json and "
+                                              "the other arrays say (31, 6)"),
+        (lambda m: m["params"].update(tradeoff=0.5), "'dual_coef_' has shape (30, 2), but "
+                                                     "meta.json and the other arrays say (30, 4)"),
+    ]:
+        shutil.copytree(path, tmp_path / "edit")
+        _edit_meta(tmp_path / "edit", edit)
+        _refused(tmp_path / "edit", message)
+        shutil.rmtree(tmp_path / "edit")
+    _edit_arrays(path, lambda a: a["basis_indices_"].__setitem__(0, 10**6))
+    _refused(path, "'basis_indices_' points outside the 200 fitted rows")
+
+
+def test_statistics_are_checked_and_bound_to_their_model(tmp_path):
+    path, X = _fair_model(tmp_path)
+    stats = path / "statistics"
+    _edit_arrays(path, lambda a: a["counts_0"].__setitem__(0, a["counts_0"][0] + 1),
+                 where="statistics")
+    _refused(stats, "the group counts 'counts_0' do not add up to n = 300",
+             load=dfairpca.Moments.load)
+    _refused(path, "counts_0")
+    other, _ = _fair_model(tmp_path / "other")
+    shutil.rmtree(stats)
+    shutil.copytree(other / "statistics", stats)
+    assert dfairpca.load(path).statistics_.n == 300  # same shape: a valid pair
+    dfairpca.PCA(2).fit(np.random.default_rng(1).normal(size=(50, 4))).statistics_.save(
+        tmp_path / "s4")
+    shutil.rmtree(stats)
+    shutil.copytree(tmp_path / "s4", stats)
+    _refused(path, "statistics/ hold 4 features and 0 attributes, the model 6 and 1")
+    _edit_arrays(path, lambda a: a.update(scatter=np.zeros((5, 4))), where="statistics")
+    _refused(path, "'scatter' has shape (5, 4), but meta.json and the other arrays say (4, 4)")
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    """A real checkpoint: a pass interrupted after its first of three segments."""
+    import dask.array as da
+
+    from dfairpca.checkpoint import compute_moments_checkpointed
+
+    X = da.from_array(np.random.default_rng(2).normal(size=(300, 5)), chunks=(100, 5))
+    path = tmp_path / "ck"
+
+    def stop(i, n):
+        raise _Stop
+
+    with pytest.raises(_Stop):
+        compute_moments_checkpointed(X, checkpoint=path, segment_rows=100, on_segment=stop)
+    return path, X
+
+
+def _resume(path, X):
+    from dfairpca.checkpoint import compute_moments_checkpointed
+
+    return compute_moments_checkpointed(X, checkpoint=path, segment_rows=100)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda p: p.update(segments=[[0, 100], [150, 300]]), "segment [150, 300] does not "
+                                                           "continue the row ranges at row 100"),
+    (lambda p: p.update(done=[0, 0]), "'done' [0, 0] is not a list of distinct segment indices"),
+    (lambda p: p.update(done=[7]), "is not a list of distinct segment indices below 3"),
+    (lambda p: p.update(version="2"), "'version' must be an integer"),
+    (lambda p: p.pop("fingerprint"), "progress.json has no 'fingerprint'"),
+    (lambda p: p.update(done=[]), "its total counts 100 rows, more than the 0 of its finished"),
+])
+def test_checkpoints_are_checked(checkpoint, edit, message):
+    import json
+
+    path, X = checkpoint
+    file = path / "progress.json"
+    progress = json.loads(file.read_text())
+    edit(progress)
+    file.write_text(json.dumps(progress))
+    with pytest.raises(SavedFileError) as info:
+        _resume(path, X)
+    assert message in str(info.value) and "progress.json" in str(info.value)
+
+
+def test_checkpoint_total_is_checked(checkpoint):
+    path, X = checkpoint
+    npz = path / "total" / "arrays.npz"
+    npz.write_bytes(npz.read_bytes()[:-100])
+    with pytest.raises(SavedFileError, match=r"total.*arrays.npz is not a complete zip"):
+        _resume(path, X)
+
+
+def test_cli_names_a_damaged_model(faces, tmp_path, capsys):
+    path, _ = _fair_model(tmp_path)
+    _edit_meta(path, lambda m: m.update(n_components_=3))
+    code, out, err = run(["transform", path, faces, "--out", tmp_path / "r.zarr"], capsys)
+    assert code == 2
+    assert "'components_' has shape (2, 6)" in one_line(err)
