@@ -101,7 +101,8 @@ def _attributes(store, names):
         if set(values.tolist()) <= {-1, 1}:
             col = (col == 1).astype(np.int8)
         elif not set(values.tolist()) <= {0, 1}:
-            shown = ", ".join(str(int(v)) for v in values[:10]) + (", ..." if len(values) > 10 else "")
+            shown = ", ".join(str(int(v)) for v in values[:10])
+            shown += ", ..." if len(values) > 10 else ""
             raise CLIError(
                 f"attribute {n!r} of {store} holds the values {shown}; a CelebA attribute must "
                 "be 0/1 (or CelebA's -1/1): fix the store, e.g. re-ingest it with "
@@ -229,7 +230,7 @@ def _input_paths(args) -> dict:
         values = getattr(args, option, None)
         for value in values if isinstance(values, list) else [values]:
             if value is not None and Path(value).exists():  # a path, not a name in STORE
-                paths[f"the --{option.replace('_', '-')} {value}"] = value
+                paths[f"the --{option.replace('_', '-')} input"] = value
     return paths
 
 
@@ -261,7 +262,9 @@ def _label_array(args, data: _Data, value: str, option: str):
     """
     node, label = _locate(data.root, args.store, value, option)
     if node.ndim not in (1, 2):
-        raise CLIError(f"{option} {value}: {label} has shape {node.shape}; labels must be (n,) or (n, p)")
+        raise CLIError(
+            f"{option} {value}: {label} has shape {node.shape}; labels must be (n,) or (n, p)"
+        )
     _check_rows(node.shape[0], f"{option} {label}", data)
     values = _read_labels(node, args.missing_chunks)
     name = _array_name(value)
@@ -321,13 +324,16 @@ def _sensitive(args, data: _Data):
     columns = {}
     sources = []
     if args.attribute:
-        sources.append(_attributes(args.store, args.attribute).to_dict("series"))
-        _check_rows(len(next(iter(sources[0].values()))), f"the attributes of {args.store}", data)
+        attributes = _attributes(args.store, args.attribute)
+        _check_rows(len(attributes), f"the attributes of {args.store}", data)
+        sources.append(attributes.to_dict("series"))
     for value in args.sensitive_array:
         sources.append(_label_array(args, data, value, "--sensitive-array"))
     names = _split(args.sensitive_column)
     if names and not args.sensitive_csv:
-        raise CLIError("--sensitive-column names columns of a table: give it with --sensitive-csv FILE")
+        raise CLIError(
+            "--sensitive-column names columns of a table: give it with --sensitive-csv FILE"
+        )
     if args.sensitive_csv and not names and not args.target_column:
         raise CLIError("--sensitive-csv needs --sensitive-column COL[,COL...]: the columns to use")
     if names:
@@ -355,7 +361,8 @@ def _target(args, data: _Data):
             )
         return None
     if len(given) != 1:
-        what = "needs the task label" if not given else f"takes one task label, got {', '.join(given)}"
+        what = ("needs the task label" if not given
+                else f"takes one task label, got {', '.join(given)}")
         raise CLIError(
             f"--constraint equal_opportunity {what}: --target NAME (a CelebA attribute), "
             "--target-array ARRAY, or --target-column COL (of --target-csv, by default the "
@@ -387,7 +394,8 @@ def _describe_groups(groups, celeba_names) -> str:
     for c in groups:
         col = groups[c].to_numpy()
         if c in celeba_names:
-            parts.append(f"{c}: {int((col == 1).sum()):,} with / {int((col == 0).sum()):,} without")
+            with_, without = int((col == 1).sum()), int((col == 0).sum())
+            parts.append(f"{c}: {with_:,} with / {without:,} without")
         else:
             counts = pd.Series(col).value_counts().sort_index()
             parts.append(f"{c}: " + ", ".join(f"{v} {int(k):,}" for v, k in counts.items()))
@@ -436,7 +444,8 @@ def _fit_summary(est, args, data: _Data, fit_seconds: float, wall_seconds: float
         # rows per group among the rows fitted (those with y == 1 for equal opportunity)
         summary["groups"] = {
             str(name): {str(label): int(count) for label, count in zip(labels, a.counts)}
-            for name, labels, a in zip(est.attribute_names_, est.groups_, est.statistics_.attributes)
+            for name, labels, a in zip(est.attribute_names_, est.groups_,
+                                       est.statistics_.attributes)
         }
     summary["n_samples_seen"] = int(est.n_samples_seen_)
     summary["explained_variance_ratio_sum"] = _plain(float(est.explained_variance_ratio_.sum()))
@@ -518,8 +527,8 @@ def cmd_fit(args):
         est.validate_fit(X, y, sensitive_features=groups)
     n, d = X.shape[0], int(np.prod(X.shape[1:]))
     rows = "images" if data.celeba else "rows"
-    groups_text = "" if groups is None else f"; groups {_describe_groups(groups, args.attribute)}"
-    print(f"n = {n:,} {rows}, d = {d:,} features{groups_text}")
+    described = "" if groups is None else f"; groups {_describe_groups(groups, args.attribute)}"
+    print(f"n = {n:,} {rows}, d = {d:,} features{described}")
     if not args.resume and read_marker(ckpt) is not None:
         remove_directory(ckpt, "checkpoint")  # --overwrite: start over (checked above)
     with _client(args):
@@ -717,7 +726,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("synth-celeba", help="write a synthetic CelebA-shaped Zarr store")
     p.add_argument("out", metavar="OUT", help="the Zarr store to write (a directory)")
     p.add_argument("--n", type=_positive(int), default=202_599, help="number of faces")
-    p.add_argument("--seed", type=int, default=0, help="random seed (the same seed, the same faces)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed (the same seed, the same faces)")
     p.add_argument("--size", type=_positive(int), default=80, help="faces are SIZE x SIZE pixels")
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.set_defaults(func=cmd_synth)
@@ -731,7 +741,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.set_defaults(func=cmd_ingest)
 
-    p = sub.add_parser("fit", help="fit PCA / fair PCA on a Zarr store (CelebA layout or any array)")
+    p = sub.add_parser("fit",
+                       help="fit PCA / fair PCA on a Zarr store (CelebA layout or any array)")
     p.add_argument("store", metavar="STORE",
                    help="a Zarr store: a group (CelebA layout unless --array) or a bare array")
     _add_array(p)
@@ -805,7 +816,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_transform)
 
     p = sub.add_parser("show", help="picture of original and fair faces (paper's Figure 5)")
-    p.add_argument("model", metavar="MODEL", help="a model written by dfairpca fit on CelebA images")
+    p.add_argument("model", metavar="MODEL",
+                   help="a model written by dfairpca fit on CelebA images")
     p.add_argument("store", metavar="STORE", help="a CelebA-layout store of the model's image size")
     p.add_argument("--out", default="faces.png", help="the PNG file to write")
     p.add_argument("--n", type=_positive(int), default=8, help="faces per row")
@@ -830,6 +842,7 @@ def main(argv=None) -> int:
     else that would go to stdout (human summaries, progress bars) goes to stderr.
     """
     from .checkpoint import PassInterrupted
+    from .io import MissingChunkError
 
     try:
         args = build_parser().parse_args(argv)
@@ -846,6 +859,8 @@ def main(argv=None) -> int:
     except (CLIError, ValueError, KeyError, FileExistsError, FileNotFoundError, PermissionError,
             ConnectionError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        if isinstance(exc, MissingChunkError) and getattr(args, "missing_chunks", None) == "error":
+            msg = f"{msg} (here: --missing-chunks fill, for X and label arrays)"
         print(f"dfairpca {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except PassInterrupted as exc:

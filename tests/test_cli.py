@@ -563,6 +563,21 @@ def test_input_errors_are_one_line_before_any_cluster(data_store, tmp_path, caps
         assert code == 2 and expected in err and out == "", (extra, err)
         assert err.startswith("dfairpca fit: error: ") and err.count("\n") == 1, err
     assert not (tmp_path / "m").exists()
+    # outputs never replace what the job reads, wherever it lives
+    bare = tmp_path / "bare.zarr"
+    zarr.create_array(str(bare), shape=(N_ROWS, 2), dtype="f8")[:] = 1.0
+    before = tree(tmp_path)
+    for extra, expected in [
+        ([bare, "--sensitive-array", "race", "--out", bare], "is the input store"),
+        ([d["store"], *X, "--sensitive-array", bare, "--out", bare], "is the --sensitive-array input"),
+        ([d["store"], *X, "--sensitive-csv", csv, "--sensitive-column", "race", "--out", csv],
+         "is the --sensitive-csv input"),
+        ([d["store"], "--array", bare, "--sensitive-array", "race", "--out", tmp_path],
+         "contains the --array input"),
+    ]:
+        code, out, err = run(["fit", *extra, "-k", "1", "--overwrite", *NO_CLUSTER], capsys)
+        assert code == 2 and expected in err and "choose another path" in err, (extra, err)
+    assert tree(tmp_path) == before
 
 
 def test_transform_any_array_json(data_store, tmp_path, capsys, sched):
@@ -652,3 +667,30 @@ def test_version(capsys):
                          text=True)
     assert out.returncode == 0 and out.stdout == f"dfairpca {dfairpca.__version__}\n", out.stderr
     assert re.fullmatch(r"dfairpca \d+\.\d+\.\d+\n", out.stdout)
+
+
+def test_a_missing_chunk_of_x_or_of_labels_is_an_error_unless_fill(tmp_path, capsys, sched):
+    """Issue 10's 'every chunk or an error' for --array and --sensitive-array; a store
+    whose writer leaves out constant chunks on purpose is read with --missing-chunks fill."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(600, 8)) * np.linspace(3, 1, 8)
+    z = np.repeat([0, 1, 0], 200)  # the store leaves out the all-zero chunks 0 and 2
+    X[z == 1] += 0.5
+    g = zarr.open_group(str(tmp_path / "s.zarr"), mode="w")
+    g.create_array("X", shape=X.shape, chunks=(200, 8), dtype="f8")[:] = X
+    g.create_array("z", shape=(600,), chunks=(200,), dtype="i1", fill_value=0)[:] = z
+    assert not (tmp_path / "s.zarr" / "z" / "c" / "0").exists()
+    fit = ["fit", tmp_path / "s.zarr", "--array", "X", "--sensitive-array", "z", "-k", "2"]
+    code, _, err = run([*fit, "--out", tmp_path / "m", *NO_CLUSTER], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    # the first of the two absent chunks that zarr's concurrent read meets
+    assert re.search(r"is missing chunk 'z/c/(0' \(rows 0-199|2' \(rows 400-599)\)", err), err
+    assert err.endswith("(here: --missing-chunks fill, for X and label arrays)\n")
+    code, _, err = run([*fit, "--out", tmp_path / "m", "--missing-chunks", "fill", *sched], capsys)
+    assert code == 0, err
+    same_subspace(dfairpca.load(tmp_path / "m"), dfairpca.FairPCA(2).fit(X, sensitive_features=z))
+    (tmp_path / "s.zarr" / "X" / "c" / "1" / "0").unlink()
+    code, _, err = run([*fit, "--out", tmp_path / "m2", "--missing-chunks", "error", *NO_CLUSTER],
+                       capsys)
+    assert code == 2 and "is missing chunk 'X/c/1/0' (rows 200-399)" in err, err
+    assert not (tmp_path / "m2").exists()
