@@ -6,7 +6,11 @@ nullspace of ``Z^T X`` (d x (d - r)) and solves ``R^T S R``.  Here R is never fo
 Q an orthonormal basis of the r constraint directions (the group-mean deviations) and
 ``P = I - Q Q^T``, the top-k eigenvectors of ``P S P - c Q Q^T`` (c > 0 pushes the
 constraint directions below every admissible eigenvalue) span the same subspace ``R Lambda``.
-A final projection and Rayleigh-Ritz step make ``Q^T U = 0`` hold to rounding.
+A final projection and Rayleigh-Ritz step make ``Q^T U = 0`` hold to rounding, and
+:func:`constraint_violation` measures what is left, in float64, after every solve.
+
+Every threshold and shift here is relative to the matrix it applies to, so that the
+solution of ``c * S`` is that of S for any c > 0 the dtype can hold.
 """
 
 from __future__ import annotations
@@ -14,10 +18,20 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-__all__ = ["top_eigh", "subspace_iteration", "constraint_basis", "fair_components", "equalizing_basis", "pca_components", "flip_signs"]
+__all__ = ["top_eigh", "subspace_iteration", "constraint_basis", "fair_components", "equalizing_basis",
+           "pca_components", "flip_signs", "row_norms", "constraint_violation", "FAIRNESS_TOLERANCE"]
 
 
 EIGEN_SOLVERS = ("auto", "dense", "randomized")
+
+#: the largest ``|U^T v| / |v|`` a fitted fair model may leave of any group-mean deviation v
+#: (its certificate, :func:`constraint_violation`).  What rounding leaves is far smaller:
+#: v is in the span of the constraint basis Q to ``10 max(m, d) sqrt(m) eps`` (the SVD's
+#: backward error plus the rank cut of :func:`constraint_basis`, on unit rows) and U is
+#: orthogonal to Q to a few eps after its projection and QR, together about 1e-10 at
+#: d = 6,400 and m = 40 groups.  1e-8 leaves a hundredfold margin for that, and a
+#: projected gap of 1e-8 of the raw gap is far below any sampling error of a group mean.
+FAIRNESS_TOLERANCE = 1e-8
 
 
 def top_eigh(M: np.ndarray, k: int, solver: str = "dense", Q: np.ndarray | None = None,
@@ -39,7 +53,8 @@ def top_eigh(M: np.ndarray, k: int, solver: str = "dense", Q: np.ndarray | None 
     if solver not in EIGEN_SOLVERS:
         raise ValueError(f"eigen_solver must be one of {EIGEN_SOLVERS}; got {solver!r}")
     if Q is not None and Q.shape[1]:
-        M = _deflated(M, Q, -(abs(np.trace(M)) + 1.0))
+        # below every eigenvalue of the PSD M (all in [0, trace]), at M's own scale
+        M = _deflated(M, Q, -(abs(np.trace(M)) or 1.0))
     if k >= d:
         w, V = scipy.linalg.eigh(M)
     else:
@@ -75,15 +90,29 @@ def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_it
     return w[::-1][:k], V[:, :k]
 
 
+def row_norms(A: np.ndarray) -> np.ndarray:
+    """Euclidean norms of the rows of A without underflow or overflow (each row scaled by
+    its largest entry first: ``np.linalg.norm`` of a row of 1e-170s is 0)."""
+    A = np.asarray(A, dtype=np.float64)
+    top = np.abs(A).max(axis=1) if A.shape[1] else np.zeros(A.shape[0])
+    safe = np.where(top > 0, top, 1.0)
+    return top * np.linalg.norm(A / safe[:, None], axis=1)
+
+
 def constraint_basis(C: np.ndarray, rtol: float | None = None) -> np.ndarray:
     """Orthonormal basis (d, r) of the row space of C (the constraint directions).
 
-    Zero rows (groups without signal, see ``FairPCA.fit_statistics``) are dropped; singular
-    values below ``rtol * s_max`` count as rank deficiency (default
-    ``10 * max(C.shape) * eps``, the rule of ``scipy.linalg.null_space``).
+    Zero rows (groups without signal, see ``FairPCA.fit_statistics``) are dropped, and the
+    others scaled to unit length: the basis then holds every group's direction to the
+    same relative accuracy, however the groups' deviations differ in size (a small
+    group's direction is not lost in the rounding of a large one's).  Singular values
+    below ``rtol * s_max`` count as rank deficiency, i.e. directions that are
+    combinations of the others (default ``10 * max(C.shape) * eps``, the rule of
+    ``scipy.linalg.null_space``).
     """
     d = C.shape[1]
-    C = C[np.any(C != 0, axis=1)]
+    norms = row_norms(C)
+    C = C[norms > 0] / norms[norms > 0, None]
     if C.shape[0] == 0:
         return np.zeros((d, 0))
     U, s, _ = scipy.linalg.svd(C.T, full_matrices=False)
@@ -91,6 +120,21 @@ def constraint_basis(C: np.ndarray, rtol: float | None = None) -> np.ndarray:
         rtol = max(C.shape) * np.finfo(np.float64).eps * 10
     r = int(np.sum(s > rtol * s[0]))
     return U[:, :r]
+
+
+def constraint_violation(U: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Per row v of C: ``|U v| / |v|``, the share of v that the rows of U keep (0 for v = 0).
+
+    U (k, d) has orthonormal rows (the fitted components); the rows of C are group-mean
+    deviations (any positive multiples).  In float64, O(k d m).
+    """
+    C = np.asarray(C, dtype=np.float64)
+    norms = row_norms(C)
+    out = np.zeros(C.shape[0])
+    live = norms > 0
+    if live.any():
+        out[live] = row_norms((C[live] / norms[live, None]) @ np.asarray(U, np.float64).T)
+    return out
 
 
 def pca_components(S: np.ndarray, k: int, solver: str = "dense") -> np.ndarray:
@@ -139,15 +183,21 @@ def equalizing_basis(cov_diffs, Q: np.ndarray, l: int) -> np.ndarray:
     (the sum is proportional to ``(R^T D R)^2``).
     """
     d = Q.shape[0]
+    # one power of two for all differences (exact; the order of the eigenvalues is that
+    # of c D for any c > 0): they become O(1), so their squares below neither underflow
+    # nor overflow and the shift that parks Q's directions is relative
+    top = max((float(np.abs(D).max()) for _, D in cov_diffs), default=0.0)
+    e = int(np.frexp(top)[1]) if top > 0 else 0
     if len(cov_diffs) == 1:
         (_, D), = cov_diffs
+        D = np.ldexp(D, -e)
         big = 2.0 * np.abs(D).sum(1).max() + 1.0  # above every |eigenvalue| of P D P
         w, V = scipy.linalg.eigh(_deflated(D, Q, big))
         order = np.argsort(np.abs(w), kind="stable")
     else:
         T = np.zeros((d, d))
         for wt, D in cov_diffs:
-            A = _deflated(D, Q, 0.0)
+            A = _deflated(np.ldexp(D, -e), Q, 0.0)
             T += wt * (A @ A)
         big = 2.0 * np.abs(T).sum(1).max() + 1.0
         w, V = scipy.linalg.eigh(_deflated(T, Q, big))

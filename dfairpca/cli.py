@@ -541,8 +541,10 @@ def cmd_fit(args):
     est.save(out, statistics=args.statistics, overwrite=args.overwrite)
     remove_directory(ckpt, "checkpoint")
     kept = 100 * est.explained_variance_ratio_.sum()
+    cert = getattr(est, "fairness_violation_", None)  # share of any group's mean gap kept
     print(f"{type(est).__name__} k = {est.n_components_}: {kept:.2f}% of the variance kept; "
-          f"fit in {dt:.1f} s; model written to {out}")
+          + ("" if cert is None else f"fairness certified: group-mean gap kept {cert:.1e}; ")
+          + f"fit in {dt:.1f} s; model written to {out}")
     return _fit_summary(est, args, data, dt, time.perf_counter() - start)
 
 

@@ -8,6 +8,7 @@ solve the small eigenproblem (:mod:`dfairpca._solvers`) and keep the fitted attr
 from __future__ import annotations
 
 import numbers
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from ._validation import (
     as_data, binary_target, check_finite_output, check_n_features, compute_dtype_for,
     encode_groups, require_sensitive_features, row_origin, with_known_rows,
 )
-from .moments import Moments, _categories_from_json, _categories_to_json, merge
+from .moments import OVERFLOW_MESSAGE, Moments, _categories_from_json, _categories_to_json, merge
 
 __all__ = ["PCA", "FairPCA", "load"]
 
@@ -68,19 +69,30 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         return m
 
     def _space(self, m: Moments):
-        """(S, scale): the matrix whose eigenvectors we want, in the fitted feature space."""
+        """(S, scale, e): the matrix whose eigenvectors we want, in the fitted feature space,
+        as ``S * 4**e`` (e is the statistics' ``scatter_exponent``, 0 but for data of
+        extreme magnitude; 0 when standardized, which is unit-free), and the true scale."""
         m.symmetrize()
         if m.n < 2:
             raise ValueError(f"need at least 2 rows to fit; got {m.n}")
-        S = m.scatter if self.center else m.scatter + m.n * np.outer(m.mean, m.mean)
+        if not (np.all(np.isfinite(m.mean)) and np.all(np.isfinite(np.diagonal(m.scatter)))):
+            raise ValueError(OVERFLOW_MESSAGE)
+        e = m.scatter_exponent
+        S = m.scatter
+        if not self.center:
+            mu = np.ldexp(m.mean, -e)  # in the scatter's units
+            S = S + m.n * np.outer(mu, mu)
         scale = None
         if self.standardize:
-            scale = np.sqrt(np.diag(m.scatter) / (m.n - 1))
+            sd = np.sqrt(np.diag(m.scatter) / (m.n - 1))
+            sd[sd == 0] = 1.0
+            S = S / np.outer(sd, sd)
+            scale = np.ldexp(sd, e)
             scale[scale == 0] = 1.0
-            S = S / np.outer(scale, scale)
-        return S, scale
+            e = 0
+        return S, scale, e
 
-    def _set_fitted(self, m: Moments, U: np.ndarray, S: np.ndarray, scale):
+    def _set_fitted(self, m: Moments, U: np.ndarray, S: np.ndarray, scale, e: int = 0):
         d = m.n_features
         self.statistics_ = m
         self.n_features_in_ = d
@@ -90,14 +102,17 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         self.mean_ = m.mean.copy() if self.center else np.zeros(d)
         self.scale_ = scale
         denom = m.n - 1
-        self.explained_variance_ = np.sum((U @ S) * U, axis=1) / denom
-        self.explained_variance_ratio_ = self.explained_variance_ / (np.trace(S) / denom)
+        captured = np.sum((U @ S) * U, axis=1) / denom
+        with np.errstate(over="ignore", under="ignore"):  # the true values, as float64 holds them
+            self.explained_variance_ = np.ldexp(captured, 2 * e)
+        self.explained_variance_ratio_ = captured / (np.trace(S) / denom)
 
     # ------------------------------------------------------------------ transforming
     def _check_fitted(self):
         if not hasattr(self, "components_"):
             hint = (
-                " (partial_fit has not yet seen two groups of every attribute)"
+                " (partial_fit has not yet seen two groups of every attribute, or "
+                "n_components rows)"
                 if hasattr(self, "statistics_") else ""
             )
             raise NotFittedError(
@@ -217,7 +232,8 @@ class PCA(_BaseDecomposition):
     Parameters
     ----------
     n_components : int or None
-        Number of components k; None keeps all d.
+        Number of components k; None keeps all d.  k above the number of rows is an error
+        (raised before the pass when the rows are known).
     center : bool, default True
         Subtract the mean.  ``False`` uses the uncentred ``X^T X`` (the paper's formula).
     standardize : bool, default False
@@ -278,6 +294,7 @@ class PCA(_BaseDecomposition):
         """
         self.validate_fit(X, y)
         (Xa,) = with_known_rows(as_data(X))
+        self._check_k(Xa.shape[1], Xa.shape[0])  # rows now known, also of a filtered Dask X
         self.fit_statistics(self._pass(Xa, checkpoint=checkpoint))
         _release(checkpoint, keep_checkpoint)
         return self
@@ -288,10 +305,14 @@ class PCA(_BaseDecomposition):
         Reads no data: the command line calls it before it connects to a cluster.
         """
         self._check_params()
-        self._check_k(as_data(X).shape[1])
+        Xa = as_data(X)
+        self._check_k(Xa.shape[1], Xa.shape[0])
 
     def partial_fit(self, X, y=None):
-        """Add the rows of X to what was seen so far and refit (equals fit on the union)."""
+        """Add the rows of X to what was seen so far and refit (equals fit on the union).
+
+        Until ``n_components`` rows have been seen only the statistics are kept.
+        """
         self._check_params()
         (Xa,) = with_known_rows(as_data(X))
         self._check_previous(Xa.shape[1])
@@ -299,21 +320,33 @@ class PCA(_BaseDecomposition):
         m = self._pass(Xa)
         if hasattr(self, "statistics_"):
             m = merge([self.statistics_, m])
+        if self.n_components is not None and m.n < self.n_components:
+            self._keep_statistics(m)
+            return self
         return self.fit_statistics(m)
+
+    def _keep_statistics(self, m: Moments) -> None:
+        """Record the statistics of a partial_fit that cannot be solved yet."""
+        self.statistics_ = m
+        self.n_samples_seen_ = int(m.n)
+        self.n_features_in_ = m.n_features
 
     def fit_statistics(self, statistics: Moments):
         """Solve from precomputed (e.g. merged or loaded) statistics."""
         self._check_params()
-        self._check_k(statistics.n_features)
-        S, scale = self._space(statistics)
+        self._check_k(statistics.n_features, statistics.n)
+        S, scale, e = self._space(statistics)
         k = self.n_components or statistics.n_features
         U = _solvers.pca_components(S, k, self.eigen_solver)
-        self._set_fitted(statistics, U, S, scale)
+        self._set_fitted(statistics, U, S, scale, e)
         return self
 
-    def _check_k(self, d):
-        if self.n_components is not None and self.n_components > d:
-            raise ValueError(f"n_components={self.n_components} is too large: X has {d} features")
+    def _check_k(self, d, n=None):
+        """Raise unless ``n_components <= min(n, d)`` (n: rows, when known)."""
+        k = self.n_components
+        if k is not None and k > d:
+            raise ValueError(f"n_components={k} is too large: X has {d} features")
+        _check_rows(k, n, min(d, n) if _known(n) else d, "rows")
 
     def _check_previous(self, d):
         if hasattr(self, "n_features_in_") and d != self.n_features_in_:
@@ -341,7 +374,9 @@ class FairPCA(PCA):
     tradeoff : float in [0, 1], default 0
         λ of Sec. 3.1.  ``transform`` returns ``[X U_fair, λ X U_pca]`` of shape (n, 2k)
         when λ > 0 and (n, k) when λ = 0.  λ enters linearly; the paper's experiments
-        swept λ = (i/10)^3, so pass ``tradeoff=t**3`` to reproduce that grid.
+        swept λ = (i/10)^3, so pass ``tradeoff=t**3`` to reproduce that grid.  Only the
+        fair half is fair (and certified, see ``fairness_violation_``): the λ-scaled
+        standard half is, by design, not.
     equalize_covariance : None, float in (0, 1] or int, default None
         Fair PCA-S (Sec. 3.6): also (approximately) equalise the group covariances by
         searching only the l directions of the fair subspace along which they differ least;
@@ -362,7 +397,18 @@ class FairPCA(PCA):
         Labels seen, per attribute.
     attribute_names_ : list of str
     n_constraints_ : int
-        Rank of the constraint (number of directions removed).
+        Rank of the constraint (number of directions removed).  A group whose mean equals
+        the overall mean to float64 rounding (:meth:`Moments.deviation_floor`) imposes
+        none, with a warning naming it.
+    fairness_violation_ : float
+        The fit's certificate: the largest share ``|U^T (mu_g - mu)| / |mu_g - mu|`` of any
+        group's mean deviation that ``components_`` keep, computed in float64 from the
+        statistics after the solve, in the fitted feature space (standardized when
+        ``standardize``; over the ``y == 1`` rows for equal opportunity).  A fit above
+        :data:`dfairpca._solvers.FAIRNESS_TOLERANCE` (1e-8) raises ``ValueError``; typical
+        values are 1e-16 to 1e-14.
+    fairness_violation_per_attribute_ : ndarray (p,)
+        The same, per protected attribute.
     constraint_basis_ : ndarray (d, n_constraints_)
         Orthonormal basis of the removed directions (the group-mean deviations, in the
         standardised space when ``standardize``); ``I - Q Q^T`` is fair PCA at the
@@ -424,7 +470,8 @@ class FairPCA(PCA):
         mask = binary_target(y, n) if self.constraint == "equal_opportunity" else None
         g = encode_groups(groups, n, mask=mask, require_two=not partial)
         if not partial:
-            self._check_k_groups(d, [len(c) for c in g.categories])
+            fitted = n if mask is None else int(np.count_nonzero(mask))
+            self._check_k_groups(d, [len(c) for c in g.categories], fitted)
         return Xa, g, mask
 
     def fit(self, X, y=None, *, sensitive_features=None, checkpoint=None,
@@ -478,15 +525,16 @@ class FairPCA(PCA):
             m = merge([self.statistics_, m])
         if not hasattr(self, "attribute_names_"):
             self.attribute_names_ = list(g.names)
-        if any(np.sum(a.counts > 0) < 2 for a in m.attributes):
-            # not solvable yet (a piece may hold a single group): keep the statistics only
-            self.statistics_ = m
-            self.n_samples_seen_ = int(m.n)
-            self.n_features_in_ = m.n_features
+        if any(np.sum(a.counts > 0) < 2 for a in m.attributes) or (
+                self.n_components is not None and m.n < self.n_components):
+            # not solvable yet (a piece may hold a single group, or fewer than k rows)
+            self._keep_statistics(m)
             return self
         return self.fit_statistics(m)
 
-    def _check_k_groups(self, d, ms):
+    def _check_k_groups(self, d, ms, n=None):
+        """The largest k the groups allow, ``d - sum(m_r) + p``; raise if n_components
+        exceeds it or the n fitted rows (when known)."""
         limit = d - sum(ms) + len(ms)
         k = self.n_components
         if limit < 1:
@@ -500,10 +548,17 @@ class FairPCA(PCA):
                 f"n_components={k} is too large: with {desc} the largest k is "
                 f"d - sum(m) + p = {d} - {sum(ms)} + {len(ms)} = {limit}"
             )
+        what = "rows with y == 1" if self.constraint == "equal_opportunity" else "rows"
+        _check_rows(k, n, min(limit, n) if _known(n) else limit, what)
         return limit
 
     def fit_statistics(self, statistics: Moments):
-        """Solve fair PCA from precomputed (merged, loaded) statistics."""
+        """Solve fair PCA from precomputed (merged, loaded) statistics, and certify it.
+
+        After the solve, the share of every group's mean deviation that the components keep
+        is measured in float64 (``fairness_violation_``); a fit above
+        :data:`~dfairpca._solvers.FAIRNESS_TOLERANCE` raises ``ValueError``.
+        """
         self._check_params()
         m = statistics.symmetrize()
         if not m.attributes:
@@ -517,20 +572,21 @@ class FairPCA(PCA):
                     "needs at least two"
                 )
         ms = [int(np.sum(a.counts > 0)) for a in m.attributes]
-        limit = self._check_k_groups(m.n_features, ms)
-        S, scale = self._space(m)
-        C = m.constraint_matrix()
-        counts = np.concatenate([a.counts for a in m.attributes]).astype(np.float64)
-        # a group whose mean deviates by less than rounding noise imposes no constraint
-        noise = np.linalg.norm(C, axis=1) <= counts * m.deviation_floor()
-        C[noise] = 0.0
+        limit = self._check_k_groups(m.n_features, ms, m.n)
+        S, scale, e = self._space(m)
+        C = self._constraints(m, names)
         if scale is not None:
             C = C / scale[None, :]
         Q = _solvers.constraint_basis(C)
         k = self.n_components or limit
         U = _solvers.fair_components(S, Q, k, *self._covariance_terms(m, scale, k, Q.shape[1]),
                                      solver=self.eigen_solver)
-        self._set_fitted(m, U, S, scale)
+        sizes = [a.n_groups for a in m.attributes]
+        per_group = np.split(_solvers.constraint_violation(U, C), np.cumsum(sizes)[:-1])
+        certify(per_group, names, [a.categories for a in m.attributes], m.precision, type(self).__name__)
+        self._set_fitted(m, U, S, scale, e)
+        self.fairness_violation_per_attribute_ = np.array([float(v.max(initial=0.0)) for v in per_group])
+        self.fairness_violation_ = float(self.fairness_violation_per_attribute_.max())
         self.n_constraints_ = Q.shape[1]
         self.constraint_basis_ = Q
         self.group_means_ = [m.group_means(j) for j in range(len(m.attributes))]
@@ -541,6 +597,32 @@ class FairPCA(PCA):
             _solvers.pca_components(S, k, self.eigen_solver) if self.tradeoff > 0 else None
         )
         return self
+
+    @staticmethod
+    def _constraints(m: Moments, names) -> np.ndarray:
+        """The constraint matrix (rows ``n_g (mean_g - mean)``), with the rows of groups whose
+        mean is the overall mean to float64 rounding set to 0, with a warning for each."""
+        C = m.constraint_matrix()
+        counts = np.concatenate([a.counts for a in m.attributes]).astype(np.float64)
+        floor = m.deviation_floor()
+        dev = _solvers.row_norms(C) / np.maximum(counts, 1.0)
+        zero = (counts > 0) & (dev <= floor)
+        if zero.any():
+            start = 0
+            for name, a in zip(names, m.attributes):
+                hit = np.flatnonzero(zero[start : start + a.n_groups])
+                start += a.n_groups
+                if hit.size:
+                    labels = ", ".join(str(a.categories[i]) for i in hit)
+                    word = "group" if hit.size == 1 else "groups"
+                    warnings.warn(
+                        f"{word} {labels} of {name}: the mean of each equals the overall mean to "
+                        f"float64 rounding (deviation <= {floor:.2e}, the rounding bound of means "
+                        "of these rows), so they impose no constraint and none is kept for them",
+                        UserWarning, stacklevel=4,
+                    )
+            C[zero] = 0.0
+        return C
 
     def _covariance_terms(self, m: Moments, scale, k: int, r: int):
         """(cov_diffs, l) for Fair PCA-S, or (None, None)."""
@@ -575,10 +657,12 @@ class FairPCA(PCA):
         return self.components_.T
 
     _array_attrs = _BaseDecomposition._array_attrs + ("standard_components_", "constraint_basis_")
-    _meta_attrs = _BaseDecomposition._meta_attrs + ("n_constraints_", "max_components_", "attribute_names_")
+    _meta_attrs = _BaseDecomposition._meta_attrs + ("n_constraints_", "max_components_", "attribute_names_",
+                                                    "fairness_violation_")
 
     def _extra_meta(self):
-        return {"groups_": [_categories_to_json(c) for c in self.groups_]}
+        return {"groups_": [_categories_to_json(c) for c in self.groups_],
+                "fairness_violation_per_attribute_": [float(v) for v in self.fairness_violation_per_attribute_]}
 
     def _extra_arrays(self):
         return {f"group_means_{j}": gm for j, gm in enumerate(self.group_means_)}
@@ -586,6 +670,45 @@ class FairPCA(PCA):
     def _restore_extra(self, meta, arrays):
         self.groups_ = [_categories_from_json(c) for c in meta["groups_"]]
         self.group_means_ = [arrays[f"group_means_{j}"] for j in range(len(self.groups_))]
+        if "fairness_violation_per_attribute_" in meta:
+            self.fairness_violation_per_attribute_ = np.array(meta["fairness_violation_per_attribute_"], float)
+
+
+def _known(n) -> bool:
+    """Whether a row count is known (a Dask array of unknown chunk sizes has NaN rows)."""
+    return n is not None and not (isinstance(n, float) and np.isnan(n))
+
+
+def _check_rows(k, n, largest: int, what: str) -> None:
+    """Raise if k exceeds the n fitted rows (checked before the pass wherever n is known)."""
+    if k is not None and _known(n) and k > n:
+        raise ValueError(
+            f"n_components={k} is too large: X has {int(n)} {what}, fewer than k; the "
+            f"largest k is {int(largest)}"
+        )
+
+
+def certify(per_group, names, categories, precision: float, estimator: str) -> None:
+    """Raise ``ValueError`` if any group keeps more than ``FAIRNESS_TOLERANCE`` of its mean
+    deviation under the fitted components (``per_group``: one array per attribute, from
+    :func:`dfairpca._solvers.constraint_violation`), naming the group and the fixes."""
+    worst, where = 0.0, None
+    for name, cats, v in zip(names, categories, per_group):
+        if len(v) and v.max() > worst:
+            worst, where = float(v.max()), (name, cats[int(np.argmax(v))])
+    if worst <= _solvers.FAIRNESS_TOLERANCE:
+        return
+    name, group = where
+    dtype_fix = ("compute_dtype='float64' (the products ran in float32), "
+                 if precision > np.finfo(np.float64).eps else "")
+    raise ValueError(
+        f"{estimator} could not satisfy its fairness constraint: the components keep "
+        f"{worst:.2e} of the mean deviation of group {group!r} of {name} (tolerance "
+        f"{_solvers.FAIRNESS_TOLERANCE:g}); the group-mean deviations are too close to "
+        f"linearly dependent or too different in size for float64. Fit with {dtype_fix}"
+        f"standardize=True if the features differ greatly in scale, or merge or drop group "
+        f"{group!r}"
+    )
 
 
 def _release(checkpoint, keep: bool) -> None:
@@ -685,6 +808,7 @@ def _saved_layout(meta: dict, headers: dict) -> dict:
              "explained_variance_": ((k,), "f"), "explained_variance_ratio_": ((k,), "f")}
     if cls is FairPCA:
         ms = saved_groups(meta)
+        saved_certificate(meta, len(ms))
         r = meta_value(meta, "n_constraints_", "count")
         meta_value(meta, "max_components_", "int")
         if r + k > d:
@@ -709,6 +833,25 @@ def saved_params(cls, meta: dict) -> dict:
     except (ValueError, TypeError) as exc:
         raise ValueError(f"meta.json: 'params': {exc}") from None
     return params
+
+
+def saved_certificate(meta: dict, p: int) -> None:
+    """Check meta.json's fairness certificate: ``fairness_violation_`` a number >= 0 and
+    ``fairness_violation_per_attribute_`` p of them (both absent in models saved before
+    fits were certified)."""
+    from .io import meta_value
+
+    total = meta_value(meta, "fairness_violation_", "number", optional=True)
+    per = meta_value(meta, "fairness_violation_per_attribute_", "list", optional=True)
+    if total is None and per is None:
+        return
+    ok = (total is not None and per is not None and total >= 0 and len(per) == p
+          and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= total
+                  for v in per))
+    if not ok:
+        raise ValueError(f"meta.json: 'fairness_violation_' {total!r:.40} and "
+                         f"'fairness_violation_per_attribute_' {per!r:.80} must be a number >= 0 "
+                         f"and {p} numbers between 0 and it")
 
 
 def saved_groups(meta: dict) -> list[int]:

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import warnings
 
 import numpy as np
 import scipy.linalg
@@ -71,7 +72,7 @@ from ._validation import (
     as_data, binary_target, check_finite_input, check_n_features, encode_groups,
     require_sensitive_features, row_origin, with_known_rows,
 )
-from .decomposition import CONSTRAINTS, FairPCA
+from .decomposition import CONSTRAINTS, FairPCA, certify
 
 __all__ = ["FairKernelPCA", "KERNELS", "exact_fit_bytes"]
 
@@ -175,6 +176,16 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         Nyström of the Nyström-approximated kernel.
     n_constraints_ : int
         Number of independent constraint directions removed.
+    fairness_violation_ : float
+        The fit's certificate, checked after the solve on the training statistics: the
+        largest share ``|U^T delta_g| / |delta_g|`` of any group's mean deviation delta_g
+        (in the kernel's feature space: exact, from the kernel's group means; Nyström, in
+        the Nyström feature space) that the k fair components keep; a fit above
+        :data:`dfairpca._solvers.FAIRNESS_TOLERANCE` raises ``ValueError``.  With
+        ``tradeoff > 0`` it certifies the fair half; the λ-scaled standard half is by
+        design not fair.
+    fairness_violation_per_attribute_ : ndarray (p,)
+        The same, per attribute.
     max_components_ : int
         The largest k allowed.
     groups_ : list of ndarray
@@ -387,7 +398,8 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         total = float(np.trace(K))
         standard = _top_eigenpairs(K, k, rng, overwrite=False) if self.tradeoff > 0 else None
         Z = _centred_onehot(g.codes[fit_rows], g.categories)
-        ZT, D = _constraint_directions(K, Z)
+        ZT, D, C, G = _constraint_directions(K, Z)
+        columns = _zero_groups(C, G, Z, K, g.categories, g.names)
         _downdate_in_place(K, D)
         s, E = _top_eigenpairs(K, k, rng, overwrite=True)
         del K
@@ -403,6 +415,9 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             # cross-kernel expansion (the row-mean term of the centring multiplies 1^T B = 0)
             coef -= coef.mean(axis=0)
 
+        per_group = _exact_violations(coef[:, :k], columns)
+        certify(per_group, g.names, g.categories, np.finfo(np.float64).eps, type(self).__name__)
+        self._set_certificate(per_group)
         self.method_ = "exact"
         self.n_landmarks_ = n
         self.basis_ = Xf
@@ -458,6 +473,12 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.explained_variance_ratio_ = fair.explained_variance_ratio_
         self.n_constraints_ = fair.n_constraints_
         self.max_components_ = fair.max_components_
+        self.fairness_violation_ = fair.fairness_violation_
+        self.fairness_violation_per_attribute_ = fair.fairness_violation_per_attribute_
+
+    def _set_certificate(self, per_group) -> None:
+        self.fairness_violation_per_attribute_ = np.array([float(v.max(initial=0.0)) for v in per_group])
+        self.fairness_violation_ = float(self.fairness_violation_per_attribute_.max())
 
     # ------------------------------------------------------------------ persistence
     _array_attrs = ("basis_", "basis_indices_", "dual_coef_", "offset_", "explained_variance_",
@@ -490,6 +511,8 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             "params": self.get_params(),
             **{a: getattr(self, a) for a in self._meta_attrs},
             "groups_": [_categories_to_json(c) for c in self.groups_],
+            "fairness_violation_": float(self.fairness_violation_),
+            "fairness_violation_per_attribute_": [float(v) for v in self.fairness_violation_per_attribute_],
         }
         with atomic_directory(path, "model", overwrite=overwrite) as tmp:
             save_arrays(tmp / "model", arrays, meta)
@@ -507,6 +530,9 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         for a in cls._meta_attrs:
             setattr(est, a, meta[a])
         est.groups_ = [_categories_from_json(c) for c in meta["groups_"]]
+        if "fairness_violation_" in meta:  # models saved before the certificate lack it
+            est.fairness_violation_ = float(meta["fairness_violation_"])
+            est.fairness_violation_per_attribute_ = np.array(meta["fairness_violation_per_attribute_"], float)
         idx = est.basis_indices_
         if idx.size and (idx.min() < 0 or idx.max() >= est.n_samples_seen_):
             raise ValueError(f"arrays.npz: 'basis_indices_' points outside the "
@@ -517,7 +543,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     def _saved_layout(cls, meta: dict, headers: dict) -> dict:
         """Check a saved FairKernelPCA's meta.json (kernel from :data:`KERNELS` only); the
         shape and kind of each array it implies."""
-        from .decomposition import saved_groups, saved_params
+        from .decomposition import saved_certificate, saved_groups, saved_params
         from .io import meta_value
 
         kernel = meta_value(meta, "params", "dict").get("kernel", "rbf")
@@ -534,7 +560,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         n = meta_value(meta, "n_samples_seen_", "positive")
         meta_value(meta, "n_constraints_", "count")
         meta_value(meta, "max_components_", "int")
-        saved_groups(meta)
+        saved_certificate(meta, len(saved_groups(meta)))
         if b > n:
             raise ValueError(f"meta.json: 'n_landmarks_' {b} exceeds 'n_samples_seen_' {n}")
         out = 2 * k if params.get("tradeoff", 0) > 0 else k
@@ -575,7 +601,13 @@ def _named_kernel(name, gamma, degree, coef0, A, B):
     A = np.asarray(A, dtype=np.float64)
     B = np.asarray(B, dtype=np.float64)
     if name == "rbf":
-        return pairwise.rbf_kernel(A, B, gamma=gamma)
+        # exp(-gamma |a - b|^2) depends on differences only: centred on B's mean and scaled
+        # by sqrt(gamma), the distances come from O(1) values (no cancellation of a large
+        # offset, no squares of 1e-150s), so fit(c X + b) is fit(X) with gamma="scale"
+        c = B.mean(axis=0)
+        s = np.sqrt(gamma)
+        D = pairwise.euclidean_distances((A - c) * s, (B - c) * s, squared=True)
+        return np.exp(-D, out=D)
     if name == "poly":
         return pairwise.polynomial_kernel(A, B, degree=degree, gamma=gamma, coef0=coef0)
     if name == "sigmoid":
@@ -665,20 +697,76 @@ def _centred_onehot(codes: np.ndarray, categories) -> np.ndarray:
 
 
 def _constraint_directions(Kc: np.ndarray, Z: np.ndarray):
-    """(Z T, D = Kc Z T): T makes the feature-space constraint directions ``Phi Z T`` orthonormal.
+    """(Z T, D = Kc Z T, C = Kc Z, G = Z^T Kc Z): T makes the feature-space constraint
+    directions ``Phi Z T`` orthonormal.
 
-    ``G = Z^T Kc Z`` is their Gram matrix.  Its eigenvalues at or below ``10 max(n, q) eps``
-    times the largest are rounding noise of the Gram product (dependent constraints, e.g.
-    two attributes that split the rows alike, or groups with equal feature-space means) and
-    are dropped.
+    G is their Gram matrix.  Its columns are scaled to a unit diagonal first (every group's
+    direction then counts alike, however the groups' deviations differ in size), columns
+    of groups without signal (:func:`_zero_groups`) are left out, and eigenvalues at or
+    below ``10 max(n, q) eps`` times the largest are rounding noise of the Gram product
+    (dependent constraints, e.g. two attributes that split the rows alike) and are dropped.
     """
     C = Kc @ Z
     G = Z.T @ C
-    w, V = scipy.linalg.eigh((G + G.T) / 2)
+    G = (G + G.T) / 2
+    live = np.flatnonzero(np.diagonal(G) > _noise_level(Kc) * np.einsum("ij,ij->j", Z, Z))
+    if live.size == 0:
+        return Z[:, :0], C[:, :0], C, G
+    N = 1.0 / np.sqrt(np.diagonal(G)[live])
+    w, V = scipy.linalg.eigh(G[np.ix_(live, live)] * np.outer(N, N))
     rtol = 10 * max(Z.shape) * np.finfo(np.float64).eps
     keep = w > rtol * max(w.max(), 0.0)
-    T = V[:, keep] / np.sqrt(w[keep])
-    return Z @ T, C @ T
+    T = N[:, None] * V[:, keep] / np.sqrt(w[keep])
+    return Z[:, live] @ T, C[:, live] @ T, C, G
+
+
+def _noise_level(Kc: np.ndarray) -> float:
+    """``z^T Kc z`` below ``level * |z|^2`` is rounding noise of the kernel's entries
+    (``level = 10 n eps max|Kc|``): a group whose centred indicator z gives less has the
+    overall mean in the kernel's feature space, to the kernel's precision."""
+    n = Kc.shape[0]
+    return 10 * n * np.finfo(np.float64).eps * (float(np.abs(np.diagonal(Kc)).max()) if n else 0.0)
+
+
+def _zero_groups(C, G, Z, Kc, categories, names):
+    """Per attribute: ``(Kc z_g, z_g^T Kc z_g)`` for all m groups (the last group's
+    centred indicator is minus the sum of the other m - 1 columns of Z), with the groups
+    without signal (:func:`_noise_level`) set to zero and a warning naming them."""
+    level = _noise_level(Kc)
+    columns, start = [], 0
+    for cats, name in zip(categories, names):
+        cols = np.arange(start, start + len(cats) - 1)
+        start += len(cats) - 1
+        Zb = Z[:, cols]
+        KZ = np.hstack([C[:, cols], -C[:, cols].sum(axis=1, keepdims=True)])
+        Gb = G[np.ix_(cols, cols)]
+        sq = np.append(np.diagonal(Gb), Gb.sum())
+        zsq = np.append(np.einsum("ij,ij->j", Zb, Zb), np.square(Zb.sum(axis=1)).sum())
+        zero = sq <= level * zsq
+        if zero.any():
+            labels = ", ".join(str(c) for c in np.asarray(cats)[zero])
+            warnings.warn(
+                f"group(s) {labels} of {name}: the mean in the kernel's feature space equals "
+                "the overall mean to rounding, so they impose no constraint and none is kept",
+                UserWarning, stacklevel=4,
+            )
+            KZ[:, zero], sq[zero] = 0.0, 0.0
+        columns.append((KZ, sq))
+    return columns
+
+
+def _exact_violations(coef: np.ndarray, columns) -> list:
+    """Per attribute, per group: ``|B^T Kc z_g| / sqrt(z_g^T Kc z_g)``, the share of the
+    group's feature-space mean deviation that the components (``B^T Kc B = I``) keep; 0
+    for groups without signal.  O(n k m)."""
+    out = []
+    for KZ, sq in columns:
+        v = np.zeros(len(sq))
+        live = sq > 0
+        if live.any():
+            v[live] = np.linalg.norm(coef.T @ KZ[:, live], axis=0) / np.sqrt(sq[live])
+        out.append(v)
+    return out
 
 
 def _clip_to_psd_in_place(K: np.ndarray) -> np.ndarray:
@@ -787,7 +875,16 @@ def _entry_moments(x) -> tuple[int, float, float]:
         b = x[s : s + _rows_per_block(x.shape[1])].astype(np.float64)
         if b.size:
             mean = float(b.mean())
-            acc = _pairwise(acc, (b.size, mean, float(np.square(b - mean).sum())))
+            m2 = float(np.square(b - mean).sum())
+            # (NaN or infinity in X is refused, named, where the rows are read)
+            if (not np.isfinite(m2) and np.isfinite(b).all()) or (
+                    m2 < np.finfo(np.float64).tiny and np.ptp(b) > 0):
+                raise ValueError(
+                    "X's values are too far from 1 for gamma='scale': their variance "
+                    f"{'overflows' if not np.isfinite(m2) else 'underflows'} float64; multiply X "
+                    "by a constant (e.g. a power of two) that brings it near 1"
+                )
+            acc = _pairwise(acc, (b.size, mean, m2))
     return acc
 
 

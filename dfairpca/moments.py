@@ -19,6 +19,14 @@ Within a chunk the product ``xc^T xc`` runs in the chunk's compute dtype (float3
 images, a BLAS ``syrk``) and is added to float64 totals, which a pass keeps as the upper
 triangle only (:class:`UpperPanels`, half the memory and half the bytes on the wire).  Group means are stored as
 deviations from the part's mean, which keeps them exact when the data has a large offset.
+
+Range: the products of values far from 1 underflow or overflow (float32 squares of 1e-30
+are 0; float64 squares of 1e-170 too).  A chunk whose products left the range where they
+are exact (:func:`_product_range`) is redone with every column scaled by a power of two
+(exact), and a scatter matrix beyond float64's comfortable range is kept as
+``true = stored * 4**scatter_exponent``.  Data of ordinary magnitude never takes that
+path: it costs one look at the diagonal per chunk.  Offset data (a column's mean far
+from 0 in units of its spread) gets its means refined by a second sum (:func:`_refined`).
 """
 
 from __future__ import annotations
@@ -37,6 +45,22 @@ __all__ = ["Moments", "AttributeMoments", "UpperPanels", "merge"]
 MAX_BAD_ROWS_REPORTED = 10
 #: bytes of the float copy of one row block inside a chunk
 BLOCK_BYTES = 64 << 20
+#: the float64 scatter matrices are kept within 2**(+-STORED_RANGE_BITS) per row (column
+#: spreads of about 1e-90 to 1e90): squares of what is stored neither underflow nor
+#: overflow in the solves, whose products of two such matrices then stay in range too
+STORED_RANGE_BITS = 600
+#: a scatter whose true values are within 2**(+-TRUE_UNITS_BITS) is stored as it is
+#: (``scatter_exponent == 0``); beyond, stored scaled (see :attr:`Moments.scatter_exponent`)
+TRUE_UNITS_BITS = 400
+#: a chunk of 64-bit values with a column whose mean is over 2**OFFSET_BITS of its spread
+#: from 0 gets a second float64 sum of the centred values (:func:`_refined`): its group
+#: deviations are then exact to the spread's rounding, not the offset's.  Ordinary data
+#: (pixels: mean about 2 sd) never pays for it, nor do inputs of 32 bits or less, whose
+#: float64 sums are exact when the values share a binade (as an offset makes them).
+OFFSET_BITS = 6
+#: what a fit says when X's sums overflow float64 (values of about 1e300 and more)
+OVERFLOW_MESSAGE = ("X holds values too large for float64 sums (the statistics overflow); divide X "
+                    "by a constant (e.g. a power of two) before fitting")
 #: one multi-threaded BLAS product at a time per process: two concurrent calls that each
 #: use every BLAS thread (Dask's threaded scheduler) run 25% slower than the same calls in
 #: turn; reading and centering still overlap.  With single-threaded BLAS (Dask workers set
@@ -122,6 +146,187 @@ def _blas_lock():
     return _BLAS_LOCK if threads > 1 else contextlib.nullcontext()
 
 
+def _products(x, mean, shifts, dtype, exponents=None):
+    """Upper triangles of ``xc^T xc`` (xc = x - mean) and of every group's product about its
+    own mean, in ``dtype``, by row blocks: BLAS syrk accumulates in the compute dtype
+    (beta = 1), never materialising a float copy of the chunk.  Also returns the centres
+    (overall, per group) the products are about, as :func:`_refined` needs them.
+
+    With ``exponents`` (per column) the rows are ``(x - mean) * 2**-exponents``, centred in
+    float64 first (the rare rescaled path of :func:`_scaled_products`).
+    """
+    d, r = x.shape[1], x.shape[0]
+    syrk = _syrk(dtype)
+    lock = _blas_lock()
+    mu = mean.astype(dtype)
+    acc = np.zeros((d, d), dtype, order="F")
+    gacc = [np.zeros((d, d), dtype, order="F") for _ in shifts]
+    devs = [att.deviation[g] for att, g, _ in shifts]
+    if exponents is not None:
+        devs = [np.ldexp(v, -exponents) for v in devs]
+    devs = [v.astype(dtype) for v in devs]
+    # the centres the products are about, in float64 (the dtype's roundings of the means)
+    centre = mu.astype(np.float64) if exponents is None and np.can_cast(x.dtype, dtype, "safe") else mean
+    back = (lambda v: np.ldexp(v.astype(np.float64), exponents)) if exponents is not None else (
+        lambda v: v.astype(np.float64))
+    centres = (centre, [centre + back(v) for v in devs])
+    step = max(64, BLOCK_BYTES // (d * dtype.itemsize))
+    # values the dtype cannot hold exactly (float64 into float32 products) are centred in
+    # float64 first: cast first, 1e8 + N(0, 1) would keep nothing of its spread
+    exact = np.can_cast(x.dtype, dtype, "safe")
+    for s in range(0, r, step):
+        if exponents is None and exact:
+            xc = np.subtract(x[s : s + step], mu, dtype=dtype)
+        elif exponents is None:
+            xc = np.subtract(x[s : s + step], mean, dtype=np.float64).astype(dtype)
+        else:
+            xc = np.ldexp(np.subtract(x[s : s + step], mean, dtype=np.float64),
+                          -exponents).astype(dtype)
+        with lock:
+            acc = syrk(acc, xc)
+        for i, (_, _, sel) in enumerate(shifts):
+            xg = xc[sel[s : s + step]]
+            if len(xg):
+                xg -= devs[i]
+                with lock:
+                    gacc[i] = syrk(gacc[i], xg)
+    return acc, gacc, centres
+
+
+def _product_range(dtype, rows: int) -> tuple[float, float]:
+    """(low, high) for a diagonal entry (a column's sum of r squares) of a product that is
+    exact to the dtype's precision and storable: mean square above ``tiny / eps`` (no term
+    near the subnormals) and within :data:`STORED_RANGE_BITS`; sum below ``max * eps``."""
+    fi = np.finfo(dtype)
+    low = rows * max(float(fi.tiny / fi.eps), 2.0 ** -STORED_RANGE_BITS)
+    high = min(float(fi.max * fi.eps), 2.0 ** STORED_RANGE_BITS)
+    return low, high
+
+
+def _in_range(x, acc, gacc, shifts, dtype) -> bool:
+    """Whether the chunk's products stayed in the exact range (:func:`_product_range`).
+
+    A diagonal entry below the range is fine when its column is constant (over the rows
+    of the product): only those few columns are looked at again.
+    """
+    checks = [(acc, None)] + [(G, sel) for G, (_, _, sel) in zip(gacc, shifts)]
+    for G, sel in checks:
+        diag = np.diagonal(G).astype(np.float64)
+        rows = x.shape[0] if sel is None else int(np.count_nonzero(sel))
+        if rows == 0:
+            continue
+        low, high = _product_range(dtype, rows)
+        if not np.all(diag <= high):  # also NaN / inf
+            return False
+        cols = np.flatnonzero(diag < low)
+        if cols.size:
+            sub = x[:, cols] if sel is None else x[sel][:, cols]
+            if np.any(sub != sub[:1]):
+                return False
+    return True
+
+
+def _scaled_products(x, mean, shifts, dtype):
+    """The products of :func:`_products` for columns scaled by powers of two, as float64
+    upper triangles holding ``true * 4**-e``, and e (0 when the true values fit float64's
+    :data:`TRUE_UNITS_BITS`).
+
+    Every column j is divided by ``2**f_j`` with ``2**f_j`` just above its largest
+    ``|x - mean|``, so every scaled value is at most 1 and the squares cannot overflow or
+    underflow (a column's nonzero deviations are at least its spread times the input's eps).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        spread = np.maximum(x.max(axis=0) - mean, mean - x.min(axis=0))
+    if not np.all(np.isfinite(spread)):
+        raise ValueError(OVERFLOW_MESSAGE)
+    f = np.where(spread > 0, np.frexp(spread)[1], 0).astype(np.int64)
+    acc, gacc, centres = _products(x, mean, shifts, dtype, exponents=f)
+    e = int(f.max())
+    w = np.ldexp(1.0, f - e)  # <= 1: per column, back to the common exponent e
+    if abs(e) <= TRUE_UNITS_BITS // 2:
+        w, e = np.ldexp(w, e), 0
+
+    def back(G):
+        S = np.array(G, dtype=np.float64, order="F")
+        S *= w[:, None]
+        S *= w[None, :]
+        return S
+
+    return back(acc), [back(G) for G in gacc], e, centres
+
+
+def _group_means(x, cj, counts, total) -> np.ndarray:
+    """(m, d) float64 mean of the rows of x in each group (0 for an empty group).
+
+    The largest group's sum is the total minus the others': only the smaller groups' rows
+    are gathered (7% of a chunk for Eyeglasses, not all of it).
+    """
+    out = np.zeros((len(counts), x.shape[1]))
+    present = np.flatnonzero(counts)
+    if present.size == 0:
+        return out
+    largest = present[np.argmax(counts[present])]
+    rest = np.zeros(x.shape[1])
+    for g in present:
+        if g != largest:
+            out[g] = x[cj == g].sum(axis=0, dtype=np.float64)
+            rest += out[g]
+    out[largest] = total - rest
+    return out / np.maximum(counts, 1)[:, None]
+
+
+def _offset_is_large(mean, acc, rows: int, e: int) -> bool:
+    """Whether some column's mean is more than ``2**OFFSET_BITS`` of its spread from 0.
+
+    Then the float64 sums of the raw values, off by up to ``rows * eps * |mean|``, would
+    blur group-mean deviations smaller than that (a gap of 1e-6 sd on a 1e6 sd offset):
+    :func:`_refined` sums the centred values again.  Constant columns (spread 0) are exact.
+    """
+    var = np.diagonal(acc).astype(np.float64) / rows  # in units of 4**e
+    mu = np.ldexp(mean, -e)
+    return bool(np.any((var > 0) & (mu * mu > 4.0 ** OFFSET_BITS * var)))
+
+
+def _refined(x, codes, out, acc, gacc, shifts, centres):
+    """Means and group deviations from float64 sums of ``x - mean`` (the classic second pass
+    of a two-pass mean, only for chunks far from 0, :func:`_offset_is_large`), and the
+    products moved to the refined centres (float64: ``S -= r (m - c)(m - c)^T``).
+
+    Updates ``out.mean`` and the attributes' deviations in place; returns (acc, gacc).
+    """
+    r, d = x.shape
+    mu = out.mean
+    total = np.zeros(d)
+    sums = [np.zeros((a.n_groups, d)) for a in out.attributes]
+    step = max(64, BLOCK_BYTES // (d * 8))
+    for s in range(0, r, step):
+        xc = np.subtract(x[s : s + step], mu, dtype=np.float64)
+        part = xc.sum(axis=0)
+        total += part
+        for j, a in enumerate(out.attributes):
+            cj = codes[s : s + step, j]
+            counts = np.bincount(cj, minlength=a.n_groups)
+            sums[j] += _group_means(xc, cj, counts, part) * counts[:, None]
+    delta = total / r
+    out.mean = mu + delta
+    for j, a in enumerate(out.attributes):
+        live = a.counts > 0
+        a.deviation[live] = sums[j][live] / a.counts[live, None] - delta
+
+    e = out.scatter_exponent
+
+    def moved(G, rows, c, m):
+        G = np.array(G, dtype=np.float64, order="F")
+        v = np.ldexp(m - c, -e)
+        G -= rows * np.outer(v, v)  # about the mean m instead of c (the upper half counts)
+        return G
+
+    acc = moved(acc, r, centres[0], out.mean)
+    gacc = [moved(G, int(np.count_nonzero(sel)), c, out.mean + att.deviation[g])
+            for G, c, (att, g, sel) in zip(gacc, centres[1], shifts)]
+    return acc, gacc
+
+
 @dataclass
 class AttributeMoments:
     """Per-group statistics of one protected attribute.
@@ -174,8 +379,14 @@ class Moments:
         True while only the upper triangles of the scatter matrices are filled (inside
         a pass); :meth:`symmetrize` completes them.
     precision : float
-        Machine epsilon of the coarsest dtype any part's products ran in (float32 parts
-        make the group deviations reliable only to about 1e-7 relative).
+        Machine epsilon of the coarsest dtype any part's products ran in (the scatter
+        matrices' relative precision; the means and group deviations are float64 sums
+        whatever the products ran in, see :meth:`deviation_floor`).
+    scatter_exponent : int
+        The scatter matrices hold ``true * 4**-scatter_exponent``.  0 (true values) unless
+        column spreads are beyond about 1e+-90, as for ``X * 1e-170`` whose true scatter
+        float64 cannot hold; :meth:`covariance` is in true units (as far as float64 holds
+        them), ratios of the stored values are exact.
     """
 
     n: int
@@ -186,6 +397,7 @@ class Moments:
     nonfinite_rows: list[int] = field(default_factory=list)
     precision: float = float(np.finfo(np.float64).eps)
     upper: bool = False
+    scatter_exponent: int = 0
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -275,38 +487,16 @@ class Moments:
             for j, att in enumerate(out.attributes):
                 cj = codes[:, j]
                 att.counts = np.bincount(cj, minlength=att.n_groups).astype(np.int64)
-                present = np.flatnonzero(att.counts)
-                # the largest group's sum is the total minus the others': only the smaller
-                # groups' rows are gathered (7% of a chunk for Eyeglasses, not all of it)
-                largest = present[np.argmax(att.counts[present])]
-                rest = np.zeros_like(total)
-                for g in present:
-                    sel = cj == g
-                    if g != largest:
-                        s_g = x[sel].sum(axis=0, dtype=np.float64)
-                        rest += s_g
-                        att.deviation[g] = s_g / att.counts[g] - out.mean
-                    if group_scatter:
-                        shifts.append((att, g, sel))
-                att.deviation[largest] = (total - rest) / att.counts[largest] - out.mean
-        # x^T x about the mean, in row blocks: BLAS syrk accumulates the upper triangle
-        # in the compute dtype (beta = 1), never materialising a float copy of the chunk
-        syrk = _syrk(dtype)
-        lock = _blas_lock()
-        mu = out.mean.astype(dtype)
-        acc = np.zeros((d, d), dtype, order="F")
-        gacc = [np.zeros((d, d), dtype, order="F") for _ in shifts]
-        step = max(64, BLOCK_BYTES // (d * dtype.itemsize))
-        for s in range(0, r, step):
-            xc = np.subtract(x[s : s + step], mu, dtype=dtype)
-            with lock:
-                acc = syrk(acc, xc)
-            for i, (att, g, sel) in enumerate(shifts):
-                xg = xc[sel[s : s + step]]
-                if len(xg):
-                    xg -= att.deviation[g].astype(dtype)
-                    with lock:
-                        gacc[i] = syrk(gacc[i], xg)
+                att.deviation = _group_means(x, cj, att.counts, total) - out.mean * (att.counts > 0)[:, None]
+                if group_scatter:
+                    shifts += [(att, g, cj == g) for g in np.flatnonzero(att.counts)]
+        acc, gacc, centres = _products(x, out.mean, shifts, dtype)
+        if not _in_range(x, acc, gacc, shifts, dtype):
+            # values so small or large that their products left the dtype's exact range:
+            # again, every column scaled by a power of two (exact), into float64
+            acc, gacc, out.scatter_exponent, centres = _scaled_products(x, out.mean, shifts, dtype)
+        if x.dtype.itemsize == 8 and _offset_is_large(out.mean, acc, r, out.scatter_exponent):
+            acc, gacc = _refined(x, codes, out, acc, gacc, shifts, centres)
         # a chunk's product is only as precise as its dtype: keep it (half the bytes to ship
         # for float32); merges accumulate in float64
         out.scatter = acc
@@ -348,12 +538,13 @@ class Moments:
         return bool(self.attributes) and all(a.scatter is not None for a in self.attributes)
 
     def covariance(self, ddof: int = 1) -> np.ndarray:
-        """Sample covariance ``scatter / (n - ddof)``."""
-        return self.symmetrize().scatter / max(self.n - ddof, 1)
+        """Sample covariance ``scatter / (n - ddof)`` (true units, whatever :attr:`scatter_exponent`)."""
+        return np.ldexp(self.symmetrize().scatter / max(self.n - ddof, 1), 2 * self.scatter_exponent)
 
     def second_moment(self) -> np.ndarray:
         """Uncentred ``X^T X / n`` (the paper's objective without centring)."""
-        return self.symmetrize().scatter / self.n + np.outer(self.mean, self.mean)
+        S = np.ldexp(self.symmetrize().scatter / self.n, 2 * self.scatter_exponent)
+        return S + np.outer(self.mean, self.mean)
 
     def group_means(self, attribute: int = 0) -> np.ndarray:
         """Mean of every group of one attribute, shape (m, d)."""
@@ -376,9 +567,21 @@ class Moments:
         return np.concatenate(rows)
 
     def deviation_floor(self) -> float:
-        """Size below which a group-mean deviation is rounding noise, not signal."""
-        scale = np.sqrt(self.mean @ self.mean + np.trace(self.scatter) / max(self.n, 1))
-        return 100.0 * self.precision * float(scale)
+        """Norm below which a group-mean deviation is float64 rounding, not signal.
+
+        The means are float64 sums of the rows (whatever dtype the products ran in), and
+        a sum of n terms is off by at most ``n * eps * sum |x_i|`` (recursive summation, the
+        worst case); so is the mean of each coordinate by ``n * eps`` times its mean
+        absolute value, and the norm of a group mean minus the overall mean by at most
+        ``2 * n * eps * rms`` (rms: the root mean square row norm).  A deviation above this
+        is the data's, not the arithmetic's.
+        """
+        spread = np.ldexp(np.sqrt(max(np.trace(self.symmetrize().scatter), 0.0) / max(self.n, 1)),
+                          self.scatter_exponent)
+        top = float(np.abs(self.mean).max(initial=0.0))
+        size = top * float(np.linalg.norm(self.mean / top)) if top > 0 else 0.0  # no overflow
+        rms = float(np.hypot(size, spread))
+        return 2.0 * max(self.n, 1) * float(np.finfo(np.float64).eps) * rms
 
     def check_finite(self) -> None:
         """Raise ``ValueError`` naming the rows if any row held NaN or infinity."""
@@ -405,6 +608,7 @@ class Moments:
         d = self.n_features
         arrays = {"n": np.asarray(self.n), "mean": self.mean,
                   "precision": np.asarray(self.precision),
+                  "scatter_exponent": np.asarray(self.scatter_exponent),
                   "n_nonfinite": np.asarray(self.n_nonfinite),
                   "nonfinite_rows": np.asarray(self.nonfinite_rows, np.int64)}
         meta = {"n_attributes": len(self.attributes), "categories": []}
@@ -444,7 +648,8 @@ class Moments:
             scatter = np.asarray(arrays["scatter"])
         return cls(int(arrays["n"]), mean, scatter,
                    attrs, int(arrays["n_nonfinite"]), [int(r) for r in arrays["nonfinite_rows"]],
-                   precision=float(arrays["precision"]), upper="scatter_panels" in arrays)
+                   precision=float(arrays["precision"]), upper="scatter_panels" in arrays,
+                   scatter_exponent=int(arrays["scatter_exponent"]) if "scatter_exponent" in arrays else 0)
 
     def save(self, path, *, overwrite: bool = False) -> None:
         """Save to a directory (``.npz`` arrays + JSON), atomically; see :mod:`dfairpca.io`.
@@ -694,8 +899,11 @@ def merge(parts: Sequence[Moments], *, reuse_first: bool = False) -> Moments:
     mean = (ns @ means) / n
     delta = means - mean  # (parts, d): mean of each part minus the new mean
     upper = any(q.upper for q in live)
-    scatter = _accumulate([q.scatter for q in live], delta, ns, upper,
-                          reuse_first and live[0] is parts[0])
+    own = reuse_first and live[0] is parts[0]  # the first part's sums are updated in place
+    e = _merged_exponent(live, delta * np.sqrt(ns)[:, None])
+    if e or any(q.scatter_exponent for q in live):  # rare: data far from 1 (module doc)
+        live = [_rescaled(q, e, in_place=own and i == 0) for i, q in enumerate(live)]
+    scatter = _accumulate([q.scatter for q in live], np.ldexp(delta, -e), ns, upper, own)
     attrs = []
     for j in range(p):
         counts = sum(q.attributes[j].counts for q in live)
@@ -713,12 +921,72 @@ def merge(parts: Sequence[Moments], *, reuse_first: bool = False) -> Moments:
                 has = [i for i, q in enumerate(live) if q.attributes[j].counts[g] > 0]
                 if has:
                     mats = [live[i].attributes[j].scatter[g] for i in has]
-                    dg = np.stack([rel[i][g] - dev[g] for i in has])
+                    dg = np.ldexp(np.stack([rel[i][g] - dev[g] for i in has]), -e)
                     wg = np.array([live[i].attributes[j].counts[g] for i in has], np.float64)
-                    own = reuse_first and has[0] == 0 and live[0] is parts[0]
-                    gsc[g] = _accumulate(mats, dg, wg, upper, own)
+                    gsc[g] = _accumulate(mats, dg, wg, upper, own and has[0] == 0)
         attrs.append(AttributeMoments(cats[j], counts.astype(np.int64), dev, gsc))
-    return Moments(n, mean, scatter, attrs, n_bad, bad_rows, max(q.precision for q in live), upper)
+    return Moments(n, mean, scatter, attrs, n_bad, bad_rows, max(q.precision for q in live), upper,
+                   e)
+
+
+def _diagonal(M) -> np.ndarray:
+    """The diagonal of a stored scatter matrix (array, upper-triangle array or panels)."""
+    if isinstance(M, UpperPanels):
+        return np.concatenate([np.diagonal(P[s:e]) for s, e, P in M.panels()])
+    return np.diagonal(M).astype(np.float64)
+
+
+def _merged_exponent(parts, A) -> int:
+    """``scatter_exponent`` of the merge of ``parts`` whose Chan correction is ``A^T A``.
+
+    0 while every part is in true units and A's squares are exact in float64 (the merges
+    of ordinary data); otherwise the exponent of the largest term, or 0 again if that
+    is within :data:`TRUE_UNITS_BITS`, so that nothing overflows and the largest
+    contributions keep full precision.
+    """
+    amax = float(np.abs(A).max()) if A.size else 0.0
+    band = STORED_RANGE_BITS // 2  # A's squares within the stored range
+    if not any(q.scatter_exponent for q in parts) and (amax == 0.0 or 2.0 ** -band <= amax <= 2.0 ** band):
+        return 0
+    half = TRUE_UNITS_BITS // 2
+    tops = [np.frexp(amax)[1]] if amax > 0 else []
+    for q in parts:
+        top = float(_diagonal(q.scatter).max()) if q.n_features else 0.0
+        if top > 0:
+            tops.append(q.scatter_exponent + (np.frexp(top)[1] + 1) // 2)
+    e = max(tops, default=0)
+    return 0 if abs(e) <= half else int(e)
+
+
+def _rescaled(q: Moments, e: int, in_place: bool) -> Moments:
+    """q with its scatter matrices expressed with ``scatter_exponent`` e (a copy, unless
+    ``in_place``: a pass's running total, updated where it lies)."""
+    shift = 2 * (q.scatter_exponent - e)
+    if shift == 0:
+        return q
+
+    def scale(M):
+        if M is None:
+            return None
+        if isinstance(M, UpperPanels):
+            if in_place:
+                np.ldexp(M.data, shift, out=M.data)
+                return M
+            return UpperPanels(M.d, M.width, np.ldexp(M.data, shift))
+        if in_place and M.dtype == np.float64 and M.flags.writeable:
+            return np.ldexp(M, shift, out=M)
+        return np.ldexp(np.asarray(M, dtype=np.float64), shift)
+
+    attrs = []
+    for a in q.attributes:
+        sc = a.scatter
+        if isinstance(sc, list):
+            sc = [scale(M) for M in sc]
+        elif sc is not None:
+            sc = scale(sc)
+        attrs.append(AttributeMoments(a.categories, a.counts, a.deviation, sc))
+    return Moments(q.n, q.mean, scale(q.scatter), attrs, q.n_nonfinite, q.nonfinite_rows,
+                   q.precision, q.upper, e)
 
 
 def _align_categories(parts: list[Moments]) -> list[Moments]:
@@ -753,7 +1021,7 @@ def _align_categories(parts: list[Moments]) -> list[Moments]:
                 sc[idx] = a.scatter
             attrs.append(AttributeMoments(u, counts, dev, sc))
         out.append(Moments(q.n, q.mean, q.scatter, attrs, q.n_nonfinite, q.nonfinite_rows,
-                           q.precision, q.upper))
+                           q.precision, q.upper, q.scatter_exponent))
     return out
 
 

@@ -71,3 +71,29 @@ def fair_pca_s(X, z, k, l, center=True):
     E = E[:, np.argsort(np.abs(w))[:l]]
     w2, V = np.linalg.eigh(E.T @ R.T @ X.T @ X @ R @ E)
     return R @ E @ V[:, np.argsort(w2)[::-1][:k]]
+
+
+def rbf_kernel(X, gamma):
+    """exp(-gamma |x - y|^2) of the rows of X, densely (differences, no dot-product trick)."""
+    X = np.asarray(X, dtype=float)
+    X = X - X.mean(axis=0)
+    return np.exp(-gamma * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+
+
+def fair_kernel_pca(K, groups, k):
+    """Training representation (n, k) of fair kernel PCA (Alg. 3 with Z_comb, Sec. 3.5) for
+    the kernel matrix K: centred Kc = H K H, R = nullspace of Z^T Kc, then the generalised
+    problem (R^T Kc Kc R, R^T Kc R) restricted to the range of R^T Kc R (singular for a
+    centred kernel, see dfairpca.kernel)."""
+    n = len(K)
+    H = np.eye(n) - 1.0 / n
+    Kc = H @ K @ H
+    Z = np.concatenate([centred_onehot(g) for g in groups], axis=1)
+    R = scipy.linalg.null_space(Z.T @ Kc)
+    A = R.T @ Kc @ Kc @ R
+    B = R.T @ Kc @ R
+    b, V = np.linalg.eigh(B)
+    live = b > 1e-12 * b.max()
+    Vr = V[:, live] / np.sqrt(b[live])
+    _, L = np.linalg.eigh(Vr.T @ A @ Vr)
+    return Kc @ R @ (Vr @ L[:, ::-1][:, :k])

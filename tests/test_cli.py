@@ -95,6 +95,7 @@ def test_fit_methods(store, tmp_path, capsys, sched):
         code, out, err = run(["fit", store, "--attribute", "Male", "-k", "5", "--method", method,
                               "--out", tmp_path / method, *sched], capsys)
         assert code == 0, err
+        assert ("fairness certified: group-mean gap kept" in out) == (method != "pca")
     assert type(dfairpca.load(tmp_path / "pca")) is dfairpca.PCA
     assert dfairpca.load(tmp_path / "fair-s").equalize_covariance == 0.5
     code, out, err = run(["fit", store, "--attribute", "Male", "-k", "5", "--constraint",
@@ -451,6 +452,8 @@ def test_fit_any_zarr_array_with_labels_from_an_array_json_summary(data_store, t
     assert 0 < summary["fit_seconds"] <= summary["wall_seconds"]
     # the fairness certificate, whichever fields the estimator carries
     certificate = {a[:-1]: getattr(est, a) for a in vars(est) if a.startswith("fairness_")}
+    assert {"fairness_violation", "fairness_violation_per_attribute"} <= set(certificate)
+    assert summary["fairness_violation"] < 1e-12
     for key, value in certificate.items():
         np.testing.assert_allclose(summary[key], value, rtol=1e-12)
     assert "n = 600 rows, d = 12 features; groups race: a " in err and "model written to" in err
