@@ -21,7 +21,9 @@ from ._validation import (
     as_data, binary_target, check_finite_output, check_n_features, compute_dtype_for,
     encode_groups, require_sensitive_features, row_origin, with_known_rows,
 )
-from .moments import OVERFLOW_MESSAGE, Moments, _categories_from_json, _categories_to_json, merge
+from .moments import (
+    OVERFLOW_MESSAGE, Moments, _categories_from_json, _categories_to_json, merge, saved_group_counts,
+)
 
 __all__ = ["PCA", "FairPCA", "load"]
 
@@ -863,13 +865,7 @@ def saved_groups(meta: dict) -> list[int]:
     if not groups or len(names) != len(groups) or not all(isinstance(n, str) for n in names):
         raise ValueError(f"meta.json: 'attribute_names_' must name each of the {len(groups)} "
                          f"attributes of 'groups_' (at least one); got {names!r:.80}")
-    ms = []
-    for j, c in enumerate(groups):
-        try:
-            ms.append(len(_categories_from_json(c)))
-        except ValueError as exc:
-            raise ValueError(f"meta.json: 'groups_' of {names[j]!r}: {exc}") from None
-    return ms
+    return saved_group_counts(groups, "groups_", [repr(n) for n in names])
 
 
 def _check_saved_values(est) -> None:
