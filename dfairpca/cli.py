@@ -37,7 +37,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -298,10 +298,10 @@ def _table(path, columns: list[str], option: str, data: _Data):
                 "pip install pyarrow, or save the table as CSV"
             ) from None
         have = pq.read_schema(path).names
-        read = lambda: pd.read_parquet(path, columns=columns, engine="pyarrow")  # noqa: E731
+        read = lambda: pd.read_parquet(path, columns=columns, engine="pyarrow")
     else:
         have = [str(c) for c in pd.read_csv(path, nrows=0).columns]
-        read = lambda: pd.read_csv(path, usecols=columns)  # noqa: E731
+        read = lambda: pd.read_csv(path, usecols=columns)
     for c in columns:
         if c not in have:
             raise CLIError(
