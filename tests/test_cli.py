@@ -279,7 +279,9 @@ def test_ctrl_c_during_fit_is_one_line_exit_130_and_resume_finishes(tmp_path, ca
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     done = json.loads((ckpt / "progress.json").read_text())["done"]
-    lines = err.splitlines()
+    # on a loaded machine distributed may log that an event loop was unresponsive: that
+    # line is the machine's, not the interrupt's, so it is the only other line allowed
+    lines = [line for line in err.splitlines() if "Event loop was unresponsive" not in line]
     assert proc.returncode == 130, err
     assert "Traceback" not in err and len(lines) == 3, err
     assert lines[0].startswith("dfairpca: local Dask cluster, ") and lines[1].startswith(
