@@ -161,7 +161,6 @@ def m_dfairpca_threads(store, n, k):
 
 
 def m_daskml(store, n, k, solver):
-    import dask.array as da
     from dask_ml.decomposition import PCA
 
     import dfairpca

@@ -42,7 +42,6 @@ from fairlearn.metrics import demographic_parity_difference
 from sklearn.metrics.pairwise import rbf_kernel
 from sklearn.svm import SVC
 
-from dfairpca import metrics
 from dfairpca.celeba import attribute_column, open_celeba, synth_celeba
 from dfairpca.kernel import FairKernelPCA
 

@@ -3,9 +3,22 @@
     dfairpca synth-celeba OUT.zarr [--n 202599] [--seed 0]
     dfairpca ingest-celeba CELEBA_DIR OUT.zarr [--size 80]
     dfairpca fit STORE.zarr --attribute Eyeglasses -k 400 --out MODEL [--method fair]
-    dfairpca transform MODEL STORE.zarr --out OUT.zarr [--reconstruct]
+    dfairpca fit DATA.zarr --array X --sensitive-array groups -k 10 --out MODEL [--json]
+    dfairpca fit DATA.zarr --array X --sensitive-csv people.csv --sensitive-column sex,race ...
+    dfairpca transform MODEL STORE.zarr --out OUT.zarr [--array X] [--reconstruct] [--json]
     dfairpca show MODEL STORE.zarr --out faces.png [--n 8]
     dfairpca demo [--n 202599] [--workdir dfairpca-demo]
+    dfairpca --version
+
+``fit`` and ``transform`` read the CelebA layout (``images``, ``attributes``) by default;
+``--array`` names any Zarr array of shape (n, ...) instead: an array of STORE, else the
+path of a Zarr array (a STORE that is itself an array needs no ``--array``).  The
+protected attributes of ``fit`` come from the CelebA attributes (``--attribute``, 0/1 or
+CelebA's -1/1), from Zarr arrays (``--sensitive-array``, shape (n,) or (n, p), labels of
+any type) and from columns of a CSV or Parquet file (``--sensitive-csv FILE
+--sensitive-column COL,...``); row i labels row i of X, and the sources combine.  With
+``--json`` stdout holds one line, a JSON object summarising the result, and everything
+meant for people (summaries, progress bars, cluster lines) goes to stderr.
 
 Commands that compute connect to ``--scheduler tcp://host:port`` or ``--scheduler-file``
 when given; otherwise they start a LocalCluster sized to this machine (the library itself
@@ -18,13 +31,18 @@ Ctrl-C is one line and exit status 130 (``fit`` says how many chunks its checkpo
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
+import json
+import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser"]
 
 
 class CLIError(Exception):
@@ -33,6 +51,9 @@ class CLIError(Exception):
 
 #: exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it
 EXIT_INTERRUPTED = 130
+
+#: how many names an error lists before "..." (arrays of a store, columns of a table)
+MAX_NAMES_SHOWN = 20
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -54,12 +75,13 @@ def _check_out(path: Path, kind: str, overwrite: bool, protect: dict | None = No
     check_target(path, kind, overwrite=overwrite, protect=protect)
 
 
-def _images(store, rows_per_chunk=None):
+def _images(store, rows_per_chunk=None, missing_chunks="error"):
     from .celeba import open_celeba
     from .io import from_zarr
 
     images, _, names = open_celeba(store)
-    return from_zarr(store, "images", rows_per_chunk=rows_per_chunk), names
+    return from_zarr(store, "images", rows_per_chunk=rows_per_chunk,
+                     missing_chunks=missing_chunks), names
 
 
 def _attributes(store, names):
@@ -79,7 +101,8 @@ def _attributes(store, names):
         if set(values.tolist()) <= {-1, 1}:
             col = (col == 1).astype(np.int8)
         elif not set(values.tolist()) <= {0, 1}:
-            shown = ", ".join(str(int(v)) for v in values[:10]) + (", ..." if len(values) > 10 else "")
+            shown = ", ".join(str(int(v)) for v in values[:10])
+            shown += ", ..." if len(values) > 10 else ""
             raise CLIError(
                 f"attribute {n!r} of {store} holds the values {shown}; a CelebA attribute must "
                 "be 0/1 (or CelebA's -1/1): fix the store, e.g. re-ingest it with "
@@ -89,11 +112,302 @@ def _attributes(store, names):
     return pd.DataFrame(columns)
 
 
+def _shown(names) -> str:
+    """``names`` for an error message, at most :data:`MAX_NAMES_SHOWN` of them."""
+    names = [str(n) for n in names]
+    more = ", ..." if len(names) > MAX_NAMES_SHOWN else ""
+    return (", ".join(names[:MAX_NAMES_SHOWN]) + more) or "nothing"
+
+
+def _did_you_mean(name: str, names) -> str:
+    """'; did you mean 'X'?' for the closest of ``names``, or ''."""
+    close = difflib.get_close_matches(str(name), [str(n) for n in names], n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+# ----------------------------------------------------------------------------- inputs
+@dataclass
+class _Data:
+    """What ``fit``/``transform`` read as X: the lazy array and how to name it."""
+
+    X: object  # dask array, rows chunked: (n, d), or CelebA's (n, size, size)
+    shape: tuple  # the stored array's shape
+    label: str  # in messages: "faces.zarr/images"
+    name: str  # the array's own name ("images" for the CelebA layout)
+    celeba: bool  # the CelebA layout (the default)
+    root: object  # STORE opened: a zarr.Group, or the zarr.Array when STORE is one
+
+
+def _open_zarr(path, option: str):
+    """The Zarr array or group at ``path``, opened read-only; a one-line error if none."""
+    import zarr
+
+    path = Path(path)
+    if not path.exists():
+        raise CLIError(f"{option} {path}: no such file or directory")
+    try:
+        return zarr.open(str(path), mode="r")
+    except Exception as exc:  # zarr raises several types for "not a store"
+        raise CLIError(f"{option} {path} is not a Zarr array or group: {exc}") from None
+
+
+def _arrays(group) -> list[str]:
+    """Paths of every array in ``group``, nested ones as ``a/b``."""
+    import zarr
+
+    return sorted(p for p, node in group.members(max_depth=None) if isinstance(node, zarr.Array))
+
+
+def _locate(data_root, store, name: str, option: str):
+    """The Zarr array ``name`` and how to call it: an array of STORE if it has one by that
+    path, else the Zarr array at the path ``name`` (a bare array or ``group.zarr/array``)."""
+    import zarr
+
+    if isinstance(data_root, zarr.Group) and name in data_root:
+        node, label = data_root[name], f"{store}/{name}"
+    elif Path(name).exists():
+        node, label = _open_zarr(name, option), str(name)
+    else:
+        if isinstance(data_root, zarr.Group):
+            arrays = _arrays(data_root)
+            inside = (f"{store} has no array {name!r}{_did_you_mean(name, arrays)} (it holds "
+                      f"{_shown(arrays)})")
+        else:
+            inside = f"{store} is a single array"
+        raise CLIError(
+            f"{option} {name}: {inside}, and no file or folder {name} exists; name an array "
+            "of STORE or give the path of a Zarr array"
+        )
+    if not isinstance(node, zarr.Array):
+        raise CLIError(
+            f"{option} {name}: {label} is a Zarr group, not an array; name one of its arrays: "
+            f"{_shown(f'{name}/{a}' for a in _arrays(node))}"
+        )
+    return node, label
+
+
+def _array_name(option_value: str) -> str:
+    """A short name for an array given by ``--array``/``--sensitive-array``: its path in
+    the store, or for a path on disk its last part without ``.zarr``."""
+    name = Path(option_value).name if Path(option_value).exists() else option_value
+    return name[:-5] if name.endswith(".zarr") and len(name) > 5 else name
+
+
+def _data(args, rows_per_chunk=None) -> _Data:
+    """X of ``fit``/``transform``: the CelebA ``images`` by default, else ``--array``."""
+    import zarr
+
+    from .io import from_zarr
+
+    root = _open_zarr(args.store, "STORE")
+    if args.array is None and isinstance(root, zarr.Group):
+        if "images" not in root:
+            raise CLIError(
+                f"{args.store} is not a CelebA store: it has no 'images' array; for another "
+                f"layout name the data with --array NAME, one of {_shown(_arrays(root))}"
+            )
+        X, _ = _images(args.store, rows_per_chunk, args.missing_chunks)
+        return _Data(X, X.shape, f"{args.store}/images", "images", True, root)
+    if args.array is None:  # STORE is itself an array
+        node, label, name = root, str(args.store), _array_name(str(args.store))
+    else:
+        node, label = _locate(root, args.store, args.array, "--array")
+        name = _array_name(args.array)
+    if node.ndim < 2 or node.dtype.kind not in "biuf":
+        raise CLIError(
+            f"{label} holds {node.dtype} of shape {node.shape}; X must be numbers (bool, int "
+            "or float) with one row per sample: shape (n, d) or (n, ...)"
+        )
+    X = from_zarr(node, rows_per_chunk=rows_per_chunk, missing_chunks=args.missing_chunks)
+    # (n, h, w, ...) -> (n, h*w*...): rows are chunked whole, so no rechunk
+    return _Data(X.reshape(X.shape[0], -1), X.shape, label, name, False, root)
+
+
+def _input_paths(args) -> dict:
+    """What this job reads, by role: no output may be, or contain, one of them."""
+    paths = {"the input store": args.store}
+    for option in ("array", "sensitive_array", "target_array", "sensitive_csv", "target_csv"):
+        values = getattr(args, option, None)
+        for value in values if isinstance(values, list) else [values]:
+            if value is not None and Path(value).exists():  # a path, not a name in STORE
+                paths[f"the --{option.replace('_', '-')} input"] = value
+    return paths
+
+
+def _check_rows(count: int, source: str, data: _Data) -> None:
+    """Refuse labels whose row count differs from X's (before any cluster starts)."""
+    n = data.X.shape[0]
+    if count != n:
+        raise CLIError(
+            f"{source} has {count:,} rows but X ({data.label}) has {n:,}; the labels need one "
+            "row per row of X, in the same order"
+        )
+
+
+def _read_labels(node, missing_chunks: str) -> np.ndarray:
+    """A small label array read whole, every chunk or an error unless ``missing_chunks``
+    is "fill" (text as Python strings, which FairPCA encodes)."""
+    from .io import read_checked, strict_array
+
+    values = np.asarray(read_checked(strict_array(node) if missing_chunks == "error" else node,
+                                     slice(None)))
+    return values.astype(object) if values.dtype.kind == "T" else values
+
+
+def _label_array(args, data: _Data, value: str, option: str):
+    """The label columns of the Zarr array ``value``: {name: (n,) labels}, one per column.
+
+    A 2-D array's columns are named by its ``attrs["names"]`` when it lists one per
+    column, else ``NAME[j]``.
+    """
+    node, label = _locate(data.root, args.store, value, option)
+    if node.ndim not in (1, 2):
+        raise CLIError(
+            f"{option} {value}: {label} has shape {node.shape}; labels must be (n,) or (n, p)"
+        )
+    _check_rows(node.shape[0], f"{option} {label}", data)
+    values = _read_labels(node, args.missing_chunks)
+    name = _array_name(value)
+    if values.ndim == 1:
+        return {name: values}
+    names = node.attrs.get("names")
+    if not (isinstance(names, list) and len(names) == values.shape[1]):
+        names = [f"{name}[{j}]" for j in range(values.shape[1])]
+    return {str(c): values[:, j] for j, c in enumerate(names)}
+
+
+def _split(values) -> list[str]:
+    """Column names from repeatable ``COL[,COL...]`` options."""
+    return [c for v in values or [] for c in v.split(",") if c]
+
+
+def _table(path, columns: list[str], option: str, data: _Data):
+    """The named columns of a CSV or Parquet file (by extension), as pandas reads them."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise CLIError(f"{option} {path}: no such file")
+    if path.suffix.lower() in (".parquet", ".pq"):
+        # pyarrow is not a dependency of dfairpca (tens of MB, for this option alone)
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise CLIError(
+                f"reading the Parquet file {path} needs pyarrow, which is not installed: "
+                "pip install pyarrow, or save the table as CSV"
+            ) from None
+        have = pq.read_schema(path).names
+        read = lambda: pd.read_parquet(path, columns=columns, engine="pyarrow")
+    else:
+        have = [str(c) for c in pd.read_csv(path, nrows=0).columns]
+        read = lambda: pd.read_csv(path, usecols=columns)
+    for c in columns:
+        if c not in have:
+            raise CLIError(
+                f"{path} has no column {c!r}{_did_you_mean(c, have)}; its columns: {_shown(have)}"
+            )
+    table = read()[columns]
+    _check_rows(len(table), f"{option} {path}", data)
+    return {c: table[c].to_numpy() for c in columns}
+
+
+def _sensitive(args, data: _Data):
+    """The protected attributes as a DataFrame, one column each, or None.
+
+    Sources combine: CelebA attributes (``--attribute``), Zarr arrays
+    (``--sensitive-array``) and table columns (``--sensitive-column`` of
+    ``--sensitive-csv``); every source's row count is checked against X's.
+    """
+    import pandas as pd
+
+    columns = {}
+    sources = []
+    if args.attribute:
+        attributes = _attributes(args.store, args.attribute)
+        _check_rows(len(attributes), f"the attributes of {args.store}", data)
+        sources.append(attributes.to_dict("series"))
+    for value in args.sensitive_array:
+        sources.append(_label_array(args, data, value, "--sensitive-array"))
+    names = _split(args.sensitive_column)
+    if names and not args.sensitive_csv:
+        raise CLIError(
+            "--sensitive-column names columns of a table: give it with --sensitive-csv FILE"
+        )
+    if args.sensitive_csv and not names and not args.target_column:
+        raise CLIError("--sensitive-csv needs --sensitive-column COL[,COL...]: the columns to use")
+    if names:
+        sources.append(_table(args.sensitive_csv, names, "--sensitive-csv", data))
+    for source in sources:
+        for name, values in source.items():
+            if name in columns:
+                raise CLIError(f"the protected attribute {name!r} is given twice; give it once")
+            columns[name] = np.asarray(values)
+    return pd.DataFrame(columns) if columns else None
+
+
+#: the options that give equal opportunity's task label, one of which it needs
+TARGET_OPTIONS = ("--target", "--target-array", "--target-column")
+
+
+def _target(args, data: _Data):
+    """The task label of equal opportunity, or None; given without it, an error."""
+    given = [o for o in TARGET_OPTIONS if getattr(args, o[2:].replace("-", "_"))]
+    if args.constraint != "equal_opportunity":
+        if given:
+            raise CLIError(
+                f"{given[0]} is the task label of --constraint equal_opportunity: add that, or "
+                f"drop {given[0]}"
+            )
+        return None
+    if len(given) != 1:
+        what = ("needs the task label" if not given
+                else f"takes one task label, got {', '.join(given)}")
+        raise CLIError(
+            f"--constraint equal_opportunity {what}: --target NAME (a CelebA attribute), "
+            "--target-array ARRAY, or --target-column COL (of --target-csv, by default the "
+            "--sensitive-csv file)"
+        )
+    if args.target:
+        y = _attributes(args.store, [args.target])[args.target].to_numpy()
+        _check_rows(len(y), f"the attributes of {args.store}", data)
+        return y
+    if args.target_array:
+        cols = _label_array(args, data, args.target_array, "--target-array")
+        if len(cols) != 1:
+            raise CLIError(f"--target-array {args.target_array} has {len(cols)} columns; the task "
+                           "label is one: (n,) or (n, 1)")
+        return next(iter(cols.values()))
+    table = args.target_csv or args.sensitive_csv
+    if not table:
+        raise CLIError("--target-column names a column of a table: give it with --target-csv "
+                       "FILE (or --sensitive-csv FILE)")
+    return _table(table, [args.target_column], "--target-csv", data)[args.target_column]
+
+
+def _describe_groups(groups, celeba_names) -> str:
+    """'Eyeglasses: 97 with / 1,403 without' for a CelebA attribute, else 'race: a 500,
+    b 300' (label and rows), per attribute."""
+    import pandas as pd
+
+    parts = []
+    for c in groups:
+        col = groups[c].to_numpy()
+        if c in celeba_names:
+            with_, without = int((col == 1).sum()), int((col == 0).sum())
+            parts.append(f"{c}: {with_:,} with / {without:,} without")
+        else:
+            counts = pd.Series(col).value_counts().sort_index()
+            parts.append(f"{c}: " + ", ".join(f"{v} {int(k):,}" for v, k in counts.items()))
+    return "; ".join(parts)
+
+
+# ----------------------------------------------------------------------------- the model
 def _estimator(args):
     from . import FairPCA, PCA
 
     # a progress bar redraws itself many times a second: only on a terminal, never into the
-    # log file of a batch job
+    # log file of a batch job (nor into --json's stdout, which then is stderr: see main)
     progress = sys.stdout.isatty()
     if args.method == "pca":
         return PCA(args.k, progress=progress)
@@ -102,6 +416,61 @@ def _estimator(args):
         args.k, constraint=args.constraint, tradeoff=args.tradeoff,
         equalize_covariance=eq, progress=progress,
     )
+
+
+def _plain(value):
+    """``value`` as JSON can hold it: numpy scalars and arrays as Python numbers and lists,
+    a non-finite float as None (JSON has no NaN)."""
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _fit_summary(est, args, data: _Data, fit_seconds: float, wall_seconds: float) -> dict:
+    """What ``fit --json`` prints: sizes, groups, variance kept, certificate, times, path."""
+    summary = {
+        "command": "fit", "n": int(data.X.shape[0]), "d": int(est.n_features_in_),
+        "k": int(est.n_components_), "method": args.method, "estimator": type(est).__name__,
+    }
+    if hasattr(est, "groups_"):
+        summary["constraint"] = est.constraint
+        summary["n_constraints"] = int(est.n_constraints_)
+        # rows per group among the rows fitted (those with y == 1 for equal opportunity)
+        summary["groups"] = {
+            str(name): {str(label): int(count) for label, count in zip(labels, a.counts)}
+            for name, labels, a in zip(est.attribute_names_, est.groups_,
+                                       est.statistics_.attributes)
+        }
+    summary["n_samples_seen"] = int(est.n_samples_seen_)
+    summary["explained_variance_ratio_sum"] = _plain(float(est.explained_variance_ratio_.sum()))
+    # the fairness certificate, whatever fields the estimator has (fairness_violation_, ...)
+    for attr in sorted(vars(est)):
+        if attr.startswith("fairness_") and attr.endswith("_"):
+            summary[attr[:-1]] = _plain(getattr(est, attr))
+    summary.update({
+        "fit_seconds": round(fit_seconds, 3), "wall_seconds": round(wall_seconds, 3),
+        "out": str(args.out), "store": str(args.store), "array": data.label,
+    })
+    return summary
+
+
+def _cast_like(R, dtype):
+    """A reconstruction in the input's dtype: integers rounded and clipped to their range."""
+    import dask.array as da
+
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return R > 0.5
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return da.clip(da.round(R), info.min, info.max).astype(dtype)
+    return R.astype(dtype)
 
 
 # ----------------------------------------------------------------------------- commands
@@ -128,25 +497,28 @@ def cmd_ingest(args):
 def cmd_fit(args):
     from .io import read_marker, remove_directory
 
+    start = time.perf_counter()
     out = Path(args.out)
     ckpt = Path(args.checkpoint) if args.checkpoint else out.with_name(out.name + ".checkpoint")
-    _check_out(out, "model", args.overwrite, {"the input store": args.store, "the checkpoint": ckpt})
+    inputs = _input_paths(args)
+    _check_out(out, "model", args.overwrite, {**inputs, "the checkpoint": ckpt})
     # the checkpoint is replaced after every segment: only a dfairpca checkpoint may be there
-    _check_out(ckpt, "checkpoint", True, {"the input store": args.store, "the model": out})
+    _check_out(ckpt, "checkpoint", True, {**inputs, "the model": out})
     if read_marker(ckpt) is not None and not args.resume and not args.overwrite:
         raise CLIError(
             f"an interrupted fit left its checkpoint at {ckpt}; pass --resume to continue "
             "it or --overwrite to start over"
         )
-    X, names = _images(args.store, args.rows_per_chunk)
-    if args.method != "pca" and not args.attribute:
-        raise CLIError("name the protected attribute(s) with --attribute NAME (e.g. Eyeglasses)")
-    groups = _attributes(args.store, args.attribute) if args.method != "pca" else None
-    y = None
-    if args.constraint == "equal_opportunity":
-        if not args.target:
-            raise CLIError("--constraint equal_opportunity needs --target NAME (the task label)")
-        y = _attributes(args.store, [args.target])[args.target].to_numpy()
+    data = _data(args, args.rows_per_chunk)
+    X = data.X
+    fair = args.method != "pca"
+    groups = _sensitive(args, data) if fair else None
+    if fair and groups is None:
+        raise CLIError(
+            "name the protected attribute(s): --attribute NAME (a CelebA attribute, e.g. "
+            "Eyeglasses), --sensitive-array ARRAY, or --sensitive-csv FILE --sensitive-column COL"
+        )
+    y = _target(args, data)
     est = _estimator(args)
     # every parameter error now, before a cluster is found or started
     if groups is None:
@@ -154,15 +526,9 @@ def cmd_fit(args):
     else:
         est.validate_fit(X, y, sensitive_features=groups)
     n, d = X.shape[0], int(np.prod(X.shape[1:]))
-    print(f"n = {n:,} images, d = {d:,} features", end="")
-    if groups is not None:
-        desc = ", ".join(
-            f"{c}: {int((groups[c] == 1).sum()):,} with / {int((groups[c] == 0).sum()):,} without"
-            for c in groups
-        )
-        print(f"; groups {desc}")
-    else:
-        print()
+    rows = "images" if data.celeba else "rows"
+    described = "" if groups is None else f"; groups {_describe_groups(groups, args.attribute)}"
+    print(f"n = {n:,} {rows}, d = {d:,} features{described}")
     if not args.resume and read_marker(ckpt) is not None:
         remove_directory(ckpt, "checkpoint")  # --overwrite: start over (checked above)
     with _client(args):
@@ -179,7 +545,7 @@ def cmd_fit(args):
     print(f"{type(est).__name__} k = {est.n_components_}: {kept:.2f}% of the variance kept; "
           + ("" if cert is None else f"fairness certified: group-mean gap kept {cert:.1e}; ")
           + f"fit in {dt:.1f} s; model written to {out}")
-    return est
+    return _fit_summary(est, args, data, dt, time.perf_counter() - start)
 
 
 def cmd_transform(args):
@@ -190,17 +556,19 @@ def cmd_transform(args):
         atomic_directory, marker_attributes, read_checked, strict_group, writing_every_chunk,
     )
 
+    start = time.perf_counter()
     out = Path(args.out)
-    protect = {"the input store": args.store, "the model": args.model}
+    protect = {**_input_paths(args), "the model": args.model}
     _check_out(out, "store", args.overwrite, protect)
     model = load(args.model)
-    X, names = _images(args.store)
+    data = _data(args)
+    X = data.X
     # the lazy graph first: a model of another d is refused before any cluster starts
     Xf = X.reshape(X.shape[0], -1)
     if args.reconstruct:
         R = model.inverse_transform(model.transform(Xf))
-        Y = da.clip(da.round(R), 0, 255).astype(np.uint8).reshape(X.shape)
-        name = "images"
+        Y = _cast_like(R, X.dtype).reshape(data.shape)
+        name = data.name  # under the input's own name: "images" for the CelebA layout
     else:
         Y = model.transform(Xf)
         name = "representation"
@@ -211,17 +579,18 @@ def cmd_transform(args):
             import zarr
 
             g = zarr.open_group(str(tmp), mode="w", attributes={
-                "model": str(args.model), "source": str(args.store), "content": name,
+                "model": str(args.model), "source": data.label, "content": name,
                 **marker_attributes("store"),
             })
             # created here, not by da.to_zarr, so that it writes every chunk (the setting
             # travels with the array to the workers)
             arr = g.create_array(name, shape=Y.shape, chunks=Y.chunksize, dtype=Y.dtype)
             da.to_zarr(Y, arr, compute=True)
-            src = zarr.open_group(str(args.store), mode="r")
+            # the CelebA layout's labels travel along (other stores' rows keep X's order):
             # the attributes whole or an error; the partition as zarr reads it: stores of
             # dfairpca that predate writing_every_chunk lack its all-train (all-zero) chunks
-            strict = strict_group(src)
+            src = data.root if data.celeba else {}
+            strict = strict_group(src) if data.celeba else {}
             for extra in ("attributes", "partition"):
                 if extra in src:
                     arr = g.create_array(extra, shape=src[extra].shape, chunks=src[extra].chunks,
@@ -229,7 +598,15 @@ def cmd_transform(args):
                     arr[:] = read_checked((strict if extra == "attributes" else src)[extra],
                                           slice(None))
                     arr.attrs.update(dict(src[extra].attrs))
-        print(f"wrote {name} {Y.shape} to {out} in {time.perf_counter() - t:.1f} s")
+        dt = time.perf_counter() - t
+    print(f"wrote {name} {Y.shape} to {out} in {dt:.1f} s")
+    return {
+        "command": "transform", "n": int(X.shape[0]), "d": int(Xf.shape[1]),
+        "k": int(model.n_components_), "estimator": type(model).__name__, "written": name,
+        "shape": [int(s) for s in Y.shape], "dtype": str(Y.dtype), "seconds": round(dt, 3),
+        "wall_seconds": round(time.perf_counter() - start, 3), "out": str(out),
+        "model": str(args.model), "store": str(args.store), "array": data.label,
+    }
 
 
 def cmd_show(args):
@@ -247,20 +624,21 @@ def cmd_demo(args):
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     store = work / f"synthetic_celeba_{args.n}.zarr"
+    parse = build_parser().parse_args  # every option at its documented default
     if not store.exists():
-        cmd_synth(argparse.Namespace(out=str(store), n=args.n, seed=0, size=80, overwrite=False))
+        cmd_synth(parse(["synth-celeba", str(store), "--n", str(args.n)]))
     else:
         print(f"using the existing store {store}")
     model = work / f"fair_{args.attribute}_k{args.k}"
-    fit_args = argparse.Namespace(
-        store=str(store), attribute=[args.attribute], k=args.k, out=str(model), method="fair",
-        constraint="demographic_parity", target=None, tradeoff=0.0, equalize=0.5,
-        scheduler=args.scheduler, scheduler_file=args.scheduler_file, timeout=args.timeout,
-        overwrite=True, statistics=False, checkpoint=None, resume=False, rows_per_chunk=None,
-    )
-    cmd_fit(fit_args)
-    cmd_show(argparse.Namespace(model=str(model), store=str(store), out=str(work / "faces.png"), n=8,
-                                overwrite=True))
+    cluster = ["--timeout", str(args.timeout)]
+    if args.scheduler:
+        cluster += ["--scheduler", args.scheduler]
+    if args.scheduler_file:
+        cluster += ["--scheduler-file", str(args.scheduler_file)]
+    cmd_fit(parse(["fit", str(store), "--attribute", args.attribute, "-k", str(args.k),
+                   "--out", str(model), "--overwrite", *cluster]))
+    cmd_show(parse(["show", str(model), str(store), "--out", str(work / "faces.png"),
+                    "--overwrite"]))
 
 
 # ----------------------------------------------------------------------------- parser
@@ -271,8 +649,22 @@ class _UsageError(Exception):
         super().__init__(f"{prog}: error: {message} (see {prog} --help)")
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default; an option without one (None) says in
+    its own words what happens instead."""
+
+    def _get_help_string(self, action):
+        if action.default is None or "(default: " in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse without the usage block on errors: one line, like every other error."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise _UsageError(self.prog, message)
@@ -295,101 +687,182 @@ def _positive(kind):
     return parse
 
 
+OVERWRITE_HELP = "replace what dfairpca wrote there before (never anything else)"
+JSON_HELP = ("print one JSON object (the summary) on stdout, and send the human lines, progress "
+             "and cluster messages to stderr")
+
+
 def _add_cluster(p):
     g = p.add_argument_group("cluster")
-    g.add_argument("--scheduler", metavar="ADDRESS", help="tcp://host:port of a Dask scheduler")
-    g.add_argument("--scheduler-file", metavar="PATH", help="scheduler file written by `dask scheduler`")
+    g.add_argument("--scheduler", metavar="ADDRESS",
+                   help="tcp://host:port of a Dask scheduler (default: start a local cluster "
+                        "sized to this machine)")
+    g.add_argument("--scheduler-file", metavar="PATH",
+                   help="scheduler file written by `dask scheduler --scheduler-file` "
+                        "(default: none, see --scheduler)")
     g.add_argument("--timeout", type=_positive(float), default=60, metavar="SECONDS",
-                   help="how long to wait for the scheduler to answer, then for a first worker "
-                        "(default 60)")
+                   help="how long to wait for the scheduler to answer, then for a first worker")
+
+
+def _add_array(p):
+    p.add_argument("--array", metavar="ARRAY",
+                   help="the data X: an array of STORE (a path inside it, e.g. X or data/X) or "
+                        "the path of a Zarr array, of shape (n, ...) (default: the CelebA "
+                        "layout's images)")
+    p.add_argument("--missing-chunks", choices=["error", "fill"], default="error",
+                   help="a chunk absent from the store of X or of a label array: an error, or "
+                        "(fill) the array's fill value, for stores whose writer leaves out "
+                        "constant chunks on purpose (zarr-python does by default); CelebA "
+                        "attributes are always read whole")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="dfairpca", description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="command", required=True)
+    from . import __version__
+
+    ap = _Parser(prog="dfairpca", description="PCA and fair PCA on Zarr stores, on a Dask "
+                 "cluster; run dfairpca COMMAND --help for a command's options")
+    ap.add_argument("--version", action="version", version=f"dfairpca {__version__}",
+                    help="print dfairpca's version and exit")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("synth-celeba", help="write a synthetic CelebA-shaped Zarr store")
-    p.add_argument("out")
-    p.add_argument("--n", type=_positive(int), default=202_599)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--size", type=_positive(int), default=80)
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace what dfairpca wrote there before (never anything else)")
+    p.add_argument("out", metavar="OUT", help="the Zarr store to write (a directory)")
+    p.add_argument("--n", type=_positive(int), default=202_599, help="number of faces")
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed (the same seed, the same faces)")
+    p.add_argument("--size", type=_positive(int), default=80, help="faces are SIZE x SIZE pixels")
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("ingest-celeba", help="convert the official CelebA folder to a Zarr store")
-    p.add_argument("celeba_dir")
-    p.add_argument("out")
-    p.add_argument("--size", type=_positive(int), default=80)
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace what dfairpca wrote there before (never anything else)")
+    p.add_argument("celeba_dir", metavar="CELEBA_DIR",
+                   help="the CelebA download: img_align_celeba/ and the list_*.txt files")
+    p.add_argument("out", metavar="OUT", help="the Zarr store to write (a directory)")
+    p.add_argument("--size", type=_positive(int), default=80,
+                   help="faces are cropped and resized to SIZE x SIZE pixels")
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.set_defaults(func=cmd_ingest)
 
-    p = sub.add_parser("fit", help="fit PCA / fair PCA on a CelebA-schema store")
-    p.add_argument("store")
-    p.add_argument("--attribute", action="append", default=[], help="protected attribute (repeatable)")
-    p.add_argument("-k", "--k", type=_positive(int), required=True, help="number of components")
-    p.add_argument("--out", required=True, help="model directory to write")
-    p.add_argument("--method", choices=["pca", "fair", "fair-s"], default="fair")
-    p.add_argument("--equalize", type=float, default=0.5, help="fair-s: fraction f of Fair PCA-S (f)")
-    p.add_argument("--constraint", choices=["demographic_parity", "equal_opportunity"],
-                   default="demographic_parity")
-    p.add_argument("--target", help="task label attribute for equal opportunity")
-    p.add_argument("--tradeoff", type=float, default=0.0)
-    p.add_argument("--statistics", action="store_true", help="also save the d x d statistics")
-    p.add_argument("--checkpoint", metavar="DIR",
+    p = sub.add_parser("fit",
+                       help="fit PCA / fair PCA on a Zarr store (CelebA layout or any array)")
+    p.add_argument("store", metavar="STORE",
+                   help="a Zarr store: a group (CelebA layout unless --array) or a bare array")
+    _add_array(p)
+    p.add_argument("-k", "--k", type=_positive(int), required=True,
+                   help="number of components (required)")
+    p.add_argument("--out", required=True, help="model directory to write (required)")
+    p.add_argument("--method", choices=["pca", "fair", "fair-s"], default="fair",
+                   help="pca: standard PCA; fair: fair PCA (equal group means); fair-s: fair PCA "
+                        "that also (approximately) equalises the group covariances")
+    g = p.add_argument_group("protected attributes (fair methods; the sources combine)")
+    g.add_argument("--attribute", action="append", default=[], metavar="NAME",
+                   help="a CelebA attribute of STORE (0/1 or -1/1), e.g. Eyeglasses; "
+                        "repeatable (default: none)")
+    g.add_argument("--sensitive-array", action="append", default=[], metavar="ARRAY",
+                   help="labels of any type from a Zarr array: an array of STORE or a path; "
+                        "(n,) is one attribute, (n, p) p attributes; repeatable (default: none)")
+    g.add_argument("--sensitive-csv", metavar="FILE",
+                   help="a CSV file, or Parquet by its extension .parquet/.pq (needs pyarrow), "
+                        "whose row i labels row i of X (default: none)")
+    g.add_argument("--sensitive-column", action="append", default=[], metavar="COL[,COL...]",
+                   help="columns of --sensitive-csv to use as protected attributes; "
+                        "repeatable (default: none)")
+    g = p.add_argument_group("constraint")
+    g.add_argument("--constraint", choices=["demographic_parity", "equal_opportunity"],
+                   default="demographic_parity",
+                   help="equal_opportunity fits on the rows whose task label is 1 and needs "
+                        "one of --target, --target-array, --target-column")
+    g.add_argument("--target", metavar="NAME",
+                   help="task label for equal opportunity: a CelebA attribute of STORE "
+                        "(default: none)")
+    g.add_argument("--target-array", metavar="ARRAY",
+                   help="task label for equal opportunity: a 0/1 (or -1/1, bool) Zarr array of "
+                        "STORE or a path (default: none)")
+    g.add_argument("--target-column", metavar="COL",
+                   help="task label for equal opportunity: a 0/1 column of --target-csv "
+                        "(default: none)")
+    g.add_argument("--target-csv", metavar="FILE",
+                   help="the CSV/Parquet file of --target-column (default: the --sensitive-csv "
+                        "file)")
+    g.add_argument("--tradeoff", type=float, default=0.0,
+                   help="λ in [0, 1]: also output the standard PCA components scaled by λ")
+    g.add_argument("--equalize", type=float, default=0.5,
+                   help="fair-s: the fraction f of Fair PCA-S (f)")
+    g = p.add_argument_group("output and the pass")
+    g.add_argument("--json", action="store_true", help=JSON_HELP)
+    g.add_argument("--statistics", action="store_true",
+                   help="also save the d x d statistics with the model")
+    g.add_argument("--checkpoint", metavar="DIR",
                    help="where the pass saves its running statistics (default: OUT.checkpoint)")
-    p.add_argument("--resume", action="store_true",
+    g.add_argument("--resume", action="store_true",
                    help="continue an interrupted fit from its checkpoint, skipping finished chunks")
-    p.add_argument("--rows-per-chunk", type=_positive(int),
+    g.add_argument("--rows-per-chunk", type=_positive(int),
                    help="rows per task of the pass (default: store chunks merged to ~64 MiB)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace what dfairpca wrote there before (never anything else)")
+    g.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     _add_cluster(p)
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("transform", help="project a store lazily and write the result to Zarr")
-    p.add_argument("model")
-    p.add_argument("store")
-    p.add_argument("--out", required=True)
-    p.add_argument("--reconstruct", action="store_true", help="write images in pixel space")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace what dfairpca wrote there before (never anything else)")
+    p.add_argument("model", metavar="MODEL", help="a model written by dfairpca fit")
+    p.add_argument("store", metavar="STORE",
+                   help="a Zarr store: a group (CelebA layout unless --array) or a bare array")
+    _add_array(p)
+    p.add_argument("--out", required=True,
+                   help="the Zarr store to write: the array 'representation' (n, k), or with "
+                        "--reconstruct X's reconstruction under X's name (required)")
+    p.add_argument("--reconstruct", action="store_true",
+                   help="write the reconstruction in X's space and dtype (images for CelebA)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     _add_cluster(p)
     p.set_defaults(func=cmd_transform)
 
     p = sub.add_parser("show", help="picture of original and fair faces (paper's Figure 5)")
-    p.add_argument("model")
-    p.add_argument("store")
-    p.add_argument("--out", default="faces.png")
+    p.add_argument("model", metavar="MODEL",
+                   help="a model written by dfairpca fit on CelebA images")
+    p.add_argument("store", metavar="STORE", help="a CelebA-layout store of the model's image size")
+    p.add_argument("--out", default="faces.png", help="the PNG file to write")
     p.add_argument("--n", type=_positive(int), default=8, help="faces per row")
     p.add_argument("--overwrite", action="store_true", help="replace a picture dfairpca drew")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("demo", help="the main job: synth-celeba -> fit -> show")
-    p.add_argument("--n", type=_positive(int), default=202_599)
-    p.add_argument("-k", "--k", type=_positive(int), default=400)
-    p.add_argument("--attribute", default="Eyeglasses")
-    p.add_argument("--workdir", default="dfairpca-demo")
+    p.add_argument("--n", type=_positive(int), default=202_599, help="number of synthetic faces")
+    p.add_argument("-k", "--k", type=_positive(int), default=400, help="number of components")
+    p.add_argument("--attribute", default="Eyeglasses", help="the protected CelebA attribute")
+    p.add_argument("--workdir", default="dfairpca-demo",
+                   help="folder for the store, the model and faces.png")
     _add_cluster(p)
     p.set_defaults(func=cmd_demo)
     return ap
 
 
 def main(argv=None) -> int:
-    """Run one command; return its exit status (0, 2 on an error, 130 on Ctrl-C)."""
+    """Run one command; return its exit status (0, 2 on an error, 130 on Ctrl-C).
+
+    With ``--json`` the command's summary is printed on stdout as one JSON line, and all
+    else that would go to stdout (human summaries, progress bars) goes to stderr.
+    """
     from .checkpoint import PassInterrupted
+    from .io import MissingChunkError
 
     try:
         args = build_parser().parse_args(argv)
     except _UsageError as exc:
         print(exc, file=sys.stderr)
         return 2
+    except SystemExit as exc:  # --help, --version: printed, and done
+        return exc.code if isinstance(exc.code, int) else 0
+    as_json = getattr(args, "json", False)
+    stdout = sys.stdout
     try:
-        args.func(args)
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            summary = args.func(args)
     except (CLIError, ValueError, KeyError, FileExistsError, FileNotFoundError, PermissionError,
             ConnectionError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        if isinstance(exc, MissingChunkError) and getattr(args, "missing_chunks", None) == "error":
+            msg = f"{msg} (here: --missing-chunks fill, for X and label arrays)"
         print(f"dfairpca {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except PassInterrupted as exc:
@@ -400,6 +873,8 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:  # outside a pass, or a second Ctrl-C while the cluster closes
         print(f"dfairpca {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    if as_json:
+        print(json.dumps(summary, allow_nan=False), file=stdout, flush=True)
     return 0
 
 

@@ -28,7 +28,9 @@ from ._validation import (
     Input, binary_target, check_finite_input, check_finite_output, check_input,
     compute_dtype_for, encode_groups, group_labels, is_xarray, row_origin, with_known_rows,
 )
-from .moments import OVERFLOW_MESSAGE, Moments, _categories_from_json, _categories_to_json, merge
+from .moments import (
+    OVERFLOW_MESSAGE, Moments, _categories_from_json, _categories_to_json, merge, saved_group_counts,
+)
 
 __all__ = ["PCA", "FairPCA", "load"]
 
@@ -1388,13 +1390,7 @@ def saved_groups(meta: dict, q: int = 0) -> list[int]:
         raise ValueError(f"meta.json: 'attribute_names_' must name each of the {len(groups)} "
                          f"attributes of 'groups_' and the {q} numeric ones (at least one); got "
                          f"{names!r:.80}")
-    ms = []
-    for j, c in enumerate(groups):
-        try:
-            ms.append(len(_categories_from_json(c)))
-        except ValueError as exc:
-            raise ValueError(f"meta.json: 'groups_' of {names[j]!r}: {exc}") from None
-    return ms
+    return saved_group_counts(groups, "groups_", [repr(n) for n in names[:len(groups)]])
 
 
 def _check_saved_values(est) -> None:

@@ -109,7 +109,7 @@ def _group_means_row(model, axes, h, w, name):
     after = model.inverse_transform(model.transform(before))
     tiles = [
         (f"mean with {name}", before[0], True),
-        (f"mean without", before[1], True),
+        ("mean without", before[1], True),
         ("difference", before[0] - before[1], False),
         ("fair: mean with", after[0], True),
         ("fair: mean without", after[1], True),

@@ -869,7 +869,7 @@ def _check_arrays(headers: dict, specs: dict) -> None:
                     f"arrays.npz: {name!r} declares {shape} {dtype} ({nbytes} bytes), more "
                     f"than any array this file should hold ({cap} bytes)"
                 )
-    for name, (shape, dtype, _) in headers.items():
+    for name, (_shape, dtype, _) in headers.items():
         if dtype.kind not in "biufcU":
             raise SavedFileError(f"arrays.npz: {name!r} has dtype {dtype}, not a plain number or string")
 

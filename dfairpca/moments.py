@@ -684,6 +684,18 @@ class Moments:
         return cls.from_arrays(arrays, meta)
 
 
+def saved_group_counts(cats: list, key: str, names: list) -> list[int]:
+    """Number of groups of each attribute saved in meta.json's ``key`` (one error naming
+    the attribute whose labels do not decode)."""
+    ms = []
+    for name, c in zip(names, cats):
+        try:
+            ms.append(len(_categories_from_json(c)))
+        except ValueError as exc:
+            raise ValueError(f"meta.json: {key!r} of {name}: {exc}") from None
+    return ms
+
+
 def _saved_layout(meta: dict, headers: dict) -> dict:
     """Check a saved Moments' meta.json; the shape and kind of each array it implies."""
     from .io import header_shape, meta_value
@@ -692,12 +704,7 @@ def _saved_layout(meta: dict, headers: dict) -> dict:
     cats = meta_value(meta, "categories", "list")
     if len(cats) != p:
         raise ValueError(f"meta.json: 'categories' lists {len(cats)} attributes, not {p}")
-    ms = []
-    for j, c in enumerate(cats):
-        try:
-            ms.append(len(_categories_from_json(c)))
-        except ValueError as exc:
-            raise ValueError(f"meta.json: 'categories' of attribute {j}: {exc}") from None
+    ms = saved_group_counts(cats, "categories", [f"attribute {j}" for j in range(p)])
     (d,) = header_shape(headers, "mean", 1)
     specs = {"n": ((), "iu"), "mean": ((d,), "f"), "precision": ((), "f"),
              "n_nonfinite": ((), "iu"), "nonfinite_rows": ((None,), "iu")}

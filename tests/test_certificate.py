@@ -8,12 +8,10 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-import scipy.linalg
 
 import dfairpca
 import dfairpca.kernel as kernel_module
-from dfairpca import _solvers
-from dfairpca._solvers import FAIRNESS_TOLERANCE, constraint_violation
+from dfairpca._solvers import constraint_violation
 from dfairpca.decomposition import certify
 from dfairpca.kernel import FairKernelPCA
 from dfairpca.moments import Moments
