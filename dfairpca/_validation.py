@@ -555,6 +555,8 @@ def check_input(estimator, X, *, reset, min_samples: int = 1, ids=None) -> Input
     sensitive = sensitive_columns(ids, arr.shape[1], columns)
     _check_features_left(arr.shape[1], sensitive)
     numeric_names = [_column_name(columns, i) for i in sensitive]
+    if not is_lazy(arr):
+        warn_integer_codes(arr, sensitive, numeric_names)
     return Input(arr, None, sensitive.copy(), numeric_names, sensitive, arr.shape[1], rows)
 
 
@@ -593,7 +595,38 @@ def _dataframe_input(estimator, X, reset, min_samples, ids, rows) -> Input:
     position = {int(c): j for j, c in enumerate(kept)}
     numeric = np.array([position[int(i)] for i in sensitive if int(i) in position], dtype=np.intp)
     names = [str(X.columns[i]) for i in sensitive if int(i) in position]
+    if not lazy:
+        warn_integer_codes(arr, numeric, names)
     return Input(arr, labels, numeric, names, sensitive, width, rows)
+
+
+#: a numeric sensitive column with at most this many distinct whole values looks like
+#: group codes; more than two of them are decorrelated, not equalised (see the warning)
+MAX_CODES = 64
+
+
+def warn_integer_codes(arr, positions, names) -> None:
+    """Warn when a numeric sensitive column holds 3 to ``MAX_CODES`` distinct whole numbers.
+
+    A numeric column z is treated as a number (the representation is made uncorrelated
+    with z), which equalises the group means only for two values.  Codes 0..4 of five
+    groups are then decorrelated from the code, not given equal means: a weaker constraint
+    that would look right, so it is never silent.
+    """
+    import warnings
+
+    for j, name in zip(positions, names):
+        col = np.asarray(arr[:, j])
+        values = np.unique(col[np.isfinite(col)]) if col.dtype.kind == "f" else np.unique(col)
+        if 2 < len(values) <= MAX_CODES and np.all(values == np.round(values)):
+            warnings.warn(
+                f"the sensitive column {name} holds {len(values)} distinct whole numbers "
+                f"({', '.join(str(v) for v in values[:6])}{', ...' if len(values) > 6 else ''}): "
+                "it is treated as a number (the representation is made uncorrelated with it), "
+                f"not as {len(values)} groups with equal means; to equalise the group means "
+                "pass it as a categorical or text column, or as sensitive_features=",
+                UserWarning, stacklevel=4,
+            )
 
 
 def _numeric_dtype(dtype) -> bool:

@@ -2,6 +2,8 @@
 ``sklearn.decomposition.PCA`` and protected attributes as columns of X
 (``sensitive_feature_ids``, the way fairlearn's CorrelationRemover takes them)."""
 
+import warnings
+
 import dask.array as da
 import numpy as np
 import pandas as pd
@@ -234,6 +236,21 @@ def test_numeric_columns_are_decorrelated_one_hot_columns_are_groups():
     corr = np.corrcoef(np.column_stack([age, Y]).T)[0, 1:]
     assert np.abs(corr).max() < 1e-10
     assert np.abs(np.corrcoef(np.column_stack([age, PCAfit(X, 4)]).T)[0, 1:]).max() > 0.1
+
+
+def test_integer_codes_of_more_than_two_groups_are_never_silently_decorrelated():
+    X, (g,) = make_data(900, 10, (5,), seed=9)
+    with pytest.warns(UserWarning, match="5 distinct whole numbers.*sensitive_features="):
+        FairPCA(3, sensitive_feature_ids=[0]).fit(np.column_stack([g, X]))
+    df = pd.DataFrame(X, columns=[f"f{i}" for i in range(10)]).assign(race=g)
+    with pytest.warns(UserWarning, match="column race holds 5"):
+        FairPCA(3, sensitive_feature_ids=["race"]).fit(df)
+    # as a categorical column the codes are groups with equal means, and nothing is said
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = FairPCA(3, sensitive_feature_ids=["race"]).fit(df.astype({"race": "category"}))
+    ref = FairPCA(3).fit(X, sensitive_features=g)
+    assert max_angle_deg(est.components_.T, ref.components_.T) < 1e-6
 
 
 def PCAfit(X, k):
