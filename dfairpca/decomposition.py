@@ -1385,6 +1385,9 @@ def saved_certificate(meta: dict, p: int) -> None:
         raise ValueError(f"meta.json: 'fairness_violation_' {total!r:.40} and "
                          f"'fairness_violation_per_attribute_' {per!r:.80} must be a number >= 0 "
                          f"and {p} numbers between 0 and it")
+    if total > _solvers.FAIRNESS_TOLERANCE:  # a fit above it raises: no model carries one
+        raise ValueError(f"meta.json: 'fairness_violation_' {total:g} is above the tolerance "
+                         f"{_solvers.FAIRNESS_TOLERANCE:g} that every fit is certified to")
 
 
 def saved_groups(meta: dict, q: int = 0) -> list[int]:
@@ -1415,5 +1418,38 @@ def _check_saved_values(est) -> None:
     Q = getattr(est, "constraint_basis_", None)
     if problem is None and Q is not None and Q.size and np.abs(U @ Q).max() > tol:
         problem = "'components_' are not orthogonal to 'constraint_basis_' (the model is not fair)"
+    if problem is None:
+        problem = _saved_unfairness(est)
     if problem:
         raise ValueError(f"arrays.npz: {problem}")
+
+
+def _saved_unfairness(est) -> str | None:
+    """Whether a loaded FairPCA's components keep a share of a difference of its saved
+    group means above the certificate's tolerance plus that difference's float64 rounding
+    (O(d m k)): the stored certificate is recomputed, not trusted."""
+    means = getattr(est, "group_means_", None)
+    if not means:
+        return None
+    U = np.asarray(est.components_, np.float64)
+    scale = getattr(est, "scale_", None)
+    eps = float(np.finfo(np.float64).eps)
+    names = getattr(est, "attribute_names_", None) or []
+    for j, M in enumerate(means):
+        M = np.asarray(M, np.float64)
+        if scale is not None:
+            M = M / scale[None, :]
+        for g in range(1, len(M)):
+            diff = M[g] - M[0]
+            size = float(_solvers.row_norms(diff[None])[0])
+            if not size > 0:
+                continue
+            kept = float(_solvers.row_norms((U @ (diff / size))[None])[0])
+            rounding = 4 * eps * np.sqrt(M.shape[1]) * (
+                float(_solvers.row_norms(M[[0, g]]).sum()) / size)
+            if kept > _solvers.FAIRNESS_TOLERANCE + rounding:
+                name = names[j] if j < len(names) else f"attribute {j}"
+                return (f"'components_' keep {kept:.2e} of the difference between the saved "
+                        f"means of two groups of {name} (a fair model keeps at most "
+                        f"{_solvers.FAIRNESS_TOLERANCE:g}): the model is not fair")
+    return None

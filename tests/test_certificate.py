@@ -327,3 +327,33 @@ def test_standardize_leaves_a_feature_constant_to_rounding_unscaled():
         fair = dfairpca.FairPCA(3, standardize=True).fit(X, sensitive_features=z)
     assert pca.scale_[0] == 1.0 and np.all(np.isfinite(pca.components_))
     assert fair.fairness_violation_ < 1e-12
+
+
+def test_a_saved_model_edited_to_be_unfair_is_refused_at_load(tmp_path):
+    """The stored certificate is not trusted: load recomputes what the components keep of
+    the saved group-mean differences (a reviewer swapped in PCA's components and an empty
+    constraint basis, and the model loaded with its old certificate)."""
+    import json
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(800, 8))
+    z = rng.integers(0, 2, 800)
+    X[z == 1] += 1
+    path = tmp_path / "m"
+    dfairpca.FairPCA(3).fit(X, sensitive_features=z).save(path)
+    arrays = dict(np.load(path / "model" / "arrays.npz"))
+    arrays["components_"] = dfairpca.PCA(3).fit(X).components_
+    arrays["constraint_basis_"] = np.zeros((8, 0))
+    np.savez(path / "model" / "arrays.npz", **arrays)
+    meta = json.loads((path / "model" / "meta.json").read_text())
+    meta["n_constraints_"] = 0
+    (path / "model" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="keep 9.*the model is not fair"):
+        dfairpca.load(path)
+    dfairpca.FairPCA(3).fit(X, sensitive_features=z).save(tmp_path / "m2")
+    meta = json.loads((tmp_path / "m2" / "model" / "meta.json").read_text())
+    meta["fairness_violation_"] = 0.5
+    meta["fairness_violation_per_attribute_"] = [0.5]
+    (tmp_path / "m2" / "model" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="above the tolerance"):
+        dfairpca.load(tmp_path / "m2")
