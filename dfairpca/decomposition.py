@@ -138,8 +138,13 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         scale = None
         if self.standardize:
             # the population standard deviation (ddof=0), as StandardScaler divides by
-            sd = np.sqrt(np.diag(m.scatter) / m.n)
-            sd[sd == 0] = 1.0
+            var = np.maximum(np.diag(m.scatter) / m.n, 0.0)  # rounding may leave it < 0
+            # a feature whose variance is within the rounding of its mean is constant (as
+            # StandardScaler's test): left unscaled, not divided by noise
+            with np.errstate(over="ignore", under="ignore"):
+                noise = (2.0 * m.n * np.finfo(np.float64).eps * np.ldexp(m.mean, -e)) ** 2
+            sd = np.sqrt(var)
+            sd[var <= noise] = 1.0
             S = S / np.outer(sd, sd)
             scale = np.ldexp(sd, e)
             scale[scale == 0] = 1.0
@@ -944,8 +949,10 @@ class FairPCA(PCA):
             return C
         counts = np.concatenate([a.counts for a in m.attributes]).astype(np.float64)
         floor = m.deviation_floor()
-        dev = _solvers.row_norms(C) / np.maximum(counts, 1.0)
-        zero = (counts > 0) & (dev <= floor)
+        # a deviation is rounding only if it is within the rounding bound in every feature
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            dev = np.abs(C) / np.maximum(counts, 1.0)[:, None]
+        zero = (counts > 0) & np.all(dev <= floor[None, :], axis=1)
         if zero.any():
             start = 0
             for name, a in zip(names, m.attributes):
@@ -956,8 +963,9 @@ class FairPCA(PCA):
                     word = "group" if hit.size == 1 else "groups"
                     warnings.warn(
                         f"{word} {labels} of {name}: the mean of each equals the overall mean to "
-                        f"float64 rounding (deviation <= {floor:.2e}, the rounding bound of means "
-                        "of these rows), so they impose no constraint and none is kept for them",
+                        "float64 rounding in every feature (within 2 n eps of the feature's root "
+                        "mean square, the rounding bound of means of these rows), so they impose "
+                        "no constraint and none is kept for them",
                         UserWarning, stacklevel=4,
                     )
             C[zero] = 0.0
