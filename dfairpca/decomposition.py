@@ -1222,9 +1222,10 @@ def load(path):
     their values (finite, orthonormal components).  A truncated, edited or inconsistent
     model raises :class:`dfairpca.io.SavedFileError` naming the file and what is wrong.
     """
-    from .io import SavedFileError, load_arrays
+    from .io import SavedFileError, load_arrays, recover_for_reading
 
     path = Path(path)
+    recover_for_reading(path)  # a replace cut short: put the intact old version back
     arrays, meta = load_arrays(path / "model", kind="estimator", layout=_saved_layout)
     try:
         if meta["class"] == "FairKernelPCA":
