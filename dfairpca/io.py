@@ -589,6 +589,8 @@ def remove_directory(path, kind: str) -> None:
     """Delete ``path`` if it is dfairpca's own ``kind`` (e.g. a finished checkpoint).
 
     A missing path is fine; anything dfairpca did not write raises :class:`OutputPathError`.
+    Files a user put inside it are kept, with the directory (and a warning naming them):
+    only the entries dfairpca wrote, and then its marker, are deleted.
     """
     path = Path(path)
     recover(path)
@@ -600,7 +602,21 @@ def remove_directory(path, kind: str) -> None:
             f"{path} is not a {kind} written by dfairpca; it was left in place: remove it "
             "yourself if you no longer need it"
         )
-    _remove_tree(path)
+    foreign = foreign_entries(path, found)
+    if not foreign:
+        _remove_tree(path)
+        return
+    import warnings
+
+    for name in sorted(set(os.listdir(path)) - set(foreign) - {MARKER}):
+        entry = path / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    (path / MARKER).unlink(missing_ok=True)
+    warnings.warn(f"removed dfairpca's {kind} from {path} but kept the directory and what "
+                  f"dfairpca did not write in it: {', '.join(foreign)}", UserWarning, stacklevel=2)
 
 
 def recover(path) -> None:

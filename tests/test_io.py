@@ -569,3 +569,18 @@ def test_load_that_cannot_recover_names_the_intact_copy(models, tmp_path):
             dfairpca.load(path)
     io.recover(path)  # what the message says
     assert dfairpca.load(path).n_components_ == 2
+
+
+def test_removing_a_finished_checkpoint_keeps_a_users_file_inside_it(tmp_path):
+    """A fit removes its checkpoint after success; a file the user put into that folder
+    survives (with the folder and a warning), only dfairpca's entries go."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 6))
+    z = rng.integers(0, 2, 400)
+    ckpt = tmp_path / "ck"
+    dfairpca.FairPCA(2).fit(X, sensitive_features=z, checkpoint=ckpt, keep_checkpoint=True)
+    (ckpt / "notes.txt").write_text("mine")
+    with pytest.warns(UserWarning, match="notes.txt"):
+        io.remove_directory(ckpt, "checkpoint")
+    assert sorted(os.listdir(ckpt)) == ["notes.txt"]
+    assert (ckpt / "notes.txt").read_text() == "mine"
