@@ -296,14 +296,13 @@ def test_show_n_is_checked_against_the_store_before_drawing(store, tmp_path, cap
     attrs[:] = flags
     attrs.attrs.update(dict(src.attrs))
     for m, largest in ((model, 7), (pca, 5)):
-        code, _, err = run(["show", m, tiny, "--out", tmp_path / "t.png", "--n", "9",
-                            "--overwrite"], capsys)
+        code, _, err = run(["show", m, tiny, "--out", tmp_path / "t.png", "--n", "9"], capsys)
         assert code == 2 and f"can fill at most {largest} per row" in err, err
         assert f"use --n {largest} or less" in err, err
-        code, _, err = run(["show", m, tiny, "--out", tmp_path / "t.png", "--n", str(largest),
-                            "--overwrite"], capsys)
+        code, _, err = run(["show", m, tiny, "--out", tmp_path / f"{m.name}.png", "--n",
+                            str(largest)], capsys)
         assert code == 0, err
-    code, _, err = run(["show", pca, tiny, "--out", tmp_path / "t.png", "--overwrite"], capsys)
+    code, _, err = run(["show", pca, tiny, "--out", tmp_path / "default.png"], capsys)
     assert code == 0, err  # the default 8 shrinks to 5
 
 
