@@ -511,7 +511,8 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
                 f"{path} already exists (a dfairpca {kind}); pass overwrite=True (--overwrite "
                 "on the command line) to replace it, or choose another path"
             )
-        foreign = foreign_entries(path, found) if found is not None else []
+        # a figure (a file) holds nothing; a directory may hold a user's files
+        foreign = foreign_entries(path, found) if found is not None and path.is_dir() else []
         if foreign:  # replacing the directory would delete them with it
             listed = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise OutputPathError(
