@@ -1163,6 +1163,8 @@ def certify(per_group, names, categories, precision: float, estimator: str) -> N
     if worst <= _solvers.FAIRNESS_TOLERANCE:
         return
     name, group = where
+    if isinstance(group, np.generic):  # 0, not np.int64(0)
+        group = group.item()
     dtype_fix = ("compute_dtype='float64' (the products ran in float32), "
                  if precision > np.finfo(np.float64).eps else "")
     what = (f"the covariance with {name}" if group is None else
