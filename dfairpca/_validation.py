@@ -388,6 +388,13 @@ def _plain_labels(col: np.ndarray, name: str) -> np.ndarray:
         return col
     text = np.fromiter((isinstance(v, str) for v in col), bool, len(col))
     if text.all():
+        # numpy's fixed-width text drops trailing NULs: 'b' and 'b\x00' would be one group
+        if any(v.endswith("\x00") for v in set(col.tolist())):
+            raise ValueError(
+                f"{name} has text labels ending in a NUL character ('\\x00'), which numpy "
+                "would merge with the same label without it; strip them first, e.g. "
+                "labels.str.rstrip('\\x00')"
+            )
         return col.astype(str)
     if text.any():
         words = set(col[text].tolist())

@@ -402,6 +402,54 @@ def _describe_groups(groups, celeba_names) -> str:
     return "; ".join(parts)
 
 
+#: fit options only a fair method uses: --method pca would ignore them
+FAIR_ONLY = ("attribute", "sensitive_array", "sensitive_csv", "sensitive_column", "constraint",
+             "target", "target_array", "target_column", "target_csv", "tradeoff", "equalize")
+
+
+def _option_defaults(command: str, *required: str) -> dict:
+    """The parser's value of every option of ``command`` left unset (its default)."""
+    return vars(build_parser().parse_args([command, *required]))
+
+
+def _check_method_options(args) -> None:
+    """Refuse a fit option that ``--method`` would silently ignore.
+
+    Only options the user gave count (a value other than the parser's default), so that
+    writing out a default, e.g. ``--constraint demographic_parity``, stays harmless.
+    """
+    defaults = _option_defaults("fit", "STORE", "-k", "1", "--out", "OUT")
+    given = [o for o in FAIR_ONLY if getattr(args, o) != defaults[o]]
+    if args.method == "pca" and given:
+        option = "--" + given[0].replace("_", "-")
+        needs = "--method fair-s" if given[0] == "equalize" else "--method fair or fair-s"
+        raise CLIError(
+            f"{option} needs {needs}; --method pca (plain PCA, no protected attributes) would "
+            f"ignore it: drop {option}, or choose a fair method"
+        )
+    if args.method != "fair-s" and "equalize" in given:
+        raise CLIError(
+            "--equalize needs --method fair-s (fair PCA that also equalises the group "
+            f"covariances); --method {args.method} would ignore it: add --method fair-s, or "
+            "drop --equalize"
+        )
+
+
+def _check_two_groups(groups) -> None:
+    """Refuse a protected attribute with one label in every row, naming the label plainly
+    (the library's message shows numpy's repr and its Python fix)."""
+    import pandas as pd
+
+    for name in groups:
+        labels = pd.unique(groups[name])
+        if len(labels) == 1:
+            raise CLIError(
+                f"the protected attribute {name!r} has a single group ({_plain(labels[0])}) in "
+                f"all {len(groups):,} rows; fair PCA needs two or more: name another attribute, "
+                "or fit plain PCA with --method pca"
+            )
+
+
 # ----------------------------------------------------------------------------- the model
 def _estimator(args):
     from . import FairPCA, PCA
@@ -498,6 +546,7 @@ def cmd_fit(args):
     from .io import read_marker, remove_directory
 
     start = time.perf_counter()
+    _check_method_options(args)
     out = Path(args.out)
     ckpt = Path(args.checkpoint) if args.checkpoint else out.with_name(out.name + ".checkpoint")
     inputs = _input_paths(args)
@@ -518,6 +567,8 @@ def cmd_fit(args):
             "name the protected attribute(s): --attribute NAME (a CelebA attribute, e.g. "
             "Eyeglasses), --sensitive-array ARRAY, or --sensitive-csv FILE --sensitive-column COL"
         )
+    if groups is not None:
+        _check_two_groups(groups)
     y = _target(args, data)
     est = _estimator(args)
     # every parameter error now, before a cluster is found or started
@@ -609,6 +660,25 @@ def cmd_transform(args):
     }
 
 
+#: most faces per row ``show`` draws: each face is a column 1.3 in wide at 110 dpi (see
+#: dfairpca.figures), so n = 100 (200 columns) is already a 28,600-pixel-wide PNG, and
+#: above n = 229 matplotlib refuses the size (2**16 pixels), but only after drawing it
+MAX_SHOW_N = 100
+
+
+def _faces_held(model, store) -> int:
+    """The most faces per row ``show`` can fill from ``store``: for a fair model the larger
+    of the two groups of its first attribute (a row holds n with and n without it), for
+    PCA half the images."""
+    from .celeba import attribute_column, open_celeba
+
+    images, _, _ = open_celeba(store)
+    if hasattr(model, "constraint_basis_"):
+        flags = attribute_column(store, model.attribute_names_[0])
+        return max(int((flags == 1).sum()), int((flags == 0).sum()))
+    return math.ceil(images.shape[0] / 2)
+
+
 def cmd_show(args):
     from . import load
     from .figures import faces_figure
@@ -616,7 +686,18 @@ def cmd_show(args):
     out = Path(args.out)
     _check_out(out, "figure", args.overwrite, {"the input store": args.store, "the model": args.model})
     model = load(args.model)
-    path = faces_figure(model, args.store, out, n=args.n, overwrite=args.overwrite)
+    held = _faces_held(model, args.store)
+    largest = min(held, MAX_SHOW_N)
+    n = args.n
+    if n > largest:
+        # the default (a few faces) shrinks to what a small store holds; a number the
+        # user asked for is refused, before any face is read or drawn
+        if n != _option_defaults("show", "MODEL", "STORE")["n"]:
+            why = (f"a picture shows at most {MAX_SHOW_N} faces per row" if held > MAX_SHOW_N
+                   else f"{args.store} can fill at most {held:,} per row for this model")
+            raise CLIError(f"--n {n:,}: {why}; use --n {largest} or less")
+        n = largest
+    path = faces_figure(model, args.store, out, n=n, overwrite=args.overwrite)
     print(f"picture written to {path}")
 
 

@@ -138,8 +138,13 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         scale = None
         if self.standardize:
             # the population standard deviation (ddof=0), as StandardScaler divides by
-            sd = np.sqrt(np.diag(m.scatter) / m.n)
-            sd[sd == 0] = 1.0
+            var = np.maximum(np.diag(m.scatter) / m.n, 0.0)  # rounding may leave it < 0
+            # a feature whose variance is within the rounding of its mean is constant (as
+            # StandardScaler's test): left unscaled, not divided by noise
+            with np.errstate(over="ignore", under="ignore"):
+                noise = (2.0 * m.n * np.finfo(np.float64).eps * np.ldexp(m.mean, -e)) ** 2
+            sd = np.sqrt(var)
+            sd[var <= noise] = 1.0
             S = S / np.outer(sd, sd)
             scale = np.ldexp(sd, e)
             scale[scale == 0] = 1.0
@@ -944,8 +949,10 @@ class FairPCA(PCA):
             return C
         counts = np.concatenate([a.counts for a in m.attributes]).astype(np.float64)
         floor = m.deviation_floor()
-        dev = _solvers.row_norms(C) / np.maximum(counts, 1.0)
-        zero = (counts > 0) & (dev <= floor)
+        # a deviation is rounding only if it is within the rounding bound in every feature
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            dev = np.abs(C) / np.maximum(counts, 1.0)[:, None]
+        zero = (counts > 0) & np.all(dev <= floor[None, :], axis=1)
         if zero.any():
             start = 0
             for name, a in zip(names, m.attributes):
@@ -956,8 +963,9 @@ class FairPCA(PCA):
                     word = "group" if hit.size == 1 else "groups"
                     warnings.warn(
                         f"{word} {labels} of {name}: the mean of each equals the overall mean to "
-                        f"float64 rounding (deviation <= {floor:.2e}, the rounding bound of means "
-                        "of these rows), so they impose no constraint and none is kept for them",
+                        "float64 rounding in every feature (within 2 n eps of the feature's root "
+                        "mean square, the rounding bound of means of these rows), so they impose "
+                        "no constraint and none is kept for them",
                         UserWarning, stacklevel=4,
                     )
             C[zero] = 0.0
@@ -1217,9 +1225,10 @@ def load(path):
     their values (finite, orthonormal components).  A truncated, edited or inconsistent
     model raises :class:`dfairpca.io.SavedFileError` naming the file and what is wrong.
     """
-    from .io import SavedFileError, load_arrays
+    from .io import SavedFileError, load_arrays, recover_for_reading
 
     path = Path(path)
+    recover_for_reading(path)  # a replace cut short: put the intact old version back
     arrays, meta = load_arrays(path / "model", kind="estimator", layout=_saved_layout)
     try:
         if meta["class"] == "FairKernelPCA":
@@ -1380,6 +1389,9 @@ def saved_certificate(meta: dict, p: int) -> None:
         raise ValueError(f"meta.json: 'fairness_violation_' {total!r:.40} and "
                          f"'fairness_violation_per_attribute_' {per!r:.80} must be a number >= 0 "
                          f"and {p} numbers between 0 and it")
+    if total > _solvers.FAIRNESS_TOLERANCE:  # a fit above it raises: no model carries one
+        raise ValueError(f"meta.json: 'fairness_violation_' {total:g} is above the tolerance "
+                         f"{_solvers.FAIRNESS_TOLERANCE:g} that every fit is certified to")
 
 
 def saved_groups(meta: dict, q: int = 0) -> list[int]:
@@ -1410,5 +1422,38 @@ def _check_saved_values(est) -> None:
     Q = getattr(est, "constraint_basis_", None)
     if problem is None and Q is not None and Q.size and np.abs(U @ Q).max() > tol:
         problem = "'components_' are not orthogonal to 'constraint_basis_' (the model is not fair)"
+    if problem is None:
+        problem = _saved_unfairness(est)
     if problem:
         raise ValueError(f"arrays.npz: {problem}")
+
+
+def _saved_unfairness(est) -> str | None:
+    """Whether a loaded FairPCA's components keep a share of a difference of its saved
+    group means above the certificate's tolerance plus that difference's float64 rounding
+    (O(d m k)): the stored certificate is recomputed, not trusted."""
+    means = getattr(est, "group_means_", None)
+    if not means:
+        return None
+    U = np.asarray(est.components_, np.float64)
+    scale = getattr(est, "scale_", None)
+    eps = float(np.finfo(np.float64).eps)
+    names = getattr(est, "attribute_names_", None) or []
+    for j, M in enumerate(means):
+        M = np.asarray(M, np.float64)
+        if scale is not None:
+            M = M / scale[None, :]
+        for g in range(1, len(M)):
+            diff = M[g] - M[0]
+            size = float(_solvers.row_norms(diff[None])[0])
+            if not size > 0:
+                continue
+            kept = float(_solvers.row_norms((U @ (diff / size))[None])[0])
+            rounding = 4 * eps * np.sqrt(M.shape[1]) * (
+                float(_solvers.row_norms(M[[0, g]]).sum()) / size)
+            if kept > _solvers.FAIRNESS_TOLERANCE + rounding:
+                name = names[j] if j < len(names) else f"attribute {j}"
+                return (f"'components_' keep {kept:.2e} of the difference between the saved "
+                        f"means of two groups of {name} (a fair model keeps at most "
+                        f"{_solvers.FAIRNESS_TOLERANCE:g}): the model is not fair")
+    return None

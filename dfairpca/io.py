@@ -24,7 +24,8 @@ import numpy as np
 
 __all__ = [
     "from_zarr", "save_arrays", "load_arrays", "atomic_directory", "move_into_place",
-    "check_target", "remove_directory", "recover", "read_marker", "write_marker", "marker",
+    "check_target", "foreign_entries", "remove_directory", "recover", "recover_for_reading",
+    "read_marker", "write_marker", "marker",
     "marker_attributes", "writing_every_chunk", "local_zarr_roots", "OutputPathError", "MARKER",
     "MARKER_KEY",
     "FORMAT_VERSION",
@@ -378,11 +379,23 @@ class OutputPathError(FileExistsError):
     """dfairpca refuses to write at a path: it would replace or delete what it did not write."""
 
 
-def marker(kind: str) -> dict:
-    """The content of dfairpca's marker for an object of ``kind`` ("model", "checkpoint", ...)."""
+def marker(kind: str, entries=None) -> dict:
+    """The content of dfairpca's marker for an object of ``kind`` ("model", "checkpoint", ...),
+    with the top-level ``entries`` it wrote (what a replace may delete, and nothing else)."""
     from . import __version__
 
-    return {"written_by": "dfairpca", "kind": kind, "version": __version__}
+    found = {"written_by": "dfairpca", "kind": kind, "version": __version__}
+    return found if entries is None else {**found, "entries": sorted(entries)}
+
+
+#: top-level entries of each kind of directory, for markers written before they listed
+#: their own ("entries"); a kind not here with such a marker has no entry known to be ours
+_KNOWN_ENTRIES = {
+    "model": {"model", "statistics"},
+    "checkpoint": {"total", "progress.json"},
+    "Moments": {"arrays.npz", "meta.json"},
+    "estimator": {"arrays.npz", "meta.json"},
+}
 
 
 def marker_attributes(kind: str) -> dict:
@@ -399,7 +412,35 @@ def write_marker(directory, kind: str) -> None:
         zarr.open_group(str(directory), mode="r+").attrs.update(marker_attributes(kind))
         (directory / MARKER).unlink(missing_ok=True)
     else:
-        (directory / MARKER).write_text(json.dumps(marker(kind)))
+        entries = [e for e in os.listdir(directory) if e != MARKER]
+        (directory / MARKER).write_text(json.dumps(marker(kind, entries)))
+
+
+def foreign_entries(path, found: dict) -> list[str]:
+    """Top-level names in dfairpca's directory ``path`` (marker ``found``) it did not write.
+
+    A Zarr store's are all but zarr.json and the root group's own members; a directory's
+    all but the marker and the entries its marker lists (or, for a marker older than that
+    list, the known layout of its kind).
+    """
+    path = Path(path)
+    names = set(os.listdir(path)) - {MARKER}
+    if (path / "zarr.json").is_file():
+        import zarr
+
+        import warnings
+
+        try:
+            with warnings.catch_warnings():  # the very entries we look for make zarr warn
+                warnings.simplefilter("ignore")
+                ours = set(zarr.open_group(str(path), mode="r").keys()) | {"zarr.json"}
+        except Exception:  # unreadable metadata: no member is known to be ours
+            ours = {"zarr.json"}
+    elif isinstance(found.get("entries"), list):
+        ours = {e for e in found["entries"] if isinstance(e, str)}
+    else:
+        ours = _KNOWN_ENTRIES.get(found.get("kind"), set())
+    return sorted(names - ours)
 
 
 def read_marker(path) -> dict | None:
@@ -435,7 +476,9 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
     Allowed: ``path`` does not exist, is an empty directory, or (with ``overwrite``) carries
     dfairpca's marker of the same ``kind``.  Refused with :class:`OutputPathError`: a file or
     a non-empty directory without the marker, a symbolic link, another kind of dfairpca
-    output, and anything that is or contains a path of ``protect`` (a mapping
+    output, dfairpca's own directory holding entries it did not write
+    (:func:`foreign_entries`: replacing it would delete them), and anything that is or
+    contains a path of ``protect`` (a mapping
     ``{"the input store": path}`` or ``(what, path)`` pairs: what this job reads or also
     writes).  The closest existing folder must be writable (:class:`PermissionError`
     otherwise; ``probe=False`` skips that check for a caller that creates a sibling right
@@ -467,6 +510,14 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
             raise OutputPathError(
                 f"{path} already exists (a dfairpca {kind}); pass overwrite=True (--overwrite "
                 "on the command line) to replace it, or choose another path"
+            )
+        foreign = foreign_entries(path, found) if found is not None else []
+        if foreign:  # replacing the directory would delete them with it
+            listed = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise OutputPathError(
+                f"{path} is a dfairpca {kind} that also holds files dfairpca did not write "
+                f"({listed}), which replacing it would delete: move your files out of it or "
+                "choose another path"
             )
     if probe:
         _check_writable(path)
@@ -538,6 +589,8 @@ def remove_directory(path, kind: str) -> None:
     """Delete ``path`` if it is dfairpca's own ``kind`` (e.g. a finished checkpoint).
 
     A missing path is fine; anything dfairpca did not write raises :class:`OutputPathError`.
+    Files a user put inside it are kept, with the directory (and a warning naming them):
+    only the entries dfairpca wrote, and then its marker, are deleted.
     """
     path = Path(path)
     recover(path)
@@ -549,7 +602,21 @@ def remove_directory(path, kind: str) -> None:
             f"{path} is not a {kind} written by dfairpca; it was left in place: remove it "
             "yourself if you no longer need it"
         )
-    _remove_tree(path)
+    foreign = foreign_entries(path, found)
+    if not foreign:
+        _remove_tree(path)
+        return
+    import warnings
+
+    for name in sorted(set(os.listdir(path)) - set(foreign) - {MARKER}):
+        entry = path / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    (path / MARKER).unlink(missing_ok=True)
+    warnings.warn(f"removed dfairpca's {kind} from {path} but kept the directory and what "
+                  f"dfairpca did not write in it: {', '.join(foreign)}", UserWarning, stacklevel=2)
 
 
 def recover(path) -> None:
@@ -586,6 +653,30 @@ def recover(path) -> None:
     for kind, entry in leftovers:
         if kind == "tmp":
             _remove_tree(entry)
+
+
+def recover_for_reading(path) -> None:
+    """:func:`recover` ``path`` before reading it, if this process may write its folder.
+
+    Safe in a reader for the same reason as in a writer: only a dead writer's leftovers
+    are touched.  Without write permission nothing is repaired; :func:`load_arrays` then
+    names the intact copy.
+    """
+    try:
+        recover(path)
+    except OSError:
+        pass
+
+
+def _intact_copies(path: Path) -> list[Path]:
+    """dfairpca's ``.old-`` siblings of ``path`` (a crashed replace's intact old version)."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        return []
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.old-[A-Za-z0-9]*-\d+-[0-9a-f]{{8}}")
+    return sorted((e for e in parent.iterdir()
+                   if pattern.fullmatch(e.name) and read_marker(e) is not None),
+                  key=lambda e: e.stat().st_mtime_ns)
 
 
 def _check_apart(path: Path, other: Path, what: str) -> None:
@@ -727,7 +818,17 @@ def load_arrays(path, kind: str | None = None, layout=None):
         size disagrees with the archive or with the other arrays, a truncated archive.
     """
     path = Path(path)
+    recover_for_reading(path)
     if not (path / "meta.json").exists() or not (path / "arrays.npz").exists():
+        # a replace cut short between its two renames leaves the whole old version in an
+        # .old- sibling: of path itself, or of the folder holding it (a model's "model")
+        for target in (path, path.parent):
+            if not _exists(target) and (copies := _intact_copies(target)):
+                raise FileNotFoundError(
+                    f"{str(target)!r} is missing because a write to it was cut short; its "
+                    f"intact copy is {str(copies[-1])!r}: the next write to {str(target)!r} "
+                    f"or dfairpca.io.recover({str(target)!r}) puts it back"
+                )
         raise FileNotFoundError(
             f"{str(path)!r} is not a saved dfairpca object (expected meta.json and arrays.npz)"
         )

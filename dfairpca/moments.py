@@ -566,22 +566,23 @@ class Moments:
             rows.append(np.where(w > 0, w * dev, 0.0))
         return np.concatenate(rows)
 
-    def deviation_floor(self) -> float:
-        """Norm below which a group-mean deviation is float64 rounding, not signal.
+    def deviation_floor(self) -> np.ndarray:
+        """Per feature: the size below which a group-mean deviation is float64 rounding.
 
         The means are float64 sums of the rows (whatever dtype the products ran in), and
         a sum of n terms is off by at most ``n * eps * sum |x_i|`` (recursive summation, the
-        worst case); so is the mean of each coordinate by ``n * eps`` times its mean
-        absolute value, and the norm of a group mean minus the overall mean by at most
-        ``2 * n * eps * rms`` (rms: the root mean square row norm).  A deviation above this
-        is the data's, not the arithmetic's.
+        worst case); so the mean of feature j is off by at most ``n * eps`` times its root
+        mean square ``rms_j``, and a group mean minus the overall mean by ``2 n eps rms_j``.
+        Per feature, not over the row norm: a huge constant feature (a timestamp in ns)
+        must not hide a real deviation of the others.  A deviation above this in any
+        feature is the data's, not the arithmetic's.
         """
-        spread = np.ldexp(np.sqrt(max(np.trace(self.symmetrize().scatter), 0.0) / max(self.n, 1)),
-                          self.scatter_exponent)
-        top = float(np.abs(self.mean).max(initial=0.0))
-        size = top * float(np.linalg.norm(self.mean / top)) if top > 0 else 0.0  # no overflow
-        rms = float(np.hypot(size, spread))
-        return 2.0 * max(self.n, 1) * float(np.finfo(np.float64).eps) * rms
+        n = max(self.n, 1)
+        with np.errstate(over="ignore", under="ignore"):
+            sd = np.ldexp(np.sqrt(np.maximum(np.diag(self.symmetrize().scatter), 0.0) / n),
+                          self.scatter_exponent)  # true scatter = stored * 4**exponent
+            rms = np.hypot(np.abs(self.mean), sd)
+        return 2.0 * n * float(np.finfo(np.float64).eps) * rms
 
     def check_finite(self) -> None:
         """Raise ``ValueError`` naming the rows if any row held NaN or infinity."""

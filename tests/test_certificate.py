@@ -65,7 +65,7 @@ def test_a_gap_just_above_float64_rounding_is_kept():
     X[z == 1] += 1e-9 * np.abs(X).max() * np.eye(6)[0]
     m = dfairpca.FairPCA(3).fit(X, sensitive_features=z)
     assert m.n_constraints_ == 1
-    assert m.statistics_.deviation_floor() < 1e-9 * np.abs(X).max() / 100
+    assert m.statistics_.deviation_floor().max() < 1e-9 * np.abs(X).max() / 100
 
 
 # ----------------------------------------------------------------------------- the certificate
@@ -294,3 +294,66 @@ def test_rbf_gamma_scale_beyond_float64_is_an_error():
     X, z = item6_data()
     with pytest.raises(ValueError, match="too far from 1 for gamma='scale'.*underflows"):
         FairKernelPCA(3).fit(X[:200] * 1e-170, sensitive_features=z[:200])
+
+
+@pytest.mark.parametrize("standardize", [False, True])
+def test_a_huge_constant_feature_does_not_hide_a_real_gap(standardize):
+    """The rounding floor of a deviation is per feature: a constant column of 1.7e18 (a
+    timestamp in ns) once raised it above a real 0.3 sd gap, the constraint was dropped
+    and the certificate read 0.0."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(4000, 10))
+    z = rng.integers(0, 2, 4000)
+    X[z == 1] += 0.3
+    X[:, 0] = 1.7e18
+    est = dfairpca.FairPCA(3, standardize=standardize).fit(X, sensitive_features=z)
+    Y = est.transform(X)
+    assert est.n_constraints_ == 1 and est.fairness_violation_ < 1e-12
+    assert np.abs(Y[z == 0].mean(0) - Y[z == 1].mean(0)).max() < 1e-10
+
+
+def test_standardize_leaves_a_feature_constant_to_rounding_unscaled():
+    """A column whose rows differ only by rounding (0.3 and 0.1 + 0.2) has a variance of
+    rounding size, possibly negative: it is constant, not divided by noise (was NaN)."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(1000, 6))
+    z = rng.integers(0, 2, 1000)
+    X[z == 1] += 0.5
+    X[:, 0] = 0.3
+    X[::2, 0] = 0.1 + 0.2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        pca = dfairpca.PCA(3, standardize=True).fit(X)
+        fair = dfairpca.FairPCA(3, standardize=True).fit(X, sensitive_features=z)
+    assert pca.scale_[0] == 1.0 and np.all(np.isfinite(pca.components_))
+    assert fair.fairness_violation_ < 1e-12
+
+
+def test_a_saved_model_edited_to_be_unfair_is_refused_at_load(tmp_path):
+    """The stored certificate is not trusted: load recomputes what the components keep of
+    the saved group-mean differences (a reviewer swapped in PCA's components and an empty
+    constraint basis, and the model loaded with its old certificate)."""
+    import json
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(800, 8))
+    z = rng.integers(0, 2, 800)
+    X[z == 1] += 1
+    path = tmp_path / "m"
+    dfairpca.FairPCA(3).fit(X, sensitive_features=z).save(path)
+    arrays = dict(np.load(path / "model" / "arrays.npz"))
+    arrays["components_"] = dfairpca.PCA(3).fit(X).components_
+    arrays["constraint_basis_"] = np.zeros((8, 0))
+    np.savez(path / "model" / "arrays.npz", **arrays)
+    meta = json.loads((path / "model" / "meta.json").read_text())
+    meta["n_constraints_"] = 0
+    (path / "model" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="keep 9.*the model is not fair"):
+        dfairpca.load(path)
+    dfairpca.FairPCA(3).fit(X, sensitive_features=z).save(tmp_path / "m2")
+    meta = json.loads((tmp_path / "m2" / "model" / "meta.json").read_text())
+    meta["fairness_violation_"] = 0.5
+    meta["fairness_violation_per_attribute_"] = [0.5]
+    (tmp_path / "m2" / "model" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="above the tolerance"):
+        dfairpca.load(tmp_path / "m2")

@@ -92,7 +92,8 @@ def test_fit_transform_show_round_trip(store, tmp_path, capsys, sched):
 
 def test_fit_methods(store, tmp_path, capsys, sched):
     for method in ("pca", "fair-s"):
-        code, out, err = run(["fit", store, "--attribute", "Male", "-k", "5", "--method", method,
+        attribute = [] if method == "pca" else ["--attribute", "Male"]  # pca refuses one
+        code, out, err = run(["fit", store, *attribute, "-k", "5", "--method", method,
                               "--out", tmp_path / method, *sched], capsys)
         assert code == 0, err
         assert ("fairness certified: group-mean gap kept" in out) == (method != "pca")
@@ -188,7 +189,6 @@ def test_parameter_errors_come_before_any_cluster(store, tmp_path, capsys, sched
     fit = ["fit", store, "--attribute", "Eyeglasses", "--out", tmp_path / "m", *nowhere]
     cases = [
         (["-k", "256"], "largest k is"),
-        (["-k", "257", "--method", "pca"], "n_components=257 is too large"),
         (["-k", "0"], "argument -k/--k: must be a positive integer; got '0'"),
         (["-k", "5", "--tradeoff", "1.5"], "tradeoff must be a number in [0, 1]"),
         (["-k", "5", "--method", "fair-s", "--equalize", "0"], "equalize_covariance"),
@@ -203,6 +203,9 @@ def test_parameter_errors_come_before_any_cluster(store, tmp_path, capsys, sched
         assert time.monotonic() - start < 5, extra
         assert code == 2 and expected in err and "scheduler" not in err, (extra, err)
         assert err.startswith("dfairpca fit: error: ") and err.count("\n") == 1, err
+    code, _, err = run(["fit", store, "-k", "257", "--method", "pca", "--out", tmp_path / "m",
+                        *nowhere], capsys)
+    assert code == 2 and "n_components=257 is too large" in err and "scheduler" not in err, err
     assert not (tmp_path / "m").exists()
     # transform: a model of 16x16 images applied to 8x8 images
     code, _, err = run(["fit", store, "--attribute", "Male", "-k", "3", "--out",
@@ -217,6 +220,90 @@ def test_parameter_errors_come_before_any_cluster(store, tmp_path, capsys, sched
     assert time.monotonic() - start < 5 and not (tmp_path / "t.zarr").exists()
     code, _, err = run(["show", tmp_path / "m16", store, "--n", "0"], capsys)
     assert code == 2 and "argument --n: must be a positive integer; got '0'" in err
+
+
+def test_options_the_method_would_ignore_are_refused_before_any_cluster(store, tmp_path,
+                                                                         capsys):
+    """A fit option that --method ignores is a one-line error naming the fix, at once; an
+    option written out at its default is not one the user needs to drop."""
+    import time
+
+    fit = ["fit", store, "-k", "5", "--out", tmp_path / "m", "--scheduler", _nowhere(),
+           "--timeout", "60"]
+    eye = ["--attribute", "Eyeglasses"]
+    cases = [
+        ([*eye, "--equalize", "0.3"], "--equalize needs --method fair-s"),
+        ([*eye, "--method", "fair", "--equalize", "0.7"], "--equalize needs --method fair-s"),
+        (["--method", "pca", "--equalize", "0.3"], "--equalize needs --method fair-s"),
+        (["--method", "pca", "--tradeoff", "0.5"], "--tradeoff needs --method fair or fair-s"),
+        (["--method", "pca", "--constraint", "equal_opportunity", "--target", "Smiling"],
+         "--constraint needs --method fair or fair-s"),
+        (["--method", "pca", *eye], "--attribute needs --method fair or fair-s"),
+        (["--method", "pca", "--sensitive-array", "x"],
+         "--sensitive-array needs --method fair or fair-s"),
+    ]
+    for extra, expected in cases:
+        start = time.monotonic()
+        code, _, err = run(fit + extra, capsys)
+        assert time.monotonic() - start < 5, extra
+        assert code == 2 and expected in err and "scheduler" not in err, (extra, err)
+        assert err.startswith("dfairpca fit: error: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "m").exists()
+    # defaults written out are harmless: these reach the cluster (nothing listens there)
+    for extra in (["--method", "pca", "--tradeoff", "0", "--constraint", "demographic_parity"],
+                  [*eye, "--method", "fair-s", "--equalize", "0.5"]):
+        code, _, err = run(fit + extra + ["--timeout", "0.5"], capsys)
+        assert code == 2 and "needs --method" not in err and "scheduler" in err.lower(), err
+
+
+def test_a_single_group_names_its_label_plainly_and_the_cli_fix(store, tmp_path, capsys):
+    n = dfairpca.celeba.open_celeba(store)[0].shape[0]
+    table = tmp_path / "people.csv"
+    table.write_text("site\n" + "1\n" * n)  # pandas reads it as int64
+    code, _, err = run(["fit", store, "-k", "5", "--out", tmp_path / "m", "--sensitive-csv",
+                        table, "--sensitive-column", "site", "--scheduler", _nowhere()], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "'site' has a single group (1) in all 1,500 rows" in err, err
+    assert "--method pca" in err and "np." not in err and "dfairpca.PCA" not in err, err
+    assert not (tmp_path / "m").exists()
+
+
+def test_show_n_is_checked_against_the_store_before_drawing(store, tmp_path, capsys, sched):
+    """show --n 100000 on a small store was minutes and gigabytes of subplots; now it is
+    refused at once with the largest value, and the default shrinks to a tiny store."""
+    import time
+
+    model, pca = tmp_path / "m", tmp_path / "p"
+    assert run(["fit", store, "--attribute", "Eyeglasses", "-k", "3", "--out", model, *sched],
+               capsys)[0] == 0
+    assert run(["fit", store, "--method", "pca", "-k", "3", "--out", pca, *sched], capsys)[0] == 0
+    from dfairpca.cli import MAX_SHOW_N
+
+    start = time.monotonic()
+    code, _, err = run(["show", model, store, "--out", tmp_path / "a.png", "--n", "100000"], capsys)
+    assert time.monotonic() - start < 5
+    assert code == 2 and f"use --n {MAX_SHOW_N} or less" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "a.png").exists()
+    # a store of 10 faces: 3 with eyeglasses, 7 without -> at most 7 per row (PCA: 5)
+    tiny = tmp_path / "tiny.zarr"
+    g = zarr.open_group(str(tiny), mode="w")
+    g.create_array("images", shape=(10, 16, 16), chunks=(10, 16, 16), dtype="uint8")[:] = 7
+    src = zarr.open_group(str(store), mode="r")["attributes"]
+    names = list(src.attrs["names"])
+    flags = np.zeros((10, len(names)), dtype="int8")
+    flags[:3, names.index("Eyeglasses")] = 1
+    attrs = g.create_array("attributes", shape=flags.shape, chunks=flags.shape, dtype="int8")
+    attrs[:] = flags
+    attrs.attrs.update(dict(src.attrs))
+    for m, largest in ((model, 7), (pca, 5)):
+        code, _, err = run(["show", m, tiny, "--out", tmp_path / "t.png", "--n", "9"], capsys)
+        assert code == 2 and f"can fill at most {largest} per row" in err, err
+        assert f"use --n {largest} or less" in err, err
+        code, _, err = run(["show", m, tiny, "--out", tmp_path / f"{m.name}.png", "--n",
+                            str(largest)], capsys)
+        assert code == 0, err
+    code, _, err = run(["show", pca, tiny, "--out", tmp_path / "default.png"], capsys)
+    assert code == 0, err  # the default 8 shrinks to 5
 
 
 def _noise_store(path, n, size, chunk_rows, seed=0):

@@ -8,6 +8,7 @@ repairs what it left.
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -436,3 +437,150 @@ def test_ingest_keeps_every_chunk_and_touches_only_its_own_partial(celeba_dir, t
     # rows 0-39 are the training split (0): partition chunks 0 and 1 are all zeros
     assert (out / "partition" / "c" / "0").is_file() and (out / "partition" / "c" / "1").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.zarr", "celeba"]
+
+
+# ------------------------------------------------------------------ a user's files inside ours
+def user_files(path: Path) -> dict:
+    """The review's reproduction: notes and a folder of plots put into dfairpca's output."""
+    (path / "NOTES.md").write_text("notes\n")
+    (path / "plots").mkdir()
+    (path / "plots" / "fig.png").write_bytes(b"png")
+    return tree(path)
+
+
+def test_replacing_refuses_a_model_holding_a_users_files(models, tmp_path):
+    path = tmp_path / "q2"
+    models["PCA"].save(path)
+    before = user_files(path)
+    with pytest.raises(FileExistsError, match=r"did not write \(NOTES.md, plots\).*move your "
+                                              r"files out of it or choose another path"):
+        models["FairPCA"].save(path, overwrite=True)
+    assert tree(path) == before and siblings(path) == []
+    # the files moved out: replaced as before
+    (path / "NOTES.md").unlink()
+    shutil.rmtree(path / "plots")
+    models["FairPCA"].save(path, overwrite=True, statistics=True)
+    assert type(dfairpca.load(path)) is dfairpca.FairPCA
+    models["PCA"].save(path, overwrite=True)  # statistics/ was ours: no refusal, and gone
+    assert sorted(os.listdir(path)) == [".dfairpca", "model"]
+
+
+def test_the_reviewers_reproduction_on_the_command_line_and_in_a_fresh_process(tmp_path):
+    code = ("import numpy as np, dfairpca; "
+            "dfairpca.PCA(2).fit(np.random.rand(300,6)).save('q2', overwrite=True)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=tmp_path).returncode == 0
+    before = user_files(tmp_path / "q2")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True)
+    assert proc.returncode == 1 and "move your files out of it" in proc.stderr
+    assert tree(tmp_path / "q2") == before
+
+
+def test_a_marker_without_its_entries_falls_back_to_the_kinds_layout(models, data, tmp_path):
+    """Directories saved before the marker listed its entries: a model's known layout."""
+    path = tmp_path / "m"
+    models["PCA"].save(path, statistics=True)
+    (path / io.MARKER).write_text(json.dumps(io.marker("model")))  # as older versions wrote
+    models["PCA"].save(path, overwrite=True)  # model/ and statistics/ are a model's own
+    (path / io.MARKER).write_text(json.dumps(io.marker("model")))
+    before = user_files(path)
+    with pytest.raises(FileExistsError, match=r"\(NOTES.md, plots\)"):
+        models["PCA"].save(path, overwrite=True)
+    assert tree(path) == before
+    # a kind without a known layout: every entry is named, nothing is deleted
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    (odd / "x.bin").write_bytes(b"1")
+    (odd / io.MARKER).write_text(json.dumps(io.marker("report")))
+    with pytest.raises(FileExistsError, match=r"\(x.bin\)"):
+        io.check_target(odd, "report", overwrite=True)
+
+
+def test_a_checkpoint_holding_a_users_file_is_refused_before_the_pass(data, tmp_path):
+    X, z = data
+    ckpt = tmp_path / "ckpt"
+    compute_moments_checkpointed(da.from_array(X, chunks=100), checkpoint=ckpt)
+    assert io.read_marker(ckpt)["kind"] == "checkpoint"
+    (ckpt / "mine.txt").write_text("keep")
+    before = tree(ckpt)
+    with pytest.raises(FileExistsError, match=r"checkpoint that also holds .*\(mine.txt\)"):
+        compute_moments_checkpointed(da.from_array(X * 2, chunks=100), checkpoint=ckpt,
+                                     resume=False)
+    assert tree(ckpt) == before
+    (ckpt / "mine.txt").unlink()
+    compute_moments_checkpointed(da.from_array(X * 2, chunks=100), checkpoint=ckpt,
+                                     resume=False)
+    assert not (ckpt / "mine.txt").exists()
+
+
+def test_a_store_holding_a_users_file_is_refused(tmp_path):
+    """A Zarr store's own entries are zarr.json and the root group's members."""
+    store = tmp_path / "s.zarr"
+    synth_celeba(store, n=40, size=8, chunk_rows=20, progress=False, n_jobs=1)
+    assert io.foreign_entries(store, io.read_marker(store)) == []
+    (store / "README.txt").write_text("mine")
+    (store / "extra").mkdir()
+    before = tree(store)
+    with pytest.raises(FileExistsError, match=r"\(README.txt, extra\).*move your files out"):
+        synth_celeba(store, n=40, size=8, chunk_rows=20, overwrite=True, progress=False,
+                     n_jobs=1)
+    assert tree(store) == before
+    (store / "README.txt").unlink()
+    (store / "extra").rmdir()
+    synth_celeba(store, n=20, size=8, chunk_rows=20, overwrite=True, progress=False, n_jobs=1)
+    assert zarr.open_group(str(store), mode="r")["images"].shape[0] == 20
+
+
+# ------------------------------------------------------------------ reading after a crash
+def crashed_between_renames(path: Path) -> Path:
+    """``mv m .m.old-HOST-PID-RANDOM`` with a dead writer's PID: the replace's window."""
+    host = io._sibling(path, "tmp").name.split("-")[1]
+    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True).stdout.strip()
+    aside = path.parent / f".{path.name}.old-{host}-{dead_pid}-deadbeef"
+    path.rename(aside)
+    return aside
+
+
+def test_load_after_a_crash_between_the_renames_recovers_the_model(models, data, tmp_path):
+    path = tmp_path / "m"
+    models["FairPCA"].save(path)
+    want = tree(path)
+    crashed_between_renames(path)
+    got = dfairpca.load(path)
+    np.testing.assert_array_equal(got.components_, models["FairPCA"].components_)
+    assert tree(path) == want and siblings(path) == []
+    # statistics on their own too
+    stats = tmp_path / "stats"
+    dfairpca.compute_moments(data[0]).save(stats)
+    crashed_between_renames(stats)
+    assert dfairpca.Moments.load(stats).n == 300 and siblings(stats) == []
+
+
+def test_load_that_cannot_recover_names_the_intact_copy(models, tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = folder / "m"
+    models["PCA"].save(path)
+    aside = crashed_between_renames(path)
+    with read_only(folder):
+        with pytest.raises(FileNotFoundError, match=rf"'{path}' is missing because a write to it "
+                           rf"was cut short; its intact copy is '{aside}'.*recover\('{path}'\)"):
+            dfairpca.load(path)
+    io.recover(path)  # what the message says
+    assert dfairpca.load(path).n_components_ == 2
+
+
+def test_removing_a_finished_checkpoint_keeps_a_users_file_inside_it(tmp_path):
+    """A fit removes its checkpoint after success; a file the user put into that folder
+    survives (with the folder and a warning), only dfairpca's entries go."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 6))
+    z = rng.integers(0, 2, 400)
+    ckpt = tmp_path / "ck"
+    dfairpca.FairPCA(2).fit(X, sensitive_features=z, checkpoint=ckpt, keep_checkpoint=True)
+    (ckpt / "notes.txt").write_text("mine")
+    with pytest.warns(UserWarning, match="notes.txt"):
+        io.remove_directory(ckpt, "checkpoint")
+    assert sorted(os.listdir(ckpt)) == ["notes.txt"]
+    assert (ckpt / "notes.txt").read_text() == "mine"

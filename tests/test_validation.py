@@ -360,3 +360,11 @@ def test_lazy_error_travels_from_a_distributed_worker(data, client):
     Xb[444, 0] = np.nan
     with pytest.raises(ValueError, match=r"\(rows 444\)"):
         est.transform(da.from_array(Xb, chunks=(100, -1))).compute()
+
+
+def test_text_labels_ending_in_nul_are_refused_not_merged():
+    """numpy's fixed-width text drops trailing NULs: 'b' and 'b\\x00' were one group."""
+    X = np.random.default_rng(0).normal(size=(30, 4))
+    z = np.array(["b", "b\x00", "c"] * 10, dtype=object)
+    with pytest.raises(ValueError, match="NUL"):
+        dfairpca.FairPCA(2).fit(X, sensitive_features=z)
