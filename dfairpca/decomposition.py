@@ -1148,13 +1148,15 @@ def _check_rows(k, n, largest: int, what: str) -> None:
         )
 
 
-def certify(per_group, names, categories, precision: float, estimator: str) -> None:
+def certify(per_group, names, categories, precision: float, estimator: str,
+            fix: str | None = None) -> None:
     """Raise ``ValueError`` if any constraint vector keeps more than ``FAIRNESS_TOLERANCE``
     of itself under the fitted components (``per_group``: one array per attribute, from
     :func:`dfairpca._solvers.constraint_violation`), naming it and the fixes.
 
     ``categories`` holds each attribute's group labels, or None for a numeric attribute
-    (one vector: its covariance with the features)."""
+    (one vector: its covariance with the features).  ``fix``: the estimator's own remedy,
+    in place of the linear estimators' (compute_dtype, standardize)."""
     worst, where = 0.0, None
     for name, cats, v in zip(names, categories, per_group):
         if len(v) and v.max() > worst:
@@ -1167,6 +1169,7 @@ def certify(per_group, names, categories, precision: float, estimator: str) -> N
         group = group.item()
     dtype_fix = ("compute_dtype='float64' (the products ran in float32), "
                  if precision > np.finfo(np.float64).eps else "")
+    fix = fix or f"{dtype_fix}standardize=True if the features differ greatly in scale"
     what = (f"the covariance with {name}" if group is None else
             f"the mean deviation of group {group!r} of {name}")
     drop = f"drop {name} from sensitive_feature_ids" if group is None else f"merge or drop group {group!r}"
@@ -1174,8 +1177,8 @@ def certify(per_group, names, categories, precision: float, estimator: str) -> N
         f"{estimator} could not satisfy its fairness constraint: the components keep "
         f"{worst:.2e} of {what} (tolerance "
         f"{_solvers.FAIRNESS_TOLERANCE:g}); the constraint vectors are too close to "
-        f"linearly dependent or too different in size for float64. Fit with {dtype_fix}"
-        f"standardize=True if the features differ greatly in scale, or {drop}"
+        f"linearly dependent or too different in size for float64. Fit with {fix}, "
+        f"or {drop}"
     )
 
 

@@ -87,6 +87,9 @@ AUTO_LANDMARKS = 2_000
 EXACT_MATRICES = 3
 #: bytes of kernel values computed at once when expanding rows against the basis
 BLOCK_BYTES = 32 << 20
+#: what a failed certificate suggests (FairKernelPCA has no standardize or compute_dtype):
+#: a gamma that brings the kernel's entries away from 0 and 1 separates the groups' directions
+KERNEL_CERTIFY_FIX = "another kernel or gamma"
 #: the Lanczos eigensolver (ARPACK) replaces dense ``eigh`` above this n when k < n / 10
 LANCZOS_MIN_ROWS = 1_000
 
@@ -178,6 +181,10 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     offset_ : ndarray (k,) or (2k,)
     gamma_ : float or None
         The kernel parameter used (None for "linear" and callables).
+    kernel_shift_ : ndarray (d,) or None
+        For the centred "linear" kernel, the mean of the fitted rows (exact) or landmarks
+        (Nyström): the kernel used is ``<x - kernel_shift_, y - kernel_shift_>``, whose
+        centred matrix is the same but free of the cancellation far from the origin.
     n_components_ : int
     sensitive_feature_indices_ : ndarray of int
         Positions in X of the columns named by ``sensitive_feature_ids`` (empty without).
@@ -339,11 +346,24 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             )
         return limit
 
-    def _kernel_function(self, gamma):
-        """A picklable ``f(A, B)`` returning the kernel matrix of two row blocks."""
+    def _kernel_function(self, gamma, shift=None):
+        """A picklable ``f(A, B)`` returning the kernel matrix of two row blocks (for
+        "linear", of the rows minus ``shift``)."""
         if callable(self.kernel):
             return functools.partial(_callable_kernel, self.kernel)
-        return functools.partial(_named_kernel, self.kernel, gamma, self.degree, float(self.coef0))
+        return functools.partial(_named_kernel, self.kernel, gamma, self.degree, float(self.coef0),
+                                 shift)
+
+    def _kernel_shift(self, rows: np.ndarray):
+        """kernel_shift_: the mean of ``rows`` for the centred linear kernel, else None.
+
+        Centred, the linear kernel is shift-invariant, but ``<x, y>`` of rows far from the
+        origin loses the data to cancellation (X + 3e6 with unit spread: the certificate
+        failed at 4e-6, Nyström's landmark kernel had rank 2 of 6); ``<x - c, y - c>``
+        has the same centred kernel and keeps it."""
+        if self.kernel != "linear" or not self.center or not rows.shape[0]:
+            return None
+        return rows.mean(axis=0, dtype=np.float64)
 
     def _resolve_gamma(self, variance, d: int):
         """gamma_: the given number, or "scale" ``1 / (d * variance)`` (1 if the variance is
@@ -430,10 +450,12 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         n = Xf.shape[0]
         k = limit if self.n_components is None else self.n_components
         self.gamma_ = self._resolve_gamma(var, Xf.shape[1])
-        kern = self._kernel_function(self.gamma_)
+        self.kernel_shift_ = self._kernel_shift(Xf)
+        kern = self._kernel_function(self.gamma_, self.kernel_shift_)
         rng = np.random.default_rng(self.random_state)
 
         K = _kernel_matrix(Xf, kern)
+        self._check_not_identity(K)
         col_mean = _centre_in_place(K) if self.center else np.zeros(n)
         positive = None if self._kernel_is_psd() else _clip_to_psd_in_place(K)
         total = float(np.trace(K))
@@ -447,9 +469,8 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         s, E = _top_eigenpairs(K, k, rng, overwrite=True)
         del K
         tol = n * np.finfo(np.float64).eps * max(total, 0.0)
-        if self.n_components is None:  # every component of non-zero variance
-            k = max(1, int(np.count_nonzero(s > tol)))
-            s, E = s[:k], E[:, :k]
+        k = self._live_components(np.where(s > tol, s, 0.0), k, total > 0)
+        s, E = s[:k], E[:, :k]
         coef = _dual_coefficients(E, s, ZT, D, tol)
         if standard is not None:
             s0, E0 = standard
@@ -462,7 +483,8 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             coef -= coef.mean(axis=0)
 
         per_group = _exact_violations(coef[:, :k], columns)
-        certify(per_group, names, categories, np.finfo(np.float64).eps, type(self).__name__)
+        certify(per_group, names, categories, np.finfo(np.float64).eps, type(self).__name__,
+                fix=KERNEL_CERTIFY_FIX)
         self._set_certificate(per_group)
         self.method_ = "exact"
         self.n_landmarks_ = n
@@ -489,9 +511,12 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         _check_finite(L, idx)
         L = L[:, inp.features]
         self.gamma_ = self._resolve_gamma(var, L.shape[1])
-        kern = self._kernel_function(self.gamma_)
+        self.kernel_shift_ = self._kernel_shift(L)
+        kern = self._kernel_function(self.gamma_, self.kernel_shift_)
 
-        W = _inverse_sqrt(kern(L, L))
+        K_LL = kern(L, L)
+        self._check_not_identity(K_LL)
+        W = _inverse_sqrt(K_LL)
         ms = [] if g is None else [len(c) for c in g.categories]
         q = len(inp.numeric)
         if W.shape[1] < m:
@@ -518,10 +543,10 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         fair.numeric_sensitive_columns_ = np.arange(r, r + q)
         fair.fit_statistics(stats)
 
-        k = fair.n_components_
-        if self.n_components is None:  # every component of non-zero variance
-            tol = r * np.finfo(np.float64).eps * float(np.sum(fair.explained_variance_) or 1.0)
-            k = max(1, int(np.count_nonzero(fair.explained_variance_ > tol)))
+        total = float(np.sum(fair.explained_variance_))
+        tol = r * np.finfo(np.float64).eps * total
+        k = self._live_components(fair.explained_variance_ * (fair.explained_variance_ > tol),
+                                  fair.n_components_, total > 0)
         P = fair.components_[:k].T
         if self.tradeoff > 0:
             P = np.hstack([P, self.tradeoff * fair.standard_components_[:k].T])
@@ -538,6 +563,53 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.max_components_ = fair.max_components_
         self.fairness_violation_ = fair.fairness_violation_
         self.fairness_violation_per_attribute_ = fair.fairness_violation_per_attribute_
+
+    def _check_not_identity(self, K: np.ndarray) -> None:
+        """Raise if the rbf kernel matrix K is the identity to rounding (off the diagonal at
+        most ``10 n eps``): every direction then has the same variance, so no top k exist
+        (LAPACK's subset eigensolvers return fewer than k pairs or fail on such a cluster),
+        and ``transform`` maps every new point to 0."""
+        if self.kernel != "rbf" or K.shape[0] < 2:
+            return
+        diag = np.diagonal(K).copy()
+        np.fill_diagonal(K, 0.0)
+        off = float(np.abs(K).max())
+        np.fill_diagonal(K, diag)
+        if off <= 10 * K.shape[0] * np.finfo(np.float64).eps:
+            raise ValueError(
+                f"the rbf kernel matrix is numerically the identity (largest entry off the "
+                f"diagonal {off:.1e}): gamma={self.gamma_:.3g} makes distinct points orthogonal, "
+                "so every direction has the same variance and no top components exist; pass a "
+                "smaller gamma, e.g. gamma='scale'"
+            )
+
+    def _live_components(self, s: np.ndarray, k: int, nonzero: bool) -> int:
+        """k, or for ``n_components=None`` the number of components with positive variance
+        (``s``: the variances, already 0 at or below rounding; ``nonzero``: whether the
+        fitted kernel has any variance); raise when fewer than k (or none) have it, which
+        would make ``transform`` return fewer or all-zero columns."""
+        live = int(np.count_nonzero(s > 0)) if nonzero else 0
+        if self.n_components is None and live:
+            return live
+        if live >= k:
+            return k
+        cause = {
+            "rbf": "gamma={:.3g} makes distant points nearly orthogonal",
+            "sigmoid": "tanh(gamma <x, y> + coef0) with gamma={:.3g} saturates",
+            "poly": "the polynomial kernel with gamma={:.3g} has this rank",
+            "linear": "the linear kernel's rank is at most the number of features",
+        }.get(self.kernel if isinstance(self.kernel, str) else "", "the kernel has this rank")
+        cause = cause.format(self.gamma_)
+        what = (f"only {live} of the {k} components have positive variance in the fair "
+                f"feature space: the fair kernel matrix is numerically of rank {live} ({cause})")
+        if self.kernel == "linear":
+            fix = f"pass n_components <= {live}" if live else "check X"
+        else:
+            fix = (f"pass n_components <= {live} or another gamma" if live else
+                   "pass another gamma (or kernel)")
+        if self.kernel == "sigmoid":
+            fix += ", or centre X"
+        raise ValueError(f"{what}; {fix}")
 
     def _set_certificate(self, per_group) -> None:
         self.fairness_violation_per_attribute_ = np.array([float(v.max(initial=0.0)) for v in per_group])
@@ -569,6 +641,8 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
                 "arrays and JSON only, never pickled code; use a named kernel to save"
             )
         arrays = {a: np.asarray(getattr(self, a)) for a in self._array_attrs}
+        if getattr(self, "kernel_shift_", None) is not None:
+            arrays["kernel_shift_"] = self.kernel_shift_
         meta = {
             "kind": "estimator",
             "class": type(self).__name__,
@@ -593,6 +667,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         est = cls(**meta["params"])
         for a in cls._array_attrs:
             setattr(est, a, arrays[a])
+        est.kernel_shift_ = arrays.get("kernel_shift_")
         for a in cls._meta_attrs:
             setattr(est, a, meta[a])
         restore_input_meta(est, meta)
@@ -633,9 +708,11 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         if b > n:
             raise ValueError(f"meta.json: 'n_landmarks_' {b} exceeds 'n_samples_seen_' {n}")
         out = 2 * k if params.get("tradeoff", 0) > 0 else k
-        return {"basis_": ((b, d), "f"), "basis_indices_": ((b,), "iu"),
+        # the basis keeps X's dtype (integers too): transform casts it to float64 either way
+        return {"basis_": ((b, d), "fiu"), "basis_indices_": ((b,), "iu"),
                 "dual_coef_": ((b, out), "f"), "offset_": ((out,), "f"),
-                "explained_variance_": ((k,), "f"), "explained_variance_ratio_": ((k,), "f")}
+                "explained_variance_": ((k,), "f"), "explained_variance_ratio_": ((k,), "f"),
+                "kernel_shift_": ((d,), "?f")}
 
     # ------------------------------------------------------------------ transforming
     def _check_fitted(self):
@@ -672,7 +749,8 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
                              "the dtypes they had at fit")
         Xa = inp.data
         columns = inp.features if len(fitted) else None
-        kern = self._kernel_function(self.gamma_)
+        # models saved before kernel_shift_ existed use the unshifted kernel they were fitted with
+        kern = self._kernel_function(self.gamma_, getattr(self, "kernel_shift_", None))
         if isinstance(Xa, da.Array):
             out = _expand_lazily(Xa, self.basis_, self.dual_coef_, self.offset_, kern, columns)
         else:
@@ -681,7 +759,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
 
 
 # ---------------------------------------------------------------------------- kernels
-def _named_kernel(name, gamma, degree, coef0, A, B):
+def _named_kernel(name, gamma, degree, coef0, shift, A, B):
     A = np.asarray(A, dtype=np.float64)
     B = np.asarray(B, dtype=np.float64)
     if name == "rbf":
@@ -696,6 +774,8 @@ def _named_kernel(name, gamma, degree, coef0, A, B):
         return pairwise.polynomial_kernel(A, B, degree=degree, gamma=gamma, coef0=coef0)
     if name == "sigmoid":
         return pairwise.sigmoid_kernel(A, B, gamma=gamma, coef0=coef0)
+    if shift is not None:
+        A, B = A - shift, B - shift
     return pairwise.linear_kernel(A, B)
 
 
@@ -921,10 +1001,17 @@ def _top_eigenpairs(M: np.ndarray, k: int, rng, overwrite: bool):
             return w[order], V[:, order]
         except scipy.sparse.linalg.ArpackNoConvergence:
             pass
-    # M is symmetric, so its transpose is the Fortran-ordered array LAPACK wants (no copy)
-    w, V = scipy.linalg.eigh(M.T, subset_by_index=[n - k, n - 1], overwrite_a=overwrite,
-                             driver="evr")
-    return w[::-1], V[:, ::-1]
+    # M is symmetric, so its transpose is the Fortran-ordered array LAPACK wants (no copy).
+    # On a cluster of (nearly) equal top eigenvalues "evr" may return fewer than k pairs or
+    # fail; the caller then finds fewer than k components with variance and says so.
+    try:
+        w, V = scipy.linalg.eigh(M.T, subset_by_index=[n - k, n - 1], overwrite_a=overwrite,
+                                 driver="evr")
+    except np.linalg.LinAlgError:
+        w, V = np.empty(0), np.empty((n, 0))
+    w, V = w[::-1], V[:, ::-1]
+    short = k - len(w)
+    return np.append(w, np.zeros(short)), np.hstack([V, np.zeros((n, short))])
 
 
 def _dual_coefficients(E, s, ZT, D, tol):

@@ -341,3 +341,80 @@ def test_variance_for_gamma_scale_is_exact_in_row_blocks(offset, monkeypatch):
     X = np.random.default_rng(3).standard_normal((200, 7)) * 2 + offset
     v = kernel_module._flat_variance(da.from_array(X, chunks=(45, 7))).compute()
     assert abs(v - X.var()) <= 1e-9 * X.var()
+
+
+# ----------------------------------------------------------------------------- reviewer's bugs
+@pytest.mark.parametrize("dtype", [np.uint8, np.int64])
+@pytest.mark.parametrize("n_landmarks", [None, 50])
+def test_integer_input_saves_and_loads_with_an_identical_transform(tmp_path, dtype, n_landmarks):
+    """The basis keeps X's integer dtype (transform casts it to float64): load accepts it."""
+    rng = np.random.default_rng(0)
+    X, z = rng.integers(0, 256, (300, 6)).astype(dtype), rng.integers(0, 2, 300)
+    for kern in ("rbf", "poly"):
+        est = FairKernelPCA(3, kernel=kern, n_landmarks=n_landmarks).fit(X, sensitive_features=z)
+        est.save(tmp_path / kern)
+        back = dfairpca.load(tmp_path / kern)
+        assert back.basis_.dtype == dtype
+        np.testing.assert_array_equal(back.transform(X), est.transform(X))
+
+
+def _far_apart(n, d, seed=0):
+    """Integer-valued rows so far apart for gamma=1/d that the rbf kernel matrix is I."""
+    rng = np.random.default_rng(seed)
+    z = rng.integers(0, 2, n)
+    X = rng.integers(0, 256, (n, d)).astype(float)
+    X[z == 1, :50] += 20
+    return X, z
+
+
+@pytest.mark.parametrize("X, z, params", [
+    (*_far_apart(500, 400), {"gamma": 1 / 400}),
+    (np.random.default_rng(1).normal(size=(400, 6)), np.random.default_rng(2).integers(0, 2, 400),
+     {"gamma": 1e3}),
+], ids=["integers-gamma-1/d", "normal-gamma-1e3"])
+def test_a_kernel_matrix_near_the_identity_is_an_error_not_a_short_output(X, z, params):
+    """K = I: every direction has the same variance, so no top k exists; earlier the
+    eigensolver returned fewer than k pairs and transform fewer than n_components_ columns."""
+    with pytest.raises(ValueError, match=r"gamma=.*distinct points .*orthogonal.*smaller gamma"):
+        FairKernelPCA(5, **params).fit(X, sensitive_features=z)
+
+
+def test_a_saturated_sigmoid_kernel_is_an_error_not_zeros():
+    rng = np.random.default_rng(0)
+    X, z = rng.normal(size=(400, 6)) + 30, rng.integers(0, 2, 400)
+    with pytest.raises(ValueError, match=r"only 0 of the 3 components have positive variance"):
+        FairKernelPCA(3, kernel="sigmoid").fit(X, sensitive_features=z)
+    with pytest.raises(ValueError, match=r"landmark kernel matrix of rank 1"):
+        FairKernelPCA(3, kernel="sigmoid", n_landmarks=100).fit(X, sensitive_features=z)
+
+
+def test_rank_deficient_kernel_names_the_largest_k():
+    """A linear kernel on 4 features has rank 4; fair: 3 directions; k = 5 is an error."""
+    rng = np.random.default_rng(0)
+    X, z = rng.normal(size=(300, 4)), rng.integers(0, 2, 300)
+    X[z == 1] += 1.0
+    for m, match in ((None, r"only 3 of the 5 components .*n_components <= 3"),
+                     (100, r"landmark kernel matrix of rank 4 .*largest k is .* = 3")):
+        with pytest.raises(ValueError, match=match):
+            FairKernelPCA(5, kernel="linear", n_landmarks=m).fit(X, sensitive_features=z)
+
+
+def test_certification_message_names_only_fair_kernel_pca_options(monkeypatch):
+    rng = np.random.default_rng(0)
+    X, z = rng.normal(size=(300, 4)), rng.integers(0, 2, 300)
+    monkeypatch.setattr(dfairpca._solvers, "FAIRNESS_TOLERANCE", -1.0)
+    with pytest.raises(ValueError, match="could not satisfy") as info:
+        FairKernelPCA(2).fit(X, sensitive_features=z)
+    assert "standardize" not in str(info.value) and "compute_dtype" not in str(info.value)
+    assert "gamma" in str(info.value)
+
+
+def test_linear_kernel_is_certified_far_from_the_origin():
+    """Centred, the linear kernel is shift-invariant: X + 3e6 fits as X does."""
+    rng = np.random.default_rng(0)
+    X, z = rng.normal(size=(500, 6)), rng.integers(0, 2, 500)
+    X[z == 1, 0] += 1.0
+    for m in (None, 100):
+        a = FairKernelPCA(3, kernel="linear", n_landmarks=m).fit(X, sensitive_features=z)
+        b = FairKernelPCA(3, kernel="linear", n_landmarks=m).fit(X + 3e6, sensitive_features=z)
+        np.testing.assert_allclose(np.abs(b.transform(X + 3e6)), np.abs(a.transform(X)), atol=1e-6)
