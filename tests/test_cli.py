@@ -14,6 +14,19 @@ from dfairpca.celeba import synth_celeba
 from dfairpca.cli import main
 
 
+def assert_refused_at_once(fit, cases, capsys):
+    """Each (extra arguments, expected text) of ``dfairpca fit`` is a one-line error, exit
+    2, within 5 s and without connecting (the tests point --scheduler at a dead address)."""
+    import time
+
+    for extra, expected in cases:
+        start = time.monotonic()
+        code, _, err = run(fit + extra, capsys)
+        assert time.monotonic() - start < 5, extra
+        assert code == 2 and expected in err and "scheduler" not in err, (extra, err)
+        assert err.startswith("dfairpca fit: error: ") and err.count("\n") == 1, err
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli") / "faces.zarr"
@@ -197,12 +210,7 @@ def test_parameter_errors_come_before_any_cluster(store, tmp_path, capsys, sched
         (["-k", "5", "--constraint", "equal_opportunity"], "--target"),
         (["-k", "5", "--timeout", "0"], "--timeout: must be a positive number"),
     ]
-    for extra, expected in cases:
-        start = time.monotonic()
-        code, _, err = run(fit + extra, capsys)
-        assert time.monotonic() - start < 5, extra
-        assert code == 2 and expected in err and "scheduler" not in err, (extra, err)
-        assert err.startswith("dfairpca fit: error: ") and err.count("\n") == 1, err
+    assert_refused_at_once(fit, cases, capsys)
     code, _, err = run(["fit", store, "-k", "257", "--method", "pca", "--out", tmp_path / "m",
                         *nowhere], capsys)
     assert code == 2 and "n_components=257 is too large" in err and "scheduler" not in err, err
@@ -226,7 +234,6 @@ def test_options_the_method_would_ignore_are_refused_before_any_cluster(store, t
                                                                          capsys):
     """A fit option that --method ignores is a one-line error naming the fix, at once; an
     option written out at its default is not one the user needs to drop."""
-    import time
 
     fit = ["fit", store, "-k", "5", "--out", tmp_path / "m", "--scheduler", _nowhere(),
            "--timeout", "60"]
@@ -242,12 +249,7 @@ def test_options_the_method_would_ignore_are_refused_before_any_cluster(store, t
         (["--method", "pca", "--sensitive-array", "x"],
          "--sensitive-array needs --method fair or fair-s"),
     ]
-    for extra, expected in cases:
-        start = time.monotonic()
-        code, _, err = run(fit + extra, capsys)
-        assert time.monotonic() - start < 5, extra
-        assert code == 2 and expected in err and "scheduler" not in err, (extra, err)
-        assert err.startswith("dfairpca fit: error: ") and err.count("\n") == 1, err
+    assert_refused_at_once(fit, cases, capsys)
     assert not (tmp_path / "m").exists()
     # defaults written out are harmless: these reach the cluster (nothing listens there)
     for extra in (["--method", "pca", "--tradeoff", "0", "--constraint", "demographic_parity"],
