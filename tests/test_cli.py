@@ -16,13 +16,13 @@ from dfairpca.cli import main
 
 def assert_refused_at_once(fit, cases, capsys):
     """Each (extra arguments, expected text) of ``dfairpca fit`` is a one-line error, exit
-    2, within 5 s and without connecting (the tests point --scheduler at a dead address)."""
+    2, within 20 s (the connection timeout is 60 s) and without connecting (the tests point --scheduler at a dead address)."""
     import time
 
     for extra, expected in cases:
         start = time.monotonic()
         code, _, err = run(fit + extra, capsys)
-        assert time.monotonic() - start < 5, extra
+        assert time.monotonic() - start < 20, extra  # the dead scheduler is waited for 60 s
         assert code == 2 and expected in err and "scheduler" not in err, (extra, err)
         assert err.startswith("dfairpca fit: error: ") and err.count("\n") == 1, err
 
@@ -225,7 +225,7 @@ def test_parameter_errors_come_before_any_cluster(store, tmp_path, capsys, sched
     code, _, err = run(["transform", tmp_path / "m16", small, "--out", tmp_path / "t.zarr",
                         *nowhere], capsys)
     assert code == 2 and "64 features" in err and "scheduler" not in err, err
-    assert time.monotonic() - start < 5 and not (tmp_path / "t.zarr").exists()
+    assert time.monotonic() - start < 20 and not (tmp_path / "t.zarr").exists()
     code, _, err = run(["show", tmp_path / "m16", store, "--n", "0"], capsys)
     assert code == 2 and "argument --n: must be a positive integer; got '0'" in err
 
@@ -283,7 +283,7 @@ def test_show_n_is_checked_against_the_store_before_drawing(store, tmp_path, cap
 
     start = time.monotonic()
     code, _, err = run(["show", model, store, "--out", tmp_path / "a.png", "--n", "100000"], capsys)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 20  # drawing 200,000 faces took 6 minutes
     assert code == 2 and f"use --n {MAX_SHOW_N} or less" in err and err.count("\n") == 1, err
     assert not (tmp_path / "a.png").exists()
     # a store of 10 faces: 3 with eyeglasses, 7 without -> at most 7 per row (PCA: 5)
@@ -653,7 +653,7 @@ def test_input_errors_are_one_line_before_any_cluster(data_store, tmp_path, caps
     for extra, expected in cases:
         start = time.monotonic()
         code, out, err = run([*fit, *extra, *NO_CLUSTER, "--json"], capsys)
-        assert time.monotonic() - start < 5, extra
+        assert time.monotonic() - start < 20, extra  # the dead scheduler is waited for 60 s
         assert code == 2 and expected in err and out == "", (extra, err)
         assert err.startswith("dfairpca fit: error: ") and err.count("\n") == 1, err
     assert not (tmp_path / "m").exists()
