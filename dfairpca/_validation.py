@@ -431,8 +431,9 @@ def _plain_labels(col: np.ndarray, name: str) -> np.ndarray:
 def _check_groups(name, cats, inv, mask):
     if len(cats) < 2:
         raise ValueError(
-            f"{name} has a single group ({cats[0]!r}); fair PCA needs at least two groups per "
-            "attribute (for plain PCA use dfairpca.PCA)"
+            # tolist(): the label as Python shows it (1, not np.int64(1))
+            f"{name} has a single group ({cats[:1].tolist()[0]!r}); fair PCA needs at least "
+            "two groups per attribute (for plain PCA use dfairpca.PCA)"
         )
     if mask is None:
         return
