@@ -574,16 +574,40 @@ def move_into_place(src, path, kind: str, *, overwrite: bool = False) -> Path:
     old = _sibling(path, "old")
     _ACTIVE.add(old.name)
     try:
-        os.replace(path, old)
-        try:
-            os.replace(src, path)
-        except BaseException:
-            os.replace(old, path)  # put the old version back; if this fails, recover() will
-            raise
+        with _interrupts_deferred():  # a Ctrl-C between the renames would leave no `path`
+            os.replace(path, old)
+            try:
+                os.replace(src, path)
+            except BaseException:
+                os.replace(old, path)  # put the old version back; if this fails, recover() will
+                raise
         _remove_tree(old)
     finally:
         _ACTIVE.discard(old.name)
     return path
+
+
+@contextlib.contextmanager
+def _interrupts_deferred():
+    """Hold a SIGINT that arrives inside the block and deliver it to the previous handler
+    when the block ends (main thread only, where Python runs signal handlers)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            if callable(previous):
+                previous(signal.SIGINT, held[0])
+            elif previous == signal.SIG_DFL:
+                raise KeyboardInterrupt
 
 
 def remove_directory(path, kind: str) -> None:

@@ -584,3 +584,25 @@ def test_removing_a_finished_checkpoint_keeps_a_users_file_inside_it(tmp_path):
         io.remove_directory(ckpt, "checkpoint")
     assert sorted(os.listdir(ckpt)) == ["notes.txt"]
     assert (ckpt / "notes.txt").read_text() == "mine"
+
+
+def test_ctrl_c_between_the_two_renames_is_held_until_both_are_done(models, tmp_path, monkeypatch):
+    """A SIGINT right after the old version is set aside (the race a Ctrl-C test of the CLI
+    hit: its checkpoint was missing after the interrupt) is delivered once the new version
+    is in place: the KeyboardInterrupt still comes, and ``path`` always exists."""
+    import signal
+
+    path = tmp_path / "model"
+    models["PCA"].save(path)
+    real = os.replace
+
+    def interrupted(src, dst):
+        real(src, dst)
+        if ".old-" in str(dst):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        models["FairPCA"].save(path, overwrite=True)
+    monkeypatch.setattr(os, "replace", real)
+    assert type(dfairpca.load(path)) is dfairpca.FairPCA
