@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._system import cpu_count, rows_per_block
 from .moments import Moments, UpperPanels, merge
 
 __all__ = ["compute_moments"]
 
 #: bytes of input per block when walking a numpy array
-NUMPY_BLOCK_BYTES = 64 << 20
 #: data shared by every chunk (pickled size) up to which it is copied into each fold task
 SHARED_INLINE_BYTES = 1 << 20
 
@@ -61,7 +61,7 @@ def compute_moments(
     if not isinstance(X, da.Array):
         X = np.asarray(X)
         n, d = X.shape
-        rows = max(1, NUMPY_BLOCK_BYTES // max(1, d * X.itemsize))
+        rows = rows_per_block(d * X.itemsize)
         total = None
         starts = range(0, n, rows)
         if progress:  # one step per block of rows (a Dask pass shows Dask's own bar)
@@ -189,13 +189,12 @@ def _worker_slots() -> list:
 
 def _local_threads() -> int:
     """Threads of Dask's local scheduler (the default threaded pool unless configured)."""
-    import os
 
     import dask
 
     if dask.config.get("scheduler", None) in ("sync", "synchronous", "single-threaded"):
         return 1
-    return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+    return int(dask.config.get("num_workers", None) or cpu_count())
 
 
 def _sl(a, s, e):

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._system import rows_per_block
+
 __all__ = [
     "as_data", "encode_groups", "require_sensitive_features", "binary_target", "Groups",
     "compute_dtype_for", "check_n_features", "with_known_rows", "check_finite_output",
@@ -194,7 +196,7 @@ def check_finite_input(x, start: int | None = 0, chunk=None) -> None:
     x = np.asarray(x)
     if x.dtype.kind not in "fc":
         return
-    step = max(1, (64 << 20) // max(1, x.shape[1]))  # bounded temporaries on a large numpy X
+    step = rows_per_block(x.shape[1])  # bounded temporaries on a large numpy X
     bad = np.concatenate([s + np.flatnonzero(~np.isfinite(x[s : s + step]).all(axis=1))
                           for s in range(0, len(x), step)] or [np.zeros(0, np.int64)])
     if len(bad):

@@ -39,6 +39,7 @@ import zarr.errors
 from PIL import Image
 from tqdm import tqdm
 
+from ._system import cpu_count
 from .io import (
     atomic_directory, check_target, marker_attributes, move_into_place, read_checked,
     remove_directory, strict_group, writing_every_chunk,
@@ -460,13 +461,6 @@ def _official_like_partition(n: int) -> np.ndarray:
     return partition
 
 
-def _usable_cpus() -> int:
-    """Number of CPUs this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def _run_chunks(
     func: Callable[..., int],
     tasks: Sequence[tuple],
@@ -484,7 +478,7 @@ def _run_chunks(
     the first failure, pending tasks are cancelled and the error is re-raised.
     """
     if n_jobs is None:
-        n_jobs = _usable_cpus()
+        n_jobs = cpu_count()
     _check_positive(n_jobs=n_jobs)
     n_jobs = min(n_jobs, max(len(tasks), 1))
     with tqdm(total=total, initial=initial, desc=desc, unit="img", disable=not progress) as bar:

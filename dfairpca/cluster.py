@@ -23,6 +23,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ._system import cpu_count
+
 __all__ = [
     "SchedulerUnreachable", "NoWorkers", "connect", "describe", "local_cluster_size",
     "scheduler_address_from_file", "check_scheduler",
@@ -216,9 +218,7 @@ def local_cluster_size(n_workers: int | None = None, threads_per_worker: int | N
     still run side by side (the BLAS call releases the GIL).  Either number, when given,
     is kept and the other fills the cores.
     """
-    from dask.system import CPU_COUNT
-
-    cores = max(1, CPU_COUNT)
+    cores = cpu_count()
     if threads_per_worker is None:
         if n_workers is not None:
             threads_per_worker = max(1, cores // n_workers)

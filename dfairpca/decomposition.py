@@ -24,6 +24,7 @@ from sklearn.exceptions import NotFittedError
 
 from . import _solvers
 from ._engine import compute_moments
+from ._system import rows_per_block
 from ._validation import (
     Input, binary_target, check_finite_input, check_finite_output, check_input,
     compute_dtype_for, encode_groups, group_labels, is_xarray, row_origin, with_known_rows,
@@ -116,7 +117,7 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
             from .checkpoint import compute_moments_checkpointed
 
             if not isinstance(X, da.Array):
-                X = da.from_array(X, chunks=(max(1, (64 << 20) // (X.shape[1] * X.itemsize)), -1))
+                X = da.from_array(X, chunks=(rows_per_block(X.shape[1] * X.itemsize), -1))
             m = compute_moments_checkpointed(X, codes, cats, checkpoint=checkpoint, **kw)
         m.check_finite()
         return m
@@ -258,7 +259,7 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
             )
             return inp.wrap(out, self.get_feature_names_out())
         out = np.empty((Xa.shape[0], Ws.shape[1]), dtype)
-        rows = max(1, (64 << 20) // max(1, Xa.shape[1] * dtype.itemsize))
+        rows = rows_per_block(Xa.shape[1] * dtype.itemsize)
         for s in range(0, Xa.shape[0], rows):
             out[s : s + rows] = _project(Xa[s : s + rows], mu, Ws)
         check_finite_output(out, Xa)  # all rows at once: the error counts every bad row

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._system import rows_per_block
+
 __all__ = [
     "from_zarr", "save_arrays", "load_arrays", "atomic_directory", "move_into_place",
     "check_target", "foreign_entries", "remove_directory", "recover", "recover_for_reading",
@@ -105,7 +107,7 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
         raise ValueError(f"{_name(store)} has shape {shape}; need (n, d) or (n, h, w)")
     row_bytes = int(np.prod(shape[1:])) * node.dtype.itemsize
     if rows_per_chunk is None:
-        target = max(1, (64 << 20) // max(row_bytes, 1))
+        target = rows_per_block(row_bytes)
         rows_per_chunk = max(chunks[0], (target // chunks[0]) * chunks[0])
     if missing_chunks == "error":
         node = strict_array(node)

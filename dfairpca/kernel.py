@@ -66,7 +66,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.exceptions import NotFittedError
 from sklearn.metrics import pairwise
 
-from . import _solvers
+from . import _solvers, _system
 from ._engine import compute_moments
 from ._validation import (
     Input, binary_target, check_finite_input, check_input, encode_groups, group_labels,
@@ -85,8 +85,9 @@ AUTO_LANDMARKS = 2_000
 #: n x n float64 matrices alive at the peak of an exact fit (the kernel, an eigensolver copy
 #: or the eigenvectors of a clipped kernel, and headroom for the blocks in flight)
 EXACT_MATRICES = 3
-#: bytes of kernel values computed at once when expanding rows against the basis
-BLOCK_BYTES = 32 << 20
+#: bytes of kernel values computed at once when expanding rows against the basis (half a
+#: pass block: an RBF block also holds its squared distances while it is exponentiated)
+BLOCK_BYTES = _system.BLOCK_BYTES // 2
 #: what a failed certificate suggests (FairKernelPCA has no standardize or compute_dtype):
 #: a gamma that brings the kernel's entries away from 0 and 1 separates the groups' directions
 KERNEL_CERTIFY_FIX = "another kernel or gamma"

@@ -39,12 +39,12 @@ import threading
 import numpy as np
 import scipy.linalg.blas
 
+from ._system import BLOCK_BYTES
+
 __all__ = ["Moments", "AttributeMoments", "UpperPanels", "merge"]
 
 #: how many offending row indices a :class:`Moments` remembers for the error message
 MAX_BAD_ROWS_REPORTED = 10
-#: bytes of the float copy of one row block inside a chunk
-BLOCK_BYTES = 64 << 20
 #: the float64 scatter matrices are kept within 2**(+-STORED_RANGE_BITS) per row (column
 #: spreads of about 1e-90 to 1e90): squares of what is stored neither underflow nor
 #: overflow in the solves, whose products of two such matrices then stay in range too

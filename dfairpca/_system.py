@@ -1,0 +1,41 @@
+"""Facts about the machine and the memory plan that several modules share.
+
+One place for each: the CPUs this process may use, and the bytes of one temporary row
+block.  A module that needs either imports it from here, so a container with a CPU quota
+or a change of the block size is handled once.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["BLOCK_BYTES", "cpu_count", "rows_per_block"]
+
+#: bytes of one float temporary a pass, a reader or a projection makes from a chunk: large
+#: enough that a BLAS product on it runs at full speed, small enough that a few of them per
+#: thread stay far below a worker's memory
+BLOCK_BYTES = 64 << 20
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one).
+
+    ``os.cpu_count()`` counts the machine's CPUs, which a container or ``taskset`` may not
+    grant; Dask's ``CPU_COUNT`` also honours cgroup quotas.  The smallest of those counts
+    is what threads can really use.
+    """
+    counts = [os.cpu_count() or 1]
+    if hasattr(os, "sched_getaffinity"):
+        counts.append(len(os.sched_getaffinity(0)))
+    try:
+        from dask.system import CPU_COUNT
+    except ImportError:  # pragma: no cover - dask is a dependency
+        pass
+    else:
+        counts.append(CPU_COUNT)
+    return max(1, min(counts))
+
+
+def rows_per_block(row_bytes: int, block_bytes: int = BLOCK_BYTES) -> int:
+    """Rows of ``row_bytes`` each that fit in one block of ``block_bytes`` (at least 1)."""
+    return max(1, block_bytes // max(1, int(row_bytes)))
