@@ -25,7 +25,7 @@ import numpy as np
 from ._system import rows_per_block
 
 __all__ = [
-    "from_zarr", "save_arrays", "load_arrays", "atomic_directory", "move_into_place",
+    "from_zarr", "save_arrays", "load_arrays", "atomic_directory", "atomic_file", "move_into_place",
     "check_target", "foreign_entries", "remove_directory", "recover", "recover_for_reading",
     "read_marker", "write_marker", "marker",
     "marker_attributes", "writing_every_chunk", "local_zarr_roots", "OutputPathError", "MARKER",
@@ -570,7 +570,7 @@ def move_into_place(src, path, kind: str, *, overwrite: bool = False) -> Path:
     :func:`atomic_directory`), replacing only dfairpca's own ``kind`` there."""
     src, path = Path(src), Path(path)
     check_target(path, kind, overwrite=overwrite, probe=False)  # src's folder: writable
-    if not _exists(path):
+    if not _exists(path) or src.is_file():  # a file is replaced by one rename: no old copy
         os.replace(src, path)
         return path
     old = _sibling(path, "old")
@@ -587,6 +587,32 @@ def move_into_place(src, path, kind: str, *, overwrite: bool = False) -> Path:
     finally:
         _ACTIVE.discard(old.name)
     return path
+
+
+@contextlib.contextmanager
+def atomic_file(path, kind: str, *, overwrite: bool = False, protect: dict | None = None):
+    """Yield a temporary file path that becomes ``path`` only if the block succeeds.
+
+    The file form of :func:`atomic_directory` (a figure): the block writes the file, with
+    dfairpca's marker inside it (a PNG's text chunk, see :func:`read_marker`), at the
+    sibling ``.NAME.tmp-HOST-PID-RANDOM``; one rename then replaces ``path`` atomically.
+    A crash's marked leftover is deleted by :func:`recover`.
+    """
+    path = Path(path)
+    check_target(path, kind, overwrite=overwrite, protect=protect)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _sibling(path, "tmp")
+    _ACTIVE.add(tmp.name)
+    try:
+        yield tmp
+        if read_marker(tmp) is None:
+            raise ValueError(f"the {kind} written for {path} carries no dfairpca marker; not "
+                             "moved into place (a file dfairpca cannot recognise is never its own)")
+        move_into_place(tmp, path, kind, overwrite=overwrite)
+    finally:
+        if tmp.is_file():
+            tmp.unlink()
+        _ACTIVE.discard(tmp.name)
 
 
 @contextlib.contextmanager
@@ -666,8 +692,8 @@ def recover(path) -> None:
         m = pattern.fullmatch(entry.name)
         if m is None or _running(entry.name, m.group(2), int(m.group(3))):
             continue
-        if entry.is_symlink() or not entry.is_dir():
-            continue
+        if entry.is_symlink() or not (entry.is_dir() or m.group(1) == "tmp" and entry.is_file()):
+            continue  # a file is only ever an atomic_file's temporary
         if read_marker(entry) is None and not _is_empty_dir(entry):
             continue  # not ours: never touched
         leftovers.append((m.group(1), entry))
@@ -679,7 +705,7 @@ def recover(path) -> None:
             _remove_tree(entry)
     for kind, entry in leftovers:
         if kind == "tmp":
-            _remove_tree(entry)
+            entry.unlink() if entry.is_file() else _remove_tree(entry)
 
 
 def recover_for_reading(path) -> None:

@@ -606,3 +606,46 @@ def test_ctrl_c_between_the_two_renames_is_held_until_both_are_done(models, tmp_
         models["FairPCA"].save(path, overwrite=True)
     monkeypatch.setattr(os, "replace", real)
     assert type(dfairpca.load(path)) is dfairpca.FairPCA
+
+
+# ------------------------------------------------------------------ single files (figures)
+def _marked_png(path: Path, shade: int) -> None:
+    """A small PNG carrying dfairpca's figure marker, as a figure does."""
+    from PIL import Image, PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text(io.MARKER_KEY, json.dumps(io.marker("figure")))
+    Image.new("L", (4, 4), shade).save(path, format="png", pnginfo=info)
+
+
+def test_atomic_file_replaces_its_own_file_whole_or_not_at_all(tmp_path):
+    path = tmp_path / "faces.png"
+    with io.atomic_file(path, "figure") as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".faces.png.tmp-")
+        _marked_png(tmp, 1)
+    first = path.read_bytes()
+    with pytest.raises(RuntimeError, match="drawing failed"), io.atomic_file(
+            path, "figure", overwrite=True) as tmp:
+        _marked_png(tmp, 2)
+        raise RuntimeError("drawing failed")
+    assert path.read_bytes() == first and siblings(path) == []
+    with pytest.raises(ValueError, match="carries no dfairpca marker"), io.atomic_file(
+            path, "figure", overwrite=True) as tmp:
+        tmp.write_bytes(b"a file without the marker is never moved into place")
+    assert path.read_bytes() == first and siblings(path) == []
+    with io.atomic_file(path, "figure", overwrite=True) as tmp:
+        _marked_png(tmp, 3)
+    assert path.read_bytes() != first and siblings(path) == []
+
+
+def test_recovery_deletes_a_dead_writers_marked_file_and_nothing_else(tmp_path):
+    path = tmp_path / "faces.png"
+    host = io._sibling(path, "tmp").name.split("-")[1]
+    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True).stdout.strip()
+    dead = tmp_path / f".faces.png.tmp-{host}-{dead_pid}-456789ab"
+    _marked_png(dead, 1)
+    users = tmp_path / f".faces.png.tmp-{host}-{dead_pid}-0123abcd"
+    users.write_text("named like a leftover, but not marked: a user's")
+    io.recover(path)
+    assert not dead.exists() and users.exists()
