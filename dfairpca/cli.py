@@ -809,6 +809,7 @@ def _add_array(p):
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from ._system import BLOCK_BYTES
     from .celeba.figures import DEFAULT_FACES
 
     ap = _Parser(prog="dfairpca", description="PCA and fair PCA on Zarr stores, on a Dask "
@@ -889,7 +890,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--resume", action="store_true",
                    help="continue an interrupted fit from its checkpoint, skipping finished chunks")
     g.add_argument("--rows-per-chunk", type=_positive(int),
-                   help="rows per task of the pass (default: store chunks merged to ~64 MiB)")
+                   help="rows per task of the pass (default: store chunks merged to "
+                        f"~{BLOCK_BYTES >> 20} MiB)")
     g.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     _add_cluster(p)
     p.set_defaults(func=cmd_fit)
