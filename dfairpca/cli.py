@@ -811,6 +811,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     from ._system import BLOCK_BYTES
     from .celeba.figures import DEFAULT_FACES
+    from .celeba.schema import DEFAULT_SIZE
 
     ap = _Parser(prog="dfairpca", description="PCA and fair PCA on Zarr stores, on a Dask "
                  "cluster; run dfairpca COMMAND --help for a command's options")
@@ -823,7 +824,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=_positive(int), default=202_599, help="number of faces")
     p.add_argument("--seed", type=int, default=0,
                    help="random seed (the same seed, the same faces)")
-    p.add_argument("--size", type=_positive(int), default=80, help="faces are SIZE x SIZE pixels")
+    p.add_argument("--size", type=_positive(int), default=DEFAULT_SIZE,
+                   help="faces are SIZE x SIZE pixels")
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.set_defaults(func=cmd_synth)
 
@@ -831,7 +833,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("celeba_dir", metavar="CELEBA_DIR",
                    help="the CelebA download: img_align_celeba/ and the list_*.txt files")
     p.add_argument("out", metavar="OUT", help="the Zarr store to write (a directory)")
-    p.add_argument("--size", type=_positive(int), default=80,
+    p.add_argument("--size", type=_positive(int), default=DEFAULT_SIZE,
                    help="faces are cropped and resized to SIZE x SIZE pixels")
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.set_defaults(func=cmd_ingest)

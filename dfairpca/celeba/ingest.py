@@ -15,8 +15,8 @@ from PIL import Image
 from ..io import check_target, marker_attributes, move_into_place, remove_directory, writing_every_chunk
 from .pool import run_chunks
 from .schema import (
-    ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_CHUNK_ROWS, IMAGES, PARTITION, STORE_KIND, check_positive,
-    create_store,
+    ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_CHUNK_ROWS, DEFAULT_SIZE, IMAGES, PARTITION, STORE_KIND,
+    check_positive, create_store,
 )
 
 __all__ = ["ingest_celeba"]
@@ -28,7 +28,7 @@ def ingest_celeba(
     celeba_dir: str | os.PathLike,
     out: str | os.PathLike,
     *,
-    size: int = 80,
+    size: int = DEFAULT_SIZE,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     overwrite: bool = False,
     progress: bool = True,

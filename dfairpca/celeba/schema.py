@@ -38,6 +38,7 @@ __all__ = [
     "ATTRIBUTES",
     "CELEBA_SPLIT",
     "DEFAULT_CHUNK_ROWS",
+    "DEFAULT_SIZE",
     "IMAGES",
     "LABELS",
     "PARTITION",
@@ -79,6 +80,9 @@ CELEBA_SPLIT = (162_770, 19_867, 19_962)
 #: read and small enough that a few per process stay far below its memory.  Part of what a
 #: synthetic store is (its chunks are seeded one by one), so it is not tuned per machine.
 DEFAULT_CHUNK_ROWS = 2048
+#: Side of the faces a store holds unless asked otherwise: 80 x 80 grey is d = 6,400, whose
+#: d x d statistics (328 MB in float64) fit any worker.
+DEFAULT_SIZE = 80
 #: The kind of dfairpca's marker on a store it writes (see :data:`dfairpca.io.MARKER`).
 STORE_KIND = "store"
 

@@ -12,8 +12,8 @@ from ..io import atomic_directory, writing_every_chunk
 from .pool import run_chunks
 from .render import draw_faces
 from .schema import (
-    ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_CHUNK_ROWS, IMAGES, PARTITION, STORE_KIND, check_positive,
-    create_store, official_like_partition, store_settings,
+    ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_CHUNK_ROWS, DEFAULT_SIZE, IMAGES, PARTITION, STORE_KIND,
+    check_positive, create_store, official_like_partition, store_settings,
 )
 
 __all__ = ["synth_celeba", "ensure_store"]
@@ -24,7 +24,7 @@ def synth_celeba(
     n: int = 202_599,
     *,
     seed: int = 0,
-    size: int = 80,
+    size: int = DEFAULT_SIZE,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     overwrite: bool = False,
     progress: bool = True,
@@ -115,7 +115,7 @@ def ensure_store(
     n: int,
     seed: int = 0,
     *,
-    size: int = 80,
+    size: int = DEFAULT_SIZE,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     overwrite: bool = False,
     progress: bool = True,
