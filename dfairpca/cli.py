@@ -170,9 +170,8 @@ def _data(args, rows_per_chunk=None) -> _Data:
     """X of ``fit``/``transform``: the CelebA ``images`` by default, else ``--array``."""
     import zarr
 
-    from .io import from_zarr
-
     from .celeba.schema import IMAGES, read_images
+    from .io import from_zarr
 
     root = _open_zarr(args.store, "STORE")
     if args.array is None and isinstance(root, zarr.Group):

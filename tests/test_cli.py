@@ -793,10 +793,15 @@ def test_a_missing_chunk_of_x_or_of_labels_is_an_error_unless_fill(tmp_path, cap
 def test_fit_job_defaults_are_the_command_lines():
     """``dfairpca fit`` with only its required options is FitJob with only its required
     fields: one set of defaults, which the check of ignored options compares against."""
+    import dataclasses
+
     from dfairpca.cli import FitJob, build_parser
 
     args = build_parser().parse_args(["fit", "S.zarr", "-k", "3", "--out", "M"])
     assert FitJob.from_args(args) == FitJob("S.zarr", "M", 3)
+    # every option of fit is a field (a new option needs one), and nothing else is
+    fit_only = set(vars(args)) - {"command", "func", "json"}
+    assert fit_only == {f.name for f in dataclasses.fields(FitJob)}
     args = build_parser().parse_args(["fit", "S.zarr", "-k", "3", "--out", "M", "--attribute",
                                       "Male", "--attribute", "Young", "--timeout", "5"])
     assert FitJob.from_args(args).attribute == ("Male", "Young")
