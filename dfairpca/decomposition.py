@@ -23,7 +23,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.exceptions import NotFittedError
 
 from . import _solvers
-from ._engine import compute_moments
+from ._engine import coded_moments
 from ._system import rows_per_block
 from ._validation import (
     Input, binary_target, check_finite_input, check_finite_output, check_input,
@@ -110,15 +110,15 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
             progress=self.progress,
         )
         if checkpoint is None:
-            m = compute_moments(X, codes, cats, **kw)
+            m = coded_moments(X, codes, cats, **kw)
         else:
             import dask.array as da
 
-            from .checkpoint import compute_moments_checkpointed
+            from .checkpoint import coded_moments_checkpointed
 
             if not isinstance(X, da.Array):
                 X = da.from_array(X, chunks=(rows_per_block(X.shape[1] * X.itemsize), -1))
-            m = compute_moments_checkpointed(X, codes, cats, checkpoint=checkpoint, **kw)
+            m = coded_moments_checkpointed(X, codes, cats, checkpoint=checkpoint, **kw)
         m.check_finite()
         return m
 
@@ -126,7 +126,6 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         """(S, scale, e): the matrix whose eigenvectors we want, in the fitted feature space,
         as ``S * 4**e`` (e is the statistics' ``scatter_exponent``, 0 but for data of
         extreme magnitude; 0 when standardized, which is unit-free), and the true scale."""
-        m.symmetrize()
         if m.n < 2:
             raise ValueError(f"need at least 2 samples to fit; got {m.n} (n_samples={m.n})")
         if not (np.all(np.isfinite(m.mean)) and np.all(np.isfinite(np.diagonal(m.scatter)))):
@@ -830,7 +829,7 @@ class FairPCA(PCA):
         num = self.numeric_sensitive_columns_
         if any(np.sum(a.counts > 0) < 2 for a in m.attributes) or (
                 _whole(self.n_components) and m.n < self.n_components) or (
-                len(num) and m.n < 2) or np.any(np.diagonal(m.symmetrize().scatter)[num] == 0):
+                len(num) and m.n < 2) or np.any(np.diagonal(m.scatter)[num] == 0):
             # not solvable yet (a piece may hold a single group, a constant numeric
             # attribute, or fewer than k rows)
             self._keep_statistics(m)
@@ -870,7 +869,7 @@ class FairPCA(PCA):
         :data:`~dfairpca._solvers.FAIRNESS_TOLERANCE` raises ``ValueError``.
         """
         self._check_params()
-        m = statistics.symmetrize()
+        m = statistics
         num = np.asarray(getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
         p, q = len(m.attributes), len(num)
         if p + q == 0:
@@ -1088,7 +1087,7 @@ def _columns(m: Moments, keep: np.ndarray) -> Moments:
     attrs = [dataclasses.replace(a, deviation=a.deviation[:, keep],
                                  scatter=None if a.scatter is None else a.scatter[:, keep][:, :, keep])
              for a in m.attributes]
-    return dataclasses.replace(m.symmetrize(), mean=m.mean[keep], scatter=m.scatter[ix], attributes=attrs)
+    return dataclasses.replace(m, mean=m.mean[keep], scatter=m.scatter[ix], attributes=attrs)
 
 
 def _numeric_constraints(m: Moments, num: np.ndarray, keep: np.ndarray, names) -> np.ndarray:

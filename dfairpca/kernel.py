@@ -67,7 +67,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.metrics import pairwise
 
 from . import _solvers, _system
-from ._engine import compute_moments
+from ._engine import coded_moments
 from ._validation import (
     Input, binary_target, check_finite_input, check_input, encode_groups, group_labels,
     row_origin, with_known_rows,
@@ -535,7 +535,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
                             inp.numeric, dtype=np.float64, chunks=(Xa.chunks[0], (r + q,)),
                             meta=np.empty((0, 0)))
         codes, cats = (None, ()) if g is None else (g.codes, g.categories)
-        stats = compute_moments(phi, codes, cats, mask=mask, dtype=np.float64,
+        stats = coded_moments(phi, codes, cats, mask=mask, dtype=np.float64,
                                 split_every=self.split_every)
         stats.check_finite()
         fair = FairPCA(self.n_components, center=self.center, constraint=self.constraint,
