@@ -418,3 +418,16 @@ def test_linear_kernel_is_certified_far_from_the_origin():
         a = FairKernelPCA(3, kernel="linear", n_landmarks=m).fit(X, sensitive_features=z)
         b = FairKernelPCA(3, kernel="linear", n_landmarks=m).fit(X + 3e6, sensitive_features=z)
         np.testing.assert_allclose(np.abs(b.transform(X + 3e6)), np.abs(a.transform(X)), atol=1e-6)
+
+
+@pytest.mark.parametrize("kw", [dict(constraint="equal_opportunity"), dict(n_landmarks=200)])
+def test_nan_rows_are_named_by_their_row_of_x(xz, kw):
+    """The exact method reads the y == 1 rows, Nyström its landmarks: a NaN row among them
+    is named by its row number in X, not by its place among the rows read."""
+    X, z = xz
+    X = X.copy()
+    X[17, 2] = np.nan
+    y = np.ones(200, dtype=int)
+    y[:10] = 0
+    with pytest.raises(ValueError, match=r"NaN or infinity in 1 row\(s\) \(rows 17\); drop or impute"):
+        FairKernelPCA(2, **kw).fit(X, y, sensitive_features=z)
