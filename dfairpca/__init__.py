@@ -5,7 +5,8 @@ chunked pass over numpy, Dask or Zarr arrays, then a small local eigenproblem.
 """
 
 from ._engine import compute_moments
-from .decomposition import PCA, FairPCA, load
+from ._saved import load
+from .decomposition import PCA, FairPCA
 from .io import from_zarr
 from .kernel import FairKernelPCA
 from .moments import Moments, merge

@@ -140,22 +140,3 @@ def test_moments_are_complete_and_never_change(tmp_path):
     with pytest.raises(dataclasses.FrozenInstanceError):
         m.scatter = np.zeros((6, 6))
 
-
-def test_the_core_does_not_import_the_pass():
-    """moments and the core it builds on import nothing of the pass (the accumulator
-    imports Moments, never the other way), not even inside a function."""
-    import ast
-    from pathlib import Path
-
-    pkg = Path(dfairpca.__file__).parent
-    seen, todo = set(), ["moments"]
-    while todo:
-        name = todo.pop()
-        if name in seen or not (pkg / f"{name}.py").exists():
-            continue
-        seen.add(name)
-        for node in ast.walk(ast.parse((pkg / f"{name}.py").read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                todo += [node.module] if node.module else [a.name for a in node.names]
-    assert {"moments", "_sums", "_chunk", "_blas"} <= seen
-    assert not seen & {"_accumulator", "_engine", "checkpoint", "decomposition", "kernel"}, seen
