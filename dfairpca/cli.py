@@ -807,8 +807,8 @@ def _add_array(p):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
     from ._system import BLOCK_BYTES
+    from ._version import __version__
     from .celeba.figures import DEFAULT_FACES
     from .celeba.schema import DEFAULT_SIZE
 
