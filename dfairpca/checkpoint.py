@@ -40,7 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from ._engine import _sl, compute_moments
-from .io import atomic_directory, check_progress, check_target, local_zarr_roots
+from ._writes import atomic_directory, check_target
+from .io import check_progress, local_zarr_roots
 from .moments import Moments, merge
 
 __all__ = [

@@ -70,7 +70,7 @@ def _check_out(path: Path, kind: str, overwrite: bool, protect: dict | None = No
     ``--overwrite`` dfairpca's own ``kind``; never the inputs (``protect``) or a folder
     holding them; the folder must be writable.
     """
-    from .io import check_target
+    from ._writes import check_target
 
     check_target(path, kind, overwrite=overwrite, protect=protect)
 
@@ -543,7 +543,7 @@ def cmd_ingest(args):
 
 
 def cmd_fit(args):
-    from .io import read_marker, remove_directory
+    from ._writes import read_marker, remove_directory
 
     start = time.perf_counter()
     _check_method_options(args)
@@ -603,9 +603,8 @@ def cmd_transform(args):
     import dask.array as da
 
     from . import load
-    from .io import (
-        atomic_directory, marker_attributes, read_checked, strict_group, writing_every_chunk,
-    )
+    from ._writes import atomic_directory, marker_attributes, writing_every_chunk
+    from .io import read_checked, strict_group
 
     start = time.perf_counter()
     out = Path(args.out)

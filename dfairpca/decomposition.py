@@ -25,9 +25,10 @@ from sklearn.exceptions import NotFittedError
 from . import _solvers
 from ._engine import compute_moments
 from ._system import rows_per_block
+from ._groups import binary_target, encode_groups, group_labels
 from ._validation import (
-    Input, binary_target, check_finite_input, check_finite_output, check_input,
-    compute_dtype_for, encode_groups, group_labels, is_xarray, row_origin, with_known_rows,
+    Input, check_finite_input, check_finite_output, check_input,
+    compute_dtype_for, is_xarray, row_origin, with_known_rows,
 )
 from .moments import (
     OVERFLOW_MESSAGE, Moments, _categories_from_json, _categories_to_json, merge, saved_group_counts,
@@ -384,7 +385,8 @@ class _BaseDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         model saved by dfairpca there, atomically, and nothing else (see
         :func:`dfairpca.io.atomic_directory`).
         """
-        from .io import atomic_directory, save_arrays
+        from ._writes import atomic_directory
+        from .io import save_arrays
 
         self._check_fitted()
         arrays = {a: getattr(self, a) for a in self._array_attrs if getattr(self, a, None) is not None}
@@ -1186,7 +1188,7 @@ def certify(per_group, names, categories, precision: float, estimator: str,
 def _release(checkpoint, keep: bool) -> None:
     """Delete a successful fit's checkpoint unless the caller keeps it."""
     if checkpoint is not None and not keep:
-        from .io import remove_directory
+        from ._writes import remove_directory
 
         remove_directory(checkpoint, "checkpoint")
 
@@ -1228,7 +1230,8 @@ def load(path):
     their values (finite, orthonormal components).  A truncated, edited or inconsistent
     model raises :class:`dfairpca.io.SavedFileError` naming the file and what is wrong.
     """
-    from .io import SavedFileError, load_arrays, recover_for_reading
+    from ._writes import recover_for_reading
+    from .io import SavedFileError, load_arrays
 
     path = Path(path)
     recover_for_reading(path)  # a replace cut short: put the intact old version back

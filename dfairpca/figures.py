@@ -42,7 +42,7 @@ def faces_figure(model, store, out, n: int = 8, *, overwrite: bool = False) -> P
     import matplotlib.pyplot as plt
 
     from .celeba import attribute_column, open_celeba
-    from .io import MARKER_KEY, check_target, marker
+    from ._writes import MARKER_KEY, check_target, marker
 
     check_target(out, "figure", overwrite=overwrite)
     images, _, _ = open_celeba(store)

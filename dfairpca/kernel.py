@@ -68,8 +68,9 @@ from sklearn.metrics import pairwise
 
 from . import _solvers, _system
 from ._engine import compute_moments
+from ._groups import binary_target, encode_groups, group_labels
 from ._validation import (
-    Input, binary_target, check_finite_input, check_input, encode_groups, group_labels,
+    Input, check_finite_input, check_input,
     row_origin, with_known_rows,
 )
 from .decomposition import CONSTRAINTS, FairPCA, certify, fair_feature_names
@@ -632,7 +633,8 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         from pathlib import Path
 
         from .decomposition import _input_meta
-        from .io import atomic_directory, save_arrays
+        from ._writes import atomic_directory
+        from .io import save_arrays
         from .moments import _categories_to_json
 
         self._check_fitted()

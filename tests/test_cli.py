@@ -166,7 +166,7 @@ def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched):
     X = dfairpca.from_zarr(store, "images", rows_per_chunk=100)
     z = dfairpca.celeba.attribute_column(store, "Eyeglasses")
     import pandas as pd
-    from dfairpca._validation import encode_groups
+    from dfairpca._groups import encode_groups
 
     g = encode_groups(pd.DataFrame({"Eyeglasses": z}), len(z))
     with pytest.raises(KeyboardInterrupt):  # the same pass the CLI runs, stopped half-way

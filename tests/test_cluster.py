@@ -169,7 +169,7 @@ def test_worker_killed_mid_pass_leaves_the_result_unchanged(processes, data):
 
 def test_interrupted_fit_resumes_from_checkpoint_on_the_cluster(processes, data, tmp_path):
     """A pass stopped after two segments resumes on the dask CLI cluster, redoing nothing."""
-    from dfairpca._validation import encode_groups
+    from dfairpca._groups import encode_groups
     from dfairpca.checkpoint import compute_moments_checkpointed
 
     path, labels, local = data

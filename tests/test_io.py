@@ -20,7 +20,7 @@ import pytest
 import zarr
 
 import dfairpca
-from dfairpca import io
+from dfairpca import _writes, io
 from dfairpca.celeba import ingest_celeba, synth_celeba
 from dfairpca.checkpoint import compute_moments_checkpointed
 from test_celeba import celeba_dir  # noqa: F401  (a fixture: a CelebA download of 50 images)
@@ -173,10 +173,10 @@ def test_the_protected_inputs(tmp_path):
 # ------------------------------------------------------------------ atomic, and crashes recovered
 CRASH = textwrap.dedent("""
     import os, sys, numpy as np, dfairpca
-    from dfairpca import io
+    from dfairpca import _writes
     path, step = sys.argv[1], sys.argv[2]
     model = dfairpca.PCA(3).fit(np.random.default_rng(1).normal(size=(200, 6)))
-    real_replace, real_remove = os.replace, io._remove_tree
+    real_replace, real_remove = os.replace, _writes._remove_tree
     calls = []
 
     def replace(src, dst):
@@ -197,7 +197,7 @@ CRASH = textwrap.dedent("""
             os._exit(3)
         return real_remove(p)
 
-    os.replace, io._remove_tree = replace, remove
+    os.replace, _writes._remove_tree = replace, remove
     model.save(path, overwrite=True)
     os._exit(0)
 """)
@@ -299,7 +299,7 @@ def test_a_failed_rollback_in_this_process_is_recovered_by_the_next_call(models,
 def test_recovery_touches_only_marked_leftovers_of_dead_writers(models, tmp_path):
     path = tmp_path / "model"
     models["PCA"].save(path)
-    host = io._sibling(path, "tmp").name.split("-")[1]
+    host = _writes._sibling(path, "tmp").name.split("-")[1]
     dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True).stdout.strip()
     # named like a leftover of a dead writer, but without the marker: a user's, never touched
@@ -534,7 +534,7 @@ def test_a_store_holding_a_users_file_is_refused(tmp_path):
 # ------------------------------------------------------------------ reading after a crash
 def crashed_between_renames(path: Path) -> Path:
     """``mv m .m.old-HOST-PID-RANDOM`` with a dead writer's PID: the replace's window."""
-    host = io._sibling(path, "tmp").name.split("-")[1]
+    host = _writes._sibling(path, "tmp").name.split("-")[1]
     dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True).stdout.strip()
     aside = path.parent / f".{path.name}.old-{host}-{dead_pid}-deadbeef"

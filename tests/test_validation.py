@@ -13,7 +13,8 @@ import scipy.sparse as sp
 import zarr
 
 import dfairpca
-from dfairpca._validation import encode_groups, with_known_rows
+from dfairpca._validation import with_known_rows
+from dfairpca._groups import encode_groups
 from dfairpca.celeba import synth_celeba
 from dfairpca.cli import main
 
