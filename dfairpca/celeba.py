@@ -40,10 +40,11 @@ from PIL import Image
 from tqdm import tqdm
 
 from ._system import cpu_count
-from .io import (
-    atomic_directory, check_target, marker_attributes, move_into_place, read_checked,
-    remove_directory, strict_group, writing_every_chunk,
+from ._writes import (
+    atomic_directory, check_target, marker_attributes, move_into_place, remove_directory,
+    writing_every_chunk,
 )
+from .io import read_checked, strict_group
 
 __all__ = [
     "ATTRIBUTE_NAMES",
