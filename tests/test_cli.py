@@ -151,18 +151,11 @@ def test_console_script_help():
         assert cmd in out.stdout
 
 
-def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched):
+def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched, stop_after):
     """An interrupted fit leaves a checkpoint; --resume finishes it with the same result."""
     from dfairpca.checkpoint import compute_moments_checkpointed
 
     model, ckpt = tmp_path / "m", tmp_path / "m.checkpoint"
-    calls = []
-
-    def stop_after_two(i, n):
-        calls.append(i)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-
     X = dfairpca.from_zarr(store, "images", rows_per_chunk=100)
     z = dfairpca.celeba.attribute_column(store, "Eyeglasses")
     import pandas as pd
@@ -171,7 +164,7 @@ def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched):
     g = encode_groups(pd.DataFrame({"Eyeglasses": z}), len(z))
     with pytest.raises(KeyboardInterrupt):  # the same pass the CLI runs, stopped half-way
         compute_moments_checkpointed(X.reshape(len(z), -1), g.codes, g.categories, checkpoint=ckpt,
-                                     dtype=np.float32, on_segment=stop_after_two, segment_rows=300)
+                                     dtype=np.float32, on_segment=stop_after(1), segment_rows=300)
     code, _, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model, *sched], capsys)
     assert code == 2 and "--resume" in err
     code, out, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model,

@@ -41,11 +41,8 @@ def siblings(path: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def data():
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(300, 6)) * np.linspace(1, 3, 6)
-    z = rng.integers(0, 2, 300)
-    return X, z
+def data(two_groups):
+    return two_groups(300, 6, spread=True)
 
 
 @pytest.fixture(scope="module")
@@ -571,12 +568,10 @@ def test_load_that_cannot_recover_names_the_intact_copy(models, tmp_path):
     assert dfairpca.load(path).n_components_ == 2
 
 
-def test_removing_a_finished_checkpoint_keeps_a_users_file_inside_it(tmp_path):
+def test_removing_a_finished_checkpoint_keeps_a_users_file_inside_it(tmp_path, two_groups):
     """A fit removes its checkpoint after success; a file the user put into that folder
     survives (with the folder and a warning), only dfairpca's entries go."""
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(400, 6))
-    z = rng.integers(0, 2, 400)
+    X, z = two_groups(400, 6)
     ckpt = tmp_path / "ck"
     dfairpca.FairPCA(2).fit(X, sensitive_features=z, checkpoint=ckpt, keep_checkpoint=True)
     (ckpt / "notes.txt").write_text("mine")
