@@ -8,11 +8,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 
 def pytest_collection_modifyitems(config, items):
-    """Everything under tests/integration/ is marked ``integration``: real clusters of
-    processes, subprocesses, wheels and whole datasets, left out by ``-m "not integration"``."""
+    """Mark as ``integration`` every test under tests/integration/ (clusters of processes,
+    command-line subprocesses, paper tables) and every test that starts the real cluster of
+    ``client``, wherever it lives: ``-m "not integration"`` leaves them out."""
     folder = Path(__file__).parent / "integration"
     for item in items:
-        if folder in Path(item.fspath).parents:
+        if folder in Path(item.path).parents or "client" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.integration)
 
 
@@ -64,3 +65,17 @@ def two_groups():
     """``two_groups(n, d, seed=0, shift=0.0, spread=False) -> (X, z)``: the small data of
     two groups most tests build (fresh arrays on each call, so a test may change them)."""
     return _two_groups
+
+
+@pytest.fixture(scope="module")
+def models():
+    """``{"PCA", "FairPCA", "FairKernelPCA"}``, each fitted (2 components) on
+    ``two_groups(300, 6, spread=True)``: the models the write-protocol tests save."""
+    import dfairpca
+
+    X, z = _two_groups(300, 6, spread=True)
+    return {
+        "PCA": dfairpca.PCA(2).fit(X),
+        "FairPCA": dfairpca.FairPCA(2).fit(X, sensitive_features=z),
+        "FairKernelPCA": dfairpca.FairKernelPCA(2).fit(X, sensitive_features=z),
+    }
