@@ -31,7 +31,7 @@ N, H, W = 3000, 5, 8
 def _env():
     """Environment of the worker processes: can import this module (for _slow_copy)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), str(TESTS.parent), env.get("PYTHONPATH")) if p)
     return env
 
 

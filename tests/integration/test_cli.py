@@ -426,7 +426,7 @@ def test_outputs_never_replace_what_dfairpca_did_not_write(store, tmp_path, caps
 
 
 def test_a_read_only_output_folder_is_refused_before_any_cluster(store, tmp_path, capsys):
-    from test_io import read_only
+    from test_writes import read_only
 
     locked = tmp_path / "locked"
     locked.mkdir()
