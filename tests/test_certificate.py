@@ -83,7 +83,7 @@ def test_constraint_violation_is_the_share_of_each_deviation_kept():
 def test_certify_names_the_group_and_the_fixes():
     X, (z,) = make_data(300, 6, (3,), seed=2)
     pca = dfairpca.PCA(3).fit(X)  # not fair: keeps much of every gap
-    m = dfairpca.compute_moments(X, z[:, None], [np.arange(3)])
+    m = dfairpca.compute_moments(X, sensitive_features=z)
     per_group = [constraint_violation(pca.components_, m.constraint_matrix())]
     f32 = float(np.finfo(np.float32).eps)
     with pytest.raises(ValueError, match=r"keep .* of group .* of race .*compute_dtype='float64'"

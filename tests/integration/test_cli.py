@@ -159,11 +159,10 @@ def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched, stop_after)
     X = dfairpca.from_zarr(store, "images", rows_per_chunk=100)
     z = dfairpca.celeba.attribute_column(store, "Eyeglasses")
     import pandas as pd
-    from dfairpca._groups import encode_groups
 
-    g = encode_groups(pd.DataFrame({"Eyeglasses": z}), len(z))
+    g = pd.DataFrame({"Eyeglasses": z})
     with pytest.raises(KeyboardInterrupt):  # the same pass the CLI runs, stopped half-way
-        compute_moments_checkpointed(X.reshape(len(z), -1), g.codes, g.categories, checkpoint=ckpt,
+        compute_moments_checkpointed(X.reshape(len(z), -1), sensitive_features=g, checkpoint=ckpt,
                                      dtype=np.float32, on_segment=stop_after(1), segment_rows=300)
     code, _, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model, *sched], capsys)
     assert code == 2 and "--resume" in err

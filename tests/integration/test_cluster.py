@@ -169,21 +169,19 @@ def test_worker_killed_mid_pass_leaves_the_result_unchanged(processes, data):
 
 def test_interrupted_fit_resumes_from_checkpoint_on_the_cluster(processes, data, tmp_path, stop_after):
     """A pass stopped after two segments resumes on the dask CLI cluster, redoing nothing."""
-    from dfairpca._groups import encode_groups
     from dfairpca.checkpoint import compute_moments_checkpointed
 
     path, labels, local = data
     ckpt = tmp_path / "fit.checkpoint"
     Xz = dfairpca.from_zarr(path, "images", rows_per_chunk=50)
-    g = encode_groups(labels, N)
     stop = stop_after(1)
     with connect(scheduler_file=processes.scheduler_file, timeout=20) as client:
         client.wait_for_workers(2, timeout=30)
         with pytest.raises(KeyboardInterrupt):
-            compute_moments_checkpointed(Xz.reshape(N, -1), g.codes, g.categories, checkpoint=ckpt,
+            compute_moments_checkpointed(Xz.reshape(N, -1), sensitive_features=labels, checkpoint=ckpt,
                                          dtype=np.float64, segment_rows=500, on_segment=stop)
         resumed = []
-        m = compute_moments_checkpointed(Xz.reshape(N, -1), g.codes, g.categories, checkpoint=ckpt,
+        m = compute_moments_checkpointed(Xz.reshape(N, -1), sensitive_features=labels, checkpoint=ckpt,
                                          dtype=np.float64, on_segment=lambda i, n: resumed.append(i))
     assert stop.seen == [0, 1] and resumed and 0 not in resumed and 1 not in resumed
     remote = dfairpca.FairPCA(6, compute_dtype="float64").fit_statistics(m)
