@@ -67,7 +67,7 @@ def compute_moments(
     """
     codes, categories = None, ()
     if sensitive_features is not None:
-        from ._validation import encode_groups
+        from ._groups import encode_groups
 
         g = encode_groups(sensitive_features, np.shape(X)[0], mask=mask, require_two=False)
         codes, categories = g.codes, g.categories

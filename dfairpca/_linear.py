@@ -424,7 +424,7 @@ def whitening(variances) -> np.ndarray:
 def release(checkpoint, keep: bool) -> None:
     """Delete a successful fit's checkpoint unless the caller keeps it."""
     if checkpoint is not None and not keep:
-        from .io import remove_directory
+        from ._writes import remove_directory
 
         remove_directory(checkpoint, "checkpoint")
 

@@ -43,7 +43,8 @@ import numpy as np
 from . import _accumulator
 from ._accumulator import RunningTotal
 from ._engine import row_slice, run_pass, threads
-from .io import atomic_directory, check_progress, check_target, local_zarr_roots
+from ._writes import atomic_directory, check_target
+from .io import check_progress, local_zarr_roots
 from .moments import Moments
 
 __all__ = [
@@ -138,7 +139,7 @@ def compute_moments_checkpointed(
     """
     codes, categories = None, ()
     if sensitive_features is not None:
-        from ._validation import encode_groups
+        from ._groups import encode_groups
 
         g = encode_groups(sensitive_features, np.shape(X)[0], mask=compute_kw.get("mask"),
                           require_two=False)

@@ -70,7 +70,7 @@ def _check_out(path: Path, kind: str, overwrite: bool, protect: dict | None = No
     ``--overwrite`` dfairpca's own ``kind``; never the inputs (``protect``) or a folder
     holding them; the folder must be writable.
     """
-    from .io import check_target
+    from ._writes import check_target
 
     check_target(path, kind, overwrite=overwrite, protect=protect)
 
@@ -572,7 +572,7 @@ def run_fit(args: FitJob) -> dict:
     Every parameter is checked against the data first, then the pass runs on the cluster
     of ``args`` (see :func:`dfairpca.cluster.connect`) with a checkpoint next to the model.
     """
-    from .io import read_marker, remove_directory
+    from ._writes import read_marker, remove_directory
 
     start = time.perf_counter()
     _check_method_options(args)
@@ -632,8 +632,8 @@ def cmd_transform(args):
     import dask.array as da
 
     from . import load
+    from ._writes import atomic_directory, marker_attributes, writing_every_chunk
     from .celeba.schema import copy_labels
-    from .io import atomic_directory, marker_attributes, writing_every_chunk
 
     start = time.perf_counter()
     out = Path(args.out)

@@ -23,7 +23,8 @@ from ._linear import (
 from ._params import TRADEOFF
 from ._registry import register
 from ._saved import fair_meta, load, restore_fair_meta
-from ._validation import Input, binary_target, encode_groups, group_labels, with_known_rows
+from ._groups import binary_target, encode_groups, group_labels
+from ._validation import Input, with_known_rows
 from .moments import OVERFLOW_MESSAGE, Moments, merge
 
 __all__ = ["PCA", "FairPCA", "load"]  # load: dfairpca._saved's, importable from here too

@@ -65,8 +65,9 @@ from ._fairness import CONSTRAINT_RULES, certify, check_fair_k, set_certificate
 from ._params import SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
 from ._registry import register
 from ._saved import fair_meta, kernel_layout, restore_fair_meta
+from ._groups import binary_target, encode_groups, group_labels
 from ._validation import (
-    Input, binary_target, check_finite_input, check_input, encode_groups, group_labels,
+    Input, check_finite_input, check_input,
     with_known_rows,
 )
 from .decomposition import FairPCA

@@ -95,6 +95,7 @@ def test_partition_has_official_sizes_for_celeba_length():
     assert np.bincount(labels).tolist() == [162_770, 19_867, 19_962]
 
 
+@pytest.mark.integration  # a pool of spawned worker processes
 def test_synth_is_deterministic_and_independent_of_n_jobs(tmp_path):
     kwargs = dict(n=600, seed=7, size=40, chunk_rows=256, progress=False)
     one = synth_celeba(tmp_path / "one", n_jobs=1, **kwargs)
@@ -170,6 +171,7 @@ def test_eyeglasses_darken_the_eye_region(synth_store):
     assert np.abs(eyes).mean() > 2.5 * np.abs(difference[:8]).mean()  # top rows: background
 
 
+@pytest.mark.integration  # a pool of spawned worker processes
 def test_synth_is_atomic_and_refuses_to_overwrite(tmp_path):
     out = tmp_path / "faces.zarr"
     synth_celeba(out, n=20, size=16, chunk_rows=8, progress=False, n_jobs=1)
@@ -427,6 +429,7 @@ def test_ingest_without_partition_file(celeba_dir, tmp_path):
     assert attribute_column(out, "Male").shape == (N_IMAGES,)
 
 
+@pytest.mark.integration  # a pool of spawned worker processes
 def test_ingest_resumes_after_interruption(celeba_dir, tmp_path):
     out = tmp_path / "celeba.zarr"
     kwargs = dict(size=32, chunk_rows=16, progress=False)

@@ -109,6 +109,7 @@ def _peak_bytes_of_pass(store, n):
         tracemalloc.stop()
 
 
+@pytest.mark.integration  # a 61 MB store and three traced passes: a measurement
 def test_memory_of_a_pass_does_not_grow_with_n(tmp_path):
     """Six times the rows, the same peak: two running sums and the chunks at hand, never
     chunks read ahead of their chain (the Zarr reads are inside the folds)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import MARKER_KEY, atomic_file, check_target, marker
+from .._writes import MARKER_KEY, atomic_file, check_target, marker
 from .schema import attribute_column, open_celeba
 
 __all__ = ["DEFAULT_FACES", "MAX_FACES_PER_ROW", "faces_figure", "faces_held", "full_fair_projection"]

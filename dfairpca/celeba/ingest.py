@@ -12,7 +12,7 @@ import zarr
 import zarr.errors
 from PIL import Image
 
-from ..io import check_target, marker_attributes, move_into_place, remove_directory, writing_every_chunk
+from .._writes import check_target, marker_attributes, move_into_place, remove_directory, writing_every_chunk
 from .pool import run_chunks
 from .schema import (
     ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_CHUNK_ROWS, DEFAULT_SIZE, IMAGES, PARTITION, STORE_KIND,

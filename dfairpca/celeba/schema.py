@@ -31,7 +31,8 @@ import numpy as np
 import zarr
 import zarr.errors
 
-from ..io import MARKER_KEY, from_zarr, marker_attributes, read_checked, strict_group
+from .._writes import MARKER_KEY, marker_attributes
+from ..io import from_zarr, read_checked, strict_group
 
 __all__ = [
     "ATTRIBUTE_NAMES",

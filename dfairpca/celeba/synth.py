@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from ..io import atomic_directory, writing_every_chunk
+from .._writes import atomic_directory, writing_every_chunk
 from .pool import run_chunks
 from .render import draw_faces
 from .schema import (

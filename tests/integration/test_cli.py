@@ -151,18 +151,11 @@ def test_console_script_help():
         assert cmd in out.stdout
 
 
-def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched):
+def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched, stop_after):
     """An interrupted fit leaves a checkpoint; --resume finishes it with the same result."""
     from dfairpca.checkpoint import compute_moments_checkpointed
 
     model, ckpt = tmp_path / "m", tmp_path / "m.checkpoint"
-    calls = []
-
-    def stop_after_two(i, n):
-        calls.append(i)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-
     X = dfairpca.from_zarr(store, "images", rows_per_chunk=100)
     z = dfairpca.celeba.attribute_column(store, "Eyeglasses")
     import pandas as pd
@@ -170,7 +163,7 @@ def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched):
     g = pd.DataFrame({"Eyeglasses": z})
     with pytest.raises(KeyboardInterrupt):  # the same pass the CLI runs, stopped half-way
         compute_moments_checkpointed(X.reshape(len(z), -1), sensitive_features=g, checkpoint=ckpt,
-                                     dtype=np.float32, on_segment=stop_after_two, segment_rows=300)
+                                     dtype=np.float32, on_segment=stop_after(1), segment_rows=300)
     code, _, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model, *sched], capsys)
     assert code == 2 and "--resume" in err
     code, out, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model,
@@ -432,7 +425,7 @@ def test_outputs_never_replace_what_dfairpca_did_not_write(store, tmp_path, caps
 
 
 def test_a_read_only_output_folder_is_refused_before_any_cluster(store, tmp_path, capsys):
-    from test_io import read_only
+    from test_writes import read_only
 
     locked = tmp_path / "locked"
     locked.mkdir()
