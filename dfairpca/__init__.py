@@ -5,10 +5,11 @@ chunked pass over numpy, Dask or Zarr arrays, then a small local eigenproblem.
 """
 
 from ._engine import compute_moments
-from .decomposition import PCA, FairPCA, load
+from ._version import __version__
+from ._saved import load
+from .decomposition import PCA, FairPCA
 from .io import from_zarr
 from .kernel import FairKernelPCA
 from .moments import Moments, merge
 
-__all__ = ["PCA", "FairPCA", "FairKernelPCA", "Moments", "merge", "compute_moments", "from_zarr", "load"]
-__version__ = "0.1.0"
+__all__ = ["PCA", "FairPCA", "FairKernelPCA", "Moments", "merge", "compute_moments", "from_zarr", "load", "__version__"]

@@ -17,12 +17,24 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.linalg
+import scipy.sparse.linalg
 
-__all__ = ["top_eigh", "subspace_iteration", "constraint_basis", "fair_components", "equalizing_basis",
-           "pca_components", "flip_signs", "row_norms", "constraint_violation", "FAIRNESS_TOLERANCE"]
+__all__ = ["top_eigh", "top_eigh_exact", "iterative", "subspace_iteration", "constraint_basis",
+           "fair_components", "equalizing_basis", "pca_components", "flip_signs", "row_norms",
+           "constraint_violation", "EIGEN_SOLVERS", "ITERATIVE_MIN_SIZE", "FAIRNESS_TOLERANCE"]
 
 
+#: the values of the estimators' ``eigen_solver``
 EIGEN_SOLVERS = ("auto", "dense", "randomized")
+
+#: the one switch rule of every top-k solve of an n x n symmetric matrix (linear d x d
+#: covariances and exact kernel n x n matrices alike): an iterative solver replaces dense
+#: LAPACK ``eigh`` from this n on when k <= n / 10 (:func:`iterative`).  Below it LAPACK is
+#: fast enough that the choice does not matter; above it an iterative solver's O(n^2 k)
+#: per step beats the O(n^3) tridiagonalisation (benchmarks/eigensolvers.py: at n = 6400,
+#: k = 400, subspace iteration is 1.6x faster than the fastest LAPACK driver; ARPACK on a
+#: 1500 x 1500 kernel, k = 10: 0.3 s against 1.0 s, one thread)
+ITERATIVE_MIN_SIZE = 2000
 
 #: the largest ``|U^T v| / |v|`` a fitted fair model may leave of any group-mean deviation v
 #: (its certificate, :func:`constraint_violation`).  What rounding leaves is far smaller:
@@ -34,20 +46,25 @@ EIGEN_SOLVERS = ("auto", "dense", "randomized")
 FAIRNESS_TOLERANCE = 1e-8
 
 
+def iterative(n: int, k: int) -> bool:
+    """Whether a top-k solve of an n x n matrix goes iterative: the one switch rule
+    (:data:`ITERATIVE_MIN_SIZE`)."""
+    return n >= ITERATIVE_MIN_SIZE and 10 * k <= n
+
+
 def top_eigh(M: np.ndarray, k: int, solver: str = "dense", Q: np.ndarray | None = None,
              rtol: float = 1e-8, seed: int = 0):
     """Largest k eigenpairs of symmetric M, eigenvalues descending.
 
     ``solver="dense"`` is LAPACK (``eigh`` with ``subset_by_index``); "randomized" is block
-    subspace iteration with Rayleigh-Ritz (:func:`subspace_iteration`), for PSD M.  Q
-    (d, r), if given, is an orthonormal basis the eigenvectors must be orthogonal to.
-    "auto" takes subspace iteration for ``d >= 2000`` and ``k <= d / 10`` and LAPACK
-    otherwise (benchmarks/eigensolvers.py: at d = 6400, k = 400 it is 1.6x faster than the
-    fastest LAPACK driver with the captured variance equal to 1e-9 relative).
+    subspace iteration with Rayleigh-Ritz (:func:`subspace_iteration`), for PSD M, which
+    captures the variance of the top k to ``rtol`` relative (at d = 6400, k = 400: 1e-9).
+    Q (d, r), if given, is an orthonormal basis the eigenvectors must be orthogonal to.
+    "auto" is :func:`iterative`'s choice.
     """
     d = M.shape[0]
     if solver == "auto":
-        solver = "randomized" if d >= 2000 and 10 * k <= d else "dense"
+        solver = "randomized" if iterative(d, k) else "dense"
     if solver == "randomized" and k < d:
         return subspace_iteration(M, k, Q=Q, rtol=rtol, seed=seed)
     if solver not in EIGEN_SOLVERS:
@@ -60,6 +77,34 @@ def top_eigh(M: np.ndarray, k: int, solver: str = "dense", Q: np.ndarray | None 
     else:
         w, V = scipy.linalg.eigh(M, subset_by_index=[d - k, d - 1], driver="evr")
     return w[::-1][:k], V[:, ::-1][:, :k]
+
+
+def top_eigh_exact(M: np.ndarray, k: int, rng, overwrite: bool = False):
+    """Largest k eigenpairs (descending) of the symmetric n x n M to machine precision.
+
+    Where :func:`iterative` says so, Lanczos (ARPACK ``eigsh``, ``tol=0``, start vector
+    from ``rng``): O(n^2) per iteration; dense LAPACK ``eigh`` otherwise, or if ARPACK does
+    not converge.  ``overwrite`` lets ``eigh`` destroy M.  On a cluster of (nearly) equal
+    top eigenvalues LAPACK's "evr" may return fewer than k pairs or fail: the missing
+    pairs are zeros, and the caller finds fewer than k with positive eigenvalue and says so.
+    """
+    n = M.shape[0]
+    if iterative(n, k):
+        try:
+            w, V = scipy.sparse.linalg.eigsh(M, k, which="LA", tol=0.0, v0=rng.uniform(-1, 1, n))
+            order = np.argsort(w)[::-1]
+            return w[order], V[:, order]
+        except scipy.sparse.linalg.ArpackNoConvergence:
+            pass
+    # M is symmetric, so its transpose is the Fortran-ordered array LAPACK wants (no copy)
+    try:
+        w, V = scipy.linalg.eigh(M.T, subset_by_index=[n - k, n - 1], overwrite_a=overwrite,
+                                 driver="evr")
+    except np.linalg.LinAlgError:
+        w, V = np.empty(0), np.empty((n, 0))
+    w, V = w[::-1], V[:, ::-1]
+    short = k - len(w)
+    return np.append(w, np.zeros(short)), np.hstack([V, np.zeros((n, short))])
 
 
 def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_iter: int = 100,

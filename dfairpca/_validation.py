@@ -191,8 +191,10 @@ def _nonfinite_input_error(local, start, chunk) -> ValueError:
     )
 
 
-def check_finite_input(x, start: int | None = 0, chunk=None) -> None:
-    """Raise naming the rows of the chunk x that hold NaN or infinity (integers cannot)."""
+def check_finite_input(x, start: int | None = 0, chunk=None, *, index=None) -> None:
+    """Raise naming the rows of the chunk x that hold NaN or infinity (integers cannot);
+    ``index``: X's row number of each row of x, where they are not ``start, start + 1, ...``
+    (rows sampled from X)."""
     x = np.asarray(x)
     if x.dtype.kind not in "fc":
         return
@@ -200,7 +202,8 @@ def check_finite_input(x, start: int | None = 0, chunk=None) -> None:
     bad = np.concatenate([s + np.flatnonzero(~np.isfinite(x[s : s + step]).all(axis=1))
                           for s in range(0, len(x), step)] or [np.zeros(0, np.int64)])
     if len(bad):
-        raise _nonfinite_input_error(bad, start, chunk)
+        raise _nonfinite_input_error(bad if index is None else np.asarray(index)[bad],
+                                     start if index is None else 0, chunk)
 
 
 def check_finite_output(out, x, start: int | None = 0, chunk=None) -> None:

@@ -798,7 +798,7 @@ def _add_array(p):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from ._version import __version__
 
     ap = _Parser(prog="dfairpca", description="PCA and fair PCA on Zarr stores, on a Dask "
                  "cluster; run dfairpca COMMAND --help for a command's options")

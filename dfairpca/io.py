@@ -384,7 +384,7 @@ class OutputPathError(FileExistsError):
 def marker(kind: str, entries=None) -> dict:
     """The content of dfairpca's marker for an object of ``kind`` ("model", "checkpoint", ...),
     with the top-level ``entries`` it wrote (what a replace may delete, and nothing else)."""
-    from . import __version__
+    from ._version import __version__
 
     found = {"written_by": "dfairpca", "kind": kind, "version": __version__}
     return found if entries is None else {**found, "entries": sorted(entries)}

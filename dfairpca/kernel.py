@@ -55,29 +55,25 @@ rows as landmarks it equals the exact method.
 
 from __future__ import annotations
 
-import functools
-import numbers
-import warnings
-
 import numpy as np
-import scipy.linalg
-import scipy.sparse.linalg
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.exceptions import NotFittedError
-from sklearn.metrics import pairwise
 
-from . import _solvers, _system
+from . import _kernels as kn
+from . import _solvers
+from ._base import Estimator
 from ._engine import compute_moments
+from ._fairness import CONSTRAINT_RULES, certify, check_fair_k, set_certificate
+from ._params import SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
+from ._registry import register
+from ._saved import fair_meta, kernel_layout, restore_fair_meta
 from ._validation import (
     Input, binary_target, check_finite_input, check_input, encode_groups, group_labels,
-    row_origin, with_known_rows,
+    with_known_rows,
 )
-from .decomposition import CONSTRAINTS, FairPCA, certify, fair_feature_names
+from .decomposition import FairPCA
 
 __all__ = ["FairKernelPCA", "KERNELS", "exact_fit_bytes"]
 
-#: the named kernels (scikit-learn's definitions, :mod:`sklearn.metrics.pairwise`)
-KERNELS = ("rbf", "poly", "sigmoid", "linear")
+KERNELS = kn.KERNELS
 #: "auto" uses the exact method up to this many fitted rows (if it fits in memory) ...
 AUTO_EXACT_MAX_ROWS = 20_000
 #: ... and Nyström with this many landmarks (at most n) beyond
@@ -85,14 +81,9 @@ AUTO_LANDMARKS = 2_000
 #: n x n float64 matrices alive at the peak of an exact fit (the kernel, an eigensolver copy
 #: or the eigenvectors of a clipped kernel, and headroom for the blocks in flight)
 EXACT_MATRICES = 3
-#: bytes of kernel values computed at once when expanding rows against the basis (half a
-#: pass block: an RBF block also holds its squared distances while it is exponentiated)
-BLOCK_BYTES = _system.BLOCK_BYTES // 2
 #: what a failed certificate suggests (FairKernelPCA has no standardize or compute_dtype):
 #: a gamma that brings the kernel's entries away from 0 and 1 separates the groups' directions
 KERNEL_CERTIFY_FIX = "another kernel or gamma"
-#: the Lanczos eigensolver (ARPACK) replaces dense ``eigh`` above this n when k < n / 10
-LANCZOS_MIN_ROWS = 1_000
 
 
 def exact_fit_bytes(n: int, d: int) -> int:
@@ -103,7 +94,17 @@ def exact_fit_bytes(n: int, d: int) -> int:
     return 8 * (EXACT_MATRICES * n * n + n * d)
 
 
-class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+def _check_kernel(est, kernel) -> None:
+    if not callable(kernel) and kernel not in KERNELS:
+        valid = ", ".join(repr(s) for s in KERNELS)
+        raise ValueError(
+            f"unknown kernel {kernel!r}; use one of {valid} or a callable "
+            "kernel(A, B) returning the (len(A), len(B)) kernel matrix"
+        )
+
+
+@register
+class FairKernelPCA(Estimator):
     """Fair kernel PCA: a k-dimensional non-linear representation with equal group means.
 
     The k directions of largest variance in the kernel's feature space (RKHS) among those
@@ -232,6 +233,28 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     True
     """
 
+    _parameter_rules = {
+        "n_components": [Rule(lambda k: k is None or (is_int(k) and k > 0),
+                              "a positive integer or None")],
+        "sensitive_feature_ids": [],
+        "kernel": [Check(_check_kernel)],
+        "gamma": [Rule(lambda g: (isinstance(g, str) and g == "scale") or (is_real(g) and g > 0),
+                       "'scale' or a number > 0")],
+        "degree": [Rule(lambda v: is_int(v) and v >= 1, "a positive integer")],
+        "coef0": [Rule(is_real, "a number")],
+        "n_landmarks": [Rule(lambda m: m is None or (isinstance(m, str) and m == "auto")
+                             or (is_int(m) and m > 0), "None (exact), 'auto' or a positive integer")],
+        "landmarks": [Rule(lambda v: v == "uniform", "'uniform'")],
+        "constraint": CONSTRAINT_RULES,
+        "tradeoff": TRADEOFF,
+        "center": [],
+        "random_state": [],
+        "max_memory": [Rule(lambda v: v is None or (is_real(v) and v > 0),
+                            "None or a positive number of bytes")],
+        "split_every": SPLIT_EVERY,
+    }
+    _fitted_attribute = "dual_coef_"
+
     def __init__(self, n_components=None, *, sensitive_feature_ids=None, kernel="rbf",
                  gamma="scale", degree=3, coef0=1.0, n_landmarks=None, landmarks="uniform",
                  constraint="demographic_parity", tradeoff=0.0, center=True, random_state=0,
@@ -251,50 +274,7 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.max_memory = max_memory
         self.split_every = split_every
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False  # NaN rows are refused, named
-        tags.input_tags.sparse = False
-        return tags
-
     # ------------------------------------------------------------------ parameters
-    def _check_params(self):
-        k = self.n_components
-        if k is not None and (not _is_int(k) or k <= 0):
-            raise ValueError(f"n_components must be a positive integer or None; got {k!r}")
-        if not callable(self.kernel) and self.kernel not in KERNELS:
-            valid = ", ".join(repr(s) for s in KERNELS)
-            raise ValueError(
-                f"unknown kernel {self.kernel!r}; use one of {valid} or a callable "
-                "kernel(A, B) returning the (len(A), len(B)) kernel matrix"
-            )
-        g = self.gamma
-        if not (isinstance(g, str) and g == "scale") and not (_is_real(g) and g > 0):
-            raise ValueError(f"gamma must be 'scale' or a number > 0; got {g!r}")
-        if not _is_int(self.degree) or self.degree < 1:
-            raise ValueError(f"degree must be a positive integer; got {self.degree!r}")
-        if not _is_real(self.coef0):
-            raise ValueError(f"coef0 must be a number; got {self.coef0!r}")
-        m = self.n_landmarks
-        valid = m is None or (isinstance(m, str) and m == "auto") or (_is_int(m) and m > 0)
-        if not valid:
-            raise ValueError(
-                f"n_landmarks must be None (exact), 'auto' or a positive integer; got {m!r}"
-            )
-        if self.landmarks != "uniform":
-            raise ValueError(f"landmarks must be 'uniform'; got {self.landmarks!r}")
-        if self.constraint not in CONSTRAINTS:
-            raise ValueError(f"constraint must be one of {CONSTRAINTS}; got {self.constraint!r}")
-        t = self.tradeoff
-        if not _is_real(t) or not 0.0 <= t <= 1.0:
-            raise ValueError(f"tradeoff must be a number in [0, 1]; got {t!r}")
-        if self.max_memory is not None and not (_is_real(self.max_memory) and self.max_memory > 0):
-            raise ValueError(
-                f"max_memory must be None or a positive number of bytes; got {self.max_memory!r}"
-            )
-        if not _is_int(self.split_every) or self.split_every < 2:
-            raise ValueError(f"split_every must be an integer >= 2; got {self.split_every!r}")
-
     def _memory_budget(self) -> float:
         if self.max_memory is not None:
             return float(self.max_memory)
@@ -331,37 +311,18 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             )
         return m
 
-    def _check_k(self, size: int, what: str, ms: list[int], fix: str, q: int = 0) -> int:
-        """The largest k, ``size - sum(m_r) + p - q`` (``what`` names size); raise if
-        n_components exceeds it."""
-        limit = size - sum(ms) + len(ms) - q
-        k = limit if self.n_components is None else self.n_components
-        if k > limit or limit < 1:
-            desc = " and ".join([f"{m} groups" for m in ms] + ([f"{q} numeric attribute(s)"] if q else []))
-            minus = f" - {q}" if q else ""
-            head = (f"n_components={k} is too large" if limit >= 1 else
-                    "no fair representation exists")
-            raise ValueError(
-                f"{head}: with {desc} and {what} the largest k is "
-                f"{size} - {sum(ms)} + {len(ms)}{minus} = {limit}; {fix}"
-            )
-        return limit
-
     def _kernel_function(self, gamma, shift=None):
         """A picklable ``f(A, B)`` returning the kernel matrix of two row blocks (for
         "linear", of the rows minus ``shift``)."""
-        if callable(self.kernel):
-            return functools.partial(_callable_kernel, self.kernel)
-        return functools.partial(_named_kernel, self.kernel, gamma, self.degree, float(self.coef0),
-                                 shift)
+        return kn.kernel_function(self.kernel, gamma, self.degree, self.coef0, shift)
 
     def _kernel_shift(self, rows: np.ndarray):
         """kernel_shift_: the mean of ``rows`` for the centred linear kernel, else None.
 
         Centred, the linear kernel is shift-invariant, but ``<x, y>`` of rows far from the
-        origin loses the data to cancellation (X + 3e6 with unit spread: the certificate
-        failed at 4e-6, Nyström's landmark kernel had rank 2 of 6); ``<x - c, y - c>``
-        has the same centred kernel and keeps it."""
+        origin loses the data to cancellation (X + 3e6 with unit spread would fail the
+        certificate at 4e-6, and Nyström's landmark kernel would have rank 2 of 6);
+        ``<x - c, y - c>`` has the same centred kernel and keeps it."""
         if self.kernel != "linear" or not self.center or not rows.shape[0]:
             return None
         return rows.mean(axis=0, dtype=np.float64)
@@ -386,6 +347,10 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
 
     def _needs_variance(self) -> bool:
         return self._needs_gamma() and isinstance(self.gamma, str)
+
+    def _live_components(self, s: np.ndarray, k: int, nonzero: bool) -> int:
+        """:func:`dfairpca._kernels.live_components` for this kernel."""
+        return kn.live_components(s, k, nonzero, self.n_components, self.kernel, self.gamma_)
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None, *, sensitive_features=None):
@@ -418,12 +383,13 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         names = ([] if g is None else list(g.names)) + inp.numeric_names
         m = self._choose_method(len(fit_rows), len(inp.features))
         if m is None:
-            limit = self._check_k(len(fit_rows), f"n = {len(fit_rows)} fitted rows", ms,
-                                  "pass a smaller n_components", q)
+            limit = check_fair_k(self.n_components, len(fit_rows), ms, q,
+                                 basis=f"n = {len(fit_rows)} fitted rows",
+                                 fix="pass a smaller n_components")
             self._fit_exact(Xa, fit_rows, g, inp, names, limit)
         else:
-            self._check_k(m, f"n_landmarks = {m}", ms,
-                          "pass a smaller n_components or more landmarks", q)
+            check_fair_k(self.n_components, m, ms, q, basis=f"n_landmarks = {m}",
+                         fix="pass a smaller n_components or more landmarks")
             self._fit_nystroem(Xa, fit_rows, mask, g, m, inp, names)
         self.n_features_in_ = inp.width
         self.sensitive_feature_indices_ = inp.sensitive
@@ -433,21 +399,17 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.attribute_names_ = names
         return self
 
-    def fit_transform(self, X, y=None, *, sensitive_features=None):
-        """``fit(X, y, sensitive_features=...).transform(X)``."""
-        return self.fit(X, y, sensitive_features=sensitive_features).transform(X)
-
     def _fit_exact(self, Xa, fit_rows, g, inp: Input, names, limit: int):
         """Alg. 3 on the centred kernel of the fitted rows, via the downdate ``Kc - D D^T``."""
         import dask
 
         rows = None if len(fit_rows) == Xa.shape[0] else fit_rows
-        Xr = _take_rows(Xa, rows)
-        var = _flat_variance(Xr[:, inp.features]) if self._needs_variance() else None
+        Xr = kn.take_rows(Xa, rows)
+        var = kn.flat_variance(Xr[:, inp.features]) if self._needs_variance() else None
         Xr, var = dask.compute(Xr, var)
-        _check_finite(Xr, fit_rows)
+        check_finite_input(Xr, index=fit_rows)
         Xf = Xr[:, inp.features] if len(inp.numeric) else Xr
-        Zn = _numeric_attributes(Xr[:, inp.numeric], inp.numeric_names)
+        Zn = kn.numeric_attributes(Xr[:, inp.numeric], inp.numeric_names)
         n = Xf.shape[0]
         k = limit if self.n_components is None else self.n_components
         self.gamma_ = self._resolve_gamma(var, Xf.shape[1])
@@ -455,27 +417,27 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         kern = self._kernel_function(self.gamma_, self.kernel_shift_)
         rng = np.random.default_rng(self.random_state)
 
-        K = _kernel_matrix(Xf, kern)
-        self._check_not_identity(K)
-        col_mean = _centre_in_place(K) if self.center else np.zeros(n)
-        positive = None if self._kernel_is_psd() else _clip_to_psd_in_place(K)
+        K = kn.kernel_matrix(Xf, kern)
+        kn.check_not_identity(K, self.kernel, self.gamma_)
+        col_mean = kn.centre_in_place(K) if self.center else np.zeros(n)
+        positive = None if self._kernel_is_psd() else kn.clip_to_psd_in_place(K)
         total = float(np.trace(K))
-        standard = _top_eigenpairs(K, k, rng, overwrite=False) if self.tradeoff > 0 else None
-        parts = [] if g is None else [_centred_onehot(g.codes[fit_rows], g.categories)]
+        standard = _solvers.top_eigh_exact(K, k, rng) if self.tradeoff > 0 else None
+        parts = [] if g is None else [kn.centred_onehot(g.codes[fit_rows], g.categories)]
         Z = np.hstack(parts + [Zn])
         categories = ([] if g is None else list(g.categories)) + [None] * Zn.shape[1]
-        ZT, D, C, G = _constraint_directions(K, Z)
-        columns = _zero_groups(C, G, Z, K, categories, names)
-        _downdate_in_place(K, D)
-        s, E = _top_eigenpairs(K, k, rng, overwrite=True)
+        ZT, D, C, G = kn.constraint_directions(K, Z)
+        columns = kn.zero_groups(C, G, Z, K, categories, names)
+        kn.downdate_in_place(K, D)
+        s, E = _solvers.top_eigh_exact(K, k, rng, overwrite=True)
         del K
         tol = n * np.finfo(np.float64).eps * max(total, 0.0)
         k = self._live_components(np.where(s > tol, s, 0.0), k, total > 0)
         s, E = s[:k], E[:, :k]
-        coef = _dual_coefficients(E, s, ZT, D, tol)
+        coef = kn.dual_coefficients(E, s, ZT, D, tol)
         if standard is not None:
             s0, E0 = standard
-            coef = np.hstack([coef, self.tradeoff * _dual_coefficients(E0[:, :k], s0[:k], None, None, tol)])
+            coef = np.hstack([coef, self.tradeoff * kn.dual_coefficients(E0[:, :k], s0[:k], None, None, tol)])
         if positive is not None:  # coefficients in the clipped kernel's range: Kc B = Kc_+ B
             coef = positive @ (positive.T @ coef)
         if self.center:
@@ -483,10 +445,10 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             # cross-kernel expansion (the row-mean term of the centring multiplies 1^T B = 0)
             coef -= coef.mean(axis=0)
 
-        per_group = _exact_violations(coef[:, :k], columns)
+        per_group = kn.exact_violations(coef[:, :k], columns)
         certify(per_group, names, categories, np.finfo(np.float64).eps, type(self).__name__,
                 fix=KERNEL_CERTIFY_FIX)
-        self._set_certificate(per_group)
+        set_certificate(self, per_group)
         self.method_ = "exact"
         self.n_landmarks_ = n
         self.basis_ = Xf
@@ -507,42 +469,37 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         rng = np.random.default_rng(self.random_state)
         idx = np.sort(rng.choice(fit_rows, size=m, replace=False))
         var_rows = None if mask is None else fit_rows
-        var = _flat_variance(_take_rows(Xa, var_rows)[:, inp.features]) if self._needs_variance() else None
-        L, var = dask.compute(_take_rows(Xa, idx), var)
-        _check_finite(L, idx)
+        var = kn.flat_variance(kn.take_rows(Xa, var_rows)[:, inp.features]) if self._needs_variance() else None
+        L, var = dask.compute(kn.take_rows(Xa, idx), var)
+        check_finite_input(L, index=idx)
         L = L[:, inp.features]
         self.gamma_ = self._resolve_gamma(var, L.shape[1])
         self.kernel_shift_ = self._kernel_shift(L)
         kern = self._kernel_function(self.gamma_, self.kernel_shift_)
 
         K_LL = kern(L, L)
-        self._check_not_identity(K_LL)
-        W = _inverse_sqrt(K_LL)
+        kn.check_not_identity(K_LL, self.kernel, self.gamma_)
+        W = kn.inverse_sqrt(K_LL)
         ms = [] if g is None else [len(c) for c in g.categories]
         q = len(inp.numeric)
         if W.shape[1] < m:
-            self._check_k(W.shape[1], f"the landmark kernel matrix of rank {W.shape[1]} < "
-                          f"{m} (duplicate landmarks or a low-rank kernel)", ms,
-                          "pass a smaller n_components", q)
+            check_fair_k(self.n_components, W.shape[1], ms, q,
+                         basis=f"the landmark kernel matrix of rank {W.shape[1]} < {m} "
+                               "(duplicate landmarks or a low-rank kernel)",
+                         fix="pass a smaller n_components")
         if not isinstance(Xa, da.Array):
-            Xa = da.from_array(Xa, chunks=(_rows_per_block(max(Xa.shape[1], W.shape[1])), -1))
+            Xa = da.from_array(Xa, chunks=(kn.block_rows(max(Xa.shape[1], W.shape[1])), -1))
         r = W.shape[1]
         # phi(x) of the features, then the numeric attributes as they are: their covariances
-        # with phi are the constraint (FairPCA's numeric_sensitive_columns_)
-        from dask import delayed
-
-        phi = Xa.map_blocks(_phi_block, delayed(L), delayed(W), kern, inp.features,
-                            inp.numeric, dtype=np.float64, chunks=(Xa.chunks[0], (r + q,)),
-                            meta=np.empty((0, 0)))
+        # with phi are the constraint (FairPCA's numeric columns)
+        phi = kn.nystroem_features(Xa, L, W, kern, inp.features, inp.numeric)
         codes, cats = (None, ()) if g is None else (g.codes, g.categories)
         stats = compute_moments(phi, codes, cats, mask=mask, dtype=np.float64,
                                 split_every=self.split_every)
         stats.check_finite()
         fair = FairPCA(self.n_components, center=self.center, constraint=self.constraint,
                        tradeoff=self.tradeoff, split_every=self.split_every)
-        fair.attribute_names_ = list(names)
-        fair.numeric_sensitive_columns_ = np.arange(r, r + q)
-        fair.fit_statistics(stats)
+        fair.fit_statistics(stats, attribute_names=names, numeric_columns=np.arange(r, r + q))
 
         total = float(np.sum(fair.explained_variance_))
         tol = r * np.finfo(np.float64).eps * total
@@ -565,60 +522,9 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.fairness_violation_ = fair.fairness_violation_
         self.fairness_violation_per_attribute_ = fair.fairness_violation_per_attribute_
 
-    def _check_not_identity(self, K: np.ndarray) -> None:
-        """Raise if the rbf kernel matrix K is the identity to rounding (off the diagonal at
-        most ``10 n eps``): every direction then has the same variance, so no top k exist
-        (LAPACK's subset eigensolvers return fewer than k pairs or fail on such a cluster),
-        and ``transform`` maps every new point to 0."""
-        if self.kernel != "rbf" or K.shape[0] < 2:
-            return
-        diag = np.diagonal(K).copy()
-        np.fill_diagonal(K, 0.0)
-        off = float(np.abs(K).max())
-        np.fill_diagonal(K, diag)
-        if off <= 10 * K.shape[0] * np.finfo(np.float64).eps:
-            raise ValueError(
-                f"the rbf kernel matrix is numerically the identity (largest entry off the "
-                f"diagonal {off:.1e}): gamma={self.gamma_:.3g} makes distinct points orthogonal, "
-                "so every direction has the same variance and no top components exist; pass a "
-                "smaller gamma, e.g. gamma='scale'"
-            )
-
-    def _live_components(self, s: np.ndarray, k: int, nonzero: bool) -> int:
-        """k, or for ``n_components=None`` the number of components with positive variance
-        (``s``: the variances, already 0 at or below rounding; ``nonzero``: whether the
-        fitted kernel has any variance); raise when fewer than k (or none) have it, which
-        would make ``transform`` return fewer or all-zero columns."""
-        live = int(np.count_nonzero(s > 0)) if nonzero else 0
-        if self.n_components is None and live:
-            return live
-        if live >= k:
-            return k
-        cause = {
-            "rbf": "gamma={:.3g} makes distant points nearly orthogonal",
-            "sigmoid": "tanh(gamma <x, y> + coef0) with gamma={:.3g} saturates",
-            "poly": "the polynomial kernel with gamma={:.3g} has this rank",
-            "linear": "the linear kernel's rank is at most the number of features",
-        }.get(self.kernel if isinstance(self.kernel, str) else "", "the kernel has this rank")
-        cause = cause.format(self.gamma_)
-        what = (f"only {live} of the {k} components have positive variance in the fair "
-                f"feature space: the fair kernel matrix is numerically of rank {live} ({cause})")
-        if self.kernel == "linear":
-            fix = f"pass n_components <= {live}" if live else "check X"
-        else:
-            fix = (f"pass n_components <= {live} or another gamma" if live else
-                   "pass another gamma (or kernel)")
-        if self.kernel == "sigmoid":
-            fix += ", or centre X"
-        raise ValueError(f"{what}; {fix}")
-
-    def _set_certificate(self, per_group) -> None:
-        self.fairness_violation_per_attribute_ = np.array([float(v.max(initial=0.0)) for v in per_group])
-        self.fairness_violation_ = float(self.fairness_violation_per_attribute_.max())
-
     # ------------------------------------------------------------------ persistence
     _array_attrs = ("basis_", "basis_indices_", "dual_coef_", "offset_", "explained_variance_",
-                    "explained_variance_ratio_")
+                    "explained_variance_ratio_", "kernel_shift_")
     _meta_attrs = ("gamma_", "method_", "n_landmarks_", "n_features_in_", "n_samples_seen_",
                    "n_components_", "n_constraints_", "max_components_", "attribute_names_")
 
@@ -629,107 +535,35 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         cannot be saved (refit after loading, or use a named kernel).  ``overwrite=True``
         replaces a model saved by dfairpca at ``path`` and nothing else.
         """
-        from pathlib import Path
+        return self._write(path, overwrite)
 
-        from .decomposition import _input_meta
-        from .io import atomic_directory, save_arrays
-        from .moments import _categories_to_json
-
-        self._check_fitted()
+    def _check_savable(self) -> None:
         if callable(self.kernel):
             raise ValueError(
                 "a FairKernelPCA with a callable kernel cannot be saved: the format holds "
                 "arrays and JSON only, never pickled code; use a named kernel to save"
             )
-        arrays = {a: np.asarray(getattr(self, a)) for a in self._array_attrs}
-        if getattr(self, "kernel_shift_", None) is not None:
-            arrays["kernel_shift_"] = self.kernel_shift_
-        meta = {
-            "kind": "estimator",
-            "class": type(self).__name__,
-            "params": self.get_params(),
-            **{a: getattr(self, a) for a in self._meta_attrs},
-            **_input_meta(self),
-            "groups_": [_categories_to_json(c) for c in self.groups_],
-            "fairness_violation_": float(self.fairness_violation_),
-            "fairness_violation_per_attribute_": [float(v) for v in self.fairness_violation_per_attribute_],
-        }
-        with atomic_directory(path, "model", overwrite=overwrite) as tmp:
-            save_arrays(tmp / "model", arrays, meta)
-        return Path(path)
 
-    @classmethod
-    def _from_saved(cls, arrays: dict, meta: dict) -> "FairKernelPCA":
-        """The model from what :func:`dfairpca.io.load_arrays` read with :meth:`_saved_layout`;
-        ValueError saying what is inconsistent."""
-        from .decomposition import restore_input_meta
-        from .moments import _categories_from_json
-
-        est = cls(**meta["params"])
-        for a in cls._array_attrs:
-            setattr(est, a, arrays[a])
-        est.kernel_shift_ = arrays.get("kernel_shift_")
-        for a in cls._meta_attrs:
-            setattr(est, a, meta[a])
-        restore_input_meta(est, meta)
-        est.groups_ = [_categories_from_json(c) for c in meta["groups_"]]
-        if "fairness_violation_" in meta:  # models saved before the certificate lack it
-            est.fairness_violation_ = float(meta["fairness_violation_"])
-            est.fairness_violation_per_attribute_ = np.array(meta["fairness_violation_per_attribute_"], float)
-        idx = est.basis_indices_
-        if idx.size and (idx.min() < 0 or idx.max() >= est.n_samples_seen_):
-            raise ValueError(f"arrays.npz: 'basis_indices_' points outside the "
-                             f"{est.n_samples_seen_} fitted rows")
-        return est
+    def _extra_meta(self) -> dict:
+        return fair_meta(self)
 
     @classmethod
     def _saved_layout(cls, meta: dict, headers: dict) -> dict:
-        """Check a saved FairKernelPCA's meta.json (kernel from :data:`KERNELS` only); the
-        shape and kind of each array it implies."""
-        from .decomposition import saved_certificate, saved_groups, saved_input_meta, saved_params
-        from .io import meta_value
+        return kernel_layout(cls, meta, KERNELS)
 
-        kernel = meta_value(meta, "params", "dict").get("kernel", "rbf")
-        if kernel not in KERNELS:  # a saved kernel is a name, never code
-            raise ValueError(f"meta.json: kernel {kernel!r:.40} is not one of {list(KERNELS)}")
-        params = saved_params(cls, meta)
-        gamma = meta_value(meta, "gamma_", "number", optional=True)
-        if (gamma is None) != (kernel == "linear") or (gamma is not None and gamma <= 0):
-            raise ValueError(f"meta.json: 'gamma_' {gamma!r} does not suit the {kernel} kernel")
-        meta_value(meta, "method_", ("exact", "nystroem"))
-        width = meta_value(meta, "n_features_in_", "positive")
-        sensitive, numeric = saved_input_meta(meta, width)
-        d = width - len(sensitive)  # the columns of the kernel
-        k = meta_value(meta, "n_components_", "positive")
-        b = meta_value(meta, "n_landmarks_", "positive")
-        n = meta_value(meta, "n_samples_seen_", "positive")
-        meta_value(meta, "n_constraints_", "count")
-        meta_value(meta, "max_components_", "int")
-        saved_certificate(meta, len(saved_groups(meta, len(numeric))) + len(numeric))
-        if b > n:
-            raise ValueError(f"meta.json: 'n_landmarks_' {b} exceeds 'n_samples_seen_' {n}")
-        out = 2 * k if params.get("tradeoff", 0) > 0 else k
-        # the basis keeps X's dtype (integers too): transform casts it to float64 either way
-        return {"basis_": ((b, d), "fiu"), "basis_indices_": ((b,), "iu"),
-                "dual_coef_": ((b, out), "f"), "offset_": ((out,), "f"),
-                "explained_variance_": ((k,), "f"), "explained_variance_ratio_": ((k,), "f"),
-                "kernel_shift_": ((d,), "?f")}
+    def _restore_extra(self, meta: dict, arrays: dict) -> None:
+        restore_fair_meta(self, meta)
+        self.gamma_ = meta.get("gamma_")  # absent (None) for the linear kernel
+
+    def _check_restored(self) -> None:
+        idx = self.basis_indices_
+        if idx.size and (idx.min() < 0 or idx.max() >= self.n_samples_seen_):
+            raise ValueError(f"arrays.npz: 'basis_indices_' points outside the "
+                             f"{self.n_samples_seen_} fitted rows")
 
     # ------------------------------------------------------------------ transforming
-    def _check_fitted(self):
-        if not hasattr(self, "dual_coef_"):
-            raise NotFittedError(
-                f"this {type(self).__name__} is not fitted yet; call fit(...) before using it"
-            )
-
-    @property
-    def _n_features_out(self):
-        return self.dual_coef_.shape[1]
-
-    def get_feature_names_out(self, input_features=None):
-        """"fairkernelpca0", ... for the fair components, then "fairkernelpca_standard0",
-        ... for the λ-scaled standard ones when ``tradeoff > 0``."""
-        return fair_feature_names(self, super().get_feature_names_out(input_features))
+    def _output_matrix(self) -> np.ndarray:
+        return self.dual_coef_
 
     def transform(self, X):
         """Represent X: ``kernel(X, basis_) @ dual_coef_ - offset_`` (the centred kernel expansion).
@@ -740,385 +574,14 @@ class FairKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         left out of the kernel.
         """
         self._check_fitted()
-        import dask.array as da
-
         inp = check_input(self, X, reset=False, ids=self.sensitive_feature_ids)
         fitted = np.asarray(getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
         if not np.array_equal(inp.numeric, fitted) or \
                 inp.data.shape[1] != self.basis_.shape[1] + len(fitted):
             raise ValueError("X's sensitive columns differ from those at fit: give the columns "
                              "the dtypes they had at fit")
-        Xa = inp.data
         columns = inp.features if len(fitted) else None
         # models saved before kernel_shift_ existed use the unshifted kernel they were fitted with
         kern = self._kernel_function(self.gamma_, getattr(self, "kernel_shift_", None))
-        if isinstance(Xa, da.Array):
-            out = _expand_lazily(Xa, self.basis_, self.dual_coef_, self.offset_, kern, columns)
-        else:
-            out = _expand(Xa, self.basis_, self.dual_coef_, self.offset_, kern, columns)
+        out = kn.expand(inp.data, self.basis_, self.dual_coef_, self.offset_, kern, columns)
         return inp.wrap(out, self.get_feature_names_out())
-
-
-# ---------------------------------------------------------------------------- kernels
-def _named_kernel(name, gamma, degree, coef0, shift, A, B):
-    A = np.asarray(A, dtype=np.float64)
-    B = np.asarray(B, dtype=np.float64)
-    if name == "rbf":
-        # exp(-gamma |a - b|^2) depends on differences only: centred on B's mean and scaled
-        # by sqrt(gamma), the distances come from O(1) values (no cancellation of a large
-        # offset, no squares of 1e-150s), so fit(c X + b) is fit(X) with gamma="scale"
-        c = B.mean(axis=0)
-        s = np.sqrt(gamma)
-        D = pairwise.euclidean_distances((A - c) * s, (B - c) * s, squared=True)
-        return np.exp(-D, out=D)
-    if name == "poly":
-        return pairwise.polynomial_kernel(A, B, degree=degree, gamma=gamma, coef0=coef0)
-    if name == "sigmoid":
-        return pairwise.sigmoid_kernel(A, B, gamma=gamma, coef0=coef0)
-    if shift is not None:
-        A, B = A - shift, B - shift
-    return pairwise.linear_kernel(A, B)
-
-
-def _callable_kernel(fn, A, B):
-    A = np.asarray(A, dtype=np.float64)
-    B = np.asarray(B, dtype=np.float64)
-    K = np.asarray(fn(A, B), dtype=np.float64)
-    if K.shape != (A.shape[0], B.shape[0]):
-        raise ValueError(
-            f"the kernel callable returned shape {K.shape} for blocks of {A.shape[0]} and "
-            f"{B.shape[0]} rows; it must return the ({A.shape[0]}, {B.shape[0]}) kernel matrix"
-        )
-    return K
-
-
-def _rows_per_block(width: int) -> int:
-    """Rows whose float64 values over ``width`` columns take about :data:`BLOCK_BYTES`."""
-    return max(1, BLOCK_BYTES // (8 * max(1, width)))
-
-
-def _expand(x, basis, coef, offset, kern, columns=None, block_info=None):
-    """``kern(x[:, columns], basis) @ coef - offset`` row block by row block (bounded
-    temporaries); ``columns`` None: all of x's.
-
-    Rows of x holding NaN or infinity raise, named (global rows inside ``map_blocks``):
-    a kernel may map them to finite values (sklearn's refuse them without the rows, a
-    callable may not look), and the test costs O(d) per row against the kernel's O(m d).
-    """
-    x = np.asarray(x)
-    check_finite_input(x, *row_origin(block_info))
-    if columns is not None:
-        x = x[:, columns]
-    basis = np.asarray(basis, dtype=np.float64)  # cast once, not per block
-    out = np.empty((x.shape[0], coef.shape[1]))
-    step = _rows_per_block(max(basis.shape[0], x.shape[1]))
-    for s in range(0, x.shape[0], step):
-        out[s : s + step] = kern(x[s : s + step], basis) @ coef - offset
-    return out
-
-
-def _expand_lazily(X, basis, coef, offset, kern, columns=None):
-    """:func:`_expand` per row chunk of the Dask array X (basis and coef shipped once)."""
-    from dask import delayed
-
-    return X.map_blocks(
-        _expand, delayed(basis), delayed(coef), offset, kern, columns, dtype=np.float64,
-        chunks=(X.chunks[0], (coef.shape[1],)), meta=np.empty((0, 0)),
-    )
-
-
-def _phi_block(x, basis, coef, kern, features, numeric, block_info=None):
-    """Nyström features of a row chunk's ``features`` columns, then its ``numeric``
-    protected attributes as float64: the columns the Nyström statistics are taken over."""
-    phi = _expand(x, basis, coef, 0.0, kern, features if len(numeric) else None, block_info)
-    if not len(numeric):
-        return phi
-    return np.hstack([phi, np.asarray(x)[:, numeric].astype(np.float64)])
-
-
-def _numeric_attributes(values, names) -> np.ndarray:
-    """Centred numeric protected attributes (n, q): the Z columns of the exact method
-    (``Z^T Kc B = 0``: the representation is uncorrelated with each); a constant one is an
-    error."""
-    Z = np.asarray(values, dtype=np.float64)
-    for j, name in enumerate(names):
-        if Z.shape[0] and np.ptp(Z[:, j]) == 0:
-            raise ValueError(f"{name} is constant over the rows fitted, so it tells no one "
-                             "apart; drop it from sensitive_feature_ids")
-    return Z - Z.mean(axis=0)
-
-
-def _kernel_matrix(X: np.ndarray, kern) -> np.ndarray:
-    """The n x n kernel matrix of the rows of X, computed as a chunked Dask array by local
-    threads and written block by block into one float64 array (no concatenation copy)."""
-    import dask.array as da
-
-    n = X.shape[0]
-    side = max(1, int(np.sqrt(BLOCK_BYTES / 8)))
-    Xd = da.from_array(X, chunks=(side, -1))
-    Kd = da.blockwise(kern, "ij", Xd, "ik", Xd, "jk", dtype=np.float64, concatenate=True)
-    K = np.empty((n, n))
-    da.store(Kd, K, lock=False, scheduler="threads")
-    return K
-
-
-# ---------------------------------------------------------------------------- exact solve
-def _centre_in_place(K: np.ndarray) -> np.ndarray:
-    """``K <- H K H`` for symmetric K; returns the column means of the uncentred K."""
-    col_mean = K.mean(axis=0)
-    K -= col_mean[None, :]
-    K -= (col_mean - col_mean.mean())[:, None]
-    return col_mean
-
-
-def _centred_onehot(codes: np.ndarray, categories) -> np.ndarray:
-    """Z_comb of Sec. 3.5 without each attribute's last column, (n, sum(m_r) - p).
-
-    The centred one-hot columns of an attribute sum to zero, so its last column is minus the
-    sum of the others: leaving it out keeps the nullspace of ``Z^T Kc`` and makes the
-    structural rank deficiency disappear instead of leaving it to rounding.
-    """
-    cols = []
-    for j, cats in enumerate(categories):
-        onehot = (codes[:, j][:, None] == np.arange(len(cats) - 1)[None, :]).astype(np.float64)
-        cols.append(onehot - onehot.mean(axis=0))
-    return np.hstack(cols)
-
-
-def _constraint_directions(Kc: np.ndarray, Z: np.ndarray):
-    """(Z T, D = Kc Z T, C = Kc Z, G = Z^T Kc Z): T makes the feature-space constraint
-    directions ``Phi Z T`` orthonormal.
-
-    G is their Gram matrix.  Its columns are scaled to a unit diagonal first (every group's
-    direction then counts alike, however the groups' deviations differ in size), columns
-    of groups without signal (:func:`_zero_groups`) are left out, and eigenvalues at or
-    below ``10 max(n, q) eps`` times the largest are rounding noise of the Gram product
-    (dependent constraints, e.g. two attributes that split the rows alike) and are dropped.
-    """
-    C = Kc @ Z
-    G = Z.T @ C
-    G = (G + G.T) / 2
-    live = np.flatnonzero(np.diagonal(G) > _noise_level(Kc) * np.einsum("ij,ij->j", Z, Z))
-    if live.size == 0:
-        return Z[:, :0], C[:, :0], C, G
-    N = 1.0 / np.sqrt(np.diagonal(G)[live])
-    w, V = scipy.linalg.eigh(G[np.ix_(live, live)] * np.outer(N, N))
-    rtol = 10 * max(Z.shape) * np.finfo(np.float64).eps
-    keep = w > rtol * max(w.max(), 0.0)
-    T = N[:, None] * V[:, keep] / np.sqrt(w[keep])
-    return Z[:, live] @ T, C[:, live] @ T, C, G
-
-
-def _noise_level(Kc: np.ndarray) -> float:
-    """``z^T Kc z`` below ``level * |z|^2`` is rounding noise of the kernel's entries
-    (``level = 10 n eps max|Kc|``): a group whose centred indicator z gives less has the
-    overall mean in the kernel's feature space, to the kernel's precision."""
-    n = Kc.shape[0]
-    return 10 * n * np.finfo(np.float64).eps * (float(np.abs(np.diagonal(Kc)).max()) if n else 0.0)
-
-
-def _zero_groups(C, G, Z, Kc, categories, names):
-    """Per attribute: ``(Kc z_g, z_g^T Kc z_g)`` for all m groups (the last group's
-    centred indicator is minus the sum of the other m - 1 columns of Z), or for a numeric
-    attribute (categories None) its one centred column, with those without signal
-    (:func:`_noise_level`) set to zero and a warning naming them."""
-    level = _noise_level(Kc)
-    columns, start = [], 0
-    for cats, name in zip(categories, names):
-        numeric = cats is None
-        width = 1 if numeric else len(cats) - 1
-        cols = np.arange(start, start + width)
-        start += width
-        Zb = Z[:, cols]
-        Gb = G[np.ix_(cols, cols)]
-        if numeric:
-            KZ, sq, zsq = C[:, cols].copy(), np.diagonal(Gb).copy(), np.einsum("ij,ij->j", Zb, Zb)
-        else:
-            KZ = np.hstack([C[:, cols], -C[:, cols].sum(axis=1, keepdims=True)])
-            sq = np.append(np.diagonal(Gb), Gb.sum())
-            zsq = np.append(np.einsum("ij,ij->j", Zb, Zb), np.square(Zb.sum(axis=1)).sum())
-        zero = sq <= level * zsq
-        if zero.any():
-            what = (f"{name}: its covariance with the kernel's features is rounding" if numeric else
-                    f"group(s) {', '.join(str(c) for c in np.asarray(cats)[zero])} of {name}: "
-                    "the mean in the kernel's feature space equals the overall mean to rounding")
-            warnings.warn(f"{what}, so they impose no constraint and none is kept",
-                          UserWarning, stacklevel=4)
-            KZ[:, zero], sq[zero] = 0.0, 0.0
-        columns.append((KZ, sq))
-    return columns
-
-
-def _exact_violations(coef: np.ndarray, columns) -> list:
-    """Per attribute, per group: ``|B^T Kc z_g| / sqrt(z_g^T Kc z_g)``, the share of the
-    group's feature-space mean deviation that the components (``B^T Kc B = I``) keep; 0
-    for groups without signal.  O(n k m)."""
-    out = []
-    for KZ, sq in columns:
-        v = np.zeros(len(sq))
-        live = sq > 0
-        if live.any():
-            v[live] = np.linalg.norm(coef.T @ KZ[:, live], axis=0) / np.sqrt(sq[live])
-        out.append(v)
-    return out
-
-
-def _clip_to_psd_in_place(K: np.ndarray) -> np.ndarray:
-    """``K <- V_+ Lambda_+ V_+^T``, its positive part (a full eigendecomposition, O(n^3)).
-
-    Returns ``V_+`` (n, r), the eigenvectors of the eigenvalues above ``n * eps * max|w|``.
-    """
-    n = K.shape[0]
-    # K is symmetric, so its transpose is the Fortran-ordered array LAPACK wants (no copy)
-    w, V = scipy.linalg.eigh(K.T, overwrite_a=True, driver="evr")
-    first = int(np.searchsorted(w, n * np.finfo(np.float64).eps * np.abs(w).max(), side="right"))
-    Vp = V[:, first:]
-    root = np.sqrt(w[first:])
-    Vp *= root
-    np.matmul(Vp, Vp.T, out=K)
-    Vp /= root
-    return Vp
-
-
-def _downdate_in_place(K: np.ndarray, D: np.ndarray) -> None:
-    """``K <- K - D D^T`` panel by panel (no n x n temporary)."""
-    step = _rows_per_block(K.shape[0])
-    for s in range(0, K.shape[0], step):
-        K[s : s + step] -= D[s : s + step] @ D.T
-
-
-def _top_eigenpairs(M: np.ndarray, k: int, rng, overwrite: bool):
-    """Largest k eigenpairs (descending) of the symmetric n x n matrix M.
-
-    Lanczos (ARPACK ``eigsh``, converged to machine precision) when n > 1000 and k < n / 10:
-    O(n^2) per iteration instead of dense ``eigh``'s O(n^3) tridiagonalisation; dense ``eigh``
-    otherwise, or if ARPACK does not converge.  ``overwrite`` lets ``eigh`` destroy M.
-    """
-    n = M.shape[0]
-    if n > LANCZOS_MIN_ROWS and 10 * k < n:
-        try:
-            w, V = scipy.sparse.linalg.eigsh(M, k, which="LA", tol=0.0, v0=rng.uniform(-1, 1, n))
-            order = np.argsort(w)[::-1]
-            return w[order], V[:, order]
-        except scipy.sparse.linalg.ArpackNoConvergence:
-            pass
-    # M is symmetric, so its transpose is the Fortran-ordered array LAPACK wants (no copy).
-    # On a cluster of (nearly) equal top eigenvalues "evr" may return fewer than k pairs or
-    # fail; the caller then finds fewer than k components with variance and says so.
-    try:
-        w, V = scipy.linalg.eigh(M.T, subset_by_index=[n - k, n - 1], overwrite_a=overwrite,
-                                 driver="evr")
-    except np.linalg.LinAlgError:
-        w, V = np.empty(0), np.empty((n, 0))
-    w, V = w[::-1], V[:, ::-1]
-    short = k - len(w)
-    return np.append(w, np.zeros(short)), np.hstack([V, np.zeros((n, short))])
-
-
-def _dual_coefficients(E, s, ZT, D, tol):
-    """B of problem (6) for the eigenpairs (s, E) of ``Kc - D D^T``: ``(E - Z T D^T E) S^(-1/2)``.
-
-    Then ``Kc B = E S^(1/2)`` (the training representation), ``B^T Kc B = I`` and
-    ``Z^T Kc B = 0``.  Signs are fixed so that each column of ``E S^(1/2)`` has its largest
-    entry positive.  Components with eigenvalue <= tol (kernel rank below k) get zero
-    coefficients, as scikit-learn's KernelPCA does.  ``ZT = None``: standard kernel PCA.
-    """
-    E = _solvers.flip_signs(E.T).T
-    if ZT is not None and D.shape[1]:
-        E = E - ZT @ (D.T @ E)
-    live = s > tol
-    B = np.zeros_like(E)
-    B[:, live] = E[:, live] / np.sqrt(s[live])
-    return B
-
-
-# ---------------------------------------------------------------------------- Nyström
-def _inverse_sqrt(K_LL: np.ndarray) -> np.ndarray:
-    """W (m, r) with ``W^T K_LL W = I_r``: ``V_+ Lambda_+^(-1/2)`` over the eigenvalues above
-    ``m * eps * max`` (r = numerical rank)."""
-    w, V = scipy.linalg.eigh((K_LL + K_LL.T) / 2)
-    cut = K_LL.shape[0] * np.finfo(np.float64).eps * max(w.max(), 0.0)
-    keep = w > cut
-    if not keep.any():
-        raise ValueError("the landmark kernel matrix is zero; check the kernel and gamma")
-    return V[:, keep] / np.sqrt(w[keep])
-
-
-# ---------------------------------------------------------------------------- data access
-def _take_rows(X, rows):
-    """X[rows] (all rows if None), lazily: a Dask array (numpy input is wrapped)."""
-    import dask.array as da
-
-    if not isinstance(X, da.Array):
-        X = da.from_array(X, chunks=(_rows_per_block(X.shape[1]), -1))
-    return X if rows is None else X[rows]
-
-
-def _flat_variance(X):
-    """Lazy variance of all entries of the Dask array X, in float64.
-
-    Per chunk, the moments of float64 row blocks of about :data:`BLOCK_BYTES` (a chunk is
-    never copied to float64 whole: ``X.astype(float64).var()`` held two such copies per
-    thread, 1 GB for a 10,240-row chunk of 80 x 80 faces), merged by the pairwise update.
-    """
-    from dask import delayed
-
-    parts = [delayed(_entry_moments, pure=True)(b) for b in X.to_delayed().ravel()]
-    return delayed(_variance_of, pure=True)(parts)
-
-
-def _entry_moments(x) -> tuple[int, float, float]:
-    """(count, mean, sum of squared deviations) of all entries of x."""
-    x = np.asarray(x)
-    x = x.reshape(x.shape[0], -1) if x.ndim else x.reshape(1, 1)
-    acc = (0, 0.0, 0.0)
-    for s in range(0, x.shape[0], _rows_per_block(x.shape[1])):
-        b = x[s : s + _rows_per_block(x.shape[1])].astype(np.float64)
-        if b.size:
-            mean = float(b.mean())
-            m2 = float(np.square(b - mean).sum())
-            # (NaN or infinity in X is refused, named, where the rows are read)
-            if (not np.isfinite(m2) and np.isfinite(b).all()) or (
-                    m2 < np.finfo(np.float64).tiny and np.ptp(b) > 0):
-                raise ValueError(
-                    "X's values are too far from 1 for gamma='scale': their variance "
-                    f"{'overflows' if not np.isfinite(m2) else 'underflows'} float64; multiply X "
-                    "by a constant (e.g. a power of two) that brings it near 1"
-                )
-            acc = _pairwise(acc, (b.size, mean, m2))
-    return acc
-
-
-def _pairwise(a, b):
-    """Chan et al.'s update of (count, mean, M2) for the union of two sets."""
-    (na, ma, qa), (nb, mb, qb) = a, b
-    n = na + nb
-    if nb == 0:
-        return a
-    delta = mb - ma
-    return n, ma + delta * nb / n, qa + qb + delta * delta * na * nb / n
-
-
-def _variance_of(parts) -> float:
-    acc = (0, 0.0, 0.0)
-    for p in parts:
-        acc = _pairwise(acc, p)
-    return acc[2] / acc[0] if acc[0] else float("nan")
-
-
-def _check_finite(rows: np.ndarray, index: np.ndarray) -> None:
-    bad = ~np.isfinite(rows).all(axis=1) if rows.dtype.kind == "f" else np.zeros(len(rows), bool)
-    if bad.any():
-        shown = ", ".join(str(int(i)) for i in index[bad][:10])
-        raise ValueError(
-            f"X contains NaN or infinity in {int(bad.sum())} fitted row(s) (rows {shown}); drop "
-            "or impute them before fitting"
-        )
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _is_real(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)

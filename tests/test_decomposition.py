@@ -400,3 +400,118 @@ def test_eigen_solvers_agree_with_oracle(solver):
     assert max_angle_deg(pca.components_.T, oracle.pca(X, 8)) < tol
     with pytest.raises(ValueError, match="eigen_solver must be one of"):
         dfairpca.PCA(2, eigen_solver="arpack").fit(X)
+
+
+# ----------------------------------------------------------------------------- one base
+def test_pca_and_fair_pca_are_siblings_on_one_base():
+    from dfairpca._base import Estimator
+    from dfairpca._linear import LinearDecomposition
+
+    assert not isinstance(dfairpca.FairPCA(), dfairpca.PCA)
+    assert not isinstance(dfairpca.PCA(), dfairpca.FairPCA)
+    assert issubclass(dfairpca.PCA, LinearDecomposition) and issubclass(dfairpca.FairPCA, LinearDecomposition)
+    assert issubclass(dfairpca.FairKernelPCA, Estimator)
+    assert not issubclass(dfairpca.FairKernelPCA, LinearDecomposition)  # no inverse_transform, score
+    assert not hasattr(dfairpca.FairKernelPCA(), "inverse_transform")
+
+
+@pytest.mark.parametrize("cls", [dfairpca.PCA, dfairpca.FairPCA, dfairpca.FairKernelPCA])
+def test_every_parameter_is_declared_in_the_table(cls):
+    assert sorted(cls._parameter_rules) == sorted(cls._get_param_names())
+
+
+RANDOMIZED = "svd_solver='randomized' is not built yet"
+EQUALIZE = "equalize_covariance must be None, a fraction in (0, 1] or an int; got 'x'"
+
+
+@pytest.mark.parametrize("cls, params, error, message", [
+    ("PCA", {"n_components": 1.5}, ValueError, "n_components must be a positive integer, a "
+     "fraction in (0, 1) of the variance to keep, or None; got 1.5"),
+    ("PCA", {"n_components": True}, ValueError, "n_components must be a positive integer, a "
+     "fraction in (0, 1) of the variance to keep, or None; got True"),
+    ("PCA", {"split_every": 1}, ValueError, "split_every must be an integer >= 2; got 1"),
+    ("PCA", {"compute_dtype": "int8"}, ValueError,
+     "compute_dtype must be 'auto', 'float32' or 'float64'; got 'int8'"),
+    ("PCA", {"eigen_solver": "arpack"}, ValueError,
+     "eigen_solver must be one of ('auto', 'dense', 'randomized'); got 'arpack'"),
+    ("PCA", {"whiten": "yes"}, ValueError, "whiten must be True or False; got 'yes'"),
+    ("PCA", {"svd_solver": "arpak"}, ValueError,
+     "svd_solver must be one of ('auto', 'full', 'covariance_eigh', 'randomized'); got 'arpak'"),
+    ("FairPCA", {"svd_solver": "randomized"}, NotImplementedError, RANDOMIZED),
+    ("PCA", {"iterated_power": -1}, ValueError, "iterated_power must be 'auto' or an integer >= 0; got -1"),
+    ("PCA", {"n_oversamples": 0}, ValueError, "n_oversamples must be an integer >= 1; got 0"),
+    ("PCA", {"random_state": "x"}, ValueError,
+     "random_state must be None, an int or a numpy random generator; got 'x'"),
+    ("FairPCA", {"constraint": "parity"}, ValueError,
+     "constraint must be one of ('demographic_parity', 'equal_opportunity'); got 'parity'"),
+    ("FairPCA", {"tradeoff": True}, ValueError, "tradeoff must be a number in [0, 1]; got True"),
+    ("FairPCA", {"equalize_covariance": "x"}, ValueError, EQUALIZE),
+    ("FairPCA", {"equalize_covariance": 1.5}, ValueError,
+     "equalize_covariance as a fraction must be in (0, 1]; got 1.5"),
+    ("FairPCA", {"equalize_covariance": 2, "n_components": 3}, ValueError,
+     "equalize_covariance=2 directions cannot hold n_components=3; pass l >= k or a fraction in (0, 1]"),
+    ("FairPCA", {"equalize_covariance": 0.5, "n_components": 0.5}, ValueError,
+     "n_components=0.5 (a fraction of the variance) cannot be combined with equalize_covariance, "
+     "whose l depends on k: pass an int k"),
+    ("FairKernelPCA", {"n_components": 0.5}, ValueError,
+     "n_components must be a positive integer or None; got 0.5"),
+    ("FairKernelPCA", {"kernel": "laplace"}, ValueError,
+     "unknown kernel 'laplace'; use one of 'rbf', 'poly', 'sigmoid', 'linear' or a callable "
+     "kernel(A, B) returning the (len(A), len(B)) kernel matrix"),
+    ("FairKernelPCA", {"gamma": 0}, ValueError, "gamma must be 'scale' or a number > 0; got 0"),
+    ("FairKernelPCA", {"degree": 0}, ValueError, "degree must be a positive integer; got 0"),
+    ("FairKernelPCA", {"coef0": "a"}, ValueError, "coef0 must be a number; got 'a'"),
+    ("FairKernelPCA", {"n_landmarks": "all"}, ValueError,
+     "n_landmarks must be None (exact), 'auto' or a positive integer; got 'all'"),
+    ("FairKernelPCA", {"landmarks": "kmeans"}, ValueError, "landmarks must be 'uniform'; got 'kmeans'"),
+    ("FairKernelPCA", {"max_memory": 0}, ValueError,
+     "max_memory must be None or a positive number of bytes; got 0"),
+    ("FairKernelPCA", {"split_every": 2.5}, ValueError, "split_every must be an integer >= 2; got 2.5"),
+])
+def test_one_validator_says_what_each_parameter_must_be(cls, params, error, message):
+    """The table of each class, checked by one function, before any data is read."""
+    from dfairpca._params import validate_params
+
+    est = getattr(dfairpca, cls)(**params)
+    with pytest.raises(error) as info:
+        validate_params(est)
+    assert str(info.value) == message if error is ValueError else str(info.value).startswith(message)
+    kw = {} if cls == "PCA" else {"sensitive_features": []}
+    with pytest.raises(error, match="must|not built|unknown|cannot"):
+        est.fit(np.zeros((0, 0)), **kw)  # refused before X is looked at
+
+
+def test_fit_statistics_takes_attribute_names_and_numeric_columns():
+    """The statistics of [z, X] with z a numeric protected column solve as a fit with
+    sensitive_feature_ids=[0]; the names given appear in attribute_names_ and in errors."""
+    X, (z,) = make_data(400, 6, (2,), seed=41)
+    Xz = np.column_stack([z.astype(float), X])
+    ref = dfairpca.FairPCA(3, sensitive_feature_ids=[0]).fit(Xz)
+    stats = dfairpca.compute_moments(Xz, dtype=np.float64)
+    est = dfairpca.FairPCA(3).fit_statistics(stats, attribute_names=["z"], numeric_columns=[0])
+    np.testing.assert_allclose(est.components_, ref.components_, atol=1e-10)
+    assert est.attribute_names_ == ["z"] and list(est.numeric_sensitive_columns_) == [0]
+    one = dfairpca.compute_moments(X, np.zeros((400, 1), np.int64), [np.array(["a", "b"])])
+    with pytest.raises(ValueError, match="^race has 1 non-empty group"):
+        dfairpca.FairPCA(2).fit_statistics(one, attribute_names=["race"])
+
+
+def test_one_k_limit_for_the_linear_and_both_kernel_methods():
+    """d - sum(m) + p - q, with a numeric attribute (q = 1) beside three groups (m = 3):
+    the same rule, over X's 6 features, the 200 fitted rows or the 40 landmarks."""
+    X, (g,) = make_data(200, 6, (3,), seed=42)
+    df = pd.DataFrame(X, columns=[f"f{i}" for i in range(6)])
+    df.insert(0, "g", np.array(["a", "b", "c"])[g])
+    df.insert(0, "z", (np.arange(200) % 2).astype(float))
+    ids = ["z", "g"]
+    with pytest.raises(ValueError, match=r"with 3 groups and 1 numeric attribute\(s\) the largest k "
+                                         r"is d - sum\(m\) \+ p - q = 6 - 3 \+ 1 - 1 = 3$"):
+        dfairpca.FairPCA(4, sensitive_feature_ids=ids).fit(df)
+    assert dfairpca.FairPCA(sensitive_feature_ids=ids).fit(df).max_components_ == 3
+    for landmarks, basis in ((None, "n = 200 fitted rows"), (40, "n_landmarks = 40")):
+        limit = (200 if landmarks is None else 40) - 3 + 1 - 1
+        with pytest.raises(ValueError, match=rf"with 3 groups and 1 numeric attribute\(s\) and {basis} "
+                                             rf"the largest k is .* - 3 \+ 1 - 1 = {limit};"):
+            dfairpca.FairKernelPCA(limit + 1, sensitive_feature_ids=ids, n_landmarks=landmarks).fit(df)
+    est = dfairpca.FairKernelPCA(3, sensitive_feature_ids=ids, n_landmarks=40).fit(df)
+    assert est.max_components_ == 37

@@ -11,7 +11,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.metrics.pairwise import pairwise_kernels, rbf_kernel
 
 import dfairpca
-import dfairpca.kernel as kernel_module
+import dfairpca._kernels as kernels
 from dfairpca.kernel import FairKernelPCA, exact_fit_bytes
 from oracle import centred_onehot, make_data, max_angle_deg
 
@@ -73,8 +73,8 @@ def group_mean_gap(Y, labels):
     ],
 )
 def test_exact_matches_dense_algorithm3(n, d, groups, k, kernel, params, lanczos, monkeypatch):
-    if lanczos:  # the estimator switches to Lanczos above LANCZOS_MIN_ROWS rows
-        monkeypatch.setattr(kernel_module, "LANCZOS_MIN_ROWS", n // 2)
+    if lanczos:  # the estimator switches to Lanczos from ITERATIVE_MIN_SIZE rows
+        monkeypatch.setattr(dfairpca._solvers, "ITERATIVE_MIN_SIZE", n // 2)
     X, g = make_data(n, d, groups, seed=n + d)
     est = FairKernelPCA(k, kernel=kernel, **params).fit(X, sensitive_features=np.column_stack(g))
     same = {"gamma": est.gamma_, **({} if kernel == "rbf" else {"coef0": 1.0}), **params}
@@ -337,9 +337,9 @@ def test_nystroem_and_exact_on_a_distributed_cluster(client, tmp_path):
 
 @pytest.mark.parametrize("offset", [0.0, 1e6])
 def test_variance_for_gamma_scale_is_exact_in_row_blocks(offset, monkeypatch):
-    monkeypatch.setattr(kernel_module, "BLOCK_BYTES", 8 * 7 * 3)  # 3-row blocks
+    monkeypatch.setattr(kernels, "BLOCK_BYTES", 8 * 7 * 3)  # 3-row blocks
     X = np.random.default_rng(3).standard_normal((200, 7)) * 2 + offset
-    v = kernel_module._flat_variance(da.from_array(X, chunks=(45, 7))).compute()
+    v = kernels.flat_variance(da.from_array(X, chunks=(45, 7))).compute()
     assert abs(v - X.var()) <= 1e-9 * X.var()
 
 
@@ -418,3 +418,16 @@ def test_linear_kernel_is_certified_far_from_the_origin():
         a = FairKernelPCA(3, kernel="linear", n_landmarks=m).fit(X, sensitive_features=z)
         b = FairKernelPCA(3, kernel="linear", n_landmarks=m).fit(X + 3e6, sensitive_features=z)
         np.testing.assert_allclose(np.abs(b.transform(X + 3e6)), np.abs(a.transform(X)), atol=1e-6)
+
+
+@pytest.mark.parametrize("kw", [dict(constraint="equal_opportunity"), dict(n_landmarks=200)])
+def test_nan_rows_are_named_by_their_row_of_x(xz, kw):
+    """The exact method reads the y == 1 rows, Nyström its landmarks: a NaN row among them
+    is named by its row number in X, not by its place among the rows read."""
+    X, z = xz
+    X = X.copy()
+    X[17, 2] = np.nan
+    y = np.ones(200, dtype=int)
+    y[:10] = 0
+    with pytest.raises(ValueError, match=r"NaN or infinity in 1 row\(s\) \(rows 17\); drop or impute"):
+        FairKernelPCA(2, **kw).fit(X, y, sensitive_features=z)

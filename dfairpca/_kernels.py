@@ -1,0 +1,426 @@
+"""Kernel functions and the numerical steps of :class:`~dfairpca.FairKernelPCA`.
+
+Kernels (scikit-learn's definitions, computed in float64 row blocks), the expansion
+``k(x, basis) @ coef - offset`` that every transform and the Nyström features are, the
+exact method's steps on the n x n centred kernel (centring, constraint directions, the
+downdate ``Kc - D D^T``, dual coefficients, the certificate's feature-space shares) and
+the lazy variance ``gamma="scale"`` needs.  See :mod:`dfairpca.kernel` for the method.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import scipy.linalg
+from sklearn.metrics import pairwise
+
+from . import _solvers, _system
+from ._validation import check_finite_input, row_origin
+
+__all__ = ["KERNELS", "BLOCK_BYTES", "kernel_function", "block_rows", "expand", "nystroem_features",
+           "numeric_attributes", "kernel_matrix", "centre_in_place", "centred_onehot",
+           "constraint_directions", "zero_groups", "exact_violations", "clip_to_psd_in_place",
+           "downdate_in_place", "dual_coefficients", "inverse_sqrt", "take_rows", "flat_variance",
+           "check_not_identity", "live_components"]
+
+#: the named kernels (scikit-learn's definitions, :mod:`sklearn.metrics.pairwise`)
+KERNELS = ("rbf", "poly", "sigmoid", "linear")
+#: bytes of kernel values computed at once when expanding rows against the basis (half a
+#: pass block: an RBF block also holds its squared distances while it is exponentiated)
+BLOCK_BYTES = _system.BLOCK_BYTES // 2
+
+
+def kernel_function(kernel, gamma, degree, coef0, shift=None):
+    """A picklable ``f(A, B)`` returning the kernel matrix of two row blocks: ``kernel``
+    a name of :data:`KERNELS` (for "linear", of the rows minus ``shift``) or a callable."""
+    if callable(kernel):
+        return functools.partial(_callable_kernel, kernel)
+    return functools.partial(_named_kernel, kernel, gamma, degree, float(coef0), shift)
+
+
+def _named_kernel(name, gamma, degree, coef0, shift, A, B):
+    A = np.asarray(A, dtype=np.float64)
+    B = np.asarray(B, dtype=np.float64)
+    if name == "rbf":
+        # exp(-gamma |a - b|^2) depends on differences only: centred on B's mean and scaled
+        # by sqrt(gamma), the distances come from O(1) values (no cancellation of a large
+        # offset, no squares of 1e-150s), so fit(c X + b) is fit(X) with gamma="scale"
+        c = B.mean(axis=0)
+        s = np.sqrt(gamma)
+        D = pairwise.euclidean_distances((A - c) * s, (B - c) * s, squared=True)
+        return np.exp(-D, out=D)
+    if name == "poly":
+        return pairwise.polynomial_kernel(A, B, degree=degree, gamma=gamma, coef0=coef0)
+    if name == "sigmoid":
+        return pairwise.sigmoid_kernel(A, B, gamma=gamma, coef0=coef0)
+    if shift is not None:
+        A, B = A - shift, B - shift
+    return pairwise.linear_kernel(A, B)
+
+
+def _callable_kernel(fn, A, B):
+    A = np.asarray(A, dtype=np.float64)
+    B = np.asarray(B, dtype=np.float64)
+    K = np.asarray(fn(A, B), dtype=np.float64)
+    if K.shape != (A.shape[0], B.shape[0]):
+        raise ValueError(
+            f"the kernel callable returned shape {K.shape} for blocks of {A.shape[0]} and "
+            f"{B.shape[0]} rows; it must return the ({A.shape[0]}, {B.shape[0]}) kernel matrix"
+        )
+    return K
+
+
+def block_rows(width: int) -> int:
+    """Rows whose float64 values over ``width`` columns take about :data:`BLOCK_BYTES`."""
+    return _system.rows_per_block(8 * max(1, width), BLOCK_BYTES)
+
+
+def _expand(x, basis, coef, offset, kern, columns=None, block_info=None):
+    """``kern(x[:, columns], basis) @ coef - offset`` row block by row block (bounded
+    temporaries); ``columns`` None: all of x's.
+
+    Rows of x holding NaN or infinity raise, named (global rows inside ``map_blocks``):
+    a kernel may map them to finite values (sklearn's refuse them without the rows, a
+    callable may not look), and the test costs O(d) per row against the kernel's O(m d).
+    """
+    x = np.asarray(x)
+    check_finite_input(x, *row_origin(block_info))
+    if columns is not None:
+        x = x[:, columns]
+    basis = np.asarray(basis, dtype=np.float64)  # cast once, not per block
+    out = np.empty((x.shape[0], coef.shape[1]))
+    step = block_rows(max(basis.shape[0], x.shape[1]))
+    for s in range(0, x.shape[0], step):
+        out[s : s + step] = kern(x[s : s + step], basis) @ coef - offset
+    return out
+
+
+def expand(X, basis, coef, offset, kern, columns=None):
+    """:func:`_expand` of a numpy X, or of each row chunk of a Dask X, lazily (basis and
+    coef shipped to the workers once)."""
+    import dask.array as da
+
+    if not isinstance(X, da.Array):
+        return _expand(X, basis, coef, offset, kern, columns)
+    from dask import delayed
+
+    return X.map_blocks(
+        _expand, delayed(basis), delayed(coef), offset, kern, columns, dtype=np.float64,
+        chunks=(X.chunks[0], (coef.shape[1],)), meta=np.empty((0, 0)),
+    )
+
+
+def nystroem_features(X, L, W, kern, features, numeric):
+    """Lazy (n, r + q): the Nyström features ``kern(x, L) @ W`` of each row chunk of the
+    Dask X's ``features`` columns, then its ``numeric`` protected attributes as they are
+    (their covariances with the features are the constraint)."""
+    from dask import delayed
+
+    return X.map_blocks(_phi_block, delayed(L), delayed(W), kern, features, numeric,
+                        dtype=np.float64, chunks=(X.chunks[0], (W.shape[1] + len(numeric),)),
+                        meta=np.empty((0, 0)))
+
+
+def _phi_block(x, basis, coef, kern, features, numeric, block_info=None):
+    """Nyström features of a row chunk's ``features`` columns, then its ``numeric``
+    protected attributes as float64: the columns the Nyström statistics are taken over."""
+    phi = _expand(x, basis, coef, 0.0, kern, features if len(numeric) else None, block_info)
+    if not len(numeric):
+        return phi
+    return np.hstack([phi, np.asarray(x)[:, numeric].astype(np.float64)])
+
+
+def numeric_attributes(values, names) -> np.ndarray:
+    """Centred numeric protected attributes (n, q): the Z columns of the exact method
+    (``Z^T Kc B = 0``: the representation is uncorrelated with each); a constant one is an
+    error."""
+    Z = np.asarray(values, dtype=np.float64)
+    for j, name in enumerate(names):
+        if Z.shape[0] and np.ptp(Z[:, j]) == 0:
+            raise ValueError(f"{name} is constant over the rows fitted, so it tells no one "
+                             "apart; drop it from sensitive_feature_ids")
+    return Z - Z.mean(axis=0)
+
+
+def kernel_matrix(X: np.ndarray, kern) -> np.ndarray:
+    """The n x n kernel matrix of the rows of X, computed as a chunked Dask array by local
+    threads and written block by block into one float64 array (no concatenation copy)."""
+    import dask.array as da
+
+    n = X.shape[0]
+    side = max(1, int(np.sqrt(BLOCK_BYTES / 8)))
+    Xd = da.from_array(X, chunks=(side, -1))
+    Kd = da.blockwise(kern, "ij", Xd, "ik", Xd, "jk", dtype=np.float64, concatenate=True)
+    K = np.empty((n, n))
+    da.store(Kd, K, lock=False, scheduler="threads")
+    return K
+
+
+# ---------------------------------------------------------------------------- exact solve
+def centre_in_place(K: np.ndarray) -> np.ndarray:
+    """``K <- H K H`` for symmetric K; returns the column means of the uncentred K."""
+    col_mean = K.mean(axis=0)
+    K -= col_mean[None, :]
+    K -= (col_mean - col_mean.mean())[:, None]
+    return col_mean
+
+
+def centred_onehot(codes: np.ndarray, categories) -> np.ndarray:
+    """Z_comb of Sec. 3.5 without each attribute's last column, (n, sum(m_r) - p).
+
+    The centred one-hot columns of an attribute sum to zero, so its last column is minus the
+    sum of the others: leaving it out keeps the nullspace of ``Z^T Kc`` and makes the
+    structural rank deficiency disappear instead of leaving it to rounding.
+    """
+    cols = []
+    for j, cats in enumerate(categories):
+        onehot = (codes[:, j][:, None] == np.arange(len(cats) - 1)[None, :]).astype(np.float64)
+        cols.append(onehot - onehot.mean(axis=0))
+    return np.hstack(cols)
+
+
+def constraint_directions(Kc: np.ndarray, Z: np.ndarray):
+    """(Z T, D = Kc Z T, C = Kc Z, G = Z^T Kc Z): T makes the feature-space constraint
+    directions ``Phi Z T`` orthonormal.
+
+    G is their Gram matrix.  Its columns are scaled to a unit diagonal first (every group's
+    direction then counts alike, however the groups' deviations differ in size), columns
+    of groups without signal (:func:`zero_groups`) are left out, and eigenvalues at or
+    below ``10 max(n, q) eps`` times the largest are rounding noise of the Gram product
+    (dependent constraints, e.g. two attributes that split the rows alike) and are dropped.
+    """
+    C = Kc @ Z
+    G = Z.T @ C
+    G = (G + G.T) / 2
+    live = np.flatnonzero(np.diagonal(G) > _noise_level(Kc) * np.einsum("ij,ij->j", Z, Z))
+    if live.size == 0:
+        return Z[:, :0], C[:, :0], C, G
+    N = 1.0 / np.sqrt(np.diagonal(G)[live])
+    w, V = scipy.linalg.eigh(G[np.ix_(live, live)] * np.outer(N, N))
+    rtol = 10 * max(Z.shape) * np.finfo(np.float64).eps
+    keep = w > rtol * max(w.max(), 0.0)
+    T = N[:, None] * V[:, keep] / np.sqrt(w[keep])
+    return Z[:, live] @ T, C[:, live] @ T, C, G
+
+
+def _noise_level(Kc: np.ndarray) -> float:
+    """``z^T Kc z`` below ``level * |z|^2`` is rounding noise of the kernel's entries
+    (``level = 10 n eps max|Kc|``): a group whose centred indicator z gives less has the
+    overall mean in the kernel's feature space, to the kernel's precision."""
+    n = Kc.shape[0]
+    return 10 * n * np.finfo(np.float64).eps * (float(np.abs(np.diagonal(Kc)).max()) if n else 0.0)
+
+
+def zero_groups(C, G, Z, Kc, categories, names):
+    """Per attribute: ``(Kc z_g, z_g^T Kc z_g)`` for all m groups (the last group's
+    centred indicator is minus the sum of the other m - 1 columns of Z), or for a numeric
+    attribute (categories None) its one centred column, with those without signal
+    (:func:`_noise_level`) set to zero and a warning naming them."""
+    level = _noise_level(Kc)
+    columns, start = [], 0
+    for cats, name in zip(categories, names):
+        numeric = cats is None
+        width = 1 if numeric else len(cats) - 1
+        cols = np.arange(start, start + width)
+        start += width
+        Zb = Z[:, cols]
+        Gb = G[np.ix_(cols, cols)]
+        if numeric:
+            KZ, sq, zsq = C[:, cols].copy(), np.diagonal(Gb).copy(), np.einsum("ij,ij->j", Zb, Zb)
+        else:
+            KZ = np.hstack([C[:, cols], -C[:, cols].sum(axis=1, keepdims=True)])
+            sq = np.append(np.diagonal(Gb), Gb.sum())
+            zsq = np.append(np.einsum("ij,ij->j", Zb, Zb), np.square(Zb.sum(axis=1)).sum())
+        zero = sq <= level * zsq
+        if zero.any():
+            what = (f"{name}: its covariance with the kernel's features is rounding" if numeric else
+                    f"group(s) {', '.join(str(c) for c in np.asarray(cats)[zero])} of {name}: "
+                    "the mean in the kernel's feature space equals the overall mean to rounding")
+            warnings.warn(f"{what}, so they impose no constraint and none is kept",
+                          UserWarning, stacklevel=4)
+            KZ[:, zero], sq[zero] = 0.0, 0.0
+        columns.append((KZ, sq))
+    return columns
+
+
+def exact_violations(coef: np.ndarray, columns) -> list:
+    """Per attribute, per group: ``|B^T Kc z_g| / sqrt(z_g^T Kc z_g)``, the share of the
+    group's feature-space mean deviation that the components (``B^T Kc B = I``) keep; 0
+    for groups without signal.  O(n k m)."""
+    out = []
+    for KZ, sq in columns:
+        v = np.zeros(len(sq))
+        live = sq > 0
+        if live.any():
+            v[live] = np.linalg.norm(coef.T @ KZ[:, live], axis=0) / np.sqrt(sq[live])
+        out.append(v)
+    return out
+
+
+def clip_to_psd_in_place(K: np.ndarray) -> np.ndarray:
+    """``K <- V_+ Lambda_+ V_+^T``, its positive part (a full eigendecomposition, O(n^3)).
+
+    Returns ``V_+`` (n, r), the eigenvectors of the eigenvalues above ``n * eps * max|w|``.
+    """
+    n = K.shape[0]
+    # K is symmetric, so its transpose is the Fortran-ordered array LAPACK wants (no copy)
+    w, V = scipy.linalg.eigh(K.T, overwrite_a=True, driver="evr")
+    first = int(np.searchsorted(w, n * np.finfo(np.float64).eps * np.abs(w).max(), side="right"))
+    Vp = V[:, first:]
+    root = np.sqrt(w[first:])
+    Vp *= root
+    np.matmul(Vp, Vp.T, out=K)
+    Vp /= root
+    return Vp
+
+
+def downdate_in_place(K: np.ndarray, D: np.ndarray) -> None:
+    """``K <- K - D D^T`` panel by panel (no n x n temporary)."""
+    step = block_rows(K.shape[0])
+    for s in range(0, K.shape[0], step):
+        K[s : s + step] -= D[s : s + step] @ D.T
+
+
+def dual_coefficients(E, s, ZT, D, tol):
+    """B of problem (6) for the eigenpairs (s, E) of ``Kc - D D^T``: ``(E - Z T D^T E) S^(-1/2)``.
+
+    Then ``Kc B = E S^(1/2)`` (the training representation), ``B^T Kc B = I`` and
+    ``Z^T Kc B = 0``.  Signs are fixed so that each column of ``E S^(1/2)`` has its largest
+    entry positive.  Components with eigenvalue <= tol (kernel rank below k) get zero
+    coefficients, as scikit-learn's KernelPCA does.  ``ZT = None``: standard kernel PCA.
+    """
+    E = _solvers.flip_signs(E.T).T
+    if ZT is not None and D.shape[1]:
+        E = E - ZT @ (D.T @ E)
+    live = s > tol
+    B = np.zeros_like(E)
+    B[:, live] = E[:, live] / np.sqrt(s[live])
+    return B
+
+
+# ---------------------------------------------------------------------------- Nyström
+def inverse_sqrt(K_LL: np.ndarray) -> np.ndarray:
+    """W (m, r) with ``W^T K_LL W = I_r``: ``V_+ Lambda_+^(-1/2)`` over the eigenvalues above
+    ``m * eps * max`` (r = numerical rank)."""
+    w, V = scipy.linalg.eigh((K_LL + K_LL.T) / 2)
+    cut = K_LL.shape[0] * np.finfo(np.float64).eps * max(w.max(), 0.0)
+    keep = w > cut
+    if not keep.any():
+        raise ValueError("the landmark kernel matrix is zero; check the kernel and gamma")
+    return V[:, keep] / np.sqrt(w[keep])
+
+
+# ---------------------------------------------------------------------------- data access
+def take_rows(X, rows):
+    """X[rows] (all rows if None), lazily: a Dask array (numpy input is wrapped)."""
+    import dask.array as da
+
+    if not isinstance(X, da.Array):
+        X = da.from_array(X, chunks=(block_rows(X.shape[1]), -1))
+    return X if rows is None else X[rows]
+
+
+def flat_variance(X):
+    """Lazy variance of all entries of the Dask array X, in float64.
+
+    Per chunk, the moments of float64 row blocks of about :data:`BLOCK_BYTES`, merged by
+    the pairwise update: a chunk is never copied to float64 whole (a 10,240-row chunk of
+    80 x 80 faces is 0.5 GB as float64, per thread).
+    """
+    from dask import delayed
+
+    parts = [delayed(_entry_moments, pure=True)(b) for b in X.to_delayed().ravel()]
+    return delayed(_variance_of, pure=True)(parts)
+
+
+def _entry_moments(x) -> tuple[int, float, float]:
+    """(count, mean, sum of squared deviations) of all entries of x."""
+    x = np.asarray(x)
+    x = x.reshape(x.shape[0], -1) if x.ndim else x.reshape(1, 1)
+    acc = (0, 0.0, 0.0)
+    for s in range(0, x.shape[0], block_rows(x.shape[1])):
+        b = x[s : s + block_rows(x.shape[1])].astype(np.float64)
+        if b.size:
+            mean = float(b.mean())
+            m2 = float(np.square(b - mean).sum())
+            # (NaN or infinity in X is refused, named, where the rows are read)
+            if (not np.isfinite(m2) and np.isfinite(b).all()) or (
+                    m2 < np.finfo(np.float64).tiny and np.ptp(b) > 0):
+                raise ValueError(
+                    "X's values are too far from 1 for gamma='scale': their variance "
+                    f"{'overflows' if not np.isfinite(m2) else 'underflows'} float64; multiply X "
+                    "by a constant (e.g. a power of two) that brings it near 1"
+                )
+            acc = _pairwise(acc, (b.size, mean, m2))
+    return acc
+
+
+def _pairwise(a, b):
+    """Chan et al.'s update of (count, mean, M2) for the union of two sets."""
+    (na, ma, qa), (nb, mb, qb) = a, b
+    n = na + nb
+    if nb == 0:
+        return a
+    delta = mb - ma
+    return n, ma + delta * nb / n, qa + qb + delta * delta * na * nb / n
+
+
+def _variance_of(parts) -> float:
+    acc = (0, 0.0, 0.0)
+    for p in parts:
+        acc = _pairwise(acc, p)
+    return acc[2] / acc[0] if acc[0] else float("nan")
+
+
+
+
+# ---------------------------------------------------------------------------- rank checks
+def check_not_identity(K: np.ndarray, kernel, gamma) -> None:
+    """Raise if the rbf kernel matrix K is the identity to rounding (off the diagonal at
+    most ``10 n eps``): every direction then has the same variance, so no top k exist
+    (LAPACK's subset eigensolvers return fewer than k pairs or fail on such a cluster),
+    and ``transform`` maps every new point to 0."""
+    if kernel != "rbf" or K.shape[0] < 2:
+        return
+    diag = np.diagonal(K).copy()
+    np.fill_diagonal(K, 0.0)
+    off = float(np.abs(K).max())
+    np.fill_diagonal(K, diag)
+    if off <= 10 * K.shape[0] * np.finfo(np.float64).eps:
+        raise ValueError(
+            f"the rbf kernel matrix is numerically the identity (largest entry off the "
+            f"diagonal {off:.1e}): gamma={gamma:.3g} makes distinct points orthogonal, "
+            "so every direction has the same variance and no top components exist; pass a "
+            "smaller gamma, e.g. gamma='scale'"
+        )
+
+
+def live_components(s: np.ndarray, k: int, nonzero: bool, n_components, kernel, gamma) -> int:
+    """k, or for ``n_components=None`` the number of components with positive variance
+    (``s``: the variances, already 0 at or below rounding; ``nonzero``: whether the
+    fitted kernel has any variance); raise when fewer than k (or none) have it, which
+    would make ``transform`` return fewer or all-zero columns."""
+    live = int(np.count_nonzero(s > 0)) if nonzero else 0
+    if n_components is None and live:
+        return live
+    if live >= k:
+        return k
+    cause = {
+        "rbf": "gamma={:.3g} makes distant points nearly orthogonal",
+        "sigmoid": "tanh(gamma <x, y> + coef0) with gamma={:.3g} saturates",
+        "poly": "the polynomial kernel with gamma={:.3g} has this rank",
+        "linear": "the linear kernel's rank is at most the number of features",
+    }.get(kernel if isinstance(kernel, str) else "", "the kernel has this rank")
+    cause = cause.format(gamma)
+    what = (f"only {live} of the {k} components have positive variance in the fair "
+            f"feature space: the fair kernel matrix is numerically of rank {live} ({cause})")
+    if kernel == "linear":
+        fix = f"pass n_components <= {live}" if live else "check X"
+    else:
+        fix = (f"pass n_components <= {live} or another gamma" if live else
+               "pass another gamma (or kernel)")
+    if kernel == "sigmoid":
+        fix += ", or centre X"
+    raise ValueError(f"{what}; {fix}")

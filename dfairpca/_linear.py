@@ -1,0 +1,464 @@
+"""What :class:`~dfairpca.PCA` and :class:`~dfairpca.FairPCA` share: the pass, the
+standard solve, the fitted attributes, the transform and the probabilistic model.
+
+Both follow :class:`sklearn.decomposition.PCA` wherever the two meet (``n_components``
+as an int, a fraction of the variance or None; ``whiten``; ``svd_solver``; the fitted
+``singular_values_`` and ``noise_variance_``; the probabilistic-PCA ``get_covariance``,
+``get_precision``, ``score`` and ``score_samples``; ``feature_names_in_``), with equal
+numbers where both apply (``tests/test_sklearn.py``).  ``transform`` is lazy on Dask input
+(``map_blocks``) and eager on numpy input.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from pathlib import Path
+
+import numpy as np
+
+from . import _solvers
+from ._base import Estimator
+from ._engine import compute_moments
+from ._params import SPLIT_EVERY, Check, Rule, int_at_least, is_int, one_of
+from ._saved import check_linear_values, linear_layout, load_statistics
+from ._system import rows_per_block
+from ._validation import (
+    Input, check_finite_input, check_finite_output, check_input, compute_dtype_for, is_xarray,
+    row_origin,
+)
+from .moments import Moments
+
+__all__ = ["LinearDecomposition", "LINEAR_RULES", "SVD_SOLVERS"]
+
+#: scikit-learn's ``svd_solver`` values: every one but "randomized" is the exact solve here
+SVD_SOLVERS = ("auto", "full", "covariance_eigh", "randomized")
+RANDOMIZED_NOT_BUILT = (
+    "svd_solver='randomized' is not built yet: matrix-free randomized passes over X are the "
+    "full-resolution work still open; use svd_solver='auto' (the exact solve of the d x d "
+    "covariance, one pass over X), or eigen_solver='randomized' for a faster local solve"
+)
+
+
+def _n_components_ok(k) -> bool:
+    whole = is_int(k)
+    fraction = isinstance(k, numbers.Real) and not whole and not isinstance(k, bool)
+    return k is None or (whole and k > 0) or (fraction and 0 < k < 1)
+
+
+def _random_state_ok(r) -> bool:
+    return r is None or isinstance(r, (numbers.Integral, np.random.RandomState,
+                                       np.random.Generator)) and not isinstance(r, bool)
+
+
+#: the parameters PCA and FairPCA share, with their rules, in the order they are checked
+LINEAR_RULES = {
+    "n_components": [Rule(_n_components_ok, "a positive integer, a fraction in (0, 1) of the "
+                                            "variance to keep, or None")],
+    "split_every": SPLIT_EVERY,
+    "compute_dtype": [Check(lambda est, v: compute_dtype_for(np.float64, v))],
+    "eigen_solver": [one_of(_solvers.EIGEN_SOLVERS)],
+    "whiten": [Rule(lambda v: isinstance(v, (bool, np.bool_)), "True or False")],
+    "svd_solver": [one_of(SVD_SOLVERS), Check(lambda est, v: est._svd_solver())],
+    "iterated_power": [Rule(lambda p: p == "auto" if isinstance(p, str) else is_int(p) and p >= 0,
+                            "'auto' or an integer >= 0")],
+    "n_oversamples": [int_at_least(1)],
+    "random_state": [Rule(_random_state_ok, "None, an int or a numpy random generator")],
+    "center": [], "standardize": [], "progress": [],
+}
+
+
+class LinearDecomposition(Estimator):
+    """Shared fit-from-statistics, transform, inverse_transform, the probabilistic model, save."""
+
+    _fitted_attribute = "components_"
+    #: whether the model is fair (saves groups, group means and a constraint basis)
+    _fair = False
+    _array_attrs = ("components_", "mean_", "scale_", "explained_variance_",
+                    "explained_variance_ratio_", "singular_values_")
+    _meta_attrs = ("n_features_in_", "n_samples_seen_", "n_components_", "noise_variance_")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # float32 input is projected in float32 (compute_dtype="auto"), float64 in float64
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
+
+    def _svd_solver(self) -> str:
+        """The solve ``svd_solver`` selects: the exact eigendecomposition of the d x d
+        covariance from one pass ("covariance_eigh") for every value but "randomized"
+        (matrix-free passes over X), which is not built yet."""
+        if self.svd_solver == "randomized":
+            raise NotImplementedError(RANDOMIZED_NOT_BUILT)
+        return "covariance_eigh"
+
+    # ------------------------------------------------------------------ fitting
+    def _input(self, X, *, reset, min_samples: int = 1) -> Input:
+        """X checked (:func:`dfairpca._validation.check_input`), its sensitive columns found."""
+        return check_input(self, X, reset=reset, min_samples=min_samples,
+                           ids=getattr(self, "sensitive_feature_ids", None))
+
+    def _pass(self, X, groups=None, mask=None, checkpoint=None, numeric: bool = False):
+        """The statistics of X; ``numeric``: X holds numeric protected attributes, whose
+        covariances with the features are the constraint, so the products run in float64
+        (float32 products would hold them to 1e-7 only) unless compute_dtype says otherwise."""
+        auto = self.compute_dtype in ("auto", None)
+        dtype = np.dtype(np.float64) if numeric and auto else compute_dtype_for(X.dtype, self.compute_dtype)
+        codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
+        kw = dict(
+            mask=mask, dtype=dtype, split_every=self.split_every,
+            group_scatter=getattr(self, "equalize_covariance", None) is not None,
+            progress=self.progress,
+        )
+        if checkpoint is None:
+            m = compute_moments(X, codes, cats, **kw)
+        else:
+            import dask.array as da
+
+            from .checkpoint import compute_moments_checkpointed
+
+            if not isinstance(X, da.Array):
+                X = da.from_array(X, chunks=(rows_per_block(X.shape[1] * X.itemsize), -1))
+            m = compute_moments_checkpointed(X, codes, cats, checkpoint=checkpoint, **kw)
+        m.check_finite()
+        return m
+
+    def _pca_solve(self, S: np.ndarray, n: int) -> np.ndarray:
+        """Components (k, d) of standard PCA of S for ``n_components`` (int, fraction or
+        None, scikit-learn's meanings) from n rows."""
+        d = S.shape[0]
+        rank = min(n, d)
+        k = self.n_components
+        if k is None:
+            return _solvers.pca_components(S, rank, self.eigen_solver)
+        if isinstance(k, numbers.Integral):
+            return _solvers.pca_components(S, k, self.eigen_solver)
+        w, V = _solvers.top_eigh(S, rank, "dense")
+        k = fraction_to_k(w, np.trace(S), k, "the data")
+        return _solvers.flip_signs(V[:, :k].T)
+
+    def _set_fitted(self, m: Moments, U: np.ndarray, S: np.ndarray, scale, e: int = 0):
+        d = m.n_features
+        n = int(m.n)
+        self.statistics_ = m
+        self.n_features_in_ = d + len(getattr(self, "sensitive_feature_indices_", ()))
+        self.n_samples_seen_ = n
+        self.n_components_ = U.shape[0]
+        self.components_ = U
+        self.mean_ = m.mean.copy() if self.center else np.zeros(d)
+        self.scale_ = scale
+        denom = n - 1
+        captured = np.sum((U @ S) * U, axis=1) / denom
+        total = np.trace(S) / denom
+        noise = noise_variance(captured, total, min(n, d))
+        with np.errstate(over="ignore", under="ignore"):  # the true values, as float64 holds them
+            self.explained_variance_ = np.ldexp(captured, 2 * e)
+            self.singular_values_ = np.ldexp(np.sqrt(np.maximum(captured, 0.0) * denom), e)
+            self.noise_variance_ = float(np.ldexp(noise, 2 * e))
+        self.explained_variance_ratio_ = captured / total
+
+    def _keep_statistics(self, m: Moments) -> None:
+        """Record the statistics of a partial_fit that cannot be solved yet."""
+        self.statistics_ = m
+        self.n_samples_seen_ = int(m.n)
+
+    def _check_previous(self, d):
+        if hasattr(self, "statistics_") and d != self.statistics_.n_features:
+            raise ValueError(f"X has {d} features; earlier partial_fit calls had "
+                             f"{self.statistics_.n_features}")
+
+    # ------------------------------------------------------------------ transforming
+    def _not_fitted_hint(self) -> str:
+        if hasattr(self, "statistics_"):
+            return (" (partial_fit has not yet seen two groups of every attribute, or "
+                    "n_components rows)")
+        return ""
+
+    def _projection(self) -> np.ndarray:
+        """(d, k_out) matrix applied to standardised, centred rows (whitening folded in)."""
+        W = self.components_.T
+        return W / whitening(self.explained_variance_) if self.whiten else W
+
+    def _output_matrix(self) -> np.ndarray:
+        return self._projection()
+
+    def _check_layout(self, inp: Input) -> None:
+        """Raise unless X's sensitive columns sit where they sat at fit (a DataFrame column
+        of labels at fit and of numbers now would move the others)."""
+        fitted = np.asarray(getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
+        if inp.data.shape[1] != self.components_.shape[1] + len(fitted) or not np.array_equal(
+                inp.numeric, fitted):
+            raise ValueError(
+                f"X's sensitive columns differ from those at fit ({len(inp.numeric)} numeric "
+                f"of {inp.data.shape[1]} read now, {len(fitted)} at fit): give the columns the "
+                "dtypes they had at fit"
+            )
+
+    def _folded(self, inp: Input, dtype):
+        """(mu, W) over the columns of ``inp.data``: ``(x - mu) @ W`` is the transform, with
+        the scaling folded into W and zero rows for the sensitive columns."""
+        W = self._projection()
+        scale = np.ones(W.shape[0]) if self.scale_ is None else self.scale_
+        # ((x - mu) / s) @ W == (x - mu) @ (W / s[:, None])
+        Wf = np.zeros((inp.data.shape[1], W.shape[1]))
+        mu = np.zeros(inp.data.shape[1])
+        Wf[inp.features] = W / scale[:, None]
+        mu[inp.features] = self.mean_
+        return mu.astype(dtype), Wf.astype(dtype)
+
+    def transform(self, X):
+        """Project X: ``((X - mean_) / scale_) @ components_.T`` (divided by
+        ``sqrt(explained_variance_)`` when ``whiten``).
+
+        numpy or pandas in, numpy out; Dask (or Zarr) in, lazy Dask out with X's row chunks;
+        an xarray DataArray in, a DataArray out with X's row dimension and coordinate and a
+        "component" dimension (lazy if X was).  X has all ``n_features_in_`` columns; the
+        ones named by ``sensitive_feature_ids`` are left out of the projection.
+        float64 input gives float64 output, other dtypes float32 (see ``compute_dtype``).
+        Rows holding NaN or infinity raise ``ValueError`` naming them: at once for numpy
+        input, when the chunk is computed for Dask input (integer input is not checked:
+        it cannot hold either).
+        """
+        self._check_fitted()
+        inp = self._input(X, reset=False)
+        self._check_layout(inp)
+        Xa = inp.data
+        dtype = compute_dtype_for(Xa.dtype, self.compute_dtype)
+        mu, Ws = self._folded(inp, dtype)
+        import dask.array as da
+
+        if isinstance(Xa, da.Array):
+            out = Xa.map_blocks(
+                _project_block, mu, Ws, dtype=dtype, chunks=(Xa.chunks[0], (Ws.shape[1],)),
+                meta=np.empty((0, 0), dtype),
+            )
+            return inp.wrap(out, self.get_feature_names_out())
+        out = np.empty((Xa.shape[0], Ws.shape[1]), dtype)
+        rows = rows_per_block(Xa.shape[1] * dtype.itemsize)
+        for s in range(0, Xa.shape[0], rows):
+            out[s : s + rows] = _project(Xa[s : s + rows], mu, Ws)
+        check_finite_output(out, Xa)  # all rows at once: the error counts every bad row
+        return inp.wrap(out, self.get_feature_names_out())
+
+    def inverse_transform(self, Y):
+        """Map representations back to feature space:
+        ``Y[:, :k] @ components_ * scale_ + mean_`` (times ``sqrt(explained_variance_)``
+        first when ``whiten``).
+
+        With ``tradeoff > 0`` only the first k (fair) columns are used.  The result has the
+        columns of ``components_``: the columns named by ``sensitive_feature_ids`` are not
+        reconstructed.
+        """
+        self._check_fitted()
+        import dask.array as da
+
+        k = self.n_components_
+        if is_xarray(Y):
+            Y = Y.data
+        if Y.ndim != 2 or Y.shape[1] not in (k, self._n_features_out):
+            raise ValueError(f"Y must have shape (n, {k}); got {Y.shape}")
+        d = self.components_.shape[1]
+        scale = np.ones(d) if self.scale_ is None else self.scale_
+        B = self.components_ * scale[None, :]
+        if self.whiten:
+            B = B * whitening(self.explained_variance_)[:, None]
+        if isinstance(Y, da.Array):
+            dtype = Y.dtype if Y.dtype.kind == "f" else np.float64
+            Yk = Y[:, :k].rechunk({1: -1})
+            return Yk.map_blocks(
+                _reconstruct_block, B.astype(dtype), self.mean_.astype(dtype), dtype=dtype,
+                chunks=(Yk.chunks[0], (d,)), meta=np.empty((0, 0), dtype),
+            )
+        Y = np.asarray(Y)
+        dtype = Y.dtype if Y.dtype.kind == "f" else np.float64
+        return _reconstruct_block(Y[:, :k], B.astype(dtype), self.mean_.astype(dtype))
+
+    # ------------------------------------------------------------------ probabilistic model
+    def get_covariance(self):
+        """Covariance of the features under the probabilistic PCA model (Tipping & Bishop
+        1999): ``components_.T @ diag(explained_variance_ - noise_variance_) @ components_
+        + noise_variance_ * I``, scikit-learn's formula (also under ``whiten``), in the
+        units of X (rescaled by ``scale_`` when ``standardize``).  Shape (d, d) over the
+        columns of ``components_``.
+        """
+        self._check_fitted()
+        U, ev, noise = self._model()
+        cov = (U.T * np.where(ev > noise, ev - noise, 0.0)) @ U
+        cov[np.diag_indices_from(cov)] += noise
+        return cov if self.scale_ is None else cov * np.outer(self.scale_, self.scale_)
+
+    def get_precision(self):
+        """The inverse of :meth:`get_covariance`, by the matrix inversion lemma as in
+        scikit-learn (a k x k inverse).  Components whose variance is not above
+        ``noise_variance_`` add nothing to the model (scikit-learn's formula gives them
+        weight 0 too) and are left out of the lemma, where they would divide by 0: a fair
+        component may hold less variance than the mean of the directions it leaves."""
+        self._check_fitted()
+        import scipy.linalg
+
+        U, ev, noise = self._model()
+        d = U.shape[1]
+        if noise == 0.0:
+            precision = scipy.linalg.inv(self.get_covariance())
+            return precision
+        live = ev > noise
+        U, diff = U[live], (ev - noise)[live]
+        precision = np.eye(d) / noise
+        if len(diff):
+            inner = U @ U.T / noise
+            inner[np.diag_indices_from(inner)] += 1.0 / diff
+            precision -= U.T @ scipy.linalg.inv(inner) @ U / noise**2
+        return precision if self.scale_ is None else precision / np.outer(self.scale_, self.scale_)
+
+    def _model(self):
+        """(components, explained variances, noise variance) of the fitted space, the way
+        scikit-learn's formulas take them (components scaled by sqrt(variance) when
+        whitening)."""
+        U, ev = self.components_, self.explained_variance_
+        if self.whiten:
+            U = U * np.sqrt(ev)[:, None]
+        return U, ev, float(self.noise_variance_)
+
+    def score_samples(self, X):
+        """Log-likelihood of every row of X under the probabilistic PCA model (Bishop,
+        *Pattern Recognition and Machine Learning*, 12.2.1), as scikit-learn's
+        ``PCA.score_samples``, of the non-sensitive columns; lazy for Dask input."""
+        self._check_fitted()
+        inp = self._input(X, reset=False)
+        self._check_layout(inp)
+        precision = self.get_precision()
+        from sklearn.utils.extmath import fast_logdet
+
+        d = precision.shape[0]
+        const = -0.5 * (d * math.log(2.0 * np.pi) - fast_logdet(precision))
+        args = (inp.features, self.mean_, precision, const)
+        import dask.array as da
+
+        if isinstance(inp.data, da.Array):
+            return inp.data.map_blocks(_loglik_block, *args, drop_axis=1, dtype=np.float64,
+                                       meta=np.empty((0,), np.float64))
+        check_finite_input(inp.data)
+        return _loglik_block(inp.data, *args)
+
+    def score(self, X, y=None):
+        """Mean log-likelihood of the rows of X (:meth:`score_samples`); y is ignored."""
+        ll = self.score_samples(X)
+        return float(ll.mean().compute() if hasattr(ll, "compute") else np.mean(ll))
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path, *, statistics: bool = False, overwrite: bool = False) -> Path:
+        """Save the fitted model to directory ``path`` (arrays in .npz, metadata in JSON).
+
+        ``statistics=True`` also saves :attr:`statistics_` (d x d float64, 330 MB at
+        d = 6400) so that ``partial_fit`` can continue after :func:`load`.  Never pickles.
+        ``path`` must not exist or be an empty directory; ``overwrite=True`` replaces a
+        model saved by dfairpca there, atomically, and nothing else (see
+        :func:`dfairpca.io.atomic_directory`).
+        """
+        return self._write(path, overwrite, self.statistics_ if statistics else None)
+
+    @classmethod
+    def _saved_layout(cls, meta: dict, headers: dict) -> dict:
+        return linear_layout(cls, meta, fair=cls._fair)
+
+    def _restore_extra(self, meta: dict, arrays: dict) -> None:
+        """Fitted attributes a model saved before they existed lacks, from what it has:
+        ``singular_values_`` from the variances, ``noise_variance_`` from them and their
+        ratios."""
+        n, ev = self.n_samples_seen_, self.explained_variance_
+        if self.singular_values_ is None:
+            self.singular_values_ = np.sqrt(np.maximum(ev, 0.0) * max(n - 1, 0))
+        if not hasattr(self, "noise_variance_"):
+            ratio = self.explained_variance_ratio_
+            total = float(ev.sum() / ratio.sum()) if ratio.sum() > 0 else 0.0
+            self.noise_variance_ = noise_variance(ev, total, min(n, self.components_.shape[1]))
+
+    def _check_restored(self) -> None:
+        check_linear_values(self)
+
+    def _restore_statistics(self, path: Path) -> None:
+        load_statistics(self, path)
+
+
+# ---------------------------------------------------------------------------- helpers
+def whole(k) -> bool:
+    """Whether n_components is an int (not None, not a fraction)."""
+    return is_int(k)
+
+
+def known(n) -> bool:
+    """Whether a row count is known (a Dask array of unknown chunk sizes has NaN rows)."""
+    return n is not None and not (isinstance(n, float) and np.isnan(n))
+
+
+def check_rows(k, n, largest: int, what: str) -> None:
+    """Raise if k exceeds the n fitted rows (checked before the pass wherever n is known)."""
+    if k is not None and known(n) and k > n:
+        raise ValueError(
+            f"n_components={k} is too large: X has {int(n)} {what}, fewer than k; the "
+            f"largest k is {int(largest)}"
+        )
+
+
+def fraction_to_k(variances, total: float, fraction: float, where: str) -> int:
+    """The smallest k whose first k ``variances`` (descending) exceed ``fraction`` of
+    ``total``, scikit-learn's rule (``searchsorted(cumsum(ratio), fraction, "right") + 1``);
+    ValueError if all of them do not."""
+    cumulative = np.cumsum(np.asarray(variances) / total)
+    if not len(cumulative) or cumulative[-1] <= fraction:
+        held = float(cumulative[-1]) if len(cumulative) else 0.0
+        raise ValueError(
+            f"n_components={fraction}: {where} holds {held:.2%} of the variance, not more than "
+            f"{fraction:.2%}; pass a smaller fraction or an int"
+        )
+    return int(np.searchsorted(cumulative, fraction, side="right")) + 1
+
+
+def whitening(variances) -> np.ndarray:
+    """sqrt of the variances, those below float64 eps raised to it (scikit-learn's guard for
+    rank-deficient data: whitening must not divide by 0)."""
+    scale = np.sqrt(np.maximum(np.asarray(variances, dtype=np.float64), 0.0))
+    return np.maximum(scale, np.finfo(np.float64).eps)
+
+
+def release(checkpoint, keep: bool) -> None:
+    """Delete a successful fit's checkpoint unless the caller keeps it."""
+    if checkpoint is not None and not keep:
+        from .io import remove_directory
+
+        remove_directory(checkpoint, "checkpoint")
+
+
+def noise_variance(captured: np.ndarray, total: float, rank: int) -> float:
+    """Mean variance of the ``rank - k`` directions the k components leave (0 if none):
+    scikit-learn's ``noise_variance_``, the probabilistic PCA model's sigma^2."""
+    k = len(captured)
+    if k >= rank:
+        return 0.0
+    return max(float(total - np.sum(captured)), 0.0) / (rank - k)
+
+
+def _project(x, mu, W):
+    """``(x - mu) @ W`` in W's dtype."""
+    x = np.asarray(x)
+    with np.errstate(invalid="ignore", over="ignore"):  # such rows raise, named, instead
+        return (x.astype(W.dtype, copy=False) - mu) @ W
+
+
+def _project_block(x, mu, W, block_info=None):
+    """:func:`_project` of one Dask chunk, raising for NaN/inf rows with their row numbers."""
+    out = _project(x, mu, W)
+    check_finite_output(out, x, *row_origin(block_info))
+    return out
+
+
+def _loglik_block(x, features, mean, precision, const, block_info=None):
+    """Probabilistic PCA log-likelihood of each row of x (its columns ``features``)."""
+    x = np.asarray(x)
+    check_finite_input(x, *row_origin(block_info))
+    xr = x[:, features].astype(np.float64) - mean
+    return -0.5 * np.sum(xr * (xr @ precision), axis=1) + const
+
+
+def _reconstruct_block(y, B, mu):
+    return np.asarray(y, dtype=B.dtype) @ B + mu

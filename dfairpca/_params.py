@@ -1,0 +1,77 @@
+"""Parameter validation: each estimator declares a table, one function checks it at fit.
+
+Every estimator class has ``_parameter_rules``: for each ``__init__`` parameter (every
+one is listed, so the table is the complete contract) the rules its value must pass, in
+order.  :func:`validate_params` runs the table; it is the only parameter check, called
+at the start of ``fit``, ``partial_fit``, ``fit_statistics`` and when a saved model's
+parameters are read back.  This is scikit-learn's ``_parameter_constraints`` idea in a
+small form of our own (scikit-learn's implementation is private): a :class:`Rule` says
+what a value must be, and its error names that, e.g. ``"tradeoff must be a number in
+[0, 1]; got 1.5"``; a :class:`Check` raises its own error, for a helper that already
+validates or a rule that also reads other parameters.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ["Rule", "Check", "validate_params", "is_int", "is_real", "one_of", "int_at_least",
+           "SPLIT_EVERY", "TRADEOFF"]
+
+
+def is_int(v) -> bool:
+    """An integer that is not a bool (``True`` is an ``Integral`` to Python)."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def is_real(v) -> bool:
+    """A real number that is not a bool."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A test of one parameter's value; ``must_be`` completes "<name> must be ..."."""
+
+    accepts: Callable[[Any], bool]
+    must_be: str
+
+    def check(self, est, name: str, value) -> None:
+        if not self.accepts(value):
+            raise ValueError(f"{name} must be {self.must_be}; got {value!r}")
+
+
+@dataclass(frozen=True)
+class Check:
+    """A test that raises its own error: ``run(est, value)``."""
+
+    run: Callable[[Any, Any], None]
+
+    def check(self, est, name: str, value) -> None:
+        self.run(est, value)
+
+
+def one_of(options: tuple) -> Rule:
+    """The value is one of ``options`` (the error lists them)."""
+    return Rule(lambda v: v in options, f"one of {options}")
+
+
+def int_at_least(low: int) -> Rule:
+    """An integer (not a bool) >= ``low``."""
+    return Rule(lambda v: is_int(v) and v >= low, f"an integer >= {low}")
+
+
+#: rules two or more estimators share
+SPLIT_EVERY = [int_at_least(2)]
+TRADEOFF = [Rule(lambda t: is_real(t) and 0.0 <= t <= 1.0, "a number in [0, 1]")]
+
+
+def validate_params(est) -> None:
+    """Raise the first error of ``type(est)._parameter_rules`` (in table order) for the
+    parameters ``est`` holds."""
+    for name, rules in type(est)._parameter_rules.items():
+        value = getattr(est, name)
+        for rule in rules:
+            rule.check(est, name, value)
