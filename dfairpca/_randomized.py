@@ -35,18 +35,19 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg
 
 from . import _solvers
+from ._fairness import group_constraints, numeric_constraint_rows
 from ._system import rows_per_block
 from .moments import MAX_BAD_ROWS_REPORTED, AttributeMoments
 
 __all__ = ["FirstMoments", "RandomizedFit", "fit_randomized", "first_moments",
-           "resolve_iterated_power", "needs_dense_message", "N_OVERSAMPLES", "AUTO_RTOL"]
+           "resolve_iterated_power", "choose_svd_solver", "memory_budget", "needs_dense_message",
+           "N_OVERSAMPLES", "AUTO_RTOL"]
 
 #: scikit-learn's default oversampling: the block has k + 10 columns
 N_OVERSAMPLES = 10
@@ -484,62 +485,6 @@ def _corrected(G, V, m: FirstMoments, off, plan: _Plan, center: bool) -> np.ndar
     return G + np.outer(h, b @ V) + np.outer(b, h @ V) + m.n * np.outer(b, b @ V)
 
 
-# ----------------------------------------------------------------------------- constraints
-def constraint_rows(m: FirstMoments, names) -> np.ndarray:
-    """The group constraint rows of :meth:`FirstMoments.constraint_matrix`, with the rows of
-    groups whose mean is the overall mean to float64 rounding set to 0, with a warning for
-    each (the exact fit's rule, ``FairPCA._constraints``)."""
-    C = m.constraint_matrix()
-    if not m.attributes:
-        return C
-    counts = np.concatenate([a.counts for a in m.attributes]).astype(np.float64)
-    floor = m.deviation_floor()
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        dev = np.abs(C) / np.maximum(counts, 1.0)[:, None]
-    zero = (counts > 0) & np.all(dev <= floor[None, :], axis=1)
-    start = 0
-    for name, a in zip(names, m.attributes):
-        hit = np.flatnonzero(zero[start : start + a.n_groups])
-        start += a.n_groups
-        if hit.size:
-            labels = ", ".join(str(a.categories[i]) for i in hit)
-            word = "group" if hit.size == 1 else "groups"
-            warnings.warn(
-                f"{word} {labels} of {name}: the mean of each equals the overall mean to "
-                "float64 rounding in every feature (within 2 n eps of the feature's root mean "
-                "square, the rounding bound of means of these rows), so they impose no "
-                "constraint and none is kept for them", UserWarning, stacklevel=3,
-            )
-    C[zero] = 0.0
-    return C
-
-
-def numeric_constraint_rows(m: FirstMoments, keep: np.ndarray, names) -> np.ndarray:
-    """Rows ``sum (z - mean z)(x - mean x)`` of the numeric attributes against the features
-    ``keep``, in stored units; rounding rows set to 0 with a warning, a constant attribute an
-    error (the exact fit's rule, ``decomposition._numeric_constraints``)."""
-    num = m.numeric
-    C = m.cross[:, keep].copy()
-    zz = np.maximum(m.sq[num], 0.0)
-    ff = max(float(m.sq[keep].sum()), 0.0)
-    eps = float(np.finfo(np.float64).eps)
-    spread = np.ldexp(np.sqrt(zz / max(m.n, 1)), m.exponent)
-    for j, name in enumerate(names):
-        if spread[j] <= 2 * m.n * eps * abs(m.mean[num[j]]) or zz[j] == 0:
-            raise ValueError(f"{name} is constant over the rows fitted, so it tells no one apart; "
-                             "drop it from sensitive_feature_ids")
-    floor = 2.0 * m.n * m.precision * np.sqrt(zz * ff)
-    zero = _solvers.row_norms(C) <= floor
-    for j in np.flatnonzero(zero):
-        warnings.warn(
-            f"{names[j]}: its covariance with the features is float64 rounding (below "
-            f"{floor[j]:.2e} in the scatter's units), so it imposes no constraint and none is kept",
-            UserWarning, stacklevel=3,
-        )
-    C[zero] = 0.0
-    return C
-
-
 # ----------------------------------------------------------------------------- Krylov
 class _Krylov:
     """A block Krylov space of a symmetric PSD operator, grown by one block per pass.
@@ -675,21 +620,6 @@ def _check(k, n_oversamples, iterated_power) -> None:
         raise ValueError(f"iterated_power must be 'auto' or an integer >= 0; got {p!r}")
 
 
-def _scales(m: FirstMoments):
-    """(sd in the stored units, true scale) of standardisation: the exact fit's rule
-    (``_space``): the population sd, features whose variance is within the rounding of
-    their mean left unscaled."""
-    e = m.exponent
-    var = np.maximum(m.sq / m.n, 0.0)
-    with np.errstate(over="ignore", under="ignore"):
-        noise = (2.0 * m.n * np.finfo(np.float64).eps * np.ldexp(m.mean, -e)) ** 2
-    sd = np.sqrt(var)
-    sd[var <= noise] = 1.0
-    scale = np.ldexp(sd, e)
-    scale[scale == 0] = 1.0
-    return sd, scale
-
-
 def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, numeric=(),
                    standard: bool = False, center: bool = True, standardize: bool = False,
                    dtype=None, n_oversamples: int = N_OVERSAMPLES, iterated_power="auto",
@@ -750,10 +680,14 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
     m = full.columns(keep) if len(numeric) else full
 
     # the fitted space: standardisation and the constraint basis
-    sd, scale = _scales(m) if standardize else (None, None)
-    C = constraint_rows(m, names[:p]) if p else np.zeros((0, d))
+    sd, scale = _solvers.standard_scale(m.n, m.mean, m.sq, m.exponent) if standardize else (None, None)
+    # the exact fit's rules on the same first-order fields (FirstMoments has Moments' API)
+    C = group_constraints(m, names[:p]) if p else np.zeros((0, d))
     if len(numeric):
-        C = np.vstack([C, numeric_constraint_rows(full, keep, names[p:])])
+        num = full.numeric
+        C = np.vstack([C, numeric_constraint_rows(
+            full.cross[:, keep], full.sq[num], full.sq[keep].sum(), full.mean[num], n,
+            full.exponent, full.precision, names[p:])])
     if scale is not None:
         C = C / scale[None, :]
     Q = _solvers.constraint_basis(C) if len(C) else np.zeros((d, 0))
@@ -859,3 +793,51 @@ def needs_dense_message(what: str, d: int, matrices: int, alternative: str) -> s
     return (f"{what} has no matrix-free form: it needs {matrices} d x d float64 matrices "
             f"({matrices} x {d:,}^2 x 8 bytes = {gb:,.0f} GB); use svd_solver='full' (the exact "
             f"one-pass solve) where that memory exists, or {alternative}")
+
+
+# ----------------------------------------------------------------------------- svd_solver="auto"
+#: the exact fit holds about this many d x d float64 matrices at its peak (the pass's sum,
+#: its completion, the solve's copy and LAPACK's work): 1.25 GB measured at d = 6,400
+EXACT_COPIES = 4
+#: a pass of the randomized fit costs, per element of X, its decode and conversion (what
+#: about 600 flops of the exact pass's syrk take: 0.7 s against 7.8 s per 20,000 rows of the
+#: Zarr CelebA store at d = 6,400, one thread) plus its two thin products, 4 (k + p) flops at
+#: 1.5 times syrk's time per flop (0.44 s for k + p = 60)
+READ_FLOPS = 600
+PRODUCT_FLOPS = 6
+#: the passes "auto" plans for: iterated_power="auto" stopped after 4 or 5 on the CelebA
+#: benchmark at k = 50
+PLANNED_PASSES = 5
+
+
+def choose_svd_solver(d: int, k: int, n_oversamples: int, budget: int) -> str:
+    """``svd_solver="auto"``'s choice for an int k: "randomized" when the exact fit's d x d
+    matrices do not fit ``budget`` bytes (``EXACT_COPIES * 8 d^2``), or when its passes
+    cost less than the exact pass, both in syrk flops per row of X:
+    ``PLANNED_PASSES * (READ_FLOPS + PRODUCT_FLOPS (k + p)) d < d^2``; else the exact
+    "covariance_eigh".  At d = 6,400 that is randomized up to k = 100 (p = 10), exact above;
+    at d = 116,412 (CelebA in colour) randomized always."""
+    if EXACT_COPIES * 8 * d * d > budget:
+        return "randomized"
+    per_row = PLANNED_PASSES * (READ_FLOPS + PRODUCT_FLOPS * (k + n_oversamples))
+    return "randomized" if per_row < d else "covariance_eigh"
+
+
+def memory_budget() -> int:
+    """Bytes a fit may hold: half the memory available here, and with an active
+    ``distributed.Client`` half the smallest worker's memory limit (the exact pass keeps a
+    d x d sum on every worker)."""
+    import psutil
+
+    budget = psutil.virtual_memory().available // 2
+    try:
+        from distributed import get_client
+
+        limits = [w.get("memory_limit") or 0
+                  for w in get_client().scheduler_info()["workers"].values()]
+    except (ImportError, ValueError):
+        limits = []
+    if limits and min(limits) > 0:
+        budget = min(budget, min(limits) // 2)
+    return int(budget)
+

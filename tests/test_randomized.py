@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 import scipy.linalg
 
+import dfairpca
 import oracle
 from dfairpca import _solvers
 from dfairpca._randomized import (
-    AUTO_RTOL, first_moments, fit_randomized, needs_dense_message, resolve_iterated_power,
+    AUTO_RTOL, choose_svd_solver, first_moments, fit_randomized, needs_dense_message,
+    resolve_iterated_power,
 )
 from dfairpca._validation import encode_groups
 from dfairpca.decomposition import FairPCA
@@ -299,3 +301,82 @@ def test_first_moments_match_numpy():
     np.testing.assert_allclose(m.group_means(0) - 1e6, gm, atol=1e-8)
     np.testing.assert_array_equal(m.attributes[0].counts, np.bincount(groups[0]))
     assert scipy.linalg.norm(m.constraint_matrix().sum(0)) < 1e-6
+
+
+# ----------------------------------------------------------------------------- the estimators
+@pytest.mark.parametrize("kw", [dict(), dict(tradeoff=0.3, whiten=True), dict(standardize=True),
+                                dict(constraint="equal_opportunity")])
+def test_fairpca_randomized_is_the_exact_fit(kw):
+    X, groups = oracle.make_data(2000, 60, (2, 3), seed=14)
+    y = np.random.default_rng(1).integers(0, 2, len(X))
+    args = dict(sensitive_features=groups)
+    exact = FairPCA(5, **kw).fit(X, y, **args)
+    est = FairPCA(5, svd_solver="randomized", iterated_power=5, random_state=0, **kw).fit(X, y, **args)
+    assert est.fitted_svd_solver_ == "randomized" and exact.fitted_svd_solver_ == "covariance_eigh"
+    assert est.n_passes_ <= 7
+    assert est.fairness_violation_ <= _solvers.FAIRNESS_TOLERANCE
+    np.testing.assert_allclose(est.components_, exact.components_, atol=1e-8)
+    np.testing.assert_allclose(est.transform(X), exact.transform(X), rtol=1e-7, atol=1e-7)
+    for a in ("explained_variance_", "explained_variance_ratio_", "singular_values_",
+              "noise_variance_", "mean_", "max_components_", "n_constraints_",
+              "n_samples_seen_", "n_features_in_"):
+        np.testing.assert_allclose(getattr(est, a), getattr(exact, a), rtol=1e-9, err_msg=a)
+    for a, b in zip(est.group_means_, exact.group_means_):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    if kw.get("tradeoff"):
+        np.testing.assert_allclose(est.standard_components_, exact.standard_components_, atol=1e-8)
+
+
+def test_pca_randomized_on_dask_with_a_numeric_attribute_column(client):
+    X, groups = oracle.make_data(2400, 50, (2,), seed=15)
+    Xz = np.column_stack([groups[0].astype(float), X])
+    Xd = da.from_array(Xz, chunks=(300, -1))
+    exact = FairPCA(4, sensitive_feature_ids=[0]).fit(Xz)
+    est = FairPCA(4, sensitive_feature_ids=[0], svd_solver="randomized", iterated_power=5,
+                  random_state=0).fit(Xd)
+    np.testing.assert_allclose(est.components_, exact.components_, atol=1e-8)
+    assert isinstance(est.transform(Xd), da.Array)
+    pca = dfairpca.PCA(4, svd_solver="randomized", iterated_power=5, random_state=0).fit(
+        da.from_array(X, chunks=(300, -1)))
+    np.testing.assert_allclose(pca.components_, dfairpca.PCA(4).fit(X).components_, atol=1e-8)
+
+
+def test_auto_chooses_by_memory_and_cost():
+    assert choose_svd_solver(6400, 50, 10, 1 << 40) == "randomized"  # cheaper passes
+    assert choose_svd_solver(6400, 400, 10, 1 << 40) == "covariance_eigh"  # k large
+    assert choose_svd_solver(500, 5, 10, 1 << 40) == "covariance_eigh"  # d small
+    assert choose_svd_solver(500, 5, 10, 4 * 8 * 500 * 500 - 1) == "randomized"  # d x d too big
+    X, groups = oracle.make_data(300, 20, (2,), seed=16)
+    assert FairPCA(3).fit(X, sensitive_features=groups).fitted_svd_solver_ == "covariance_eigh"
+    rng = np.random.default_rng(0)
+    Xw = rng.normal(size=(120, 40)) @ rng.normal(size=(40, 4000))  # d = 4,000, k = 3: passes
+    est = dfairpca.PCA(3, random_state=0).fit(Xw)
+    assert est.fitted_svd_solver_ == "randomized"
+    ref = dfairpca.PCA(3, svd_solver="full").fit(Xw)
+    got, best = est.explained_variance_.sum(), ref.explained_variance_.sum()
+    assert best * (1 - 1e-4) <= got <= best * (1 + 1e-9)  # iterated_power="auto": gap <= 1e-4
+
+
+def test_estimator_refusals_name_the_fix(tmp_path):
+    X, groups = oracle.make_data(300, 20, (2,), seed=17)
+    z = groups[0]
+    rnd = dict(svd_solver="randomized", random_state=0)
+    with pytest.raises(ValueError, match="needs n_components as an int, got None"):
+        FairPCA(**rnd).fit(X, sensitive_features=z)
+    with pytest.raises(ValueError, match="needs n_components as an int, got 0.9"):
+        dfairpca.PCA(0.9, **rnd).validate_fit(X)
+    with pytest.raises(ValueError, match=r"Fair PCA-S.*3 d x d float64 matrices.*equalize_covariance=None"):
+        FairPCA(3, equalize_covariance=0.5, **rnd).validate_fit(X, sensitive_features=z)
+    with pytest.raises(ValueError, match="not checkpointed.*svd_solver='full'"):
+        FairPCA(3, **rnd).fit(X, sensitive_features=z, checkpoint=tmp_path / "ck")
+    assert not (tmp_path / "ck").exists()
+    with pytest.raises(ValueError, match="partial_fit.*svd_solver='full'"):
+        FairPCA(3, **rnd).partial_fit(X, sensitive_features=z)
+    est = FairPCA(3, **rnd).fit(X, sensitive_features=z)
+    est.set_params(svd_solver="auto")
+    with pytest.raises(ValueError, match="fitted by randomized passes.*svd_solver='full'"):
+        est.partial_fit(X, sensitive_features=z)
+    with pytest.raises(ValueError, match="save it without statistics=True"):
+        est.save(tmp_path / "m", statistics=True)
+    est.save(tmp_path / "m")
+    np.testing.assert_array_equal(dfairpca.load(tmp_path / "m").transform(X), est.transform(X))
