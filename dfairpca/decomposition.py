@@ -145,7 +145,7 @@ class PCA(LinearDecomposition):
         X's column names when X was a DataFrame with text column names.
     statistics_ : Moments or FirstMoments
         The additive statistics the model was solved from (a randomized fit's are
-        first-order only: :class:`dfairpca._randomized.FirstMoments`).
+        first-order only: :class:`dfairpca._thin_pass.FirstMoments`).
     fitted_svd_solver_ : {"covariance_eigh", "randomized"}
         The solve the fit ran (what ``svd_solver="auto"`` chose).
     n_passes_ : int

@@ -14,9 +14,9 @@ import dfairpca
 import oracle
 from dfairpca import _solvers
 from dfairpca._randomized import (
-    AUTO_RTOL, choose_svd_solver, first_moments, fit_randomized, needs_dense_message,
-    resolve_iterated_power,
+    AUTO_RTOL, choose_svd_solver, fit_randomized, needs_dense_message, resolve_iterated_power,
 )
+from dfairpca._thin_pass import first_moments
 from dfairpca._validation import encode_groups
 from dfairpca.decomposition import FairPCA
 

@@ -150,6 +150,10 @@ def test_no_import_cycle_among_dfairpca_modules():
     # the core never imports the estimators
     ("dfairpca.moments", {"dfairpca.decomposition", "dfairpca.kernel", "dfairpca._base"}),
     ("dfairpca._solvers", {"dfairpca.decomposition", "dfairpca.kernel", "dfairpca._base"}),
+    ("dfairpca._randomized", {"dfairpca.decomposition", "dfairpca.kernel", "dfairpca._base",
+                              "dfairpca._linear"}),
+    ("dfairpca._thin_pass", {"dfairpca.decomposition", "dfairpca.kernel", "dfairpca._base",
+                             "dfairpca._linear", "dfairpca._randomized"}),
 ])
 def test_imports_go_down_the_layers(module, forbidden):
     graph = _graph()
