@@ -120,13 +120,14 @@ class Reference:
         import dfairpca
 
         with dask.config.set(scheduler="threads", num_workers=2):
-            ref = dfairpca.FairPCA(k, compute_dtype="float64", eigen_solver="dense").fit(
+            ref = dfairpca.FairPCA(k, svd_solver="full", compute_dtype="float64",
+                                   eigen_solver="dense").fit(
                 dfairpca.from_zarr(store, "images"), sensitive_features=groups(store))
         m = ref.statistics_
         self.S = m.scatter / (m.n - 1)
         self.Q = ref.constraint_basis_
         self.optimum = {True: self.captured(ref.components_),
-                        False: self.captured(dfairpca.PCA(k, eigen_solver="dense")
+                        False: self.captured(dfairpca.PCA(k, svd_solver="full", eigen_solver="dense")
                                              .fit_statistics(m).components_)}
 
     def captured(self, U):
