@@ -126,12 +126,14 @@ def resolve_iterated_power(iterated_power, k: int, n: int, d: int) -> int:
 
 
 def _random_block(random_state, shape) -> np.ndarray:
-    """A standard normal block from None, an int (a RandomState, as scikit-learn seeds it),
-    a RandomState or a Generator."""
-    if random_state is None or isinstance(random_state, numbers.Integral):
-        from sklearn.utils import check_random_state
-
-        random_state = check_random_state(random_state)
+    """A standard normal block from an int (a RandomState, as scikit-learn seeds it), a
+    RandomState or a Generator.  None is the seed 0, not numpy's global generator as in
+    scikit-learn: two fits of the same data give identical components, also when
+    ``svd_solver="auto"`` chose this solve for the user."""
+    if random_state is None:
+        random_state = 0
+    if isinstance(random_state, numbers.Integral):
+        random_state = np.random.RandomState(random_state)
     return random_state.standard_normal(shape)
 
 

@@ -104,7 +104,8 @@ class PCA(LinearDecomposition):
         cost little per pass and can save one: see benchmarks/results/randomized_202599.md).
     random_state : None, int or numpy random generator, default None
         Randomized solve: the seed of its Gaussian start block (an int seeds a
-        RandomState, as in scikit-learn).
+        RandomState, as in scikit-learn).  None is the seed 0, so that two fits of the same
+        data give identical components (scikit-learn draws from numpy's global generator).
     center : bool, default True
         Subtract the mean.  ``False`` uses the uncentred ``X^T X`` (the paper's formula).
     standardize : bool, default False

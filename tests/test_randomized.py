@@ -213,6 +213,8 @@ def test_same_random_state_same_components_other_state_same_subspace():
     b = _fit(X, groups, 4, iterated_power=4, random_state=3)
     c = _fit(X, groups, 4, iterated_power=4, random_state=np.random.RandomState(4))
     np.testing.assert_array_equal(a.components, b.components)
+    np.testing.assert_array_equal(_fit(X, groups, 4, iterated_power=4).components,
+                                  _fit(X, groups, 4, iterated_power=4, random_state=0).components)
     np.testing.assert_allclose(a.components, c.components, atol=1e-7)  # signs fixed
 
 
