@@ -194,17 +194,22 @@ def main(argv=None):
             "tag": f"rnd_{q}_{p}",
             "params": {"svd_solver": "randomized", "iterated_power": q, "n_oversamples": p}},
             args, store, ref, True))
-    target = auto.get("gap", 1e-4)
+    target, best, worse = auto.get("gap", 1e-4), np.inf, 0
     for q in range(args.daskml_max + 1):  # raise dask-ml's power until its gap is as small
         r = run("daskml", {"label": f"dask-ml PCA randomized (iterated_power={q})", "tag": f"dml_{q}",
                            "q": q}, args, store, ref, False)
-        if "error" in r:  # float32 power iterations can overflow in dask's SVD: float64 then
+        if "error" in r:  # its float32 power iterations can fail in LAPACK: float64 then
             rows.append(r)
             r = run("daskml", {"label": f"dask-ml PCA randomized (iterated_power={q}, float64)",
                                "tag": f"dml_{q}_64", "q": q, "dtype": "float64"}, args, store, ref,
                     False)
         rows.append(r)
-        if "error" not in r and r["gap"] <= target:
+        if "error" in r or r["gap"] <= target:
+            break
+        # its power iterations are not re-orthonormalised: past some q the gap grows again
+        worse = worse + 1 if r["gap"] >= best else 0
+        best = min(best, r["gap"])
+        if worse == 2:
             break
     write(rows, args)
 
@@ -232,16 +237,23 @@ def write(rows, args):
         lines.append(f"| {r['method']} | {r.get('solver', '—')} | {r['passes']} | {r['fit_s']:.1f} | "
                      f"{ratio} | {r['peak_rss_gb']:.2f} | {r['gap']:.1e} | {r['fair']:.0e} |")
     auto = next((r for r in rows if r["opts"]["tag"] == "auto" and "error" not in r), None)
-    match = [r for r in rows if r["kind"] == "daskml" and "error" not in r and auto
-             and r["gap"] <= auto["gap"]]
     if exact and auto:
         lines += ["", f"Target (issue 14): FairPCA(svd_solver='auto') ran {auto['solver']} in "
                   f"{auto['fit_s'] / exact['fit_s']:.2f} of the exact fit's time (at most 0.5) with a "
-                  f"gap of {auto['gap']:.1e} (at most 1e-4); "
-                  + (f"dask-ml needs iterated_power={match[0]['opts']['q']} for a gap as small, "
-                     f"{match[0]['fit_s']:.1f} s ({match[0]['fit_s'] / auto['fit_s']:.2f}x FairPCA's "
-                     "time), and keeps the group-mean gap." if match else
-                     "dask-ml did not reach that gap within --daskml-max.")]
+                  f"gap of {auto['gap']:.1e} (at most 1e-4)."]
+    dml = [r for r in rows if r["kind"] == "daskml" and "error" not in r]
+    if dml and auto:
+        best = min(dml, key=lambda r: r["gap"])
+        ours = min((r for r in rows if r["kind"] == "fairpca" and "error" not in r
+                    and r["opts"]["tag"] != "exact" and r["gap"] <= best["gap"]),
+                   key=lambda r: r["fit_s"], default=None)
+        lines += ["", f"dask-ml: its smallest gap, {best['gap']:.1e}, took {best['method']}, "
+                  f"{best['fit_s']:.1f} s" + ("" if best["gap"] <= auto["gap"] else
+                                              f" (it does not reach FairPCA auto's {auto['gap']:.1e})")
+                  + (f"; the fastest FairPCA fit at least as close to its optimum is "
+                     f"{ours['method']}, {ours['fit_s']:.1f} s ({best['fit_s'] / ours['fit_s']:.1f}x "
+                     "faster), and it is fair where dask-ml keeps the group-mean gap."
+                     if ours else ".")]
     lines += ["", "Gaps: fair methods to the fair optimum, dask-ml to the PCA optimum (it is not "
               "fair: see max abs(U q), the share of the Eyeglasses mean difference it keeps). "
               "Passes: the randomized fit's first pass also computes the statistics; dask-ml's "
