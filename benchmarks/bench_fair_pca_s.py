@@ -61,11 +61,9 @@ def main(argv=None):
     if args.one is not None:
         print(json.dumps(one(str(store), args.k, None if args.one == "none" else float(args.one))))
         return
-    if not store.exists():
-        from dfairpca.celeba import synth_celeba
+    from dfairpca.celeba import ensure_store
 
-        store.parent.mkdir(parents=True, exist_ok=True)
-        synth_celeba(store, n=args.n, progress=False)
+    ensure_store(store, args.n, progress=False)
     rows = []
     for eq in ("none", "0.5"):
         p = subprocess.run([sys.executable, __file__, "--one", eq, "--n", str(args.n), "--k",

@@ -269,14 +269,11 @@ def main(argv=None):
         n = args.n[0]
         print(json.dumps(run_one(args.one, store_path(args, n), n, args.k)))
         return
-    from dfairpca.celeba import synth_celeba
+    from dfairpca.celeba import ensure_store
 
-    Path(args.dir).mkdir(parents=True, exist_ok=True)
     rows = []
     for n in args.n:
-        store = store_path(args, n)
-        if not store.exists():
-            synth_celeba(store, n=n, progress=False)
+        store = ensure_store(store_path(args, n), n, progress=False)
         for method in args.methods:
             cmd = [sys.executable, __file__, "--one", method, "--n", str(n), "--k", str(args.k),
                    "--dir", args.dir]

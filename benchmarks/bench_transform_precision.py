@@ -46,11 +46,9 @@ def main(argv=None):
     import scipy.linalg
     import zarr
 
-    from dfairpca.celeba import synth_celeba
+    from dfairpca.celeba import ensure_store
 
-    store = Path(args.dir) / f"synthetic_celeba_{args.n}.zarr"
-    if not store.exists():
-        synth_celeba(store, n=args.n, progress=False)
+    store = ensure_store(Path(args.dir) / f"synthetic_celeba_{args.n}.zarr", args.n, progress=False)
     z = attribute_column(store, "Eyeglasses")
     X = dfairpca.from_zarr(store, "images")
     lines = [f"Command: `python benchmarks/bench_transform_precision.py --n {args.n} --k {args.k}`", ""]

@@ -66,11 +66,9 @@ def main(argv=None):
     ap.add_argument("--skip", nargs="*", default=[])
     ap.add_argument("--out", default=str(HERE / "results" / "eigensolvers"))
     args = ap.parse_args(argv)
-    from dfairpca.celeba import synth_celeba
+    from dfairpca.celeba import ensure_store
 
-    store = Path(args.dir) / f"synthetic_celeba_{args.n}.zarr"
-    if not store.exists():
-        synth_celeba(store, n=args.n, progress=False)
+    store = ensure_store(Path(args.dir) / f"synthetic_celeba_{args.n}.zarr", args.n, progress=False)
     S, Q = problem(store, args.n)
     rows = []
     for name, f in solvers(S, Q, args.k).items():

@@ -42,7 +42,7 @@ from fairlearn.metrics import demographic_parity_difference
 from sklearn.metrics.pairwise import rbf_kernel
 from sklearn.svm import SVC
 
-from dfairpca.celeba import attribute_column, open_celeba, synth_celeba
+from dfairpca.celeba import attribute_column, ensure_store, open_celeba
 from dfairpca.kernel import FairKernelPCA
 
 RESULTS = Path(__file__).resolve().parent / "results" / "kernel_nystroem.md"
@@ -51,11 +51,7 @@ LANDMARKS = (100, 250, 500, 1000, 2000, 5000)
 
 def load_faces(store: Path, n_total: int, size: int):
     """(X uint8 (n_total, size^2), eyeglasses, smiling), writing the store if missing."""
-    if not store.exists():
-        synth_celeba(store, n=n_total, size=size, seed=0, progress=False)
-    images, _, _ = open_celeba(store)
-    if images.shape[0] != n_total or images.shape[1] != size:
-        raise ValueError(f"{store} holds {images.shape}; expected ({n_total}, {size}, {size})")
+    images, _, _ = open_celeba(ensure_store(store, n_total, seed=0, size=size, progress=False))
     X = np.asarray(images[:]).reshape(n_total, -1)
     return X, attribute_column(store, "Eyeglasses"), attribute_column(store, "Smiling")
 

@@ -133,13 +133,13 @@ def summarize(tasks, logs, moments) -> dict:
 
 
 #: names of the tasks whose results are running sums (a chain's fold, a merge of sums)
-PARTIALS = ("_fold", "_merge_list")
+PARTIALS = ("_fold", "combine")
 
 
 def partial_bytes(d: int, m=None) -> int:
     """Bytes of one running sum as it travels: upper-triangle panels of the d x d scatter,
     the mean and the group deviations."""
-    from dfairpca.moments import UpperPanels
+    from dfairpca._accumulator import UpperPanels
 
     n = UpperPanels(d).nbytes + 8 * d
     if m is not None:
@@ -170,7 +170,7 @@ def calibrate(single: dict, args, n_chunks: int) -> dict:
 
 
 def _time_add(d: int) -> float:
-    from dfairpca.moments import UpperPanels
+    from dfairpca._accumulator import UpperPanels
 
     a, b = UpperPanels(d), UpperPanels(d)
     t0 = time.perf_counter()
@@ -220,7 +220,7 @@ def report(args, results, n_chunks, notes) -> str:
         f"groups. The pass runs one chain per worker thread: each `_fold` task reads one chunk "
         "from the store, forms its float32 Gram matrix and adds it into the chain's running "
         f"float64 sum in place; the sums ({P / 1e6:.1f} MB each: the upper triangle) are then "
-        "merged (`_merge_list`). *pass*: first task start to last task end on the workers (the "
+        "merged (`combine`). *pass*: first task start to last task end on the workers (the "
         "scheduler's task stream); *rest*: the remainder of the fit (building the graph, "
         "fetching the result, the local eigensolve). *Sums moved*: running sums the workers "
         "fetched from each other (their `transfer_incoming_log`); *bytes* counts them at "
@@ -236,7 +236,7 @@ def report(args, results, n_chunks, notes) -> str:
             f"| {r['workers']} x {r['threads']} | "
             f"{r['fit']:.2f} | {r['pass_']:.2f} | {r['rest']:.2f} | "
             f"{single['pass_'] / r['pass_']:.2f} | {r['tasks'].get('_fold', 0)} | "
-            f"{r['tasks'].get('_merge_list', 0)} | {other} | {r['moved_partials']} | "
+            f"{r['tasks'].get('combine', 0)} | {other} | {r['moved_partials']} | "
             f"{r['moved_bytes'] / 1e6:.0f} MB | {r['dask_counted_bytes']:,} B |"
         )
     lines += [

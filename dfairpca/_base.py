@@ -89,7 +89,8 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
     def _write(self, path, overwrite: bool, statistics=None) -> Path:
         """Write the model (and ``statistics``, a Moments, beside it) atomically."""
-        from .io import atomic_directory, save_arrays
+        from ._writes import atomic_directory
+        from .io import save_arrays
 
         self._check_fitted()
         self._check_savable()

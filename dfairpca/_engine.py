@@ -1,31 +1,87 @@
-"""The one pass: reduce :class:`~dfairpca.moments.Moments` over the row chunks of X.
+"""The one pass: the reduction of ``dfairpca._accumulator`` over the row chunks of X.
 
 numpy input is walked block by block in this process.  Dask input becomes one chain of
 tasks per worker thread: each task reads one row chunk (e.g. from Zarr), computes its
-statistics in the compute dtype and adds them in place to the chain's running float64 sum,
-which stays on its worker; the few sums are merged at the end (fan-in ``split_every``) and
-only the result, the upper triangle of a d x d matrix, travels to the caller.  What a
-worker holds is therefore its threads' sums and the chunks at hand, independent of n, and
-nothing of size n x d is ever gathered.
-The computation runs on the active ``distributed.Client`` when there is one (the Dask
-convention), otherwise on Dask's default scheduler.
+sums in the compute dtype (``chunk``) and adds them in place to the chain's running float64
+total (``combine``), which stays on its worker; the few totals are combined at the end
+(fan-in ``split_every``) and only the result, the upper triangle of a d x d matrix,
+travels to the caller, who completes it (``finalize``).  What a worker holds is therefore
+its threads' sums and the chunks at hand, independent of n, and nothing of size n x d is
+ever gathered.  The computation runs on the active ``distributed.Client`` when there is
+one (the Dask convention), otherwise on Dask's default scheduler.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import _accumulator
+from ._accumulator import RunningTotal
 from ._system import cpu_count, rows_per_block
-from .moments import Moments, UpperPanels, merge
+from .moments import Moments
 
 __all__ = ["compute_moments"]
 
-#: bytes of input per block when walking a numpy array
 #: data shared by every chunk (pickled size) up to which it is copied into each fold task
 SHARED_INLINE_BYTES = 1 << 20
 
 
 def compute_moments(
+    X,
+    *,
+    sensitive_features=None,
+    mask=None,
+    dtype=np.float64,
+    split_every: int = 8,
+    group_scatter: bool = False,
+    progress: bool = False,
+    row_offset: int = 0,
+) -> Moments:
+    """Statistics of all rows of X (numpy or Dask, 2-D) in one chunked pass.
+
+    Parameters
+    ----------
+    X : array of shape (n, d), numpy or Dask
+        Dask input is reduced on the active ``distributed.Client`` (else Dask's default
+        scheduler), its row chunks read where they are folded; nothing of size n x d is
+        gathered.
+    sensitive_features : array-like of shape (n,) or (n, p), or DataFrame, optional
+        Group labels of every row for each protected attribute, of any type (as
+        :meth:`dfairpca.FairPCA.fit` takes them); a small in-memory array.
+    mask : bool array of shape (n,), optional
+        Rows to use (equal opportunity keeps only the rows with ``y == 1``).
+    dtype : numpy float dtype, default float64
+        Dtype of the chunks' products (float32 for images); float64 sums regardless.
+    split_every : int, default 8
+        Fan-in of the merges of the pass's running sums (one per worker thread).
+    group_scatter : bool, default False
+        Also keep every group's scatter matrix (Fair PCA-S).
+    progress : bool, default False
+        Show a progress bar.
+    row_offset : int, default 0
+        Global index of X's first row (for the NaN report when X is a slice).
+
+    Returns
+    -------
+    Moments
+    """
+    codes, categories = None, ()
+    if sensitive_features is not None:
+        from ._groups import encode_groups
+
+        g = encode_groups(sensitive_features, np.shape(X)[0], mask=mask, require_two=False)
+        codes, categories = g.codes, g.categories
+    return coded_moments(X, codes, categories, mask=mask, dtype=dtype, split_every=split_every,
+                         group_scatter=group_scatter, progress=progress, row_offset=row_offset)
+
+
+def coded_moments(X, codes=None, categories=(), **kw) -> Moments:
+    """:func:`compute_moments` of groups already encoded: ``codes`` (n, p) indices into
+    ``categories`` (p label arrays), the estimators' route; ``kw`` as :func:`run_pass`."""
+    return run_pass(X, codes, categories, **kw).finalize()
+
+
+def run_pass(
     X,
     codes=None,
     categories=(),
@@ -37,18 +93,14 @@ def compute_moments(
     progress: bool = False,
     row_offset: int = 0,
     n_chains: int | None = None,
-    symmetric: bool = True,
-) -> Moments:
-    """Statistics of all rows of X (numpy or Dask, 2-D) in one chunked pass.
+) -> RunningTotal:
+    """The pass itself: the running total of all rows of X, for a caller that goes on
+    adding to it (the checkpointed pass) or finalizes it.
 
     ``codes`` (n, p) and ``mask`` (n,) are small numpy arrays; they are sliced to each
-    chunk.  See :meth:`Moments.from_chunk` for the meaning of the arguments; ``row_offset``
-    is the global index of X's first row (for the NaN report when X is a slice).
-    ``n_chains`` is how many running sums a Dask pass keeps (default: one per thread of
-    the active Client's workers, or of Dask's local pool); ``split_every`` is the fan-in of
-    the merges of those sums.  ``symmetric=False`` returns the running total as a pass
-    keeps it (upper triangle in :class:`~dfairpca.moments.UpperPanels`, ``upper=True``),
-    for a caller that goes on merging into it (the checkpointed pass).
+    chunk.  ``n_chains`` is how many running sums a Dask pass keeps (default: one per
+    thread of the active Client's workers, or of Dask's local pool); ``split_every`` is
+    the fan-in of the merges of those sums.  Other arguments as :func:`compute_moments`.
     """
     import dask.array as da
 
@@ -70,14 +122,12 @@ def compute_moments(
             starts = tqdm(starts, desc="pass", unit="block")
         for s in starts:
             e = min(n, s + rows)
-            part = Moments.from_chunk(X[s:e], _sl(codes, s, e), mask=_sl(mask, s, e), row_offset=row_offset + s,
-                                      symmetric=False, **kw)
-            # the running float64 sum is ours: add each block into it in place
-            total = part if total is None else merge([total, part], reuse_first=True)
-        if symmetric:
-            return total.symmetrize()
-        if total.upper and not isinstance(total.scatter, UpperPanels):
-            total = merge([total])  # a single block: into panels like any other running total
+            part = _accumulator.chunk(X[s:e], row_slice(codes, s, e), mask=row_slice(mask, s, e),
+                                      row_offset=row_offset + s, **kw)
+            # the running float64 sum is ours: each block is added into it in place
+            total = _accumulator.combine([part] if total is None else [total, part])
+        if total is None:  # no rows: the sums of an empty chunk
+            total = _accumulator.combine([_accumulator.chunk(X, None, **kw)])
         return total
 
     import dask
@@ -93,7 +143,7 @@ def compute_moments(
     # into a single running sum (upper-triangle float64 panels updated in place), so what a
     # process holds is its threads' sums plus the chunk at hand, whatever n is
     slots = _worker_slots()  # one entry per thread of the active Client's workers
-    width = max(1, min(len(blocks), n_chains or len(slots) or _local_threads()))
+    width = max(1, min(len(blocks), n_chains or threads()))
     fold = delayed(_fold, pure=True)
     parts = []
     for c, run in enumerate(np.array_split(np.arange(len(blocks)), width)):
@@ -104,19 +154,18 @@ def compute_moments(
         with dask.annotate(**where):
             for i in run:
                 s, e = bounds[i], bounds[i + 1]
-                acc = fold(acc, blocks[i], shared, _sl(codes, s, e), _sl(mask, s, e),
+                acc = fold(acc, blocks[i], shared, row_slice(codes, s, e), row_slice(mask, s, e),
                            row_offset + int(s), kw)
         parts.append(acc)
-    merge_fn = delayed(_merge_list, pure=True)
+    combine = delayed(_accumulator.combine, pure=True)
     while len(parts) > 1:  # the chains' sums: a tree of fan-in split_every, in place
-        parts = [merge_fn(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
+        parts = [combine(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
     root = parts[0]
-    # the sum travels as upper-triangle panels (half the bytes) and is completed here
+    # the sum travels as upper-triangle panels (half the bytes); the caller completes it
     if progress:
-        result = _compute_with_progress(root)
-    else:
-        (result,) = dask.compute(root)
-    return result.symmetrize() if symmetric else result
+        return _compute_with_progress(root)
+    (result,) = dask.compute(root)
+    return result
 
 
 def _block_sources(X) -> tuple[list, dict]:
@@ -187,6 +236,11 @@ def _worker_slots() -> list:
     return [addr for addr, t in sorted(nthreads.items()) for _ in range(t)]
 
 
+def threads() -> int:
+    """Threads of the active distributed cluster, else of Dask's local pool."""
+    return len(_worker_slots()) or _local_threads()
+
+
 def _local_threads() -> int:
     """Threads of Dask's local scheduler (the default threaded pool unless configured)."""
 
@@ -197,20 +251,17 @@ def _local_threads() -> int:
     return int(dask.config.get("num_workers", None) or cpu_count())
 
 
-def _sl(a, s, e):
+def row_slice(a, s: int, e: int):
+    """Rows ``s:e`` of a per-row array (codes, mask), or None."""
     return None if a is None else a[s:e]
 
 
 def _fold(acc, block, shared, codes, mask, offset, kw):
-    """Add one chunk's statistics to a chain's running sum (in place) or start the chain."""
+    """Add one chunk's sums to a chain's running total (in place) or start the chain."""
     if isinstance(block, _Block):
         block = block.compute(shared)
-    part = Moments.from_chunk(block, codes, mask=mask, row_offset=offset, symmetric=False, **kw)
-    return merge([part] if acc is None else [acc, part], reuse_first=acc is not None)
-
-
-def _merge_list(parts):
-    return merge(parts, reuse_first=True)
+    part = _accumulator.chunk(block, codes, mask=mask, row_offset=offset, **kw)
+    return _accumulator.combine([part] if acc is None else [acc, part])
 
 
 def _compute_with_progress(root):

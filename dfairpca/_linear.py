@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _solvers
 from ._base import Estimator
-from ._engine import compute_moments
+from ._engine import coded_moments
 from ._params import SPLIT_EVERY, Check, Rule, int_at_least, is_int, one_of
 from ._saved import check_linear_values, linear_layout, load_statistics
 from ._system import rows_per_block
@@ -171,15 +171,15 @@ class LinearDecomposition(Estimator):
             progress=self.progress,
         )
         if checkpoint is None:
-            m = compute_moments(X, codes, cats, **kw)
+            m = coded_moments(X, codes, cats, **kw)
         else:
             import dask.array as da
 
-            from .checkpoint import compute_moments_checkpointed
+            from .checkpoint import coded_moments_checkpointed
 
             if not isinstance(X, da.Array):
                 X = da.from_array(X, chunks=(rows_per_block(X.shape[1] * X.itemsize), -1))
-            m = compute_moments_checkpointed(X, codes, cats, checkpoint=checkpoint, **kw)
+            m = coded_moments_checkpointed(X, codes, cats, checkpoint=checkpoint, **kw)
         m.check_finite()
         return m
 
@@ -495,7 +495,7 @@ def whitening(variances) -> np.ndarray:
 def release(checkpoint, keep: bool) -> None:
     """Delete a successful fit's checkpoint unless the caller keeps it."""
     if checkpoint is not None and not keep:
-        from .io import remove_directory
+        from ._writes import remove_directory
 
         remove_directory(checkpoint, "checkpoint")
 

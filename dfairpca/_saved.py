@@ -33,7 +33,8 @@ def load(path):
     their values (finite, orthonormal components).  A truncated, edited or inconsistent
     model raises :class:`dfairpca.io.SavedFileError` naming the file and what is wrong.
     """
-    from .io import SavedFileError, load_arrays, recover_for_reading
+    from ._writes import recover_for_reading
+    from .io import SavedFileError, load_arrays
 
     path = Path(path)
     recover_for_reading(path)  # a replace cut short: put the intact old version back

@@ -5,8 +5,9 @@ on.  :func:`compute_moments_checkpointed` splits the row chunks of a Dask array 
 contiguous segments, reduces each segment with :func:`dfairpca.compute_moments` and, after
 each, atomically replaces a small checkpoint directory holding
 
-* ``total/``: the merged :class:`~dfairpca.moments.Moments` of the finished segments (one
-  running total, d x d float64: 330 MB at d = 6400, however many segments), and
+* ``total/``: the running total of the finished segments, saved as a
+  :class:`~dfairpca.moments.Moments` with its scatter kept as a pass keeps it, the upper
+  triangle (177 MB at d = 6400, however many segments), and
 * ``progress.json``: the segments' row ranges, which of them are finished, a fingerprint
   of the job and a content digest of every row chunk folded into the total.
 
@@ -39,9 +40,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ._engine import _sl, compute_moments
-from .io import atomic_directory, check_progress, check_target, local_zarr_roots
-from .moments import Moments, merge
+from . import _accumulator
+from ._accumulator import RunningTotal
+from ._engine import row_slice, run_pass, threads
+from ._writes import atomic_directory, check_target
+from .io import check_progress, local_zarr_roots
+from .moments import Moments
 
 __all__ = [
     "compute_moments_checkpointed", "job_fingerprint", "segment_bounds", "chunk_digests",
@@ -82,9 +86,8 @@ class PassInterrupted(KeyboardInterrupt):
 
 def compute_moments_checkpointed(
     X,
-    codes=None,
-    categories=(),
     *,
+    sensitive_features=None,
     checkpoint,
     resume: bool = True,
     segment_rows: int | None = None,
@@ -99,8 +102,8 @@ def compute_moments_checkpointed(
         E.g. :func:`dfairpca.from_zarr`, chunked along rows only; segments are cut at its
         row-chunk boundaries.  Every chunk is computed twice, once for its digest and once
         to fold it: persist an expensive graph, or write it to Zarr, first.
-    codes, categories
-        As in :func:`dfairpca.compute_moments`; ``codes`` (n, p) is sliced per segment.
+    sensitive_features : array-like of shape (n,) or (n, p), or DataFrame, optional
+        Group labels of every row, as in :func:`dfairpca.compute_moments`.
     checkpoint : str or Path
         Checkpoint directory (created; replaced atomically after every segment).  It is
         left in place at the end, holding the full statistics; delete it once the model
@@ -122,7 +125,8 @@ def compute_moments_checkpointed(
     Returns
     -------
     Moments
-        Equal (up to rounding) to ``compute_moments(X, codes, categories, **compute_kw)``,
+        Equal (up to rounding) to ``compute_moments(X, sensitive_features=...,
+        **compute_kw)``,
         with NaN rows reported by their global index.
 
     Raises
@@ -133,6 +137,23 @@ def compute_moments_checkpointed(
     PassInterrupted
         On Ctrl-C (a :class:`KeyboardInterrupt`), saying how many chunks the checkpoint holds.
     """
+    codes, categories = None, ()
+    if sensitive_features is not None:
+        from ._groups import encode_groups
+
+        g = encode_groups(sensitive_features, np.shape(X)[0], mask=compute_kw.get("mask"),
+                          require_two=False)
+        codes, categories = g.codes, g.categories
+    return coded_moments_checkpointed(X, codes, categories, checkpoint=checkpoint, resume=resume,
+                                      segment_rows=segment_rows, on_segment=on_segment,
+                                      **compute_kw)
+
+
+def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resume: bool = True,
+                               segment_rows: int | None = None, on_segment=None,
+                               **compute_kw) -> Moments:
+    """:func:`compute_moments_checkpointed` of groups already encoded: ``codes`` (n, p)
+    indices into ``categories`` (p label arrays), the estimators' route."""
     import dask.array as da
 
     if not isinstance(X, da.Array):
@@ -168,12 +189,11 @@ def compute_moments_checkpointed(
             # digests before the fold: a chunk rewritten during the pass can only make the
             # checkpoint refuse a resume, never let one through with stale statistics
             digests[i] = chunk_digests(X[s:e])
-            # the total stays a pass's running sum (upper-triangle panels, added in place)
-            # and is saved as such: half the bytes, and no d x d copies on the client
-            part = compute_moments(X[s:e], _sl(codes, s, e), categories,
-                                   mask=_sl(mask, s, e), row_offset=s, symmetric=False,
-                                   **compute_kw)
-            total = part if total is None else merge([total, part], reuse_first=True)
+            # the total stays a pass's running total (upper-triangle panels, added in
+            # place) and is saved as such: half the bytes, and no d x d copies on the client
+            part = run_pass(X[s:e], row_slice(codes, s, e), categories,
+                            mask=row_slice(mask, s, e), row_offset=s, **compute_kw)
+            total = part if total is None else _accumulator.combine([total, part])
             _save(path, total, fingerprint, segments, done + [i], digests)
             done = done + [i]  # only once saved: what an interrupt reports is on disk
             if on_segment is not None:
@@ -182,7 +202,7 @@ def compute_moments_checkpointed(
         done = _saved_done(path, done)
         saved = sum(len(X[s:e].chunks[0]) for i, (s, e) in enumerate(segments) if i in done)
         raise PassInterrupted(path, saved, len(X.chunks[0])) from None
-    return total.symmetrize()
+    return total.finalize()
 
 
 def segment_bounds(row_chunks, segment_rows: int) -> list[tuple[int, int]]:
@@ -302,15 +322,8 @@ def _saved_digests(path: Path, segments, done) -> list:
 def _default_segment_rows(row_chunks) -> int:
     """8 chunk tasks per thread of the active cluster, and no more than about 20 segments."""
     n_chunks = len(row_chunks)
-    per_segment = max(8 * _threads(), -(-n_chunks // 20))
+    per_segment = max(8 * threads(), -(-n_chunks // 20))
     return per_segment * int(max(row_chunks))
-
-
-def _threads() -> int:
-    """Threads of the active distributed cluster, else of Dask's local pool."""
-    from ._engine import _local_threads, _worker_slots
-
-    return len(_worker_slots()) or _local_threads()
 
 
 def _digest(a) -> str | None:
@@ -359,7 +372,7 @@ def _check_same_job(path: Path, saved: dict, now: dict) -> None:
         )
 
 
-def _save(path: Path, total: Moments, fingerprint: dict, segments, done, digests) -> None:
+def _save(path: Path, total: RunningTotal, fingerprint: dict, segments, done, digests) -> None:
     """Atomically replace the checkpoint with the running total and the progress."""
     progress = {
         "kind": "dfairpca checkpoint",
@@ -395,7 +408,7 @@ def _load(path: Path) -> dict | None:
             f"checkpoint {str(path)!r} was written by a newer dfairpca; upgrade dfairpca "
             "or pass resume=False to start over"
         )
-    total = Moments.load(path / "total")
+    total = RunningTotal.load(path / "total")
     check_progress(progress, file, total)
     return {
         "fingerprint": progress["fingerprint"],

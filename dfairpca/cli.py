@@ -37,7 +37,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -70,46 +70,19 @@ def _check_out(path: Path, kind: str, overwrite: bool, protect: dict | None = No
     ``--overwrite`` dfairpca's own ``kind``; never the inputs (``protect``) or a folder
     holding them; the folder must be writable.
     """
-    from .io import check_target
+    from ._writes import check_target
 
     check_target(path, kind, overwrite=overwrite, protect=protect)
 
 
-def _images(store, rows_per_chunk=None, missing_chunks="error"):
-    from .celeba import open_celeba
-    from .io import from_zarr
-
-    images, _, names = open_celeba(store)
-    return from_zarr(store, "images", rows_per_chunk=rows_per_chunk,
-                     missing_chunks=missing_chunks), names
-
-
 def _attributes(store, names):
-    """The named 0/1 attribute columns of the store (CelebA's own -1/1 read as 0/1).
-
-    Any other value would silently become a third group (or a wrong "with"/"without"
-    count), so it is refused with the values found.
-    """
+    """The named CelebA attributes of the store as 0/1 columns (see
+    :func:`dfairpca.celeba.schema.attribute_flags`)."""
     import pandas as pd
 
-    from .celeba import attribute_column
+    from .celeba.schema import attribute_flags
 
-    columns = {}
-    for n in names:
-        col = attribute_column(store, n)
-        values = np.unique(col)
-        if set(values.tolist()) <= {-1, 1}:
-            col = (col == 1).astype(np.int8)
-        elif not set(values.tolist()) <= {0, 1}:
-            shown = ", ".join(str(int(v)) for v in values[:10])
-            shown += ", ..." if len(values) > 10 else ""
-            raise CLIError(
-                f"attribute {n!r} of {store} holds the values {shown}; a CelebA attribute must "
-                "be 0/1 (or CelebA's -1/1): fix the store, e.g. re-ingest it with "
-                "dfairpca ingest-celeba"
-            )
-        columns[n] = col
-    return pd.DataFrame(columns)
+    return pd.DataFrame(attribute_flags(store, names))
 
 
 def _shown(names) -> str:
@@ -197,17 +170,19 @@ def _data(args, rows_per_chunk=None) -> _Data:
     """X of ``fit``/``transform``: the CelebA ``images`` by default, else ``--array``."""
     import zarr
 
+    from .celeba.schema import IMAGES, read_images
     from .io import from_zarr
 
     root = _open_zarr(args.store, "STORE")
     if args.array is None and isinstance(root, zarr.Group):
-        if "images" not in root:
+        if IMAGES not in root:
             raise CLIError(
-                f"{args.store} is not a CelebA store: it has no 'images' array; for another "
+                f"{args.store} is not a CelebA store: it has no {IMAGES!r} array; for another "
                 f"layout name the data with --array NAME, one of {_shown(_arrays(root))}"
             )
-        X, _ = _images(args.store, rows_per_chunk, args.missing_chunks)
-        return _Data(X, X.shape, f"{args.store}/images", "images", True, root)
+        X = read_images(args.store, rows_per_chunk=rows_per_chunk,
+                        missing_chunks=args.missing_chunks)
+        return _Data(X, X.shape, f"{args.store}/{IMAGES}", IMAGES, True, root)
     if args.array is None:  # STORE is itself an array
         node, label, name = root, str(args.store), _array_name(str(args.store))
     else:
@@ -228,7 +203,7 @@ def _input_paths(args) -> dict:
     paths = {"the input store": args.store}
     for option in ("array", "sensitive_array", "target_array", "sensitive_csv", "target_csv"):
         values = getattr(args, option, None)
-        for value in values if isinstance(values, list) else [values]:
+        for value in values if isinstance(values, (list, tuple)) else [values]:
             if value is not None and Path(value).exists():  # a path, not a name in STORE
                 paths[f"the --{option.replace('_', '-')} input"] = value
     return paths
@@ -274,6 +249,11 @@ def _label_array(args, data: _Data, value: str, option: str):
     if not (isinstance(names, list) and len(names) == values.shape[1]):
         names = [f"{name}[{j}]" for j in range(values.shape[1])]
     return {str(c): values[:, j] for j, c in enumerate(names)}
+
+
+def _tuple(value):
+    """A list (a repeatable option) as a tuple, anything else as it is."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _split(values) -> list[str]:
@@ -407,19 +387,59 @@ FAIR_ONLY = ("attribute", "sensitive_array", "sensitive_csv", "sensitive_column"
              "target", "target_array", "target_column", "target_csv", "tradeoff", "equalize")
 
 
-def _option_defaults(command: str, *required: str) -> dict:
-    """The parser's value of every option of ``command`` left unset (its default)."""
-    return vars(build_parser().parse_args([command, *required]))
+#: seconds to wait for a scheduler to answer, then for its first worker
+CLUSTER_TIMEOUT = 60
+
+
+@dataclass(frozen=True)
+class FitJob:
+    """One ``dfairpca fit``: a field per option, each default the command line's own.
+
+    :func:`run_fit` runs it; ``dfairpca fit`` builds it from its options
+    (:meth:`from_args`) and ``dfairpca demo`` from its few.
+    """
+
+    store: str
+    out: str
+    k: int
+    method: str = "fair"
+    array: str | None = None
+    missing_chunks: str = "error"
+    attribute: tuple[str, ...] = ()
+    sensitive_array: tuple[str, ...] = ()
+    sensitive_csv: str | None = None
+    sensitive_column: tuple[str, ...] = ()
+    constraint: str = "demographic_parity"
+    target: str | None = None
+    target_array: str | None = None
+    target_column: str | None = None
+    target_csv: str | None = None
+    tradeoff: float = 0.0
+    equalize: float = 0.5
+    statistics: bool = False
+    checkpoint: str | None = None
+    resume: bool = False
+    rows_per_chunk: int | None = None
+    overwrite: bool = False
+    scheduler: str | None = None
+    scheduler_file: str | None = None
+    timeout: float = CLUSTER_TIMEOUT
+
+    @classmethod
+    def from_args(cls, args) -> "FitJob":
+        """The job of parsed ``fit`` options (repeatable options as tuples)."""
+        values = {f.name: getattr(args, f.name) for f in fields(cls)}
+        return cls(**{k: _tuple(v) for k, v in values.items()})
 
 
 def _check_method_options(args) -> None:
     """Refuse a fit option that ``--method`` would silently ignore.
 
-    Only options the user gave count (a value other than the parser's default), so that
-    writing out a default, e.g. ``--constraint demographic_parity``, stays harmless.
+    Only options the user gave count (a value other than the default), so that writing
+    out a default, e.g. ``--constraint demographic_parity``, stays harmless.
     """
-    defaults = _option_defaults("fit", "STORE", "-k", "1", "--out", "OUT")
-    given = [o for o in FAIR_ONLY if getattr(args, o) != defaults[o]]
+    defaults = {f.name: f.default for f in fields(FitJob)}
+    given = [o for o in FAIR_ONLY if _tuple(getattr(args, o)) != defaults[o]]
     if args.method == "pca" and given:
         option = "--" + given[0].replace("_", "-")
         needs = "--method fair-s" if given[0] == "equalize" else "--method fair or fair-s"
@@ -544,7 +564,16 @@ def cmd_ingest(args):
 
 
 def cmd_fit(args):
-    from .io import read_marker, remove_directory
+    return run_fit(FitJob.from_args(args))
+
+
+def run_fit(args: FitJob) -> dict:
+    """Fit, save the model, and return the summary ``fit --json`` prints.
+
+    Every parameter is checked against the data first, then the pass runs on the cluster
+    of ``args`` (see :func:`dfairpca.cluster.connect`) with a checkpoint next to the model.
+    """
+    from ._writes import read_marker, remove_directory
 
     start = time.perf_counter()
     _check_method_options(args)
@@ -604,9 +633,8 @@ def cmd_transform(args):
     import dask.array as da
 
     from . import load
-    from .io import (
-        atomic_directory, marker_attributes, read_checked, strict_group, writing_every_chunk,
-    )
+    from ._writes import atomic_directory, marker_attributes, writing_every_chunk
+    from .celeba.schema import copy_labels
 
     start = time.perf_counter()
     out = Path(args.out)
@@ -638,18 +666,9 @@ def cmd_transform(args):
             # travels with the array to the workers)
             arr = g.create_array(name, shape=Y.shape, chunks=Y.chunksize, dtype=Y.dtype)
             da.to_zarr(Y, arr, compute=True)
-            # the CelebA layout's labels travel along (other stores' rows keep X's order):
-            # the attributes whole or an error; the partition as zarr reads it: stores of
-            # dfairpca that predate writing_every_chunk lack its all-train (all-zero) chunks
-            src = data.root if data.celeba else {}
-            strict = strict_group(src) if data.celeba else {}
-            for extra in ("attributes", "partition"):
-                if extra in src:
-                    arr = g.create_array(extra, shape=src[extra].shape, chunks=src[extra].chunks,
-                                         dtype=src[extra].dtype)
-                    arr[:] = read_checked((strict if extra == "attributes" else src)[extra],
-                                          slice(None))
-                    arr.attrs.update(dict(src[extra].attrs))
+            # the CelebA layout's labels travel along (other stores' rows keep X's order)
+            if data.celeba:
+                copy_labels(data.root, g)
         dt = time.perf_counter() - t
     print(f"wrote {name} {Y.shape} to {out} in {dt:.1f} s")
     return {
@@ -661,66 +680,56 @@ def cmd_transform(args):
     }
 
 
-#: most faces per row ``show`` draws: each face is a column 1.3 in wide at 110 dpi (see
-#: dfairpca.figures), so n = 100 (200 columns) is already a 28,600-pixel-wide PNG, and
-#: above n = 229 matplotlib refuses the size (2**16 pixels), but only after drawing it
-MAX_SHOW_N = 100
-
-
-def _faces_held(model, store) -> int:
-    """The most faces per row ``show`` can fill from ``store``: for a fair model the larger
-    of the two groups of its first attribute (a row holds n with and n without it), for
-    PCA half the images."""
-    from .celeba import attribute_column, open_celeba
-
-    images, _, _ = open_celeba(store)
-    if hasattr(model, "constraint_basis_"):
-        flags = attribute_column(store, model.attribute_names_[0])
-        return max(int((flags == 1).sum()), int((flags == 0).sum()))
-    return math.ceil(images.shape[0] / 2)
-
-
 def cmd_show(args):
-    from . import load
-    from .figures import faces_figure
+    from .celeba.figures import DEFAULT_FACES
 
-    out = Path(args.out)
-    _check_out(out, "figure", args.overwrite, {"the input store": args.store, "the model": args.model})
-    model = load(args.model)
-    held = _faces_held(model, args.store)
-    largest = min(held, MAX_SHOW_N)
-    n = args.n
-    if n > largest:
-        # the default (a few faces) shrinks to what a small store holds; a number the
-        # user asked for is refused, before any face is read or drawn
-        if n != _option_defaults("show", "MODEL", "STORE")["n"]:
-            why = (f"a picture shows at most {MAX_SHOW_N} faces per row" if held > MAX_SHOW_N
-                   else f"{args.store} can fill at most {held:,} per row for this model")
-            raise CLIError(f"--n {n:,}: {why}; use --n {largest} or less")
-        n = largest
-    path = faces_figure(model, args.store, out, n=n, overwrite=args.overwrite)
+    # the default (a few faces) shrinks to what a small store holds; a number asked for is
+    # checked against it
+    path = run_show(args.model, args.store, args.out, n=None if args.n == DEFAULT_FACES else args.n,
+                    overwrite=args.overwrite)
     print(f"picture written to {path}")
 
 
+def run_show(model_path, store, out, *, n: int | None = None, overwrite: bool = False) -> Path:
+    """Draw the faces picture of a saved model; ``n=None`` is the default number of faces,
+    fewer when the store holds fewer.  A number the store cannot fill, or above
+    :data:`dfairpca.celeba.figures.MAX_FACES_PER_ROW`, is refused before any face is read."""
+    from . import load
+    from .celeba.figures import DEFAULT_FACES, MAX_FACES_PER_ROW, faces_figure, faces_held
+
+    out = Path(out)
+    _check_out(out, "figure", overwrite, {"the input store": store, "the model": model_path})
+    model = load(model_path)
+    held = faces_held(model, store)
+    largest = min(held, MAX_FACES_PER_ROW)
+    if n is None:
+        n = min(DEFAULT_FACES, largest)
+    elif n > largest:
+        why = (f"a picture shows at most {MAX_FACES_PER_ROW} faces per row" if held > MAX_FACES_PER_ROW
+               else f"{store} can fill at most {held:,} per row for this model")
+        raise CLIError(f"--n {n:,}: {why}; use --n {largest} or less")
+    return faces_figure(model, store, out, n=n, overwrite=overwrite)
+
+
 def cmd_demo(args):
+    from .celeba import ensure_store
+
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     store = work / f"synthetic_celeba_{args.n}.zarr"
-    parse = build_parser().parse_args  # every option at its documented default
-    if not store.exists():
-        cmd_synth(parse(["synth-celeba", str(store), "--n", str(args.n)]))
-    else:
-        print(f"using the existing store {store}")
+    existed, t = store.exists(), time.perf_counter()
+    try:
+        ensure_store(store, args.n)  # an existing one is checked: the store asked for, or not
+    except ValueError as exc:
+        raise CLIError(f"{exc} (here: another --workdir)") from None
+    print(f"using the existing store {store}" if existed else
+          f"wrote {args.n:,} synthetic faces to {store} in {time.perf_counter() - t:.1f} s")
     model = work / f"fair_{args.attribute}_k{args.k}"
-    cluster = ["--timeout", str(args.timeout)]
-    if args.scheduler:
-        cluster += ["--scheduler", args.scheduler]
-    if args.scheduler_file:
-        cluster += ["--scheduler-file", str(args.scheduler_file)]
-    cmd_fit(parse(["fit", str(store), "--attribute", args.attribute, "-k", str(args.k),
-                   "--out", str(model), "--overwrite", *cluster]))
-    cmd_show(parse(["show", str(model), str(store), "--out", str(work / "faces.png"),
-                    "--overwrite"]))
+    run_fit(FitJob(str(store), str(model), args.k, attribute=(args.attribute,), overwrite=True,
+                   scheduler=args.scheduler, scheduler_file=args.scheduler_file,
+                   timeout=args.timeout))
+    path = run_show(model, store, work / "faces.png", overwrite=True)
+    print(f"picture written to {path}")
 
 
 # ----------------------------------------------------------------------------- parser
@@ -782,7 +791,7 @@ def _add_cluster(p):
     g.add_argument("--scheduler-file", metavar="PATH",
                    help="scheduler file written by `dask scheduler --scheduler-file` "
                         "(default: none, see --scheduler)")
-    g.add_argument("--timeout", type=_positive(float), default=60, metavar="SECONDS",
+    g.add_argument("--timeout", type=_positive(float), default=CLUSTER_TIMEOUT, metavar="SECONDS",
                    help="how long to wait for the scheduler to answer, then for a first worker")
 
 
@@ -791,7 +800,7 @@ def _add_array(p):
                    help="the data X: an array of STORE (a path inside it, e.g. X or data/X) or "
                         "the path of a Zarr array, of shape (n, ...) (default: the CelebA "
                         "layout's images)")
-    p.add_argument("--missing-chunks", choices=["error", "fill"], default="error",
+    p.add_argument("--missing-chunks", choices=["error", "fill"], default=FitJob.missing_chunks,
                    help="a chunk absent from the store of X or of a label array: an error, or "
                         "(fill) the array's fill value, for stores whose writer leaves out "
                         "constant chunks on purpose (zarr-python does by default); CelebA "
@@ -799,7 +808,10 @@ def _add_array(p):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ._system import BLOCK_BYTES
     from ._version import __version__
+    from .celeba.figures import DEFAULT_FACES
+    from .celeba.schema import DEFAULT_SIZE
 
     ap = _Parser(prog="dfairpca", description="PCA and fair PCA on Zarr stores, on a Dask "
                  "cluster; run dfairpca COMMAND --help for a command's options")
@@ -812,7 +824,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=_positive(int), default=202_599, help="number of faces")
     p.add_argument("--seed", type=int, default=0,
                    help="random seed (the same seed, the same faces)")
-    p.add_argument("--size", type=_positive(int), default=80, help="faces are SIZE x SIZE pixels")
+    p.add_argument("--size", type=_positive(int), default=DEFAULT_SIZE,
+                   help="faces are SIZE x SIZE pixels")
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.set_defaults(func=cmd_synth)
 
@@ -820,7 +833,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("celeba_dir", metavar="CELEBA_DIR",
                    help="the CelebA download: img_align_celeba/ and the list_*.txt files")
     p.add_argument("out", metavar="OUT", help="the Zarr store to write (a directory)")
-    p.add_argument("--size", type=_positive(int), default=80,
+    p.add_argument("--size", type=_positive(int), default=DEFAULT_SIZE,
                    help="faces are cropped and resized to SIZE x SIZE pixels")
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.set_defaults(func=cmd_ingest)
@@ -833,7 +846,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", "--k", type=_positive(int), required=True,
                    help="number of components (required)")
     p.add_argument("--out", required=True, help="model directory to write (required)")
-    p.add_argument("--method", choices=["pca", "fair", "fair-s"], default="fair",
+    p.add_argument("--method", choices=["pca", "fair", "fair-s"], default=FitJob.method,
                    help="pca: standard PCA; fair: fair PCA (equal group means); fair-s: fair PCA "
                         "that also (approximately) equalises the group covariances")
     g = p.add_argument_group("protected attributes (fair methods; the sources combine)")
@@ -851,7 +864,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeatable (default: none)")
     g = p.add_argument_group("constraint")
     g.add_argument("--constraint", choices=["demographic_parity", "equal_opportunity"],
-                   default="demographic_parity",
+                   default=FitJob.constraint,
                    help="equal_opportunity fits on the rows whose task label is 1 and needs "
                         "one of --target, --target-array, --target-column")
     g.add_argument("--target", metavar="NAME",
@@ -866,9 +879,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--target-csv", metavar="FILE",
                    help="the CSV/Parquet file of --target-column (default: the --sensitive-csv "
                         "file)")
-    g.add_argument("--tradeoff", type=float, default=0.0,
+    g.add_argument("--tradeoff", type=float, default=FitJob.tradeoff,
                    help="λ in [0, 1]: also output the standard PCA components scaled by λ")
-    g.add_argument("--equalize", type=float, default=0.5,
+    g.add_argument("--equalize", type=float, default=FitJob.equalize,
                    help="fair-s: the fraction f of Fair PCA-S (f)")
     g = p.add_argument_group("output and the pass")
     g.add_argument("--json", action="store_true", help=JSON_HELP)
@@ -879,7 +892,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--resume", action="store_true",
                    help="continue an interrupted fit from its checkpoint, skipping finished chunks")
     g.add_argument("--rows-per-chunk", type=_positive(int),
-                   help="rows per task of the pass (default: store chunks merged to ~64 MiB)")
+                   help="rows per task of the pass (default: store chunks merged to "
+                        f"~{BLOCK_BYTES >> 20} MiB)")
     g.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     _add_cluster(p)
     p.set_defaults(func=cmd_fit)
@@ -904,7 +918,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a model written by dfairpca fit on CelebA images")
     p.add_argument("store", metavar="STORE", help="a CelebA-layout store of the model's image size")
     p.add_argument("--out", default="faces.png", help="the PNG file to write")
-    p.add_argument("--n", type=_positive(int), default=8, help="faces per row")
+    p.add_argument("--n", type=_positive(int), default=DEFAULT_FACES, help="faces per row")
     p.add_argument("--overwrite", action="store_true", help="replace a picture dfairpca drew")
     p.set_defaults(func=cmd_show)
 

@@ -132,7 +132,11 @@ def connect(
         if not quiet:
             print(f"dfairpca: local Dask cluster, {describe(client)}", file=sys.stderr)
             print(f"dfairpca: dashboard {_dashboard(client)}", file=sys.stderr)
-        yield client
+        try:
+            yield client
+        except KeyboardInterrupt:
+            _quiet_nanny_kills()
+            raise
 
 
 class _AbandonedGatherFilter(logging.Filter):
@@ -157,6 +161,17 @@ def _quiet_cancelled_tasks() -> None:
     logger; its errors still show).
     """
     logging.getLogger("distributed.worker.state_machine").setLevel(logging.ERROR)
+
+
+def _quiet_nanny_kills() -> None:
+    """No warning when the local cluster closes after Ctrl-C and kills a busy worker.
+
+    A worker inside a long BLAS product does not stop within the nanny's 4 s grace, and
+    the nanny logs "Worker process still alive after 4.0 seconds, killing": the kill is
+    what Ctrl-C asked for, so that logger's warnings are dropped from then on (its errors
+    still show).
+    """
+    logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
 
 
 def _drop_abandoned_gathers() -> None:

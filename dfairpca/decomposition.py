@@ -23,7 +23,8 @@ from ._linear import (
 from ._params import TRADEOFF
 from ._registry import register
 from ._saved import fair_meta, load, restore_fair_meta
-from ._validation import Input, binary_target, encode_groups, group_labels, with_known_rows
+from ._groups import binary_target, encode_groups, group_labels
+from ._validation import Input, with_known_rows
 from .moments import OVERFLOW_MESSAGE, Moments, merge
 
 __all__ = ["PCA", "FairPCA", "load"]  # load: dfairpca._saved's, importable from here too
@@ -33,7 +34,6 @@ def _space(m: Moments, center: bool, standardize: bool):
     """(S, scale, e): the matrix whose eigenvectors we want, in the fitted feature space,
     as ``S * 4**e`` (e is the statistics' ``scatter_exponent``, 0 but for data of
     extreme magnitude; 0 when standardized, which is unit-free), and the true scale."""
-    m.symmetrize()
     if m.n < 2:
         raise ValueError(f"need at least 2 samples to fit; got {m.n} (n_samples={m.n})")
     if not (np.all(np.isfinite(m.mean)) and np.all(np.isfinite(np.diagonal(m.scatter)))):
@@ -58,7 +58,7 @@ def _columns(m: Moments, keep: np.ndarray) -> Moments:
     attrs = [dataclasses.replace(a, deviation=a.deviation[:, keep],
                                  scatter=None if a.scatter is None else a.scatter[:, keep][:, :, keep])
              for a in m.attributes]
-    return dataclasses.replace(m.symmetrize(), mean=m.mean[keep], scatter=m.scatter[ix], attributes=attrs)
+    return dataclasses.replace(m, mean=m.mean[keep], scatter=m.scatter[ix], attributes=attrs)
 
 
 @register
@@ -535,7 +535,7 @@ class FairPCA(LinearDecomposition):
         num = self.numeric_sensitive_columns_
         if any(np.sum(a.counts > 0) < 2 for a in m.attributes) or (
                 whole(self.n_components) and m.n < self.n_components) or (
-                len(num) and m.n < 2) or np.any(np.diagonal(m.symmetrize().scatter)[num] == 0):
+                len(num) and m.n < 2) or np.any(np.diagonal(m.scatter)[num] == 0):
             # not solvable yet (a piece may hold a single group, a constant numeric
             # attribute, or fewer than k rows)
             self._keep_statistics(m)
@@ -564,7 +564,7 @@ class FairPCA(LinearDecomposition):
         :data:`~dfairpca._solvers.FAIRNESS_TOLERANCE` raises ``ValueError``.
         """
         self._check_params()
-        m = statistics.symmetrize()
+        m = statistics
         given = numeric_columns is not None
         num = np.asarray(numeric_columns if given else
                          getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)

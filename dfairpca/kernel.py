@@ -60,13 +60,14 @@ import numpy as np
 from . import _kernels as kn
 from . import _solvers
 from ._base import Estimator
-from ._engine import compute_moments
+from ._engine import coded_moments
 from ._fairness import CONSTRAINT_RULES, certify, check_fair_k, set_certificate
 from ._params import SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
 from ._registry import register
 from ._saved import fair_meta, kernel_layout, restore_fair_meta
+from ._groups import binary_target, encode_groups, group_labels
 from ._validation import (
-    Input, binary_target, check_finite_input, check_input, encode_groups, group_labels,
+    Input, check_finite_input, check_input,
     with_known_rows,
 )
 from .decomposition import FairPCA
@@ -494,7 +495,7 @@ class FairKernelPCA(Estimator):
         # with phi are the constraint (FairPCA's numeric columns)
         phi = kn.nystroem_features(Xa, L, W, kern, inp.features, inp.numeric)
         codes, cats = (None, ()) if g is None else (g.codes, g.categories)
-        stats = compute_moments(phi, codes, cats, mask=mask, dtype=np.float64,
+        stats = coded_moments(phi, codes, cats, mask=mask, dtype=np.float64,
                                 split_every=self.split_every)
         stats.check_finite()
         fair = FairPCA(self.n_components, center=self.center, constraint=self.constraint,

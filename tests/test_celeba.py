@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,11 +16,12 @@ from PIL import Image
 from dfairpca.celeba import (
     ATTRIBUTE_NAMES,
     attribute_column,
+    ensure_store,
     ingest_celeba,
     open_celeba,
     synth_celeba,
 )
-from dfairpca.celeba import _official_like_partition
+from dfairpca.celeba.schema import official_like_partition
 
 # ---------------------------------------------------------------------------
 # Synthetic stores
@@ -87,10 +91,11 @@ def test_synth_image_size(tmp_path):
 
 
 def test_partition_has_official_sizes_for_celeba_length():
-    labels = _official_like_partition(202_599)
+    labels = official_like_partition(202_599)
     assert np.bincount(labels).tolist() == [162_770, 19_867, 19_962]
 
 
+@pytest.mark.integration  # a pool of spawned worker processes
 def test_synth_is_deterministic_and_independent_of_n_jobs(tmp_path):
     kwargs = dict(n=600, seed=7, size=40, chunk_rows=256, progress=False)
     one = synth_celeba(tmp_path / "one", n_jobs=1, **kwargs)
@@ -166,6 +171,7 @@ def test_eyeglasses_darken_the_eye_region(synth_store):
     assert np.abs(eyes).mean() > 2.5 * np.abs(difference[:8]).mean()  # top rows: background
 
 
+@pytest.mark.integration  # a pool of spawned worker processes
 def test_synth_is_atomic_and_refuses_to_overwrite(tmp_path):
     out = tmp_path / "faces.zarr"
     synth_celeba(out, n=20, size=16, chunk_rows=8, progress=False, n_jobs=1)
@@ -194,6 +200,109 @@ def test_synth_failure_leaves_nothing_behind(tmp_path):
 def test_synth_rejects_bad_arguments(tmp_path, kwargs):
     with pytest.raises(ValueError):
         synth_celeba(tmp_path / "x", **{"n": 4, "progress": False, **kwargs})
+
+
+def test_ensure_store_writes_once_then_checks_the_settings(tmp_path):
+    out, kwargs = tmp_path / "faces.zarr", dict(size=8, chunk_rows=16, progress=False, n_jobs=1)
+    assert ensure_store(out, 40, seed=3, **kwargs) == out
+    reference = synth_celeba(tmp_path / "reference.zarr", n=40, seed=3, **kwargs)
+    assert store_files(out) == store_files(reference)  # exactly synth_celeba's store
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+
+    assert ensure_store(out, 40, seed=3, **kwargs) == out  # reused, not rewritten
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == stamps
+    for asked, differs in ((dict(n=41), "n 40 (asked 41)"), (dict(seed=4), "seed 3 (asked 4)"),
+                           (dict(size=16), "size 8 (asked 16)"),
+                           (dict(chunk_rows=8), "chunk_rows 16 (asked 8)")):
+        wanted = {"n": 40, "seed": 3, **kwargs, **asked}
+        with pytest.raises(ValueError, match=rf"holds another store: {re.escape(differs)}; pass "
+                           "another path, or overwrite=True"):
+            ensure_store(out, **wanted)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == stamps
+
+    ensure_store(out, 41, seed=3, overwrite=True, **kwargs)
+    assert open_celeba(out)[0].shape == (41, 8, 8)
+
+
+def test_ensure_store_never_takes_another_folder_for_the_store(tmp_path, celeba_dir):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match="exists but is not a CelebA store.*pass another path"):
+        ensure_store(mine, 40, size=8, progress=False, n_jobs=1)
+    with pytest.raises(FileExistsError, match="did not write"):  # not even with overwrite
+        ensure_store(mine, 40, size=8, overwrite=True, progress=False, n_jobs=1)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    real = ingest_celeba(celeba_dir, tmp_path / "real.zarr", size=8, chunk_rows=16,
+                         progress=False, n_jobs=1)
+    with pytest.raises(ValueError, match="source 'celeba' \\(asked 'synthetic'\\)"):
+        ensure_store(real, 50, size=8, chunk_rows=16, progress=False, n_jobs=1)
+    empty = tmp_path / "empty"
+    empty.mkdir()  # an empty folder is no store yet: written
+    assert open_celeba(ensure_store(empty, 5, size=8, progress=False, n_jobs=1))[0].shape[0] == 5
+
+
+#: modules of dfairpca that are applications of it: they may import the CelebA package
+APPLICATIONS = ("dfairpca.celeba", "dfairpca.cli", "dfairpca.__main__", "dfairpca.paper")
+
+
+def test_the_core_never_imports_the_celeba_application_nor_matplotlib():
+    """Import every module of the core in a fresh interpreter: none pulls in dfairpca.celeba
+    (nor, through it, matplotlib)."""
+    code = f"""
+import sys
+from pathlib import Path
+import dfairpca
+root = Path(dfairpca.__file__).parent  # read from the files: walking packages imports them
+names = [".".join(("dfairpca",) + p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+         for p in sorted(root.rglob("*.py"))]
+core = [name for name in names if not name.startswith({APPLICATIONS!r})]
+for name in core:
+    __import__(name)
+print(len(core), sorted({{m for m in sys.modules if m.startswith(("dfairpca.celeba", "matplotlib"))}}))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    count, pulled = done.stdout.split(" ", 1)
+    assert int(count) >= 10 and pulled.strip() == "[]", done.stdout
+
+
+def test_no_core_module_imports_the_celeba_application_even_inside_a_function():
+    from test_structure import _graph, _reachable
+
+    graph = _graph()
+    core = [name for name in graph if not name.startswith(APPLICATIONS)]
+    assert "dfairpca.io" in core and "dfairpca.decomposition" in core
+    assert "dfairpca.celeba.schema" in _reachable(graph, "dfairpca.cli")  # the walker sees it
+    reaching = {name: sorted(m for m in _reachable(graph, name) if m.startswith(APPLICATIONS))
+                for name in core}
+    assert not {name: found for name, found in reaching.items() if found}
+
+
+def test_attribute_flags_read_celeba_minus_one_one_and_refuse_other_values(tmp_path):
+    import shutil
+
+    from dfairpca.celeba.schema import attribute_flags
+
+    store = synth_celeba(tmp_path / "s.zarr", n=30, size=8, progress=False, n_jobs=1)
+    eyeglasses = attribute_column(store, "Eyeglasses")
+    flags = attribute_flags(store, ["Eyeglasses", "Male"])
+    assert list(flags) == ["Eyeglasses", "Male"] and flags["Eyeglasses"].dtype == np.int8
+    np.testing.assert_array_equal(flags["Eyeglasses"], eyeglasses)
+    for values, expected in (([-1, 1, 1], [0, 1, 1]), ([0, 1, 2], None)):
+        edited = tmp_path / f"edited{len(expected or [])}.zarr"
+        shutil.copytree(store, edited)
+        attributes = zarr.open_group(edited, mode="r+")["attributes"]
+        block = attributes[:]
+        block[:, ATTRIBUTE_NAMES.index("Eyeglasses")] = np.resize(values, 30)
+        attributes[:] = block
+        if expected is None:
+            with pytest.raises(ValueError, match="holds the values 0, 1, 2; a CelebA attribute "
+                               "must be 0/1 \\(or CelebA's -1/1\\)"):
+                attribute_flags(edited, ["Eyeglasses"])
+        else:
+            np.testing.assert_array_equal(attribute_flags(edited, ["Eyeglasses"])["Eyeglasses"],
+                                          np.resize(expected, 30))
 
 
 # ---------------------------------------------------------------------------
@@ -320,6 +429,7 @@ def test_ingest_without_partition_file(celeba_dir, tmp_path):
     assert attribute_column(out, "Male").shape == (N_IMAGES,)
 
 
+@pytest.mark.integration  # a pool of spawned worker processes
 def test_ingest_resumes_after_interruption(celeba_dir, tmp_path):
     out = tmp_path / "celeba.zarr"
     kwargs = dict(size=32, chunk_rows=16, progress=False)

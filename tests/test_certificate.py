@@ -83,7 +83,7 @@ def test_constraint_violation_is_the_share_of_each_deviation_kept():
 def test_certify_names_the_group_and_the_fixes():
     X, (z,) = make_data(300, 6, (3,), seed=2)
     pca = dfairpca.PCA(3).fit(X)  # not fair: keeps much of every gap
-    m = dfairpca.compute_moments(X, z[:, None], [np.arange(3)])
+    m = dfairpca.compute_moments(X, sensitive_features=z)
     per_group = [constraint_violation(pca.components_, m.constraint_matrix())]
     f32 = float(np.finfo(np.float32).eps)
     with pytest.raises(ValueError, match=r"keep .* of group .* of race .*compute_dtype='float64'"
@@ -248,17 +248,14 @@ def test_partial_fit_waits_for_k_rows():
 
 
 # ----------------------------------------------------------------------------- issue 10, item 6
-def item6_data():
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(2000, 20)) * np.linspace(1, 3, 20)
-    z = rng.integers(0, 2, 2000)
-    X[z == 1] += 0.3
-    return X, z
+@pytest.fixture
+def item6_data(two_groups):
+    return two_groups(2000, 20, shift=0.3, spread=True)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(equalize_covariance=0.5)])
-def test_small_magnitude_data_is_solved_as_the_original(kw):
-    X, z = item6_data()
+def test_small_magnitude_data_is_solved_as_the_original(kw, item6_data):
+    X, z = item6_data
     ref = dfairpca.FairPCA(5, **kw).fit(X, sensitive_features=z)
     for c in (1e-10, 1e-150, 1e150):
         m = dfairpca.FairPCA(5, **kw).fit(X * c, sensitive_features=z)
@@ -267,9 +264,9 @@ def test_small_magnitude_data_is_solved_as_the_original(kw):
 
 
 @pytest.mark.parametrize("c", [1e-170, 1e170])
-def test_pca_beyond_float64_squares(c):
+def test_pca_beyond_float64_squares(c, item6_data):
     """X^T X of 1e-170 data underflows float64: the statistics carry a power-of-two exponent."""
-    X, _ = item6_data()
+    X, _ = item6_data
     ref = dfairpca.PCA(3).fit(X)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no RuntimeWarning either
@@ -280,31 +277,28 @@ def test_pca_beyond_float64_squares(c):
     assert m.statistics_.scatter_exponent != 0
 
 
-def test_values_whose_sums_overflow_are_an_error():
-    X, _ = item6_data()
+def test_values_whose_sums_overflow_are_an_error(item6_data):
+    X, _ = item6_data
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # numpy's own overflow notice
         with pytest.raises(ValueError, match="too large for float64 sums.*divide X"):
             dfairpca.PCA(3).fit(X * 1e306)
 
 
-def test_rbf_gamma_scale_beyond_float64_is_an_error():
+def test_rbf_gamma_scale_beyond_float64_is_an_error(item6_data):
     """gamma="scale" is 1 / (d Var): the variance of 1e-170s is 1e-340, which float64 cannot
     hold; the fit says so instead of using gamma = 1 on a kernel of ones."""
-    X, z = item6_data()
+    X, z = item6_data
     with pytest.raises(ValueError, match="too far from 1 for gamma='scale'.*underflows"):
         FairKernelPCA(3).fit(X[:200] * 1e-170, sensitive_features=z[:200])
 
 
 @pytest.mark.parametrize("standardize", [False, True])
-def test_a_huge_constant_feature_does_not_hide_a_real_gap(standardize):
+def test_a_huge_constant_feature_does_not_hide_a_real_gap(standardize, two_groups):
     """The rounding floor of a deviation is per feature: a constant column of 1.7e18 (a
     timestamp in ns) once raised it above a real 0.3 sd gap, the constraint was dropped
     and the certificate read 0.0."""
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(4000, 10))
-    z = rng.integers(0, 2, 4000)
-    X[z == 1] += 0.3
+    X, z = two_groups(4000, 10, shift=0.3)
     X[:, 0] = 1.7e18
     est = dfairpca.FairPCA(3, standardize=standardize).fit(X, sensitive_features=z)
     Y = est.transform(X)
@@ -312,13 +306,10 @@ def test_a_huge_constant_feature_does_not_hide_a_real_gap(standardize):
     assert np.abs(Y[z == 0].mean(0) - Y[z == 1].mean(0)).max() < 1e-10
 
 
-def test_standardize_leaves_a_feature_constant_to_rounding_unscaled():
+def test_standardize_leaves_a_feature_constant_to_rounding_unscaled(two_groups):
     """A column whose rows differ only by rounding (0.3 and 0.1 + 0.2) has a variance of
     rounding size, possibly negative: it is constant, not divided by noise (was NaN)."""
-    rng = np.random.default_rng(1)
-    X = rng.normal(size=(1000, 6))
-    z = rng.integers(0, 2, 1000)
-    X[z == 1] += 0.5
+    X, z = two_groups(1000, 6, seed=1, shift=0.5)
     X[:, 0] = 0.3
     X[::2, 0] = 0.1 + 0.2
     with warnings.catch_warnings():
@@ -329,16 +320,13 @@ def test_standardize_leaves_a_feature_constant_to_rounding_unscaled():
     assert fair.fairness_violation_ < 1e-12
 
 
-def test_a_saved_model_edited_to_be_unfair_is_refused_at_load(tmp_path):
+def test_a_saved_model_edited_to_be_unfair_is_refused_at_load(tmp_path, two_groups):
     """The stored certificate is not trusted: load recomputes what the components keep of
     the saved group-mean differences (a reviewer swapped in PCA's components and an empty
     constraint basis, and the model loaded with its old certificate)."""
     import json
 
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(800, 8))
-    z = rng.integers(0, 2, 800)
-    X[z == 1] += 1
+    X, z = two_groups(800, 8, shift=1.0)
     path = tmp_path / "m"
     dfairpca.FairPCA(3).fit(X, sensitive_features=z).save(path)
     arrays = dict(np.load(path / "model" / "arrays.npz"))

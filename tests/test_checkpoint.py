@@ -12,7 +12,8 @@ from dfairpca.checkpoint import (
     CheckpointMismatch, PassInterrupted, chunk_digests, compute_moments_checkpointed,
     segment_bounds,
 )
-from dfairpca.moments import UpperPanels
+from dfairpca._accumulator import RunningTotal, UpperPanels
+from dfairpca.checkpoint import coded_moments_checkpointed
 from oracle import make_data, max_angle_deg
 
 N, D, CHUNK = 2400, 24, 100
@@ -20,14 +21,6 @@ N, D, CHUNK = 2400, 24, 100
 
 class Interrupt(Exception):
     pass
-
-
-def stop_after(k):
-    """An on_segment callback that interrupts the pass once segment k is saved."""
-    def callback(i, n):
-        if i == k:
-            raise Interrupt
-    return callback
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +46,10 @@ def test_checkpointed_pass_equals_one_pass(data, tmp_path):
     mask = np.arange(N) % 3 != 0
     calls = []
     m = compute_moments_checkpointed(
-        Xd, codes, cats, checkpoint=tmp_path / "ckpt", segment_rows=500, mask=mask,
+        Xd, sensitive_features=codes, checkpoint=tmp_path / "ckpt", segment_rows=500, mask=mask,
         split_every=3, on_segment=lambda i, n: calls.append((i, n)),
     )
-    ref = dfairpca.compute_moments(Xd, codes, cats, mask=mask)
+    ref = dfairpca.compute_moments(Xd, sensitive_features=codes, mask=mask)
     assert_same_moments(m, ref)
     assert calls == [(i, 5) for i in range(5)]  # 2400 rows in segments of 5 chunks
     fair = dfairpca.FairPCA(5).fit_statistics(m)
@@ -66,66 +59,65 @@ def test_checkpointed_pass_equals_one_pass(data, tmp_path):
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [".dfairpca", "progress.json", "total"]
 
 
-def test_interrupted_pass_resumes_with_the_remaining_segments_only(data, tmp_path):
+def test_interrupted_pass_resumes_with_the_remaining_segments_only(data, tmp_path, stop_after):
     X, codes, cats = data
     Xd = da.from_array(X, chunks=(CHUNK, D))
     ckpt = tmp_path / "ckpt"
     with pytest.raises(Interrupt):
-        compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=300,
-                                     on_segment=stop_after(1))
+        compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt, segment_rows=300,
+                                     on_segment=stop_after(1, Interrupt))
     progress = json.loads((ckpt / "progress.json").read_text())
     assert progress["done"] == [0, 1] and len(progress["segments"]) == 8
-    saved = dfairpca.Moments.load(ckpt / "total")
+    saved = RunningTotal.load(ckpt / "total")
     # the running total is kept and saved as a pass keeps it: upper-triangle panels
-    assert saved.n == 600 and saved.upper and isinstance(saved.scatter, UpperPanels)
+    assert saved.n == 600 and isinstance(saved.scatter, UpperPanels)
+    with pytest.raises(ValueError, match="unfinished pass.*same compute_moments_checkpointed"):
+        dfairpca.Moments.load(ckpt / "total")  # not complete statistics: refused, not misread
 
     computed = []
-    m = compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt,
+    m = compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt,
                                      on_segment=lambda i, n: computed.append(i))
     assert computed == list(range(2, 8))
-    assert_same_moments(m, dfairpca.compute_moments(Xd, codes, cats))
+    assert_same_moments(m, dfairpca.compute_moments(Xd, sensitive_features=codes))
     # a finished checkpoint computes nothing more and returns the same statistics
     again = []
-    m2 = compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt,
+    m2 = compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt,
                                       on_segment=lambda i, n: again.append(i))
     assert again == []
     assert_same_moments(m2, m)
 
 
-def test_resume_of_fair_pca_s_statistics_and_of_a_full_matrix_total(data, tmp_path):
+def test_resume_of_fair_pca_s_statistics_and_of_a_full_matrix_total(data, tmp_path, stop_after):
     """Per-group scatters survive a resume; a total saved as full matrices (checkpoint
     version 1) resumes too."""
     X, codes, cats = data
     Xd = da.from_array(X, chunks=(CHUNK, D))
-    ref = dfairpca.compute_moments(Xd, codes, cats, group_scatter=True)
+    ref = dfairpca.compute_moments(Xd, sensitive_features=codes, group_scatter=True)
     for full in (False, True):
         ckpt = tmp_path / f"ckpt{full}"
         with pytest.raises(Interrupt):
-            compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=400,
-                                         group_scatter=True, on_segment=stop_after(2))
+            compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt, segment_rows=400,
+                                         group_scatter=True, on_segment=stop_after(2, Interrupt))
         if full:
-            total = dfairpca.Moments.load(ckpt / "total")
-            total.symmetrize().save(ckpt / "total", overwrite=True)  # as version 1 wrote it
-            assert not dfairpca.Moments.load(ckpt / "total").upper
-        m = compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, group_scatter=True)
-        assert not m.upper
+            total = RunningTotal.load(ckpt / "total")
+            total.finalize().save(ckpt / "total", overwrite=True)  # as version 1 wrote it
+            assert dfairpca.Moments.load(ckpt / "total").n == 1200
+        m = compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt, group_scatter=True)
+        assert isinstance(m.scatter, np.ndarray) and np.array_equal(m.scatter, m.scatter.T)
         assert_same_moments(m, ref)
         for a, b in zip(m.attributes, ref.attributes):
             np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10, atol=1e-8)
 
 
-def test_resume_uses_the_recorded_segments(data, tmp_path):
+def test_resume_uses_the_recorded_segments(data, tmp_path, stop_after):
     X, codes, cats = data
     Xd = da.from_array(X, chunks=(CHUNK, D))
 
-    def stop_first(i, n):
-        raise Interrupt
-
     with pytest.raises(Interrupt):
-        compute_moments_checkpointed(Xd, codes, cats, checkpoint=tmp_path / "c",
-                                     segment_rows=1200, on_segment=stop_first)
+        compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=tmp_path / "c",
+                                     segment_rows=1200, on_segment=stop_after(0, Interrupt))
     seen = []
-    compute_moments_checkpointed(Xd, codes, cats, checkpoint=tmp_path / "c", segment_rows=100,
+    compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=tmp_path / "c", segment_rows=100,
                                  on_segment=lambda i, n: seen.append((i, n)))
     assert seen == [(1, 2)]
 
@@ -134,19 +126,19 @@ def test_mismatching_fingerprint_is_refused_and_resume_false_starts_over(data, t
     X, codes, cats = data
     Xd = da.from_array(X, chunks=(CHUNK, D))
     ckpt = tmp_path / "ckpt"
-    compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=1200)
+    compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt, segment_rows=1200)
     other = codes.copy()
     other[0, 0] = 1 - other[0, 0]
     with pytest.raises(CheckpointMismatch) as info:
-        compute_moments_checkpointed(Xd, other, cats, checkpoint=ckpt, dtype=np.float32)
+        compute_moments_checkpointed(Xd, sensitive_features=other, checkpoint=ckpt, dtype=np.float32)
     msg = str(info.value)
     assert "group codes differ" in msg and "compute_dtype float64" in msg
     assert str(ckpt) in msg and "resume=False" in msg
     with pytest.raises(CheckpointMismatch,
                        match=r"shape \[2400, 24\] in the checkpoint but \[1200, 24\]"):
-        compute_moments_checkpointed(Xd[:1200], codes[:1200], cats, checkpoint=ckpt)
-    m = compute_moments_checkpointed(Xd, other, cats, checkpoint=ckpt, resume=False)
-    assert_same_moments(m, dfairpca.compute_moments(Xd, other, cats))
+        compute_moments_checkpointed(Xd[:1200], sensitive_features=codes[:1200], checkpoint=ckpt)
+    m = compute_moments_checkpointed(Xd, sensitive_features=other, checkpoint=ckpt, resume=False)
+    assert_same_moments(m, dfairpca.compute_moments(Xd, sensitive_features=other))
 
 
 def test_fingerprint_names_the_zarr_store(tmp_path):
@@ -163,24 +155,20 @@ def test_fingerprint_names_the_zarr_store(tmp_path):
         compute_moments_checkpointed(zb, checkpoint=ckpt)
 
 
-def test_nan_rows_are_reported_with_global_indices_across_a_resume(data, tmp_path):
+def test_nan_rows_are_reported_with_global_indices_across_a_resume(data, tmp_path, stop_after):
     X, codes, cats = data
     X = X.copy()
     bad = [7, 650, 1333, 2399]
     X[bad, 3] = np.nan
     Xd = da.from_array(X, chunks=(CHUNK, D))
 
-    def stop_after_one(i, n):
-        if i == 0:
-            raise Interrupt
-
     ckpt = tmp_path / "ckpt"
     with pytest.raises(Interrupt):
-        compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=700,
-                                     on_segment=stop_after_one)
-    m = compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt)
+        compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt, segment_rows=700,
+                                     on_segment=stop_after(0, Interrupt))
+    m = compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt)
     assert m.n_nonfinite == 4 and m.nonfinite_rows == bad
-    assert_same_moments(m, dfairpca.compute_moments(Xd, codes, cats))
+    assert_same_moments(m, dfairpca.compute_moments(Xd, sensitive_features=codes))
     with pytest.raises(ValueError, match="rows 7, 650, 1333, 2399"):
         m.check_finite()
 
@@ -197,7 +185,7 @@ def test_default_segments_are_few(data, tmp_path):
     X, codes, cats = data
     Xd = da.from_array(X, chunks=(10, D))  # 240 chunks
     seen = []
-    compute_moments_checkpointed(Xd, codes, cats, checkpoint=tmp_path / "c",
+    compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=tmp_path / "c",
                                  on_segment=lambda i, n: seen.append(n))
     assert 1 <= seen[0] <= 20 and len(seen) == seen[0]
 
@@ -205,16 +193,18 @@ def test_default_segments_are_few(data, tmp_path):
 def test_bad_inputs(data, tmp_path):
     X, codes, cats = data
     with pytest.raises(TypeError, match="Dask array"):
-        compute_moments_checkpointed(X, codes, cats, checkpoint=tmp_path / "c")
+        compute_moments_checkpointed(X, sensitive_features=codes, checkpoint=tmp_path / "c")
     Xd = da.from_array(X, chunks=(CHUNK, D))
     with pytest.raises(ValueError, match="codes has 100 rows but X has 2400"):
-        compute_moments_checkpointed(Xd, codes[:100], cats, checkpoint=tmp_path / "c")
+        coded_moments_checkpointed(Xd, codes[:100], cats, checkpoint=tmp_path / "c")
+    with pytest.raises(ValueError, match="attribute 0 has 100 labels but X has 2400 rows"):
+        compute_moments_checkpointed(Xd, sensitive_features=codes[:100], checkpoint=tmp_path / "c")
     with pytest.raises(ValueError, match="positive"):
-        compute_moments_checkpointed(Xd, codes, cats, checkpoint=tmp_path / "c", segment_rows=0)
+        compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=tmp_path / "c", segment_rows=0)
     (tmp_path / "not_a_ckpt").mkdir()
     (tmp_path / "not_a_ckpt" / "x.txt").write_text("hello")
     with pytest.raises(FileExistsError, match="dfairpca did not write"):
-        compute_moments_checkpointed(da.from_array(X, chunks=(CHUNK, D)), codes, cats,
+        compute_moments_checkpointed(da.from_array(X, chunks=(CHUNK, D)), sensitive_features=codes,
                                      checkpoint=tmp_path / "not_a_ckpt")
     assert [p.name for p in (tmp_path / "not_a_ckpt").iterdir()] == ["x.txt"]
 
@@ -260,70 +250,67 @@ def zarr_store(path, X, chunk):
     return a
 
 
-def test_a_zarr_store_rewritten_in_place_is_refused_for_the_finished_chunks_only(data, tmp_path):
+def test_a_zarr_store_rewritten_in_place_is_refused_for_the_finished_chunks_only(data, tmp_path,
+                                                                                   stop_after):
     X, codes, cats = data
     path, ckpt = tmp_path / "x.zarr", tmp_path / "ckpt"
     zarr_store(path, X, CHUNK)
     Xz = dfairpca.from_zarr(path, rows_per_chunk=CHUNK)
     with pytest.raises(Interrupt):  # segments of 3 chunks; 0 and 1 (rows 0-599) finished
-        compute_moments_checkpointed(Xz, codes, cats, checkpoint=ckpt, segment_rows=300,
-                                     on_segment=stop_after(1))
+        compute_moments_checkpointed(Xz, sensitive_features=codes, checkpoint=ckpt, segment_rows=300,
+                                     on_segment=stop_after(1, Interrupt))
     # rewritten in place: same path, shape, dtype and chunks; one chunk not yet folded ...
     changed = X.copy()
     changed[700:800] = X[700:800][::-1]
     zarr.open_array(str(path), mode="r+")[700:800] = changed[700:800]
-    m = compute_moments_checkpointed(Xz, codes, cats, checkpoint=ckpt)
+    m = compute_moments_checkpointed(Xz, sensitive_features=codes, checkpoint=ckpt)
     assert_same_moments(m, dfairpca.compute_moments(da.from_array(changed, chunks=(CHUNK, D)),
-                                                    codes, cats))
+                                                    sensitive_features=codes))
     # ... then one of the folded ones: the finished checkpoint no longer matches
     changed[250:300] *= 2.0
     zarr.open_array(str(path), mode="r+")[200:300] = changed[200:300]
     with pytest.raises(CheckpointMismatch, match=r"rows 200-299 differ"):
-        compute_moments_checkpointed(Xz, codes, cats, checkpoint=ckpt)
-    m = compute_moments_checkpointed(Xz, codes, cats, checkpoint=ckpt, resume=False)
+        compute_moments_checkpointed(Xz, sensitive_features=codes, checkpoint=ckpt)
+    m = compute_moments_checkpointed(Xz, sensitive_features=codes, checkpoint=ckpt, resume=False)
     assert_same_moments(m, dfairpca.compute_moments(da.from_array(changed, chunks=(CHUNK, D)),
-                                                    codes, cats))
+                                                    sensitive_features=codes))
 
 
-def test_every_folded_chunk_has_its_digest_in_the_checkpoint(data, tmp_path):
+def test_every_folded_chunk_has_its_digest_in_the_checkpoint(data, tmp_path, stop_after):
     X, codes, cats = data
     ckpt = tmp_path / "ckpt"
     Xd = da.from_array(X, chunks=(CHUNK, D))
     with pytest.raises(Interrupt):
-        compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=500,
-                                     on_segment=stop_after(1))
+        compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt, segment_rows=500,
+                                     on_segment=stop_after(1, Interrupt))
     digests = json.loads((ckpt / "progress.json").read_text())["digests"]
     assert [len(d) if d else 0 for d in digests] == [5, 5, 0, 0, 0]
     assert digests[0][0] == chunk_digests(Xd[:CHUNK])[0]
 
 
-def test_a_checkpoint_without_digests_is_refused(data, tmp_path):
+def test_a_checkpoint_without_digests_is_refused(data, tmp_path, stop_after):
     """A checkpoint of an older dfairpca cannot show that the data is the same."""
     X, codes, cats = data
     ckpt = tmp_path / "ckpt"
     Xd = da.from_array(X, chunks=(CHUNK, D))
     with pytest.raises(Interrupt):
-        compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=500,
-                                     on_segment=stop_after(0))
+        compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt, segment_rows=500,
+                                     on_segment=stop_after(0, Interrupt))
     progress = json.loads((ckpt / "progress.json").read_text())
     del progress["digests"]
     (ckpt / "progress.json").write_text(json.dumps(progress))
     with pytest.raises(CheckpointMismatch, match="no content fingerprints.*start over"):
-        compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt)
+        compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt)
 
 
-def test_an_interrupt_says_how_many_chunks_are_saved(data, tmp_path):
+def test_an_interrupt_says_how_many_chunks_are_saved(data, tmp_path, stop_after):
     X, codes, cats = data
     ckpt = tmp_path / "ckpt"
     Xd = da.from_array(X, chunks=(CHUNK, D))
 
-    def ctrl_c_after_two(i, n):
-        if i == 1:
-            raise KeyboardInterrupt
-
     with pytest.raises(PassInterrupted) as info:
-        compute_moments_checkpointed(Xd, codes, cats, checkpoint=ckpt, segment_rows=500,
-                                     on_segment=ctrl_c_after_two)
+        compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt, segment_rows=500,
+                                     on_segment=stop_after(1))
     exc = info.value
     assert isinstance(exc, KeyboardInterrupt)
     assert (exc.chunks_done, exc.n_chunks, exc.checkpoint) == (10, 24, ckpt)

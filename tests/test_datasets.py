@@ -155,7 +155,7 @@ def test_as_frame_must_be_a_bool():
 @pytest.mark.parametrize("name", LOADERS)
 def test_pca_variance_of_the_paper_tables(name):
     # the paper's tables (1, 2 and 3) are reproduced by PCA and Fair PCA on the packaged
-    # splits; tests/test_adult_table1.py checks all of Table 1 through the example script
+    # splits; tests/integration/test_adult_table1.py checks all of Table 1 through the example script
     table = datasets.PAPER_TABLES[name]
     for k in (2, 10):
         got = {"PCA": [], "Fair PCA": []}
@@ -258,6 +258,6 @@ def test_wheel_and_sdist_carry_the_data_and_load_without_the_repo(tmp_path):
     with tarfile.open(sdist) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
     needed = data | {"tests/conftest.py", "tests/oracle.py", "tests/test_datasets.py",
-                     "tests/test_adult_table1.py", "examples/adult_table1.py", "MANIFEST.in"}
+                     "tests/integration/test_adult_table1.py", "examples/adult_table1.py", "MANIFEST.in"}
     assert needed <= names, needed - names
     assert not any("__pycache__" in n for n in names)

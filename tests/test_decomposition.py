@@ -489,7 +489,7 @@ def test_fit_statistics_takes_attribute_names_and_numeric_columns():
     est = dfairpca.FairPCA(3).fit_statistics(stats, attribute_names=["z"], numeric_columns=[0])
     np.testing.assert_allclose(est.components_, ref.components_, atol=1e-10)
     assert est.attribute_names_ == ["z"] and list(est.numeric_sensitive_columns_) == [0]
-    one = dfairpca.compute_moments(X, np.zeros((400, 1), np.int64), [np.array(["a", "b"])])
+    one = dfairpca.Moments.from_chunk(X, np.zeros((400, 1), np.int64), [np.array(["a", "b"])])
     with pytest.raises(ValueError, match="^race has 1 non-empty group"):
         dfairpca.FairPCA(2).fit_statistics(one, attribute_names=["race"])
 

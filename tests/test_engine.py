@@ -9,7 +9,7 @@ import pytest
 import zarr
 
 import dfairpca
-from dfairpca._engine import _Block, _block_sources, compute_moments
+from dfairpca._engine import _Block, _block_sources, coded_moments, compute_moments
 from oracle import make_data
 
 
@@ -35,11 +35,13 @@ def _same(a, b, rtol=1e-10):
 @pytest.mark.parametrize("n_chains", [1, 2, 3, 7, 50])
 def test_any_number_of_chains_gives_the_statistics_of_the_whole(n_chains):
     X, codes = _data()
-    whole = compute_moments(X, codes, [np.arange(3)])
+    whole = coded_moments(X, codes, [np.arange(3)])
     Xd = da.from_array(X, chunks=(64, -1))  # 15 chunks
     with dask.config.set(scheduler="threads"):
-        part = compute_moments(Xd, codes, [np.arange(3)], n_chains=n_chains, split_every=2)
-    assert not part.upper and part.scatter.shape == (12, 12)
+        part = coded_moments(Xd, codes, [np.arange(3)], n_chains=n_chains, split_every=2)
+    # complete: a full symmetric float64 matrix, whatever the pass kept on its way
+    assert isinstance(part.scatter, np.ndarray) and part.scatter.shape == (12, 12)
+    np.testing.assert_array_equal(part.scatter, part.scatter.T)
     _same(part, whole)
 
 
@@ -68,11 +70,11 @@ def test_chunks_are_read_inside_the_fold_unless_they_share_work(tmp_path):
     assert all(isinstance(b, _Block) for b in blocks) and len(deps) == 1
     mapped = mapped[:, :300]
     assert all(len(pickle.dumps(b)) < big.nbytes / 4 for b in blocks)
-    whole = compute_moments(X, codes, [np.arange(3)])
-    _same(compute_moments(mapped, codes, [np.arange(3)], n_chains=2),
-          compute_moments(X @ big[:, :300], codes, [np.arange(3)]), rtol=1e-9)
+    whole = coded_moments(X, codes, [np.arange(3)])
+    _same(coded_moments(mapped, codes, [np.arange(3)], n_chains=2),
+          coded_moments(X @ big[:, :300], codes, [np.arange(3)]), rtol=1e-9)
     for A in (Xz, split, shared + Xz.mean(axis=0)):
-        _same(compute_moments(A, codes, [np.arange(3)], n_chains=2), whole, rtol=1e-9)
+        _same(coded_moments(A, codes, [np.arange(3)], n_chains=2), whole, rtol=1e-9)
 
 
 def test_running_sums_stay_on_their_workers(client, tmp_path):
@@ -83,8 +85,8 @@ def test_running_sums_stay_on_their_workers(client, tmp_path):
     z.create_array("x", shape=X.shape, chunks=(100, 30), dtype="f8")[:] = X
     Xz = dfairpca.from_zarr(tmp_path / "s.zarr", "x", rows_per_chunk=100)  # 24 chunks
     client.run(lambda dask_worker: dask_worker.transfer_incoming_log.clear())
-    m = compute_moments(Xz, codes, [np.arange(3)])
-    _same(m, compute_moments(X, codes, [np.arange(3)]), rtol=1e-9)
+    m = coded_moments(Xz, codes, [np.arange(3)])
+    _same(m, coded_moments(X, codes, [np.arange(3)]), rtol=1e-9)
     moved = client.run(lambda dask_worker: [str(k) for t in dask_worker.transfer_incoming_log
                                             for k in t["keys"]])
     moved = [k for keys in moved.values() for k in keys]
@@ -101,12 +103,13 @@ def _peak_bytes_of_pass(store, n):
     tracemalloc.start()
     try:
         with dask.config.set(scheduler="threads", num_workers=2):
-            compute_moments(X, codes, [np.arange(3)], dtype=np.float32)
+            coded_moments(X, codes, [np.arange(3)], dtype=np.float32)
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
 
 
+@pytest.mark.integration  # a 61 MB store and three traced passes: a measurement
 def test_memory_of_a_pass_does_not_grow_with_n(tmp_path):
     """Six times the rows, the same peak: two running sums and the chunks at hand, never
     chunks read ahead of their chain (the Zarr reads are inside the folds)."""
@@ -131,7 +134,7 @@ def test_column_chunks_are_merged_per_row_chunk():
     Xd = da.from_array(X, chunks=(100, 5))  # 5 x 3 blocks
     blocks, _ = _block_sources(Xd.rechunk({1: -1}))
     assert len(blocks) == 5 and all(isinstance(b, _Block) for b in blocks)  # still read in the fold
-    _same(compute_moments(Xd, codes, [np.arange(3)]), compute_moments(X, codes, [np.arange(3)]))
+    _same(coded_moments(Xd, codes, [np.arange(3)]), coded_moments(X, codes, [np.arange(3)]))
     with pytest.raises(ValueError, match="2-D"):
         compute_moments(da.zeros((10, 2, 2), chunks=5))
 
@@ -140,6 +143,21 @@ def test_labels_of_the_wrong_length_are_refused_before_any_work():
     X, codes = _data(300, 4)
     for A in (X, da.from_array(X, chunks=(100, 4))):
         with pytest.raises(ValueError, match="codes has 299 rows but X has 300"):
-            compute_moments(A, codes[:299], [np.arange(3)])
+            coded_moments(A, codes[:299], [np.arange(3)])
         with pytest.raises(ValueError, match="mask has 10 rows"):
             compute_moments(A, mask=np.ones(10, bool))
+        with pytest.raises(ValueError, match="groups has 299 labels but X has 300 rows"):
+            compute_moments(A, sensitive_features=codes[:299, 0])
+
+
+def test_the_public_pass_takes_group_labels_of_any_type():
+    """compute_moments(X, sensitive_features=...) encodes labels as the estimators do: the
+    statistics are those of the integer codes, under the labels' own names."""
+    X, codes = _data(600, 6)
+    labels = np.array(["a", "b", "c"])[codes[:, 0]]
+    for A in (X, da.from_array(X, chunks=(100, 6))):
+        m = compute_moments(A, sensitive_features=labels)
+        _same(m, coded_moments(X, codes, [np.arange(3)]))
+        assert m.attributes[0].categories.tolist() == ["a", "b", "c"]
+    with pytest.raises(TypeError):  # the encoded form is the engine's own business
+        compute_moments(X, codes, [np.arange(3)])

@@ -379,29 +379,26 @@ def test_a_kernel_matrix_near_the_identity_is_an_error_not_a_short_output(X, z, 
         FairKernelPCA(5, **params).fit(X, sensitive_features=z)
 
 
-def test_a_saturated_sigmoid_kernel_is_an_error_not_zeros():
-    rng = np.random.default_rng(0)
-    X, z = rng.normal(size=(400, 6)) + 30, rng.integers(0, 2, 400)
+def test_a_saturated_sigmoid_kernel_is_an_error_not_zeros(two_groups):
+    X, z = two_groups(400, 6)
+    X += 30
     with pytest.raises(ValueError, match=r"only 0 of the 3 components have positive variance"):
         FairKernelPCA(3, kernel="sigmoid").fit(X, sensitive_features=z)
     with pytest.raises(ValueError, match=r"landmark kernel matrix of rank 1"):
         FairKernelPCA(3, kernel="sigmoid", n_landmarks=100).fit(X, sensitive_features=z)
 
 
-def test_rank_deficient_kernel_names_the_largest_k():
+def test_rank_deficient_kernel_names_the_largest_k(two_groups):
     """A linear kernel on 4 features has rank 4; fair: 3 directions; k = 5 is an error."""
-    rng = np.random.default_rng(0)
-    X, z = rng.normal(size=(300, 4)), rng.integers(0, 2, 300)
-    X[z == 1] += 1.0
+    X, z = two_groups(300, 4, shift=1.0)
     for m, match in ((None, r"only 3 of the 5 components .*n_components <= 3"),
                      (100, r"landmark kernel matrix of rank 4 .*largest k is .* = 3")):
         with pytest.raises(ValueError, match=match):
             FairKernelPCA(5, kernel="linear", n_landmarks=m).fit(X, sensitive_features=z)
 
 
-def test_certification_message_names_only_fair_kernel_pca_options(monkeypatch):
-    rng = np.random.default_rng(0)
-    X, z = rng.normal(size=(300, 4)), rng.integers(0, 2, 300)
+def test_certification_message_names_only_fair_kernel_pca_options(monkeypatch, two_groups):
+    X, z = two_groups(300, 4)
     monkeypatch.setattr(dfairpca._solvers, "FAIRNESS_TOLERANCE", -1.0)
     with pytest.raises(ValueError, match="could not satisfy") as info:
         FairKernelPCA(2).fit(X, sensitive_features=z)
@@ -409,10 +406,9 @@ def test_certification_message_names_only_fair_kernel_pca_options(monkeypatch):
     assert "gamma" in str(info.value)
 
 
-def test_linear_kernel_is_certified_far_from_the_origin():
+def test_linear_kernel_is_certified_far_from_the_origin(two_groups):
     """Centred, the linear kernel is shift-invariant: X + 3e6 fits as X does."""
-    rng = np.random.default_rng(0)
-    X, z = rng.normal(size=(500, 6)), rng.integers(0, 2, 500)
+    X, z = two_groups(500, 6)
     X[z == 1, 0] += 1.0
     for m in (None, 100):
         a = FairKernelPCA(3, kernel="linear", n_landmarks=m).fit(X, sensitive_features=z)

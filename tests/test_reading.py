@@ -499,7 +499,7 @@ class _Stop(Exception):
 
 
 @pytest.fixture
-def checkpoint(tmp_path):
+def checkpoint(tmp_path, stop_after):
     """A real checkpoint: a pass interrupted after its first of three segments."""
     import dask.array as da
 
@@ -508,11 +508,8 @@ def checkpoint(tmp_path):
     X = da.from_array(np.random.default_rng(2).normal(size=(300, 5)), chunks=(100, 5))
     path = tmp_path / "ck"
 
-    def stop(i, n):
-        raise _Stop
-
     with pytest.raises(_Stop):
-        compute_moments_checkpointed(X, checkpoint=path, segment_rows=100, on_segment=stop)
+        compute_moments_checkpointed(X, checkpoint=path, segment_rows=100, on_segment=stop_after(0, _Stop))
     return path, X
 
 

@@ -149,6 +149,8 @@ def test_no_import_cycle_among_dfairpca_modules():
     ("dfairpca.decomposition", {"dfairpca.kernel", "dfairpca._kernels"}),
     # the core never imports the estimators
     ("dfairpca.moments", {"dfairpca.decomposition", "dfairpca.kernel", "dfairpca._base"}),
+    # nor the pass: the accumulator imports Moments, never the other way
+    ("dfairpca.moments", {"dfairpca._accumulator", "dfairpca._engine", "dfairpca.checkpoint"}),
     ("dfairpca._solvers", {"dfairpca.decomposition", "dfairpca.kernel", "dfairpca._base"}),
     ("dfairpca._randomized", {"dfairpca.decomposition", "dfairpca.kernel", "dfairpca._base",
                               "dfairpca._linear"}),

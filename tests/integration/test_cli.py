@@ -151,27 +151,19 @@ def test_console_script_help():
         assert cmd in out.stdout
 
 
-def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched):
+def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched, stop_after):
     """An interrupted fit leaves a checkpoint; --resume finishes it with the same result."""
     from dfairpca.checkpoint import compute_moments_checkpointed
 
     model, ckpt = tmp_path / "m", tmp_path / "m.checkpoint"
-    calls = []
-
-    def stop_after_two(i, n):
-        calls.append(i)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-
     X = dfairpca.from_zarr(store, "images", rows_per_chunk=100)
     z = dfairpca.celeba.attribute_column(store, "Eyeglasses")
     import pandas as pd
-    from dfairpca._validation import encode_groups
 
-    g = encode_groups(pd.DataFrame({"Eyeglasses": z}), len(z))
+    g = pd.DataFrame({"Eyeglasses": z})
     with pytest.raises(KeyboardInterrupt):  # the same pass the CLI runs, stopped half-way
-        compute_moments_checkpointed(X.reshape(len(z), -1), g.codes, g.categories, checkpoint=ckpt,
-                                     dtype=np.float32, on_segment=stop_after_two, segment_rows=300)
+        compute_moments_checkpointed(X.reshape(len(z), -1), sensitive_features=g, checkpoint=ckpt,
+                                     dtype=np.float32, on_segment=stop_after(1), segment_rows=300)
     code, _, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model, *sched], capsys)
     assert code == 2 and "--resume" in err
     code, out, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model,
@@ -279,7 +271,7 @@ def test_show_n_is_checked_against_the_store_before_drawing(store, tmp_path, cap
     assert run(["fit", store, "--attribute", "Eyeglasses", "-k", "3", "--out", model, *sched],
                capsys)[0] == 0
     assert run(["fit", store, "--method", "pca", "-k", "3", "--out", pca, *sched], capsys)[0] == 0
-    from dfairpca.cli import MAX_SHOW_N
+    from dfairpca.celeba.figures import MAX_FACES_PER_ROW as MAX_SHOW_N
 
     start = time.monotonic()
     code, _, err = run(["show", model, store, "--out", tmp_path / "a.png", "--n", "100000"], capsys)
@@ -433,7 +425,7 @@ def test_outputs_never_replace_what_dfairpca_did_not_write(store, tmp_path, caps
 
 
 def test_a_read_only_output_folder_is_refused_before_any_cluster(store, tmp_path, capsys):
-    from test_io import read_only
+    from test_writes import read_only
 
     locked = tmp_path / "locked"
     locked.mkdir()
@@ -789,3 +781,45 @@ def test_a_missing_chunk_of_x_or_of_labels_is_an_error_unless_fill(tmp_path, cap
                        capsys)
     assert code == 2 and "is missing chunk 'X/c/1/0' (rows 200-399)" in err, err
     assert not (tmp_path / "m2").exists()
+
+
+def test_fit_job_defaults_are_the_command_lines():
+    """``dfairpca fit`` with only its required options is FitJob with only its required
+    fields: one set of defaults, which the check of ignored options compares against."""
+    import dataclasses
+
+    from dfairpca.cli import FitJob, build_parser
+
+    args = build_parser().parse_args(["fit", "S.zarr", "-k", "3", "--out", "M"])
+    assert FitJob.from_args(args) == FitJob("S.zarr", "M", 3)
+    # every option of fit is a field (a new option needs one), and nothing else is
+    fit_only = set(vars(args)) - {"command", "func", "json"}
+    assert fit_only == {f.name for f in dataclasses.fields(FitJob)}
+    args = build_parser().parse_args(["fit", "S.zarr", "-k", "3", "--out", "M", "--attribute",
+                                      "Male", "--attribute", "Young", "--timeout", "5"])
+    assert FitJob.from_args(args).attribute == ("Male", "Young")
+
+
+@pytest.mark.slow
+def test_demo_makes_the_store_fits_and_draws_then_reuses_the_store(tmp_path, capsys, sched):
+    work = tmp_path / "demo"
+    code, out, err = run(["demo", "--n", "300", "-k", "3", "--workdir", work, *sched], capsys)
+    assert code == 0, err
+    assert f"wrote 300 synthetic faces to {work / 'synthetic_celeba_300.zarr'}" in out
+    model = dfairpca.load(work / "fair_Eyeglasses_k3")
+    assert model.attribute_names_ == ["Eyeglasses"] and model.n_components_ == 3
+    assert dfairpca.io.read_marker(work / "faces.png")["kind"] == "figure"
+    code, out, err = run(["demo", "--n", "300", "-k", "4", "--workdir", work, *sched], capsys)
+    assert code == 0, err
+    assert f"using the existing store {work / 'synthetic_celeba_300.zarr'}" in out
+    assert dfairpca.load(work / "fair_Eyeglasses_k4").n_components_ == 4
+
+
+def test_demo_refuses_a_store_of_other_settings_before_any_cluster(tmp_path, capsys):
+    work = tmp_path / "demo"
+    synth_celeba(work / "synthetic_celeba_40.zarr", n=40, seed=1, progress=False, n_jobs=1)
+    code, _, err = run(["demo", "--n", "40", "--workdir", work, "--scheduler", _nowhere()], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "holds another store: seed 1 (asked 0)" in err and "scheduler" not in err, err
+    assert err.rstrip().endswith("(here: another --workdir)"), err
+    assert sorted(p.name for p in work.iterdir()) == ["synthetic_celeba_40.zarr"]

@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import dask.array as da
@@ -20,7 +19,7 @@ import pytest
 import zarr
 
 import dfairpca
-from dfairpca import io
+from dfairpca import _writes, io
 from dfairpca.celeba import ingest_celeba, synth_celeba
 from dfairpca.checkpoint import compute_moments_checkpointed
 from test_celeba import celeba_dir  # noqa: F401  (a fixture: a CelebA download of 50 images)
@@ -41,21 +40,8 @@ def siblings(path: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def data():
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(300, 6)) * np.linspace(1, 3, 6)
-    z = rng.integers(0, 2, 300)
-    return X, z
-
-
-@pytest.fixture(scope="module")
-def models(data):
-    X, z = data
-    return {
-        "PCA": dfairpca.PCA(2).fit(X),
-        "FairPCA": dfairpca.FairPCA(2).fit(X, sensitive_features=z),
-        "FairKernelPCA": dfairpca.FairKernelPCA(2).fit(X, sensitive_features=z),
-    }
+def data(two_groups):
+    return two_groups(300, 6, spread=True)
 
 
 def foreign_dir(tmp_path: Path) -> Path:
@@ -76,17 +62,6 @@ def test_save_refuses_a_users_directory_and_leaves_it_untouched(models, name, tm
             models[name].save(res, overwrite=overwrite)
         assert tree(res) == before
     assert os.listdir(tmp_path) == ["res"]  # no temporary left either
-
-
-def test_the_issue_reproduction_in_a_fresh_process(tmp_path):
-    """``mkdir -p res/sub; echo x > res/thesis.tex; python -c "...save('res')"``"""
-    res = foreign_dir(tmp_path)
-    before = tree(res)
-    code = "import numpy as np, dfairpca; dfairpca.PCA(2).fit(np.random.rand(300,6)).save('res')"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
-    assert proc.returncode == 1
-    assert "res is a non-empty directory that dfairpca did not write" in proc.stderr
-    assert tree(res) == before
 
 
 def test_save_refuses_a_file_a_link_and_another_kind(models, data, tmp_path):
@@ -171,86 +146,6 @@ def test_the_protected_inputs(tmp_path):
 
 
 # ------------------------------------------------------------------ atomic, and crashes recovered
-CRASH = textwrap.dedent("""
-    import os, sys, numpy as np, dfairpca
-    from dfairpca import io
-    path, step = sys.argv[1], sys.argv[2]
-    model = dfairpca.PCA(3).fit(np.random.default_rng(1).normal(size=(200, 6)))
-    real_replace, real_remove = os.replace, io._remove_tree
-    calls = []
-
-    def replace(src, dst):
-        calls.append(str(dst))
-        # the outer move: rename old to .old-, then new (.tmp-) to path
-        if step == "before_old_moved" and os.path.basename(str(dst)).startswith(".model.old-"):
-            os._exit(3)
-        if step == "before_new_moved" and str(dst) == path and len(calls) > 2:
-            os._exit(3)
-        return real_replace(src, dst)
-
-    def remove(p):
-        if step == "before_old_removed" and ".old-" in str(p):
-            os._exit(3)
-        if step == "while_old_removed" and ".old-" in str(p):
-            import shutil
-            shutil.rmtree(p / "model")  # half the deletion done: the marker goes last
-            os._exit(3)
-        return real_remove(p)
-
-    os.replace, io._remove_tree = replace, remove
-    model.save(path, overwrite=True)
-    os._exit(0)
-""")
-
-
-def crash_in(path: Path, step: str) -> None:
-    proc = subprocess.run([sys.executable, "-c", CRASH, str(path), step], capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 3, proc.stderr  # it really died there
-
-
-@pytest.mark.parametrize("step, leftovers, survivor", [
-    ("before_old_moved", [".tmp-"], "old"),
-    ("before_new_moved", [".old-", ".tmp-"], "old"),
-    ("before_old_removed", [".old-"], "new"),
-    ("while_old_removed", [".old-"], "new"),
-])
-def test_a_crash_anywhere_in_a_replace_loses_neither_version(models, tmp_path, step, leftovers,
-                                                           survivor):
-    """A writer killed in each window of the protocol: old or new exists whole, and the next
-    call puts things right."""
-    path = tmp_path / "model"
-    models["PCA"].save(path)
-    old = tree(path)
-    crash_in(path, step)
-    left = siblings(path)
-    assert [k for k in leftovers if not any(k in s for s in left)] == [] and len(left) == len(leftovers)
-    # whatever the window, one whole version is on disk under a name recovery knows
-    io.recover(path)
-    assert siblings(path) == []
-    got = dfairpca.load(path)
-    if survivor == "old":
-        assert tree(path) == old
-    else:
-        assert got.n_components_ == 3
-    # and the next save goes through
-    models["PCA"].save(path, overwrite=True)
-    assert dfairpca.load(path).n_components_ == 2 and siblings(path) == []
-
-
-def test_the_next_save_repairs_the_crash_itself(models, tmp_path):
-    """Without an explicit recover(): the final name is missing, the old version is restored
-    before it is replaced (or refused: overwrite is off)."""
-    path = tmp_path / "model"
-    models["PCA"].save(path)
-    old = tree(path)
-    crash_in(path, "before_new_moved")
-    assert not path.exists()
-    with pytest.raises(FileExistsError, match="pass overwrite=True"):
-        models["FairPCA"].save(path)  # the old model is back, so this is refused
-    assert tree(path) == old and siblings(path) == []
-
-
 def test_an_error_during_the_swap_puts_the_old_version_back(models, tmp_path, monkeypatch):
     path = tmp_path / "model"
     models["PCA"].save(path)
@@ -299,7 +194,7 @@ def test_a_failed_rollback_in_this_process_is_recovered_by_the_next_call(models,
 def test_recovery_touches_only_marked_leftovers_of_dead_writers(models, tmp_path):
     path = tmp_path / "model"
     models["PCA"].save(path)
-    host = io._sibling(path, "tmp").name.split("-")[1]
+    host = _writes._sibling(path, "tmp").name.split("-")[1]
     dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True).stdout.strip()
     # named like a leftover of a dead writer, but without the marker: a user's, never touched
@@ -410,16 +305,6 @@ def test_stores_dfairpca_writes_hold_every_chunk_even_all_zero_ones(tmp_path):
             assert (store / name / "c").joinpath(*map(str, key)).is_file(), (name, key)
 
 
-def test_a_dask_write_keeps_every_chunk_on_the_workers(tmp_path, client):
-    """The setting travels with the array to distributed workers (transform's path)."""
-    Y = da.zeros((40, 3), chunks=(10, 3), dtype=np.float32)
-    with io.writing_every_chunk():
-        g = zarr.open_group(str(tmp_path / "y.zarr"), mode="w")
-        arr = g.create_array("y", shape=Y.shape, chunks=Y.chunksize, dtype=Y.dtype)
-    da.to_zarr(Y, arr, compute=True)
-    assert sorted(os.listdir(tmp_path / "y.zarr" / "y" / "c")) == ["0", "1", "2", "3"]
-
-
 def test_ingest_keeps_every_chunk_and_touches_only_its_own_partial(celeba_dir, tmp_path):  # noqa: F811
     out = tmp_path / "c.zarr"
     # a folder named like ingest's partial conversion, but a user's
@@ -463,17 +348,6 @@ def test_replacing_refuses_a_model_holding_a_users_files(models, tmp_path):
     assert type(dfairpca.load(path)) is dfairpca.FairPCA
     models["PCA"].save(path, overwrite=True)  # statistics/ was ours: no refusal, and gone
     assert sorted(os.listdir(path)) == [".dfairpca", "model"]
-
-
-def test_the_reviewers_reproduction_on_the_command_line_and_in_a_fresh_process(tmp_path):
-    code = ("import numpy as np, dfairpca; "
-            "dfairpca.PCA(2).fit(np.random.rand(300,6)).save('q2', overwrite=True)")
-    assert subprocess.run([sys.executable, "-c", code], cwd=tmp_path).returncode == 0
-    before = user_files(tmp_path / "q2")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                          text=True)
-    assert proc.returncode == 1 and "move your files out of it" in proc.stderr
-    assert tree(tmp_path / "q2") == before
 
 
 def test_a_marker_without_its_entries_falls_back_to_the_kinds_layout(models, data, tmp_path):
@@ -534,7 +408,7 @@ def test_a_store_holding_a_users_file_is_refused(tmp_path):
 # ------------------------------------------------------------------ reading after a crash
 def crashed_between_renames(path: Path) -> Path:
     """``mv m .m.old-HOST-PID-RANDOM`` with a dead writer's PID: the replace's window."""
-    host = io._sibling(path, "tmp").name.split("-")[1]
+    host = _writes._sibling(path, "tmp").name.split("-")[1]
     dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True).stdout.strip()
     aside = path.parent / f".{path.name}.old-{host}-{dead_pid}-deadbeef"
@@ -571,12 +445,10 @@ def test_load_that_cannot_recover_names_the_intact_copy(models, tmp_path):
     assert dfairpca.load(path).n_components_ == 2
 
 
-def test_removing_a_finished_checkpoint_keeps_a_users_file_inside_it(tmp_path):
+def test_removing_a_finished_checkpoint_keeps_a_users_file_inside_it(tmp_path, two_groups):
     """A fit removes its checkpoint after success; a file the user put into that folder
     survives (with the folder and a warning), only dfairpca's entries go."""
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(400, 6))
-    z = rng.integers(0, 2, 400)
+    X, z = two_groups(400, 6)
     ckpt = tmp_path / "ck"
     dfairpca.FairPCA(2).fit(X, sensitive_features=z, checkpoint=ckpt, keep_checkpoint=True)
     (ckpt / "notes.txt").write_text("mine")
@@ -606,3 +478,46 @@ def test_ctrl_c_between_the_two_renames_is_held_until_both_are_done(models, tmp_
         models["FairPCA"].save(path, overwrite=True)
     monkeypatch.setattr(os, "replace", real)
     assert type(dfairpca.load(path)) is dfairpca.FairPCA
+
+
+# ------------------------------------------------------------------ single files (figures)
+def _marked_png(path: Path, shade: int) -> None:
+    """A small PNG carrying dfairpca's figure marker, as a figure does."""
+    from PIL import Image, PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text(io.MARKER_KEY, json.dumps(io.marker("figure")))
+    Image.new("L", (4, 4), shade).save(path, format="png", pnginfo=info)
+
+
+def test_atomic_file_replaces_its_own_file_whole_or_not_at_all(tmp_path):
+    path = tmp_path / "faces.png"
+    with io.atomic_file(path, "figure") as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".faces.png.tmp-")
+        _marked_png(tmp, 1)
+    first = path.read_bytes()
+    with pytest.raises(RuntimeError, match="drawing failed"), io.atomic_file(
+            path, "figure", overwrite=True) as tmp:
+        _marked_png(tmp, 2)
+        raise RuntimeError("drawing failed")
+    assert path.read_bytes() == first and siblings(path) == []
+    with pytest.raises(ValueError, match="carries no dfairpca marker"), io.atomic_file(
+            path, "figure", overwrite=True) as tmp:
+        tmp.write_bytes(b"a file without the marker is never moved into place")
+    assert path.read_bytes() == first and siblings(path) == []
+    with io.atomic_file(path, "figure", overwrite=True) as tmp:
+        _marked_png(tmp, 3)
+    assert path.read_bytes() != first and siblings(path) == []
+
+
+def test_recovery_deletes_a_dead_writers_marked_file_and_nothing_else(tmp_path):
+    path = tmp_path / "faces.png"
+    host = _writes._sibling(path, "tmp").name.split("-")[1]
+    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True).stdout.strip()
+    dead = tmp_path / f".faces.png.tmp-{host}-{dead_pid}-456789ab"
+    _marked_png(dead, 1)
+    users = tmp_path / f".faces.png.tmp-{host}-{dead_pid}-0123abcd"
+    users.write_text("named like a leftover, but not marked: a user's")
+    io.recover(path)
+    assert not dead.exists() and users.exists()

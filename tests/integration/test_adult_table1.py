@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "adult_table1.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "adult_table1.py"
 
 
 @pytest.fixture(scope="module")

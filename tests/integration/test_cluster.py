@@ -31,7 +31,7 @@ N, H, W = 3000, 5, 8
 def _env():
     """Environment of the worker processes: can import this module (for _slow_copy)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), str(TESTS.parent), env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -167,31 +167,23 @@ def test_worker_killed_mid_pass_leaves_the_result_unchanged(processes, data):
     assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
 
 
-def test_interrupted_fit_resumes_from_checkpoint_on_the_cluster(processes, data, tmp_path):
+def test_interrupted_fit_resumes_from_checkpoint_on_the_cluster(processes, data, tmp_path, stop_after):
     """A pass stopped after two segments resumes on the dask CLI cluster, redoing nothing."""
-    from dfairpca._validation import encode_groups
     from dfairpca.checkpoint import compute_moments_checkpointed
 
     path, labels, local = data
     ckpt = tmp_path / "fit.checkpoint"
     Xz = dfairpca.from_zarr(path, "images", rows_per_chunk=50)
-    g = encode_groups(labels, N)
-    seen = []
-
-    def stop_after_two(i, n_segments):
-        seen.append(i)
-        if len(seen) == 2:
-            raise KeyboardInterrupt
-
+    stop = stop_after(1)
     with connect(scheduler_file=processes.scheduler_file, timeout=20) as client:
         client.wait_for_workers(2, timeout=30)
         with pytest.raises(KeyboardInterrupt):
-            compute_moments_checkpointed(Xz.reshape(N, -1), g.codes, g.categories, checkpoint=ckpt,
-                                         dtype=np.float64, segment_rows=500, on_segment=stop_after_two)
+            compute_moments_checkpointed(Xz.reshape(N, -1), sensitive_features=labels, checkpoint=ckpt,
+                                         dtype=np.float64, segment_rows=500, on_segment=stop)
         resumed = []
-        m = compute_moments_checkpointed(Xz.reshape(N, -1), g.codes, g.categories, checkpoint=ckpt,
+        m = compute_moments_checkpointed(Xz.reshape(N, -1), sensitive_features=labels, checkpoint=ckpt,
                                          dtype=np.float64, on_segment=lambda i, n: resumed.append(i))
-    assert seen == [0, 1] and resumed and 0 not in resumed and 1 not in resumed
+    assert stop.seen == [0, 1] and resumed and 0 not in resumed and 1 not in resumed
     remote = dfairpca.FairPCA(6, compute_dtype="float64").fit_statistics(m)
     assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
 

@@ -1,13 +1,32 @@
-"""Pictures of fair faces, after the paper's Figure 5 and App. C.6."""
+"""Pictures of fair faces, after the paper's Figure 5 and App. C.6.
+
+The figure is built on a :class:`matplotlib.figure.Figure` and drawn by the Agg canvas
+directly: pyplot is never imported, so a notebook's or a GUI's backend is left as it was.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["faces_figure", "full_fair_projection"]
+from .._writes import MARKER_KEY, atomic_file, check_target, marker
+from .schema import attribute_column, open_celeba
+
+__all__ = ["DEFAULT_FACES", "MAX_FACES_PER_ROW", "faces_figure", "faces_held", "full_fair_projection"]
+
+#: faces per row of a picture unless asked otherwise
+DEFAULT_FACES = 8
+#: most faces per row: each face is a column 1.3 in wide at :data:`DPI`, so 100 (200
+#: columns) is already a 28,600-pixel-wide PNG, and above 229 matplotlib refuses the size
+#: (2**16 pixels), but only after drawing it
+MAX_FACES_PER_ROW = 100
+#: resolution of the PNG: a 16 x 16 face is drawn on about 140 x 160 pixels
+DPI = 110
+#: what dfairpca's marker calls a picture (see :func:`dfairpca.io.check_target`)
+FIGURE_KIND = "figure"
 
 
 def full_fair_projection(model, X: np.ndarray) -> np.ndarray:
@@ -22,36 +41,48 @@ def full_fair_projection(model, X: np.ndarray) -> np.ndarray:
     return (Z - (Z @ Q) @ Q.T) * scale + model.mean_
 
 
+def _is_fair(model) -> bool:
+    """Whether ``model`` is a fair model (it has groups to show apart)."""
+    return hasattr(model, "constraint_basis_")
+
+
+def faces_held(model, store) -> int:
+    """The most faces per row :func:`faces_figure` can fill from ``store``: for a fair model
+    the larger of the two groups of its first attribute (a row holds n with and n without
+    it), for PCA half the images."""
+    images, _, _ = open_celeba(store)
+    if _is_fair(model):
+        flags = attribute_column(store, model.attribute_names_[0])
+        return max(int((flags == 1).sum()), int((flags == 0).sum()))
+    return math.ceil(images.shape[0] / 2)
+
+
 def _pick_rows(flags: np.ndarray, value: int, n: int) -> np.ndarray:
-    idx = np.flatnonzero(flags == value)
-    return idx[:n]
+    """The first ``n`` rows whose flag is ``value``."""
+    return np.flatnonzero(flags == value)[:n]
 
 
-def faces_figure(model, store, out, n: int = 8, *, overwrite: bool = False) -> Path:
+def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool = False) -> Path:
     """Write a PNG: originals, fair PCA at the largest k, fair PCA at the model's k.
 
-    ``overwrite=True`` replaces a picture dfairpca drew at ``out``, never another file.
+    ``overwrite=True`` replaces a picture dfairpca drew at ``out``, never another file; the
+    PNG is written whole or not at all (:func:`dfairpca.io.atomic_file`).
 
     Columns show ``n`` faces with and ``n`` without the model's first protected attribute
     (read from the store's ``attributes``).  A second panel shows the group-mean images of
     the data and of the model's reconstructions; after fair PCA the two means coincide.
     """
-    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .celeba import attribute_column, open_celeba
-    from .io import MARKER_KEY, check_target, marker
-
-    check_target(out, "figure", overwrite=overwrite)
+    check_target(out, FIGURE_KIND, overwrite=overwrite)  # before any face is read
     images, _, _ = open_celeba(store)
     h, w = images.shape[1:]
     if h * w != model.n_features_in_:
         raise ValueError(
             f"the model has {model.n_features_in_} features but the store's images are {h}x{w}"
         )
-    fair = hasattr(model, "constraint_basis_")
+    fair = _is_fair(model)
     name = model.attribute_names_[0] if fair else None
     if fair:
         flags = attribute_column(store, name)
@@ -71,11 +102,10 @@ def faces_figure(model, store, out, n: int = 8, *, overwrite: bool = False) -> P
     panels.append((f"{label}, k = {model.n_components_}", model.inverse_transform(model.transform(X))))
 
     ncols = len(rows)
-    n_mean_rows = 1 if fair else 0
-    fig, axes = plt.subplots(
-        len(panels) + n_mean_rows, ncols, figsize=(1.3 * ncols, 1.45 * (len(panels) + n_mean_rows)),
-        squeeze=False,
-    )
+    n_rows = len(panels) + (1 if fair else 0)
+    fig = Figure(figsize=(1.3 * ncols, 1.45 * n_rows))
+    FigureCanvasAgg(fig)  # draws and saves without pyplot or a backend switch
+    axes = fig.subplots(n_rows, ncols, squeeze=False)
     for r, (title, imgs) in enumerate(panels):
         for c in range(ncols):
             ax = axes[r, c]
@@ -90,12 +120,10 @@ def faces_figure(model, store, out, n: int = 8, *, overwrite: bool = False) -> P
         _group_means_row(model, axes[len(panels)], h, w, name)
     fig.tight_layout()
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    # the PNG carries dfairpca's marker as a text chunk, so that only it may be replaced
-    fig.savefig(tmp, dpi=110, metadata={MARKER_KEY: json.dumps(marker("figure"))})
-    plt.close(fig)
-    tmp.replace(out)
+    with atomic_file(out, FIGURE_KIND, overwrite=overwrite) as tmp:
+        # the PNG carries dfairpca's marker as a text chunk, so that only it may be replaced
+        fig.savefig(tmp, format="png", dpi=DPI,
+                    metadata={MARKER_KEY: json.dumps(marker(FIGURE_KIND))})
     return out
 
 

@@ -1,0 +1,64 @@
+"""The pass's BLAS product: the GIL-free syrk binding and when products take turns."""
+
+import numpy as np
+import pytest
+
+from dfairpca._blas import BLAS_LOCK, blas_lock, ctypes_syrk, syrk
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gil_free_syrk_matches_blas(dtype):
+    import scipy.linalg.blas as blas
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((37, 23)).astype(dtype)
+    C = np.asfortranarray(np.triu(rng.standard_normal((23, 23))).astype(dtype))
+    expect = np.triu(C + x.T @ x)
+    for f in (syrk(dtype), ctypes_syrk(np.dtype(dtype).char)):
+        out = f(C.copy(order="F"), x)
+        np.testing.assert_allclose(np.triu(out), expect, rtol=1e-5 if dtype == np.float32 else 1e-12)
+    np.testing.assert_allclose(np.triu(blas.get_blas_funcs("syrk", dtype=dtype)(1.0, x.T, trans=0, lower=0)),
+                               np.triu(x.T @ x), rtol=1e-5)
+    with pytest.raises(ValueError, match="F-ordered"):
+        syrk(dtype)(np.zeros((23, 23), dtype), x)  # C-ordered: refused, not silently wrong
+
+
+def test_blas_products_are_serialised_only_when_blas_is_multithreaded():
+    import contextlib
+
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        assert isinstance(blas_lock(), contextlib.nullcontext)
+    with threadpool_limits(2):
+        assert blas_lock() is BLAS_LOCK
+
+
+def test_syrk_lets_other_threads_run():
+    """The product releases the GIL: while it runs in one thread, Python code in another
+    keeps running (with scipy's f2py wrapper that thread would stall for the whole call)."""
+    import threading
+    import time
+
+    from threadpoolctl import threadpool_limits
+
+    x = np.random.default_rng(0).standard_normal((1500, 2500)).astype(np.float32)
+    C = np.zeros((2500, 2500), np.float32, order="F")
+    started, took = threading.Event(), []
+
+    def run():
+        started.set()
+        t0 = time.perf_counter()
+        syrk(np.float32)(C, x)
+        took.append(time.perf_counter() - t0)
+
+    with threadpool_limits(1):
+        t = threading.Thread(target=run)
+        t.start()
+        started.wait()
+        t0 = time.perf_counter()
+        while t.is_alive():
+            pass
+        looped = time.perf_counter() - t0
+        t.join()
+    assert looped > 0.5 * took[0], (looped, took)
