@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _solvers
+from ._engine import chain_reduce, row_slice
 from ._system import rows_per_block
-from .moments import MAX_BAD_ROWS_REPORTED, AttributeMoments
+from ._sums import MAX_BAD_ROWS_REPORTED
+from .moments import AttributeMoments
 
 __all__ = ["FirstMoments", "Plan", "first_moments", "first_pass", "run_pass", "corrected",
            "as_rows"]
@@ -217,7 +219,7 @@ def _add_byte_sums(out: _Sums, x, codes, plan: Plan) -> None:
 
 def _chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> _Sums:
     """The sums of one chunk of rows: the first-order ones (first pass) and ``A^T (A V)``."""
-    from .moments import _blas_lock
+    from ._blas import blas_lock
 
     x = np.asarray(x)
     if x.ndim > 2:
@@ -236,7 +238,7 @@ def _chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> _Sums:
     out.n = r = x.shape[0]
     f = plan.features
     Vd = None if V is None else np.asarray(V, plan.dtype)
-    lock = _blas_lock()
+    lock = blas_lock()
     byte = x.dtype.itemsize == 1 and x.dtype.kind in "iub"
     if plan.first and byte and out.cross is None:
         _add_byte_sums(out, x, codes, plan)
@@ -250,11 +252,11 @@ def _chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> _Sums:
         xb = x[s : s + step]
         if wide:
             a64 = _centred(xb, plan.shift, plan.exponent, np.float64)
-            _add_first_order(out, a64, _sl(codes, s, s + step), plan)
+            _add_first_order(out, a64, row_slice(codes, s, s + step), plan)
             a = (a64 if f is None else a64[:, f]).astype(plan.dtype, copy=False)
         elif plan.first:
             a = _centred(xb, plan.shift, plan.exponent, plan.dtype)
-            _add_first_order(out, a, _sl(codes, s, s + step), plan)
+            _add_first_order(out, a, row_slice(codes, s, s + step), plan)
             a = a if f is None else a[:, f]
         else:
             a = _centred(xb if f is None else xb[:, f], plan.shift if f is None else plan.shift[f],
@@ -266,13 +268,9 @@ def _chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> _Sums:
 
 
 # ----------------------------------------------------------------------------- the passes
-def _fold(acc, block, shared, V, plan, codes, mask, offset):
+def _fold(acc, x, plan, V, codes, mask, offset):
     """Add one chunk's sums to a chain's running sums (in place) or start the chain."""
-    from ._engine import _Block
-
-    if isinstance(block, _Block):
-        block = block.compute(shared)
-    part = _chunk_sums(block, plan, V, codes, mask, offset)
+    part = _chunk_sums(x, plan, V, codes, mask, offset)
     return part if acc is None else acc.add(part)
 
 
@@ -283,17 +281,11 @@ def _merge_sums(parts):
     return first
 
 
-def _sl(a, s, e):
-    return None if a is None else a[s:e]
-
-
 def run_pass(X, plan: Plan, V, codes, mask, split_every: int, progress: bool) -> _Sums:
     """One pass over X: the chunks' sums, added up.
 
-    numpy (or Zarr) input is read block by block in this process.  Dask input becomes the
-    exact pass's chains (:mod:`dfairpca._engine`): one per worker thread of the active
-    Client (or of the local pool), each folding its run of row chunks into one running sum
-    on its worker, then a tree of merges of fan-in ``split_every``; V and the plan are one
+    numpy (or Zarr) input is read block by block in this process; Dask input is reduced by
+    the exact pass's chains (:func:`dfairpca._engine.chain_reduce`), with V and the plan one
     key each, so they travel once per worker.
     """
     import dask.array as da
@@ -309,39 +301,18 @@ def run_pass(X, plan: Plan, V, codes, mask, split_every: int, progress: bool) ->
         acc = None
         for s in starts:
             e = min(n, s + rows)
-            part = _chunk_sums(X[s:e], plan, V, _sl(codes, s, e), _sl(mask, s, e), s)
-            acc = part if acc is None else acc.add(part)
+            acc = _fold(acc, X[s:e], plan, V, row_slice(codes, s, e), row_slice(mask, s, e), s)
         return acc
 
-    import dask
     from dask import delayed
 
-    from ._engine import _block_sources, _compute_with_progress, _local_threads, _worker_slots
-
-    bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(int)
-    blocks, shared = _block_sources(X)
-    slots = _worker_slots()
-    width = max(1, min(len(blocks), len(slots) or _local_threads()))
     Vk = None if V is None else delayed(np.asarray(V, plan.dtype), pure=True)
     plan_k = delayed(plan, pure=True)
-    fold = delayed(_fold, pure=True)
-    parts = []
-    for c, run in enumerate(np.array_split(np.arange(len(blocks)), width)):
-        where = dict(workers=[slots[c % len(slots)]], allow_other_workers=True) if slots else {}
-        acc = None
-        with dask.annotate(**where):
-            for i in run:
-                s, e = bounds[i], bounds[i + 1]
-                acc = fold(acc, blocks[i], shared, Vk, plan_k,
-                           _sl(codes, s, e) if plan.first else None, _sl(mask, s, e), int(s))
-        parts.append(acc)
-    merge = delayed(_merge_sums, pure=True)
-    while len(parts) > 1:
-        parts = [merge(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
-    if progress:
-        return _compute_with_progress(parts[0])
-    (out,) = dask.compute(parts[0])
-    return out
+    codes = codes if plan.first else None  # only the first pass sums by group
+    return chain_reduce(
+        X, _fold, _merge_sums,
+        lambda s, e: (plan_k, Vk, row_slice(codes, s, e), row_slice(mask, s, e), s),
+        split_every=split_every, progress=progress)
 
 
 def as_rows(X):

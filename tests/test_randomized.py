@@ -17,7 +17,7 @@ from dfairpca._randomized import (
     AUTO_RTOL, choose_svd_solver, fit_randomized, needs_dense_message, resolve_iterated_power,
 )
 from dfairpca._thin_pass import first_moments
-from dfairpca._validation import encode_groups
+from dfairpca._groups import encode_groups
 from dfairpca.decomposition import FairPCA
 
 
