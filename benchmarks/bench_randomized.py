@@ -9,9 +9,9 @@ at most 1e-4 of the exact optimum; and it is faster than dask-ml's
 ``PCA(svd_solver="randomized")`` at an equal gap, dask-ml's ``iterated_power`` raised until its
 gap is as small (dask-ml solves plain PCA: its gap is to the PCA optimum, and it is not fair).
 
-The store is the synthetic CelebA stack (uint8, 80 x 80), made with
-:func:`dfairpca.celeba.synth_celeba` if missing and checked with
-:func:`dfairpca.celeba.open_celeba` if present; the attribute is Eyeglasses.  Every method
+The store is the synthetic CelebA stack (uint8, 80 x 80) of
+:func:`dfairpca.celeba.ensure_store` (written if missing, its settings checked if present);
+the attribute is Eyeglasses.  Every method
 runs in a fresh subprocess on Dask's threaded scheduler with 2 workers (as
 benchmarks/bench_fit.py's "threads"), its peak RSS sampled with its children.  The gaps are
 measured here afterwards against float64 statistics of the same rows (an exact fit with
@@ -35,23 +35,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench_fit import ATTR, PeakRSS, groups  # noqa: E402  (one sampler, one attribute)
-
-
-# ----------------------------------------------------------------------------- the store
-def ensure_store(directory, n: int) -> Path:
-    """The synthetic store of n rows: checked if it exists, else written."""
-    from dfairpca.celeba import open_celeba, synth_celeba
-
-    store = Path(directory) / f"synthetic_celeba_{n}.zarr"
-    if store.exists():
-        images, _, names = open_celeba(store)
-        if images.shape[0] != n or ATTR not in names:
-            raise SystemExit(f"{store} holds {images.shape[0]} rows and {len(names)} attributes, "
-                             f"not {n} rows with {ATTR}: move it away or pass another --dir")
-        return store
-    store.parent.mkdir(parents=True, exist_ok=True)
-    synth_celeba(store, n=n, progress=False)
-    return store
 
 
 # ----------------------------------------------------------------------------- methods
@@ -178,7 +161,9 @@ def main(argv=None):
     if args.one:  # child process: one method, JSON on the last line
         print(json.dumps(run_one(args.one, store, args.k, json.loads(args.opts))))
         return
-    store = ensure_store(args.dir, args.n)
+    from dfairpca.celeba import ensure_store
+
+    store = ensure_store(store, args.n, progress=False)  # written once, checked after
     t0 = time.perf_counter()
     ref = Reference(store, args.k)
     print(f"reference (float64 statistics, dense solves): {time.perf_counter() - t0:.0f} s", flush=True)
