@@ -53,9 +53,10 @@ def main(argv=None):
     X = dfairpca.from_zarr(store, "images")
     lines = [f"Command: `python benchmarks/bench_transform_precision.py --n {args.n} --k {args.k}`", ""]
     with dask.config.set(scheduler="threads"):
-        f64 = dfairpca.FairPCA(args.k, compute_dtype="float64", eigen_solver="dense").fit(X, sensitive_features=z)
-        f32 = dfairpca.FairPCA(args.k, compute_dtype="float32", eigen_solver="dense").fit(X, sensitive_features=z)
-        f32r = dfairpca.FairPCA(args.k, compute_dtype="float32").fit(X, sensitive_features=z)  # auto solver
+        exact = dict(svd_solver="full")  # the d x d statistics (f64.statistics_ below)
+        f64 = dfairpca.FairPCA(args.k, compute_dtype="float64", eigen_solver="dense", **exact).fit(X, sensitive_features=z)
+        f32 = dfairpca.FairPCA(args.k, compute_dtype="float32", eigen_solver="dense", **exact).fit(X, sensitive_features=z)
+        f32r = dfairpca.FairPCA(args.k, compute_dtype="float32", **exact).fit(X, sensitive_features=z)  # auto solver
 
         # ---------------------------------------------------------------- transform
         Y, t_dask = best_of(lambda: f32.transform(X).compute())

@@ -20,7 +20,7 @@ from ._accumulator import RunningTotal
 from ._system import cpu_count, rows_per_block
 from .moments import Moments
 
-__all__ = ["compute_moments"]
+__all__ = ["compute_moments", "chain_reduce"]
 
 #: data shared by every chunk (pickled size) up to which it is copied into each fold task
 SHARED_INLINE_BYTES = 1 << 20
@@ -130,21 +130,38 @@ def run_pass(
             total = _accumulator.combine([_accumulator.chunk(X, None, **kw)])
         return total
 
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (n, d); got shape {X.shape}")
+    return chain_reduce(
+        X, _fold, _accumulator.combine,
+        lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s, kw),
+        split_every=split_every, progress=progress, n_chains=n_chains)
+
+
+def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress: bool = False,
+                 n_chains: int | None = None):
+    """Reduce the row chunks of the Dask array X the way the pass does, for any sums.
+
+    One chain per thread of the cluster (``n_chains``, default :func:`threads`): each task
+    reads one row chunk where it runs and folds it into the chain's running sums in place,
+    ``acc = fold(acc, rows, *chunk_args(s, e))`` (acc None for a chain's first chunk; rows
+    ``s:e`` of X as numpy), so what a process holds is its threads' sums plus the chunk at
+    hand, whatever n is; then ``combine(list of sums)`` merges the chains' sums in a tree
+    of fan-in ``split_every``.  ``fold`` and ``combine`` are module-level functions (they
+    travel to the workers); numpy data in ``chunk_args`` is embedded per task, so large
+    data every chunk needs belongs in a ``dask.delayed`` object (one key, sent once per
+    worker).  Runs on the active ``distributed.Client`` when there is one.
+    """
     import dask
     from dask import delayed
 
-    if X.ndim != 2:
-        raise ValueError(f"X must be 2-D (n, d); got shape {X.shape}")
     if len(X.chunks[1]) > 1:  # a fold needs whole rows: merge the column chunks of each row chunk
         X = X.rechunk({1: -1})
     bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(int)
     blocks, shared = _block_sources(X)
-    # one chain per thread of the cluster: each folds its run of row chunks, one at a time,
-    # into a single running sum (upper-triangle float64 panels updated in place), so what a
-    # process holds is its threads' sums plus the chunk at hand, whatever n is
     slots = _worker_slots()  # one entry per thread of the active Client's workers
     width = max(1, min(len(blocks), n_chains or threads()))
-    fold = delayed(_fold, pure=True)
+    step = delayed(_fold_block, pure=True)
     parts = []
     for c, run in enumerate(np.array_split(np.arange(len(blocks)), width)):
         # a chain prefers its own worker (else Dask would put every chain next to the data
@@ -153,19 +170,23 @@ def run_pass(
         acc = None
         with dask.annotate(**where):
             for i in run:
-                s, e = bounds[i], bounds[i + 1]
-                acc = fold(acc, blocks[i], shared, row_slice(codes, s, e), row_slice(mask, s, e),
-                           row_offset + int(s), kw)
+                acc = step(fold, acc, blocks[i], shared, *chunk_args(int(bounds[i]), int(bounds[i + 1])))
         parts.append(acc)
-    combine = delayed(_accumulator.combine, pure=True)
+    merge = delayed(combine, pure=True)
     while len(parts) > 1:  # the chains' sums: a tree of fan-in split_every, in place
-        parts = [combine(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
+        parts = [merge(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
     root = parts[0]
-    # the sum travels as upper-triangle panels (half the bytes); the caller completes it
     if progress:
         return _compute_with_progress(root)
     (result,) = dask.compute(root)
     return result
+
+
+def _fold_block(fold, acc, block, shared, *args):
+    """``fold(acc, rows, *args)`` of one chunk, read here (see :func:`_block_sources`)."""
+    if isinstance(block, _Block):
+        block = block.compute(shared)
+    return fold(acc, block, *args)
 
 
 def _block_sources(X) -> tuple[list, dict]:
@@ -256,10 +277,8 @@ def row_slice(a, s: int, e: int):
     return None if a is None else a[s:e]
 
 
-def _fold(acc, block, shared, codes, mask, offset, kw):
+def _fold(acc, block, codes, mask, offset, kw):
     """Add one chunk's sums to a chain's running total (in place) or start the chain."""
-    if isinstance(block, _Block):
-        block = block.compute(shared)
     part = _accumulator.chunk(block, codes, mask=mask, row_offset=offset, **kw)
     return _accumulator.combine([part] if acc is None else [acc, part])
 

@@ -20,6 +20,7 @@ from .moments import Moments
 
 __all__ = ["CONSTRAINTS", "CONSTRAINT_RULES", "fair_k_limit", "check_fair_k", "certify",
            "set_certificate", "fair_feature_names", "group_constraints", "numeric_constraints",
+           "numeric_constraint_rows",
            "covariance_terms", "EQUALIZE_RULES"]
 
 #: the fairness notions of Sec. 3.2: equal group means over all rows, or over the y == 1 rows
@@ -148,32 +149,44 @@ def group_constraints(m: Moments, names) -> np.ndarray:
 
 def numeric_constraints(m: Moments, num: np.ndarray, keep: np.ndarray, names) -> np.ndarray:
     """Rows ``sum_i (z_i - mean z)(x_i - mean x)`` (in the scatter's units) of the numeric
-    attributes z (columns ``num`` of m) against the features (``keep``).
+    attributes z (columns ``num`` of m) against the features (``keep``), checked by
+    :func:`numeric_constraint_rows`."""
+    S = m.scatter
+    return numeric_constraint_rows(S[np.ix_(num, keep)], np.diagonal(S)[num],
+                                   float(np.trace(S[np.ix_(keep, keep)])), m.mean[num], m.n,
+                                   m.scatter_exponent, m.precision, names)
+
+
+def numeric_constraint_rows(C, zz, ff: float, means, n: int, exponent: int, precision: float,
+                            names) -> np.ndarray:
+    """The numeric attributes' constraint rows C (their cross sums with the features, in
+    stored units ``true * 4**-exponent``), checked against rounding: ``zz`` are the
+    attributes' own sums of squares, ``ff`` the features' (the scatter's trace), ``means``
+    the attributes' means, ``precision`` the eps of the products.
 
     A row below the rounding of such a sum (at most ``2 n eps |z - mean z| |X - mean X|``
     for products in the statistics' precision eps, by Cauchy-Schwarz) is set to 0 with a
     warning: that attribute is uncorrelated with the features to rounding and constrains
     nothing.  A constant attribute (spread below the rounding of its mean) is an error.
     """
-    S = m.scatter
-    C = S[np.ix_(num, keep)].copy()
-    zz = np.maximum(np.diagonal(S)[num], 0.0)
-    ff = max(float(np.trace(S[np.ix_(keep, keep)])), 0.0)
+    C = np.array(C, dtype=np.float64)
+    zz = np.maximum(np.asarray(zz, np.float64), 0.0)
+    ff = max(float(ff), 0.0)
     eps = float(np.finfo(np.float64).eps)
-    spread = np.ldexp(np.sqrt(zz / max(m.n, 1)), m.scatter_exponent)
+    spread = np.ldexp(np.sqrt(zz / max(n, 1)), exponent)
     for j, name in enumerate(names):
-        if spread[j] <= 2 * m.n * eps * abs(m.mean[num[j]]) or zz[j] == 0:
+        if spread[j] <= 2 * n * eps * abs(means[j]) or zz[j] == 0:
             raise ValueError(
                 f"{name} is constant over the rows fitted, so it tells no one apart; drop it "
                 "from sensitive_feature_ids"
             )
-    floor = 2.0 * m.n * m.precision * np.sqrt(zz * ff)
+    floor = 2.0 * n * precision * np.sqrt(zz * ff)
     zero = _solvers.row_norms(C) <= floor
     for j in np.flatnonzero(zero):
         warnings.warn(
             f"{names[j]}: its covariance with the features is float64 rounding (below "
             f"{floor[j]:.2e} in the scatter's units), so it imposes no constraint and none is kept",
-            UserWarning, stacklevel=4,
+            UserWarning, stacklevel=5,
         )
     C[zero] = 0.0
     return C

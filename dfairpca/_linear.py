@@ -31,13 +31,10 @@ from .moments import Moments
 
 __all__ = ["LinearDecomposition", "LINEAR_RULES", "SVD_SOLVERS"]
 
-#: scikit-learn's ``svd_solver`` values: every one but "randomized" is the exact solve here
+#: scikit-learn's ``svd_solver`` values: "full" and "covariance_eigh" are the exact solve of
+#: the d x d covariance from one pass, "randomized" the matrix-free passes of
+#: :mod:`dfairpca._randomized`, "auto" chooses (:meth:`LinearDecomposition._fit_solver`)
 SVD_SOLVERS = ("auto", "full", "covariance_eigh", "randomized")
-RANDOMIZED_NOT_BUILT = (
-    "svd_solver='randomized' is not built yet: matrix-free randomized passes over X are the "
-    "full-resolution work still open; use svd_solver='auto' (the exact solve of the d x d "
-    "covariance, one pass over X), or eigen_solver='randomized' for a faster local solve"
-)
 
 
 def _n_components_ok(k) -> bool:
@@ -59,7 +56,7 @@ LINEAR_RULES = {
     "compute_dtype": [Check(lambda est, v: compute_dtype_for(np.float64, v))],
     "eigen_solver": [one_of(_solvers.EIGEN_SOLVERS)],
     "whiten": [Rule(lambda v: isinstance(v, (bool, np.bool_)), "True or False")],
-    "svd_solver": [one_of(SVD_SOLVERS), Check(lambda est, v: est._svd_solver())],
+    "svd_solver": [one_of(SVD_SOLVERS)],
     "iterated_power": [Rule(lambda p: p == "auto" if isinstance(p, str) else is_int(p) and p >= 0,
                             "'auto' or an integer >= 0")],
     "n_oversamples": [int_at_least(1)],
@@ -84,13 +81,76 @@ class LinearDecomposition(Estimator):
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
 
-    def _svd_solver(self) -> str:
-        """The solve ``svd_solver`` selects: the exact eigendecomposition of the d x d
-        covariance from one pass ("covariance_eigh") for every value but "randomized"
-        (matrix-free passes over X), which is not built yet."""
+    def _fit_solver(self, d: int, *, groups: int = 0, checkpoint=None) -> str:
+        """The solve a fit of d features runs, "covariance_eigh" (the exact eigensolve of
+        the d x d covariance from one pass) or "randomized" (matrix-free passes over X):
+        what ``svd_solver`` names, "full" being the exact one; for "auto" the cheaper by
+        :func:`dfairpca._randomized.choose_svd_solver` among those that can run.
+        "randomized" where it cannot run raises, naming why (``groups``: the groups of all
+        attributes, whose d x d covariances Fair PCA-S needs)."""
+        from ._randomized import choose_svd_solver, memory_budget
+
+        blocker = self._randomized_blocker(d, groups, checkpoint)
         if self.svd_solver == "randomized":
-            raise NotImplementedError(RANDOMIZED_NOT_BUILT)
+            if blocker:
+                raise ValueError(blocker)
+            return "randomized"
+        if self.svd_solver == "auto" and blocker is None:
+            return choose_svd_solver(d, self.n_components, self.n_oversamples, memory_budget())
         return "covariance_eigh"
+
+    def _randomized_blocker(self, d: int, groups: int, checkpoint) -> str | None:
+        """Why the randomized solve cannot fit (None if it can)."""
+        from ._randomized import needs_dense_message
+
+        k = self.n_components
+        if not whole(k):
+            return (f"svd_solver='randomized' needs n_components as an int, got {k!r}: None "
+                    "and fractions of the variance need the whole spectrum (svd_solver='full')")
+        if getattr(self, "equalize_covariance", None) is not None:
+            return needs_dense_message("Fair PCA-S (equalize_covariance)", d, 1 + groups,
+                                       "equalize_covariance=None (fair PCA, matrix-free)")
+        if checkpoint is not None:
+            return ("checkpoint= resumes the exact one-pass fit; the randomized passes are not "
+                    "checkpointed: drop checkpoint= or use svd_solver='full'")
+        return None
+
+    def _check_partial(self) -> None:
+        """partial_fit adds to the exact fit's d x d statistics: refuse where there are none."""
+        if self.svd_solver == "randomized":
+            raise ValueError("partial_fit adds rows to the exact fit's d x d statistics; "
+                             "svd_solver='randomized' needs passes over all rows: call fit, or "
+                             "use svd_solver='full'")
+        if getattr(self, "fitted_svd_solver_", None) == "randomized":
+            raise ValueError("this model was fitted by randomized passes, which keep no d x d "
+                             "statistics for partial_fit to add rows to: fit it again with "
+                             "svd_solver='full' to go on with partial_fit")
+
+    def _randomized_fit(self, X, groups=None, mask=None, numeric: bool = False):
+        """:func:`dfairpca._randomized.fit_randomized` of X with this estimator's
+        parameters (products in float64 where ``numeric``, as :meth:`_pass`)."""
+        from ._randomized import fit_randomized
+
+        auto = self.compute_dtype in ("auto", None)
+        dtype = np.dtype(np.float64) if numeric and auto else compute_dtype_for(X.dtype, self.compute_dtype)
+        codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
+        return fit_randomized(
+            X, self.n_components, codes=codes, categories=cats, mask=mask,
+            names=getattr(self, "attribute_names_", None),
+            numeric=getattr(self, "numeric_sensitive_columns_", ()) if numeric else (),
+            standard=getattr(self, "tradeoff", 0) > 0, center=self.center,
+            standardize=self.standardize, dtype=dtype, n_oversamples=self.n_oversamples,
+            iterated_power=self.iterated_power, random_state=self.random_state,
+            split_every=self.split_every, progress=self.progress)
+
+    def _set_randomized(self, fit) -> None:
+        """The fitted attributes of a randomized fit (``statistics_``: its first-order
+        statistics)."""
+        self._set_model(fit.statistics.n, fit.mean, fit.components, fit.captured, fit.total,
+                        fit.scale, fit.exponent)
+        self.statistics_ = fit.statistics
+        self.fitted_svd_solver_ = "randomized"
+        self.n_passes_ = fit.passes
 
     # ------------------------------------------------------------------ fitting
     def _input(self, X, *, reset, min_samples: int = 1) -> Input:
@@ -138,18 +198,25 @@ class LinearDecomposition(Estimator):
         return _solvers.flip_signs(V[:, :k].T)
 
     def _set_fitted(self, m: Moments, U: np.ndarray, S: np.ndarray, scale, e: int = 0):
-        d = m.n_features
-        n = int(m.n)
+        """The fitted attributes of the exact solve U of S (``S * 4**e`` in true units)."""
+        self._set_model(m.n, m.mean, U, np.sum((U @ S) * U, axis=1), np.trace(S), scale, e)
         self.statistics_ = m
+        self.fitted_svd_solver_ = "covariance_eigh"
+
+    def _set_model(self, n, mean, U, captured, total, scale, e: int = 0) -> None:
+        """The fitted attributes of components U (k, d) of n rows of the given mean that
+        capture ``captured`` of the operator's trace ``total`` (``* 4**e`` in true units)."""
+        d = U.shape[1]
+        n = int(n)
         self.n_features_in_ = d + len(getattr(self, "sensitive_feature_indices_", ()))
         self.n_samples_seen_ = n
         self.n_components_ = U.shape[0]
         self.components_ = U
-        self.mean_ = m.mean.copy() if self.center else np.zeros(d)
+        self.mean_ = mean.copy() if self.center else np.zeros(d)
         self.scale_ = scale
         denom = n - 1
-        captured = np.sum((U @ S) * U, axis=1) / denom
-        total = np.trace(S) / denom
+        captured = np.asarray(captured) / denom
+        total = total / denom
         noise = noise_variance(captured, total, min(n, d))
         with np.errstate(over="ignore", under="ignore"):  # the true values, as float64 holds them
             self.explained_variance_ = np.ldexp(captured, 2 * e)
@@ -355,6 +422,10 @@ class LinearDecomposition(Estimator):
         model saved by dfairpca there, atomically, and nothing else (see
         :func:`dfairpca.io.atomic_directory`).
         """
+        if statistics and not isinstance(self.statistics_, Moments):
+            raise ValueError("this model was fitted by randomized passes, which keep first-order "
+                             "statistics only (no d x d scatter for partial_fit to go on from): "
+                             "save it without statistics=True, or fit with svd_solver='full'")
         return self._write(path, overwrite, self.statistics_ if statistics else None)
 
     @classmethod

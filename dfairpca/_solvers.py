@@ -21,7 +21,8 @@ import scipy.sparse.linalg
 
 __all__ = ["top_eigh", "top_eigh_exact", "iterative", "subspace_iteration", "constraint_basis",
            "fair_components", "equalizing_basis", "pca_components", "flip_signs", "row_norms",
-           "constraint_violation", "EIGEN_SOLVERS", "ITERATIVE_MIN_SIZE", "FAIRNESS_TOLERANCE"]
+           "constraint_violation", "standard_scale", "EIGEN_SOLVERS", "ITERATIVE_MIN_SIZE",
+           "FAIRNESS_TOLERANCE"]
 
 
 #: the values of the estimators' ``eigen_solver``
@@ -133,6 +134,24 @@ def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_it
         V, _ = np.linalg.qr(W @ G[:, ::-1])
     V = V @ G[:, ::-1]
     return w[::-1][:k], V[:, :k]
+
+
+def standard_scale(n: int, mean: np.ndarray, sq: np.ndarray, exponent: int = 0):
+    """(sd, scale) of ``standardize``: per feature the population standard deviation
+    (ddof=0, as StandardScaler divides by) in the stored units of the sums of squares ``sq``
+    (``true * 4**-exponent``), and in true units (``scale``, 1 where it is 0).
+
+    A feature whose variance is within the rounding of its mean is constant (as
+    StandardScaler's test): left unscaled (sd 1), not divided by noise.
+    """
+    var = np.maximum(np.asarray(sq, np.float64) / n, 0.0)  # rounding may leave it < 0
+    with np.errstate(over="ignore", under="ignore"):
+        noise = (2.0 * n * np.finfo(np.float64).eps * np.ldexp(mean, -exponent)) ** 2
+    sd = np.sqrt(var)
+    sd[var <= noise] = 1.0
+    scale = np.ldexp(sd, exponent)
+    scale[scale == 0] = 1.0
+    return sd, scale
 
 
 def row_norms(A: np.ndarray) -> np.ndarray:

@@ -505,6 +505,7 @@ def _fit_summary(est, args, data: _Data, fit_seconds: float, wall_seconds: float
     summary = {
         "command": "fit", "n": int(data.X.shape[0]), "d": int(est.n_features_in_),
         "k": int(est.n_components_), "method": args.method, "estimator": type(est).__name__,
+        "svd_solver": getattr(est, "fitted_svd_solver_", None),  # what "auto" chose
     }
     if hasattr(est, "groups_"):
         summary["constraint"] = est.constraint

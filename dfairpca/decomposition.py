@@ -45,17 +45,8 @@ def _space(m: Moments, center: bool, standardize: bool):
         S = S + m.n * np.outer(mu, mu)
     scale = None
     if standardize:
-        # the population standard deviation (ddof=0), as StandardScaler divides by
-        var = np.maximum(np.diag(m.scatter) / m.n, 0.0)  # rounding may leave it < 0
-        # a feature whose variance is within the rounding of its mean is constant (as
-        # StandardScaler's test): left unscaled, not divided by noise
-        with np.errstate(over="ignore", under="ignore"):
-            noise = (2.0 * m.n * np.finfo(np.float64).eps * np.ldexp(m.mean, -e)) ** 2
-        sd = np.sqrt(var)
-        sd[var <= noise] = 1.0
+        sd, scale = _solvers.standard_scale(m.n, m.mean, np.diag(m.scatter), e)
         S = S / np.outer(sd, sd)
-        scale = np.ldexp(sd, e)
-        scale[scale == 0] = 1.0
         e = 0
     return S, scale, e
 
@@ -89,16 +80,32 @@ class PCA(LinearDecomposition):
         Divide every component by the square root of its explained variance in
         ``transform`` (and multiply back in ``inverse_transform``), as scikit-learn.
     svd_solver : {"auto", "full", "covariance_eigh", "randomized"}, default "auto"
-        scikit-learn's parameter.  "auto", "full" and "covariance_eigh" are all the same
-        exact solve here: the eigendecomposition of the d x d covariance accumulated in
-        float64 by one pass (scikit-learn's "covariance_eigh", without its cancellation).
-        "randomized" raises ``NotImplementedError``: matrix-free randomized passes over X
-        are not built yet.  ``eigen_solver`` chooses how the local d x d problem is solved.
+        scikit-learn's parameter.  "full" and "covariance_eigh" are the exact solve: the
+        eigendecomposition of the d x d covariance accumulated in float64 by one pass
+        (scikit-learn's "covariance_eigh", without its cancellation; ``eigen_solver``
+        chooses how that local problem is solved).  "randomized" never forms d x d: block
+        Krylov passes over X, each applying the covariance to k + ``n_oversamples``
+        vectors chunk by chunk (:mod:`dfairpca._randomized`), for data whose d x d does
+        not fit in memory or when k is small; it needs an int ``n_components`` and neither
+        ``checkpoint`` nor ``partial_fit``.  "auto" takes "randomized" where the exact
+        fit's d x d matrices do not fit half the memory available (or of a worker) or its
+        passes cost less than the exact pass by a flop and read model (at d = 6,400:
+        k + n_oversamples up to 110), and the exact solve otherwise
+        (:func:`dfairpca._randomized.choose_svd_solver`); ``fitted_svd_solver_`` says which.
     iterated_power : "auto" or int >= 0, default "auto"
+        Randomized solve: an int q makes q + 2 passes over X (the first also computes the
+        statistics; the Krylov space reaches the power q + 1, scikit-learn's subspace for
+        ``iterated_power=q``); "auto" stops after the first pass at which the Ritz
+        residuals estimate the variance still missing below 1e-4 of what the components
+        capture, after scikit-learn's count (7, or 4 when k >= 0.1 min(n, d)) + 2 passes
+        at most.
     n_oversamples : int >= 1, default 10
+        Randomized solve: the Krylov blocks have k + n_oversamples columns (wider blocks
+        cost little per pass and can save one: see benchmarks/results/randomized_202599.md).
     random_state : None, int or numpy random generator, default None
-        Stored for compatibility with scikit-learn; they apply to
-        ``svd_solver="randomized"`` only, which is not built yet.
+        Randomized solve: the seed of its Gaussian start block (an int seeds a
+        RandomState, as in scikit-learn).  None is the seed 0, so that two fits of the same
+        data give identical components (scikit-learn draws from numpy's global generator).
     center : bool, default True
         Subtract the mean.  ``False`` uses the uncentred ``X^T X`` (the paper's formula).
     standardize : bool, default False
@@ -137,8 +144,13 @@ class PCA(LinearDecomposition):
     n_features_in_, n_samples_seen_, n_components_ : int
     feature_names_in_ : ndarray of str
         X's column names when X was a DataFrame with text column names.
-    statistics_ : Moments
-        The additive statistics the model was solved from.
+    statistics_ : Moments or FirstMoments
+        The additive statistics the model was solved from (a randomized fit's are
+        first-order only: :class:`dfairpca._thin_pass.FirstMoments`).
+    fitted_svd_solver_ : {"covariance_eigh", "randomized"}
+        The solve the fit ran (what ``svd_solver="auto"`` chose).
+    n_passes_ : int
+        Randomized fits: the passes over X they made.
 
     Examples
     --------
@@ -182,6 +194,9 @@ class PCA(LinearDecomposition):
         inp = self._input(X, reset=True, min_samples=2)
         (Xa,) = with_known_rows(inp.data)
         self._check_k(Xa.shape[1], Xa.shape[0])  # rows now known, also of a filtered Dask X
+        if self._fit_solver(Xa.shape[1], checkpoint=checkpoint) == "randomized":
+            self._set_randomized(self._randomized_fit(Xa))
+            return self
         self.fit_statistics(self._pass(Xa, checkpoint=checkpoint))
         release(checkpoint, keep_checkpoint)
         return self
@@ -194,13 +209,16 @@ class PCA(LinearDecomposition):
         self._check_params()
         inp = self._input(X, reset=None, min_samples=2)
         self._check_k(inp.data.shape[1], inp.data.shape[0])
+        self._fit_solver(inp.data.shape[1])
 
     def partial_fit(self, X, y=None):
         """Add the rows of X to what was seen so far and refit (equals fit on the union).
 
-        Until ``n_components`` rows have been seen only the statistics are kept.
+        Until ``n_components`` rows have been seen only the statistics are kept.  Always
+        the exact solve (it adds to the d x d statistics); not after a randomized fit.
         """
         self._check_params()
+        self._check_partial()
         inp = self._input(X, reset=not hasattr(self, "statistics_"))
         (Xa,) = with_known_rows(inp.data)
         self._check_previous(Xa.shape[1])
@@ -338,7 +356,7 @@ class FairPCA(LinearDecomposition):
     max_components_ : int
         ``d - sum(m_r) + p - q``.
     explained_variance_, singular_values_, mean_, scale_, n_features_in_, feature_names_in_,
-    n_samples_seen_, statistics_ : as in :class:`PCA`.
+    n_samples_seen_, statistics_, fitted_svd_solver_, n_passes_ : as in :class:`PCA`.
 
     Examples
     --------
@@ -434,9 +452,58 @@ class FairPCA(LinearDecomposition):
             Keep ``checkpoint`` after a successful fit (by default it is deleted).
         """
         Xa, g, mask, numeric = self._prepare(X, sensitive_features, y, partial=False, reset=True)
+        if self._solver_of(Xa, g, checkpoint) == "randomized":
+            return self._fit_randomized(Xa, g, mask, numeric)
         self.fit_statistics(self._pass(Xa, g, mask, checkpoint, numeric=numeric))
         release(checkpoint, keep_checkpoint)
         return self
+
+    def _solver_of(self, Xa, g, checkpoint=None) -> str:
+        """:meth:`_fit_solver` for the features of Xa and the groups of g."""
+        d = Xa.shape[1] - len(self.numeric_sensitive_columns_ if hasattr(
+            self, "numeric_sensitive_columns_") else ())
+        groups = 0 if g is None else sum(len(c) for c in g.categories)
+        return self._fit_solver(d, groups=groups, checkpoint=checkpoint)
+
+    def _fit_randomized(self, Xa, g, mask, numeric: bool):
+        """Fit by randomized passes (:mod:`dfairpca._randomized`), certify, keep."""
+        fit = self._randomized_fit(Xa, g, mask, numeric)
+        m = fit.statistics
+        names = self.attribute_names_
+        p, q = len(m.attributes), len(m.numeric)
+        ms = [int(np.sum(a.counts > 0)) for a in m.attributes]
+        limit = self._check_k_groups(fit.components.shape[1], ms, m.n, q)
+        categories = [a.categories for a in m.attributes] + [None] * q
+        # the constraint rows are float64 sums whatever the products ran in
+        certify(fit.violation, names, categories, float(np.finfo(np.float64).eps),
+                type(self).__name__)
+        self._set_randomized(fit)
+        standard = None
+        if fit.standard_components is not None:
+            with np.errstate(over="ignore", under="ignore"):
+                standard = (fit.standard_components, np.ldexp(
+                    fit.standard_captured / (m.n - 1), 2 * fit.exponent))
+        self._set_fair(fit.violation, fit.basis, [m.group_means(j)[:, self._features(m)]
+                                                  for j in range(p)],
+                       limit, names, standard)
+        return self
+
+    def _features(self, m) -> np.ndarray:
+        """The feature columns of statistics m (all but the numeric attributes)."""
+        num = np.asarray(getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
+        return np.setdiff1d(np.arange(m.n_features), num)
+
+    def _set_fair(self, per_group, Q, group_means, limit, names, standard) -> None:
+        """The fair fitted attributes: the certificate, the constraint basis, the groups,
+        and the standard components of ``tradeoff`` ((components, variances) or None)."""
+        set_certificate(self, per_group)
+        self.n_constraints_ = Q.shape[1]
+        self.constraint_basis_ = Q
+        self.group_means_ = group_means
+        self.max_components_ = limit
+        self.groups_ = [a.categories for a in self.statistics_.attributes]
+        self.attribute_names_ = list(names)
+        self.standard_components_, self.standard_explained_variance_ = standard or (None, None)
 
     def validate_fit(self, X, y=None, *, sensitive_features=None):
         """Raise the error ``fit`` would raise for the parameters, X's shape and the groups.
@@ -444,10 +511,15 @@ class FairPCA(LinearDecomposition):
         Reads no data of X (only the row counts of a Dask array of unknown chunk sizes):
         the command line calls it before it connects to a cluster.
         """
-        self._prepare(X, sensitive_features, y, partial=False, reset=None)
+        Xa, g, _, _ = self._prepare(X, sensitive_features, y, partial=False, reset=None)
+        self._solver_of(Xa, g)
 
     def partial_fit(self, X, y=None, *, sensitive_features=None):
-        """Add the rows of X and refit; a sequence of calls equals one fit on the union."""
+        """Add the rows of X and refit; a sequence of calls equals one fit on the union.
+
+        Always the exact solve (it adds to the d x d statistics); not after a randomized fit.
+        """
+        self._check_partial()
         first = not hasattr(self, "statistics_")
         Xa, g, mask, numeric = self._prepare(X, sensitive_features, y, partial=True, reset=first)
         self._check_previous(Xa.shape[1])
@@ -535,22 +607,14 @@ class FairPCA(LinearDecomposition):
         certify(per_group, names, categories, m.precision, type(self).__name__)
         self._set_fitted(mf, U, S, scale, e)
         self.statistics_ = m
-        set_certificate(self, per_group)
         if given:
             self.numeric_sensitive_columns_ = num
-        self.n_constraints_ = Q.shape[1]
-        self.constraint_basis_ = Q
-        self.group_means_ = [mf.group_means(j) for j in range(p)]
-        self.max_components_ = limit
-        self.groups_ = [a.categories for a in mf.attributes]
-        self.attribute_names_ = list(names)
-        self.standard_components_ = self.standard_explained_variance_ = None
+        standard = None
         if self.tradeoff > 0:
             V = _solvers.pca_components(S, k, self.eigen_solver)
-            self.standard_components_ = V
             with np.errstate(over="ignore", under="ignore"):
-                self.standard_explained_variance_ = np.ldexp(
-                    np.sum((V @ S) * V, axis=1) / (m.n - 1), 2 * e)
+                standard = (V, np.ldexp(np.sum((V @ S) * V, axis=1) / (m.n - 1), 2 * e))
+        self._set_fair(per_group, Q, [mf.group_means(j) for j in range(p)], limit, names, standard)
         return self
 
     def _fair_solve(self, S, Q, mf: Moments, scale, largest: int) -> np.ndarray:

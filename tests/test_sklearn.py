@@ -93,8 +93,10 @@ def test_svd_solver_values_and_randomized_parameters():
         np.testing.assert_array_equal(dfairpca.PCA(3, svd_solver=solver).fit(X).components_, ref)
     est = dfairpca.PCA(3, svd_solver="randomized", iterated_power=2, n_oversamples=5, random_state=0)
     assert est.get_params()["iterated_power"] == 2 and est.get_params()["random_state"] == 0
-    with pytest.raises(NotImplementedError, match="not built yet.*use svd_solver='auto'"):
-        est.fit(X)
+    est.fit(X)  # matrix-free passes: the same components (6 features: the space is exhausted)
+    assert est.fitted_svd_solver_ == "randomized" and est.n_passes_ >= 2
+    np.testing.assert_allclose(est.components_, ref, atol=1e-12)
+    assert dfairpca.PCA(3).fit(X).fitted_svd_solver_ == "covariance_eigh"  # "auto" at d = 6
     with pytest.raises(ValueError, match="svd_solver must be one of"):
         dfairpca.PCA(3, svd_solver="arpak").fit(X)
     with pytest.raises(ValueError, match=r"fraction in \(0, 1\)"):

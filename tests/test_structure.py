@@ -152,6 +152,10 @@ def test_no_import_cycle_among_dfairpca_modules():
     # nor the pass: the accumulator imports Moments, never the other way
     ("dfairpca.moments", {"dfairpca._accumulator", "dfairpca._engine", "dfairpca.checkpoint"}),
     ("dfairpca._solvers", {"dfairpca.decomposition", "dfairpca.kernel", "dfairpca._base"}),
+    ("dfairpca._randomized", {"dfairpca.decomposition", "dfairpca.kernel", "dfairpca._base",
+                              "dfairpca._linear"}),
+    ("dfairpca._thin_pass", {"dfairpca.decomposition", "dfairpca.kernel", "dfairpca._base",
+                             "dfairpca._linear", "dfairpca._randomized"}),
 ])
 def test_imports_go_down_the_layers(module, forbidden):
     graph = _graph()

@@ -527,6 +527,7 @@ def test_fit_any_zarr_array_with_labels_from_an_array_json_summary(data_store, t
     assert summary["groups"] == {"race": dict(zip(labels.tolist(), counts.tolist()))}
     assert summary["n"] == N_ROWS and summary["d"] == N_FEATURES and summary["k"] == 4
     assert summary["method"] == "fair" and summary["estimator"] == "FairPCA"
+    assert summary["svd_solver"] == "covariance_eigh"  # what "auto" chose (checkpointed: exact)
     assert summary["constraint"] == "demographic_parity" and summary["n_constraints"] == 2
     assert summary["n_samples_seen"] == N_ROWS
     assert summary["explained_variance_ratio_sum"] == pytest.approx(

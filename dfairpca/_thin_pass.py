@@ -1,0 +1,421 @@
+"""The passes of the randomized fit: first-order statistics and ``S V`` for a thin V.
+
+Each pass reads X once, chunk by chunk (numpy and Zarr here, Dask input as the exact pass's
+chains of in-place folds on the workers, :mod:`dfairpca._engine`), and sums per chunk
+``A^T (A V)`` with A the rows minus a shift s, in the compute dtype, into float64.  The
+first pass also sums the first-order statistics (:class:`FirstMoments`) about s; s is the
+first rows' mean, so nothing cancels, and :func:`corrected` moves the sums to the mean:
+with ``a = mu - s`` the wanted ``sum (x - mu)(x - mu)^T V`` is ``G - n a (a^T V)`` (and
+``G + h (b^T V) + b (h^T V) + n b (b^T V)``, ``h = n a``, ``b = s``, about 0 without
+centring).  What a worker holds is V, its threads' running sums (d x w each) and the
+chunks at hand, independent of n.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _solvers
+from ._engine import chain_reduce, row_slice
+from ._system import rows_per_block
+from ._sums import MAX_BAD_ROWS_REPORTED
+from .moments import AttributeMoments
+
+__all__ = ["FirstMoments", "Plan", "first_moments", "first_pass", "run_pass", "corrected",
+           "as_rows"]
+
+#: the products of values of rms ``2**+-RANGE_BITS[dtype]`` about the shift stay far from
+#: overflow and the subnormals in that dtype: rows times ``rms^2 sqrt(d)`` with d up to 1e6
+#: and 1e5 rows per block; data beyond it is scaled by a power of two (exact)
+RANGE_BITS = {np.dtype(np.float32): 40, np.dtype(np.float64): 400}
+
+
+# ----------------------------------------------------------------------------- statistics
+@dataclass(frozen=True)
+class FirstMoments:
+    """The first-order statistics of the rows a randomized fit uses (the mask's rows).
+
+    The d x d-free part of :class:`dfairpca.moments.Moments`: ``mean``, the diagonal of the
+    scatter (``sq``), every group's count and mean deviation, and the numeric attributes'
+    cross sums; the derived constraint matrix and rounding floor follow the same rules.
+
+    Attributes
+    ----------
+    n : int
+    mean : ndarray (D,)
+        Over all columns of X (features and numeric attributes), float64.
+    sq : ndarray (D,)
+        ``sum (x - mean)^2`` per column, stored as ``true * 4**-exponent``.
+    attributes : list of AttributeMoments
+        counts and ``deviation`` (group mean - mean, true units); no scatter.
+    numeric : ndarray of int (q,)
+        The columns that are numeric protected attributes.
+    cross : ndarray (q, D)
+        ``sum (z - mean z)(x - mean x)`` of each numeric column z against every column,
+        stored units.
+    exponent : int
+        Power of four of the stored sums of squares (0 but for data of extreme magnitude).
+    """
+
+    n: int
+    mean: np.ndarray
+    sq: np.ndarray
+    attributes: list = field(default_factory=list)
+    numeric: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
+    cross: np.ndarray | None = None
+    exponent: int = 0
+    n_nonfinite: int = 0
+    nonfinite_rows: tuple = ()
+    precision: float = float(np.finfo(np.float64).eps)
+
+    @property
+    def n_features(self) -> int:
+        return self.mean.shape[0]
+
+    def columns(self, keep: np.ndarray) -> "FirstMoments":
+        """The statistics of the columns ``keep`` (the numeric attributes' cross sums dropped)."""
+        attrs = [dataclasses.replace(a, deviation=a.deviation[:, keep]) for a in self.attributes]
+        return dataclasses.replace(self, mean=self.mean[keep], sq=self.sq[keep], attributes=attrs,
+                                   numeric=np.zeros(0, np.intp), cross=None)
+
+    def group_means(self, attribute: int = 0) -> np.ndarray:
+        """Mean of every group of one attribute, shape (m, D)."""
+        return self.mean + self.attributes[attribute].deviation
+
+    def constraint_matrix(self) -> np.ndarray:
+        """Rows ``n_g (mean_g - mean)``, each attribute's re-centred to sum to zero: the rule
+        of :meth:`dfairpca.moments.Moments.constraint_matrix`, on the same fields."""
+        from .moments import Moments
+
+        return Moments.constraint_matrix(self)  # reads .attributes and .n_features only
+
+    def deviation_floor(self) -> np.ndarray:
+        """Per column, the size below which a group-mean deviation is float64 rounding:
+        ``2 n eps`` times the column's root mean square (the rule and its reason are
+        :meth:`dfairpca.moments.Moments.deviation_floor`'s)."""
+        n = max(self.n, 1)
+        with np.errstate(over="ignore", under="ignore"):
+            sd = np.ldexp(np.sqrt(np.maximum(self.sq, 0.0) / n), self.exponent)
+            rms = np.hypot(np.abs(self.mean), sd)
+        return 2.0 * n * float(np.finfo(np.float64).eps) * rms
+
+    def check_finite(self) -> None:
+        """Raise ``ValueError`` naming the rows if any row held NaN or infinity."""
+        if self.n_nonfinite:
+            rows = ", ".join(map(str, self.nonfinite_rows))
+            more = ", ..." if self.n_nonfinite > len(self.nonfinite_rows) else ""
+            raise ValueError(
+                f"X contains NaN or infinity in {self.n_nonfinite} row(s) (rows {rows}{more}); "
+                "drop or impute them before fitting, e.g. with dask.array.nan_to_num or "
+                "sklearn.impute.SimpleImputer."
+            )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every chunk of one pass needs (one key of the graph, shipped once per worker)."""
+
+    shift: np.ndarray  # (D,) float64, representable in dtype
+    exponent: int  # rows are (x - shift) * 2**-exponent
+    dtype: np.dtype  # of the products
+    features: np.ndarray | None  # columns of the projected features (None: all)
+    numeric: np.ndarray  # columns of the numeric attributes
+    groups: tuple  # groups per attribute (first pass only)
+    first: bool  # also the first-order sums
+
+
+class _Sums:
+    """Running sums of one chain of chunks (added in place, like the exact pass's folds)."""
+
+    def __init__(self, plan: Plan, D: int, w: int):
+        d = D if plan.features is None else len(plan.features)
+        self.n, self.n_bad, self.bad_rows = 0, 0, []
+        self.G = np.zeros((d, w)) if w else None
+        first = plan.first
+        q = len(plan.numeric)
+        self.total = np.zeros(D) if first else None
+        self.sq = np.zeros(D) if first else None
+        self.counts = [np.zeros(m, np.int64) for m in plan.groups] if first else []
+        self.gsums = [np.zeros((m, D)) for m in plan.groups] if first else []
+        self.cross = np.zeros((q, D)) if first and q else None
+
+    def add(self, other: "_Sums") -> "_Sums":
+        self.n += other.n
+        self.n_bad += other.n_bad
+        self.bad_rows = (self.bad_rows + other.bad_rows)[:MAX_BAD_ROWS_REPORTED]
+        for name in ("G", "total", "sq", "cross"):
+            mine = getattr(self, name)
+            if mine is not None:
+                mine += getattr(other, name)
+        for a, b in zip(self.counts + self.gsums, other.counts + other.gsums):
+            a += b
+        return self
+
+
+def _centred(x, shift, exponent: int, dtype) -> np.ndarray:
+    """``(x - shift) * 2**-exponent`` in dtype.  Values the dtype cannot hold exactly
+    (float64 into float32 products) are centred in float64 first: cast first, 1e8 + N(0, 1)
+    would keep nothing of its spread."""
+    if np.can_cast(x.dtype, dtype, "safe"):
+        a = np.subtract(x, shift.astype(dtype), dtype=dtype)
+    else:
+        a = np.subtract(x, shift, dtype=np.float64).astype(dtype, copy=False)
+    if exponent:
+        np.ldexp(a, -exponent, out=a)
+    return a
+
+
+def _group_sums(a, cj, counts, total) -> np.ndarray:
+    """(m, D) float64 sums of the rows of a in each group: the largest group's is the total
+    minus the others', so only the smaller groups' rows are gathered."""
+    out = np.zeros((len(counts), a.shape[1]))
+    present = np.flatnonzero(counts)
+    if present.size == 0:
+        return out
+    largest = present[np.argmax(counts[present])]
+    for g in present:
+        if g != largest:
+            out[g] = a[cj == g].sum(axis=0, dtype=np.float64)
+    out[largest] = total - out.sum(axis=0)
+    return out
+
+
+def _add_first_order(out: _Sums, a, codes, plan: Plan) -> None:
+    """Add a block's first-order sums; a holds the centred rows exactly (any float dtype)."""
+    total = a.sum(axis=0, dtype=np.float64)
+    out.total += total
+    out.sq += np.square(a).sum(axis=0, dtype=np.float64)
+    for j, m in enumerate(plan.groups):
+        cj = np.asarray(codes[:, j], np.intp)
+        counts = np.bincount(cj, minlength=m)
+        out.counts[j] += counts
+        out.gsums[j] += _group_sums(a, cj, counts, total)
+    if out.cross is not None:
+        out.cross += np.asarray(a[:, plan.numeric], np.float64).T @ np.asarray(a, np.float64)
+
+
+def _add_byte_sums(out: _Sums, x, codes, plan: Plan) -> None:
+    """Add the first-order sums of 8-bit rows (pixels), exactly and cheaply: integer sums of
+    x and x^2 (a third of the time of float sums of the centred rows), moved to the integer
+    shift in float64, where every term is an integer below 2**53."""
+    s = plan.shift
+    acc = np.uint32 if x.dtype.kind in "ub" else np.int32  # holds 2**16 rows of 255**2
+    for i in range(0, len(x), 1 << 16):
+        xb = x[i : i + (1 << 16)]
+        r = len(xb)
+        total = xb.sum(axis=0, dtype=acc).astype(np.float64)
+        squares = np.einsum("ij,ij->j", xb, xb, dtype=acc).astype(np.float64)
+        out.total += total - r * s
+        out.sq += squares - 2.0 * s * total + r * s * s
+        for j, m in enumerate(plan.groups):
+            cj = np.asarray(codes[i : i + r, j], np.intp)
+            counts = np.bincount(cj, minlength=m)
+            out.counts[j] += counts
+            out.gsums[j] += _group_sums(xb, cj, counts, total) - counts[:, None] * s
+
+
+def _chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> _Sums:
+    """The sums of one chunk of rows: the first-order ones (first pass) and ``A^T (A V)``."""
+    from ._blas import blas_lock
+
+    x = np.asarray(x)
+    if x.ndim > 2:
+        x = x.reshape(x.shape[0], -1)
+    out = _Sums(plan, x.shape[1], 0 if V is None else V.shape[1])
+    keep = None if mask is None else np.asarray(mask, bool)
+    if plan.first and x.dtype.kind in "fc":
+        finite = np.isfinite(x).all(axis=1)
+        if not finite.all():
+            bad = np.flatnonzero(~finite if keep is None else ~finite & keep)
+            out.n_bad, out.bad_rows = int(bad.size), [int(offset + i) for i in bad[:MAX_BAD_ROWS_REPORTED]]
+            keep = finite if keep is None else keep & finite
+    if keep is not None and not keep.all():
+        x = x[keep]
+        codes = None if codes is None else np.asarray(codes)[keep]
+    out.n = r = x.shape[0]
+    f = plan.features
+    Vd = None if V is None else np.asarray(V, plan.dtype)
+    lock = blas_lock()
+    byte = x.dtype.itemsize == 1 and x.dtype.kind in "iub"
+    if plan.first and byte and out.cross is None:
+        _add_byte_sums(out, x, codes, plan)
+        plan = dataclasses.replace(plan, first=False)  # what is left is the product
+    # the first pass sums the centred rows as the products see them where those are exact:
+    # in float64, and in float32 for 8-bit integers minus an integer shift (differences
+    # below 2**9, squares below 2**18, within float32's 24 bits); else a float64 copy
+    wide = plan.first and not (plan.dtype == np.float64 or byte)
+    step = rows_per_block(x.shape[1] * (8 if wide else plan.dtype.itemsize))
+    for s in range(0, r, step):
+        xb = x[s : s + step]
+        if wide:
+            a64 = _centred(xb, plan.shift, plan.exponent, np.float64)
+            _add_first_order(out, a64, row_slice(codes, s, s + step), plan)
+            a = (a64 if f is None else a64[:, f]).astype(plan.dtype, copy=False)
+        elif plan.first:
+            a = _centred(xb, plan.shift, plan.exponent, plan.dtype)
+            _add_first_order(out, a, row_slice(codes, s, s + step), plan)
+            a = a if f is None else a[:, f]
+        else:
+            a = _centred(xb if f is None else xb[:, f], plan.shift if f is None else plan.shift[f],
+                         plan.exponent, plan.dtype)
+        if Vd is not None:
+            with lock:  # one multi-threaded BLAS product at a time per process, as the exact pass
+                out.G += a.T @ (a @ Vd)
+    return out
+
+
+# ----------------------------------------------------------------------------- the passes
+def _fold(acc, x, plan, V, codes, mask, offset):
+    """Add one chunk's sums to a chain's running sums (in place) or start the chain."""
+    part = _chunk_sums(x, plan, V, codes, mask, offset)
+    return part if acc is None else acc.add(part)
+
+
+def _merge_sums(parts):
+    first = parts[0]
+    for p in parts[1:]:
+        first.add(p)
+    return first
+
+
+def run_pass(X, plan: Plan, V, codes, mask, split_every: int, progress: bool) -> _Sums:
+    """One pass over X: the chunks' sums, added up.
+
+    numpy (or Zarr) input is read block by block in this process; Dask input is reduced by
+    the exact pass's chains (:func:`dfairpca._engine.chain_reduce`), with V and the plan one
+    key each, so they travel once per worker.
+    """
+    import dask.array as da
+
+    if not isinstance(X, da.Array):
+        n = X.shape[0]
+        rows = rows_per_block(int(np.prod(X.shape[1:])) * X.dtype.itemsize)
+        starts = range(0, n, rows)
+        if progress:
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc="pass", unit="block")
+        acc = None
+        for s in starts:
+            e = min(n, s + rows)
+            acc = _fold(acc, X[s:e], plan, V, row_slice(codes, s, e), row_slice(mask, s, e), s)
+        return acc
+
+    from dask import delayed
+
+    Vk = None if V is None else delayed(np.asarray(V, plan.dtype), pure=True)
+    plan_k = delayed(plan, pure=True)
+    codes = codes if plan.first else None  # only the first pass sums by group
+    return chain_reduce(
+        X, _fold, _merge_sums,
+        lambda s, e: (plan_k, Vk, row_slice(codes, s, e), row_slice(mask, s, e), s),
+        split_every=split_every, progress=progress)
+
+
+def as_rows(X):
+    """X as the passes read it: numpy/Zarr as it is, Dask 2-D with whole rows per chunk."""
+    import dask.array as da
+
+    if isinstance(X, da.Array):
+        if X.ndim < 2:
+            raise ValueError(f"X must be 2-D (n, d) or (n, h, w); got shape {X.shape}")
+        if any(len(c) > 1 for c in X.chunks[1:]):  # a chunk needs whole rows
+            X = X.rechunk({i: -1 for i in range(1, X.ndim)})
+        return X.reshape(X.shape[0], -1) if X.ndim > 2 else X
+    if not hasattr(X, "shape") or not hasattr(X, "dtype"):
+        X = np.asarray(X)
+    return X
+
+
+def _first_rows(X, mask) -> np.ndarray:
+    """The first rows, read here to choose the shift: as many as one float64 block holds
+    (the shift's float64 temporaries stay at that size)."""
+    import dask.array as da
+
+    r = min(X.shape[0], rows_per_block(int(np.prod(X.shape[1:])) * 8))
+    if isinstance(X, da.Array):
+        r = min(r, X.chunks[0][0])  # one chunk's task, not a slice across chunks
+    x = X[:r]
+    x = np.asarray(x.compute() if hasattr(x, "compute") else x)
+    x = x.reshape(x.shape[0], -1)
+    if mask is not None and np.any(mask[:r]):
+        x = x[np.asarray(mask[:r], bool)]
+    return x[np.isfinite(x).all(axis=1)] if x.dtype.kind in "fc" else x
+
+
+def _shift_and_exponent(x0: np.ndarray, D: int, dtype) -> tuple[np.ndarray, int]:
+    """The shift (the first rows' mean, rounded to the product dtype so that every pass
+    subtracts exactly it) and the power of two that keeps the products in range."""
+    if len(x0) == 0:
+        return np.zeros(D), 0
+    shift = x0.mean(axis=0, dtype=np.float64)
+    shift = np.where(np.isfinite(shift), shift, 0.0)
+    if x0.dtype.kind in "iub":  # integers minus an integer: exact (see _chunk_sums)
+        shift = np.round(shift)
+    shift = shift.astype(dtype).astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # squares of 1e-170 are 0: row_norms
+        rms = float(_solvers.row_norms((x0 - shift).T).max() / np.sqrt(len(x0)))
+    bits = RANGE_BITS[np.dtype(dtype)]
+    if not np.isfinite(rms) or rms == 0 or 2.0 ** -bits <= rms <= 2.0 ** bits:
+        return shift, 0
+    return shift, int(np.frexp(rms)[1])
+
+
+def _statistics(sums: _Sums, plan: Plan, categories, numeric) -> tuple[FirstMoments, np.ndarray]:
+    """(FirstMoments, the mean minus the shift in the products' units) from the first pass."""
+    n, e = sums.n, plan.exponent
+    off = sums.total / max(n, 1)
+    with np.errstate(over="ignore"):
+        mean = plan.shift + np.ldexp(off, e)
+    sq = np.maximum(sums.sq - n * off * off, 0.0)
+    attrs = []
+    for cats, counts, gs in zip(categories, sums.counts, sums.gsums):
+        live = counts > 0
+        dev = np.zeros_like(gs)
+        dev[live] = np.ldexp(gs[live] / counts[live, None] - off, e)
+        attrs.append(AttributeMoments(np.asarray(cats), counts, dev))
+    cross = None if sums.cross is None else sums.cross - n * np.outer(off[numeric], off)
+    m = FirstMoments(n, mean, sq, attrs, np.asarray(numeric, np.intp), cross, e,
+                     sums.n_bad, tuple(sums.bad_rows))
+    return m, off
+
+
+def first_pass(X, V, codes, categories, mask, numeric, dtype, split_every, progress):
+    """(FirstMoments, mean - shift in the products' units, the plan, the raw sums of V)."""
+    from ._validation import compute_dtype_for
+
+    D = int(np.prod(X.shape[1:]))
+    dtype = compute_dtype_for(X.dtype) if dtype is None else np.dtype(dtype)
+    features = np.setdiff1d(np.arange(D), numeric) if len(numeric) else None
+    shift, e = _shift_and_exponent(_first_rows(X, mask), D, dtype)
+    plan = Plan(shift, e, dtype, features, numeric, tuple(len(c) for c in categories), True)
+    sums = run_pass(X, plan, V, codes, mask, split_every, progress)
+    m, off = _statistics(sums, plan, categories, numeric)
+    return m, off, plan, sums.G
+
+
+def first_moments(X, V=None, *, codes=None, categories=(), mask=None, numeric=(), dtype=None,
+                  split_every: int = 8, progress: bool = False):
+    """(FirstMoments, ``S V`` or None): the first pass, reading X once.
+
+    ``S V`` is the scatter of the feature columns (numeric attributes left out) about the
+    mean, applied to V (d x w).  See :func:`fit_randomized` for the arguments.
+    """
+    m, off, plan, G = first_pass(as_rows(X), V, codes, categories, mask,
+                                  np.asarray(numeric, np.intp), dtype, split_every, progress)
+    return m, None if V is None else corrected(G, V, m, off, plan, center=True)
+
+
+def corrected(G, V, m: FirstMoments, off, plan: Plan, center: bool) -> np.ndarray:
+    """``sum (x - c)(x - c)^T V`` from ``G = sum (x - s)(x - s)^T V`` (module docstring), in the
+    products' units; c is the mean, or 0 without centring."""
+    f = slice(None) if plan.features is None else plan.features
+    a = off[f]  # mean - shift
+    if center:
+        return G - m.n * np.outer(a, a @ V)
+    b = np.ldexp(plan.shift[f], -plan.exponent)  # shift - 0
+    h = m.n * a
+    return G + np.outer(h, b @ V) + np.outer(b, h @ V) + m.n * np.outer(b, b @ V)

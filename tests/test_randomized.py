@@ -1,0 +1,384 @@
+"""Matrix-free randomized (fair) PCA (dfairpca._randomized) against the dense oracle and
+the exact one-pass solve: subspaces, captured variance, fairness, backends and memory."""
+
+import tracemalloc
+import warnings
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.linalg
+
+import dfairpca
+import oracle
+from dfairpca import _solvers
+from dfairpca._randomized import (
+    AUTO_RTOL, choose_svd_solver, fit_randomized, needs_dense_message, resolve_iterated_power,
+)
+from dfairpca._thin_pass import first_moments
+from dfairpca._groups import encode_groups
+from dfairpca.decomposition import FairPCA
+
+
+def _codes(groups, mask=None):
+    g = encode_groups(list(groups), len(groups[0]), mask=mask)
+    return g.codes, g.categories
+
+
+def _fit(X, groups, k, **kw):
+    codes, cats = (None, ()) if groups is None else _codes(groups, kw.get("mask"))
+    return fit_randomized(X, k, codes=codes, categories=cats, **kw)
+
+
+def _angle(A, B):
+    return oracle.max_angle_deg(np.asarray(A).T, np.asarray(B).T)
+
+
+def _dense_fair_optimum(X, groups, k, mask=None):
+    """(captured variance of the exact fair top-k, total variance) from the dense covariance."""
+    rows = slice(None) if mask is None else mask
+    Xm = np.asarray(X, np.float64)[rows]
+    S = np.cov(Xm.T, ddof=0) * len(Xm)
+    U = oracle.fair_pca(Xm, [np.asarray(g)[rows] for g in groups], k)
+    return float(np.trace(U.T @ S @ U)), S
+
+
+# ----------------------------------------------------------------------------- the oracle
+@pytest.mark.parametrize("groups_per_attr", [(2,), (3,), (2, 4)])
+def test_fair_subspace_matches_dense_oracle(groups_per_attr):
+    X, groups = oracle.make_data(3000, 40, groups_per_attr, seed=1)
+    k = 6
+    fit = _fit(X, groups, k, iterated_power=4, random_state=0)  # converged: the same subspace
+    ref = oracle.fair_pca(X, groups, k)
+    assert _angle(fit.components, ref.T) < 1e-5
+    assert max(float(v.max()) for v in fit.violation) <= _solvers.FAIRNESS_TOLERANCE
+    # equal group means after the projection, every group of every attribute
+    Y = (X - fit.mean) @ fit.components.T
+    spread = np.abs(Y).max()
+    for g in groups:
+        means = np.array([Y[g == c].mean(0) for c in np.unique(g)])
+        assert np.abs(means - means[0]).max() < 1e-10 * spread
+
+
+def test_pca_matches_dense_oracle_and_exact_variances():
+    X, _ = oracle.make_data(2000, 30, seed=2)
+    fit = fit_randomized(X, 5, iterated_power=4, random_state=1)
+    assert _angle(fit.components, oracle.pca(X, 5).T) < 1e-5
+    Xc = X - X.mean(0)
+    captured = np.sum((fit.components @ (Xc.T @ Xc)) * fit.components, axis=1)
+    np.testing.assert_allclose(fit.captured, captured, rtol=1e-10)
+    np.testing.assert_allclose(fit.total, np.sum(Xc * Xc), rtol=1e-12)
+    np.testing.assert_allclose(fit.explained_variance, captured / (len(X) - 1), rtol=1e-10)
+
+
+@pytest.mark.parametrize("kw", [dict(standardize=True), dict(center=False),
+                                dict(standardize=True, center=False)])
+def test_options_match_the_exact_solve(kw):
+    X, groups = oracle.make_data(2500, 25, (2, 3), seed=3)
+    X[:, 4] *= 50.0  # scales differ: standardize matters
+    k = 5
+    fit = _fit(X, groups, k, iterated_power=4, random_state=0, **kw)
+    exact = FairPCA(k, eigen_solver="dense", **kw).fit(X, sensitive_features=groups)
+    np.testing.assert_allclose(fit.components, exact.components_, atol=1e-7)
+    np.testing.assert_allclose(np.ldexp(fit.captured / (len(X) - 1), 2 * fit.exponent),
+                               exact.explained_variance_, rtol=1e-9)
+    np.testing.assert_allclose(fit.captured / fit.total, exact.explained_variance_ratio_, rtol=1e-9)
+    if kw.get("standardize"):
+        np.testing.assert_allclose(fit.scale, exact.scale_, rtol=1e-12)
+
+
+def test_equal_opportunity_uses_the_positive_rows_only():
+    X, groups = oracle.make_data(3000, 30, (2,), seed=4)
+    y = np.random.default_rng(0).integers(0, 2, len(X))
+    mask = y == 1
+    fit = _fit(X, groups, 4, mask=mask, iterated_power=4, random_state=0)
+    ref = oracle.fair_pca(X[mask], [groups[0][mask]], 4)
+    assert _angle(fit.components, ref.T) < 1e-5
+    assert fit.statistics.n == mask.sum()
+
+
+def test_numeric_attribute_column_matches_the_exact_solve():
+    X, groups = oracle.make_data(2500, 20, (2,), seed=5)
+    Xz = np.column_stack([groups[0].astype(float), X])  # a 0/1 column: equal group means
+    fit = fit_randomized(Xz, 4, numeric=np.array([0]), names=["z"], iterated_power=4,
+                         random_state=0)
+    exact = FairPCA(4, sensitive_feature_ids=[0], eigen_solver="dense").fit(Xz)
+    np.testing.assert_allclose(fit.components, exact.components_, atol=1e-7)
+    ref = oracle.fair_pca(X, groups, 4)
+    assert _angle(fit.components, ref.T) < 1e-5
+
+
+def test_tradeoff_also_gives_standard_pca_in_the_same_passes():
+    X, groups = oracle.make_data(2000, 80, (2,), seed=6)  # 4 blocks of 15 do not fill 80
+    fit = _fit(X, groups, 5, standard=True, iterated_power=3, random_state=0)
+    plain = _fit(X, groups, 5, iterated_power=3, random_state=0)
+    assert fit.passes == plain.passes == 5
+    assert _angle(fit.standard_components, oracle.pca(X, 5).T) < 1e-5
+    np.testing.assert_allclose(fit.components, plain.components, atol=1e-9)
+    Xc = X - X.mean(0)
+    V = fit.standard_components
+    np.testing.assert_allclose(fit.standard_captured, np.sum((V @ (Xc.T @ Xc)) * V, 1), rtol=1e-10)
+
+
+# ----------------------------------------------------------------------------- accuracy
+def _image_like(n, d, seed=0):
+    """Rows with a power-law spectrum (lambda_i ~ i^-1.2, like natural images), an offset
+    and two groups whose means differ along a few of the leading directions."""
+    rng = np.random.default_rng(seed)
+    basis = np.linalg.qr(rng.normal(size=(d, d)))[0]
+    sd = 40.0 * (np.arange(1, d + 1) ** -0.6)
+    X = (rng.normal(size=(n, d)) * sd) @ basis.T + 120.0
+    z = (rng.random(n) < 0.1).astype(int)
+    X[z == 1] += 6.0 * basis[:, :3].sum(1)
+    return X.astype(np.float32), z
+
+
+def test_captured_variance_gap_on_an_image_like_spectrum():
+    X, z = _image_like(6000, 500)
+    k = 50
+    fit = _fit(X, [z], k, random_state=0)  # iterated_power="auto", n_oversamples=10
+    best, S = _dense_fair_optimum(X, [z], k)
+    U = fit.components
+    got = float(np.sum((U @ S) * U))
+    gap = (best - got) / best
+    assert gap <= 1e-4, gap
+    assert got <= best * (1 + 1e-6)  # no component is more than the optimum allows
+    assert max(float(v.max()) for v in fit.violation) <= _solvers.FAIRNESS_TOLERANCE
+    # the history is the captured variance after every Rayleigh-Ritz step, non-decreasing
+    h = np.asarray(fit.history)
+    assert len(h) == fit.passes - 1 and np.all(np.diff(h) >= -1e-6 * h[-1])
+
+
+def test_auto_iterated_power_stops_at_convergence_within_sklearns_count():
+    X, z = _image_like(3000, 300, seed=1)
+    fit = _fit(X, [z], 20, random_state=0)
+    cap = resolve_iterated_power("auto", 20, 3000, 300)
+    assert cap == 7  # scikit-learn's rule: 7 if k < 0.1 min(n, d), else 4
+    assert resolve_iterated_power("auto", 40, 3000, 300) == 4
+    assert resolve_iterated_power(2, 40, 3000, 300) == 2
+    assert 2 <= fit.passes <= cap + 2
+    # it stopped at the first pass whose estimate of the missing variance is below AUTO_RTOL
+    assert len(fit.missing) == fit.passes - 1
+    assert all(m > AUTO_RTOL for m in fit.missing[:-1])
+    if fit.passes < cap + 2:
+        assert fit.missing[-1] <= AUTO_RTOL
+    best, S = _dense_fair_optimum(X, [z], 20)
+    U = fit.components
+    assert (best - float(np.sum((U @ S) * U))) / best <= fit.missing[-1]  # pessimistic
+    fixed = _fit(X, [z], 20, iterated_power=1, random_state=0)
+    assert fixed.passes == 3 and len(fixed.history) == 2
+
+
+def test_uint8_images_match_the_exact_solve():
+    """Small integers minus an integer shift are exact in float32: the first pass sums them
+    without a float64 copy, and the group means are the exact fit's."""
+    X, z = _image_like(3000, 120, seed=2)
+    X = np.clip(X, 0, 255).astype(np.uint8)
+    fit = _fit(X, [z], 10, random_state=0)
+    exact = FairPCA(10, eigen_solver="dense").fit(X, sensitive_features=z)
+    np.testing.assert_allclose(fit.statistics.group_means(0), np.array(exact.group_means_[0]),
+                               rtol=1e-14)
+    X64 = X.astype(np.float64)
+    np.testing.assert_allclose(fit.statistics.sq, ((X64 - X64.mean(0)) ** 2).sum(0), rtol=1e-12)
+    signed = _fit((X.astype(np.int16) - 128).astype(np.int8), [z], 10, random_state=0)
+    np.testing.assert_allclose(signed.statistics.sq, fit.statistics.sq, rtol=1e-12)
+    assert _angle(fit.components[:3], exact.components_[:3]) < 0.1
+    S = exact.statistics_.scatter
+    got, best = (np.sum((U @ S) * U) for U in (fit.components, exact.components_))
+    assert (best - got) / best < 1e-4
+
+
+# ----------------------------------------------------------------------------- backends
+def test_numpy_dask_and_a_cluster_give_the_same_subspace(client):
+    X, groups = oracle.make_data(3000, 30, (2, 3), seed=7)
+    X = X.astype(np.float32)
+    kw = dict(iterated_power=3, random_state=42)
+    ref = _fit(X, groups, 5, **kw)
+    with dask.config.set(scheduler="threads"):
+        local = _fit(da.from_array(X, chunks=(257, -1)), groups, 5, **kw)
+    # the active Client (two worker processes on loopback) runs the passes
+    dist = _fit(da.from_array(X, chunks=(500, 10)), groups, 5, **kw)
+    for other in (local, dist):
+        assert other.passes == ref.passes
+        assert _angle(other.components, ref.components) < 1e-4
+        np.testing.assert_allclose(other.captured, ref.captured, rtol=1e-6)
+        np.testing.assert_allclose(other.components, ref.components, atol=1e-5)  # signs too
+    assert _angle(ref.components, oracle.fair_pca(X, groups, 5).T) < 1e-2  # float32 products
+
+
+def test_same_random_state_same_components_other_state_same_subspace():
+    X, groups = oracle.make_data(1500, 30, (2,), seed=8)
+    a = _fit(X, groups, 4, iterated_power=4, random_state=3)
+    b = _fit(X, groups, 4, iterated_power=4, random_state=3)
+    c = _fit(X, groups, 4, iterated_power=4, random_state=np.random.RandomState(4))
+    np.testing.assert_array_equal(a.components, b.components)
+    np.testing.assert_array_equal(_fit(X, groups, 4, iterated_power=4).components,
+                                  _fit(X, groups, 4, iterated_power=4, random_state=0).components)
+    np.testing.assert_allclose(a.components, c.components, atol=1e-7)  # signs fixed
+
+
+def test_zarr_backed_dask_input(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    X, groups = oracle.make_data(1200, 16, (2,), seed=9)
+    z = zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=X.shape, chunks=(200, 16),
+                        dtype="f8")
+    z[:] = X
+    with dask.config.set(scheduler="sync"):
+        fit = _fit(da.from_zarr(z), groups, 3, iterated_power=4, random_state=0)
+    assert _angle(fit.components, oracle.fair_pca(X, groups, 3).T) < 1e-5
+
+
+def test_extreme_magnitudes_give_the_same_components():
+    X, groups = oracle.make_data(1500, 20, (2,), seed=10)
+    ref = _fit(X, groups, 4, random_state=0)
+    for factor in (1e-170, 1e150):
+        fit = _fit(X * factor, groups, 4, random_state=0)
+        np.testing.assert_allclose(fit.components, ref.components, atol=1e-7)
+        np.testing.assert_allclose(fit.captured / fit.total, ref.captured / ref.total, rtol=1e-9)
+
+
+# ----------------------------------------------------------------------------- memory
+def test_memory_never_holds_d_by_d():
+    """d = 20,000: a d x d float64 matrix is 3.2 GB; the fit allocates a few d x (k + p)."""
+    d, n, k = 20_000, 300, 5
+    rng = np.random.default_rng(0)
+    X = (rng.normal(size=(n, 40)) @ rng.normal(size=(40, d))).astype(np.float32)
+    z = np.arange(n) % 2
+    Xd = da.from_array(X, chunks=(100, -1))
+    tracemalloc.start()
+    try:
+        with dask.config.set(scheduler="threads", num_workers=2):
+            fit = _fit(Xd, [z], k, iterated_power=2, random_state=0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert fit.components.shape == (k, d)
+    assert peak < d * d * 8 / 40, f"peak {peak / 1e6:.0f} MB"
+
+
+# ----------------------------------------------------------------------------- refusals
+def test_refusals_name_the_fix():
+    X, groups = oracle.make_data(200, 10, (2,), seed=11)
+    with pytest.raises(ValueError, match="largest k"):
+        _fit(X, groups, 10)
+    with pytest.raises(ValueError, match="integer"):
+        _fit(X, groups, 0.5)
+    with pytest.raises(ValueError, match="iterated_power"):
+        _fit(X, groups, 2, iterated_power=-1)
+    with pytest.raises(ValueError, match="n_oversamples"):
+        _fit(X, groups, 2, n_oversamples=0)
+    bad = X.copy()
+    bad[7, 3] = np.nan
+    with pytest.raises(ValueError, match="NaN or infinity in 1 row.*rows 7"):
+        _fit(bad, groups, 2)
+
+
+def test_dense_only_variants_name_the_memory_and_the_option():
+    msg = needs_dense_message("Fair PCA-S (equalize_covariance)", 116_412, 3,
+                              "equalize_covariance=None (fair PCA, matrix-free)")
+    assert f"{3 * 116_412**2 * 8 / 1e9:,.0f} GB" in msg and "svd_solver='full'" in msg and "equalize_covariance=None" in msg
+
+
+def test_rounding_groups_warn_and_impose_nothing():
+    X, _ = oracle.make_data(400, 8, seed=12)
+    z = np.arange(400) % 2
+    X[z == 1] = X[z == 0]  # identical halves: equal group means, exactly
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        fit = _fit(X, [z], 3, random_state=0)
+    assert fit.basis.shape[1] == 0
+    assert any("impose no constraint" in str(x.message) for x in w)
+
+
+def test_first_moments_match_numpy():
+    X, groups = oracle.make_data(900, 12, (3,), seed=13)
+    codes, cats = _codes(groups)
+    Xd = da.from_array(X + 1e6, chunks=(100, -1))
+    with dask.config.set(scheduler="sync"):
+        m, _ = first_moments(Xd, None, codes=codes, categories=cats)
+    np.testing.assert_allclose(m.mean, X.mean(0) + 1e6, rtol=1e-15)
+    np.testing.assert_allclose(m.sq, ((X - X.mean(0)) ** 2).sum(0), rtol=1e-8)
+    gm = np.array([X[groups[0] == c].mean(0) for c in cats[0]])
+    np.testing.assert_allclose(m.group_means(0) - 1e6, gm, atol=1e-8)
+    np.testing.assert_array_equal(m.attributes[0].counts, np.bincount(groups[0]))
+    assert scipy.linalg.norm(m.constraint_matrix().sum(0)) < 1e-6
+
+
+# ----------------------------------------------------------------------------- the estimators
+@pytest.mark.parametrize("kw", [dict(), dict(tradeoff=0.3, whiten=True), dict(standardize=True),
+                                dict(constraint="equal_opportunity")])
+def test_fairpca_randomized_is_the_exact_fit(kw):
+    X, groups = oracle.make_data(2000, 60, (2, 3), seed=14)
+    y = np.random.default_rng(1).integers(0, 2, len(X))
+    args = dict(sensitive_features=groups)
+    exact = FairPCA(5, **kw).fit(X, y, **args)
+    est = FairPCA(5, svd_solver="randomized", iterated_power=5, random_state=0, **kw).fit(X, y, **args)
+    assert est.fitted_svd_solver_ == "randomized" and exact.fitted_svd_solver_ == "covariance_eigh"
+    assert est.n_passes_ <= 7
+    assert est.fairness_violation_ <= _solvers.FAIRNESS_TOLERANCE
+    np.testing.assert_allclose(est.components_, exact.components_, atol=1e-8)
+    np.testing.assert_allclose(est.transform(X), exact.transform(X), rtol=1e-7, atol=1e-7)
+    for a in ("explained_variance_", "explained_variance_ratio_", "singular_values_",
+              "noise_variance_", "mean_", "max_components_", "n_constraints_",
+              "n_samples_seen_", "n_features_in_"):
+        np.testing.assert_allclose(getattr(est, a), getattr(exact, a), rtol=1e-9, err_msg=a)
+    for a, b in zip(est.group_means_, exact.group_means_):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    if kw.get("tradeoff"):
+        np.testing.assert_allclose(est.standard_components_, exact.standard_components_, atol=1e-8)
+
+
+def test_pca_randomized_on_dask_with_a_numeric_attribute_column(client):
+    X, groups = oracle.make_data(2400, 50, (2,), seed=15)
+    Xz = np.column_stack([groups[0].astype(float), X])
+    Xd = da.from_array(Xz, chunks=(300, -1))
+    exact = FairPCA(4, sensitive_feature_ids=[0]).fit(Xz)
+    est = FairPCA(4, sensitive_feature_ids=[0], svd_solver="randomized", iterated_power=5,
+                  random_state=0).fit(Xd)
+    np.testing.assert_allclose(est.components_, exact.components_, atol=1e-8)
+    assert isinstance(est.transform(Xd), da.Array)
+    pca = dfairpca.PCA(4, svd_solver="randomized", iterated_power=5, random_state=0).fit(
+        da.from_array(X, chunks=(300, -1)))
+    np.testing.assert_allclose(pca.components_, dfairpca.PCA(4).fit(X).components_, atol=1e-8)
+
+
+def test_auto_chooses_by_memory_and_cost():
+    assert choose_svd_solver(6400, 50, 10, 1 << 40) == "randomized"  # cheaper passes
+    assert choose_svd_solver(6400, 400, 10, 1 << 40) == "covariance_eigh"  # k large
+    assert choose_svd_solver(500, 5, 10, 1 << 40) == "covariance_eigh"  # d small
+    assert choose_svd_solver(500, 5, 10, 4 * 8 * 500 * 500 - 1) == "randomized"  # d x d too big
+    X, groups = oracle.make_data(300, 20, (2,), seed=16)
+    assert FairPCA(3).fit(X, sensitive_features=groups).fitted_svd_solver_ == "covariance_eigh"
+    rng = np.random.default_rng(0)
+    Xw = rng.normal(size=(120, 40)) @ rng.normal(size=(40, 4000))  # d = 4,000, k = 3: passes
+    est = dfairpca.PCA(3, random_state=0).fit(Xw)
+    assert est.fitted_svd_solver_ == "randomized"
+    ref = dfairpca.PCA(3, svd_solver="full").fit(Xw)
+    got, best = est.explained_variance_.sum(), ref.explained_variance_.sum()
+    assert best * (1 - 1e-4) <= got <= best * (1 + 1e-9)  # iterated_power="auto": gap <= 1e-4
+
+
+def test_estimator_refusals_name_the_fix(tmp_path):
+    X, groups = oracle.make_data(300, 20, (2,), seed=17)
+    z = groups[0]
+    rnd = dict(svd_solver="randomized", random_state=0)
+    with pytest.raises(ValueError, match="needs n_components as an int, got None"):
+        FairPCA(**rnd).fit(X, sensitive_features=z)
+    with pytest.raises(ValueError, match="needs n_components as an int, got 0.9"):
+        dfairpca.PCA(0.9, **rnd).validate_fit(X)
+    with pytest.raises(ValueError, match=r"Fair PCA-S.*3 d x d float64 matrices.*equalize_covariance=None"):
+        FairPCA(3, equalize_covariance=0.5, **rnd).validate_fit(X, sensitive_features=z)
+    with pytest.raises(ValueError, match="not checkpointed.*svd_solver='full'"):
+        FairPCA(3, **rnd).fit(X, sensitive_features=z, checkpoint=tmp_path / "ck")
+    assert not (tmp_path / "ck").exists()
+    with pytest.raises(ValueError, match="partial_fit.*svd_solver='full'"):
+        FairPCA(3, **rnd).partial_fit(X, sensitive_features=z)
+    est = FairPCA(3, **rnd).fit(X, sensitive_features=z)
+    est.set_params(svd_solver="auto")
+    with pytest.raises(ValueError, match="fitted by randomized passes.*svd_solver='full'"):
+        est.partial_fit(X, sensitive_features=z)
+    with pytest.raises(ValueError, match="save it without statistics=True"):
+        est.save(tmp_path / "m", statistics=True)
+    est.save(tmp_path / "m")
+    np.testing.assert_array_equal(dfairpca.load(tmp_path / "m").transform(X), est.transform(X))
