@@ -1,6 +1,6 @@
 """The paper's experiments, rerun into one report (Kleindessner et al., AISTATS 2023, Sec. 5, App. C).
 
-    python -m dfairpca.paper [--quick] [--out DIR] [--only PART ...] [--overwrite]
+    python -m dfairpca.paper [--quick] [--out DIR] [--only PART ...] [--jobs N] [--overwrite]
     dfairpca paper ...                                  (the same, from the CLI)
 
 writes ``DIR/README.md`` (each table beside the paper's numbers, each figure as a PNG next to a
@@ -37,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="the report directory to write (default: paper-report)")
     parser.add_argument("--only", nargs="+", choices=PARTS, metavar="PART",
                         help=f"run only these parts ({', '.join(PARTS)}; default: all)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="run the parts side by side in this many processes ")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a report dfairpca wrote at --out (nothing else is replaced)")
     return parser
@@ -56,4 +58,7 @@ def main(argv=None) -> dict:
     args = argv if isinstance(argv, argparse.Namespace) else build_parser().parse_args(argv)
     from ._run import run
 
-    return run(out=args.out, quick=args.quick, parts=args.only or PARTS, overwrite=args.overwrite)
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1; got {args.jobs}")
+    return run(out=args.out, quick=args.quick, parts=args.only or PARTS, overwrite=args.overwrite,
+               jobs=args.jobs)

@@ -25,6 +25,7 @@ class Config:
     # Figures 4, 8 and 9 (the λ knob against ExponentiatedGradient)
     tradeoff_runs: int  # logistic regression
     tradeoff_svm_runs: int  # kernel SVM (ExponentiatedGradient refits it ~50 times per point)
+    logreg_train_n: int | None  # logistic regression panels: training rows (None: all 1,582)
     svm_train_n: int | None  # kernel SVM panels: training rows (None: all 1,582)
     train_sizes: tuple[int, ...]  # Figure 9, at most the 1,582 rows of a Lee Adult split
     # Figures 5 and 10-15 (synthetic CelebA)
@@ -36,19 +37,19 @@ class Config:
 def config(quick: bool) -> Config:
     """The full run, or ``quick``: a few minutes in all on two cores.
 
-    The full run is sized for a shared two-core machine (about an hour): fewer splits than
-    the paper where one fit takes minutes (d >= 1,600, INLP beyond d = 100, the kernel-SVM
-    reductions); every figure says over how many splits its means are.
+    The full run is sized for a shared two-core machine (about an hour with ``--jobs 9``): fewer splits than
+    the paper's ten where a point takes minutes; every figure and CSV row says over how
+    many splits its means are.
     """
     if quick:
         return Config(True, classifier_splits=1, mlp_max_iter=200,
                       synth_dims=(20, 60), synth_splits=1, synth_big_d=10**9,
                       synth_big_splits=1, inlp_max_d=60, inlp_splits=1, synth_ks=(2, 5),
-                      tradeoff_runs=1, tradeoff_svm_runs=1, svm_train_n=200, train_sizes=(200,),
+                      tradeoff_runs=1, tradeoff_svm_runs=1, logreg_train_n=400, svm_train_n=200, train_sizes=(200,),
                       faces_n=400, faces_size=16, faces_k=20)
     return Config(False, classifier_splits=10, mlp_max_iter=10_000,
                   synth_dims=(20, 40, 60, 80, 100, 200, 400, 800, 1600, 3200, 6400),
-                  synth_splits=5, synth_big_d=1600, synth_big_splits=1, inlp_max_d=200,
+                  synth_splits=3, synth_big_d=1600, synth_big_splits=1, inlp_max_d=200,
                   inlp_splits=2, synth_ks=(2, 5, 10, 20, 40, 60, 90),
-                  tradeoff_runs=3, tradeoff_svm_runs=1, svm_train_n=800,
-                  train_sizes=(200, 400, 800, 1582), faces_n=4000, faces_size=48, faces_k=400)
+                  tradeoff_runs=1, tradeoff_svm_runs=1, logreg_train_n=None, svm_train_n=500,
+                  train_sizes=(200, 800, 1582), faces_n=3000, faces_size=48, faces_k=400)

@@ -44,13 +44,19 @@ def _load(n: int, size: int, folder: str):
     return store, np.asarray(images[:], dtype=np.float32).reshape(n, -1)
 
 
-def run(cfg, report, plt, log=print) -> list[dict]:
-    """Fit one fair PCA per attribute, draw its figure; rows of what was measured."""
+def tasks(cfg) -> tuple:
+    """One piece: the faces are read once for all six attributes."""
+    return (None,)
+
+
+def run(cfg, log=print, task=None) -> tuple[list[dict], list]:
+    """Fit one fair PCA per attribute: rows of what was measured, and the faces to draw
+    (per figure: the three rows of :data:`PER_GROUP` faces with and without)."""
     from .. import FairPCA
     from ..celeba import attribute_column
     from ..figures import full_fair_projection
 
-    rows = []
+    rows, pictures = [], []
     with tempfile.TemporaryDirectory(prefix="dfairpca-paper-") as folder:
         t0 = time.perf_counter()
         store, X = _load(cfg.faces_n, cfg.faces_size, folder)
@@ -67,13 +73,18 @@ def run(cfg, report, plt, log=print) -> list[dict]:
             panels = [("original", faces),
                       (f"fair PCA, k = {d - 1}", full_fair_projection(model, faces)),
                       (f"fair PCA, k = {cfg.faces_k}", model.inverse_transform(model.transform(faces)))]
-            gap = [float(np.linalg.norm(p[z[pick] == 1].mean(0) - p[z[pick] == 0].mean(0))) for _, p in panels]
             rows.append({"figure": num, "attribute": name, "prevalence": float(z.mean()), "n": len(z),
                          "d": d, "k": cfg.faces_k, "fit_s": secs,
                          "fairness_violation": float(model.fairness_violation_)})
-            _draw(report, plt, num, name, panels, cfg.faces_size, float(z.mean()), len(z))
-            log(f"faces: {name} ({secs:.1f} s; shown-faces mean gap {gap[0]:.0f} -> {gap[2]:.0f})")
-    return rows
+            pictures.append((num, name, panels, cfg.faces_size, float(z.mean()), len(z)))
+            log(f"faces: {name} ({secs:.1f} s)")
+    return rows, pictures
+
+
+def figures(report, pictures, plt) -> None:
+    """Figures 10-15 (10 is also Figure 5) into the report."""
+    for picture in pictures:
+        _draw(report, plt, *picture)
 
 
 def _draw(report, plt, num, name, panels, size, prevalence, n):

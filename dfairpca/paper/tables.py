@@ -114,10 +114,16 @@ def split_rows(dataset: str, split: int, *, classify: bool, mlp_max_iter: int) -
     return rows
 
 
-def run(cfg, log=print) -> list[dict]:
-    """Rows of every split of every data set (classifier columns on cfg.classifier_splits)."""
+def tasks(cfg) -> tuple:
+    """The independent pieces of :func:`run` (one per data set)."""
+    return tuple(DATASETS)
+
+
+def run(cfg, log=print, task=None) -> list[dict]:
+    """Rows of every split of every data set, or of data set ``task`` (classifier columns
+    on the first ``cfg.classifier_splits`` splits)."""
     rows = []
-    for dataset in DATASETS:
+    for dataset in DATASETS if task is None else (task,):
         for split in range(N_SPLITS):
             t0 = time.perf_counter()
             classify = split < cfg.classifier_splits

@@ -17,7 +17,7 @@ Marketing as missing.  Figure 9's training sizes therefore stop at 1,582 (the pa
 
 ExponentiatedGradient refits its classifier about 50 times per point: with the kernel SVM
 that takes minutes per point, so the kernel-SVM panels train on a random subset of each split
-(:attr:`Config.svm_train_n` rows; the figure says how many).
+(``svm_train_n`` rows of :class:`dfairpca.paper._config.Config`; the figure says how many).
 
 Each method is fitted once per run with λ = 1 and its standard half scaled by λ afterwards:
 that is the representation of every λ, and a fit's time is counted in each λ's point.
@@ -50,16 +50,21 @@ def classifier(name: str, n: int, d: int, var: float):
     return SVC(C=1 / (2 * n * 0.00005), gamma=1 / (d * var), random_state=0)
 
 
-def representation(method: str, d: int, goal: str):
-    """The unfitted estimator of ``method`` with λ = 1 (see the module docstring)."""
+def representation(method: str, d: int, goal: str, n_fit: int):
+    """The unfitted estimator of ``method`` with λ = 1 (see the module docstring).
+
+    ``n_fit`` is the rows it is fitted on (those with y = 1 for EO): k is at most n_fit - 2,
+    which only small (quick) runs reach.
+    """
     from .. import FairKernelPCA, FairPCA
 
     constraint = "demographic_parity" if goal == "DP" else "equal_opportunity"
     if method == "Fair Kernel PCA":
-        return FairKernelPCA(d - 1, gamma="scale", center=False, constraint=constraint, tradeoff=1.0)
+        return FairKernelPCA(min(d - 1, n_fit - 2), gamma="scale", center=False,
+                             constraint=constraint, tradeoff=1.0)
     k, f = {"Fair PCA": (d - 1, None), "Fair PCA-S (0.5)": (d // 4, 0.5),
             "Fair PCA-S (0.85)": (d // 2, 0.85)}[method]
-    return FairPCA(k, equalize_covariance=f, constraint=constraint, tradeoff=1.0)
+    return FairPCA(min(k, n_fit - 2), equalize_covariance=f, constraint=constraint, tradeoff=1.0)
 
 
 def scores(y, pred, z) -> dict:
@@ -75,7 +80,8 @@ def ours(method, clf_name, goal, Xtr, ytr, ztr, Xte, yte, zte) -> list[dict]:
     """The 11 points of one of our methods (one per λ)."""
     n, d = Xtr.shape
     t0 = time.perf_counter()
-    est = representation(method, d, goal).fit(Xtr, ytr, sensitive_features=ztr)
+    n_fit = n if goal == "DP" else int(np.sum(ytr == 1))
+    est = representation(method, d, goal, n_fit).fit(Xtr, ytr, sensitive_features=ztr)
     fit_s = time.perf_counter() - t0
     Rtr, Rte = est.transform(Xtr), est.transform(Xte)
     k = Rtr.shape[1] // 2
@@ -117,13 +123,20 @@ def _adult(run: int, n_train: int | None = None):
             b.sensitive_test)
 
 
-def run(cfg, log=print) -> tuple[list[dict], list[dict]]:
-    """Rows of the trade-off curves (Figures 4 and 8) and of the running times (Figure 9)."""
+def tasks(cfg) -> tuple:
+    """The independent pieces of :func:`run`: each classifier's curves, the running times."""
+    return (*CLASSIFIERS, "times")
+
+
+def run(cfg, log=print, task=None) -> tuple[list[dict], list[dict]]:
+    """Rows of the trade-off curves (Figures 4 and 8) and of the running times (Figure 9);
+    ``task`` runs one classifier's curves or the times.  Figure 9's largest size, the whole
+    split, is the logistic-regression curves' first run (the same computation)."""
     curves = []
-    for clf_name in CLASSIFIERS:
+    for clf_name in CLASSIFIERS if task is None else [t for t in CLASSIFIERS if t == task]:
         runs = cfg.tradeoff_runs if clf_name == "logreg" else cfg.tradeoff_svm_runs
         for r in range(runs):
-            data = _adult(r, None if clf_name == "logreg" else cfg.svm_train_n)
+            data = _adult(r, cfg.logreg_train_n if clf_name == "logreg" else cfg.svm_train_n)
             for goal in GOALS:
                 t0 = time.perf_counter()
                 for method in (*OURS, REDUCTIONS):
@@ -133,7 +146,9 @@ def run(cfg, log=print) -> tuple[list[dict], list[dict]]:
                                 "point": i, **p} for i, p in enumerate(pts)]
                 log(f"tradeoff: {clf_name} {goal} run {r} ({time.perf_counter() - t0:.1f} s)")
     times = []
-    for n in cfg.train_sizes:
+    for n in cfg.train_sizes if task in (None, "times") else ():
+        if n >= FULL_TRAIN and cfg.logreg_train_n is None:
+            continue  # taken from the curves, see :func:`times_of_curves`
         t0 = time.perf_counter()
         for r in range(1):  # the spread of Figure 9 is over the 11 parameter values
             data = _adult(r, n)
@@ -145,6 +160,18 @@ def run(cfg, log=print) -> tuple[list[dict], list[dict]]:
                                "seconds": p["seconds"]} for p in pts]
         log(f"tradeoff: running times at n = {n} ({time.perf_counter() - t0:.1f} s)")
     return curves, times
+
+
+FULL_TRAIN = 1582  # rows of a Lee et al. Adult train split
+
+
+def times_of_curves(curves, cfg) -> list[dict]:
+    """Figure 9's rows at the whole split: the first logistic-regression run of the curves."""
+    if FULL_TRAIN not in cfg.train_sizes or cfg.logreg_train_n is not None:
+        return []
+    return [{"n_train": FULL_TRAIN, "goal": r["goal"], "method": r["method"], "run": 0,
+             "seconds": r["seconds"]} for r in curves
+            if r["classifier"] == "logreg" and r["run"] == 0 and r["method"] != "Fair Kernel PCA"]
 
 
 def _mean_curve(rows, clf_name, goal, method, metric):
@@ -179,9 +206,9 @@ def figures(report, curves, times, cfg, plt) -> None:
     _panel(axes[1], curves, "logreg", "EO", ("Fair PCA", REDUCTIONS))
     _panel(axes[2], curves, "ksvm", "DP", (*OURS, REDUCTIONS))
     _panel(axes[3], curves, "ksvm", "EO", (*OURS, REDUCTIONS))
-    svm_n = cfg.svm_train_n or "all"
-    fig.suptitle("Figure 4, Adult (Lee et al. splits): trade-off curves, mean over "
-                 f"{n_lr} (logistic regression) and {n_svm} (kernel SVM, {svm_n} training rows) splits")
+    lr_n, svm_n = cfg.logreg_train_n or 1582, cfg.svm_train_n or 1582
+    fig.suptitle(f"Figure 4, Adult (Lee et al. splits): mean over {n_lr} split(s) for logistic "
+                 f"regression ({lr_n} training rows), {n_svm} for the kernel SVM ({svm_n} rows)")
     report.figure(fig, "figure4.png", "Figure 4 (ours, Adult row only): accuracy vs ΔDP and ΔEO",
                   "two rows (Adult, Bank Marketing; 5,000 + 5,000 records, ten draws): fair PCA "
                   "traces curves similar to Agarwal et al.'s reductions with logistic regression "
@@ -208,6 +235,7 @@ def figures(report, curves, times, cfg, plt) -> None:
                   for n in ns]
             color, marker = STYLE[m]
             ax.errorbar(ns, mu, yerr=sd, label=m, color=color, marker=marker, ms=4, capsize=2)
+        ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("training points")
         ax.set_ylabel("seconds per point of the curve")
