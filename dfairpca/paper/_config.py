@@ -49,7 +49,7 @@ def config(quick: bool) -> Config:
                       tradeoff_runs=1, tradeoff_svm_runs=1, logreg_train_n=400, svm_train_n=200, train_sizes=(200,),
                       faces_n=400, faces_size=16, faces_k=20)
     return Config(False, classifier_splits=3, mlp_max_iter=10_000,
-                  synth_dims=(20, 50, 100, 200, 400, 800, 1600, 3200, 6400),
+                  synth_dims=(20, 50, 100, 200, 400, 800, 1600, 3200),
                   synth_splits=2, synth_big_d=1600, synth_big_splits=1, inlp_max_d=100,
                   inlp_splits=1, synth_ks=(2, 5, 10, 20, 50, 90),
                   tradeoff_runs=1, tradeoff_svm_runs=1, logreg_train_n=None, svm_train_n=300,

@@ -143,7 +143,7 @@ def run(cfg, log=print, task=None) -> tuple[list[dict], list[dict]]:
         t0 = time.perf_counter()
         for i in range(cfg.synth_splits):
             by_k += measure(D_FOR_K, i, _methods_at(D_FOR_K, i, cfg), k, data)
-    log(f"synthetic: d = {D_FOR_K}, k = {k} ({time.perf_counter() - t0:.1f} s)")
+        log(f"synthetic: d = {D_FOR_K}, k = {k} ({time.perf_counter() - t0:.1f} s)")
     return by_d, by_k
 
 
