@@ -46,7 +46,8 @@ def config(quick: bool) -> Config:
         return Config(True, classifier_splits=1, mlp_max_iter=200,
                       synth_dims=(20, 60), synth_splits=1, synth_big_d=10**9,
                       synth_big_splits=1, inlp_max_d=60, inlp_splits=1, synth_ks=(2, 5),
-                      tradeoff_runs=1, tradeoff_svm_runs=1, logreg_train_n=400, svm_train_n=200, train_sizes=(200,),
+                      tradeoff_runs=1, tradeoff_svm_runs=1, logreg_train_n=200, svm_train_n=150,
+                      train_sizes=(100,),
                       faces_n=400, faces_size=16, faces_k=20)
     return Config(False, classifier_splits=3, mlp_max_iter=10_000,
                   synth_dims=(20, 50, 100, 200, 400, 800, 1600, 3200),

@@ -70,7 +70,7 @@ def run(out, quick: bool = False, parts=("tables", "synthetic", "tradeoff", "fac
     The directory is written whole or not at all (:func:`dfairpca.io.atomic_directory`):
     an existing ``out`` is replaced only with ``overwrite`` and only if dfairpca wrote it.
     """
-    from .. import __version__
+    from .._version import __version__
     from .._system import cpu_count
     from ..io import atomic_directory
     from . import faces, synthetic, tables, tradeoff
