@@ -44,7 +44,7 @@ from . import _accumulator
 from ._accumulator import RunningTotal
 from ._engine import row_slice, run_pass, threads
 from ._writes import atomic_directory, check_target
-from .io import check_progress, local_zarr_roots
+from .io import RESAVE_HINT, SavedFileError, local_zarr_roots, meta_value
 from .moments import Moments
 
 __all__ = [
@@ -416,3 +416,42 @@ def _load(path: Path) -> dict | None:
         "done": progress["done"],
         "total": total,
     }
+
+
+def check_progress(progress, file, total=None) -> None:
+    """Raise SavedFileError unless ``progress`` (a checkpoint's progress.json) is consistent.
+
+    Segments are contiguous ``[start, stop)`` row ranges from 0; ``done`` lists distinct
+    segment indices; the running ``total`` (a Moments), if given, counts no more rows
+    than the finished segments hold.
+    """
+    def bad(what):
+        return SavedFileError(f"cannot load checkpoint {str(file)!r}: {what}{RESAVE_HINT}")
+
+    if not isinstance(progress, dict):
+        raise bad("it is not a JSON object")
+    try:
+        meta_value(progress, "version", "int", file=Path(file).name)
+        meta_value(progress, "fingerprint", "dict", file=Path(file).name)
+        segments = meta_value(progress, "segments", "list", file=Path(file).name)
+        done = meta_value(progress, "done", "list", file=Path(file).name)
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    stop = 0
+    for seg in segments:
+        if not (isinstance(seg, list) and len(seg) == 2 and all(_is_whole(v) for v in seg)
+                and seg[0] == stop and seg[1] > seg[0]):
+            raise bad(f"segment {seg!r:.40} does not continue the row ranges at row {stop}")
+        stop = seg[1]
+    if not all(_is_whole(i) and 0 <= i < len(segments) for i in done) or len(set(done)) != len(done):
+        raise bad(f"'done' {done!r:.80} is not a list of distinct segment indices below {len(segments)}")
+    if total is not None:
+        rows = sum(segments[i][1] - segments[i][0] for i in done)
+        if total.n + total.n_nonfinite > rows:
+            raise bad(f"its total counts {total.n + total.n_nonfinite} rows, more than the "
+                      f"{rows} of its finished segments")
+
+
+def _is_whole(v) -> bool:
+    """An int from JSON (``True``/``False`` are not row numbers)."""
+    return isinstance(v, int) and not isinstance(v, bool)

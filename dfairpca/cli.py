@@ -930,6 +930,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for the store, the model and faces.png")
     _add_cluster(p)
     p.set_defaults(func=cmd_demo)
+
+    from . import paper  # argparse only: the experiments import lazily
+
+    p = sub.add_parser("paper", help="rerun the paper's tables and figures into a report (DIR/README.md)")
+    paper.add_arguments(p)
+    p.set_defaults(func=paper.main)
     return ap
 
 

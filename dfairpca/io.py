@@ -415,7 +415,7 @@ def load_arrays(path, kind: str | None = None, layout=None):
         meta = _read_meta(path / "meta.json")
         version = meta_value(meta, "format_version", "count", optional=True) or 0
     except ValueError as exc:
-        raise SavedFileError(f"cannot load {str(path)!r}: {exc}{_RESAVE}") from None
+        raise SavedFileError(f"cannot load {str(path)!r}: {exc}{RESAVE_HINT}") from None
     if version > FORMAT_VERSION:
         raise ValueError(
             f"{str(path)!r} was written by a newer dfairpca (format {version}); "
@@ -430,7 +430,7 @@ def load_arrays(path, kind: str | None = None, layout=None):
         arrays = _read_npz(path / "arrays.npz", headers)
         _check_finite(arrays, specs)
     except ValueError as exc:  # SavedFileError, or the layout's word on meta.json
-        raise SavedFileError(f"cannot load {str(path)!r}: {exc}{_RESAVE}") from None
+        raise SavedFileError(f"cannot load {str(path)!r}: {exc}{RESAVE_HINT}") from None
     return arrays, meta
 
 
@@ -447,7 +447,8 @@ class SavedFileError(ValueError):
     """A saved model, statistics or checkpoint that is truncated, edited or inconsistent."""
 
 
-_RESAVE = "; it was truncated or edited, or not written by dfairpca: save or compute it again"
+#: what a refused saved file's message ends with (io's loaders and the checkpoint's progress check)
+RESAVE_HINT = "; it was truncated or edited, or not written by dfairpca: save or compute it again"
 
 #: bytes of meta.json or progress.json read at most (a model's is a few kB; labels of
 #: thousands of groups a few hundred kB)
@@ -609,37 +610,3 @@ def header_shape(headers: dict, name: str, ndim: int) -> tuple:
     if len(shape) != ndim:
         raise SavedFileError(f"arrays.npz: {name!r} has shape {shape}, expected {ndim} axes")
     return shape
-
-
-def check_progress(progress, file, total=None) -> None:
-    """Raise SavedFileError unless ``progress`` (a checkpoint's progress.json) is consistent.
-
-    Segments are contiguous ``[start, stop)`` row ranges from 0; ``done`` lists distinct
-    segment indices; the running ``total`` (a Moments), if given, counts no more rows
-    than the finished segments hold.
-    """
-    def bad(what):
-        return SavedFileError(f"cannot load checkpoint {str(file)!r}: {what}{_RESAVE}")
-
-    if not isinstance(progress, dict):
-        raise bad("it is not a JSON object")
-    try:
-        meta_value(progress, "version", "int", file=Path(file).name)
-        meta_value(progress, "fingerprint", "dict", file=Path(file).name)
-        segments = meta_value(progress, "segments", "list", file=Path(file).name)
-        done = meta_value(progress, "done", "list", file=Path(file).name)
-    except ValueError as exc:
-        raise bad(str(exc)) from None
-    stop = 0
-    for seg in segments:
-        if not (isinstance(seg, list) and len(seg) == 2 and all(_is_int(v) for v in seg)
-                and seg[0] == stop and seg[1] > seg[0]):
-            raise bad(f"segment {seg!r:.40} does not continue the row ranges at row {stop}")
-        stop = seg[1]
-    if not all(_is_int(i) and 0 <= i < len(segments) for i in done) or len(set(done)) != len(done):
-        raise bad(f"'done' {done!r:.80} is not a list of distinct segment indices below {len(segments)}")
-    if total is not None:
-        rows = sum(segments[i][1] - segments[i][0] for i in done)
-        if total.n + total.n_nonfinite > rows:
-            raise bad(f"its total counts {total.n + total.n_nonfinite} rows, more than the "
-                      f"{rows} of its finished segments")

@@ -173,8 +173,8 @@ _RETURNS = """
         ``sensitive_test``: the protected attribute {sensitive} (0/1), also the standardized
         column ``X[:, sensitive_feature_index]`` of the features.  ``feature_names``,
         ``target_name``, ``sensitive_name``, ``split``, ``n_splits``; ``paper_table``: the
-        paper's Table {table} figures {{(k, method): PaperFigure(var, var_std, mmd2,
-        mmd2_std)}}; ``DESCR``: provenance and licences.
+        paper's Table {table}, {{(k, method): PaperFigure}} (every column, mean and std);
+        ``DESCR``: provenance and licences.
 """
 
 

@@ -1,0 +1,159 @@
+"""The paper's experiments rerun into one report: python -m dfairpca.paper --quick (issue 13).
+
+The quick report is made once (about a minute and a half on two idle cores); its %Var and
+MMD² columns of Tables 1-3 use all ten splits and must equal the paper's printed digits.
+"""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from dfairpca.datasets import PAPER_TABLES
+from dfairpca.datasets._paper import DIGITS, OUR_METHODS
+
+pytestmark = pytest.mark.integration
+
+LINEAR = [m for m in OUR_METHODS if m != "Fair Kernel PCA"]
+
+
+def _read(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    from dfairpca.paper import main
+
+    out = tmp_path_factory.mktemp("paper") / "report"
+    return out, main(["--quick", "--out", str(out)])
+
+
+def test_report_has_every_table_figure_and_csv(report):
+    out, summary = report
+    text = (out / "README.md").read_text()
+    for n in (1, 2, 3):
+        assert f"### Table {n}:" in text
+    for n in (2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15):
+        png = out / f"figure{n}.png"
+        assert f"](figure{n}.png)" in text and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "The paper's:" in text and "Bank Marketing: missing" in text and "not run" in text
+    for name in ("tables_splits", "tables_agreement", "synthetic_by_d", "synthetic_by_k",
+                 "tradeoff_curves", "tradeoff_times", "faces"):
+        assert len(_read(out / f"{name}.csv")) > 0, name
+    assert summary["quick"] and summary["wall_s"] > 0
+    json.dumps(summary)  # the CLI's --json-able summary
+
+
+@pytest.mark.parametrize("dataset", ["adult", "german", "compas"])
+def test_deterministic_columns_match_the_paper_to_the_printed_digits(report, dataset):
+    out, summary = report
+    rows = [r for r in _read(out / "tables_splits.csv") if r["dataset"] == dataset]
+    for k in (2, 10):
+        for method in LINEAR:
+            mine = [r for r in rows if r["k"] == str(k) and r["method"] == method]
+            assert len(mine) == 10, (k, method)  # all ten splits, also in quick mode
+            paper = PAPER_TABLES[dataset][(k, method)]
+            for col in ("var", "mmd2"):
+                v = np.array([float(r[col]) for r in mine])
+                half = 0.5 * 10.0 ** -DIGITS[col] + 1e-9  # the paper rounds to DIGITS decimals
+                assert abs(v.mean() - getattr(paper, col)) <= half, (k, method, col, v.mean())
+                assert abs(v.std() - getattr(paper, col + "_std")) <= half, (k, method, col, v.std())
+    t = summary["tables"][dataset]["deterministic"]
+    assert t == (16, 16)  # 4 methods x 2 k x 2 columns
+
+
+def test_classifier_columns_are_measured_for_all_five_methods(report):
+    out, _ = report
+    rows = [r for r in _read(out / "tables_splits.csv") if r["split"] == "0"]
+    for dataset in ("adult", "german", "compas"):
+        for k in (2, 10):
+            for method in OUR_METHODS:
+                (r,) = [r for r in rows if (r["dataset"], r["k"], r["method"]) == (dataset, str(k), method)]
+                for clf in ("ksvm", "lsvm", "mlp"):
+                    assert 30.0 <= float(r[f"{clf}_acc"]) <= 100.0
+                    assert 0.0 <= float(r[f"{clf}_dp"]) <= 1.0
+    # the kernel SVM of Lee et al.'s protocol (trained and scored on the test split) nearly
+    # memorises German at k = 10, as in the paper (99.93%)
+    (g,) = [r for r in rows if (r["dataset"], r["k"], r["method"]) == ("german", "10", "PCA")]
+    assert float(g["ksvm_acc"]) > 97.0
+
+
+def test_fair_methods_are_fairer_in_the_synthetic_experiment(report):
+    out, _ = report
+    rows = _read(out / "synthetic_by_d.csv")
+    for d in {r["d"] for r in rows}:
+        at = {r["method"]: r for r in rows if r["d"] == d and r["split"] == "0"}
+        assert float(at["PCA"]["mmd2"]) > 5 * float(at["Fair PCA"]["mmd2"])
+        assert float(at["PCA"]["linear_inseparability"]) < 0.1
+        for m in ("Fair PCA", "Fair PCA-S (0.85)", "Fair Kernel PCA", "INLP"):
+            assert float(at[m]["linear_inseparability"]) > 0.3, (d, m)
+
+
+def test_fair_pca_certified_on_every_face_attribute(report):
+    out, _ = report
+    rows = _read(out / "faces.csv")
+    assert [r["attribute"] for r in rows] == ["Eyeglasses", "Mustache", "Beard", "Smiling", "Bald", "Hat"]
+    assert all(float(r["fairness_violation"]) < 1e-8 for r in rows)
+
+
+def test_tradeoff_curves_span_the_knob(report):
+    out, _ = report
+    rows = _read(out / "tradeoff_curves.csv")
+    fair = [r for r in rows if (r["classifier"], r["goal"], r["method"]) == ("logreg", "DP", "Fair PCA")]
+    assert len(fair) == 11
+    # λ = 0 is fair PCA alone, λ = 1 adds all of standard PCA back: less fair
+    assert float(fair[0]["dp"]) < float(fair[-1]["dp"])
+    assert {r["method"] for r in rows} >= {"Reductions (Agarwal et al.)", "Fair Kernel PCA"}
+
+
+def test_cli_refuses_a_folder_it_did_not_write(tmp_path):
+    from dfairpca.cli import main
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    assert main(["paper", "--quick", "--only", "faces", "--out", str(out)]) == 2
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_inlp_removes_what_a_linear_classifier_sees():
+    from dfairpca import metrics
+    from dfairpca.paper.inlp import inlp_components
+
+    rng = np.random.default_rng(0)
+    z = rng.integers(0, 2, 400)
+    X = rng.normal(size=(400, 12)) + np.outer(z, rng.normal(size=12) * 2)
+    U = inlp_components(X[:300], z[:300], k=4)
+    assert U.shape == (4, 12)
+    np.testing.assert_allclose(U @ U.T, np.eye(4), atol=1e-10)
+    assert metrics.linear_inseparability(X[:300] @ U.T, z[:300], X[300:] @ U.T, z[300:]) > 0.35
+    assert metrics.linear_inseparability(X[:300], z[:300], X[300:], z[300:]) < 0.1
+
+
+def test_lee_mixture_is_the_papers_shape():
+    from dfairpca.paper.synthetic import lee_mixture, split
+
+    X1, X2 = lee_mixture(30)
+    assert X1.shape == X2.shape == (240, 30)
+    (Xtr, ztr), (Xte, zte) = split(X1, X2, 0)
+    assert Xtr.shape == (336, 30) and Xte.shape == (144, 30)
+    assert ztr.sum() == 168 and zte.sum() == 72
+    np.testing.assert_array_equal(lee_mixture(30)[0], X1)  # deterministic
+
+
+def test_paper_tables_transcription_invariants():
+    # facts the paper states about its own tables: on COMPAS at k = 10 both Fair PCA-S rows
+    # equal Fair PCA in %Var and MMD² (l = d - 1); a linear SVM that predicts the majority
+    # label scores P(Y=0) (German at k = 2: the same cells in all eleven rows)
+    for dataset in PAPER_TABLES:
+        assert len(PAPER_TABLES[dataset]) == 22  # 11 methods x k = 2, 10
+    c = PAPER_TABLES["compas"]
+    for f in ("Fair PCA-S (0.5)", "Fair PCA-S (0.85)"):
+        assert c[(10, f)][:4] == c[(10, "Fair PCA")][:4]
+    assert PAPER_TABLES["adult"][(2, "INLP")].lsvm_acc == 75.11 == 100 * round(1 - 0.2489, 4)
+    for (k, m), row in PAPER_TABLES["german"].items():
+        if k == 2:
+            assert row[8:12] == (69.8, 1.21, 0.0, 0.0), m
