@@ -54,7 +54,7 @@ def run(cfg, log=print, task=None) -> tuple[list[dict], list]:
     (per figure: the three rows of :data:`PER_GROUP` faces with and without)."""
     from .. import FairPCA
     from ..celeba import attribute_column
-    from ..figures import full_fair_projection
+    from ..celeba.figures import full_fair_projection
 
     rows, pictures = [], []
     with tempfile.TemporaryDirectory(prefix="dfairpca-paper-") as folder:
