@@ -72,7 +72,7 @@ def run(out, quick: bool = False, parts=("tables", "synthetic", "tradeoff", "fac
     """
     from .._version import __version__
     from .._system import cpu_count
-    from ..io import atomic_directory
+    from .._writes import atomic_directory
     from . import faces, synthetic, tables, tradeoff
     from ._config import config
     from ._report import Report, pyplot
