@@ -730,7 +730,7 @@ def test_every_option_has_help_with_its_default():
     parser = build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     assert set(commands.choices) == {"synth-celeba", "ingest-celeba", "fit", "transform", "show",
-                                     "demo"}
+                                     "demo", "paper"}
     for name, sub in [("dfairpca", parser), *commands.choices.items()]:
         text = " ".join(sub.format_help().split())
         for action in sub._actions:
