@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--out", default="paper-report",
                         help="the report directory to write (default: paper-report)")
     parser.add_argument("--only", nargs="+", choices=PARTS, metavar="PART",
-                        help=f"run only these parts ({', '.join(PARTS)}; default: all)")
+                        help=f"run only these parts ({', '.join(PARTS)}) (default: all)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="run the parts side by side in this many processes ")
     parser.add_argument("--overwrite", action="store_true",
