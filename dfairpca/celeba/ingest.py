@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import zarr
 import zarr.errors
 from PIL import Image
 
+from .._remote import is_remote
 from .._writes import check_target, marker_attributes, move_into_place, remove_directory, writing_every_chunk
 from .pool import run_chunks
 from .schema import (
@@ -33,6 +35,7 @@ def ingest_celeba(
     overwrite: bool = False,
     progress: bool = True,
     n_jobs: int | None = None,
+    storage_options: dict | None = None,
 ) -> Path:
     """Convert the official CelebA download into a CelebA store.
 
@@ -73,6 +76,11 @@ def ingest_celeba(
         the calling process.  Workers are started with the ``spawn`` method,
         so a script using several needs the usual
         ``if __name__ == "__main__":`` guard.
+    storage_options : dict, optional
+        For a URL ``out`` (``s3://bucket/celeba.zarr``): the options of its file system.
+        The store is converted in a local temporary folder (as much free space as the
+        store needs), then uploaded and moved into place; an interrupted conversion to a
+        URL starts over.
 
     Returns
     -------
@@ -91,6 +99,14 @@ def ingest_celeba(
         If a list file is malformed (wrong count, names or values) or an
         image cannot be decoded; the message names the file.
     """
+    if is_remote(out):
+        check_target(out, STORE_KIND, overwrite=overwrite, storage_options=storage_options)
+        with tempfile.TemporaryDirectory(prefix=".dfairpca-ingest-") as folder:
+            local = ingest_celeba(celeba_dir, Path(folder) / "store.zarr", size=size,
+                                  chunk_rows=chunk_rows, progress=progress, n_jobs=n_jobs)
+            move_into_place(local, out, STORE_KIND, overwrite=overwrite,
+                            storage_options=storage_options)
+        return out
     celeba_dir, out = Path(celeba_dir), Path(out)
     check_positive(size=size, chunk_rows=chunk_rows)
     check_target(out, STORE_KIND, overwrite=overwrite, protect={"the CelebA folder": celeba_dir})
