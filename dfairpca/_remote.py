@@ -169,15 +169,17 @@ def explained(exc: BaseException, url: str) -> BaseException:
 
 @contextlib.contextmanager
 def _requests(url: str):
-    """Requests to the storage of ``url`` inside the block fail with :func:`explained`."""
+    """Requests to the storage of ``url`` inside the block fail with :func:`explained`
+    (once: an inner block's explanation is not explained again)."""
     try:
         yield
     except (OutputPathError, KeyboardInterrupt):
         raise
     except Exception as exc:
-        better = explained(exc, url)
+        better = exc if getattr(exc, "explained", False) else explained(exc, url)
         if better is exc:
             raise
+        better.explained = True
         raise better from None
 
 
@@ -347,41 +349,42 @@ def check_target(loc: Location, kind: str, *, overwrite: bool = False, protect=N
 
 
 @contextlib.contextmanager
-def atomic_prefix(loc: Location, kind: str, *, overwrite: bool = False, protect=None):
-    """Yield the URL of a temporary prefix that becomes ``loc`` if the block succeeds: for
-    a Zarr store the workers write there directly (see the module docstring)."""
-    check_target(loc, kind, overwrite=overwrite, protect=protect)
+def _temporary(loc: Location):
+    """The temporary sibling prefix of ``loc`` for this write, deleted when the block ends
+    (a crash's is deleted by :func:`recover`: it is marked)."""
     tmp = loc.parent.child(sibling_name(loc.name, "tmp"))
     ACTIVE.add(tmp.name)
     try:
-        write_marker(tmp, kind)  # first: a leftover of a crash is recognisably ours
-        yield tmp.url
-        write_marker(tmp, kind)  # again: a Zarr store written there holds it in zarr.json
-        move_into_place(tmp, loc, kind, overwrite=overwrite)
+        yield tmp
     finally:
         with _requests(tmp.url):
             if _keys(tmp):
                 _remove_tree(tmp)
         ACTIVE.discard(tmp.name)
+
+
+@contextlib.contextmanager
+def atomic_prefix(loc: Location, kind: str, *, overwrite: bool = False, protect=None):
+    """Yield the URL of a temporary prefix that becomes ``loc`` if the block succeeds: for
+    a Zarr store the workers write there directly (see the module docstring)."""
+    check_target(loc, kind, overwrite=overwrite, protect=protect)
+    with _temporary(loc) as tmp:
+        write_marker(tmp, kind)  # first: a leftover of a crash is recognisably ours
+        yield tmp.url
+        write_marker(tmp, kind)  # again: a Zarr store written there holds it in zarr.json
+        move_into_place(tmp, loc, kind, overwrite=overwrite)
 
 
 def publish(local: Path, loc: Location, kind: str, *, overwrite: bool = False) -> None:
     """Upload the finished, marked local folder ``local`` to a temporary prefix, then move
     it into place at ``loc``."""
-    tmp = loc.parent.child(sibling_name(loc.name, "tmp"))
     files = sorted((p for p in Path(local).rglob("*") if p.is_file()),  # the markers first:
                    key=lambda p: (p.relative_to(local).as_posix() not in _MARKERS, str(p)))  # ours at once
-    ACTIVE.add(tmp.name)
-    try:
+    with _temporary(loc) as tmp:
         with _requests(loc.url):
             for f in files:
                 tmp.fs.put_file(str(f), f"{tmp.path}/{f.relative_to(local).as_posix()}")
         move_into_place(tmp, loc, kind, overwrite=overwrite)
-    finally:
-        with _requests(tmp.url):
-            if _keys(tmp):
-                _remove_tree(tmp)
-        ACTIVE.discard(tmp.name)
 
 
 def move_into_place(src: Location, loc: Location, kind: str, *, overwrite: bool = False) -> None:

@@ -28,8 +28,8 @@ from ._marker import (
 from ._remote import is_remote
 
 __all__ = [
-    "atomic_directory", "atomic_file", "move_into_place", "check_target", "foreign_entries", "remove_directory",
-    "recover", "recover_for_reading", "intact_copies", "read_marker", "write_marker", "marker",
+    "atomic_directory", "atomic_file", "staged_locally", "move_into_place", "check_target",
+    "foreign_entries", "remove_directory", "recover", "recover_for_reading", "intact_copies", "read_marker", "write_marker", "marker",
     "marker_attributes", "writing_every_chunk", "OutputPathError", "MARKER", "MARKER_KEY",
 ]
 
@@ -240,6 +240,24 @@ def move_into_place(src, path, kind: str, *, overwrite: bool = False,
     finally:
         _ACTIVE.discard(old.name)
     return path
+
+
+@contextlib.contextmanager
+def staged_locally(path, kind: str, *, overwrite: bool = False, storage_options: dict | None = None):
+    """Yield where a writer of local folders (ingest, synth, ``save``) writes ``path``.
+
+    A local ``path`` is yielded as it is (the writer's own protocol holds).  For a URL the
+    target is checked first, the writer writes a local temporary folder, and that is
+    uploaded and moved into place when the block ends (the disk needs room for it).
+    """
+    if not is_remote(path):
+        yield Path(path)
+        return
+    check_target(path, kind, overwrite=overwrite, storage_options=storage_options)
+    with tempfile.TemporaryDirectory(prefix=".dfairpca-stage-") as folder:
+        local = Path(folder) / "out"
+        yield local
+        move_into_place(local, path, kind, overwrite=overwrite, storage_options=storage_options)
 
 
 @contextlib.contextmanager

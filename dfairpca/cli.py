@@ -36,7 +36,6 @@ import difflib
 import json
 import math
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -148,19 +147,12 @@ class _Data:
 
 def _open_zarr(path, option: str, storage_options: dict | None = None):
     """The Zarr array or group at ``path`` (or a URL), opened read-only; a one-line error if none."""
-    import zarr
+    from ._remote import open_zarr
 
-    from ._remote import is_remote, open_zarr
-
-    if is_remote(path):
-        return open_zarr(path, storage_options)
-    path = Path(path)
-    if not path.exists():
-        raise CLIError(f"{option} {path}: no such file or directory")
     try:
-        return zarr.open(str(path), mode="r")
-    except Exception as exc:  # zarr raises several types for "not a store"
-        raise CLIError(f"{option} {path} is not a Zarr array or group: {exc}") from None
+        return open_zarr(path, storage_options)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CLIError(f"{option}: {exc}") from None
 
 
 def _arrays(group) -> list[str]:
@@ -592,12 +584,14 @@ def _cast_like(R, dtype):
 
 # ----------------------------------------------------------------------------- commands
 def cmd_synth(args):
+    from ._writes import staged_locally
     from .celeba import synth_celeba
 
-    out = Path(args.out)
+    out = _place(args.out, _storage(args))
     _check_out(out, "store", args.overwrite)
     t = time.perf_counter()
-    synth_celeba(out, n=args.n, seed=args.seed, size=args.size, overwrite=args.overwrite)
+    with staged_locally(out, "store", overwrite=args.overwrite) as local:
+        synth_celeba(local, n=args.n, seed=args.seed, size=args.size, overwrite=args.overwrite)
     print(f"wrote {args.n:,} synthetic faces to {out} in {time.perf_counter() - t:.1f} s")
 
 
@@ -622,7 +616,7 @@ def run_fit(args: FitJob) -> dict:
     of ``args`` (see :func:`dfairpca.cluster.connect`) with a checkpoint next to the model.
     """
     from ._remote import is_remote
-    from ._writes import move_into_place, read_marker, remove_directory
+    from ._writes import read_marker, remove_directory, staged_locally
 
     start = time.perf_counter()
     _check_method_options(args)
@@ -670,12 +664,8 @@ def run_fit(args: FitJob) -> dict:
         else:
             est.fit(X, y, sensitive_features=groups, checkpoint=ckpt, keep_checkpoint=True)
         dt = time.perf_counter() - t
-    if is_remote(out):  # saved here, then uploaded and moved into place
-        with tempfile.TemporaryDirectory(prefix=".dfairpca-model-") as folder:
-            saved = est.save(Path(folder) / "model", statistics=args.statistics)
-            move_into_place(saved, out, "model", overwrite=args.overwrite)
-    else:
-        est.save(out, statistics=args.statistics, overwrite=args.overwrite)
+    with staged_locally(out, "model", overwrite=args.overwrite) as local:
+        est.save(local, statistics=args.statistics, overwrite=args.overwrite)
     remove_directory(ckpt, "checkpoint")
     kept = 100 * est.explained_variance_ratio_.sum()
     cert = getattr(est, "fairness_violation_", None)  # share of any group's mean gap kept
@@ -894,6 +884,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=_positive(int), default=DEFAULT_SIZE,
                    help="faces are SIZE x SIZE pixels")
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    _add_storage(p)
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("ingest-celeba", help="convert the official CelebA folder to a Zarr store")

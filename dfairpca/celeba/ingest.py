@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,9 @@ import zarr.errors
 from PIL import Image
 
 from .._remote import is_remote
-from .._writes import check_target, marker_attributes, move_into_place, remove_directory, writing_every_chunk
+from .._writes import (
+    check_target, marker_attributes, move_into_place, remove_directory, staged_locally, writing_every_chunk,
+)
 from .pool import run_chunks
 from .schema import (
     ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_CHUNK_ROWS, DEFAULT_SIZE, IMAGES, PARTITION, STORE_KIND,
@@ -100,12 +101,10 @@ def ingest_celeba(
         image cannot be decoded; the message names the file.
     """
     if is_remote(out):
-        check_target(out, STORE_KIND, overwrite=overwrite, storage_options=storage_options)
-        with tempfile.TemporaryDirectory(prefix=".dfairpca-ingest-") as folder:
-            local = ingest_celeba(celeba_dir, Path(folder) / "store.zarr", size=size,
-                                  chunk_rows=chunk_rows, progress=progress, n_jobs=n_jobs)
-            move_into_place(local, out, STORE_KIND, overwrite=overwrite,
-                            storage_options=storage_options)
+        with staged_locally(out, STORE_KIND, overwrite=overwrite,
+                            storage_options=storage_options) as local:
+            ingest_celeba(celeba_dir, local, size=size, chunk_rows=chunk_rows,
+                          progress=progress, n_jobs=n_jobs)
         return out
     celeba_dir, out = Path(celeba_dir), Path(out)
     check_positive(size=size, chunk_rows=chunk_rows)
