@@ -98,16 +98,6 @@ def _place(value, storage_options: dict | None = None):
     return location(value, storage_options) if is_remote(value) else Path(value)
 
 
-def _load_model(path, storage_options: dict | None = None):
-    """The model saved at ``path`` (a URL: read through a local copy)."""
-    from . import load
-    from ._remote import is_remote, local_copy
-
-    if not is_remote(path):
-        return load(path)
-    with local_copy(_place(path, storage_options)) as local:
-        return load(local)
-
 
 def _attributes(store, names):
     """The named CelebA attributes of the store as 0/1 columns (see
@@ -678,6 +668,7 @@ def run_fit(args: FitJob) -> dict:
 def cmd_transform(args):
     import dask.array as da
 
+    from . import load
     from ._remote import zarr_store
     from ._writes import atomic_directory, marker_attributes, writing_every_chunk
     from .celeba.schema import copy_labels
@@ -686,7 +677,7 @@ def cmd_transform(args):
     out = _place(args.out, _storage(args))
     protect = {**_input_paths(args), "the model": args.model}
     _check_out(out, "store", args.overwrite, protect)
-    model = _load_model(args.model, _storage(args))
+    model = load(args.model, storage_options=_storage(args))
     data = _data(args)
     X = data.X
     # the lazy graph first: a model of another d is refused before any cluster starts

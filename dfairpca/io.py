@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._remote import is_remote, local_copy, location, open_zarr, zarr_roots
+from ._remote import explained, is_remote, local_copy, location, open_zarr, store_url, zarr_roots
 from ._system import rows_per_block
 from ._writes import (
     MARKER, MARKER_KEY, OutputPathError, atomic_directory, atomic_file, check_target, foreign_entries,
@@ -228,7 +228,9 @@ def read_checked(array, selection, asarray=True, lock=None):
         coords = next((c for c in _chunk_coords(array, selection)
                        if _chunk_key(array, c) == exc.key), None)
         raise MissingChunkError(_missing_message(array, [(exc.key, coords)]), exc.key) from None
-    except Exception:
+    except Exception as exc:
+        if (url := store_url(array.store)) and (access := explained(exc, url)) is not exc:
+            raise access from None  # a worker's credentials or endpoint, not the data
         found = _failing_chunk(array, selection)
         if found is None:  # every chunk reads on its own: not the data's fault
             raise
