@@ -47,7 +47,7 @@ from ._marker import (
 )
 
 __all__ = [
-    "is_remote", "Location", "location", "explained", "zarr_store", "store_url", "read_marker",
+    "is_remote", "local_path", "Location", "location", "explained", "zarr_store", "store_url", "read_marker",
     "write_marker", "foreign_entries", "check_target", "atomic_prefix", "publish",
     "move_into_place", "remove_directory", "recover", "check_settled", "local_copy",
     "read_text", "exists", "open_zarr", "zarr_arrays", "zarr_roots",
@@ -64,6 +64,12 @@ def is_remote(path) -> bool:
     if isinstance(path, str):
         return bool(_PROTOCOL.match(path)) and not path.startswith("file://")
     return isinstance(path, Location) or (hasattr(path, "fs") and hasattr(path, "root"))
+
+
+def local_path(path) -> Path:
+    """A local path given as a path or a ``file://`` URL."""
+    text = os.fspath(path)
+    return Path(text[len("file://"):] if text.startswith("file://") else text)
 
 
 @dataclass(frozen=True)
@@ -419,9 +425,10 @@ def _finish_move(src: Location, loc: Location, journal: Location, state: dict) -
 
 def recover(loc: Location) -> None:
     """Finish the moves into ``loc`` a crash cut short and delete its dead writers'
-    temporary prefixes (only marked ones, none of a writer still running on this host)."""
+    temporary prefixes (only marked ones, none of a writer still running on this host)
+    and empty probe objects."""
     parent = loc.parent
-    pattern = sibling_pattern(loc.name, "tmp|move")
+    pattern = sibling_pattern(loc.name, "tmp|move|probe")
     with _requests(loc.url):
         leftovers = [(m.group(1), parent.child(name)) for name in _names(parent)
                      if (m := pattern.fullmatch(name)) and not running(name, m.group(2), int(m.group(3)))]
@@ -438,6 +445,8 @@ def recover(loc: Location) -> None:
         for role, tmp in leftovers:
             if role == "tmp" and _keys(tmp) and read_marker(tmp) is not None:
                 _remove_tree(tmp)
+            elif role == "probe" and _is_object(tmp) and tmp.fs.size(tmp.path) == 0:
+                tmp.fs.rm(tmp.path)  # check_target's empty probe, left by a crash
 
 
 def check_settled(loc: Location) -> None:
@@ -504,7 +513,7 @@ def open_zarr(store, storage_options: dict | None = None):
     import zarr
 
     if not is_remote(store):
-        path = Path(store)
+        path = local_path(store)
         if not path.exists():
             raise FileNotFoundError(f"no Zarr store at {str(path)!r}")
         try:

@@ -93,9 +93,9 @@ def _storage(args) -> dict | None:
 def _place(value, storage_options: dict | None = None):
     """A path as the write protocol takes it: a Path, or for a URL its location, which
     carries the storage options to every read and write (the estimator's checkpoint too)."""
-    from ._remote import is_remote, location
+    from ._remote import is_remote, local_path, location
 
-    return location(value, storage_options) if is_remote(value) else Path(value)
+    return location(value, storage_options) if is_remote(value) else local_path(value)
 
 
 
