@@ -2,6 +2,7 @@
 process on loopback) and a cluster of two worker processes that reach it only through the
 storage options in the task graph (their environment holds no credentials)."""
 
+import contextlib
 import json
 import os
 import socket
@@ -41,14 +42,14 @@ def clean_environment():
     os.environ.update(saved)
 
 
-@pytest.fixture(scope="module")
-def s3(clean_environment, tmp_path_factory):
+@contextlib.contextmanager
+def _server(folder):
     """moto's S3 server on a free loopback port, with the bucket "data"; yields the
-    storage options that reach it."""
+    storage options that reach it, and stops it at the end."""
     import s3fs
 
     port = _free_port()
-    log = tmp_path_factory.mktemp("moto") / "server.log"
+    log = folder / "server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
                                  str(port)], stdout=out, stderr=subprocess.STDOUT)
@@ -68,6 +69,13 @@ def s3(clean_environment, tmp_path_factory):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def s3(clean_environment, tmp_path_factory):
+    """The module's S3 server (see :func:`_server`)."""
+    with _server(tmp_path_factory.mktemp("moto")) as options:
+        yield options
 
 
 @pytest.fixture(scope="module")
@@ -386,3 +394,18 @@ def test_bad_urls_credentials_and_endpoints_are_one_line_errors_before_any_work(
                         "s3://no-such-bucket/m", "--storage-options", json.dumps(s3),
                         *NO_CLUSTER], capsys)
     assert code == 2 and "no bucket 'no-such-bucket'" in err and "scheduler" not in err, err
+
+
+def test_a_server_lost_during_the_pass_is_named_not_taken_for_damaged_data(cluster, tmp_path):
+    """The workers' reads fail when the endpoint goes away: the error names the storage
+    and its fix, not a "truncated or damaged" chunk."""
+    import s3fs
+
+    with _server(tmp_path) as options:
+        _faces(tmp_path / "faces.zarr")
+        s3fs.S3FileSystem(**options).put(str(tmp_path / "faces.zarr"), "data/faces.zarr",
+                                         recursive=True)
+        X = dfairpca.from_zarr("s3://data/faces.zarr", "images", rows_per_chunk=CHUNK,
+                               storage_options=options).reshape(N, -1)
+    with pytest.raises(ConnectionError, match="cannot reach the storage of s3://data/faces.zarr"):
+        dfairpca.PCA(3).fit(X)
