@@ -28,7 +28,9 @@ class Config:
     tradeoff_svm_runs: int  # kernel SVM (ExponentiatedGradient refits it ~50 times per point)
     logreg_train_n: int | None  # logistic regression panels: training rows (None: all 1,582)
     svm_train_n: int | None  # kernel SVM panels: training rows (None: all 1,582)
-    train_sizes: tuple[int, ...]  # Figure 9, at most the 1,582 rows of a Lee Adult split
+    # Figure 9, at most the 1,582 rows of a Lee Adult split; the logistic-regression curves'
+    # own size (logreg_train_n, or 1,582) is taken from them
+    train_sizes: tuple[int, ...]
     # Figures 5 and 10-15 (synthetic CelebA)
     faces_n: int
     faces_size: int
@@ -57,7 +59,7 @@ def config(quick: bool) -> Config:
                       synth_dims=(20, 60), synth_splits=1, synth_big_d=10**9,
                       synth_big_splits=1, pca_s_max_d=10**9, inlp_max_d=60, inlp_splits=1,
                       synth_ks=(2, 5), tradeoff_runs=1, tradeoff_svm_runs=1, logreg_train_n=200,
-                      svm_train_n=150, train_sizes=(100,),
+                      svm_train_n=150, train_sizes=(200,),
                       faces_n=400, faces_size=16, faces_k=20)
     return Config(False, classifier_splits=10, mlp_max_iter=10_000,
                   synth_dims=(20, 50, 100, 200, 400, 800, 1600, 3200, 6400, 12800),

@@ -136,9 +136,14 @@ def tasks(cfg) -> tuple:
     return (*curves, *(("times", r) for r in range(cfg.tradeoff_runs) if _timed_sizes(cfg)))
 
 
+def _curves_n(cfg) -> int:
+    """The training rows of the logistic-regression curves."""
+    return cfg.logreg_train_n or FULL_TRAIN
+
+
 def _timed_sizes(cfg) -> list[int]:
     """Figure 9's training sizes measured by its own pieces (see :func:`times_of_curves`)."""
-    return [n for n in cfg.train_sizes if n < FULL_TRAIN or cfg.logreg_train_n is not None]
+    return [n for n in cfg.train_sizes if n != _curves_n(cfg)]
 
 
 #: the methods of Figure 9 (fair kernel PCA is cubic in n: the paper leaves it out too)
@@ -153,9 +158,9 @@ def _points(clf_name, goal, data, methods) -> list[tuple[str, list[dict]]]:
 
 def run(cfg, log=print, task=None) -> tuple[list[dict], list[dict]]:
     """Rows of the trade-off curves (Figures 4 and 8) and of the running times (Figure 9);
-    ``task`` (one of :func:`tasks`) runs one piece.  Figure 9's largest size, the whole
-    split, is the logistic-regression curves' (the same computation, see
-    :func:`times_of_curves`); its other sizes are drawn from the same splits."""
+    ``task`` (one of :func:`tasks`) runs one piece.  Figure 9's size of the
+    logistic-regression curves is theirs (:func:`times_of_curves`); its other sizes are
+    drawn from the same splits."""
     curves, times = [], []
     for name, value in tasks(cfg) if task is None else (task,):
         t0 = time.perf_counter()
@@ -178,10 +183,11 @@ def run(cfg, log=print, task=None) -> tuple[list[dict], list[dict]]:
 
 
 def times_of_curves(curves, cfg) -> list[dict]:
-    """Figure 9's rows at the whole split: those of the logistic-regression curves."""
-    if FULL_TRAIN not in cfg.train_sizes or cfg.logreg_train_n is not None:
+    """Figure 9's rows at the logistic-regression curves' training size (the whole split in
+    the full run): those of the curves, the same computation."""
+    if _curves_n(cfg) not in cfg.train_sizes:
         return []
-    return [{"n_train": FULL_TRAIN, "goal": r["goal"], "method": r["method"], "run": r["run"],
+    return [{"n_train": _curves_n(cfg), "goal": r["goal"], "method": r["method"], "run": r["run"],
              "seconds": r["seconds"]} for r in curves
             if r["classifier"] == "logreg" and r["method"] != "Fair Kernel PCA"]
 
@@ -218,7 +224,7 @@ def figures(report, curves, times, cfg, plt) -> None:
     _panel(axes[1], curves, "logreg", "EO", ("Fair PCA", REDUCTIONS))
     _panel(axes[2], curves, "ksvm", "DP", (*OURS, REDUCTIONS))
     _panel(axes[3], curves, "ksvm", "EO", (*OURS, REDUCTIONS))
-    lr_n, svm_n = cfg.logreg_train_n or 1582, cfg.svm_train_n or 1582
+    lr_n, svm_n = _curves_n(cfg), cfg.svm_train_n or FULL_TRAIN
     fig.suptitle(f"Figure 4, Adult (Lee et al. splits): mean over {n_lr} split(s) for logistic "
                  f"regression ({lr_n} training rows), {n_svm} for the kernel SVM ({svm_n} rows)")
     report.figure(fig, "figure4.png", "Figure 4 (ours, Adult row only): accuracy vs ΔDP and ΔEO",
