@@ -89,17 +89,22 @@ class LinearDecomposition(Estimator):
         "randomized" where it cannot run raises, naming why (``groups``: the groups of all
         attributes, whose d x d covariances Fair PCA-S needs)."""
         from ._randomized import choose_svd_solver, memory_budget
+        from .checkpoint import saved_solver
 
-        blocker = self._randomized_blocker(d, groups, checkpoint)
+        blocker = self._randomized_blocker(d, groups)
         if self.svd_solver == "randomized":
             if blocker:
                 raise ValueError(blocker)
             return "randomized"
         if self.svd_solver == "auto" and blocker is None:
+            # a resumed fit goes on with the solve it began, whatever memory is free now
+            saved = None if checkpoint is None else saved_solver(checkpoint)
+            if saved is not None:
+                return "randomized" if saved == "randomized" else "covariance_eigh"
             return choose_svd_solver(d, self.n_components, self.n_oversamples, memory_budget())
         return "covariance_eigh"
 
-    def _randomized_blocker(self, d: int, groups: int, checkpoint) -> str | None:
+    def _randomized_blocker(self, d: int, groups: int) -> str | None:
         """Why the randomized solve cannot fit (None if it can)."""
         from ._randomized import needs_dense_message
 
@@ -110,9 +115,6 @@ class LinearDecomposition(Estimator):
         if getattr(self, "equalize_covariance", None) is not None:
             return needs_dense_message("Fair PCA-S (equalize_covariance)", d, 1 + groups,
                                        "equalize_covariance=None (fair PCA, matrix-free)")
-        if checkpoint is not None:
-            return ("checkpoint= resumes the exact one-pass fit; the randomized passes are not "
-                    "checkpointed: drop checkpoint= or use svd_solver='full'")
         return None
 
     def _check_partial(self) -> None:
@@ -126,9 +128,10 @@ class LinearDecomposition(Estimator):
                              "statistics for partial_fit to add rows to: fit it again with "
                              "svd_solver='full' to go on with partial_fit")
 
-    def _randomized_fit(self, X, groups=None, mask=None, numeric: bool = False):
+    def _randomized_fit(self, X, groups=None, mask=None, numeric: bool = False, checkpoint=None):
         """:func:`dfairpca._randomized.fit_randomized` of X with this estimator's
-        parameters (products in float64 where ``numeric``, as :meth:`_pass`)."""
+        parameters (products in float64 where ``numeric``, as :meth:`_pass`), saving its
+        state after every pass to ``checkpoint`` if given."""
         from ._randomized import fit_randomized
 
         auto = self.compute_dtype in ("auto", None)
@@ -141,7 +144,7 @@ class LinearDecomposition(Estimator):
             standard=getattr(self, "tradeoff", 0) > 0, center=self.center,
             standardize=self.standardize, dtype=dtype, n_oversamples=self.n_oversamples,
             iterated_power=self.iterated_power, random_state=self.random_state,
-            split_every=self.split_every, progress=self.progress)
+            split_every=self.split_every, progress=self.progress, checkpoint=checkpoint)
 
     def _set_randomized(self, fit) -> None:
         """The fitted attributes of a randomized fit (``statistics_``: its first-order

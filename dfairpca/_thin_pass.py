@@ -25,7 +25,7 @@ from ._sums import MAX_BAD_ROWS_REPORTED
 from .moments import AttributeMoments
 
 __all__ = ["FirstMoments", "Plan", "first_moments", "first_pass", "run_pass", "corrected",
-           "as_rows"]
+           "as_rows", "chunked", "statistics_state", "restore_statistics"]
 
 #: the products of values of rms ``2**+-RANGE_BITS[dtype]`` about the shift stay far from
 #: overflow and the subnormals in that dtype: rows times ``rms^2 sqrt(d)`` with d up to 1e6
@@ -125,6 +125,7 @@ class Plan:
     numeric: np.ndarray  # columns of the numeric attributes
     groups: tuple  # groups per attribute (first pass only)
     first: bool  # also the first-order sums
+    digest: bool = False  # also every chunk's digest (a checkpointed fit binds its data)
 
 
 class _Sums:
@@ -133,6 +134,7 @@ class _Sums:
     def __init__(self, plan: Plan, D: int, w: int):
         d = D if plan.features is None else len(plan.features)
         self.n, self.n_bad, self.bad_rows = 0, 0, []
+        self.digests = []  # (first row, stop row, sha256) of every chunk read, if asked
         self.G = np.zeros((d, w)) if w else None
         first = plan.first
         q = len(plan.numeric)
@@ -146,6 +148,7 @@ class _Sums:
         self.n += other.n
         self.n_bad += other.n_bad
         self.bad_rows = (self.bad_rows + other.bad_rows)[:MAX_BAD_ROWS_REPORTED]
+        self.digests += other.digests
         for name in ("G", "total", "sq", "cross"):
             mine = getattr(self, name)
             if mine is not None:
@@ -225,6 +228,12 @@ def _chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> _Sums:
     if x.ndim > 2:
         x = x.reshape(x.shape[0], -1)
     out = _Sums(plan, x.shape[1], 0 if V is None else V.shape[1])
+    if plan.digest:  # the chunk as read, before any row is masked out
+        from .checkpoint import array_digest
+
+        out.digests.append((offset, offset + len(x), array_digest(x)))
+    if V is None and not plan.first:
+        return out  # a read that only binds the data
     keep = None if mask is None else np.asarray(mask, bool)
     if plan.first and x.dtype.kind in "fc":
         finite = np.isfinite(x).all(axis=1)
@@ -383,18 +392,20 @@ def _statistics(sums: _Sums, plan: Plan, categories, numeric) -> tuple[FirstMome
     return m, off
 
 
-def first_pass(X, V, codes, categories, mask, numeric, dtype, split_every, progress):
-    """(FirstMoments, mean - shift in the products' units, the plan, the raw sums of V)."""
+def first_pass(X, V, codes, categories, mask, numeric, dtype, split_every, progress,
+               digest: bool = False):
+    """(FirstMoments, mean - shift in the products' units, the plan, the raw sums: ``G`` of
+    V and, if ``digest``, the chunks' ``digests``)."""
     from ._validation import compute_dtype_for
 
     D = int(np.prod(X.shape[1:]))
     dtype = compute_dtype_for(X.dtype) if dtype is None else np.dtype(dtype)
     features = np.setdiff1d(np.arange(D), numeric) if len(numeric) else None
     shift, e = _shift_and_exponent(_first_rows(X, mask), D, dtype)
-    plan = Plan(shift, e, dtype, features, numeric, tuple(len(c) for c in categories), True)
+    plan = Plan(shift, e, dtype, features, numeric, tuple(len(c) for c in categories), True, digest)
     sums = run_pass(X, plan, V, codes, mask, split_every, progress)
     m, off = _statistics(sums, plan, categories, numeric)
-    return m, off, plan, sums.G
+    return m, off, dataclasses.replace(plan, digest=False), sums
 
 
 def first_moments(X, V=None, *, codes=None, categories=(), mask=None, numeric=(), dtype=None,
@@ -404,9 +415,9 @@ def first_moments(X, V=None, *, codes=None, categories=(), mask=None, numeric=()
     ``S V`` is the scatter of the feature columns (numeric attributes left out) about the
     mean, applied to V (d x w).  See :func:`fit_randomized` for the arguments.
     """
-    m, off, plan, G = first_pass(as_rows(X), V, codes, categories, mask,
-                                  np.asarray(numeric, np.intp), dtype, split_every, progress)
-    return m, None if V is None else corrected(G, V, m, off, plan, center=True)
+    m, off, plan, sums = first_pass(as_rows(X), V, codes, categories, mask,
+                                     np.asarray(numeric, np.intp), dtype, split_every, progress)
+    return m, None if V is None else corrected(sums.G, V, m, off, plan, center=True)
 
 
 def corrected(G, V, m: FirstMoments, off, plan: Plan, center: bool) -> np.ndarray:
@@ -419,3 +430,45 @@ def corrected(G, V, m: FirstMoments, off, plan: Plan, center: bool) -> np.ndarra
     b = np.ldexp(plan.shift[f], -plan.exponent)  # shift - 0
     h = m.n * a
     return G + np.outer(h, b @ V) + np.outer(b, h @ V) + m.n * np.outer(b, b @ V)
+
+
+def chunked(X):
+    """X as a Dask array (a checkpoint binds row chunks): numpy and Zarr in blocks of rows."""
+    import dask.array as da
+
+    if isinstance(X, da.Array):
+        return X
+    return da.from_array(X, chunks=(rows_per_block(int(np.prod(X.shape[1:])) * X.dtype.itemsize), -1))
+
+
+def statistics_state(full: FirstMoments, off, plan: Plan) -> tuple[dict, dict]:
+    """(JSON meta, arrays) of the first pass's results, as a checkpoint keeps them (the group
+    labels are the job's, bound by its fingerprint)."""
+    arrays = {"mean": full.mean, "sq": full.sq, "off": off, "shift": plan.shift}
+    if full.cross is not None:
+        arrays["cross"] = full.cross
+    for j, a in enumerate(full.attributes):
+        arrays[f"counts_{j}"], arrays[f"deviation_{j}"] = a.counts, a.deviation
+    return {"n": int(full.n), "exponent": int(plan.exponent), "precision": float(full.precision),
+            "attributes": len(full.attributes)}, arrays
+
+
+def restore_statistics(saved: dict, categories, numeric, dtype):
+    """(FirstMoments, off, plan) as :func:`statistics_state` saved them."""
+    meta, a = saved["meta"], saved["arrays"]
+    try:
+        attrs = [AttributeMoments(np.asarray(c), a[f"counts_{j}"], a[f"deviation_{j}"])
+                 for j, c in enumerate(categories)]
+        e = int(meta["exponent"])
+        full = FirstMoments(int(meta["n"]), a["mean"], a["sq"], attrs, np.asarray(numeric, np.intp),
+                            a.get("cross"), e, precision=float(meta["precision"]))
+        D = len(full.mean)
+        features = np.setdiff1d(np.arange(D), numeric) if len(numeric) else None
+        plan = Plan(a["shift"], e, np.dtype(dtype), features, np.asarray(numeric, np.intp),
+                    tuple(len(c) for c in categories), True)
+        return full, a["off"], plan
+    except (KeyError, TypeError, ValueError) as exc:
+        from .io import RESAVE_HINT, SavedFileError
+
+        raise SavedFileError(f"cannot load checkpoint {saved['path']!r}: its state lacks "
+                             f"{exc}{RESAVE_HINT}") from None

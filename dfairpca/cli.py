@@ -385,6 +385,8 @@ def _describe_groups(groups, celeba_names) -> str:
 #: fit options only a fair method uses: --method pca would ignore them
 FAIR_ONLY = ("attribute", "sensitive_array", "sensitive_csv", "sensitive_column", "constraint",
              "target", "target_array", "target_column", "target_csv", "tradeoff", "equalize")
+#: fit options only the randomized solve uses: --svd-solver full would ignore them
+RANDOMIZED_ONLY = ("n_oversamples", "iterated_power", "random_state")
 
 
 #: seconds to wait for a scheduler to answer, then for its first worker
@@ -416,6 +418,10 @@ class FitJob:
     target_csv: str | None = None
     tradeoff: float = 0.0
     equalize: float = 0.5
+    svd_solver: str = "auto"
+    n_oversamples: int = 10
+    iterated_power: str | int = "auto"
+    random_state: int = 0
     statistics: bool = False
     checkpoint: str | None = None
     resume: bool = False
@@ -447,6 +453,11 @@ def _check_method_options(args) -> None:
             f"{option} needs {needs}; --method pca (plain PCA, no protected attributes) would "
             f"ignore it: drop {option}, or choose a fair method"
         )
+    odd = [o for o in RANDOMIZED_ONLY if getattr(args, o) != defaults[o]]
+    if args.svd_solver == "full" and odd:
+        option = "--" + odd[0].replace("_", "-")
+        raise CLIError(f"{option} sets the randomized solve; --svd-solver full (the exact one-pass "
+                       f"fit) would ignore it: drop {option}, or use --svd-solver randomized or auto")
     if args.method != "fair-s" and "equalize" in given:
         raise CLIError(
             "--equalize needs --method fair-s (fair PCA that also equalises the group "
@@ -477,12 +488,14 @@ def _estimator(args):
     # a progress bar redraws itself many times a second: only on a terminal, never into the
     # log file of a batch job (nor into --json's stdout, which then is stderr: see main)
     progress = sys.stdout.isatty()
+    solve = dict(svd_solver=args.svd_solver, n_oversamples=args.n_oversamples,
+                 iterated_power=args.iterated_power, random_state=args.random_state)
     if args.method == "pca":
-        return PCA(args.k, progress=progress)
+        return PCA(args.k, progress=progress, **solve)
     eq = args.equalize if args.method == "fair-s" else None
     return FairPCA(
         args.k, constraint=args.constraint, tradeoff=args.tradeoff,
-        equalize_covariance=eq, progress=progress,
+        equalize_covariance=eq, progress=progress, **solve,
     )
 
 
@@ -506,6 +519,7 @@ def _fit_summary(est, args, data: _Data, fit_seconds: float, wall_seconds: float
         "command": "fit", "n": int(data.X.shape[0]), "d": int(est.n_features_in_),
         "k": int(est.n_components_), "method": args.method, "estimator": type(est).__name__,
         "svd_solver": getattr(est, "fitted_svd_solver_", None),  # what "auto" chose
+        "passes": int(getattr(est, "n_passes_", 1)),  # over X
     }
     if hasattr(est, "groups_"):
         summary["constraint"] = est.constraint
@@ -623,8 +637,10 @@ def run_fit(args: FitJob) -> dict:
     remove_directory(ckpt, "checkpoint")
     kept = 100 * est.explained_variance_ratio_.sum()
     cert = getattr(est, "fairness_violation_", None)  # share of any group's mean gap kept
+    passes = int(getattr(est, "n_passes_", 1))
     print(f"{type(est).__name__} k = {est.n_components_}: {kept:.2f}% of the variance kept; "
           + ("" if cert is None else f"fairness certified: group-mean gap kept {cert:.1e}; ")
+          + f"solver {est.fitted_svd_solver_}, {passes} pass{'es' if passes > 1 else ''} over X; "
           + f"fit in {dt:.1f} s; model written to {out}")
     return _fit_summary(est, args, data, dt, time.perf_counter() - start)
 
@@ -783,6 +799,19 @@ JSON_HELP = ("print one JSON object (the summary) on stdout, and send the human 
              "and cluster messages to stderr")
 
 
+def _power(text: str):
+    """An argparse type: "auto" or an integer >= 0 (``--iterated-power``)."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer >= 0; got {text!r}")
+    return value
+
+
 def _add_cluster(p):
     g = p.add_argument_group("cluster")
     g.add_argument("--scheduler", metavar="ADDRESS",
@@ -883,14 +912,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="λ in [0, 1]: also output the standard PCA components scaled by λ")
     g.add_argument("--equalize", type=float, default=FitJob.equalize,
                    help="fair-s: the fraction f of Fair PCA-S (f)")
+    g = p.add_argument_group("solver")
+    g.add_argument("--svd-solver", choices=["auto", "full", "randomized"], default=FitJob.svd_solver,
+                   help="full: the exact one-pass fit (d x d statistics); randomized: block Krylov "
+                        "passes over X, memory d x (k + p), for large d or small k; auto: chosen "
+                        "by a memory and cost model (the summary says which ran)")
+    g.add_argument("--n-oversamples", type=_positive(int), default=FitJob.n_oversamples,
+                   metavar="P", help="randomized: the blocks have k + P columns")
+    g.add_argument("--iterated-power", type=_power, default=FitJob.iterated_power, metavar="Q",
+                   help="randomized: at most Q + 2 passes over X; auto stops once the captured "
+                        "variance is within 1e-4 of the optimum, by its Ritz residuals")
+    g.add_argument("--random-state", type=int, default=FitJob.random_state, metavar="SEED",
+                   help="randomized: the seed of the start block")
     g = p.add_argument_group("output and the pass")
     g.add_argument("--json", action="store_true", help=JSON_HELP)
     g.add_argument("--statistics", action="store_true",
                    help="also save the d x d statistics with the model")
     g.add_argument("--checkpoint", metavar="DIR",
-                   help="where the pass saves its running statistics (default: OUT.checkpoint)")
+                   help="where the pass saves its running statistics, a randomized fit its "
+                        "state after every pass (default: OUT.checkpoint)")
     g.add_argument("--resume", action="store_true",
-                   help="continue an interrupted fit from its checkpoint, skipping finished chunks")
+                   help="continue an interrupted fit from its checkpoint, skipping finished "
+                        "chunks (randomized: passes)")
     g.add_argument("--rows-per-chunk", type=_positive(int),
                    help="rows per task of the pass (default: store chunks merged to "
                         f"~{BLOCK_BYTES >> 20} MiB)")
@@ -969,8 +1012,8 @@ def main(argv=None) -> int:
         return 2
     except PassInterrupted as exc:
         resume = "; rerun with --resume" if args.command == "fit" else ""
-        print(f"dfairpca {args.command}: interrupted after {exc.chunks_done} of "
-              f"{exc.n_chunks} chunks{resume}", file=sys.stderr)
+        print(f"dfairpca {args.command}: interrupted after {exc.progress}{resume}",
+              file=sys.stderr)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:  # outside a pass, or a second Ctrl-C while the cluster closes
         print(f"dfairpca {args.command}: interrupted", file=sys.stderr)

@@ -86,8 +86,8 @@ class PCA(LinearDecomposition):
         chooses how that local problem is solved).  "randomized" never forms d x d: block
         Krylov passes over X, each applying the covariance to k + ``n_oversamples``
         vectors chunk by chunk (:mod:`dfairpca._randomized`), for data whose d x d does
-        not fit in memory or when k is small; it needs an int ``n_components`` and neither
-        ``checkpoint`` nor ``partial_fit``.  "auto" takes "randomized" where the exact
+        not fit in memory or when k is small; it needs an int ``n_components`` and no
+        ``partial_fit`` (``checkpoint`` saves its state after every pass).  "auto" takes "randomized" where the exact
         fit's d x d matrices do not fit half the memory available (or of a worker) or its
         passes cost less than the exact pass by a flop and read model (at d = 6,400:
         k + n_oversamples up to 110), and the exact solve otherwise
@@ -183,7 +183,7 @@ class PCA(LinearDecomposition):
         """Fit on X (numpy, pandas, xarray, Dask or Zarr; (n, d) or (n, h, w)) in one pass.
 
         ``checkpoint``: a directory where the pass saves its running statistics after every
-        segment of chunks; a fit interrupted (Ctrl-C raises
+        segment of chunks (a randomized fit: its state after every pass); a fit interrupted (Ctrl-C raises
         :class:`~dfairpca.checkpoint.PassInterrupted`) and run again with the same
         checkpoint skips the finished segments, after checking that their rows are the
         ones it folded (see :mod:`dfairpca.checkpoint`; other data is refused with
@@ -195,9 +195,9 @@ class PCA(LinearDecomposition):
         (Xa,) = with_known_rows(inp.data)
         self._check_k(Xa.shape[1], Xa.shape[0])  # rows now known, also of a filtered Dask X
         if self._fit_solver(Xa.shape[1], checkpoint=checkpoint) == "randomized":
-            self._set_randomized(self._randomized_fit(Xa))
-            return self
-        self.fit_statistics(self._pass(Xa, checkpoint=checkpoint))
+            self._set_randomized(self._randomized_fit(Xa, checkpoint=checkpoint))
+        else:
+            self.fit_statistics(self._pass(Xa, checkpoint=checkpoint))
         release(checkpoint, keep_checkpoint)
         return self
 
@@ -453,8 +453,9 @@ class FairPCA(LinearDecomposition):
         """
         Xa, g, mask, numeric = self._prepare(X, sensitive_features, y, partial=False, reset=True)
         if self._solver_of(Xa, g, checkpoint) == "randomized":
-            return self._fit_randomized(Xa, g, mask, numeric)
-        self.fit_statistics(self._pass(Xa, g, mask, checkpoint, numeric=numeric))
+            self._fit_randomized(Xa, g, mask, numeric, checkpoint)
+        else:
+            self.fit_statistics(self._pass(Xa, g, mask, checkpoint, numeric=numeric))
         release(checkpoint, keep_checkpoint)
         return self
 
@@ -465,9 +466,9 @@ class FairPCA(LinearDecomposition):
         groups = 0 if g is None else sum(len(c) for c in g.categories)
         return self._fit_solver(d, groups=groups, checkpoint=checkpoint)
 
-    def _fit_randomized(self, Xa, g, mask, numeric: bool):
+    def _fit_randomized(self, Xa, g, mask, numeric: bool, checkpoint=None):
         """Fit by randomized passes (:mod:`dfairpca._randomized`), certify, keep."""
-        fit = self._randomized_fit(Xa, g, mask, numeric)
+        fit = self._randomized_fit(Xa, g, mask, numeric, checkpoint)
         m = fit.statistics
         names = self.attribute_names_
         p, q = len(m.attributes), len(m.numeric)
