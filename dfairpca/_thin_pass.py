@@ -246,7 +246,9 @@ def _chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> _Sums:
         codes = None if codes is None else np.asarray(codes)[keep]
     out.n = r = x.shape[0]
     f = plan.features
-    Vd = None if V is None else np.asarray(V, plan.dtype)
+    # one layout whatever the transport gave (a worker may get V in either order, and
+    # BLAS sums A V in another order for each): the same sums on every worker
+    Vd = None if V is None else np.ascontiguousarray(V, plan.dtype)
     lock = blas_lock()
     byte = x.dtype.itemsize == 1 and x.dtype.kind in "iub"
     if plan.first and byte and out.cross is None:
@@ -315,7 +317,7 @@ def run_pass(X, plan: Plan, V, codes, mask, split_every: int, progress: bool) ->
 
     from dask import delayed
 
-    Vk = None if V is None else delayed(np.asarray(V, plan.dtype), pure=True)
+    Vk = None if V is None else delayed(np.ascontiguousarray(V, plan.dtype), pure=True)
     plan_k = delayed(plan, pure=True)
     codes = codes if plan.first else None  # only the first pass sums by group
     return chain_reduce(
