@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import scipy.linalg
@@ -435,9 +434,9 @@ class _Checkpoint:
     """
 
     def __init__(self, path, X, fingerprint: dict, resume: bool):
-        from .checkpoint import open_state
+        from .checkpoint import checkpoint_path, open_state
 
-        self.path, self.fingerprint = Path(path), fingerprint
+        self.path, self.fingerprint = checkpoint_path(path), fingerprint
         self.saved = open_state(self.path, X, fingerprint, "randomized", resume)
         self.digests = None if self.saved is None else self.saved["digests"]
         self.bound = self.saved is None

@@ -43,14 +43,15 @@ import numpy as np
 from . import _accumulator
 from ._accumulator import RunningTotal
 from ._engine import row_slice, run_pass, threads
+from ._remote import exists, is_remote, local_copy, location, read_text, zarr_arrays, zarr_roots
 from ._writes import atomic_directory, check_target
-from .io import RESAVE_HINT, SavedFileError, local_zarr_roots, meta_value
+from .io import RESAVE_HINT, SavedFileError, meta_value
 from .moments import Moments
 
 __all__ = [
     "compute_moments_checkpointed", "job_fingerprint", "segment_bounds", "chunk_digests",
     "CheckpointMismatch", "PassInterrupted", "array_digest", "open_state", "save_state",
-    "check_digests", "saved_solver", "saved_state_meta",
+    "check_digests", "saved_solver", "saved_state_meta", "checkpoint_path",
 ]
 
 #: version of the checkpoint layout, checked on resume
@@ -95,6 +96,7 @@ def compute_moments_checkpointed(
     resume: bool = True,
     segment_rows: int | None = None,
     on_segment=None,
+    storage_options: dict | None = None,
     **compute_kw,
 ) -> Moments:
     """:func:`dfairpca.compute_moments` over a Dask array, resumable after an interruption.
@@ -111,7 +113,9 @@ def compute_moments_checkpointed(
         Checkpoint directory (created; replaced atomically after every segment).  It is
         left in place at the end, holding the full statistics; delete it once the model
         is saved (:func:`dfairpca.io.remove_directory`).  Refused before the pass if it
-        exists and is not a dfairpca checkpoint, or holds the store the pass reads.
+        exists and is not a dfairpca checkpoint, or holds the store the pass reads.  A URL
+        (``s3://bucket/run.checkpoint``) or an fsspec mapper works too: the checkpoint is
+        uploaded after every segment (see :mod:`dfairpca._remote`).
     resume : bool, default True
         Continue from ``checkpoint`` if it exists; False starts over and overwrites it.
     segment_rows : int, optional
@@ -121,6 +125,8 @@ def compute_moments_checkpointed(
     on_segment : callable, optional
         ``on_segment(i, n_segments)`` after segment ``i`` (0-based) was computed and
         checkpointed; not called for the segments a resume skips.
+    storage_options : dict, optional
+        For a URL ``checkpoint``: the options of its file system (credentials, endpoint).
     **compute_kw
         ``mask``, ``dtype``, ``split_every``, ``group_scatter``, ``progress`` of
         :func:`dfairpca.compute_moments`; ``mask`` (n,) is sliced per segment.
@@ -149,12 +155,12 @@ def compute_moments_checkpointed(
         codes, categories = g.codes, g.categories
     return coded_moments_checkpointed(X, codes, categories, checkpoint=checkpoint, resume=resume,
                                       segment_rows=segment_rows, on_segment=on_segment,
-                                      **compute_kw)
+                                      storage_options=storage_options, **compute_kw)
 
 
 def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resume: bool = True,
                                segment_rows: int | None = None, on_segment=None,
-                               **compute_kw) -> Moments:
+                               storage_options: dict | None = None, **compute_kw) -> Moments:
     """:func:`compute_moments_checkpointed` of groups already encoded: ``codes`` (n, p)
     indices into ``categories`` (p label arrays), the estimators' route."""
     import dask.array as da
@@ -165,10 +171,11 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
         )
     if X.ndim < 2 or X.shape[0] == 0:
         raise ValueError(f"X must be (n, d) or (n, h, w) with n >= 1; got shape {X.shape}")
-    path = Path(checkpoint)
+    # a URL's Location carries its storage options to every write and read below
+    path = location(checkpoint, storage_options) if is_remote(checkpoint) else Path(checkpoint)
     # before any work: the checkpoint may replace only a checkpoint, never the data it reads
     check_target(path, "checkpoint", overwrite=True,
-                 protect=[("the input store", root) for root in local_zarr_roots(X)])
+                 protect=[("the input store", root) for root in zarr_roots(X)])
     mask = compute_kw.pop("mask", None)
     for name, a in (("codes", codes), ("mask", mask)):
         if a is not None and len(a) != X.shape[0]:
@@ -182,7 +189,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     else:
         _check_same_job(path, state["fingerprint"], fingerprint)
         segments, done, total = state["segments"], state["done"], state["total"]
-        digests = _saved_digests(path, segments, done)
+        digests = _saved_digests(path, state["digests"], segments, done)
     try:
         if done:
             _check_same_data(path, X, segments, done, digests)
@@ -299,15 +306,19 @@ def _saved_done(path: Path, done: list) -> list:
     """The finished segments as the checkpoint on disk says (an interrupt can land between
     its replacement and our note of it); ``done`` if it cannot be read."""
     try:
-        return list(json.loads((path / "progress.json").read_text())["done"])
+        return list(json.loads(_progress_text(path))["done"])
     except (OSError, ValueError, KeyError, TypeError):
         return done
 
 
-def _saved_digests(path: Path, segments, done) -> list:
-    """The chunk digests saved with the checkpoint, one list per finished segment."""
-    progress = json.loads((path / "progress.json").read_text())
-    digests = progress.get("digests")
+def _progress_text(path) -> str:
+    """The checkpoint's progress.json, local or at a URL."""
+    return read_text(path.child("progress.json")) if is_remote(path) else (path / "progress.json").read_text()
+
+
+def _saved_digests(path: Path, digests, segments, done) -> list:
+    """The chunk digests saved with the checkpoint (``digests`` of its progress.json), one
+    list per finished segment, checked against the segments."""
     if digests is None:
         raise CheckpointMismatch(
             f"checkpoint {str(path)!r} holds no content fingerprints (an older dfairpca "
@@ -348,17 +359,7 @@ array_digest = _digest
 
 def _zarr_sources(X) -> list[str]:
     """URLs of the Zarr arrays X's graph reads from (``file:///...``, ``s3://...``)."""
-    import zarr
-
-    graph = X.__dask_graph__()
-    layers = getattr(graph, "layers", {"": graph})
-    found = set()
-    for layer in layers.values():
-        for node in layer.values():
-            node = node if isinstance(node, zarr.Array) else getattr(node, "value", None)
-            if isinstance(node, zarr.Array):
-                found.add(str(node.store_path))
-    return sorted(found)
+    return sorted({str(array.store_path) for array in zarr_arrays(X)})
 
 
 def _check_same_job(path: Path, saved: dict, now: dict) -> None:
@@ -395,7 +396,13 @@ def _save(path: Path, total: RunningTotal, fingerprint: dict, segments, done, di
 
 
 def _load(path: Path) -> dict | None:
-    """The saved progress and total, or None if there is no checkpoint at ``path``."""
+    """The saved progress and total, or None if there is no checkpoint at ``path`` (a URL's
+    is read from a local copy)."""
+    if is_remote(path):
+        if not exists(path):
+            return None
+        with local_copy(path) as local:
+            return _load(local)
     if not path.exists():
         return None
     file = path / "progress.json"
@@ -423,6 +430,7 @@ def _load(path: Path) -> dict | None:
         "segments": [tuple(b) for b in progress["segments"]],
         "done": progress["done"],
         "total": total,
+        "digests": progress.get("digests"),
     }
 
 
@@ -471,12 +479,17 @@ _SOLVERS = {"exact": "the exact one-pass fit (svd_solver='full')",
             "randomized": "the randomized fit (svd_solver='randomized')"}
 
 
+def checkpoint_path(checkpoint, storage_options: dict | None = None):
+    """A checkpoint as this module takes it: a local Path, or a URL's Location."""
+    return location(checkpoint, storage_options) if is_remote(checkpoint) else Path(checkpoint)
+
+
 def saved_solver(path) -> str | None:
     """"exact" or "randomized": the solve whose checkpoint ``path`` holds (None if there is
     none, or it is not one), so that ``svd_solver="auto"`` resumes what it started."""
     try:
-        progress = json.loads((Path(path) / "progress.json").read_text())
-    except (OSError, ValueError):
+        progress = json.loads(_progress_text(checkpoint_path(path)))
+    except Exception:  # no checkpoint there (local or remote), or not ours: nothing to follow
         return None
     if not isinstance(progress, dict) or progress.get("kind") != "dfairpca checkpoint":
         return None
@@ -503,11 +516,19 @@ def open_state(path, X, fingerprint: dict, solver: str, resume: bool = True) -> 
     "path": str}``;
     the caller binds the data with :func:`check_digests` on its next read of X.
     """
-    path = Path(path)
+    path = checkpoint_path(path)
     check_target(path, "checkpoint", overwrite=True,
-                 protect=[("the input store", root) for root in local_zarr_roots(X)])
-    if not resume or not path.exists():
+                 protect=[("the input store", root) for root in zarr_roots(X)])
+    if not resume or not (exists(path) if is_remote(path) else path.exists()):
         return None
+    if is_remote(path):
+        with local_copy(path) as local:
+            return {**_read_state(local, fingerprint, solver), "path": str(path)}
+    return _read_state(path, fingerprint, solver)
+
+
+def _read_state(path: Path, fingerprint: dict, solver: str) -> dict:
+    """:func:`open_state`'s reading of a local checkpoint directory."""
     file = path / "progress.json"
     try:
         progress = json.loads(file.read_text())
@@ -542,7 +563,7 @@ def save_state(path, fingerprint: dict, solver: str, meta: dict, arrays: dict,
     (JSON), ``arrays`` (.npz, no objects) and the digests of X's row chunks."""
     progress = {"kind": "dfairpca checkpoint", "version": CHECKPOINT_VERSION, "solver": solver,
                 "fingerprint": fingerprint, "state": meta, "digests": list(digests)}
-    with atomic_directory(path, "checkpoint", overwrite=True) as tmp:
+    with atomic_directory(checkpoint_path(path), "checkpoint", overwrite=True) as tmp:
         np.savez(tmp / "state.npz", **{k: np.asarray(v) for k, v in arrays.items()})
         (tmp / "progress.json").write_text(json.dumps(progress, indent=1))
 
@@ -551,8 +572,8 @@ def saved_state_meta(path) -> dict:
     """The ``meta`` of the state saved at ``path`` ({} if it cannot be read): what an
     interrupt reports is what is on disk."""
     try:
-        return dict(json.loads((Path(path) / "progress.json").read_text())["state"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return dict(json.loads(_progress_text(checkpoint_path(path)))["state"])
+    except Exception:  # unreadable (local or remote): nothing saved to report
         return {}
 
 
