@@ -405,18 +405,7 @@ def _load(path: Path) -> dict | None:
             return _load(local)
     if not path.exists():
         return None
-    file = path / "progress.json"
-    try:
-        progress = json.loads(file.read_text())
-        ok = isinstance(progress, dict) and progress.get("kind") == "dfairpca checkpoint"
-    except (OSError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"{str(path)!r} exists but is not a dfairpca checkpoint; choose another "
-            "checkpoint directory"
-        )
-    _check_solver(path, progress, "exact")
+    progress, file = _read_progress(path, "exact")
     check_progress(progress, file)
     if progress["version"] > CHECKPOINT_VERSION:
         raise ValueError(
@@ -527,8 +516,9 @@ def open_state(path, X, fingerprint: dict, solver: str, resume: bool = True) -> 
     return _read_state(path, fingerprint, solver)
 
 
-def _read_state(path: Path, fingerprint: dict, solver: str) -> dict:
-    """:func:`open_state`'s reading of a local checkpoint directory."""
+def _read_progress(path: Path, solver: str) -> tuple[dict, Path]:
+    """(progress.json of the local checkpoint ``path``, its file), refused unless it is a
+    dfairpca checkpoint of ``solver``'s."""
     file = path / "progress.json"
     try:
         progress = json.loads(file.read_text())
@@ -539,6 +529,12 @@ def _read_state(path: Path, fingerprint: dict, solver: str) -> dict:
         raise ValueError(f"{str(path)!r} exists but is not a dfairpca checkpoint; choose another "
                          "checkpoint directory")
     _check_solver(path, progress, solver)
+    return progress, file
+
+
+def _read_state(path: Path, fingerprint: dict, solver: str) -> dict:
+    """:func:`open_state`'s reading of a local checkpoint directory."""
+    progress, file = _read_progress(path, solver)
     if not isinstance(progress.get("version"), int) or progress["version"] > CHECKPOINT_VERSION:
         raise ValueError(f"checkpoint {str(path)!r} was written by a newer dfairpca; upgrade "
                          "dfairpca or pass resume=False to start over")
