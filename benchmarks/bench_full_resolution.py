@@ -167,17 +167,21 @@ def chunk_costs(store, k: int, oversamples: int, rows: int = 256, repeat: int = 
 
 def client_costs(d: int, w: int, k: int, passes: int) -> list[float]:
     """Seconds of the client's Rayleigh-Ritz step after each pass at this d and w
-    (orthogonalisation against the growing basis, the small eigensolve, the residuals)."""
+    (orthogonalisation against the growing basis, the small eigensolve, the residuals), on
+    one thread: multi-threaded BLAS on a loaded machine measured 5 to 10 times slower."""
+    from threadpoolctl import threadpool_limits
+
     from dfairpca._randomized import _Krylov
 
     rng = np.random.default_rng(0)
-    space = _Krylov(rng.normal(size=(d, w)), lambda A: A, k)
     out = []
-    for _ in range(passes - 1):
-        W = rng.normal(size=(d, w))
-        t = time.perf_counter()
-        space.extend(W)
-        out.append(time.perf_counter() - t)
+    with threadpool_limits(1):
+        space = _Krylov(rng.normal(size=(d, w)), lambda A: A, k)
+        for _ in range(passes - 1):
+            W = rng.normal(size=(d, w))
+            t = time.perf_counter()
+            space.extend(W)
+            out.append(time.perf_counter() - t)
     return out
 
 
@@ -325,7 +329,7 @@ def write(args, fits, costs, rr, proj):
               f"pass: one d x w float64 block ({c['d'] * c['w'] * 8 / 1e6:.0f} MB; the first pass "
               "also the per-group sums, d float64 per group); to every worker: V, d x w "
               f"float32 ({c['d'] * c['w'] * 4 / 1e6:.0f} MB).  The client's Rayleigh-Ritz step "
-              "after each pass: " + ", ".join(f"{v:.1f}" for v in rr) + " s."]
+              "after each pass (one thread): " + ", ".join(f"{v:.1f}" for v in rr) + " s."]
     p = proj
     lines += ["", f"Projection (a model, not a measurement) of the fit of {args.project_n:,} "
               f"rows on {p['nodes']} nodes x {p['cores']} cores, each reading at {p['read_gbps']} GB/s, "
