@@ -208,7 +208,7 @@ def _run_dask(func: Callable, tasks: list[tuple], client, refresh: Callable[[], 
 
     def wait(fs):
         try:
-            distributed.wait(fs, timeout=POLL_SECONDS, return_when="FIRST_EXCEPTION")
+            distributed.wait(fs, timeout=POLL_SECONDS, return_when="FIRST_COMPLETED")
         except TimeoutError:
             pass
 
