@@ -241,14 +241,16 @@ def decode_face(path: str, size: tuple[int, int], color: bool) -> np.ndarray:
             image.draft(mode, (math.ceil(width * out_width / crop_w), math.ceil(height * out_height / crop_h)))
             if image.size != (width, height):  # decoded at 1/f of the size: so is the box
                 box = tuple(round(c * image.size[0] / width) for c in box)
-            face = image.crop(box).convert(mode)
+            # no copy where there is nothing to do (CelebA at full size in colour)
+            face = image if box == (0, 0, *image.size) else image.crop(box)
+            face = face if face.mode == mode else face.convert(mode)
+            if face.size != (out_width, out_height):
+                face = face.resize((out_width, out_height), Image.Resampling.LANCZOS)
+            return np.asarray(face, dtype=np.uint8)
     except FileNotFoundError:
         raise FileNotFoundError(f"image file not found: {path}") from None
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise ValueError(f"corrupt or unreadable image {path}: {exc}") from exc
-    if face.size != (out_width, out_height):
-        face = face.resize((out_width, out_height), Image.Resampling.LANCZOS)
-    return np.asarray(face, dtype=np.uint8)
 
 
 def _ingest_chunk(store: str, index: int, start: int, stop: int, files: list[str], image_dir: str,
