@@ -11,7 +11,8 @@ import numpy as np
 import zarr
 from PIL import Image
 
-from .._writes import check_target
+from .._remote import is_remote
+from .._writes import check_target, staged_locally
 from .pool import write_store
 from .schema import (
     ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_SIZE, IMAGES, PARTITION, STORE_KIND, check_positive,
@@ -32,6 +33,7 @@ def ingest_celeba(
     progress: bool = True,
     n_jobs: int | None = None,
     client=None,
+    storage_options: dict | None = None,
 ) -> Path:
     """Convert the official CelebA download into a CelebA store.
 
@@ -69,6 +71,11 @@ def ingest_celeba(
     overwrite, progress, n_jobs, client
         As for :func:`dfairpca.celeba.synth_celeba`; with ``client`` the cluster's workers
         read ``celeba_dir`` and write ``out`` at the same paths as this process.
+    storage_options : dict, optional
+        For a URL ``out`` (``s3://bucket/celeba.zarr``): the options of its file system.
+        The store is converted in a local temporary folder (as much free space as the
+        store needs), then uploaded and moved into place; an interrupted conversion to a
+        URL starts over (and with ``client``, the workers must see that local folder).
 
     Returns
     -------
@@ -87,6 +94,12 @@ def ingest_celeba(
         If a list file is malformed (wrong count, names or values) or an
         image cannot be decoded; the message names the file.
     """
+    if is_remote(out):
+        with staged_locally(out, STORE_KIND, overwrite=overwrite,
+                            storage_options=storage_options) as local:
+            ingest_celeba(celeba_dir, local, size=size, color=color, chunk_rows=chunk_rows,
+                          progress=progress, n_jobs=n_jobs, client=client)
+        return out
     celeba_dir, out = Path(celeba_dir), Path(out)
     protect = {"the CelebA folder": celeba_dir}
     check_target(out, STORE_KIND, overwrite=overwrite, protect=protect)  # before any file is read
