@@ -935,7 +935,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     _add_storage(p)
     _add_cluster(p, "tcp://host:port of a Dask scheduler whose workers decode the chunks (they "
-                    "must see CELEBA_DIR and OUT at the same paths; default: none, --n-jobs "
+                    "must see CELEBA_DIR and OUT at the same paths) (default: none: --n-jobs "
                     "local processes)")
     p.set_defaults(func=cmd_ingest)
 
