@@ -197,6 +197,14 @@ def test_ingest_decoding_at_a_reduced_scale_matches_a_full_decode(jpegs, size, c
         assert np.abs(fast - slow).mean() < 2.5, i
 
 
+def test_the_crop_keeps_the_output_aspect_centred():
+    from dfairpca.celeba.ingest import _crop_box
+
+    assert _crop_box(178, 218, 80, 80) == (0, 20, 178, 198)  # CelebA's central square
+    assert _crop_box(178, 218, 218, 178) == (0, 0, 178, 218)  # full: nothing cropped
+    assert _crop_box(178, 218, 64, 48) == (7, 0, 171, 218)  # wider than CelebA: the width
+
+
 def test_colour_fair_faces_picture(tmp_path):
     store = synth(tmp_path / "c.zarr", n=200, size=(12, 10), color=True, chunk_rows=64)
     X = open_celeba(store)[0][:].reshape(200, -1).astype(float)

@@ -109,3 +109,19 @@ def test_the_commands_write_colour_stores_of_any_size(celeba, tmp_path, capsys, 
         assert main(args) == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "x.zarr").exists()
+
+
+def test_a_failed_ingest_says_where_its_chunks_are_and_how_to_resume(tmp_path, capsys):
+    celeba = write_celeba_jpegs(tmp_path / "celeba", 40, seed=2)
+    (celeba / "img_align_celeba" / "000030.jpg").write_bytes(b"not a jpeg")
+    out = tmp_path / "c.zarr"
+    args = ["ingest-celeba", str(celeba), str(out), "--size", "16", "--n-jobs", "1"]
+    assert main(args) == 2
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert error.startswith("dfairpca ingest-celeba: error: corrupt or unreadable image")
+    assert "000030.jpg" in error and f"kept the finished chunks in {partial_path(out)}" in error
+    assert "the same call again resumes there" in error
+    write_celeba_jpegs(tmp_path / "again", 40, seed=2)
+    (celeba / "img_align_celeba" / "000030.jpg").write_bytes(
+        (tmp_path / "again" / "img_align_celeba" / "000030.jpg").read_bytes())
+    assert main(args) == 0 and open_celeba(out)[0].shape == (40, 16, 16)
