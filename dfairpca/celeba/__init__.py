@@ -7,6 +7,7 @@ The core (statistics, the pass, solvers, estimators, io) never imports this pack
              opening and reading stores
 ``sampling`` CelebA-like attributes (pure numpy)
 ``render``   the face renderer: sampled attributes in, grey or colour faces out (pure numpy)
+``colours``  the colours of colour faces, at the grey faces' luminance (pure numpy)
 ``synth``    synthetic stores (:func:`synth_celeba`) and :func:`ensure_store`
 ``ingest``   the official CelebA download into a store (:func:`ingest_celeba`)
 ``jpegs``    a fabricated CelebA download of synthetic JPEGs (:func:`write_celeba_jpegs`)
