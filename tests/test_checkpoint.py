@@ -187,7 +187,7 @@ def test_segment_bounds_follow_chunks():
 
 def test_default_segments_are_few(data, tmp_path):
     X, codes, cats = data
-    Xd = da.from_array(X, chunks=(10, D))  # 240 chunks
+    Xd = da.from_array(X, chunks=(20, D))  # 120 chunks, six times the 20 segments allowed
     seen = []
     compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=tmp_path / "c",
                                  on_segment=lambda i, n: seen.append(n))
