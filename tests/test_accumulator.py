@@ -4,7 +4,7 @@ import pickle
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import dfairpca._accumulator as acc
@@ -17,7 +17,6 @@ from test_moments import assert_matches
 EVERY_ROW = dict(mask=None, row_offset=0, dtype=None, group_scatter=True)
 
 
-@settings(max_examples=30, deadline=None)
 @given(d=st.integers(1, 40), width=st.integers(1, 17), seed=st.integers(0, 2**16))
 def test_upper_panels_hold_the_upper_triangle(d, width, seed):
     rng = np.random.default_rng(seed)
@@ -41,7 +40,6 @@ def test_upper_panels_hold_the_upper_triangle(d, width, seed):
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(P)).to_full(), P.to_full())
 
 
-@settings(max_examples=25, deadline=None)
 @given(n=st.integers(4, 120), d=st.integers(1, 9), width=st.integers(1, 5),
        cuts=st.lists(st.integers(1, 119), max_size=6), seed=st.integers(0, 2**16),
        dtype=st.sampled_from([np.float32, np.float64]))
@@ -69,7 +67,6 @@ def test_a_pass_folding_chunks_in_place_equals_the_whole(n, d, width, cuts, seed
         acc.PANEL_WIDTH = old
 
 
-@settings(max_examples=20, deadline=None)
 @given(n=st.integers(6, 90), cuts=st.lists(st.integers(1, 89), min_size=2, max_size=8),
        fan_in=st.integers(2, 4), seed=st.integers(0, 2**16))
 def test_a_tree_of_running_totals_equals_the_merge_of_the_chunks(n, cuts, fan_in, seed):
