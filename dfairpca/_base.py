@@ -89,6 +89,7 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
     def _write(self, path, overwrite: bool, statistics=None) -> Path:
         """Write the model (and ``statistics``, a Moments, beside it) atomically."""
+        from ._remote import is_remote
         from ._writes import atomic_directory
         from .io import save_arrays
 
@@ -105,11 +106,11 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             **input_meta(self),
             **self._extra_meta(),
         }
-        with atomic_directory(path, "model", overwrite=overwrite) as tmp:
+        with atomic_directory(path, "model", overwrite=overwrite) as tmp:  # a URL's: uploaded
             save_arrays(tmp / "model", arrays, meta)
             if statistics is not None:
                 statistics.save(tmp / "statistics")
-        return Path(path)
+        return path if is_remote(path) else Path(path)
 
     def _check_savable(self) -> None:
         """Raise if the fitted model cannot be written as arrays and JSON."""

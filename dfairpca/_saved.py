@@ -25,17 +25,22 @@ __all__ = ["load", "input_meta", "restore_input_meta", "fair_meta", "restore_fai
            "linear_layout", "kernel_layout", "check_linear_values", "load_statistics"]
 
 
-def load(path):
+def load(path, *, storage_options: dict | None = None):
     """Load a model written by ``save``; reads only .npz arrays and JSON, never pickle.
 
     Everything is checked before it is trusted: meta.json's keys and types for the model's
     class, the declared shape of every array against the others (before any is read) and
     their values (finite, orthonormal components).  A truncated, edited or inconsistent
     model raises :class:`dfairpca.io.SavedFileError` naming the file and what is wrong.
+    A URL (with ``storage_options``) or an fsspec mapper is read through a local copy.
     """
+    from ._remote import is_remote, local_copy, location
     from ._writes import recover_for_reading
     from .io import SavedFileError, load_arrays
 
+    if is_remote(path):
+        with local_copy(location(path, storage_options)) as local:
+            return load(local)
     path = Path(path)
     recover_for_reading(path)  # a replace cut short: put the intact old version back
     arrays, meta = load_arrays(path / "model", kind="estimator", layout=_layout)

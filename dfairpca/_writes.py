@@ -5,6 +5,10 @@ Every directory dfairpca writes (models, statistics, checkpoints, Zarr stores) g
 temporary sibling and moved into place only when complete, and replaces only a directory
 carrying the same marker -- dfairpca never deletes or overwrites what it did not write.
 Users reach these names through :mod:`dfairpca.io`, which re-exports them.
+
+Every function also takes an fsspec URL (``s3://bucket/x``) or mapper with
+``storage_options``: the same rules, applied by :mod:`dfairpca._remote` with the copies
+object storage has instead of renames.  Local paths take the code below (``os.replace``).
 """
 
 from __future__ import annotations
@@ -12,62 +16,30 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
-import socket
 import tempfile
-import uuid
 from pathlib import Path
 
+from . import _remote
+from ._marker import (
+    ACTIVE as _ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, known_entries, marker,
+    marker_attributes, not_ours, refusal, running, sibling_name, sibling_pattern, warn_kept,
+)
+from ._remote import is_remote
+
 __all__ = [
-    "atomic_directory", "atomic_file", "move_into_place", "check_target", "foreign_entries", "remove_directory",
-    "recover", "recover_for_reading", "intact_copies", "read_marker", "write_marker", "marker",
+    "atomic_directory", "atomic_file", "staged_locally", "move_into_place", "check_target",
+    "foreign_entries", "remove_directory", "recover", "recover_for_reading", "intact_copies", "read_marker", "write_marker", "marker",
     "marker_attributes", "writing_every_chunk", "OutputPathError", "MARKER", "MARKER_KEY",
 ]
 
-#: dfairpca's marker, :func:`marker` as JSON: the file ``.dfairpca`` in every directory it
-#: writes; in a Zarr store the root group's attribute ``"dfairpca"`` instead (a file in a
-#: store's root makes zarr warn "not recognized as a component" on every listing); in a PNG
-#: the text chunk ``"dfairpca"``.
-MARKER = ".dfairpca"
-MARKER_KEY = "dfairpca"
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
-#: names of this process's own ``.tmp-``/``.old-`` siblings while a write is under way, so
-#: that recovery inside this process tells them from the leftovers of an earlier failure
-_ACTIVE: set[str] = set()
 
-
-class OutputPathError(FileExistsError):
-    """dfairpca refuses to write at a path: it would replace or delete what it did not write."""
-
-
-def marker(kind: str, entries=None) -> dict:
-    """The content of dfairpca's marker for an object of ``kind`` ("model", "checkpoint", ...),
-    with the top-level ``entries`` it wrote (what a replace may delete, and nothing else)."""
-    from ._version import __version__
-
-    found = {"written_by": "dfairpca", "kind": kind, "version": __version__}
-    return found if entries is None else {**found, "entries": sorted(entries)}
-
-
-#: top-level entries of each kind of directory, for markers written before they listed
-#: their own ("entries"); a kind not here with such a marker has no entry known to be ours
-_KNOWN_ENTRIES = {
-    "model": {"model", "statistics"},
-    "checkpoint": {"total", "progress.json"},
-    "Moments": {"arrays.npz", "meta.json"},
-    "estimator": {"arrays.npz", "meta.json"},
-}
-
-
-def marker_attributes(kind: str) -> dict:
-    """Zarr group attributes that mark a store as written by dfairpca (see :data:`MARKER`)."""
-    return {MARKER_KEY: marker(kind)}
-
-
-def write_marker(directory, kind: str) -> None:
+def write_marker(directory, kind: str, *, storage_options: dict | None = None) -> None:
     """Mark ``directory`` as dfairpca's: the attribute of a Zarr group, else the file."""
+    if is_remote(directory):
+        return _remote.write_marker(_remote.location(directory, storage_options), kind)
     directory = Path(directory)
     if (directory / "zarr.json").is_file():
         import zarr
@@ -79,13 +51,15 @@ def write_marker(directory, kind: str) -> None:
         (directory / MARKER).write_text(json.dumps(marker(kind, entries)))
 
 
-def foreign_entries(path, found: dict) -> list[str]:
+def foreign_entries(path, found: dict, *, storage_options: dict | None = None) -> list[str]:
     """Top-level names in dfairpca's directory ``path`` (marker ``found``) it did not write.
 
     A Zarr store's are all but zarr.json and the root group's own members; a directory's
     all but the marker and the entries its marker lists (or, for a marker older than that
     list, the known layout of its kind).
     """
+    if is_remote(path):
+        return _remote.foreign_entries(_remote.location(path, storage_options), found)
     path = Path(path)
     names = set(os.listdir(path)) - {MARKER}
     if (path / "zarr.json").is_file():
@@ -99,15 +73,15 @@ def foreign_entries(path, found: dict) -> list[str]:
                 ours = set(zarr.open_group(str(path), mode="r").keys()) | {"zarr.json"}
         except Exception:  # unreadable metadata: no member is known to be ours
             ours = {"zarr.json"}
-    elif isinstance(found.get("entries"), list):
-        ours = {e for e in found["entries"] if isinstance(e, str)}
     else:
-        ours = _KNOWN_ENTRIES.get(found.get("kind"), set())
+        ours = known_entries(found)
     return sorted(names - ours)
 
 
-def read_marker(path) -> dict | None:
+def read_marker(path, *, storage_options: dict | None = None) -> dict | None:
     """dfairpca's marker of ``path`` (a directory, a Zarr store or a PNG), or None if unmarked."""
+    if is_remote(path):
+        return _remote.read_marker(_remote.location(path, storage_options))
     path = Path(path)
     found = None
     try:
@@ -133,7 +107,7 @@ def read_marker(path) -> dict | None:
 
 
 def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | None = None,
-                 probe: bool = True) -> None:
+                 probe: bool = True, storage_options: dict | None = None) -> None:
     """Raise unless dfairpca may write a ``kind`` at ``path`` now; call it before any work.
 
     Allowed: ``path`` does not exist, is an empty directory, or (with ``overwrite``) carries
@@ -147,9 +121,13 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
     otherwise; ``probe=False`` skips that check for a caller that creates a sibling right
     away).  Leftovers of an earlier crash are recovered first (:func:`recover`).
     """
+    if is_remote(path):
+        return _remote.check_target(_remote.location(path, storage_options), kind,
+                                    overwrite=overwrite, protect=protect, probe=probe)
     path = Path(path)
     for what, other in (protect.items() if isinstance(protect, dict) else protect or ()):
-        _check_apart(path, Path(other), what)
+        if not is_remote(other):  # a URL is never a local path
+            _check_apart(path, Path(other), what)
     recover(path)
     if path.is_symlink():
         raise OutputPathError(
@@ -158,37 +136,20 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
         )
     if path.exists():
         found = read_marker(path)
-        if found is None and not _is_empty_dir(path):
-            what = "a file" if not path.is_dir() else "a non-empty directory"
-            raise OutputPathError(
-                f"{path} is {what} that dfairpca did not write (it has no {MARKER} marker), "
-                "and dfairpca never replaces those: choose another path or remove it yourself"
-            )
-        if found is not None and found.get("kind") != kind:
-            raise OutputPathError(
-                f"{path} holds a dfairpca {found.get('kind')}, not a {kind}: choose another "
-                "path or remove it yourself"
-            )
-        if found is not None and not overwrite:
-            raise OutputPathError(
-                f"{path} already exists (a dfairpca {kind}); pass overwrite=True (--overwrite "
-                "on the command line) to replace it, or choose another path"
-            )
-        # a figure (a file) holds nothing; a directory may hold a user's files
+        # a figure (a file) holds nothing; a directory may hold a user's files, which
+        # replacing it would delete with it
         foreign = foreign_entries(path, found) if found is not None and path.is_dir() else []
-        if foreign:  # replacing the directory would delete them with it
-            listed = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            raise OutputPathError(
-                f"{path} is a dfairpca {kind} that also holds files dfairpca did not write "
-                f"({listed}), which replacing it would delete: move your files out of it or "
-                "choose another path"
-            )
+        error = refusal(str(path), kind, found, empty=_is_empty_dir(path), is_dir=path.is_dir(),
+                        overwrite=overwrite, foreign=foreign)
+        if error is not None:
+            raise error
     if probe:
         _check_writable(path)
 
 
 @contextlib.contextmanager
-def atomic_directory(path, kind: str, *, overwrite: bool = False, protect: dict | None = None):
+def atomic_directory(path, kind: str, *, overwrite: bool = False, protect: dict | None = None,
+                     storage_options: dict | None = None, direct: bool = False):
     """Yield a temporary directory that becomes ``path`` only if the block succeeds.
 
     The one way dfairpca writes a directory.  The protocol:
@@ -206,7 +167,25 @@ def atomic_directory(path, kind: str, *, overwrite: bool = False, protect: dict 
 
     One writer per path at a time: two processes writing the same path concurrently may
     make one of them fail (never lose the version that was there).
+
+    For a URL (see :mod:`dfairpca._remote`) the block gets, with ``direct``, the URL of the
+    temporary prefix (a Zarr store that workers write there); otherwise a local folder
+    that is uploaded when the block ends (models, statistics, checkpoints: small files).
     """
+    if is_remote(path):
+        loc = _remote.location(path, storage_options)
+        if direct:
+            with _remote.atomic_prefix(loc, kind, overwrite=overwrite, protect=protect) as tmp:
+                yield tmp
+            return
+        check_target(loc, kind, overwrite=overwrite, protect=protect)  # before the block's work
+        with tempfile.TemporaryDirectory(prefix=".dfairpca-stage-") as folder:
+            stage = Path(folder) / loc.name
+            stage.mkdir()
+            yield stage
+            write_marker(stage, kind)
+            _remote.publish(stage, loc, kind, overwrite=overwrite)
+        return
     path = Path(path)
     check_target(path, kind, overwrite=overwrite, protect=protect, probe=False)
     tmp = _sibling(path, "tmp")
@@ -226,9 +205,22 @@ def atomic_directory(path, kind: str, *, overwrite: bool = False, protect: dict 
         _ACTIVE.discard(tmp.name)
 
 
-def move_into_place(src, path, kind: str, *, overwrite: bool = False) -> Path:
+def move_into_place(src, path, kind: str, *, overwrite: bool = False,
+                    storage_options: dict | None = None) -> Path:
     """Rename the finished, marked directory ``src`` to ``path`` (steps 1, 3 of
-    :func:`atomic_directory`), replacing only dfairpca's own ``kind`` there."""
+    :func:`atomic_directory`), replacing only dfairpca's own ``kind`` there.
+
+    For a URL ``path``, ``src`` is a URL on the same storage, or a local folder (uploaded).
+    """
+    if is_remote(path):
+        loc = _remote.location(path, storage_options)
+        if is_remote(src):
+            _remote.move_into_place(_remote.location(src, storage_options), loc, kind, overwrite=overwrite)
+        else:
+            _remote.check_target(loc, kind, overwrite=overwrite)
+            _remote.publish(Path(src), loc, kind, overwrite=overwrite)
+            _remove_tree(Path(src))
+        return path
     src, path = Path(src), Path(path)
     check_target(path, kind, overwrite=overwrite, probe=False)  # src's folder: writable
     if not _exists(path) or src.is_file():  # a file is replaced by one rename: no old copy
@@ -251,6 +243,24 @@ def move_into_place(src, path, kind: str, *, overwrite: bool = False) -> Path:
 
 
 @contextlib.contextmanager
+def staged_locally(path, kind: str, *, overwrite: bool = False, storage_options: dict | None = None):
+    """Yield where a writer of local folders (ingest, synth, ``save``) writes ``path``.
+
+    A local ``path`` is yielded as it is (the writer's own protocol holds).  For a URL the
+    target is checked first, the writer writes a local temporary folder, and that is
+    uploaded and moved into place when the block ends (the disk needs room for it).
+    """
+    if not is_remote(path):
+        yield Path(path)
+        return
+    check_target(path, kind, overwrite=overwrite, storage_options=storage_options)
+    with tempfile.TemporaryDirectory(prefix=".dfairpca-stage-") as folder:
+        local = Path(folder) / "out"
+        yield local
+        move_into_place(local, path, kind, overwrite=overwrite, storage_options=storage_options)
+
+
+@contextlib.contextmanager
 def atomic_file(path, kind: str, *, overwrite: bool = False, protect: dict | None = None):
     """Yield a temporary file path that becomes ``path`` only if the block succeeds.
 
@@ -259,6 +269,8 @@ def atomic_file(path, kind: str, *, overwrite: bool = False, protect: dict | Non
     sibling ``.NAME.tmp-HOST-PID-RANDOM``; one rename then replaces ``path`` atomically.
     A crash's marked leftover is deleted by :func:`recover`.
     """
+    if is_remote(path):
+        raise ValueError(f"{path}: a {kind} is written to a local path; write it there and copy it")
     path = Path(path)
     check_target(path, kind, overwrite=overwrite, protect=protect)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -299,29 +311,26 @@ def _interrupts_deferred():
                 raise KeyboardInterrupt
 
 
-def remove_directory(path, kind: str) -> None:
+def remove_directory(path, kind: str, *, storage_options: dict | None = None) -> None:
     """Delete ``path`` if it is dfairpca's own ``kind`` (e.g. a finished checkpoint).
 
     A missing path is fine; anything dfairpca did not write raises :class:`OutputPathError`.
     Files a user put inside it are kept, with the directory (and a warning naming them):
     only the entries dfairpca wrote, and then its marker, are deleted.
     """
+    if is_remote(path):
+        return _remote.remove_directory(_remote.location(path, storage_options), kind)
     path = Path(path)
     recover(path)
     if not _exists(path):
         return
     found = read_marker(path)
     if path.is_symlink() or not path.is_dir() or found is None or found.get("kind") != kind:
-        raise OutputPathError(
-            f"{path} is not a {kind} written by dfairpca; it was left in place: remove it "
-            "yourself if you no longer need it"
-        )
+        raise not_ours(str(path), kind)
     foreign = foreign_entries(path, found)
     if not foreign:
         _remove_tree(path)
         return
-    import warnings
-
     for name in sorted(set(os.listdir(path)) - set(foreign) - {MARKER}):
         entry = path / name
         if entry.is_dir() and not entry.is_symlink():
@@ -329,29 +338,28 @@ def remove_directory(path, kind: str) -> None:
         else:
             entry.unlink()
     (path / MARKER).unlink(missing_ok=True)
-    warnings.warn(f"removed dfairpca's {kind} from {path} but kept the directory and what "
-                  f"dfairpca did not write in it: {', '.join(foreign)}", UserWarning, stacklevel=2)
+    warn_kept(str(path), kind, foreign)
 
 
-def recover(path) -> None:
+def recover(path, *, storage_options: dict | None = None) -> None:
     """Repair what a crash in the middle of :func:`atomic_directory` left next to ``path``.
 
     An ``.old-`` sibling is renamed back to ``path`` if ``path`` is missing (the newest one
     wins), and deleted otherwise; a ``.tmp-`` sibling is deleted.  Only siblings carrying
     dfairpca's marker (or empty) are touched, and none of a writer still running on this
-    host.
+    host.  For a URL: finishes a move cut short (see :mod:`dfairpca._remote`).
     """
+    if is_remote(path):
+        return _remote.recover(_remote.location(path, storage_options))
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         return
-    pattern = re.compile(
-        rf"\.{re.escape(path.name)}\.(old|tmp)-([A-Za-z0-9]*)-(\d+)-[0-9a-f]{{8}}"
-    )
+    pattern = sibling_pattern(path.name, "old|tmp")
     leftovers = []
     for entry in parent.iterdir():
         m = pattern.fullmatch(entry.name)
-        if m is None or _running(entry.name, m.group(2), int(m.group(3))):
+        if m is None or running(entry.name, m.group(2), int(m.group(3))):
             continue
         if entry.is_symlink() or not (entry.is_dir() or m.group(1) == "tmp" and entry.is_file()):
             continue  # a file is only ever an atomic_file's temporary
@@ -369,13 +377,16 @@ def recover(path) -> None:
             entry.unlink() if entry.is_file() else _remove_tree(entry)
 
 
-def recover_for_reading(path) -> None:
+def recover_for_reading(path, *, storage_options: dict | None = None) -> None:
     """:func:`recover` ``path`` before reading it, if this process may write its folder.
 
     Safe in a reader for the same reason as in a writer: only a dead writer's leftovers
     are touched.  Without write permission nothing is repaired; :func:`load_arrays` then
-    names the intact copy.
+    names the intact copy.  For a URL, a write still under way is an error
+    (:func:`dfairpca._remote.check_settled`).
     """
+    if is_remote(path):
+        return _remote.check_settled(_remote.location(path, storage_options))
     try:
         recover(path)
     except OSError:
@@ -384,12 +395,15 @@ def recover_for_reading(path) -> None:
 
 def intact_copies(path) -> list[Path]:
     """dfairpca's ``.old-`` siblings of a missing ``path``, oldest first: the intact old
-    version a replace cut short between its two renames left (none if ``path`` exists)."""
+    version a replace cut short between its two renames left (none if ``path`` exists;
+    none for a URL, where a replace keeps no old copy)."""
+    if is_remote(path):
+        return []
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if _exists(path) or not parent.is_dir():
         return []
-    pattern = re.compile(rf"\.{re.escape(path.name)}\.old-[A-Za-z0-9]*-\d+-[0-9a-f]{{8}}")
+    pattern = sibling_pattern(path.name, "old")
     return sorted((e for e in parent.iterdir()
                    if pattern.fullmatch(e.name) and read_marker(e) is not None),
                   key=lambda e: e.stat().st_mtime_ns)
@@ -401,15 +415,7 @@ def _check_apart(path: Path, other: Path, what: str) -> None:
     Writing *inside* ``other`` is left to the other rules: it replaces nothing there.
     """
     a, b = Path(os.path.realpath(path)), Path(os.path.realpath(other))
-    if a == b:
-        relation = "is"
-    elif a in b.parents:
-        relation = "contains"
-    else:
-        return
-    raise OutputPathError(
-        f"{path} {relation} {what} {other}, which this job reads or writes: choose another path"
-    )
+    apart(str(path), "is" if a == b else "contains" if a in b.parents else None, what, str(other))
 
 
 def _check_writable(path: Path) -> None:
@@ -437,27 +443,7 @@ def _not_writable(path: Path, folder: Path, exc: OSError) -> PermissionError:
 
 def _sibling(path: Path, role: str) -> Path:
     """``.NAME.{role}-HOST-PID-RANDOM`` next to ``path``: what recover() looks for."""
-    host = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32]
-    return path.parent / f".{path.name}.{role}-{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
-def _running(name: str, host: str, pid: int) -> bool:
-    """Whether the writer that made sibling ``name`` may still be running.
-
-    On another host we cannot tell: a ``.tmp-`` sibling is left alone, an ``.old-`` one
-    (which exists only for the instant between two renames) is taken as a crash's.
-    """
-    if host != re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32]:
-        return ".tmp-" in name
-    if pid == os.getpid():
-        return name in _ACTIVE
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return path.parent / sibling_name(path.name, role)
 
 
 def _exists(path: Path) -> bool:

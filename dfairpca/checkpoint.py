@@ -43,8 +43,9 @@ import numpy as np
 from . import _accumulator
 from ._accumulator import RunningTotal
 from ._engine import row_slice, run_pass, threads
+from ._remote import exists, is_remote, local_copy, location, read_text, zarr_arrays, zarr_roots
 from ._writes import atomic_directory, check_target
-from .io import RESAVE_HINT, SavedFileError, local_zarr_roots, meta_value
+from .io import RESAVE_HINT, SavedFileError, meta_value
 from .moments import Moments
 
 __all__ = [
@@ -92,6 +93,7 @@ def compute_moments_checkpointed(
     resume: bool = True,
     segment_rows: int | None = None,
     on_segment=None,
+    storage_options: dict | None = None,
     **compute_kw,
 ) -> Moments:
     """:func:`dfairpca.compute_moments` over a Dask array, resumable after an interruption.
@@ -108,7 +110,9 @@ def compute_moments_checkpointed(
         Checkpoint directory (created; replaced atomically after every segment).  It is
         left in place at the end, holding the full statistics; delete it once the model
         is saved (:func:`dfairpca.io.remove_directory`).  Refused before the pass if it
-        exists and is not a dfairpca checkpoint, or holds the store the pass reads.
+        exists and is not a dfairpca checkpoint, or holds the store the pass reads.  A URL
+        (``s3://bucket/run.checkpoint``) or an fsspec mapper works too: the checkpoint is
+        uploaded after every segment (see :mod:`dfairpca._remote`).
     resume : bool, default True
         Continue from ``checkpoint`` if it exists; False starts over and overwrites it.
     segment_rows : int, optional
@@ -118,6 +122,8 @@ def compute_moments_checkpointed(
     on_segment : callable, optional
         ``on_segment(i, n_segments)`` after segment ``i`` (0-based) was computed and
         checkpointed; not called for the segments a resume skips.
+    storage_options : dict, optional
+        For a URL ``checkpoint``: the options of its file system (credentials, endpoint).
     **compute_kw
         ``mask``, ``dtype``, ``split_every``, ``group_scatter``, ``progress`` of
         :func:`dfairpca.compute_moments`; ``mask`` (n,) is sliced per segment.
@@ -146,12 +152,12 @@ def compute_moments_checkpointed(
         codes, categories = g.codes, g.categories
     return coded_moments_checkpointed(X, codes, categories, checkpoint=checkpoint, resume=resume,
                                       segment_rows=segment_rows, on_segment=on_segment,
-                                      **compute_kw)
+                                      storage_options=storage_options, **compute_kw)
 
 
 def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resume: bool = True,
                                segment_rows: int | None = None, on_segment=None,
-                               **compute_kw) -> Moments:
+                               storage_options: dict | None = None, **compute_kw) -> Moments:
     """:func:`compute_moments_checkpointed` of groups already encoded: ``codes`` (n, p)
     indices into ``categories`` (p label arrays), the estimators' route."""
     import dask.array as da
@@ -162,10 +168,11 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
         )
     if X.ndim < 2 or X.shape[0] == 0:
         raise ValueError(f"X must be (n, d) or (n, h, w) with n >= 1; got shape {X.shape}")
-    path = Path(checkpoint)
+    # a URL's Location carries its storage options to every write and read below
+    path = location(checkpoint, storage_options) if is_remote(checkpoint) else Path(checkpoint)
     # before any work: the checkpoint may replace only a checkpoint, never the data it reads
     check_target(path, "checkpoint", overwrite=True,
-                 protect=[("the input store", root) for root in local_zarr_roots(X)])
+                 protect=[("the input store", root) for root in zarr_roots(X)])
     mask = compute_kw.pop("mask", None)
     for name, a in (("codes", codes), ("mask", mask)):
         if a is not None and len(a) != X.shape[0]:
@@ -179,7 +186,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     else:
         _check_same_job(path, state["fingerprint"], fingerprint)
         segments, done, total = state["segments"], state["done"], state["total"]
-        digests = _saved_digests(path, segments, done)
+        digests = _saved_digests(path, state["digests"], segments, done)
     try:
         if done:
             _check_same_data(path, X, segments, done, digests)
@@ -296,15 +303,19 @@ def _saved_done(path: Path, done: list) -> list:
     """The finished segments as the checkpoint on disk says (an interrupt can land between
     its replacement and our note of it); ``done`` if it cannot be read."""
     try:
-        return list(json.loads((path / "progress.json").read_text())["done"])
+        return list(json.loads(_progress_text(path))["done"])
     except (OSError, ValueError, KeyError, TypeError):
         return done
 
 
-def _saved_digests(path: Path, segments, done) -> list:
-    """The chunk digests saved with the checkpoint, one list per finished segment."""
-    progress = json.loads((path / "progress.json").read_text())
-    digests = progress.get("digests")
+def _progress_text(path) -> str:
+    """The checkpoint's progress.json, local or at a URL."""
+    return read_text(path.child("progress.json")) if is_remote(path) else (path / "progress.json").read_text()
+
+
+def _saved_digests(path: Path, digests, segments, done) -> list:
+    """The chunk digests saved with the checkpoint (``digests`` of its progress.json), one
+    list per finished segment, checked against the segments."""
     if digests is None:
         raise CheckpointMismatch(
             f"checkpoint {str(path)!r} holds no content fingerprints (an older dfairpca "
@@ -341,17 +352,7 @@ def _digest(a) -> str | None:
 
 def _zarr_sources(X) -> list[str]:
     """URLs of the Zarr arrays X's graph reads from (``file:///...``, ``s3://...``)."""
-    import zarr
-
-    graph = X.__dask_graph__()
-    layers = getattr(graph, "layers", {"": graph})
-    found = set()
-    for layer in layers.values():
-        for node in layer.values():
-            node = node if isinstance(node, zarr.Array) else getattr(node, "value", None)
-            if isinstance(node, zarr.Array):
-                found.add(str(node.store_path))
-    return sorted(found)
+    return sorted({str(array.store_path) for array in zarr_arrays(X)})
 
 
 def _check_same_job(path: Path, saved: dict, now: dict) -> None:
@@ -388,7 +389,13 @@ def _save(path: Path, total: RunningTotal, fingerprint: dict, segments, done, di
 
 
 def _load(path: Path) -> dict | None:
-    """The saved progress and total, or None if there is no checkpoint at ``path``."""
+    """The saved progress and total, or None if there is no checkpoint at ``path`` (a URL's
+    is read from a local copy)."""
+    if is_remote(path):
+        if not exists(path):
+            return None
+        with local_copy(path) as local:
+            return _load(local)
     if not path.exists():
         return None
     file = path / "progress.json"
@@ -415,6 +422,7 @@ def _load(path: Path) -> dict | None:
         "segments": [tuple(b) for b in progress["segments"]],
         "done": progress["done"],
         "total": total,
+        "digests": progress.get("digests"),
     }
 
 

@@ -63,16 +63,40 @@ def _client(args):
     return connect(args.scheduler, args.scheduler_file, timeout=args.timeout)
 
 
-def _check_out(path: Path, kind: str, overwrite: bool, protect: dict | None = None):
+def _check_out(path: Path, kind: str, overwrite: bool, protect: dict | None = None,
+               storage_options: dict | None = None):
     """Refuse, before any work or cluster, an output dfairpca may not write.
 
     See :func:`dfairpca.io.check_target`: a missing path, an empty directory, or with
     ``--overwrite`` dfairpca's own ``kind``; never the inputs (``protect``) or a folder
-    holding them; the folder must be writable.
+    holding them; the folder (for a URL: the bucket, with its credentials) must be writable.
     """
     from ._writes import check_target
 
-    check_target(path, kind, overwrite=overwrite, protect=protect)
+    check_target(path, kind, overwrite=overwrite, protect=protect, storage_options=storage_options)
+
+
+def _storage(args) -> dict | None:
+    """``--storage-options`` as a dict (None if not given); a one-line error if not JSON."""
+    text = getattr(args, "storage_options", None)
+    if text is None:
+        return None
+    try:
+        options = json.loads(text)
+    except ValueError as exc:
+        raise CLIError(f"--storage-options must be a JSON object, e.g. '{{\"anon\": true}}' ({exc})") from None
+    if not isinstance(options, dict):
+        raise CLIError(f"--storage-options must be a JSON object, e.g. '{{\"anon\": true}}'; got {text!r}")
+    return options
+
+
+def _place(value, storage_options: dict | None = None):
+    """A path as the write protocol takes it: a Path, or for a URL its location, which
+    carries the storage options to every read and write (the estimator's checkpoint too)."""
+    from ._remote import is_remote, local_path, location
+
+    return location(value, storage_options) if is_remote(value) else local_path(value)
+
 
 
 def _attributes(store, names):
@@ -111,17 +135,14 @@ class _Data:
     root: object  # STORE opened: a zarr.Group, or the zarr.Array when STORE is one
 
 
-def _open_zarr(path, option: str):
-    """The Zarr array or group at ``path``, opened read-only; a one-line error if none."""
-    import zarr
+def _open_zarr(path, option: str, storage_options: dict | None = None):
+    """The Zarr array or group at ``path`` (or a URL), opened read-only; a one-line error if none."""
+    from ._remote import open_zarr
 
-    path = Path(path)
-    if not path.exists():
-        raise CLIError(f"{option} {path}: no such file or directory")
     try:
-        return zarr.open(str(path), mode="r")
-    except Exception as exc:  # zarr raises several types for "not a store"
-        raise CLIError(f"{option} {path} is not a Zarr array or group: {exc}") from None
+        return open_zarr(path, storage_options)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CLIError(f"{option}: {exc}") from None
 
 
 def _arrays(group) -> list[str]:
@@ -173,14 +194,14 @@ def _data(args, rows_per_chunk=None) -> _Data:
     from .celeba.schema import IMAGES, read_images
     from .io import from_zarr
 
-    root = _open_zarr(args.store, "STORE")
+    root = _open_zarr(args.store, "STORE", _storage(args))
     if args.array is None and isinstance(root, zarr.Group):
         if IMAGES not in root:
             raise CLIError(
                 f"{args.store} is not a CelebA store: it has no {IMAGES!r} array; for another "
                 f"layout name the data with --array NAME, one of {_shown(_arrays(root))}"
             )
-        X = read_images(args.store, rows_per_chunk=rows_per_chunk,
+        X = read_images(_source(args, root), rows_per_chunk=rows_per_chunk,
                         missing_chunks=args.missing_chunks)
         return _Data(X, X.shape, f"{args.store}/{IMAGES}", IMAGES, True, root)
     if args.array is None:  # STORE is itself an array
@@ -196,6 +217,14 @@ def _data(args, rows_per_chunk=None) -> _Data:
     X = from_zarr(node, rows_per_chunk=rows_per_chunk, missing_chunks=args.missing_chunks)
     # (n, h, w, ...) -> (n, h*w*...): rows are chunked whole, so no rechunk
     return _Data(X.reshape(X.shape[0], -1), X.shape, label, name, False, root)
+
+
+def _source(args, root):
+    """STORE as the CelebA readers take it: the path, or for a URL the group opened with
+    its storage options."""
+    from ._remote import is_remote
+
+    return root if is_remote(args.store) else args.store
 
 
 def _input_paths(args) -> dict:
@@ -304,7 +333,7 @@ def _sensitive(args, data: _Data):
     columns = {}
     sources = []
     if args.attribute:
-        attributes = _attributes(args.store, args.attribute)
+        attributes = _attributes(_source(args, data.root), args.attribute)
         _check_rows(len(attributes), f"the attributes of {args.store}", data)
         sources.append(attributes.to_dict("series"))
     for value in args.sensitive_array:
@@ -349,7 +378,7 @@ def _target(args, data: _Data):
             "--sensitive-csv file)"
         )
     if args.target:
-        y = _attributes(args.store, [args.target])[args.target].to_numpy()
+        y = _attributes(_source(args, data.root), [args.target])[args.target].to_numpy()
         _check_rows(len(y), f"the attributes of {args.store}", data)
         return y
     if args.target_array:
@@ -424,6 +453,7 @@ class FitJob:
     scheduler: str | None = None
     scheduler_file: str | None = None
     timeout: float = CLUSTER_TIMEOUT
+    storage_options: str | None = None
 
     @classmethod
     def from_args(cls, args) -> "FitJob":
@@ -544,19 +574,21 @@ def _cast_like(R, dtype):
 
 # ----------------------------------------------------------------------------- commands
 def cmd_synth(args):
+    from ._writes import staged_locally
     from .celeba import synth_celeba
 
-    out = Path(args.out)
+    out = _place(args.out, _storage(args))
     _check_out(out, "store", args.overwrite)
     t = time.perf_counter()
-    synth_celeba(out, n=args.n, seed=args.seed, size=args.size, overwrite=args.overwrite)
+    with staged_locally(out, "store", overwrite=args.overwrite) as local:
+        synth_celeba(local, n=args.n, seed=args.seed, size=args.size, overwrite=args.overwrite)
     print(f"wrote {args.n:,} synthetic faces to {out} in {time.perf_counter() - t:.1f} s")
 
 
 def cmd_ingest(args):
     from .celeba import ingest_celeba
 
-    out = Path(args.out)
+    out = _place(args.out, _storage(args))
     _check_out(out, "store", args.overwrite, {"the CelebA folder": args.celeba_dir})
     t = time.perf_counter()
     ingest_celeba(args.celeba_dir, out, size=args.size, overwrite=args.overwrite)
@@ -573,12 +605,15 @@ def run_fit(args: FitJob) -> dict:
     Every parameter is checked against the data first, then the pass runs on the cluster
     of ``args`` (see :func:`dfairpca.cluster.connect`) with a checkpoint next to the model.
     """
-    from ._writes import read_marker, remove_directory
+    from ._remote import is_remote
+    from ._writes import read_marker, remove_directory, staged_locally
 
     start = time.perf_counter()
     _check_method_options(args)
-    out = Path(args.out)
-    ckpt = Path(args.checkpoint) if args.checkpoint else out.with_name(out.name + ".checkpoint")
+    out = _place(args.out, _storage(args))
+    ckpt = (_place(args.checkpoint, _storage(args)) if args.checkpoint else
+            _place(f"{args.out.rstrip('/')}.checkpoint", _storage(args)) if is_remote(out) else
+            out.with_name(out.name + ".checkpoint"))
     inputs = _input_paths(args)
     _check_out(out, "model", args.overwrite, {**inputs, "the checkpoint": ckpt})
     # the checkpoint is replaced after every segment: only a dfairpca checkpoint may be there
@@ -619,7 +654,8 @@ def run_fit(args: FitJob) -> dict:
         else:
             est.fit(X, y, sensitive_features=groups, checkpoint=ckpt, keep_checkpoint=True)
         dt = time.perf_counter() - t
-    est.save(out, statistics=args.statistics, overwrite=args.overwrite)
+    with staged_locally(out, "model", overwrite=args.overwrite) as local:
+        est.save(local, statistics=args.statistics, overwrite=args.overwrite)
     remove_directory(ckpt, "checkpoint")
     kept = 100 * est.explained_variance_ratio_.sum()
     cert = getattr(est, "fairness_violation_", None)  # share of any group's mean gap kept
@@ -633,14 +669,15 @@ def cmd_transform(args):
     import dask.array as da
 
     from . import load
+    from ._remote import zarr_store
     from ._writes import atomic_directory, marker_attributes, writing_every_chunk
     from .celeba.schema import copy_labels
 
     start = time.perf_counter()
-    out = Path(args.out)
+    out = _place(args.out, _storage(args))
     protect = {**_input_paths(args), "the model": args.model}
     _check_out(out, "store", args.overwrite, protect)
-    model = load(args.model)
+    model = load(args.model, storage_options=_storage(args))
     data = _data(args)
     X = data.X
     # the lazy graph first: a model of another d is refused before any cluster starts
@@ -654,11 +691,12 @@ def cmd_transform(args):
         name = "representation"
     with _client(args):
         t = time.perf_counter()
-        with atomic_directory(out, "store", overwrite=args.overwrite, protect=protect) as tmp, \
-                writing_every_chunk():
+        # a URL's result is written by the workers straight to its temporary prefix
+        with atomic_directory(out, "store", overwrite=args.overwrite, protect=protect,
+                              direct=True) as tmp, writing_every_chunk():
             import zarr
 
-            g = zarr.open_group(str(tmp), mode="w", attributes={
+            g = zarr.open_group(zarr_store(tmp, _storage(args)), mode="w", attributes={
                 "model": str(args.model), "source": data.label, "content": name,
                 **marker_attributes("store"),
             })
@@ -783,6 +821,16 @@ JSON_HELP = ("print one JSON object (the summary) on stdout, and send the human 
              "and cluster messages to stderr")
 
 
+STORAGE_HELP = ("options of the file system of s3:// (or any fsspec) URLs, as a JSON object, "
+                "e.g. '{\"endpoint_url\": \"http://localhost:9000\", \"key\": \"...\", \"secret\": \"...\"}' "
+                "(default: the environment's, e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                "AWS_ENDPOINT_URL)")
+
+
+def _add_storage(p):
+    p.add_argument("--storage-options", metavar="JSON", help=STORAGE_HELP)
+
+
 def _add_cluster(p):
     g = p.add_argument_group("cluster")
     g.add_argument("--scheduler", metavar="ADDRESS",
@@ -827,6 +875,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=_positive(int), default=DEFAULT_SIZE,
                    help="faces are SIZE x SIZE pixels")
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    _add_storage(p)
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("ingest-celeba", help="convert the official CelebA folder to a Zarr store")
@@ -836,6 +885,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=_positive(int), default=DEFAULT_SIZE,
                    help="faces are cropped and resized to SIZE x SIZE pixels")
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    _add_storage(p)
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("fit",
@@ -891,6 +941,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rows per task of the pass (default: store chunks merged to "
                         f"~{BLOCK_BYTES >> 20} MiB)")
     g.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    _add_storage(g)
     _add_cluster(p)
     p.set_defaults(func=cmd_fit)
 
@@ -906,6 +957,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the reconstruction in X's space and dtype (images for CelebA)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    _add_storage(p)
     _add_cluster(p)
     p.set_defaults(func=cmd_transform)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._remote import explained, is_remote, local_copy, location, open_zarr, store_url, zarr_roots
 from ._system import rows_per_block
 from ._writes import (
     MARKER, MARKER_KEY, OutputPathError, atomic_directory, atomic_file, check_target, foreign_entries,
@@ -24,10 +25,8 @@ from ._writes import (
 __all__ = [
     "from_zarr", "save_arrays", "load_arrays", "atomic_directory", "atomic_file", "move_into_place",
     "check_target", "foreign_entries", "remove_directory", "recover", "recover_for_reading",
-    "read_marker", "write_marker", "marker",
-    "marker_attributes", "writing_every_chunk", "local_zarr_roots", "OutputPathError", "MARKER",
-    "MARKER_KEY",
-    "FORMAT_VERSION",
+    "read_marker", "write_marker", "marker", "marker_attributes", "writing_every_chunk",
+    "local_zarr_roots", "OutputPathError", "MARKER", "MARKER_KEY", "FORMAT_VERSION",
     "MissingChunkError", "CorruptChunkError", "SavedFileError", "strict_array", "strict_group",
     "read_checked",
 ]
@@ -72,19 +71,8 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
     if missing_chunks not in ("error", "fill"):
         raise ValueError(f"missing_chunks must be 'error' or 'fill', got {missing_chunks!r}")
     node = store
-    if isinstance(store, str) and "://" in store:
-        try:
-            node = zarr.open(store, mode="r", storage_options=storage_options)
-        except Exception as exc:
-            raise ValueError(f"cannot open the Zarr store {store!r}: {exc}") from exc
-    elif isinstance(store, (str, os.PathLike)):
-        path = Path(store)
-        if not path.exists():
-            raise FileNotFoundError(f"no Zarr store at {str(path)!r}")
-        try:
-            node = zarr.open(str(path), mode="r")
-        except Exception as exc:  # zarr raises several types for "not a store"
-            raise ValueError(f"{str(path)!r} is not a Zarr store: {exc}") from exc
+    if is_remote(store) or isinstance(store, (str, os.PathLike)):
+        node = open_zarr(store, storage_options)
     if isinstance(node, zarr.Group):
         names = sorted(name for name, _ in node.arrays())
         if component is None:
@@ -120,17 +108,7 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
 
 def local_zarr_roots(X) -> list[Path]:
     """Root folders of the local Zarr stores a Dask array's graph reads (to protect them)."""
-    import zarr
-
-    graph = X.__dask_graph__()
-    roots = set()
-    for layer in getattr(graph, "layers", {"": graph}).values():
-        for node in layer.values():
-            node = node if isinstance(node, zarr.Array) else getattr(node, "value", None)
-            root = getattr(getattr(node, "store", None), "root", None)
-            if isinstance(node, zarr.Array) and root is not None:
-                roots.add(Path(root))
-    return sorted(roots)
+    return [root for root in zarr_roots(X) if isinstance(root, Path)]
 
 
 def _name(store) -> str:
@@ -250,7 +228,9 @@ def read_checked(array, selection, asarray=True, lock=None):
         coords = next((c for c in _chunk_coords(array, selection)
                        if _chunk_key(array, c) == exc.key), None)
         raise MissingChunkError(_missing_message(array, [(exc.key, coords)]), exc.key) from None
-    except Exception:
+    except Exception as exc:
+        if (url := store_url(array.store)) and (access := explained(exc, url)) is not exc:
+            raise access from None  # a worker's credentials or endpoint, not the data
         found = _failing_chunk(array, selection)
         if found is None:  # every chunk reads on its own: not the data's fault
             raise
@@ -360,24 +340,27 @@ def _check_chunks_present(array) -> None:
         raise MissingChunkError(_missing_message(array, missing), missing[0][0])
 
 
-def save_arrays(path, arrays: dict, meta: dict, overwrite: bool = False) -> Path:
+def save_arrays(path, arrays: dict, meta: dict, overwrite: bool = False, *,
+                storage_options: dict | None = None):
     """Write ``arrays`` (.npz) and ``meta`` (JSON, with ``meta["kind"]``) to directory
-    ``path`` with :func:`atomic_directory`."""
-    path = Path(path)
-    with atomic_directory(path, meta["kind"], overwrite=overwrite) as tmp:
+    ``path`` (or a URL) with :func:`atomic_directory`."""
+    path = path if is_remote(path) else Path(path)
+    with atomic_directory(path, meta["kind"], overwrite=overwrite,
+                          storage_options=storage_options) as tmp:
         np.savez(tmp / "arrays.npz", **{k: np.asarray(v) for k, v in arrays.items()})
         with open(tmp / "meta.json", "w") as f:
             json.dump({"format_version": FORMAT_VERSION, **meta}, f, indent=1, default=_jsonable)
     return path
 
 
-def load_arrays(path, kind: str | None = None, layout=None):
+def load_arrays(path, kind: str | None = None, layout=None, *, storage_options: dict | None = None):
     """Read what :func:`save_arrays` wrote, checking it before trusting it; never unpickles.
 
     Parameters
     ----------
     path : str or Path
-        The directory holding ``meta.json`` and ``arrays.npz``.
+        The directory holding ``meta.json`` and ``arrays.npz``; or a URL (read through a
+        local copy, with ``storage_options``).
     kind : str, optional
         The ``kind`` meta.json must declare.
     layout : callable, optional
@@ -396,6 +379,9 @@ def load_arrays(path, kind: str | None = None, layout=None):
         an array of Python objects (loading it would unpickle), an array whose declared
         size disagrees with the archive or with the other arrays, a truncated archive.
     """
+    if is_remote(path):
+        with local_copy(location(path, storage_options)) as local:
+            return load_arrays(local, kind, layout)
     path = Path(path)
     recover_for_reading(path)
     if not (path / "meta.json").exists() or not (path / "arrays.npz").exists():

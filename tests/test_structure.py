@@ -161,6 +161,11 @@ def test_no_import_cycle_among_dfairpca_modules():
                               "dfairpca._linear"}),
     ("dfairpca._thin_pass", {"dfairpca.decomposition", "dfairpca.kernel", "dfairpca._base",
                              "dfairpca._linear", "dfairpca._randomized"}),
+    # the edges' storage: URLs below the write protocol, the marker's rules below both
+    ("dfairpca._remote", {"dfairpca._writes", "dfairpca.io", "dfairpca.checkpoint",
+                          "dfairpca.decomposition", "dfairpca.kernel", "dfairpca._base", "dfairpca.cli"}),
+    ("dfairpca._marker", {"dfairpca._remote", "dfairpca._writes", "dfairpca.io",
+                          "dfairpca.decomposition", "dfairpca.kernel", "dfairpca._base"}),
 ])
 def test_imports_go_down_the_layers(module, forbidden):
     graph = _graph()

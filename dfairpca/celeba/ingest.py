@@ -12,7 +12,10 @@ import zarr
 import zarr.errors
 from PIL import Image
 
-from .._writes import check_target, marker_attributes, move_into_place, remove_directory, writing_every_chunk
+from .._remote import is_remote
+from .._writes import (
+    check_target, marker_attributes, move_into_place, remove_directory, staged_locally, writing_every_chunk,
+)
 from .pool import run_chunks
 from .schema import (
     ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_CHUNK_ROWS, DEFAULT_SIZE, IMAGES, PARTITION, STORE_KIND,
@@ -33,6 +36,7 @@ def ingest_celeba(
     overwrite: bool = False,
     progress: bool = True,
     n_jobs: int | None = None,
+    storage_options: dict | None = None,
 ) -> Path:
     """Convert the official CelebA download into a CelebA store.
 
@@ -73,6 +77,11 @@ def ingest_celeba(
         the calling process.  Workers are started with the ``spawn`` method,
         so a script using several needs the usual
         ``if __name__ == "__main__":`` guard.
+    storage_options : dict, optional
+        For a URL ``out`` (``s3://bucket/celeba.zarr``): the options of its file system.
+        The store is converted in a local temporary folder (as much free space as the
+        store needs), then uploaded and moved into place; an interrupted conversion to a
+        URL starts over.
 
     Returns
     -------
@@ -91,6 +100,12 @@ def ingest_celeba(
         If a list file is malformed (wrong count, names or values) or an
         image cannot be decoded; the message names the file.
     """
+    if is_remote(out):
+        with staged_locally(out, STORE_KIND, overwrite=overwrite,
+                            storage_options=storage_options) as local:
+            ingest_celeba(celeba_dir, local, size=size, chunk_rows=chunk_rows,
+                          progress=progress, n_jobs=n_jobs)
+        return out
     celeba_dir, out = Path(celeba_dir), Path(out)
     check_positive(size=size, chunk_rows=chunk_rows)
     check_target(out, STORE_KIND, overwrite=overwrite, protect={"the CelebA folder": celeba_dir})

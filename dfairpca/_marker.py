@@ -1,0 +1,157 @@
+"""What the write protocol is made of, wherever it writes: the marker, the names of a
+write's temporary siblings, and the rules that refuse a target.
+
+:mod:`dfairpca._writes` applies them to local paths (renames), :mod:`dfairpca._remote` to
+fsspec URLs (copies); both import them from here, so that one rule holds in both places.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import uuid
+
+__all__ = [
+    "MARKER", "MARKER_KEY", "OutputPathError", "marker", "marker_attributes", "known_entries",
+    "sibling_name", "sibling_pattern", "running", "ACTIVE", "refusal", "apart", "not_ours",
+    "warn_kept",
+]
+
+#: dfairpca's marker, :func:`marker` as JSON: the file ``.dfairpca`` in every directory it
+#: writes; in a Zarr store the root group's attribute ``"dfairpca"`` instead (a file in a
+#: store's root makes zarr warn "not recognized as a component" on every listing); in a PNG
+#: the text chunk ``"dfairpca"``.
+MARKER = ".dfairpca"
+MARKER_KEY = "dfairpca"
+
+#: names of this process's own temporary siblings while a write is under way, so that
+#: recovery inside this process tells them from the leftovers of an earlier failure
+ACTIVE: set[str] = set()
+
+#: top-level entries of each kind of directory, for markers written before they listed
+#: their own ("entries"); a kind not here with such a marker has no entry known to be ours
+_KNOWN_ENTRIES = {
+    "model": {"model", "statistics"},
+    "checkpoint": {"total", "progress.json"},
+    "Moments": {"arrays.npz", "meta.json"},
+    "estimator": {"arrays.npz", "meta.json"},
+}
+
+
+class OutputPathError(FileExistsError):
+    """dfairpca refuses to write at a path: it would replace or delete what it did not write."""
+
+
+def marker(kind: str, entries=None) -> dict:
+    """The content of dfairpca's marker for an object of ``kind`` ("model", "checkpoint", ...),
+    with the top-level ``entries`` it wrote (what a replace may delete, and nothing else)."""
+    from ._version import __version__
+
+    found = {"written_by": "dfairpca", "kind": kind, "version": __version__}
+    return found if entries is None else {**found, "entries": sorted(entries)}
+
+
+def marker_attributes(kind: str) -> dict:
+    """Zarr group attributes that mark a store as written by dfairpca (see :data:`MARKER`)."""
+    return {MARKER_KEY: marker(kind)}
+
+
+def known_entries(found: dict) -> set[str]:
+    """The top-level names a non-Zarr directory with marker ``found`` holds as its own."""
+    if isinstance(found.get("entries"), list):
+        return {e for e in found["entries"] if isinstance(e, str)}
+    return _KNOWN_ENTRIES.get(found.get("kind"), set())
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32]
+
+
+def sibling_name(name: str, role: str) -> str:
+    """``.NAME.{role}-HOST-PID-RANDOM``: a write's temporary sibling of ``name``."""
+    return f".{name}.{role}-{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def sibling_pattern(name: str, roles: str) -> re.Pattern:
+    """What :func:`sibling_name` makes for ``name``, with ``roles`` a regex alternative
+    ("old|tmp"); groups: role, host, pid."""
+    return re.compile(rf"\.{re.escape(name)}\.({roles})-([A-Za-z0-9]*)-(\d+)-[0-9a-f]{{8}}")
+
+
+def running(name: str, host: str, pid: int) -> bool:
+    """Whether the writer that made sibling ``name`` may still be running.
+
+    On another host we cannot tell: a ``.tmp-`` sibling is left alone, an ``.old-`` one
+    (which exists only for the instant between two renames) or a ``.move-`` journal (a move
+    cut short) is taken as a crash's.
+    """
+    if host != _host():
+        return ".tmp-" in name
+    if pid == os.getpid():
+        return name in ACTIVE
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def refusal(where: str, kind: str, found: dict | None, *, empty: bool, is_dir: bool,
+            overwrite: bool, foreign=()) -> OutputPathError | None:
+    """Why dfairpca may not write a ``kind`` at the existing ``where`` (None: it may).
+
+    ``found``: its marker; ``empty``: an empty directory; ``foreign``: the entries of
+    dfairpca's own directory that dfairpca did not write (replacing it would delete them).
+    """
+    if found is None and not empty:
+        what = "a non-empty directory" if is_dir else "a file"
+        return OutputPathError(
+            f"{where} is {what} that dfairpca did not write (it has no {MARKER} marker), "
+            "and dfairpca never replaces those: choose another path or remove it yourself"
+        )
+    if found is not None and found.get("kind") != kind:
+        return OutputPathError(
+            f"{where} holds a dfairpca {found.get('kind')}, not a {kind}: choose another "
+            "path or remove it yourself"
+        )
+    if found is not None and not overwrite:
+        return OutputPathError(
+            f"{where} already exists (a dfairpca {kind}); pass overwrite=True (--overwrite "
+            "on the command line) to replace it, or choose another path"
+        )
+    if foreign:
+        listed = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        return OutputPathError(
+            f"{where} is a dfairpca {kind} that also holds files dfairpca did not write "
+            f"({listed}), which replacing it would delete: move your files out of it or "
+            "choose another path"
+        )
+    return None
+
+
+def apart(where: str, relation: str | None, what: str, other: str) -> None:
+    """Raise if ``where`` is (``relation`` "is") or contains ("contains") ``what`` at
+    ``other``, something this job reads or writes; None: unrelated."""
+    if relation is not None:
+        raise OutputPathError(
+            f"{where} {relation} {what} {other}, which this job reads or writes: choose another path"
+        )
+
+
+def not_ours(where: str, kind: str) -> OutputPathError:
+    """The refusal to delete ``where``, which is not dfairpca's ``kind``."""
+    return OutputPathError(
+        f"{where} is not a {kind} written by dfairpca; it was left in place: remove it "
+        "yourself if you no longer need it"
+    )
+
+
+def warn_kept(where: str, kind: str, foreign) -> None:
+    """Say that deleting dfairpca's ``kind`` at ``where`` kept the user's ``foreign`` entries."""
+    import warnings
+
+    warnings.warn(f"removed dfairpca's {kind} from {where} but kept the directory and what "
+                  f"dfairpca did not write in it: {', '.join(foreign)}", UserWarning, stacklevel=3)

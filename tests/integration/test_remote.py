@@ -1,0 +1,411 @@
+"""Remote stores end to end: a real S3-compatible server (moto's standalone server, its own
+process on loopback) and a cluster of two worker processes that reach it only through the
+storage options in the task graph (their environment holds no credentials)."""
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import zarr
+from scipy.linalg import subspace_angles
+
+import dfairpca
+from dfairpca.cli import main
+from dfairpca.io import OutputPathError
+
+N, SIZE, CHUNK = 1200, 12, 100
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def clean_environment():
+    """No AWS variables or files in this process (nor in the workers it starts): every test
+    says where the server is and who it is, or checks the error when it does not."""
+    saved = dict(os.environ)
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        del os.environ[name]
+    os.environ.update({"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": "/nonexistent",
+                       "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"})
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _server(folder):
+    """moto's S3 server on a free loopback port, with the bucket "data"; yields the
+    storage options that reach it, and stops it at the end."""
+    import s3fs
+
+    port = _free_port()
+    log = folder / "server.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                                 str(port)], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+        options = {"key": "testing", "secret": "testing",
+                   "endpoint_url": f"http://127.0.0.1:{port}"}
+        s3fs.S3FileSystem(**options).mkdir("data")
+        yield options
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def s3(clean_environment, tmp_path_factory):
+    """The module's S3 server (see :func:`_server`)."""
+    with _server(tmp_path_factory.mktemp("moto")) as options:
+        yield options
+
+
+@pytest.fixture(scope="module")
+def cluster(clean_environment):
+    """Two worker processes started without any AWS variable."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None, memory_limit="2GiB") as lc, Client(lc) as c:
+        yield c
+
+
+def _faces(path):
+    """A small CelebA-layout store: 8 patterns of well separated variance plus noise, and
+    one attribute that moves the mean."""
+    rng = np.random.default_rng(0)
+    z = (rng.random(N) < 0.3).astype(np.int8)
+    g = zarr.open_group(str(path), mode="w", attributes=dfairpca.io.marker_attributes("store"))
+    patterns = np.linalg.qr(rng.normal(size=(SIZE * SIZE, 8)))[0].T
+    x = 100 + (rng.normal(size=(N, 8)) * 400 * 0.7 ** np.arange(8)) @ patterns
+    x += rng.normal(scale=5, size=x.shape) + 20 * z[:, None]
+    g.create_array("images", shape=(N, SIZE, SIZE), chunks=(CHUNK, SIZE, SIZE),
+                   dtype="uint8")[:] = np.clip(np.round(x), 0, 255).reshape(N, SIZE, SIZE)
+    a = g.create_array("attributes", shape=(N, 1), chunks=(N, 1), dtype="int8")
+    a[:] = z[:, None]
+    a.attrs["names"] = ["Eyeglasses"]
+    return z
+
+
+@pytest.fixture(scope="module")
+def faces(s3, tmp_path_factory):
+    """(url, local copy, z): the same small store on the server and on disk."""
+    import s3fs
+
+    local = tmp_path_factory.mktemp("faces") / "faces.zarr"
+    z = _faces(local)
+    s3fs.S3FileSystem(**s3).put(str(local), "data/faces.zarr", recursive=True)
+    return "s3://data/faces.zarr", local, z
+
+
+def _fs(options):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**options)
+    fs.invalidate_cache()
+    return fs
+
+
+def run(args, capsys):
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _angle(a, b) -> float:
+    return float(np.max(subspace_angles(a.components_.T, b.components_.T)))
+
+
+def test_fit_reads_from_s3_on_the_cluster_and_equals_the_local_fit(s3, faces, cluster):
+    url, local, z = faces
+    # the workers hold no credentials: what reaches the server travels in the graph
+    assert set(cluster.run(lambda: os.environ.get("AWS_ACCESS_KEY_ID")).values()) == {None}
+    X = dfairpca.from_zarr(url, "images", storage_options=s3)
+    assert X.npartitions == 1 and X.shape == (N, SIZE, SIZE)  # 12 x 12 bytes: one 64 MiB block
+    X = dfairpca.from_zarr(url, "images", rows_per_chunk=CHUNK, storage_options=s3)
+    remote = dfairpca.FairPCA(5).fit(X.reshape(N, -1), sensitive_features=z)
+    here = dfairpca.FairPCA(5).fit(dfairpca.from_zarr(local, "images").reshape(N, -1),
+                                   sensitive_features=z)
+    assert _angle(remote, here) < 1e-6  # float32 products, summed in another order
+    np.testing.assert_allclose(remote.explained_variance_, here.explained_variance_, rtol=1e-6)
+    assert remote.fairness_violation_ < 1e-6
+
+
+def test_a_checkpoint_on_s3_is_interrupted_then_resumed(s3, faces, cluster, stop_after):
+    from dfairpca.checkpoint import PassInterrupted, compute_moments_checkpointed
+
+    url, local, z = faces
+    X = dfairpca.from_zarr(url, "images", rows_per_chunk=CHUNK, storage_options=s3).reshape(N, -1)
+    ckpt = "s3://data/runs/fit.checkpoint"
+    stop = stop_after(1)
+    with pytest.raises(PassInterrupted) as info:
+        compute_moments_checkpointed(X, sensitive_features=z, checkpoint=ckpt, segment_rows=300,
+                                     on_segment=stop, storage_options=s3)
+    assert info.value.chunks_done == 6 and stop.seen == [0, 1]
+    progress = json.loads(_fs(s3).cat_file("data/runs/fit.checkpoint/progress.json"))
+    assert progress["done"] == [0, 1]
+    assert dfairpca.io.read_marker(ckpt, storage_options=s3)["kind"] == "checkpoint"
+    # resumed from the server: only the two unfinished segments are computed
+    seen = []
+    m = compute_moments_checkpointed(X, sensitive_features=z, checkpoint=ckpt, segment_rows=300,
+                                     on_segment=lambda i, n: seen.append(i), storage_options=s3)
+    assert seen == [2, 3]
+    ref = dfairpca.compute_moments(dfairpca.from_zarr(local, "images").reshape(N, -1),
+                                   sensitive_features=z)
+    np.testing.assert_allclose(m.covariance(), ref.covariance(), rtol=1e-9, atol=1e-9)
+    dfairpca.io.remove_directory(ckpt, "checkpoint", storage_options=s3)
+    assert _fs(s3).find("data/runs") == []  # nor any temporary sibling or journal
+    # an estimator's checkpoint: a URL with its options is an fsspec mapper
+    import fsspec
+
+    est = dfairpca.FairPCA(3).fit(X, sensitive_features=z,
+                                  checkpoint=fsspec.get_mapper("s3://data/runs/est", **s3))
+    assert est.fairness_violation_ < 1e-6 and _fs(s3).find("data/runs") == []  # deleted after
+
+
+def test_cli_fit_with_urls_resumes_an_s3_checkpoint_and_transform_writes_back(
+        s3, faces, cluster, capsys, stop_after, tmp_path):
+    from dfairpca.checkpoint import compute_moments_checkpointed
+
+    url, local, z = faces
+    so = ["--storage-options", json.dumps(s3), "--scheduler", cluster.scheduler.address]
+    model, ckpt = "s3://data/models/fair", "s3://data/models/fair.checkpoint"
+    X = dfairpca.from_zarr(url, "images", rows_per_chunk=CHUNK, storage_options=s3).reshape(N, -1)
+    import pandas as pd
+
+    with pytest.raises(KeyboardInterrupt):  # the pass the command runs, stopped half-way
+        compute_moments_checkpointed(X, sensitive_features=pd.DataFrame({"Eyeglasses": z}),
+                                     checkpoint=ckpt, dtype=np.float32, on_segment=stop_after(0),
+                                     segment_rows=600, storage_options=s3)
+    fit = ["fit", url, "--attribute", "Eyeglasses", "-k", "5", "--out", model,
+           "--rows-per-chunk", CHUNK, *so]
+    code, _, err = run(fit, capsys)
+    assert code == 2 and "--resume" in err, err
+    code, out, err = run([*fit, "--resume", "--json"], capsys)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["out"] == model and summary["n"] == N
+    fs = _fs(s3)
+    assert not fs.exists("data/models/fair.checkpoint")
+    assert sorted(fs.ls("data/models", detail=False)) == ["data/models/fair"]  # no leftovers
+    assert dfairpca.io.read_marker(model, storage_options=s3)["kind"] == "model"
+    got = dfairpca.load(model, storage_options=s3)
+    ref = dfairpca.FairPCA(5).fit(dfairpca.from_zarr(local, "images").reshape(N, -1),
+                                  sensitive_features=z)
+    assert _angle(got, ref) < 1e-4
+    # the API saves to a URL given with its options as an fsspec mapper
+    import fsspec
+
+    got.save(fsspec.get_mapper("s3://data/copies/fair", **s3))
+    again = dfairpca.load("s3://data/copies/fair", storage_options=s3)
+    np.testing.assert_array_equal(again.components_, got.components_)
+
+    # transform reads the model and the data from the server and writes its result there
+    rep = "s3://data/out/rep.zarr"
+    code, out, err = run(["transform", model, url, "--out", rep, "--json", *so], capsys)
+    assert code == 0, err
+    assert json.loads(out)["out"] == rep
+    Y = dfairpca.from_zarr(rep, "representation", storage_options=s3).compute()
+    expected = got.transform(dfairpca.from_zarr(local, "images").reshape(N, -1)).compute()
+    np.testing.assert_allclose(Y, expected, rtol=1e-6, atol=1e-6)
+    g = zarr.open_group("s3://data/out/rep.zarr", mode="r", storage_options=s3)
+    np.testing.assert_array_equal(g["attributes"][:, 0], z)  # the labels travel along
+    assert dfairpca.io.read_marker(rep, storage_options=s3)["kind"] == "store"
+    assert sorted(_fs(s3).ls("data/out", detail=False)) == ["data/out/rep.zarr"]
+    # its own output is replaced only when asked, and then atomically (no leftovers)
+    code, _, err = run(["transform", model, url, "--out", rep, *so], capsys)
+    assert code == 2 and "already exists" in err and "--overwrite" in err, err
+    code, _, err = run(["transform", model, url, "--out", rep, "--reconstruct", "--overwrite",
+                        *so], capsys)
+    assert code == 0, err
+    g = zarr.open_group("s3://data/out/rep.zarr", mode="r", storage_options=s3)
+    assert sorted(g.keys()) == ["attributes", "images"]  # the old representation is gone
+    assert sorted(_fs(s3).ls("data/out", detail=False)) == ["data/out/rep.zarr"]
+
+
+def test_environment_credentials_reach_the_workers_through_the_graph(s3, faces, cluster, tmp_path):
+    """The command in a child process with the usual AWS variables and no --storage-options,
+    on the cluster whose workers have none: the endpoint and credentials travel."""
+    url, local, z = faces
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=s3["key"], AWS_SECRET_ACCESS_KEY=s3["secret"],
+               AWS_ENDPOINT_URL=s3["endpoint_url"])
+    out = subprocess.run(
+        [sys.executable, "-m", "dfairpca", "fit", url, "--attribute", "Eyeglasses", "-k", "3",
+         "--out", tmp_path / "m", "--scheduler", cluster.scheduler.address, "--json"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["n"] == N
+    ref = dfairpca.FairPCA(3).fit(dfairpca.from_zarr(local, "images").reshape(N, -1),
+                                  sensitive_features=z)
+    assert _angle(dfairpca.load(tmp_path / "m"), ref) < 1e-4
+
+
+def test_ingest_writes_to_s3(s3, tmp_path, capsys):
+    from PIL import Image
+
+    from dfairpca.celeba import ingest_celeba
+    from dfairpca.celeba.schema import ATTRIBUTE_NAMES
+
+    root = tmp_path / "celeba"
+    (root / "img_align_celeba").mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    values = rng.choice([-1, 1], size=(12, 40))
+    lines = ["12", " ".join(ATTRIBUTE_NAMES)]
+    for i in range(12):
+        name = f"{i + 1:06d}.jpg"
+        Image.fromarray(rng.integers(0, 255, (218, 178, 3), dtype=np.uint8)).save(
+            root / "img_align_celeba" / name, quality=90)
+        lines.append(name + "".join(f" {v}" for v in values[i]))
+    (root / "list_attr_celeba.txt").write_text("\n".join(lines) + "\n")
+    url = "s3://data/ingested/celeba.zarr"
+    code, _, err = run(["ingest-celeba", root, url, "--size", "16", "--storage-options",
+                        json.dumps(s3)], capsys)
+    assert code == 0, err
+    ingest_celeba(root, tmp_path / "local.zarr", size=16, progress=False, n_jobs=1)
+    here = zarr.open_group(str(tmp_path / "local.zarr"), mode="r")
+    there = zarr.open_group(url, mode="r", storage_options=s3)
+    np.testing.assert_array_equal(there["images"][:], here["images"][:])
+    np.testing.assert_array_equal(there["attributes"][:], (values > 0).astype(np.int8))
+    assert dfairpca.io.read_marker(url, storage_options=s3)["kind"] == "store"
+    assert _fs(s3).ls("data/ingested", detail=False) == ["data/ingested/celeba.zarr"]
+    # the API, with the options given there
+    with pytest.raises(OutputPathError, match="already exists"):
+        ingest_celeba(root, url, size=16, progress=False, n_jobs=1, storage_options=s3)
+    # and the synthetic store, written the same way
+    code, _, err = run(["synth-celeba", "s3://data/ingested/synth.zarr", "--n", "40", "--size", "8",
+                        "--storage-options", json.dumps(s3)], capsys)
+    assert code == 0, err
+    assert zarr.open_group("s3://data/ingested/synth.zarr", mode="r",
+                           storage_options=s3)["images"].shape == (40, 8, 8)
+
+
+NO_CLUSTER = ["--scheduler", "tcp://127.0.0.1:9", "--timeout", "1"]
+
+
+def test_a_prefix_dfairpca_did_not_write_is_never_replaced(s3, faces, capsys, tmp_path):
+    from dfairpca.checkpoint import compute_moments_checkpointed
+
+    url, local, z = faces
+    fs = _fs(s3)
+    fs.pipe_file("data/mine/notes.txt", b"the user's")
+    model = tmp_path / "m"
+    dfairpca.PCA(2).fit(dfairpca.from_zarr(local, "images").reshape(N, -1)).save(model)
+    so = ["--storage-options", json.dumps(s3)]
+    for extra in ([], ["--overwrite"]):
+        code, _, err = run(["transform", model, url, "--out", "s3://data/mine", *so, *extra,
+                            *NO_CLUSTER], capsys)
+        assert code == 2 and "did not write" in err and "scheduler" not in err, err
+    # nor the input store, nor a store holding it
+    code, _, err = run(["transform", model, url, "--out", url, "--overwrite", *so, *NO_CLUSTER],
+                       capsys)
+    assert code == 2 and "is the input store" in err, err
+    X = dfairpca.from_zarr(url, "images", storage_options=s3).reshape(N, -1)
+    with pytest.raises(OutputPathError, match="did not write"):
+        compute_moments_checkpointed(X, checkpoint="s3://data/mine", storage_options=s3)
+    with pytest.raises(OutputPathError, match="is the input store"):
+        compute_moments_checkpointed(X, checkpoint=url, storage_options=s3)
+    with pytest.raises(OutputPathError, match="not a checkpoint written by dfairpca"):
+        dfairpca.io.remove_directory("s3://data/mine", "checkpoint", storage_options=s3)
+    assert fs.cat_file("data/mine/notes.txt") == b"the user's"
+    assert fs.ls("data/mine", detail=False) == ["data/mine/notes.txt"]
+
+
+def test_a_move_cut_short_between_copy_and_delete_is_finished_by_the_next_reader(s3, tmp_path):
+    """On S3 a move is a copy then a delete: a crash after the copy leaves the journal, and
+    the next read (or write) of the target finishes the move from it."""
+    from dfairpca import _remote
+
+    so = dict(s3)
+    arrays, meta = dfairpca.compute_moments(np.random.default_rng(0).normal(size=(50, 4))).to_arrays()
+    url = "s3://data/stats/m"
+    real = _remote._remove_tree
+
+    def crash(loc):  # the process dies after the copy, before the delete (and its cleanup)
+        if ".tmp-" in loc.path:
+            raise KeyboardInterrupt
+        return real(loc)
+
+    _remote._remove_tree = crash
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            dfairpca.io.save_arrays(url, arrays, {"kind": "Moments", **meta}, storage_options=so)
+    finally:
+        _remote._remove_tree = real
+    fs = _fs(so)
+    names = [n.rsplit("/", 1)[-1] for n in fs.ls("data/stats", detail=False)]
+    journal = [n for n in names if ".move-" in n]
+    assert len(journal) == 1 and any(".tmp-" in n for n in names)
+    # a journal of this (living) process is a write under way: its name is freed as if
+    # the writer had died, which is what the next process sees
+    from dfairpca._marker import ACTIVE
+
+    ACTIVE.discard(journal[0])
+    ACTIVE.difference_update([n for n in names if ".tmp-" in n])
+    host = journal[0].split("-")[1]  # and the probe of a writer that died at once
+    fs.pipe_file(f"data/stats/.m.probe-{host}-99999999-0123abcd", b"")
+    loaded, _ = dfairpca.io.load_arrays(url, kind="Moments", storage_options=so)
+    np.testing.assert_array_equal(loaded["scatter"], arrays["scatter"])
+    assert [n.rsplit("/", 1)[-1] for n in _fs(so).ls("data/stats", detail=False)] == ["m"]
+
+
+def test_bad_urls_credentials_and_endpoints_are_one_line_errors_before_any_work(
+        s3, faces, capsys, tmp_path):
+    url, _, _ = faces
+    dead = {"key": "k", "secret": "s", "endpoint_url": f"http://127.0.0.1:{_free_port()}"}
+    no_credentials = {"endpoint_url": s3["endpoint_url"]}
+    cases = [
+        ([url, "--storage-options", "{not json"], "--storage-options must be a JSON object"),
+        (["s3://data/nothing-here.zarr", "--storage-options", json.dumps(s3)],
+         "no Zarr store at s3://data/nothing-here.zarr"),
+        (["s3://no-such-bucket/x.zarr", "--storage-options", json.dumps(s3)],
+         "no Zarr store at s3://no-such-bucket/x.zarr"),
+        (["nosuchprotocol://x/y.zarr"], "cannot open 'nosuchprotocol://x/y.zarr'"),
+        ([url, "--storage-options", json.dumps(no_credentials)],
+         "no credentials for s3://data/faces.zarr: set AWS_ACCESS_KEY_ID"),
+        ([url, "--storage-options", json.dumps(dead)], "cannot reach the storage of"),
+    ]
+    for extra, expected in cases:
+        start = time.monotonic()
+        code, _, err = run(["fit", *extra[:1], "--attribute", "Eyeglasses", "-k", "3", "--out",
+                            tmp_path / "m", *extra[1:], *NO_CLUSTER], capsys)
+        assert code == 2 and expected in err and "scheduler" not in err, (extra, err)
+        assert err.startswith("dfairpca fit: error: ") and err.count("\n") == 1, err
+        assert time.monotonic() - start < 60, extra
+    # the output's storage is checked before any work too
+    code, _, err = run(["fit", url, "--attribute", "Eyeglasses", "-k", "3", "--out",
+                        "s3://no-such-bucket/m", "--storage-options", json.dumps(s3),
+                        *NO_CLUSTER], capsys)
+    assert code == 2 and "no bucket 'no-such-bucket'" in err and "scheduler" not in err, err
+
+
+def test_a_server_lost_during_the_pass_is_named_not_taken_for_damaged_data(cluster, tmp_path):
+    """The workers' reads fail when the endpoint goes away: the error names the storage
+    and its fix, not a "truncated or damaged" chunk."""
+    import s3fs
+
+    with _server(tmp_path) as options:
+        _faces(tmp_path / "faces.zarr")
+        s3fs.S3FileSystem(**options).put(str(tmp_path / "faces.zarr"), "data/faces.zarr",
+                                         recursive=True)
+        X = dfairpca.from_zarr("s3://data/faces.zarr", "images", rows_per_chunk=CHUNK,
+                               storage_options=options).reshape(N, -1)
+    with pytest.raises(ConnectionError, match="cannot reach the storage of s3://data/faces.zarr"):
+        dfairpca.PCA(3).fit(X)
