@@ -968,15 +968,11 @@ def build_parser() -> argparse.ArgumentParser:
                    default=FitJob.constraint,
                    help="equal_opportunity fits on the rows whose task label is 1 and needs "
                         "one of --target, --target-array, --target-column")
-    g.add_argument("--target", metavar="NAME",
-                   help="task label for equal opportunity: a CelebA attribute of STORE "
-                        "(default: none)")
-    g.add_argument("--target-array", metavar="ARRAY",
-                   help="task label for equal opportunity: a 0/1 (or -1/1, bool) Zarr array of "
-                        "STORE or a path (default: none)")
-    g.add_argument("--target-column", metavar="COL",
-                   help="task label for equal opportunity: a 0/1 column of --target-csv "
-                        "(default: none)")
+    for flag, metavar, what in zip(TARGET_OPTIONS, ("NAME", "ARRAY", "COL"), (
+            "a CelebA attribute of STORE", "a 0/1 (or -1/1, bool) Zarr array of STORE or a path",
+            "a 0/1 column of --target-csv")):
+        g.add_argument(flag, metavar=metavar,
+                       help=f"task label for equal opportunity: {what} (default: none)")
     g.add_argument("--target-csv", metavar="FILE",
                    help="the CSV/Parquet file of --target-column (default: the --sensitive-csv "
                         "file)")

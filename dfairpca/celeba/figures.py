@@ -15,7 +15,8 @@ import numpy as np
 from .._writes import MARKER_KEY, atomic_file, check_target, marker
 from .schema import attribute_column, open_celeba
 
-__all__ = ["DEFAULT_FACES", "MAX_FACES_PER_ROW", "faces_figure", "faces_held", "full_fair_projection"]
+__all__ = ["DEFAULT_FACES", "MAX_FACES_PER_ROW", "draw_faces", "faces_figure", "faces_held",
+           "full_fair_projection"]
 
 #: faces per row of a picture unless asked otherwise
 DEFAULT_FACES = 8
@@ -107,12 +108,7 @@ def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool =
     fig = Figure(figsize=(1.3 * ncols, 1.45 * n_rows))
     FigureCanvasAgg(fig)  # draws and saves without pyplot or a backend switch
     axes = fig.subplots(n_rows, ncols, squeeze=False)
-    for r, (title, imgs) in enumerate(panels):
-        for c in range(ncols):
-            ax = axes[r, c]
-            _show_face(ax, imgs[c], face)
-            ax.set_xticks([]), ax.set_yticks([])
-        axes[r, 0].set_ylabel(title, fontsize=7)
+    draw_faces(axes, panels, *face[:2], color=len(face) == 3)
     if fair:
         n_with = int((flags[rows] == 1).sum())
         axes[0, 0].set_title(f"with {name}", fontsize=8, loc="left")
@@ -126,6 +122,17 @@ def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool =
         fig.savefig(tmp, format="png", dpi=DPI,
                     metadata={MARKER_KEY: json.dumps(marker(FIGURE_KIND))})
     return out
+
+
+def draw_faces(axes, panels, h: int, w: int, color: bool = False) -> None:
+    """Draw panel r, ``(title, images)``, as row r of ``axes``: h x w faces, grey or RGB
+    (``color``), titled."""
+    face = (h, w, 3) if color else (h, w)
+    for r, (title, imgs) in enumerate(panels):
+        for c, ax in enumerate(axes[r]):
+            _show_face(ax, imgs[c], face)
+            ax.set_xticks([]), ax.set_yticks([])
+        axes[r, 0].set_ylabel(title, fontsize=7)
 
 
 def _show_face(ax, row: np.ndarray, face: tuple) -> None:
