@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_fit import ATTR, PeakRSS, groups  # noqa: E402  (one sampler, one attribute)
+from bench_fit import ATTR, PeakRSS, groups, measured  # noqa: E402  (one sampler, one attribute, one runner)
 
 
 # ----------------------------------------------------------------------------- methods
@@ -131,12 +130,7 @@ class Reference:
 def run(kind, opts, args, store, ref, fair):
     cmd = [sys.executable, __file__, "--one", kind, "--opts", json.dumps(opts), "--n", str(args.n),
            "--k", str(args.k), "--dir", args.dir]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-        res = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {
-            "error": (p.stderr.strip().splitlines() or ["failed"])[-1][:200]}
-    except subprocess.TimeoutExpired:
-        res = {"error": f"over {args.timeout:.0f} s"}
+    res = measured(cmd, args.timeout)
     if "error" not in res:
         res.update(ref.score(store, opts["tag"], fair))
     res.update(method=opts["label"], kind=kind, opts=opts)

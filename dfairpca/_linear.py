@@ -1,5 +1,6 @@
 """What :class:`~dfairpca.PCA` and :class:`~dfairpca.FairPCA` share: the pass, the
-standard solve, the fitted attributes, the transform and the probabilistic model.
+choice of solve (exact, :mod:`dfairpca._exact`, or randomized), the fitted attributes,
+the transform and the probabilistic model.
 
 Both follow :class:`sklearn.decomposition.PCA` wherever the two meet (``n_components``
 as an int, a fraction of the variance or None; ``whiten``; ``svd_solver``; the fitted
@@ -104,6 +105,18 @@ class LinearDecomposition(Estimator):
             return choose_svd_solver(d, self.n_components, self.n_oversamples, memory_budget())
         return "covariance_eigh"
 
+    def _solver_of(self, X, groups=None, checkpoint=None) -> str:
+        """:meth:`_fit_solver` for X's features (its columns but the numeric attributes)
+        and the encoded ``groups`` (None without)."""
+        d = X.shape[1] - len(getattr(self, "numeric_sensitive_columns_", ()))
+        n_groups = 0 if groups is None else sum(len(c) for c in groups.categories)
+        return self._fit_solver(d, groups=n_groups, checkpoint=checkpoint)
+
+    def _features(self, m) -> np.ndarray:
+        """The feature columns of statistics m (all but the numeric attributes)."""
+        num = np.asarray(getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
+        return np.setdiff1d(np.arange(m.n_features), num)
+
     def _randomized_blocker(self, d: int, groups: int) -> str | None:
         """Why the randomized solve cannot fit (None if it can)."""
         from ._randomized import needs_dense_message
@@ -185,20 +198,6 @@ class LinearDecomposition(Estimator):
             m = coded_moments_checkpointed(X, codes, cats, checkpoint=checkpoint, **kw)
         m.check_finite()
         return m
-
-    def _pca_solve(self, S: np.ndarray, n: int) -> np.ndarray:
-        """Components (k, d) of standard PCA of S for ``n_components`` (int, fraction or
-        None, scikit-learn's meanings) from n rows."""
-        d = S.shape[0]
-        rank = min(n, d)
-        k = self.n_components
-        if k is None:
-            return _solvers.pca_components(S, rank, self.eigen_solver)
-        if isinstance(k, numbers.Integral):
-            return _solvers.pca_components(S, k, self.eigen_solver)
-        w, V = _solvers.top_eigh(S, rank, "dense")
-        k = fraction_to_k(w, np.trace(S), k, "the data")
-        return _solvers.flip_signs(V[:, :k].T)
 
     def _set_fitted(self, m: Moments, U: np.ndarray, S: np.ndarray, scale, e: int = 0):
         """The fitted attributes of the exact solve U of S (``S * 4**e`` in true units)."""
@@ -472,20 +471,6 @@ def check_rows(k, n, largest: int, what: str) -> None:
             f"n_components={k} is too large: X has {int(n)} {what}, fewer than k; the "
             f"largest k is {int(largest)}"
         )
-
-
-def fraction_to_k(variances, total: float, fraction: float, where: str) -> int:
-    """The smallest k whose first k ``variances`` (descending) exceed ``fraction`` of
-    ``total``, scikit-learn's rule (``searchsorted(cumsum(ratio), fraction, "right") + 1``);
-    ValueError if all of them do not."""
-    cumulative = np.cumsum(np.asarray(variances) / total)
-    if not len(cumulative) or cumulative[-1] <= fraction:
-        held = float(cumulative[-1]) if len(cumulative) else 0.0
-        raise ValueError(
-            f"n_components={fraction}: {where} holds {held:.2%} of the variance, not more than "
-            f"{fraction:.2%}; pass a smaller fraction or an int"
-        )
-    return int(np.searchsorted(cumulative, fraction, side="right")) + 1
 
 
 def whitening(variances) -> np.ndarray:

@@ -23,7 +23,7 @@ from . import _solvers
 from ._engine import chain_reduce, row_slice
 from ._system import rows_per_block
 from ._sums import MAX_BAD_ROWS_REPORTED
-from .moments import AttributeMoments
+from .moments import AttributeMoments, check_finite, constraint_matrix, deviation_floor
 
 __all__ = ["FirstMoments", "Plan", "first_moments", "first_pass", "run_pass", "corrected",
            "as_rows", "chunked", "statistics_state", "restore_statistics"]
@@ -87,32 +87,17 @@ class FirstMoments:
         return self.mean + self.attributes[attribute].deviation
 
     def constraint_matrix(self) -> np.ndarray:
-        """Rows ``n_g (mean_g - mean)``, each attribute's re-centred to sum to zero: the rule
-        of :meth:`dfairpca.moments.Moments.constraint_matrix`, on the same fields."""
-        from .moments import Moments
-
-        return Moments.constraint_matrix(self)  # reads .attributes and .n_features only
+        """Rows ``n_g (mean_g - mean)``: :func:`dfairpca.moments.constraint_matrix`."""
+        return constraint_matrix(self.attributes, self.n_features)
 
     def deviation_floor(self) -> np.ndarray:
         """Per column, the size below which a group-mean deviation is float64 rounding:
-        ``2 n eps`` times the column's root mean square (the rule and its reason are
-        :meth:`dfairpca.moments.Moments.deviation_floor`'s)."""
-        n = max(self.n, 1)
-        with np.errstate(over="ignore", under="ignore"):
-            sd = np.ldexp(np.sqrt(np.maximum(self.sq, 0.0) / n), self.exponent)
-            rms = np.hypot(np.abs(self.mean), sd)
-        return 2.0 * n * float(np.finfo(np.float64).eps) * rms
+        :func:`dfairpca.moments.deviation_floor`."""
+        return deviation_floor(self.n, self.mean, self.sq, self.exponent)
 
     def check_finite(self) -> None:
         """Raise ``ValueError`` naming the rows if any row held NaN or infinity."""
-        if self.n_nonfinite:
-            rows = ", ".join(map(str, self.nonfinite_rows))
-            more = ", ..." if self.n_nonfinite > len(self.nonfinite_rows) else ""
-            raise ValueError(
-                f"X contains NaN or infinity in {self.n_nonfinite} row(s) (rows {rows}{more}); "
-                "drop or impute them before fitting, e.g. with dask.array.nan_to_num or "
-                "sklearn.impute.SimpleImputer."
-            )
+        check_finite(self.n_nonfinite, self.nonfinite_rows)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The ``dfairpca`` command: make or ingest a CelebA store, fit, transform, show, demo.
 
-    dfairpca synth-celeba OUT.zarr [--n 202599] [--seed 0]
-    dfairpca ingest-celeba CELEBA_DIR OUT.zarr [--size 80]
+    dfairpca synth-celeba OUT.zarr [--n 202599] [--seed 0] [--size 80|HxW] [--color]
+    dfairpca ingest-celeba CELEBA_DIR OUT.zarr [--size 80|HxW|full] [--color] [--scheduler ADDR]
     dfairpca fit STORE.zarr --attribute Eyeglasses -k 400 --out MODEL [--method fair]
     dfairpca fit DATA.zarr --array X --sensitive-array groups -k 10 --out MODEL [--json]
     dfairpca fit DATA.zarr --array X --sensitive-csv people.csv --sensitive-column sex,race ...
@@ -587,6 +587,22 @@ def _cast_like(R, dtype):
 
 
 # ----------------------------------------------------------------------------- commands
+@contextlib.contextmanager
+def _saying_how_to_resume():
+    """Pass on what a store writer notes (where its finished chunks are, how to resume):
+    in the one-line error, or on stderr before the Ctrl-C line."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        for note in getattr(exc, "__notes__", ()):
+            print(f"dfairpca: {note}", file=sys.stderr)
+        raise
+    except (ValueError, FileNotFoundError) as exc:
+        if not getattr(exc, "__notes__", None):
+            raise
+        raise CLIError(f"{exc}; {'; '.join(exc.__notes__)}") from None
+
+
 def cmd_synth(args):
     from ._writes import staged_locally
     from .celeba import synth_celeba
@@ -594,18 +610,27 @@ def cmd_synth(args):
     out = _place(args.out, _storage(args))
     _check_out(out, "store", args.overwrite)
     t = time.perf_counter()
-    with staged_locally(out, "store", overwrite=args.overwrite) as local:
-        synth_celeba(local, n=args.n, seed=args.seed, size=args.size, overwrite=args.overwrite)
+    with staged_locally(out, "store", overwrite=args.overwrite) as local, _saying_how_to_resume():
+        synth_celeba(local, n=args.n, seed=args.seed, size=args.size, color=args.color,
+                     overwrite=args.overwrite, n_jobs=args.n_jobs)
     print(f"wrote {args.n:,} synthetic faces to {out} in {time.perf_counter() - t:.1f} s")
 
 
 def cmd_ingest(args):
     from .celeba import ingest_celeba
+    from .cluster import connect
 
     out = _place(args.out, _storage(args))
     _check_out(out, "store", args.overwrite, {"the CelebA folder": args.celeba_dir})
     t = time.perf_counter()
-    ingest_celeba(args.celeba_dir, out, size=args.size, overwrite=args.overwrite)
+    options = dict(size=args.size, color=args.color, overwrite=args.overwrite)
+    if args.scheduler is None and args.scheduler_file is None:
+        with _saying_how_to_resume():
+            ingest_celeba(args.celeba_dir, out, n_jobs=args.n_jobs, **options)
+    else:  # the chunks run as Dask tasks on that cluster's workers
+        with connect(args.scheduler, args.scheduler_file, timeout=args.timeout, local=False) as client, \
+                _saying_how_to_resume():
+            ingest_celeba(args.celeba_dir, out, client=client, **options)
     print(f"ingested {args.celeba_dir} into {out} in {time.perf_counter() - t:.1f} s")
 
 
@@ -832,6 +857,30 @@ def _positive(kind):
     return parse
 
 
+def _face_size(full: bool):
+    """An argparse type: a side (``80``), ``HxW`` (``218x178``) or, if ``full``, ``full``."""
+    def parse(text: str):
+        if full and text == "full":
+            return text
+        parts = text.lower().split("x")
+        if len(parts) in (1, 2) and all(p.isdigit() and int(p) > 0 for p in parts):
+            return int(parts[0]) if len(parts) == 1 else (int(parts[0]), int(parts[1]))
+        raise argparse.ArgumentTypeError(
+            f"must be a side (80), HEIGHTxWIDTH (218x178){' or full' if full else ''}; got {text!r}")
+
+    parse.__name__ = "face size"
+    return parse
+
+
+def _add_face_options(p, size_help: str, default_size: int, full: bool):
+    """--size, --color and --n-jobs of the commands that write a CelebA store."""
+    p.add_argument("--size", type=_face_size(full), default=str(default_size), help=size_help)
+    p.add_argument("--color", action="store_true",
+                   help="RGB faces (n, H, W, 3) instead of grey (n, H, W)")
+    p.add_argument("--n-jobs", type=_positive(int), metavar="N",
+                   help="worker processes (default: the usable CPUs)")
+
+
 OVERWRITE_HELP = "replace what dfairpca wrote there before (never anything else)"
 JSON_HELP = ("print one JSON object (the summary) on stdout, and send the human lines, progress "
              "and cluster messages to stderr")
@@ -860,11 +909,10 @@ def _add_storage(p):
     p.add_argument("--storage-options", metavar="JSON", help=STORAGE_HELP)
 
 
-def _add_cluster(p):
+def _add_cluster(p, scheduler_help: str = "tcp://host:port of a Dask scheduler (default: start "
+                                          "a local cluster sized to this machine)"):
     g = p.add_argument_group("cluster")
-    g.add_argument("--scheduler", metavar="ADDRESS",
-                   help="tcp://host:port of a Dask scheduler (default: start a local cluster "
-                        "sized to this machine)")
+    g.add_argument("--scheduler", metavar="ADDRESS", help=scheduler_help)
     g.add_argument("--scheduler-file", metavar="PATH",
                    help="scheduler file written by `dask scheduler --scheduler-file` "
                         "(default: none, see --scheduler)")
@@ -901,8 +949,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=_positive(int), default=202_599, help="number of faces")
     p.add_argument("--seed", type=int, default=0,
                    help="random seed (the same seed, the same faces)")
-    p.add_argument("--size", type=_positive(int), default=DEFAULT_SIZE,
-                   help="faces are SIZE x SIZE pixels")
+    _add_face_options(p, "faces are SIZE x SIZE pixels, or HxW (218x178: CelebA's aligned faces)",
+                      DEFAULT_SIZE, full=False)
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     _add_storage(p)
     p.set_defaults(func=cmd_synth)
@@ -911,10 +959,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("celeba_dir", metavar="CELEBA_DIR",
                    help="the CelebA download: img_align_celeba/ and the list_*.txt files")
     p.add_argument("out", metavar="OUT", help="the Zarr store to write (a directory)")
-    p.add_argument("--size", type=_positive(int), default=DEFAULT_SIZE,
-                   help="faces are cropped and resized to SIZE x SIZE pixels")
+    _add_face_options(p, "faces are centre-cropped and resized to SIZE x SIZE pixels, or HxW; "
+                      "full: the images' own size", DEFAULT_SIZE, full=True)
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     _add_storage(p)
+    _add_cluster(p, "tcp://host:port of a Dask scheduler whose workers decode the chunks (they "
+                    "must see CELEBA_DIR and OUT at the same paths) (default: none: --n-jobs "
+                    "local processes)")
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("fit",
@@ -946,15 +997,11 @@ def build_parser() -> argparse.ArgumentParser:
                    default=FitJob.constraint,
                    help="equal_opportunity fits on the rows whose task label is 1 and needs "
                         "one of --target, --target-array, --target-column")
-    g.add_argument("--target", metavar="NAME",
-                   help="task label for equal opportunity: a CelebA attribute of STORE "
-                        "(default: none)")
-    g.add_argument("--target-array", metavar="ARRAY",
-                   help="task label for equal opportunity: a 0/1 (or -1/1, bool) Zarr array of "
-                        "STORE or a path (default: none)")
-    g.add_argument("--target-column", metavar="COL",
-                   help="task label for equal opportunity: a 0/1 column of --target-csv "
-                        "(default: none)")
+    for flag, metavar, what in zip(TARGET_OPTIONS, ("NAME", "ARRAY", "COL"), (
+            "a CelebA attribute of STORE", "a 0/1 (or -1/1, bool) Zarr array of STORE or a path",
+            "a 0/1 column of --target-csv")):
+        g.add_argument(flag, metavar=metavar,
+                       help=f"task label for equal opportunity: {what} (default: none)")
     g.add_argument("--target-csv", metavar="FILE",
                    help="the CSV/Parquet file of --target-column (default: the --sensitive-csv "
                         "file)")

@@ -34,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true",
                         help="few splits, small d and n: minutes instead of about an hour")
     parser.add_argument("--out", default="paper-report",
-                        help="the report directory to write (default: paper-report)")
+                        help="the report directory to write; finished pieces wait in OUT.partial "
+                             "until it is written, and rerunning the same command after a crash "
+                             "or Ctrl-C skips them (default: paper-report)")
     parser.add_argument("--only", nargs="+", choices=PARTS, metavar="PART",
                         help=f"run only these parts ({', '.join(PARTS)}) (default: all)")
     parser.add_argument("--jobs", type=int, default=1,

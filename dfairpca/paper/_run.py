@@ -30,6 +30,17 @@ def _piece(name: str, cfg, task):
     return _module(name).run(cfg, _log, task)
 
 
+def _guarded_piece(job):
+    """(key, result, None) of piece ``key`` = (part, task), or (key, None, its traceback)."""
+    (part, task), cfg = job
+    try:
+        return (part, task), _piece(part, cfg, task), None
+    except Exception:
+        import traceback
+
+        return (part, task), None, traceback.format_exc()
+
+
 def _module(name: str):
     import importlib
 
@@ -43,21 +54,61 @@ def _merge(results: list):
     return sum((list(r) for r in results), [])
 
 
-def _compute(cfg, parts, jobs: int) -> dict:
-    """{part: its numbers}; with ``jobs`` > 1 the parts' pieces run side by side."""
-    if jobs <= 1:
-        return {p: _module(p).run(cfg, _log) for p in parts}
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+#: the parts by the time of their slowest pieces, longest first: with ``--jobs`` > 1 the
+#: pieces start in this order, so that no long one starts last
+LONGEST_FIRST = ("synthetic", "tradeoff", "tables", "faces")
 
-    # the synthetic sweep's largest d first: its single fits are the longest pieces
-    order = sorted(parts, key=lambda p: p != "synthetic")
+
+def _compute(cfg, parts, jobs: int, out) -> tuple[dict, int]:
+    """({part: its numbers}, pieces resumed); with ``jobs`` > 1 the parts' pieces run side
+    by side.
+
+    Each piece is saved as soon as it is done and taken from an earlier run's saved pieces
+    when there is one (:mod:`._pieces`): a rerun after a crash or Ctrl-C resumes.
+    """
+    from . import _pieces
+
+    order = sorted(parts, key=LONGEST_FIRST.index)
     pieces = [(p, t) for p in order for t in _module(p).tasks(cfg)]
-    # spawn: a forked child would inherit the parent's BLAS and dask thread state
-    with ProcessPoolExecutor(min(jobs, len(pieces)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [(p, pool.submit(_piece, p, cfg, t)) for p, t in pieces]
-        done = [(p, f.result()) for p, f in futures]
-    return {p: _merge([r for q, r in done if q == p]) for p in parts}
+    done = {(p, t): _pieces.load(out, cfg, p, t) for p, t in pieces}
+    done = {key: r for key, r in done.items() if r is not None}
+    if done:
+        _log(f"resuming: {len(done)} of {len(pieces)} pieces from {_pieces.folder(out)}")
+    todo = [key for key in pieces if key not in done]
+    failed = []
+
+    def finish(key, result, error):
+        if error is None:
+            done[key] = result
+            _pieces.save(out, cfg, *key, result)
+        else:  # a failed piece does not stop the others: they are kept for a rerun
+            _log(f"{key[0]} {key[1]} failed:\n{error}")
+            failed.append(key)
+
+    if jobs <= 1 or len(todo) <= 1:
+        for key in todo:
+            finish(*_guarded_piece((key, cfg)))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # spawn: a forked child would inherit the parent's BLAS and dask thread state
+        pool = ProcessPoolExecutor(min(jobs, len(todo)),
+                                   mp_context=multiprocessing.get_context("spawn"))
+        try:
+            futures = {pool.submit(_guarded_piece, (key, cfg)): key for key in todo}
+            for f in as_completed(futures):
+                try:
+                    finish(*f.result())
+                except Exception as exc:  # a worker died (e.g. killed for memory)
+                    finish(futures[f], None, repr(exc))
+        finally:  # a Ctrl-C: start nothing more (the running pieces end with their workers)
+            pool.shutdown(wait=False, cancel_futures=True)
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(pieces)} pieces failed (first: {failed[0]}; "
+                           f"tracebacks above); the others are kept in {_pieces.folder(out)}: "
+                           "rerun the same command to compute only what is missing")
+    return {p: _merge([done[(q, t)] for q, t in pieces if q == p]) for p in parts}, len(pieces) - len(todo)
 
 
 def run(out, quick: bool = False, parts=("tables", "synthetic", "tradeoff", "faces"),
@@ -69,11 +120,13 @@ def run(out, quick: bool = False, parts=("tables", "synthetic", "tradeoff", "fac
 
     The directory is written whole or not at all (:func:`dfairpca.io.atomic_directory`):
     an existing ``out`` is replaced only with ``overwrite`` and only if dfairpca wrote it.
+    Finished pieces are kept in ``OUT.partial`` until then (:mod:`._pieces`): rerunning the
+    same command after a crash or Ctrl-C skips them.
     """
     from .._version import __version__
     from .._system import cpu_count
     from .._writes import atomic_directory
-    from . import faces, synthetic, tables, tradeoff
+    from . import _pieces, faces, synthetic, tables, tradeoff
     from ._config import config
     from ._report import Report, pyplot
 
@@ -82,7 +135,7 @@ def run(out, quick: bool = False, parts=("tables", "synthetic", "tradeoff", "fac
     summary: dict = {"out": str(Path(out)), "quick": quick, "parts": list(parts)}
     start = time.perf_counter()
     with atomic_directory(out, KIND, overwrite=overwrite) as tmp:
-        results = _compute(cfg, parts, jobs)
+        results, resumed = _compute(cfg, parts, jobs, out)
         rep = Report(tmp)
         body = Report(tmp)  # the parts, after the header that needs their results
         if "tables" in parts:
@@ -95,6 +148,7 @@ def run(out, quick: bool = False, parts=("tables", "synthetic", "tradeoff", "fac
                        "(every cell beside the paper's).")
             for dataset in tables.DATASETS:
                 body.add(tables.markdown(dataset, summ, cells))
+            body.add(tables.feature_space_markdown(rows))
             body.csv("tables_splits.csv", rows)
             body.csv("tables_agreement.csv", cells)
             summary["tables"] = {ds: tables.tally(cells, ds) for ds in tables.DATASETS}
@@ -123,21 +177,26 @@ def run(out, quick: bool = False, parts=("tables", "synthetic", "tradeoff", "fac
             body.csv("faces.csv", rows)
         wall = time.perf_counter() - start
         summary["wall_s"] = round(wall, 1)
-        rep.add(_header(quick, parts, wall, summary.get("tables"), __version__, cpu_count(), jobs))
+        summary["resumed_pieces"] = resumed
+        rep.add(_header(quick, parts, wall, summary.get("tables"), __version__, cpu_count(), jobs,
+                        resumed))
         rep.parts += body.parts
         rep.write()
+    _pieces.discard(out)
     _log(f"wrote {Path(out) / 'README.md'} and its CSV and PNG files ({wall / 60:.1f} min)")
     return summary
 
 
-def _header(quick, parts, wall, tallies, version, cpus, jobs) -> str:
+def _header(quick, parts, wall, tallies, version, cpus, jobs, resumed=0) -> str:
     """Title, how the report was made, and the per-table agreement in one list."""
     cmd = "python -m dfairpca.paper" + (" --quick" if quick else "") + (f" --jobs {jobs}" if jobs > 1 else "")
     lines = [
         "# Kleindessner et al. (AISTATS 2023), Sec. 5 and App. C, rerun with dfairpca",
         f"Made by `{cmd}` ({', '.join(parts)}) with dfairpca {version} in **{wall / 60:.1f} min** "
         f"wall time on {cpus} CPU(s) ({platform.machine()}, Python {platform.python_version()}, "
-        f"load average {os.getloadavg()[0]:.1f} at the end: the machine was shared).",
+        f"load average {os.getloadavg()[0]:.1f} at the end: the machine was shared)"
+        + (f"; {resumed} finished pieces were taken from an interrupted earlier run, whose time "
+           "is not included." if resumed else "."),
     ]
     if quick:
         lines.append("**Quick mode**: small sizes; the classifier columns, curves and figures are "

@@ -88,14 +88,11 @@ def figures(report, pictures, plt) -> None:
 
 
 def _draw(report, plt, num, name, panels, size, prevalence, n):
+    from ..celeba.figures import draw_faces
+
     cols = 2 * PER_GROUP
     fig, axes = plt.subplots(3, cols, figsize=(1.2 * cols, 3.9))
-    for r, (title, imgs) in enumerate(panels):
-        for c in range(cols):
-            ax = axes[r, c]
-            ax.imshow(np.clip(imgs[c].reshape(size, size), 0, 255), cmap="gray", vmin=0, vmax=255)
-            ax.set_xticks([]), ax.set_yticks([])
-        axes[r, 0].set_ylabel(title, fontsize=7)
+    draw_faces(axes, panels, size, size)
     axes[0, 0].set_title(f"with {name}", fontsize=8, loc="left")
     axes[0, PER_GROUP].set_title(f"without {name}", fontsize=8, loc="left")
     fig.suptitle(f"Figure {num}: fair PCA erasing “{name}” ({n:,} synthetic faces, {prevalence:.1%} with)",

@@ -38,6 +38,7 @@ STYLE = {"Fair PCA": ("tab:blue", "s"), "Fair PCA-S (0.5)": ("tab:orange", "^"),
          "Fair PCA-S (0.85)": ("tab:green", "v"), "Fair Kernel PCA": ("tab:purple", "D"),
          "Reductions (Agarwal et al.)": ("k", "o")}
 REDUCTIONS = "Reductions (Agarwal et al.)"
+FULL_TRAIN = 1582  # rows of a Lee et al. Adult train split
 
 
 def classifier(name: str, n: int, d: int, var: float):
@@ -123,55 +124,66 @@ def _adult(run: int, n_train: int | None = None):
             b.sensitive_test)
 
 
+def runs_of(clf_name: str, cfg) -> int:
+    """The draws (Lee et al. splits) of the curves of ``clf_name``."""
+    return cfg.tradeoff_runs if clf_name == "logreg" else cfg.tradeoff_svm_runs
+
+
 def tasks(cfg) -> tuple:
-    """The independent pieces of :func:`run`: each classifier's curves, the running times."""
-    return (*CLASSIFIERS, "times")
+    """The independent pieces of :func:`run`: (classifier, draw) of the curves, the kernel
+    SVM's (the slowest) first, then ("times", draw) of the running times."""
+    curves = [(c, r) for c in reversed(CLASSIFIERS) for r in range(runs_of(c, cfg))]
+    return (*curves, *(("times", r) for r in range(cfg.tradeoff_runs) if _timed_sizes(cfg)))
+
+
+def _timed_sizes(cfg) -> list[int]:
+    """Figure 9's training sizes measured by its own pieces (see :func:`times_of_curves`)."""
+    return [n for n in cfg.train_sizes if n < FULL_TRAIN or cfg.logreg_train_n is not None]
+
+
+#: the methods of Figure 9 (fair kernel PCA is cubic in n: the paper leaves it out too)
+TIMED = (*OURS[:3], REDUCTIONS)
+
+
+def _points(clf_name, goal, data, methods) -> list[tuple[str, list[dict]]]:
+    """(method, its 11 points) of each of ``methods`` on one draw."""
+    return [(m, reductions(clf_name, goal, *data) if m == REDUCTIONS
+             else ours(m, clf_name, goal, *data)) for m in methods]
 
 
 def run(cfg, log=print, task=None) -> tuple[list[dict], list[dict]]:
     """Rows of the trade-off curves (Figures 4 and 8) and of the running times (Figure 9);
-    ``task`` runs one classifier's curves or the times.  Figure 9's largest size, the whole
-    split, is the logistic-regression curves' first run (the same computation)."""
-    curves = []
-    for clf_name in CLASSIFIERS if task is None else [t for t in CLASSIFIERS if t == task]:
-        runs = cfg.tradeoff_runs if clf_name == "logreg" else cfg.tradeoff_svm_runs
-        for r in range(runs):
-            data = _adult(r, cfg.logreg_train_n if clf_name == "logreg" else cfg.svm_train_n)
-            for goal in GOALS:
-                t0 = time.perf_counter()
-                for method in (*OURS, REDUCTIONS):
-                    pts = (reductions(clf_name, goal, *data) if method == REDUCTIONS
-                           else ours(method, clf_name, goal, *data))
-                    curves += [{"classifier": clf_name, "goal": goal, "method": method, "run": r,
-                                "point": i, **p} for i, p in enumerate(pts)]
-                log(f"tradeoff: {clf_name} {goal} run {r} ({time.perf_counter() - t0:.1f} s)")
-    times = []
-    for n in cfg.train_sizes if task in (None, "times") else ():
-        if n >= FULL_TRAIN and cfg.logreg_train_n is None:
-            continue  # taken from the curves, see :func:`times_of_curves`
+    ``task`` (one of :func:`tasks`) runs one piece.  Figure 9's largest size, the whole
+    split, is the logistic-regression curves' (the same computation, see
+    :func:`times_of_curves`); its other sizes are drawn from the same splits."""
+    curves, times = [], []
+    for name, value in tasks(cfg) if task is None else (task,):
         t0 = time.perf_counter()
-        for r in range(1):  # the spread of Figure 9 is over the 11 parameter values
-            data = _adult(r, n)
-            for goal in GOALS:
-                for method in ("Fair PCA", "Fair PCA-S (0.5)", "Fair PCA-S (0.85)", REDUCTIONS):
-                    pts = (reductions("logreg", goal, *data) if method == REDUCTIONS
-                           else ours(method, "logreg", goal, *data))
-                    times += [{"n_train": n, "goal": goal, "method": method, "run": r,
-                               "seconds": p["seconds"]} for p in pts]
-        log(f"tradeoff: running times at n = {n} ({time.perf_counter() - t0:.1f} s)")
+        if name == "times":
+            for n in _timed_sizes(cfg):
+                data = _adult(value, n)
+                for goal in GOALS:
+                    times += [{"n_train": n, "goal": goal, "method": m, "run": value,
+                               "seconds": p["seconds"]}
+                              for m, pts in _points("logreg", goal, data, TIMED) for p in pts]
+            log(f"tradeoff: running times, draw {value} ({time.perf_counter() - t0:.1f} s)")
+            continue
+        data = _adult(value, cfg.logreg_train_n if name == "logreg" else cfg.svm_train_n)
+        for goal in GOALS:
+            curves += [{"classifier": name, "goal": goal, "method": m, "run": value, "point": i, **p}
+                       for m, pts in _points(name, goal, data, (*OURS, REDUCTIONS))
+                       for i, p in enumerate(pts)]
+        log(f"tradeoff: {name} curves, draw {value} ({time.perf_counter() - t0:.1f} s)")
     return curves, times
 
 
-FULL_TRAIN = 1582  # rows of a Lee et al. Adult train split
-
-
 def times_of_curves(curves, cfg) -> list[dict]:
-    """Figure 9's rows at the whole split: the first logistic-regression run of the curves."""
+    """Figure 9's rows at the whole split: those of the logistic-regression curves."""
     if FULL_TRAIN not in cfg.train_sizes or cfg.logreg_train_n is not None:
         return []
-    return [{"n_train": FULL_TRAIN, "goal": r["goal"], "method": r["method"], "run": 0,
+    return [{"n_train": FULL_TRAIN, "goal": r["goal"], "method": r["method"], "run": r["run"],
              "seconds": r["seconds"]} for r in curves
-            if r["classifier"] == "logreg" and r["run"] == 0 and r["method"] != "Fair Kernel PCA"]
+            if r["classifier"] == "logreg" and r["method"] != "Fair Kernel PCA"]
 
 
 def _mean_curve(rows, clf_name, goal, method, metric):
@@ -227,7 +239,7 @@ def figures(report, curves, times, cfg, plt) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
     for ax, goal in zip(axes, GOALS):
-        for m in ("Fair PCA", "Fair PCA-S (0.5)", "Fair PCA-S (0.85)", REDUCTIONS):
+        for m in TIMED:
             ns = sorted({r["n_train"] for r in times})
             mu = [np.mean([r["seconds"] for r in times if (r["n_train"], r["goal"], r["method"]) == (n, goal, m)])
                   for n in ns]

@@ -65,6 +65,42 @@ def test_deterministic_columns_match_the_paper_to_the_printed_digits(report, dat
     assert t == (16, 16)  # 4 methods x 2 k x 2 columns
 
 
+def test_fair_kernel_pca_var_and_mmd2_are_na_in_the_paper_and_in_feature_space_here(report):
+    # the paper prints n/a for Fair Kernel PCA's %Var and MMD² (its directions are not in R^d):
+    # no digit to match; the report says n/a in the tables and shows our feature-space numbers
+    out, _ = report
+    text = (out / "README.md").read_text()
+    rows = _read(out / "tables_splits.csv")
+    for dataset in ("adult", "german", "compas"):
+        for k in (2, 10):
+            paper = PAPER_TABLES[dataset][(k, "Fair Kernel PCA")]
+            assert paper[:4] == (None, None, None, None)
+            mine = [r for r in rows if (r["dataset"], r["k"], r["method"]) == (dataset, str(k), "Fair Kernel PCA")]
+            assert len(mine) == 10 and all(r["var"] == r["mmd2"] == "" for r in mine)
+            f = {c: np.array([float(r[c]) for r in mine]) for c in ("kpca_var", "kpca_mmd2", "fkpca_var", "fkpca_mmd2")}
+            assert np.all((0 < f["fkpca_var"]) & (f["fkpca_var"] < f["kpca_var"]) & (f["kpca_var"] <= 100))
+            assert np.all(f["fkpca_mmd2"] < f["kpca_mmd2"]), dataset  # fair: the groups closer
+    assert text.count("| Fair Kernel PCA | ours | n/a | n/a |") == 6
+    assert "in feature space here" in text and "not meaningful" in text
+
+
+def test_feature_space_var_is_the_kernel_pca_eigenvalue_share():
+    # the oracle: scikit-learn's centred kernel PCA of the same rows keeps the top-k share of
+    # the centred kernel's trace, and all of it with every component
+    from sklearn.decomposition import KernelPCA
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from dfairpca.paper.tables import feature_space_var_pct
+
+    X = np.random.default_rng(3).normal(size=(60, 4))
+    n = len(X)
+    H = np.eye(n) - 1.0 / n
+    w = np.linalg.eigvalsh(H @ rbf_kernel(X, gamma=0.3) @ H)[::-1]
+    for k in (3, 59):
+        R = KernelPCA(k, kernel="rbf", gamma=0.3).fit_transform(X)
+        assert feature_space_var_pct(X, 0.3, R) == pytest.approx(100 * w[:k].sum() / w.sum(), rel=1e-9)
+
+
 def test_classifier_columns_are_measured_for_all_five_methods(report):
     out, _ = report
     rows = [r for r in _read(out / "tables_splits.csv") if r["split"] == "0"]
@@ -157,3 +193,62 @@ def test_paper_tables_transcription_invariants():
     for (k, m), row in PAPER_TABLES["german"].items():
         if k == 2:
             assert row[8:12] == (69.8, 1.21, 0.0, 0.0), m
+
+
+def test_pieces_round_trip_and_are_reused_only_for_the_same_sizes(tmp_path):
+    from dfairpca.paper import _pieces
+    from dfairpca.paper._config import config
+    from dfairpca.io import OutputPathError
+
+    out, quick, full = tmp_path / "report", config(True), config(False)
+    result = ([{"d": 20, "x": np.float64(0.5), "n": np.int64(3)}],
+              [(1, "Bald", [("original", np.arange(6.0).reshape(2, 3))])])
+    assert _pieces.load(out, quick, "faces", None) is None
+    _pieces.save(out, quick, "faces", None, result)
+    got = _pieces.load(out, quick, "faces", None)
+    assert isinstance(got, tuple) and got[0] == [{"d": 20, "x": 0.5, "n": 3}]
+    (num, name, [(title, img)]), = got[1]
+    assert (num, name, title) == (1, "Bald", "original")
+    np.testing.assert_array_equal(img, np.arange(6.0).reshape(2, 3))
+    assert _pieces.load(out, full, "faces", None) is None  # other sizes: recomputed
+    assert _pieces.load(out, quick, "tables", "adult") is None
+    _pieces.discard(out)
+    assert not _pieces.folder(out).exists()
+
+    theirs = _pieces.folder(out)
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("keep me")
+    with pytest.raises(OutputPathError, match="not written by dfairpca"):
+        _pieces.save(out, quick, "faces", None, result)
+    _pieces.discard(out)
+    assert (theirs / "notes.txt").read_text() == "keep me"
+
+
+def test_an_interrupted_run_resumes_from_its_finished_pieces(tmp_path, capsys):
+    # a real Ctrl-C (SIGINT) once the first piece of the synthetic part is saved; the rerun
+    # takes that piece from OUT.partial, computes the others and removes OUT.partial
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dfairpca.paper import _pieces, main, synthetic
+    from dfairpca.paper._config import config
+
+    n = len(synthetic.tasks(config(True)))
+    out = tmp_path / "report"
+    cmd = [sys.executable, "-m", "dfairpca.paper", "--quick", "--only", "synthetic", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list(_pieces.folder(out).glob("*.json")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) != 0 and not out.exists()
+    saved = sorted(p.name for p in _pieces.folder(out).glob("*.json"))
+    assert saved and len(saved) < n
+    main(["--quick", "--only", "synthetic", "--out", str(out)])
+    assert f"resuming: {len(saved)} of {n} pieces" in capsys.readouterr().err
+    assert (out / "synthetic_by_d.csv").is_file() and not _pieces.folder(out).exists()
+    ds = {r["d"] for r in _read(out / "synthetic_by_d.csv")}
+    assert ds == {"20", "60"}
