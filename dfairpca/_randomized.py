@@ -541,14 +541,14 @@ def _trace(m: FirstMoments, sd, off, plan: Plan, center: bool) -> float:
     return float(diag.sum())
 
 
-def needs_dense_message(what: str, d: int, matrices: int, alternative: str, side: str = "d") -> str:
+def needs_dense_message(what: str, d: int, matrices: int, alternative: str) -> str:
     """The refusal of a variant that has no matrix-free form: the memory its exact path
-    would need (``matrices`` float64 ``side x side`` matrices of ``side = d``) and what to
-    use instead."""
+    would need and what to use instead."""
     gb = matrices * d * d * 8 / 1e9
-    return (f"{what} has no matrix-free form: it needs {matrices} {side} x {side} float64 "
-            f"matrices ({matrices} x {d:,}^2 x 8 bytes = {gb:,.{0 if gb >= 10 else 2}f} GB); use "
-            f"svd_solver='full' (the exact solve) where that memory exists, or {alternative}")
+    return (f"{what} has no matrix-free form: it needs {matrices} d x d float64 matrices "
+            f"({matrices} x {d:,}^2 x 8 bytes = {gb:,.{0 if gb >= 10 else 2}f} GB); use "
+            f"svd_solver='full' (the exact one-pass solve) where that memory exists, or "
+            f"{alternative}")
 
 
 # ----------------------------------------------------------------------------- svd_solver="auto"

@@ -169,10 +169,6 @@ class FairKernelPCA(Estimator):
     split_every : int, default 8
         Fan-in of the merges of the pass's running sums of the Nyström statistics (one
         sum per worker thread, see :func:`dfairpca.compute_moments`).
-    svd_solver : {"auto", "full"}, default "auto"
-        As :class:`FairPCA`'s, for a uniform interface: both methods solve a kernel-sized
-        matrix (n x n exact, m x m Nyström) exactly.  "randomized" is refused at ``fit``,
-        naming that matrix's memory: the kernel has no matrix-free form here.
 
     Attributes
     ----------
@@ -257,15 +253,13 @@ class FairKernelPCA(Estimator):
         "max_memory": [Rule(lambda v: v is None or (is_real(v) and v > 0),
                             "None or a positive number of bytes")],
         "split_every": SPLIT_EVERY,
-        "svd_solver": [Rule(lambda v: v in ("auto", "full", "randomized"),
-                            "'auto', 'full' or 'randomized'")],
     }
     _fitted_attribute = "dual_coef_"
 
     def __init__(self, n_components=None, *, sensitive_feature_ids=None, kernel="rbf",
                  gamma="scale", degree=3, coef0=1.0, n_landmarks=None, landmarks="uniform",
                  constraint="demographic_parity", tradeoff=0.0, center=True, random_state=0,
-                 max_memory=None, split_every=8, svd_solver="auto"):
+                 max_memory=None, split_every=8):
         self.n_components = n_components
         self.sensitive_feature_ids = sensitive_feature_ids
         self.kernel = kernel
@@ -280,7 +274,6 @@ class FairKernelPCA(Estimator):
         self.random_state = random_state
         self.max_memory = max_memory
         self.split_every = split_every
-        self.svd_solver = svd_solver
 
     # ------------------------------------------------------------------ parameters
     def _memory_budget(self) -> float:
@@ -390,15 +383,6 @@ class FairKernelPCA(Estimator):
         q = len(inp.numeric)
         names = ([] if g is None else list(g.names)) + inp.numeric_names
         m = self._choose_method(len(fit_rows), len(inp.features))
-        if self.svd_solver == "randomized":
-            from ._randomized import needs_dense_message
-
-            if m is None:  # the kernel matrix and its copies; Nyström: K_LL and the scatter
-                args = ("FairKernelPCA (exact)", len(fit_rows), EXACT_MATRICES,
-                        "n_landmarks='auto' (Nyström, m x m)", "n")
-            else:
-                args = ("FairKernelPCA (Nyström)", m, 2, "fewer n_landmarks", "m")
-            raise ValueError(needs_dense_message(*args))
         if m is None:
             limit = check_fair_k(self.n_components, len(fit_rows), ms, q,
                                  basis=f"n = {len(fit_rows)} fitted rows",
