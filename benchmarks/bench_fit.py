@@ -277,17 +277,25 @@ def main(argv=None):
         for method in args.methods:
             cmd = [sys.executable, __file__, "--one", method, "--n", str(n), "--k", str(args.k),
                    "--dir", args.dir]
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-                res = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {
-                    "error": (p.stderr.strip().splitlines() or ["failed"])[-1][:200]}
-            except subprocess.TimeoutExpired:
-                res = {"error": f"over {args.timeout:.0f} s"}
+            res = measured(cmd, args.timeout)
             res.update(method=method, n=n)
             print(json.dumps(res), flush=True)
             rows.append(res)
         accuracy(store, n, args.k, [r for r in rows if r["n"] == n])
     write(rows, args)
+
+
+def measured(cmd, timeout: float) -> dict:
+    """The JSON result a ``--one`` child prints last, or ``{"error": ...}``: the last line
+    of its stderr, or that it ran over ``timeout`` seconds (each method in its own process,
+    so that one's peak memory and threads do not count against the next)."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"over {timeout:.0f} s"}
+    if p.returncode == 0:
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    return {"error": (p.stderr.strip().splitlines() or ["failed"])[-1][:200]}
 
 
 def accuracy(store, n, k, rows):

@@ -2,7 +2,7 @@
 
 The steps are named as :func:`dask.array.reduction` names its callables:
 
-``chunk(x, codes=None, categories=(), *, mask=None, row_offset=0, dtype=None, group_scatter=False) -> Sums``
+``chunk(x, codes, categories, *, mask, row_offset, dtype, group_scatter) -> Sums``
     Applied to every row chunk (arguments as :meth:`dfairpca.Moments.from_chunk`): its
     sums, the products left as upper triangles in the compute dtype (float32 for images).
 ``combine(parts: list[RunningTotal | Sums]) -> RunningTotal``

@@ -38,17 +38,10 @@ OVERFLOW_MESSAGE = ("X holds values too large for float64 sums (the statistics o
                     "by a constant (e.g. a power of two) before fitting")
 
 
-def chunk_sums(
-    x,
-    codes=None,
-    categories: Sequence[np.ndarray] = (),
-    *,
-    mask=None,
-    row_offset: int = 0,
-    dtype=None,
-    group_scatter: bool = False,
-) -> Sums:
-    """Sums of one chunk of rows (arguments as :meth:`dfairpca.Moments.from_chunk`).
+def chunk_sums(x, codes, categories: Sequence[np.ndarray], *, mask, row_offset: int, dtype,
+               group_scatter: bool) -> Sums:
+    """Sums of one chunk of rows; the arguments are :meth:`dfairpca.Moments.from_chunk`'s,
+    all given (their defaults are that method's).
 
     The matrices are F-ordered (d, d) upper triangles (what lies below the diagonal is
     undefined) in ``dtype``, or in float64 for a chunk of extreme magnitude; a group

@@ -127,7 +127,8 @@ def run_pass(
             # the running float64 sum is ours: each block is added into it in place
             total = _accumulator.combine([part] if total is None else [total, part])
         if total is None:  # no rows: the sums of an empty chunk
-            total = _accumulator.combine([_accumulator.chunk(X, None, **kw)])
+            total = _accumulator.combine([_accumulator.chunk(X, None, mask=None,
+                                                              row_offset=row_offset, **kw)])
         return total
 
     if X.ndim != 2:

@@ -1,5 +1,6 @@
 """What :class:`~dfairpca.PCA` and :class:`~dfairpca.FairPCA` share: the pass, the
-standard solve, the fitted attributes, the transform and the probabilistic model.
+choice of solve (exact, :mod:`dfairpca._exact`, or randomized), the fitted attributes,
+the transform and the probabilistic model.
 
 Both follow :class:`sklearn.decomposition.PCA` wherever the two meet (``n_components``
 as an int, a fraction of the variance or None; ``whiten``; ``svd_solver``; the fitted
@@ -89,17 +90,34 @@ class LinearDecomposition(Estimator):
         "randomized" where it cannot run raises, naming why (``groups``: the groups of all
         attributes, whose d x d covariances Fair PCA-S needs)."""
         from ._randomized import choose_svd_solver, memory_budget
+        from .checkpoint import saved_solver
 
-        blocker = self._randomized_blocker(d, groups, checkpoint)
+        blocker = self._randomized_blocker(d, groups)
         if self.svd_solver == "randomized":
             if blocker:
                 raise ValueError(blocker)
             return "randomized"
         if self.svd_solver == "auto" and blocker is None:
+            # a resumed fit goes on with the solve it began, whatever memory is free now
+            saved = None if checkpoint is None else saved_solver(checkpoint)
+            if saved is not None:
+                return "randomized" if saved == "randomized" else "covariance_eigh"
             return choose_svd_solver(d, self.n_components, self.n_oversamples, memory_budget())
         return "covariance_eigh"
 
-    def _randomized_blocker(self, d: int, groups: int, checkpoint) -> str | None:
+    def _solver_of(self, X, groups=None, checkpoint=None) -> str:
+        """:meth:`_fit_solver` for X's features (its columns but the numeric attributes)
+        and the encoded ``groups`` (None without)."""
+        d = X.shape[1] - len(getattr(self, "numeric_sensitive_columns_", ()))
+        n_groups = 0 if groups is None else sum(len(c) for c in groups.categories)
+        return self._fit_solver(d, groups=n_groups, checkpoint=checkpoint)
+
+    def _features(self, m) -> np.ndarray:
+        """The feature columns of statistics m (all but the numeric attributes)."""
+        num = np.asarray(getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
+        return np.setdiff1d(np.arange(m.n_features), num)
+
+    def _randomized_blocker(self, d: int, groups: int) -> str | None:
         """Why the randomized solve cannot fit (None if it can)."""
         from ._randomized import needs_dense_message
 
@@ -110,9 +128,6 @@ class LinearDecomposition(Estimator):
         if getattr(self, "equalize_covariance", None) is not None:
             return needs_dense_message("Fair PCA-S (equalize_covariance)", d, 1 + groups,
                                        "equalize_covariance=None (fair PCA, matrix-free)")
-        if checkpoint is not None:
-            return ("checkpoint= resumes the exact one-pass fit; the randomized passes are not "
-                    "checkpointed: drop checkpoint= or use svd_solver='full'")
         return None
 
     def _check_partial(self) -> None:
@@ -126,9 +141,10 @@ class LinearDecomposition(Estimator):
                              "statistics for partial_fit to add rows to: fit it again with "
                              "svd_solver='full' to go on with partial_fit")
 
-    def _randomized_fit(self, X, groups=None, mask=None, numeric: bool = False):
+    def _randomized_fit(self, X, groups=None, mask=None, numeric: bool = False, checkpoint=None):
         """:func:`dfairpca._randomized.fit_randomized` of X with this estimator's
-        parameters (products in float64 where ``numeric``, as :meth:`_pass`)."""
+        parameters (products in float64 where ``numeric``, as :meth:`_pass`), saving its
+        state after every pass to ``checkpoint`` if given."""
         from ._randomized import fit_randomized
 
         auto = self.compute_dtype in ("auto", None)
@@ -141,7 +157,7 @@ class LinearDecomposition(Estimator):
             standard=getattr(self, "tradeoff", 0) > 0, center=self.center,
             standardize=self.standardize, dtype=dtype, n_oversamples=self.n_oversamples,
             iterated_power=self.iterated_power, random_state=self.random_state,
-            split_every=self.split_every, progress=self.progress)
+            split_every=self.split_every, progress=self.progress, checkpoint=checkpoint)
 
     def _set_randomized(self, fit) -> None:
         """The fitted attributes of a randomized fit (``statistics_``: its first-order
@@ -182,20 +198,6 @@ class LinearDecomposition(Estimator):
             m = coded_moments_checkpointed(X, codes, cats, checkpoint=checkpoint, **kw)
         m.check_finite()
         return m
-
-    def _pca_solve(self, S: np.ndarray, n: int) -> np.ndarray:
-        """Components (k, d) of standard PCA of S for ``n_components`` (int, fraction or
-        None, scikit-learn's meanings) from n rows."""
-        d = S.shape[0]
-        rank = min(n, d)
-        k = self.n_components
-        if k is None:
-            return _solvers.pca_components(S, rank, self.eigen_solver)
-        if isinstance(k, numbers.Integral):
-            return _solvers.pca_components(S, k, self.eigen_solver)
-        w, V = _solvers.top_eigh(S, rank, "dense")
-        k = fraction_to_k(w, np.trace(S), k, "the data")
-        return _solvers.flip_signs(V[:, :k].T)
 
     def _set_fitted(self, m: Moments, U: np.ndarray, S: np.ndarray, scale, e: int = 0):
         """The fitted attributes of the exact solve U of S (``S * 4**e`` in true units)."""
@@ -469,20 +471,6 @@ def check_rows(k, n, largest: int, what: str) -> None:
             f"n_components={k} is too large: X has {int(n)} {what}, fewer than k; the "
             f"largest k is {int(largest)}"
         )
-
-
-def fraction_to_k(variances, total: float, fraction: float, where: str) -> int:
-    """The smallest k whose first k ``variances`` (descending) exceed ``fraction`` of
-    ``total``, scikit-learn's rule (``searchsorted(cumsum(ratio), fraction, "right") + 1``);
-    ValueError if all of them do not."""
-    cumulative = np.cumsum(np.asarray(variances) / total)
-    if not len(cumulative) or cumulative[-1] <= fraction:
-        held = float(cumulative[-1]) if len(cumulative) else 0.0
-        raise ValueError(
-            f"n_components={fraction}: {where} holds {held:.2%} of the variance, not more than "
-            f"{fraction:.2%}; pass a smaller fraction or an int"
-        )
-    return int(np.searchsorted(cumulative, fraction, side="right")) + 1
 
 
 def whitening(variances) -> np.ndarray:

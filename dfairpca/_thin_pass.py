@@ -14,6 +14,7 @@ chunks at hand, independent of n.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,10 +23,10 @@ from . import _solvers
 from ._engine import chain_reduce, row_slice
 from ._system import rows_per_block
 from ._sums import MAX_BAD_ROWS_REPORTED
-from .moments import AttributeMoments
+from .moments import AttributeMoments, check_finite, constraint_matrix, deviation_floor
 
 __all__ = ["FirstMoments", "Plan", "first_moments", "first_pass", "run_pass", "corrected",
-           "as_rows"]
+           "as_rows", "chunked", "statistics_state", "restore_statistics"]
 
 #: the products of values of rms ``2**+-RANGE_BITS[dtype]`` about the shift stay far from
 #: overflow and the subnormals in that dtype: rows times ``rms^2 sqrt(d)`` with d up to 1e6
@@ -86,32 +87,17 @@ class FirstMoments:
         return self.mean + self.attributes[attribute].deviation
 
     def constraint_matrix(self) -> np.ndarray:
-        """Rows ``n_g (mean_g - mean)``, each attribute's re-centred to sum to zero: the rule
-        of :meth:`dfairpca.moments.Moments.constraint_matrix`, on the same fields."""
-        from .moments import Moments
-
-        return Moments.constraint_matrix(self)  # reads .attributes and .n_features only
+        """Rows ``n_g (mean_g - mean)``: :func:`dfairpca.moments.constraint_matrix`."""
+        return constraint_matrix(self.attributes, self.n_features)
 
     def deviation_floor(self) -> np.ndarray:
         """Per column, the size below which a group-mean deviation is float64 rounding:
-        ``2 n eps`` times the column's root mean square (the rule and its reason are
-        :meth:`dfairpca.moments.Moments.deviation_floor`'s)."""
-        n = max(self.n, 1)
-        with np.errstate(over="ignore", under="ignore"):
-            sd = np.ldexp(np.sqrt(np.maximum(self.sq, 0.0) / n), self.exponent)
-            rms = np.hypot(np.abs(self.mean), sd)
-        return 2.0 * n * float(np.finfo(np.float64).eps) * rms
+        :func:`dfairpca.moments.deviation_floor`."""
+        return deviation_floor(self.n, self.mean, self.sq, self.exponent)
 
     def check_finite(self) -> None:
         """Raise ``ValueError`` naming the rows if any row held NaN or infinity."""
-        if self.n_nonfinite:
-            rows = ", ".join(map(str, self.nonfinite_rows))
-            more = ", ..." if self.n_nonfinite > len(self.nonfinite_rows) else ""
-            raise ValueError(
-                f"X contains NaN or infinity in {self.n_nonfinite} row(s) (rows {rows}{more}); "
-                "drop or impute them before fitting, e.g. with dask.array.nan_to_num or "
-                "sklearn.impute.SimpleImputer."
-            )
+        check_finite(self.n_nonfinite, self.nonfinite_rows)
 
 
 @dataclass(frozen=True)
@@ -125,6 +111,7 @@ class Plan:
     numeric: np.ndarray  # columns of the numeric attributes
     groups: tuple  # groups per attribute (first pass only)
     first: bool  # also the first-order sums
+    digest: bool = False  # also every chunk's digest (a checkpointed fit binds its data)
 
 
 class _Sums:
@@ -133,6 +120,7 @@ class _Sums:
     def __init__(self, plan: Plan, D: int, w: int):
         d = D if plan.features is None else len(plan.features)
         self.n, self.n_bad, self.bad_rows = 0, 0, []
+        self.digests = []  # (first row, stop row, sha256) of every chunk read, if asked
         self.G = np.zeros((d, w)) if w else None
         first = plan.first
         q = len(plan.numeric)
@@ -146,6 +134,7 @@ class _Sums:
         self.n += other.n
         self.n_bad += other.n_bad
         self.bad_rows = (self.bad_rows + other.bad_rows)[:MAX_BAD_ROWS_REPORTED]
+        self.digests += other.digests
         for name in ("G", "total", "sq", "cross"):
             mine = getattr(self, name)
             if mine is not None:
@@ -155,12 +144,29 @@ class _Sums:
         return self
 
 
-def _centred(x, shift, exponent: int, dtype) -> np.ndarray:
-    """``(x - shift) * 2**-exponent`` in dtype.  Values the dtype cannot hold exactly
-    (float64 into float32 products) are centred in float64 first: cast first, 1e8 + N(0, 1)
-    would keep nothing of its spread."""
+#: each thread's block to centre rows into (:func:`_scratch`)
+_SCRATCH = threading.local()
+
+
+def _scratch(shape, dtype) -> np.ndarray:
+    """An uninitialised array that this thread reuses block after block (at most one block,
+    ``BLOCK_BYTES``, per thread): a fresh 64 MB array is new pages every time, and their
+    faults were a third of the centring's time (Dask workers return freed memory to the OS)."""
+    need = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.nbytes < need:
+        buf = _SCRATCH.buf = np.empty(need, np.uint8)
+    return buf[:need].view(dtype).reshape(shape)
+
+
+def _centred(x, shift, exponent: int, dtype, reuse: bool = False) -> np.ndarray:
+    """``(x - shift) * 2**-exponent`` in dtype (``reuse``: in this thread's scratch block,
+    valid until its next call).  Values the dtype cannot hold exactly (float64 into float32
+    products) are centred in float64 first: cast first, 1e8 + N(0, 1) would keep nothing
+    of its spread."""
     if np.can_cast(x.dtype, dtype, "safe"):
-        a = np.subtract(x, shift.astype(dtype), dtype=dtype)
+        out = _scratch(x.shape, dtype) if reuse else None
+        a = np.subtract(x, shift.astype(dtype), out=out, dtype=dtype)
     else:
         a = np.subtract(x, shift, dtype=np.float64).astype(dtype, copy=False)
     if exponent:
@@ -225,6 +231,12 @@ def _chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> _Sums:
     if x.ndim > 2:
         x = x.reshape(x.shape[0], -1)
     out = _Sums(plan, x.shape[1], 0 if V is None else V.shape[1])
+    if plan.digest:  # the chunk as read, before any row is masked out
+        from .checkpoint import array_digest
+
+        out.digests.append((offset, offset + len(x), array_digest(x)))
+    if V is None and not plan.first:
+        return out  # a read that only binds the data
     keep = None if mask is None else np.asarray(mask, bool)
     if plan.first and x.dtype.kind in "fc":
         finite = np.isfinite(x).all(axis=1)
@@ -237,7 +249,9 @@ def _chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> _Sums:
         codes = None if codes is None else np.asarray(codes)[keep]
     out.n = r = x.shape[0]
     f = plan.features
-    Vd = None if V is None else np.asarray(V, plan.dtype)
+    # one layout whatever the transport gave (a worker may get V in either order, and
+    # BLAS sums A V in another order for each): the same sums on every worker
+    Vd = None if V is None else np.ascontiguousarray(V, plan.dtype)
     lock = blas_lock()
     byte = x.dtype.itemsize == 1 and x.dtype.kind in "iub"
     if plan.first and byte and out.cross is None:
@@ -255,12 +269,12 @@ def _chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> _Sums:
             _add_first_order(out, a64, row_slice(codes, s, s + step), plan)
             a = (a64 if f is None else a64[:, f]).astype(plan.dtype, copy=False)
         elif plan.first:
-            a = _centred(xb, plan.shift, plan.exponent, plan.dtype)
+            a = _centred(xb, plan.shift, plan.exponent, plan.dtype, reuse=True)
             _add_first_order(out, a, row_slice(codes, s, s + step), plan)
             a = a if f is None else a[:, f]
         else:
             a = _centred(xb if f is None else xb[:, f], plan.shift if f is None else plan.shift[f],
-                         plan.exponent, plan.dtype)
+                         plan.exponent, plan.dtype, reuse=True)
         if Vd is not None:
             with lock:  # one multi-threaded BLAS product at a time per process, as the exact pass
                 out.G += a.T @ (a @ Vd)
@@ -306,7 +320,7 @@ def run_pass(X, plan: Plan, V, codes, mask, split_every: int, progress: bool) ->
 
     from dask import delayed
 
-    Vk = None if V is None else delayed(np.asarray(V, plan.dtype), pure=True)
+    Vk = None if V is None else delayed(np.ascontiguousarray(V, plan.dtype), pure=True)
     plan_k = delayed(plan, pure=True)
     codes = codes if plan.first else None  # only the first pass sums by group
     return chain_reduce(
@@ -383,18 +397,20 @@ def _statistics(sums: _Sums, plan: Plan, categories, numeric) -> tuple[FirstMome
     return m, off
 
 
-def first_pass(X, V, codes, categories, mask, numeric, dtype, split_every, progress):
-    """(FirstMoments, mean - shift in the products' units, the plan, the raw sums of V)."""
+def first_pass(X, V, codes, categories, mask, numeric, dtype, split_every, progress,
+               digest: bool = False):
+    """(FirstMoments, mean - shift in the products' units, the plan, the raw sums: ``G`` of
+    V and, if ``digest``, the chunks' ``digests``)."""
     from ._validation import compute_dtype_for
 
     D = int(np.prod(X.shape[1:]))
     dtype = compute_dtype_for(X.dtype) if dtype is None else np.dtype(dtype)
     features = np.setdiff1d(np.arange(D), numeric) if len(numeric) else None
     shift, e = _shift_and_exponent(_first_rows(X, mask), D, dtype)
-    plan = Plan(shift, e, dtype, features, numeric, tuple(len(c) for c in categories), True)
+    plan = Plan(shift, e, dtype, features, numeric, tuple(len(c) for c in categories), True, digest)
     sums = run_pass(X, plan, V, codes, mask, split_every, progress)
     m, off = _statistics(sums, plan, categories, numeric)
-    return m, off, plan, sums.G
+    return m, off, dataclasses.replace(plan, digest=False), sums
 
 
 def first_moments(X, V=None, *, codes=None, categories=(), mask=None, numeric=(), dtype=None,
@@ -404,9 +420,9 @@ def first_moments(X, V=None, *, codes=None, categories=(), mask=None, numeric=()
     ``S V`` is the scatter of the feature columns (numeric attributes left out) about the
     mean, applied to V (d x w).  See :func:`fit_randomized` for the arguments.
     """
-    m, off, plan, G = first_pass(as_rows(X), V, codes, categories, mask,
-                                  np.asarray(numeric, np.intp), dtype, split_every, progress)
-    return m, None if V is None else corrected(G, V, m, off, plan, center=True)
+    m, off, plan, sums = first_pass(as_rows(X), V, codes, categories, mask,
+                                     np.asarray(numeric, np.intp), dtype, split_every, progress)
+    return m, None if V is None else corrected(sums.G, V, m, off, plan, center=True)
 
 
 def corrected(G, V, m: FirstMoments, off, plan: Plan, center: bool) -> np.ndarray:
@@ -419,3 +435,45 @@ def corrected(G, V, m: FirstMoments, off, plan: Plan, center: bool) -> np.ndarra
     b = np.ldexp(plan.shift[f], -plan.exponent)  # shift - 0
     h = m.n * a
     return G + np.outer(h, b @ V) + np.outer(b, h @ V) + m.n * np.outer(b, b @ V)
+
+
+def chunked(X):
+    """X as a Dask array (a checkpoint binds row chunks): numpy and Zarr in blocks of rows."""
+    import dask.array as da
+
+    if isinstance(X, da.Array):
+        return X
+    return da.from_array(X, chunks=(rows_per_block(int(np.prod(X.shape[1:])) * X.dtype.itemsize), -1))
+
+
+def statistics_state(full: FirstMoments, off, plan: Plan) -> tuple[dict, dict]:
+    """(JSON meta, arrays) of the first pass's results, as a checkpoint keeps them (the group
+    labels are the job's, bound by its fingerprint)."""
+    arrays = {"mean": full.mean, "sq": full.sq, "off": off, "shift": plan.shift}
+    if full.cross is not None:
+        arrays["cross"] = full.cross
+    for j, a in enumerate(full.attributes):
+        arrays[f"counts_{j}"], arrays[f"deviation_{j}"] = a.counts, a.deviation
+    return {"n": int(full.n), "exponent": int(plan.exponent), "precision": float(full.precision),
+            "attributes": len(full.attributes)}, arrays
+
+
+def restore_statistics(saved: dict, categories, numeric, dtype):
+    """(FirstMoments, off, plan) as :func:`statistics_state` saved them."""
+    meta, a = saved["meta"], saved["arrays"]
+    try:
+        attrs = [AttributeMoments(np.asarray(c), a[f"counts_{j}"], a[f"deviation_{j}"])
+                 for j, c in enumerate(categories)]
+        e = int(meta["exponent"])
+        full = FirstMoments(int(meta["n"]), a["mean"], a["sq"], attrs, np.asarray(numeric, np.intp),
+                            a.get("cross"), e, precision=float(meta["precision"]))
+        D = len(full.mean)
+        features = np.setdiff1d(np.arange(D), numeric) if len(numeric) else None
+        plan = Plan(a["shift"], e, np.dtype(dtype), features, np.asarray(numeric, np.intp),
+                    tuple(len(c) for c in categories), True)
+        return full, a["off"], plan
+    except (KeyError, TypeError, ValueError) as exc:
+        from .io import RESAVE_HINT, SavedFileError
+
+        raise SavedFileError(f"cannot load checkpoint {saved['path']!r}: its state lacks "
+                             f"{exc}{RESAVE_HINT}") from None

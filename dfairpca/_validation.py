@@ -5,6 +5,7 @@ Group labels and targets (``sensitive_features``, ``y``) are :mod:`dfairpca._gro
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 from dataclasses import dataclass
@@ -67,20 +68,21 @@ def as_data(X, what: str = "X"):
         raise TypeError(
             f"{what} has dtype {arr.dtype}; need a real numeric dtype (uint8, int, float32, float64)"
         )
-    if arr.ndim == 3:
+    if arr.ndim in (3, 4):  # images (n, height, width[, channels]): rows of h * w [* c]
         n = arr.shape[0]
         if isinstance(arr, da.Array):
-            if len(arr.chunks[1]) > 1 or len(arr.chunks[2]) > 1:
-                arr = arr.rechunk({1: -1, 2: -1})
+            if any(len(c) > 1 for c in arr.chunks[1:]):
+                arr = arr.rechunk({axis: -1 for axis in range(1, arr.ndim)})
             if np.isnan(n):  # reshape needs the row count: flatten each chunk instead
-                width = arr.shape[1] * arr.shape[2]
-                arr = arr.map_blocks(lambda b: b.reshape(len(b), width), drop_axis=2,
+                width = math.prod(arr.shape[1:])
+                arr = arr.map_blocks(lambda b: b.reshape(len(b), width),
+                                     drop_axis=tuple(range(2, arr.ndim)),
                                      chunks=(arr.chunks[0], (width,)), dtype=arr.dtype)
         if not (isinstance(arr, da.Array) and np.isnan(n)):
             arr = arr.reshape(n, -1)
     elif arr.ndim != 2:
         raise ValueError(
-            f"{what} must be 2-D (n_samples, n_features) or 3-D images (n, height, width); "
+            f"{what} must be 2-D (n_samples, n_features) or images (n, height, width[, channels]); "
             f"got shape {arr.shape}"
         )
     if arr.shape[0] == 0 or arr.shape[1] == 0:  # scikit-learn's wording, as in check_array
@@ -341,11 +343,11 @@ def check_input(estimator, X, *, reset, min_samples: int = 1, ids=None) -> Input
         _refuse_sparse(X, "X")
         arr = check_array(X, dtype="numeric", ensure_all_finite=False, allow_nd=True,
                           ensure_min_samples=min_samples, estimator=estimator, input_name="X")
-        if arr.ndim == 3:  # images (n, height, width)
+        if arr.ndim in (3, 4):  # images (n, height, width[, channels])
             arr = arr.reshape(arr.shape[0], -1)
         elif arr.ndim != 2:
-            raise ValueError(f"X must be 2-D (n_samples, n_features) or 3-D images (n, height, "
-                             f"width); got shape {arr.shape}")
+            raise ValueError(f"X must be 2-D (n_samples, n_features) or images (n, height, "
+                             f"width[, channels]); got shape {arr.shape}")
         if arr.dtype == bool:
             arr = arr.astype(np.uint8)
         if reset is not None:

@@ -50,7 +50,8 @@ from .moments import Moments
 
 __all__ = [
     "compute_moments_checkpointed", "job_fingerprint", "segment_bounds", "chunk_digests",
-    "CheckpointMismatch", "PassInterrupted",
+    "CheckpointMismatch", "PassInterrupted", "array_digest", "open_state", "save_state",
+    "check_digests", "saved_solver", "saved_state_meta", "checkpoint_path",
 ]
 
 #: version of the checkpoint layout, checked on resume
@@ -77,10 +78,12 @@ class PassInterrupted(KeyboardInterrupt):
     A :class:`KeyboardInterrupt`, so that code which handles an interrupt still does.
     """
 
-    def __init__(self, checkpoint: Path, chunks_done: int, n_chunks: int):
+    def __init__(self, checkpoint: Path, chunks_done: int, n_chunks: int, unit: str = "chunks"):
         self.checkpoint, self.chunks_done, self.n_chunks = checkpoint, chunks_done, n_chunks
+        #: what is saved, for people: "3 of 120 chunks" (a randomized fit counts passes)
+        self.progress = f"{chunks_done} of {n_chunks} {unit}"
         super().__init__(
-            f"interrupted after {chunks_done} of {n_chunks} chunks; the checkpoint "
+            f"interrupted after {self.progress}; the checkpoint "
             f"{str(checkpoint)!r} holds them: run the same call again to continue"
         )
 
@@ -350,6 +353,10 @@ def _digest(a) -> str | None:
     return h.hexdigest()
 
 
+#: public: the randomized fit's passes bind their chunks the same way (dfairpca._thin_pass)
+array_digest = _digest
+
+
 def _zarr_sources(X) -> list[str]:
     """URLs of the Zarr arrays X's graph reads from (``file:///...``, ``s3://...``)."""
     return sorted({str(array.store_path) for array in zarr_arrays(X)})
@@ -398,17 +405,7 @@ def _load(path: Path) -> dict | None:
             return _load(local)
     if not path.exists():
         return None
-    file = path / "progress.json"
-    try:
-        progress = json.loads(file.read_text())
-        ok = isinstance(progress, dict) and progress.get("kind") == "dfairpca checkpoint"
-    except (OSError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"{str(path)!r} exists but is not a dfairpca checkpoint; choose another "
-            "checkpoint directory"
-        )
+    progress, file = _read_progress(path, "exact")
     check_progress(progress, file)
     if progress["version"] > CHECKPOINT_VERSION:
         raise ValueError(
@@ -463,3 +460,129 @@ def check_progress(progress, file, total=None) -> None:
 def _is_whole(v) -> bool:
     """An int from JSON (``True``/``False`` are not row numbers)."""
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+# ----------------------------------------------------------------------------- multi-pass fits
+#: what each solve's checkpoint holds, and the option that resumes it
+_SOLVERS = {"exact": "the exact one-pass fit (svd_solver='full')",
+            "randomized": "the randomized fit (svd_solver='randomized')"}
+
+
+def checkpoint_path(checkpoint, storage_options: dict | None = None):
+    """A checkpoint as this module takes it: a local Path, or a URL's Location."""
+    return location(checkpoint, storage_options) if is_remote(checkpoint) else Path(checkpoint)
+
+
+def saved_solver(path) -> str | None:
+    """"exact" or "randomized": the solve whose checkpoint ``path`` holds (None if there is
+    none, or it is not one), so that ``svd_solver="auto"`` resumes what it started."""
+    try:
+        progress = json.loads(_progress_text(checkpoint_path(path)))
+    except Exception:  # no checkpoint there (local or remote), or not ours: nothing to follow
+        return None
+    if not isinstance(progress, dict) or progress.get("kind") != "dfairpca checkpoint":
+        return None
+    return progress.get("solver", "exact")
+
+
+def _check_solver(path: Path, progress: dict, solver: str) -> None:
+    """Refuse a checkpoint another solve wrote, naming the option that resumes it."""
+    saved = progress.get("solver", "exact")
+    if saved != solver:
+        raise CheckpointMismatch(
+            f"checkpoint {str(path)!r} was written by {_SOLVERS.get(saved, repr(saved))}, not "
+            f"{_SOLVERS[solver]}: resume it with that svd_solver, or {_START_OVER}"
+        )
+
+
+def open_state(path, X, fingerprint: dict, solver: str, resume: bool = True) -> dict | None:
+    """The saved state of an interrupted multi-pass fit (the randomized one), or None to start.
+
+    Checks first, before any work, that ``path`` may hold a checkpoint (never the store X
+    reads); then, if one is there and ``resume``, that it is this solve's and this job's
+    (``fingerprint``: :func:`job_fingerprint` plus the solve's own options).  Returns
+    ``{"meta": dict, "arrays": {name: ndarray}, "digests": [sha256 of every row chunk],
+    "path": str}``;
+    the caller binds the data with :func:`check_digests` on its next read of X.
+    """
+    path = checkpoint_path(path)
+    check_target(path, "checkpoint", overwrite=True,
+                 protect=[("the input store", root) for root in zarr_roots(X)])
+    if not resume or not (exists(path) if is_remote(path) else path.exists()):
+        return None
+    if is_remote(path):
+        with local_copy(path) as local:
+            return {**_read_state(local, fingerprint, solver), "path": str(path)}
+    return _read_state(path, fingerprint, solver)
+
+
+def _read_progress(path: Path, solver: str) -> tuple[dict, Path]:
+    """(progress.json of the local checkpoint ``path``, its file), refused unless it is a
+    dfairpca checkpoint of ``solver``'s."""
+    file = path / "progress.json"
+    try:
+        progress = json.loads(file.read_text())
+        ok = isinstance(progress, dict) and progress.get("kind") == "dfairpca checkpoint"
+    except (OSError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{str(path)!r} exists but is not a dfairpca checkpoint; choose another "
+                         "checkpoint directory")
+    _check_solver(path, progress, solver)
+    return progress, file
+
+
+def _read_state(path: Path, fingerprint: dict, solver: str) -> dict:
+    """:func:`open_state`'s reading of a local checkpoint directory."""
+    progress, file = _read_progress(path, solver)
+    if not isinstance(progress.get("version"), int) or progress["version"] > CHECKPOINT_VERSION:
+        raise ValueError(f"checkpoint {str(path)!r} was written by a newer dfairpca; upgrade "
+                         "dfairpca or pass resume=False to start over")
+    _check_same_job(path, progress.get("fingerprint") or {}, fingerprint)
+    digests, meta = progress.get("digests"), progress.get("state")
+    if not (isinstance(digests, list) and all(isinstance(h, str) for h in digests)
+            and isinstance(meta, dict)):
+        raise SavedFileError(f"cannot load checkpoint {str(file)!r}: its digests or state are "
+                             f"missing or mistyped{RESAVE_HINT}")
+    try:
+        with np.load(path / "state.npz", allow_pickle=False) as f:  # never unpickles
+            arrays = {k: f[k] for k in f.files}
+    except (OSError, ValueError) as exc:
+        raise SavedFileError(f"cannot load checkpoint {str(path / 'state.npz')!r}: {exc}"
+                             f"{RESAVE_HINT}") from None
+    return {"meta": meta, "arrays": arrays, "digests": digests, "path": str(path)}
+
+
+def save_state(path, fingerprint: dict, solver: str, meta: dict, arrays: dict,
+               digests: list) -> None:
+    """Atomically replace the checkpoint ``path`` with a multi-pass fit's state: ``meta``
+    (JSON), ``arrays`` (.npz, no objects) and the digests of X's row chunks."""
+    progress = {"kind": "dfairpca checkpoint", "version": CHECKPOINT_VERSION, "solver": solver,
+                "fingerprint": fingerprint, "state": meta, "digests": list(digests)}
+    with atomic_directory(checkpoint_path(path), "checkpoint", overwrite=True) as tmp:
+        np.savez(tmp / "state.npz", **{k: np.asarray(v) for k, v in arrays.items()})
+        (tmp / "progress.json").write_text(json.dumps(progress, indent=1))
+
+
+def saved_state_meta(path) -> dict:
+    """The ``meta`` of the state saved at ``path`` ({} if it cannot be read): what an
+    interrupt reports is what is on disk."""
+    try:
+        return dict(json.loads(_progress_text(checkpoint_path(path)))["state"])
+    except Exception:  # unreadable (local or remote): nothing saved to report
+        return {}
+
+
+def check_digests(path, saved: list, read: list) -> None:
+    """Raise :class:`CheckpointMismatch` unless the chunks just read, ``read`` a list of
+    ``(first row, stop row, sha256)``, are those the checkpoint's digests ``saved`` bind."""
+    read = sorted(read)
+    differ = [(s, e) for (s, e, h), old in zip(read, saved) if h != old]
+    if len(read) != len(saved):
+        differ = differ or [(0, read[-1][1] if read else 0)]
+    if differ:
+        more = f" (and {len(differ) - 1} more chunk(s))" if len(differ) > 1 else ""
+        raise CheckpointMismatch(
+            f"checkpoint {str(path)!r} was made from different data: rows {differ[0][0]}-"
+            f"{differ[0][1] - 1} differ{more} from the rows it holds; {_START_OVER}"
+        )

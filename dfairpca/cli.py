@@ -1,7 +1,7 @@
 """The ``dfairpca`` command: make or ingest a CelebA store, fit, transform, show, demo.
 
-    dfairpca synth-celeba OUT.zarr [--n 202599] [--seed 0]
-    dfairpca ingest-celeba CELEBA_DIR OUT.zarr [--size 80]
+    dfairpca synth-celeba OUT.zarr [--n 202599] [--seed 0] [--size 80|HxW] [--color]
+    dfairpca ingest-celeba CELEBA_DIR OUT.zarr [--size 80|HxW|full] [--color] [--scheduler ADDR]
     dfairpca fit STORE.zarr --attribute Eyeglasses -k 400 --out MODEL [--method fair]
     dfairpca fit DATA.zarr --array X --sensitive-array groups -k 10 --out MODEL [--json]
     dfairpca fit DATA.zarr --array X --sensitive-csv people.csv --sensitive-column sex,race ...
@@ -414,6 +414,8 @@ def _describe_groups(groups, celeba_names) -> str:
 #: fit options only a fair method uses: --method pca would ignore them
 FAIR_ONLY = ("attribute", "sensitive_array", "sensitive_csv", "sensitive_column", "constraint",
              "target", "target_array", "target_column", "target_csv", "tradeoff", "equalize")
+#: fit options only the randomized solve uses: --svd-solver full would ignore them
+RANDOMIZED_ONLY = ("n_oversamples", "iterated_power", "random_state")
 
 
 #: seconds to wait for a scheduler to answer, then for its first worker
@@ -445,6 +447,10 @@ class FitJob:
     target_csv: str | None = None
     tradeoff: float = 0.0
     equalize: float = 0.5
+    svd_solver: str = "auto"
+    n_oversamples: int = 10
+    iterated_power: str | int = "auto"
+    random_state: int = 0
     statistics: bool = False
     checkpoint: str | None = None
     resume: bool = False
@@ -477,6 +483,11 @@ def _check_method_options(args) -> None:
             f"{option} needs {needs}; --method pca (plain PCA, no protected attributes) would "
             f"ignore it: drop {option}, or choose a fair method"
         )
+    odd = [o for o in RANDOMIZED_ONLY if getattr(args, o) != defaults[o]]
+    if args.svd_solver == "full" and odd:
+        option = "--" + odd[0].replace("_", "-")
+        raise CLIError(f"{option} sets the randomized solve; --svd-solver full (the exact one-pass "
+                       f"fit) would ignore it: drop {option}, or use --svd-solver randomized or auto")
     if args.method != "fair-s" and "equalize" in given:
         raise CLIError(
             "--equalize needs --method fair-s (fair PCA that also equalises the group "
@@ -507,12 +518,14 @@ def _estimator(args):
     # a progress bar redraws itself many times a second: only on a terminal, never into the
     # log file of a batch job (nor into --json's stdout, which then is stderr: see main)
     progress = sys.stdout.isatty()
+    solve = dict(svd_solver=args.svd_solver, n_oversamples=args.n_oversamples,
+                 iterated_power=args.iterated_power, random_state=args.random_state)
     if args.method == "pca":
-        return PCA(args.k, progress=progress)
+        return PCA(args.k, progress=progress, **solve)
     eq = args.equalize if args.method == "fair-s" else None
     return FairPCA(
         args.k, constraint=args.constraint, tradeoff=args.tradeoff,
-        equalize_covariance=eq, progress=progress,
+        equalize_covariance=eq, progress=progress, **solve,
     )
 
 
@@ -536,6 +549,7 @@ def _fit_summary(est, args, data: _Data, fit_seconds: float, wall_seconds: float
         "command": "fit", "n": int(data.X.shape[0]), "d": int(est.n_features_in_),
         "k": int(est.n_components_), "method": args.method, "estimator": type(est).__name__,
         "svd_solver": getattr(est, "fitted_svd_solver_", None),  # what "auto" chose
+        "passes": int(getattr(est, "n_passes_", 1)),  # over X
     }
     if hasattr(est, "groups_"):
         summary["constraint"] = est.constraint
@@ -573,6 +587,22 @@ def _cast_like(R, dtype):
 
 
 # ----------------------------------------------------------------------------- commands
+@contextlib.contextmanager
+def _saying_how_to_resume():
+    """Pass on what a store writer notes (where its finished chunks are, how to resume):
+    in the one-line error, or on stderr before the Ctrl-C line."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        for note in getattr(exc, "__notes__", ()):
+            print(f"dfairpca: {note}", file=sys.stderr)
+        raise
+    except (ValueError, FileNotFoundError) as exc:
+        if not getattr(exc, "__notes__", None):
+            raise
+        raise CLIError(f"{exc}; {'; '.join(exc.__notes__)}") from None
+
+
 def cmd_synth(args):
     from ._writes import staged_locally
     from .celeba import synth_celeba
@@ -580,18 +610,27 @@ def cmd_synth(args):
     out = _place(args.out, _storage(args))
     _check_out(out, "store", args.overwrite)
     t = time.perf_counter()
-    with staged_locally(out, "store", overwrite=args.overwrite) as local:
-        synth_celeba(local, n=args.n, seed=args.seed, size=args.size, overwrite=args.overwrite)
+    with staged_locally(out, "store", overwrite=args.overwrite) as local, _saying_how_to_resume():
+        synth_celeba(local, n=args.n, seed=args.seed, size=args.size, color=args.color,
+                     overwrite=args.overwrite, n_jobs=args.n_jobs)
     print(f"wrote {args.n:,} synthetic faces to {out} in {time.perf_counter() - t:.1f} s")
 
 
 def cmd_ingest(args):
     from .celeba import ingest_celeba
+    from .cluster import connect
 
     out = _place(args.out, _storage(args))
     _check_out(out, "store", args.overwrite, {"the CelebA folder": args.celeba_dir})
     t = time.perf_counter()
-    ingest_celeba(args.celeba_dir, out, size=args.size, overwrite=args.overwrite)
+    options = dict(size=args.size, color=args.color, overwrite=args.overwrite)
+    if args.scheduler is None and args.scheduler_file is None:
+        with _saying_how_to_resume():
+            ingest_celeba(args.celeba_dir, out, n_jobs=args.n_jobs, **options)
+    else:  # the chunks run as Dask tasks on that cluster's workers
+        with connect(args.scheduler, args.scheduler_file, timeout=args.timeout, local=False) as client, \
+                _saying_how_to_resume():
+            ingest_celeba(args.celeba_dir, out, client=client, **options)
     print(f"ingested {args.celeba_dir} into {out} in {time.perf_counter() - t:.1f} s")
 
 
@@ -659,8 +698,10 @@ def run_fit(args: FitJob) -> dict:
     remove_directory(ckpt, "checkpoint")
     kept = 100 * est.explained_variance_ratio_.sum()
     cert = getattr(est, "fairness_violation_", None)  # share of any group's mean gap kept
+    passes = int(getattr(est, "n_passes_", 1))
     print(f"{type(est).__name__} k = {est.n_components_}: {kept:.2f}% of the variance kept; "
           + ("" if cert is None else f"fairness certified: group-mean gap kept {cert:.1e}; ")
+          + f"solver {est.fitted_svd_solver_}, {passes} pass{'es' if passes > 1 else ''} over X; "
           + f"fit in {dt:.1f} s; model written to {out}")
     return _fit_summary(est, args, data, dt, time.perf_counter() - start)
 
@@ -816,9 +857,46 @@ def _positive(kind):
     return parse
 
 
+def _face_size(full: bool):
+    """An argparse type: a side (``80``), ``HxW`` (``218x178``) or, if ``full``, ``full``."""
+    def parse(text: str):
+        if full and text == "full":
+            return text
+        parts = text.lower().split("x")
+        if len(parts) in (1, 2) and all(p.isdigit() and int(p) > 0 for p in parts):
+            return int(parts[0]) if len(parts) == 1 else (int(parts[0]), int(parts[1]))
+        raise argparse.ArgumentTypeError(
+            f"must be a side (80), HEIGHTxWIDTH (218x178){' or full' if full else ''}; got {text!r}")
+
+    parse.__name__ = "face size"
+    return parse
+
+
+def _add_face_options(p, size_help: str, default_size: int, full: bool):
+    """--size, --color and --n-jobs of the commands that write a CelebA store."""
+    p.add_argument("--size", type=_face_size(full), default=str(default_size), help=size_help)
+    p.add_argument("--color", action="store_true",
+                   help="RGB faces (n, H, W, 3) instead of grey (n, H, W)")
+    p.add_argument("--n-jobs", type=_positive(int), metavar="N",
+                   help="worker processes (default: the usable CPUs)")
+
+
 OVERWRITE_HELP = "replace what dfairpca wrote there before (never anything else)"
 JSON_HELP = ("print one JSON object (the summary) on stdout, and send the human lines, progress "
              "and cluster messages to stderr")
+
+
+def _power(text: str):
+    """An argparse type: "auto" or an integer >= 0 (``--iterated-power``)."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer >= 0; got {text!r}")
+    return value
 
 
 STORAGE_HELP = ("options of the file system of s3:// (or any fsspec) URLs, as a JSON object, "
@@ -831,11 +909,10 @@ def _add_storage(p):
     p.add_argument("--storage-options", metavar="JSON", help=STORAGE_HELP)
 
 
-def _add_cluster(p):
+def _add_cluster(p, scheduler_help: str = "tcp://host:port of a Dask scheduler (default: start "
+                                          "a local cluster sized to this machine)"):
     g = p.add_argument_group("cluster")
-    g.add_argument("--scheduler", metavar="ADDRESS",
-                   help="tcp://host:port of a Dask scheduler (default: start a local cluster "
-                        "sized to this machine)")
+    g.add_argument("--scheduler", metavar="ADDRESS", help=scheduler_help)
     g.add_argument("--scheduler-file", metavar="PATH",
                    help="scheduler file written by `dask scheduler --scheduler-file` "
                         "(default: none, see --scheduler)")
@@ -872,8 +949,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=_positive(int), default=202_599, help="number of faces")
     p.add_argument("--seed", type=int, default=0,
                    help="random seed (the same seed, the same faces)")
-    p.add_argument("--size", type=_positive(int), default=DEFAULT_SIZE,
-                   help="faces are SIZE x SIZE pixels")
+    _add_face_options(p, "faces are SIZE x SIZE pixels, or HxW (218x178: CelebA's aligned faces)",
+                      DEFAULT_SIZE, full=False)
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     _add_storage(p)
     p.set_defaults(func=cmd_synth)
@@ -882,10 +959,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("celeba_dir", metavar="CELEBA_DIR",
                    help="the CelebA download: img_align_celeba/ and the list_*.txt files")
     p.add_argument("out", metavar="OUT", help="the Zarr store to write (a directory)")
-    p.add_argument("--size", type=_positive(int), default=DEFAULT_SIZE,
-                   help="faces are cropped and resized to SIZE x SIZE pixels")
+    _add_face_options(p, "faces are centre-cropped and resized to SIZE x SIZE pixels, or HxW; "
+                      "full: the images' own size", DEFAULT_SIZE, full=True)
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     _add_storage(p)
+    _add_cluster(p, "tcp://host:port of a Dask scheduler whose workers decode the chunks (they "
+                    "must see CELEBA_DIR and OUT at the same paths) (default: none: --n-jobs "
+                    "local processes)")
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("fit",
@@ -917,15 +997,11 @@ def build_parser() -> argparse.ArgumentParser:
                    default=FitJob.constraint,
                    help="equal_opportunity fits on the rows whose task label is 1 and needs "
                         "one of --target, --target-array, --target-column")
-    g.add_argument("--target", metavar="NAME",
-                   help="task label for equal opportunity: a CelebA attribute of STORE "
-                        "(default: none)")
-    g.add_argument("--target-array", metavar="ARRAY",
-                   help="task label for equal opportunity: a 0/1 (or -1/1, bool) Zarr array of "
-                        "STORE or a path (default: none)")
-    g.add_argument("--target-column", metavar="COL",
-                   help="task label for equal opportunity: a 0/1 column of --target-csv "
-                        "(default: none)")
+    for flag, metavar, what in zip(TARGET_OPTIONS, ("NAME", "ARRAY", "COL"), (
+            "a CelebA attribute of STORE", "a 0/1 (or -1/1, bool) Zarr array of STORE or a path",
+            "a 0/1 column of --target-csv")):
+        g.add_argument(flag, metavar=metavar,
+                       help=f"task label for equal opportunity: {what} (default: none)")
     g.add_argument("--target-csv", metavar="FILE",
                    help="the CSV/Parquet file of --target-column (default: the --sensitive-csv "
                         "file)")
@@ -933,14 +1009,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="λ in [0, 1]: also output the standard PCA components scaled by λ")
     g.add_argument("--equalize", type=float, default=FitJob.equalize,
                    help="fair-s: the fraction f of Fair PCA-S (f)")
+    g = p.add_argument_group("solver")
+    g.add_argument("--svd-solver", choices=["auto", "full", "randomized"], default=FitJob.svd_solver,
+                   help="full: the exact one-pass fit (d x d statistics); randomized: block Krylov "
+                        "passes over X, memory d x (k + p), for large d or small k; auto: chosen "
+                        "by a memory and cost model (the summary says which ran)")
+    g.add_argument("--n-oversamples", type=_positive(int), default=FitJob.n_oversamples,
+                   metavar="P", help="randomized: the blocks have k + P columns")
+    g.add_argument("--iterated-power", type=_power, default=FitJob.iterated_power, metavar="Q",
+                   help="randomized: at most Q + 2 passes over X; auto stops once the captured "
+                        "variance is within 1e-4 of the optimum, by its Ritz residuals")
+    g.add_argument("--random-state", type=int, default=FitJob.random_state, metavar="SEED",
+                   help="randomized: the seed of the start block")
     g = p.add_argument_group("output and the pass")
     g.add_argument("--json", action="store_true", help=JSON_HELP)
     g.add_argument("--statistics", action="store_true",
                    help="also save the d x d statistics with the model")
     g.add_argument("--checkpoint", metavar="DIR",
-                   help="where the pass saves its running statistics (default: OUT.checkpoint)")
+                   help="where the pass saves its running statistics, a randomized fit its "
+                        "state after every pass (default: OUT.checkpoint)")
     g.add_argument("--resume", action="store_true",
-                   help="continue an interrupted fit from its checkpoint, skipping finished chunks")
+                   help="continue an interrupted fit from its checkpoint, skipping finished "
+                        "chunks (randomized: passes)")
     g.add_argument("--rows-per-chunk", type=_positive(int),
                    help="rows per task of the pass (default: store chunks merged to "
                         f"~{BLOCK_BYTES >> 20} MiB)")
@@ -1021,8 +1111,8 @@ def main(argv=None) -> int:
         return 2
     except PassInterrupted as exc:
         resume = "; rerun with --resume" if args.command == "fit" else ""
-        print(f"dfairpca {args.command}: interrupted after {exc.chunks_done} of "
-              f"{exc.n_chunks} chunks{resume}", file=sys.stderr)
+        print(f"dfairpca {args.command}: interrupted after {exc.progress}{resume}",
+              file=sys.stderr)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:  # outside a pass, or a second Ctrl-C while the cluster closes
         print(f"dfairpca {args.command}: interrupted", file=sys.stderr)

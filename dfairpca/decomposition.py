@@ -8,57 +8,20 @@ the probabilistic model and the save/load path are the base's.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from . import _solvers
-from ._fairness import (
-    CONSTRAINT_RULES, EQUALIZE_RULES, certify, check_fair_k, covariance_terms, group_constraints,
-    numeric_constraints, set_certificate,
-)
-from ._linear import (
-    LINEAR_RULES, LinearDecomposition, check_rows, fraction_to_k, known, release, whitening, whole,
-)
+from ._exact import fair_components, fair_constraints, fitted_space, standard_components
+from ._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, certify, check_fair_k, set_certificate
+from ._linear import LINEAR_RULES, LinearDecomposition, check_rows, known, release, whitening, whole
 from ._params import TRADEOFF
 from ._registry import register
 from ._saved import fair_meta, load, restore_fair_meta
 from ._groups import binary_target, encode_groups, group_labels
 from ._validation import Input, with_known_rows
-from .moments import OVERFLOW_MESSAGE, Moments, merge
+from .moments import Moments, merge
 
 __all__ = ["PCA", "FairPCA", "load"]  # load: dfairpca._saved's, importable from here too
-
-
-def _space(m: Moments, center: bool, standardize: bool):
-    """(S, scale, e): the matrix whose eigenvectors we want, in the fitted feature space,
-    as ``S * 4**e`` (e is the statistics' ``scatter_exponent``, 0 but for data of
-    extreme magnitude; 0 when standardized, which is unit-free), and the true scale."""
-    if m.n < 2:
-        raise ValueError(f"need at least 2 samples to fit; got {m.n} (n_samples={m.n})")
-    if not (np.all(np.isfinite(m.mean)) and np.all(np.isfinite(np.diagonal(m.scatter)))):
-        raise ValueError(OVERFLOW_MESSAGE)
-    e = m.scatter_exponent
-    S = m.scatter
-    if not center:
-        mu = np.ldexp(m.mean, -e)  # in the scatter's units
-        S = S + m.n * np.outer(mu, mu)
-    scale = None
-    if standardize:
-        sd, scale = _solvers.standard_scale(m.n, m.mean, np.diag(m.scatter), e)
-        S = S / np.outer(sd, sd)
-        e = 0
-    return S, scale, e
-
-
-def _columns(m: Moments, keep: np.ndarray) -> Moments:
-    """The statistics of the columns ``keep`` of the rows m was computed from (every
-    statistic restricts column-wise; the rows, counts and precision are m's)."""
-    ix = np.ix_(keep, keep)
-    attrs = [dataclasses.replace(a, deviation=a.deviation[:, keep],
-                                 scatter=None if a.scatter is None else a.scatter[:, keep][:, :, keep])
-             for a in m.attributes]
-    return dataclasses.replace(m, mean=m.mean[keep], scatter=m.scatter[ix], attributes=attrs)
 
 
 @register
@@ -86,11 +49,12 @@ class PCA(LinearDecomposition):
         chooses how that local problem is solved).  "randomized" never forms d x d: block
         Krylov passes over X, each applying the covariance to k + ``n_oversamples``
         vectors chunk by chunk (:mod:`dfairpca._randomized`), for data whose d x d does
-        not fit in memory or when k is small; it needs an int ``n_components`` and neither
-        ``checkpoint`` nor ``partial_fit``.  "auto" takes "randomized" where the exact
-        fit's d x d matrices do not fit half the memory available (or of a worker) or its
-        passes cost less than the exact pass by a flop and read model (at d = 6,400:
-        k + n_oversamples up to 110), and the exact solve otherwise
+        not fit in memory or when k is small; it needs an int ``n_components``, no
+        ``partial_fit`` (``checkpoint`` saves its state after every pass).  "auto" takes
+        "randomized" where the exact fit's d x d matrices do not fit half the memory
+        available (or of a worker) or its passes cost less than the exact pass by a flop
+        and read model (at d = 6,400: k + n_oversamples up to 110), and the exact solve
+        otherwise
         (:func:`dfairpca._randomized.choose_svd_solver`); ``fitted_svd_solver_`` says which.
     iterated_power : "auto" or int >= 0, default "auto"
         Randomized solve: an int q makes q + 2 passes over X (the first also computes the
@@ -183,10 +147,10 @@ class PCA(LinearDecomposition):
         """Fit on X (numpy, pandas, xarray, Dask or Zarr; (n, d) or (n, h, w)) in one pass.
 
         ``checkpoint``: a directory where the pass saves its running statistics after every
-        segment of chunks; a fit interrupted (Ctrl-C raises
-        :class:`~dfairpca.checkpoint.PassInterrupted`) and run again with the same
-        checkpoint skips the finished segments, after checking that their rows are the
-        ones it folded (see :mod:`dfairpca.checkpoint`; other data is refused with
+        segment of chunks (a randomized fit: its state after every pass); a fit
+        interrupted (Ctrl-C raises :class:`~dfairpca.checkpoint.PassInterrupted`) and run
+        again with the same checkpoint skips the finished segments, after checking that
+        their rows are the ones it folded (see :mod:`dfairpca.checkpoint`; other data is refused with
         :class:`~dfairpca.checkpoint.CheckpointMismatch`).  ``keep_checkpoint``: keep the
         checkpoint after a successful fit; by default it is deleted then.
         """
@@ -194,10 +158,10 @@ class PCA(LinearDecomposition):
         inp = self._input(X, reset=True, min_samples=2)
         (Xa,) = with_known_rows(inp.data)
         self._check_k(Xa.shape[1], Xa.shape[0])  # rows now known, also of a filtered Dask X
-        if self._fit_solver(Xa.shape[1], checkpoint=checkpoint) == "randomized":
-            self._set_randomized(self._randomized_fit(Xa))
-            return self
-        self.fit_statistics(self._pass(Xa, checkpoint=checkpoint))
+        if self._solver_of(Xa, None, checkpoint) == "randomized":
+            self._set_randomized(self._randomized_fit(Xa, checkpoint=checkpoint))
+        else:
+            self.fit_statistics(self._pass(Xa, checkpoint=checkpoint))
         release(checkpoint, keep_checkpoint)
         return self
 
@@ -209,7 +173,7 @@ class PCA(LinearDecomposition):
         self._check_params()
         inp = self._input(X, reset=None, min_samples=2)
         self._check_k(inp.data.shape[1], inp.data.shape[0])
-        self._fit_solver(inp.data.shape[1])
+        self._solver_of(inp.data, None)
 
     def partial_fit(self, X, y=None):
         """Add the rows of X to what was seen so far and refit (equals fit on the union).
@@ -235,8 +199,8 @@ class PCA(LinearDecomposition):
         """Solve from precomputed (e.g. merged or loaded) statistics."""
         self._check_params()
         self._check_k(statistics.n_features, statistics.n)
-        S, scale, e = _space(statistics, self.center, self.standardize)
-        U = self._pca_solve(S, statistics.n)
+        S, scale, e = fitted_space(statistics, self.center, self.standardize)
+        U = standard_components(S, statistics.n, self.n_components, self.eigen_solver)
         self._set_fitted(statistics, U, S, scale, e)
         return self
 
@@ -453,21 +417,15 @@ class FairPCA(LinearDecomposition):
         """
         Xa, g, mask, numeric = self._prepare(X, sensitive_features, y, partial=False, reset=True)
         if self._solver_of(Xa, g, checkpoint) == "randomized":
-            return self._fit_randomized(Xa, g, mask, numeric)
-        self.fit_statistics(self._pass(Xa, g, mask, checkpoint, numeric=numeric))
+            self._fit_randomized(Xa, g, mask, numeric, checkpoint)
+        else:
+            self.fit_statistics(self._pass(Xa, g, mask, checkpoint, numeric=numeric))
         release(checkpoint, keep_checkpoint)
         return self
 
-    def _solver_of(self, Xa, g, checkpoint=None) -> str:
-        """:meth:`_fit_solver` for the features of Xa and the groups of g."""
-        d = Xa.shape[1] - len(self.numeric_sensitive_columns_ if hasattr(
-            self, "numeric_sensitive_columns_") else ())
-        groups = 0 if g is None else sum(len(c) for c in g.categories)
-        return self._fit_solver(d, groups=groups, checkpoint=checkpoint)
-
-    def _fit_randomized(self, Xa, g, mask, numeric: bool):
+    def _fit_randomized(self, Xa, g, mask, numeric: bool, checkpoint=None):
         """Fit by randomized passes (:mod:`dfairpca._randomized`), certify, keep."""
-        fit = self._randomized_fit(Xa, g, mask, numeric)
+        fit = self._randomized_fit(Xa, g, mask, numeric, checkpoint)
         m = fit.statistics
         names = self.attribute_names_
         p, q = len(m.attributes), len(m.numeric)
@@ -487,11 +445,6 @@ class FairPCA(LinearDecomposition):
                                                   for j in range(p)],
                        limit, names, standard)
         return self
-
-    def _features(self, m) -> np.ndarray:
-        """The feature columns of statistics m (all but the numeric attributes)."""
-        num = np.asarray(getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
-        return np.setdiff1d(np.arange(m.n_features), num)
 
     def _set_fair(self, per_group, Q, group_means, limit, names, standard) -> None:
         """The fair fitted attributes: the certificate, the constraint basis, the groups,
@@ -586,20 +539,17 @@ class FairPCA(LinearDecomposition):
                     "needs at least two"
                 )
         keep = np.setdiff1d(np.arange(m.n_features), num)
-        mf = _columns(m, keep) if q else m
+        mf = m.columns(keep) if q else m
         ms = [int(np.sum(a.counts > 0)) for a in mf.attributes]
         limit = self._check_k_groups(mf.n_features, ms, m.n, q)
         if self.equalize_covariance is not None and not p:
             raise ValueError("equalize_covariance equalises the covariances of groups: give the "
                              "protected attribute as group labels, or leave it None")
-        S, scale, e = _space(mf, self.center, self.standardize)
-        C = group_constraints(mf, names[:p])
-        if q:
-            C = np.vstack([C, numeric_constraints(m, num, keep, names[p:])])
-        if scale is not None:
-            C = C / scale[None, :]
+        S, scale, e = fitted_space(mf, self.center, self.standardize)
+        C = fair_constraints(m, mf, num, keep, names, scale)
         Q = _solvers.constraint_basis(C)
-        U = self._fair_solve(S, Q, mf, scale, min(limit, m.n))
+        U = fair_components(S, Q, mf, scale, min(limit, m.n), self.n_components,
+                            self.equalize_covariance, self.eigen_solver)
         k = U.shape[0]
         sizes = [a.n_groups for a in mf.attributes] + [1] * q
         per_group = np.split(_solvers.constraint_violation(U, C), np.cumsum(sizes)[:-1])
@@ -616,21 +566,6 @@ class FairPCA(LinearDecomposition):
                 standard = (V, np.ldexp(np.sum((V @ S) * V, axis=1) / (m.n - 1), 2 * e))
         self._set_fair(per_group, Q, [mf.group_means(j) for j in range(p)], limit, names, standard)
         return self
-
-    def _fair_solve(self, S, Q, mf: Moments, scale, largest: int) -> np.ndarray:
-        """Fair components (k, d) for ``n_components`` (int, fraction or None; None and a
-        fraction consider the ``largest`` allowed)."""
-        k = self.n_components
-        r, eq = Q.shape[1], self.equalize_covariance
-        if whole(k):
-            terms = covariance_terms(mf, scale, k, r, eq)
-            return _solvers.fair_components(S, Q, k, *terms, solver=self.eigen_solver)
-        if k is None:
-            terms = covariance_terms(mf, scale, largest, r, eq)
-            return _solvers.fair_components(S, Q, largest, *terms, solver=self.eigen_solver)
-        U = _solvers.fair_components(S, Q, largest, solver="dense")
-        captured = np.sum((U @ S) * U, axis=1)
-        return U[: fraction_to_k(captured, np.trace(S), k, "the fair subspace")]
 
     def _projection(self):
         W = super()._projection()

@@ -19,7 +19,7 @@ pass keeps its running total in its own form (``dfairpca._accumulator``) and han
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -28,7 +28,7 @@ from ._chunk import OVERFLOW_MESSAGE  # noqa: F401 (the estimators raise it too)
 from ._chunk import chunk_sums
 from ._sums import DENSE, Sums, fill_lower, merge_sums, nbytes
 
-__all__ = ["Moments", "AttributeMoments", "merge"]
+__all__ = ["Moments", "AttributeMoments", "merge", "constraint_matrix", "deviation_floor", "check_finite"]
 
 
 @dataclass(frozen=True)
@@ -179,54 +179,31 @@ class Moments:
         S = np.ldexp(self.scatter / self.n, 2 * self.scatter_exponent)
         return S + np.outer(self.mean, self.mean)
 
+    def columns(self, keep: np.ndarray) -> "Moments":
+        """The statistics of the columns ``keep`` of the rows these were computed from
+        (every statistic restricts column-wise; the rows, counts and precision stay)."""
+        ix = np.ix_(keep, keep)
+        attrs = [replace(a, deviation=a.deviation[:, keep],
+                         scatter=None if a.scatter is None else a.scatter[:, keep][:, :, keep])
+                 for a in self.attributes]
+        return replace(self, mean=self.mean[keep], scatter=self.scatter[ix], attributes=attrs)
+
     def group_means(self, attribute: int = 0) -> np.ndarray:
         """Mean of every group of one attribute, shape (m, d)."""
         return self.mean + self.attributes[attribute].deviation
 
     def constraint_matrix(self) -> np.ndarray:
-        """``Z_comb^T X`` of the paper (Sec. 3.4/3.5): rows ``n_g (mean_g - mean)``.
-
-        Shape (sum of m_r, d); its row space is what fair PCA must be orthogonal to.  Each
-        attribute's rows are re-centred so that they sum to zero exactly (they do in exact
-        arithmetic), which keeps the rank at m_r - 1 when the sums ran in float32.
-        """
-        if not self.attributes:
-            return np.zeros((0, self.n_features))
-        rows = []
-        for a in self.attributes:
-            w = a.counts[:, None].astype(np.float64)
-            dev = a.deviation - (w * a.deviation).sum(0) / max(w.sum(), 1)
-            rows.append(np.where(w > 0, w * dev, 0.0))
-        return np.concatenate(rows)
+        """``Z_comb^T X`` of the paper (Sec. 3.4/3.5), see :func:`constraint_matrix`."""
+        return constraint_matrix(self.attributes, self.n_features)
 
     def deviation_floor(self) -> np.ndarray:
-        """Per feature: the size below which a group-mean deviation is float64 rounding.
-
-        The means are float64 sums of the rows (whatever dtype the products ran in), and
-        a sum of n terms is off by at most ``n * eps * sum |x_i|`` (recursive summation, the
-        worst case); so the mean of feature j is off by at most ``n * eps`` times its root
-        mean square ``rms_j``, and a group mean minus the overall mean by ``2 n eps rms_j``.
-        Per feature, not over the row norm: a huge constant feature (a timestamp in ns)
-        must not hide a real deviation of the others.  A deviation above this in any
-        feature is the data's, not the arithmetic's.
-        """
-        n = max(self.n, 1)
-        with np.errstate(over="ignore", under="ignore"):
-            sd = np.ldexp(np.sqrt(np.maximum(np.diag(self.scatter), 0.0) / n),
-                          self.scatter_exponent)  # true scatter = stored * 4**exponent
-            rms = np.hypot(np.abs(self.mean), sd)
-        return 2.0 * n * float(np.finfo(np.float64).eps) * rms
+        """Per feature: the size below which a group-mean deviation is float64 rounding
+        (:func:`deviation_floor`)."""
+        return deviation_floor(self.n, self.mean, np.diag(self.scatter), self.scatter_exponent)
 
     def check_finite(self) -> None:
         """Raise ``ValueError`` naming the rows if any row held NaN or infinity."""
-        if self.n_nonfinite:
-            rows = ", ".join(map(str, self.nonfinite_rows))
-            more = ", ..." if self.n_nonfinite > len(self.nonfinite_rows) else ""
-            raise ValueError(
-                f"X contains NaN or infinity in {self.n_nonfinite} row(s) (rows {rows}{more}); "
-                "drop or impute them before fitting, e.g. with dask.array.nan_to_num or "
-                "sklearn.impute.SimpleImputer."
-            )
+        check_finite(self.n_nonfinite, self.nonfinite_rows)
 
     # ------------------------------------------------------------------ persistence
     def to_arrays(self) -> tuple[dict, dict]:
@@ -273,6 +250,58 @@ def merge(parts: Sequence[Moments]) -> Moments:
     only their NaN bookkeeping.  The parts are left as they are.
     """
     return Moments._from_sums(merge_sums(parts, DENSE))
+
+
+# ---------------------------------------------------------------------- derived, shared
+# by Moments and the randomized fit's first-order statistics (dfairpca._thin_pass), which
+# hold the same fields but the d x d scatter
+def constraint_matrix(attributes: Sequence[AttributeMoments], d: int) -> np.ndarray:
+    """``Z_comb^T X`` of the paper (Sec. 3.4/3.5): rows ``n_g (mean_g - mean)``.
+
+    Shape (sum of m_r, d); its row space is what fair PCA must be orthogonal to.  Each
+    attribute's rows are re-centred so that they sum to zero exactly (they do in exact
+    arithmetic), which keeps the rank at m_r - 1 when the sums ran in float32.
+    """
+    if not attributes:
+        return np.zeros((0, d))
+    rows = []
+    for a in attributes:
+        w = a.counts[:, None].astype(np.float64)
+        dev = a.deviation - (w * a.deviation).sum(0) / max(w.sum(), 1)
+        rows.append(np.where(w > 0, w * dev, 0.0))
+    return np.concatenate(rows)
+
+
+def deviation_floor(n: int, mean: np.ndarray, sq: np.ndarray, exponent: int) -> np.ndarray:
+    """Per feature: the size below which a group-mean deviation is float64 rounding, from
+    the column sums of squares about the mean ``sq`` (stored as ``true * 4**-exponent``).
+
+    The means are float64 sums of the rows (whatever dtype the products ran in), and
+    a sum of n terms is off by at most ``n * eps * sum |x_i|`` (recursive summation, the
+    worst case); so the mean of feature j is off by at most ``n * eps`` times its root
+    mean square ``rms_j``, and a group mean minus the overall mean by ``2 n eps rms_j``.
+    Per feature, not over the row norm: a huge constant feature (a timestamp in ns)
+    must not hide a real deviation of the others.  A deviation above this in any
+    feature is the data's, not the arithmetic's.
+    """
+    n = max(n, 1)
+    with np.errstate(over="ignore", under="ignore"):
+        sd = np.ldexp(np.sqrt(np.maximum(sq, 0.0) / n), exponent)  # true = stored * 4**exponent
+        rms = np.hypot(np.abs(mean), sd)
+    return 2.0 * n * float(np.finfo(np.float64).eps) * rms
+
+
+def check_finite(n_nonfinite: int, nonfinite_rows: Sequence[int]) -> None:
+    """Raise ``ValueError`` naming the rows if ``n_nonfinite`` rows (the first of them
+    ``nonfinite_rows``) held NaN or infinity."""
+    if n_nonfinite:
+        rows = ", ".join(map(str, nonfinite_rows))
+        more = ", ..." if n_nonfinite > len(nonfinite_rows) else ""
+        raise ValueError(
+            f"X contains NaN or infinity in {n_nonfinite} row(s) (rows {rows}{more}); "
+            "drop or impute them before fitting, e.g. with dask.array.nan_to_num or "
+            "sklearn.impute.SimpleImputer."
+        )
 
 
 # ---------------------------------------------------------------------- saved form

@@ -1,10 +1,19 @@
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# examples per hypothesis property: "unit" (the default) keeps the unit run within a minute,
+# HYPOTHESIS_PROFILE=thorough searches 100 each; no deadline: an example's time is the
+# shared machine's load as much as the code's
+settings.register_profile("unit", max_examples=15, deadline=None)
+settings.register_profile("thorough", max_examples=100, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "unit"))
 
 
 def pytest_collection_modifyitems(config, items):

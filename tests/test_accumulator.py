@@ -4,7 +4,7 @@ import pickle
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import dfairpca._accumulator as acc
@@ -13,8 +13,10 @@ from dfairpca.moments import Moments, merge
 from oracle import make_data
 from test_moments import assert_matches
 
+#: the chunk step's remaining arguments for a plain chunk: all rows, float64 products
+EVERY_ROW = dict(mask=None, row_offset=0, dtype=None, group_scatter=True)
 
-@settings(max_examples=30, deadline=None)
+
 @given(d=st.integers(1, 40), width=st.integers(1, 17), seed=st.integers(0, 2**16))
 def test_upper_panels_hold_the_upper_triangle(d, width, seed):
     rng = np.random.default_rng(seed)
@@ -38,7 +40,6 @@ def test_upper_panels_hold_the_upper_triangle(d, width, seed):
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(P)).to_full(), P.to_full())
 
 
-@settings(max_examples=25, deadline=None)
 @given(n=st.integers(4, 120), d=st.integers(1, 9), width=st.integers(1, 5),
        cuts=st.lists(st.integers(1, 119), max_size=6), seed=st.integers(0, 2**16),
        dtype=st.sampled_from([np.float32, np.float64]))
@@ -53,7 +54,8 @@ def test_a_pass_folding_chunks_in_place_equals_the_whole(n, d, width, cuts, seed
         bounds = sorted({0, n, *[c for c in cuts if c < n]})
         total = first = None
         for s, e in zip(bounds[:-1], bounds[1:]):
-            part = chunk(X[s:e], g[0][s:e, None], cats, dtype=dtype, group_scatter=True)
+            part = chunk(X[s:e], g[0][s:e, None], cats, mask=None, row_offset=s, dtype=dtype,
+                             group_scatter=True)
             total = combine([part] if total is None else [total, part])
             first = first or total.scatter
             assert total.scatter is first  # every fold adds into the same float64 panels
@@ -65,7 +67,6 @@ def test_a_pass_folding_chunks_in_place_equals_the_whole(n, d, width, cuts, seed
         acc.PANEL_WIDTH = old
 
 
-@settings(max_examples=20, deadline=None)
 @given(n=st.integers(6, 90), cuts=st.lists(st.integers(1, 89), min_size=2, max_size=8),
        fan_in=st.integers(2, 4), seed=st.integers(0, 2**16))
 def test_a_tree_of_running_totals_equals_the_merge_of_the_chunks(n, cuts, fan_in, seed):
@@ -76,7 +77,7 @@ def test_a_tree_of_running_totals_equals_the_merge_of_the_chunks(n, cuts, fan_in
     cats = [np.arange(2), np.arange(3)]
     bounds = sorted({0, n, *[c for c in cuts if c < n]})
     chunks = [(X[s:e], codes[s:e]) for s, e in zip(bounds[:-1], bounds[1:])]
-    parts = [combine([chunk(x, c, cats, group_scatter=True)]) for x, c in chunks]
+    parts = [combine([chunk(x, c, cats, **EVERY_ROW)]) for x, c in chunks]
     while len(parts) > 1:
         parts = [combine(parts[i : i + fan_in]) for i in range(0, len(parts), fan_in)]
     got = parts[0].finalize()
@@ -91,12 +92,12 @@ def test_a_tree_of_running_totals_equals_the_merge_of_the_chunks(n, cuts, fan_in
 def test_a_running_total_is_saved_as_panels_and_resumes(tmp_path):
     X, g = make_data(300, 7, (2,), seed=3)
     cats = [np.arange(2)]
-    total = combine([chunk(X[:200], g[0][:200, None], cats, group_scatter=True)])
+    total = combine([chunk(X[:200], g[0][:200, None], cats, **EVERY_ROW)])
     total.save(tmp_path / "t")
     back = RunningTotal.load(tmp_path / "t")
     assert isinstance(back.scatter, UpperPanels)
     np.testing.assert_array_equal(back.scatter.data, total.scatter.data)
-    done = combine([back, chunk(X[200:], g[0][200:, None], cats, group_scatter=True)]).finalize()
+    done = combine([back, chunk(X[200:], g[0][200:, None], cats, **EVERY_ROW)]).finalize()
     assert_matches(done, X, [g[0]], cats)
     # complete statistics (a checkpoint of version 1) are read as a running total too
     Moments.from_chunk(X[:200], g[0][:200, None], cats, group_scatter=True).save(tmp_path / "m")
@@ -110,7 +111,7 @@ def test_dask_knows_what_a_running_total_weighs():
     from dask.sizeof import sizeof
 
     X, g = make_data(100, 64, (2,), seed=0)
-    total = combine([chunk(X, g[0][:, None], [np.arange(2)], group_scatter=True)])
+    total = combine([chunk(X, g[0][:, None], [np.arange(2)], **EVERY_ROW)])
     panels = total.scatter.nbytes
     assert sizeof(total.scatter) == panels
     assert 3 * panels <= sizeof(total) < 3 * panels + 8 * 64 * 10

@@ -21,6 +21,7 @@ from dfairpca.celeba import (
     open_celeba,
     synth_celeba,
 )
+from dfairpca.celeba.ingest import decode_face
 from dfairpca.celeba.schema import official_like_partition
 
 # ---------------------------------------------------------------------------
@@ -344,11 +345,11 @@ def test_open_celeba_errors(tmp_path):
     with pytest.raises(ValueError, match="uint8"):
         open_celeba(tmp_path / "float")
 
-    group = zarr.open_group(tmp_path / "oblong", mode="w")
-    group.create_array("images", shape=(3, 8, 6), dtype="uint8")
+    group = zarr.open_group(tmp_path / "rgba", mode="w")
+    group.create_array("images", shape=(3, 8, 6, 4), dtype="uint8")
     group.create_array("attributes", shape=(3, 40), dtype="int8")
-    with pytest.raises(ValueError, match=r"\(n, size, size\)"):
-        open_celeba(tmp_path / "oblong")
+    with pytest.raises(ValueError, match=r"\(n, H, W\) \(grey\) or \(n, H, W, 3\) \(RGB\)"):
+        open_celeba(tmp_path / "rgba")
 
 
 # ---------------------------------------------------------------------------
@@ -397,10 +398,11 @@ def expected_attributes(celeba_dir: Path) -> np.ndarray:
     return (np.array([row.split()[1:] for row in rows], dtype=int) > 0).astype(np.int8)
 
 
-def expected_image(path: Path, size: int) -> np.ndarray:
-    """What Pillow gives directly: grey, central 178 x 178, Lanczos resize."""
-    grey = Image.open(path).convert("L")
-    return np.asarray(grey.crop((0, 20, 178, 198)).resize((size, size), Image.Resampling.LANCZOS))
+def assert_decoded(stored: np.ndarray, path: Path, size: int) -> None:
+    """``stored`` is the image at ``path`` as the ingest decodes it: grey, the central
+    178 x 178, Lanczos-resized (``decode_face``; tests/test_celeba_stores.py holds it to
+    Pillow's plain full decode on CelebA-like faces)."""
+    np.testing.assert_array_equal(stored, decode_face(str(path), (size, size), False))
 
 
 def test_ingest_values(celeba_dir, tmp_path):
@@ -413,7 +415,7 @@ def test_ingest_values(celeba_dir, tmp_path):
     np.testing.assert_array_equal(attributes[:], expected_attributes(celeba_dir))
     for i in (0, 17, N_IMAGES - 1):
         path = celeba_dir / "img_align_celeba" / f"{i + 1:06d}.jpg"
-        np.testing.assert_array_equal(images[i], expected_image(path, 32))
+        assert_decoded(images[i], path, 32)
 
     group = zarr.open_group(out, mode="r")
     np.testing.assert_array_equal(group["partition"][:], [0] * 40 + [1] * 5 + [2] * 5)
@@ -437,8 +439,9 @@ def test_ingest_resumes_after_interruption(celeba_dir, tmp_path):
     # after chunks 0 and 1 are finished.
     broken = celeba_dir / "img_align_celeba" / "000040.jpg"
     broken.write_bytes(b"not a jpeg")
-    with pytest.raises(ValueError, match="000040.jpg"):
+    with pytest.raises(ValueError, match="000040.jpg") as info:
         ingest_celeba(celeba_dir, out, n_jobs=1, **kwargs)
+    assert "the same call again resumes there" in " ".join(info.value.__notes__)
     assert not out.exists()
     partial = tmp_path / ".celeba.zarr.partial"
     assert sorted(p.name for p in (partial / ".done").iterdir()) == ["0", "1"]
@@ -457,7 +460,7 @@ def test_ingest_resumes_after_interruption(celeba_dir, tmp_path):
     images = open_celeba(out)[0][:]
     for i in (0, 20, 39, N_IMAGES - 1):
         path = celeba_dir / "img_align_celeba" / f"{i + 1:06d}.jpg"
-        np.testing.assert_array_equal(images[i], expected_image(path, 32))
+        assert_decoded(images[i], path, 32)
 
 
 def test_ingest_overwrite_discards_partial_conversion(celeba_dir, tmp_path):

@@ -30,6 +30,18 @@ def data():
     return X, codes, [np.arange(2), np.arange(3)]
 
 
+@pytest.fixture
+def interrupt(stop_after):
+    """``interrupt(X, codes, checkpoint, after=i, segment_rows=r, **kw)``: a checkpointed
+    pass over X that is interrupted once its segment i is saved."""
+    def run(X, codes, checkpoint, *, after: int, segment_rows: int, **kw):
+        with pytest.raises(Interrupt):
+            compute_moments_checkpointed(X, sensitive_features=codes, checkpoint=checkpoint,
+                                         segment_rows=segment_rows,
+                                         on_segment=stop_after(after, Interrupt), **kw)
+    return run
+
+
 def assert_same_moments(a, b):
     assert a.n == b.n
     np.testing.assert_allclose(a.mean, b.mean, rtol=1e-12, atol=1e-12)
@@ -59,13 +71,11 @@ def test_checkpointed_pass_equals_one_pass(data, tmp_path):
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [".dfairpca", "progress.json", "total"]
 
 
-def test_interrupted_pass_resumes_with_the_remaining_segments_only(data, tmp_path, stop_after):
+def test_interrupted_pass_resumes_with_the_remaining_segments_only(data, tmp_path, interrupt):
     X, codes, cats = data
     Xd = da.from_array(X, chunks=(CHUNK, D))
     ckpt = tmp_path / "ckpt"
-    with pytest.raises(Interrupt):
-        compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt, segment_rows=300,
-                                     on_segment=stop_after(1, Interrupt))
+    interrupt(Xd, codes, ckpt, after=1, segment_rows=300)
     progress = json.loads((ckpt / "progress.json").read_text())
     assert progress["done"] == [0, 1] and len(progress["segments"]) == 8
     saved = RunningTotal.load(ckpt / "total")
@@ -87,7 +97,7 @@ def test_interrupted_pass_resumes_with_the_remaining_segments_only(data, tmp_pat
     assert_same_moments(m2, m)
 
 
-def test_resume_of_fair_pca_s_statistics_and_of_a_full_matrix_total(data, tmp_path, stop_after):
+def test_resume_of_fair_pca_s_statistics_and_of_a_full_matrix_total(data, tmp_path, interrupt):
     """Per-group scatters survive a resume; a total saved as full matrices (checkpoint
     version 1) resumes too."""
     X, codes, cats = data
@@ -95,9 +105,7 @@ def test_resume_of_fair_pca_s_statistics_and_of_a_full_matrix_total(data, tmp_pa
     ref = dfairpca.compute_moments(Xd, sensitive_features=codes, group_scatter=True)
     for full in (False, True):
         ckpt = tmp_path / f"ckpt{full}"
-        with pytest.raises(Interrupt):
-            compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt, segment_rows=400,
-                                         group_scatter=True, on_segment=stop_after(2, Interrupt))
+        interrupt(Xd, codes, ckpt, after=2, segment_rows=400, group_scatter=True)
         if full:
             total = RunningTotal.load(ckpt / "total")
             total.finalize().save(ckpt / "total", overwrite=True)  # as version 1 wrote it
@@ -109,13 +117,11 @@ def test_resume_of_fair_pca_s_statistics_and_of_a_full_matrix_total(data, tmp_pa
             np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10, atol=1e-8)
 
 
-def test_resume_uses_the_recorded_segments(data, tmp_path, stop_after):
+def test_resume_uses_the_recorded_segments(data, tmp_path, interrupt):
     X, codes, cats = data
     Xd = da.from_array(X, chunks=(CHUNK, D))
 
-    with pytest.raises(Interrupt):
-        compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=tmp_path / "c",
-                                     segment_rows=1200, on_segment=stop_after(0, Interrupt))
+    interrupt(Xd, codes, tmp_path / "c", after=0, segment_rows=1200)
     seen = []
     compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=tmp_path / "c", segment_rows=100,
                                  on_segment=lambda i, n: seen.append((i, n)))
@@ -155,7 +161,7 @@ def test_fingerprint_names_the_zarr_store(tmp_path):
         compute_moments_checkpointed(zb, checkpoint=ckpt)
 
 
-def test_nan_rows_are_reported_with_global_indices_across_a_resume(data, tmp_path, stop_after):
+def test_nan_rows_are_reported_with_global_indices_across_a_resume(data, tmp_path, interrupt):
     X, codes, cats = data
     X = X.copy()
     bad = [7, 650, 1333, 2399]
@@ -163,9 +169,7 @@ def test_nan_rows_are_reported_with_global_indices_across_a_resume(data, tmp_pat
     Xd = da.from_array(X, chunks=(CHUNK, D))
 
     ckpt = tmp_path / "ckpt"
-    with pytest.raises(Interrupt):
-        compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt, segment_rows=700,
-                                     on_segment=stop_after(0, Interrupt))
+    interrupt(Xd, codes, ckpt, after=0, segment_rows=700)
     m = compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt)
     assert m.n_nonfinite == 4 and m.nonfinite_rows == bad
     assert_same_moments(m, dfairpca.compute_moments(Xd, sensitive_features=codes))
@@ -183,7 +187,7 @@ def test_segment_bounds_follow_chunks():
 
 def test_default_segments_are_few(data, tmp_path):
     X, codes, cats = data
-    Xd = da.from_array(X, chunks=(10, D))  # 240 chunks
+    Xd = da.from_array(X, chunks=(20, D))  # 120 chunks, six times the 20 segments allowed
     seen = []
     compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=tmp_path / "c",
                                  on_segment=lambda i, n: seen.append(n))
@@ -251,14 +255,13 @@ def zarr_store(path, X, chunk):
 
 
 def test_a_zarr_store_rewritten_in_place_is_refused_for_the_finished_chunks_only(data, tmp_path,
-                                                                                   stop_after):
+                                                                                   interrupt):
     X, codes, cats = data
     path, ckpt = tmp_path / "x.zarr", tmp_path / "ckpt"
     zarr_store(path, X, CHUNK)
     Xz = dfairpca.from_zarr(path, rows_per_chunk=CHUNK)
-    with pytest.raises(Interrupt):  # segments of 3 chunks; 0 and 1 (rows 0-599) finished
-        compute_moments_checkpointed(Xz, sensitive_features=codes, checkpoint=ckpt, segment_rows=300,
-                                     on_segment=stop_after(1, Interrupt))
+    # segments of 3 chunks; 0 and 1 (rows 0-599) finished
+    interrupt(Xz, codes, ckpt, after=1, segment_rows=300)
     # rewritten in place: same path, shape, dtype and chunks; one chunk not yet folded ...
     changed = X.copy()
     changed[700:800] = X[700:800][::-1]
@@ -276,26 +279,22 @@ def test_a_zarr_store_rewritten_in_place_is_refused_for_the_finished_chunks_only
                                                     sensitive_features=codes))
 
 
-def test_every_folded_chunk_has_its_digest_in_the_checkpoint(data, tmp_path, stop_after):
+def test_every_folded_chunk_has_its_digest_in_the_checkpoint(data, tmp_path, interrupt):
     X, codes, cats = data
     ckpt = tmp_path / "ckpt"
     Xd = da.from_array(X, chunks=(CHUNK, D))
-    with pytest.raises(Interrupt):
-        compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt, segment_rows=500,
-                                     on_segment=stop_after(1, Interrupt))
+    interrupt(Xd, codes, ckpt, after=1, segment_rows=500)
     digests = json.loads((ckpt / "progress.json").read_text())["digests"]
     assert [len(d) if d else 0 for d in digests] == [5, 5, 0, 0, 0]
     assert digests[0][0] == chunk_digests(Xd[:CHUNK])[0]
 
 
-def test_a_checkpoint_without_digests_is_refused(data, tmp_path, stop_after):
+def test_a_checkpoint_without_digests_is_refused(data, tmp_path, interrupt):
     """A checkpoint of an older dfairpca cannot show that the data is the same."""
     X, codes, cats = data
     ckpt = tmp_path / "ckpt"
     Xd = da.from_array(X, chunks=(CHUNK, D))
-    with pytest.raises(Interrupt):
-        compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt, segment_rows=500,
-                                     on_segment=stop_after(0, Interrupt))
+    interrupt(Xd, codes, ckpt, after=0, segment_rows=500)
     progress = json.loads((ckpt / "progress.json").read_text())
     del progress["digests"]
     (ckpt / "progress.json").write_text(json.dumps(progress))

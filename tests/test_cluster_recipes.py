@@ -2,21 +2,33 @@
 dask-jobqueue (an optional install), and says how to get it when it is needed."""
 
 import importlib.util
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 
 import pytest
 
 RECIPE = Path(__file__).resolve().parents[1] / "cluster" / "jobqueue.py"
-# the interpreter as on a machine without dask-jobqueue, whether or not this one has it
-WITHOUT_JOBQUEUE = "import runpy, sys; sys.modules['dask_jobqueue'] = None; sys.argv[0] = {!r}; " \
-                   "runpy.run_path(sys.argv[0], run_name='__main__')"
 
 
-def run_recipe(*args):
-    return subprocess.run([sys.executable, "-c", WITHOUT_JOBQUEUE.format(str(RECIPE)), *args],
-                          capture_output=True, text=True, timeout=120)
+@pytest.fixture
+def run_recipe(capsys, monkeypatch):
+    """``run_recipe(*args) -> (exit status, stdout, stderr)``: the recipe run as a script
+    (``python cluster/jobqueue.py ARGS``) on a machine without dask-jobqueue, whether or
+    not this one has it; in this process, which already has the libraries imported."""
+    def run(*args):
+        monkeypatch.setitem(sys.modules, "dask_jobqueue", None)  # its import fails
+        monkeypatch.setattr(sys, "argv", [str(RECIPE), *args])
+        try:
+            runpy.run_path(str(RECIPE), run_name="__main__")
+            status = 0
+        except SystemExit as exc:
+            status = exc.code
+        out, err = capsys.readouterr()
+        if isinstance(status, str):  # sys.exit(message): the interpreter prints it, status 1
+            err, status = err + status + "\n", 1
+        return status or 0, out, err
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -27,11 +39,11 @@ def recipe():
     return module
 
 
-def test_help_needs_no_dask_jobqueue():
-    done = run_recipe("--help")
-    assert done.returncode == 0, done.stderr
-    assert "--system {slurm,pbs}" in done.stdout and "#SBATCH -p" in done.stdout
-    assert "#PBS -q" in done.stdout
+def test_help_needs_no_dask_jobqueue(run_recipe):
+    status, out, err = run_recipe("--help")
+    assert status == 0, err
+    assert "--system {slurm,pbs}" in out and "#SBATCH -p" in out
+    assert "#PBS -q" in out
 
 
 def test_the_two_systems_differ_only_in_class_defaults_and_the_pbs_resource_line(recipe):
@@ -50,10 +62,10 @@ def test_the_two_systems_differ_only_in_class_defaults_and_the_pbs_resource_line
     assert (chosen["cores"], chosen["memory"]) == (8, "16GB")
 
 
-def test_a_pbs_option_on_slurm_and_a_missing_dask_jobqueue_are_one_line_with_the_fix():
-    done = run_recipe("--system", "slurm", "--resource-spec", "select=1")
-    assert done.returncode == 2 and "--resource-spec is a PBS option" in done.stderr
-    done = run_recipe("--system", "pbs", "--print-job-script")
-    assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.strip() == ("cluster/jobqueue.py: error: the pbs cluster needs "
-                                   "dask-jobqueue, which is not installed: pip install dask-jobqueue")
+def test_a_pbs_option_on_slurm_and_a_missing_dask_jobqueue_are_one_line_with_the_fix(run_recipe):
+    status, _, err = run_recipe("--system", "slurm", "--resource-spec", "select=1")
+    assert status == 2 and "--resource-spec is a PBS option" in err
+    status, _, err = run_recipe("--system", "pbs", "--print-job-script")  # an exception would raise here
+    assert status == 1 and "Traceback" not in err
+    assert err.strip() == ("cluster/jobqueue.py: error: the pbs cluster needs "
+                           "dask-jobqueue, which is not installed: pip install dask-jobqueue")

@@ -157,10 +157,10 @@ def test_pca_variance_of_the_paper_tables(name):
     # the paper's tables (1, 2 and 3) are reproduced by PCA and Fair PCA on the packaged
     # splits; tests/integration/test_adult_table1.py checks all of Table 1 through the example script
     table = datasets.PAPER_TABLES[name]
+    splits = [LOADERS[name](split=split) for split in range(datasets.N_SPLITS)]  # read once
     for k in (2, 10):
         got = {"PCA": [], "Fair PCA": []}
-        for split in range(datasets.N_SPLITS):
-            b = LOADERS[name](split=split)
+        for b in splits:
             got["PCA"].append(metrics.explained_variance_pct(b.X_test, dfairpca.PCA(k).fit(b.X_train).components_))
             fair = dfairpca.FairPCA(k).fit(b.X_train, sensitive_features=b.sensitive_train)
             got["Fair PCA"].append(metrics.explained_variance_pct(b.X_test, fair.components_))

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import zarr
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
@@ -85,7 +85,6 @@ def test_fair_pca_with_no_mean_difference_is_pca():
 
 
 # ----------------------------------------------------------------------------- invariants
-@settings(max_examples=25, deadline=None)
 @given(
     n=st.integers(30, 300),
     d=st.integers(4, 12),

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pandas as pd
@@ -49,15 +46,15 @@ def test_faces_held_by_group_for_a_fair_model_and_by_half_for_pca(faces):
 def test_the_picture_is_marked_written_whole_and_replaces_only_its_own(faces, tmp_path):
     store, _, _, fair, pca = faces
     png = tmp_path / "pictures" / "faces.png"  # its folder is made
-    assert faces_figure(fair, store, png, n=3) == png
+    assert faces_figure(fair, store, png, n=1) == png
     assert read_marker(png)["kind"] == "figure"
     with Image.open(png) as im:
-        assert im.format == "PNG" and im.size[0] > 6 * 100  # six faces, ~143 pixels each
+        assert im.format == "PNG" and im.size[0] > 2 * 100  # two faces, ~143 pixels each
     first = png.read_bytes()
     with pytest.raises(OutputPathError, match="overwrite=True"):
-        faces_figure(pca, store, png, n=3)
+        faces_figure(pca, store, png, n=1)
     assert png.read_bytes() == first
-    faces_figure(pca, store, png, n=2, overwrite=True)
+    faces_figure(pca, store, png, n=1, overwrite=True)
     assert png.read_bytes() != first and read_marker(png)["kind"] == "figure"
     assert sorted(p.name for p in png.parent.iterdir()) == ["faces.png"]  # no temporary left
 
@@ -74,23 +71,3 @@ def test_a_model_of_another_image_size_is_refused_before_drawing(faces, tmp_path
     with pytest.raises(ValueError, match="256 features but the store's images are 8x8"):
         faces_figure(other, store, tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
-
-
-def test_drawing_leaves_the_callers_matplotlib_backend_and_pyplot_alone(faces, tmp_path):
-    """A notebook's backend is its own: drawing imports no pyplot and switches nothing."""
-    store, _, _, _, _ = faces
-    code = textwrap.dedent(f"""
-        import sys
-        import matplotlib
-        matplotlib.use("svg")  # the caller's choice
-        import numpy as np
-        import dfairpca
-        from dfairpca.celeba import faces_figure, open_celeba
-        X = open_celeba({str(store)!r})[0][:].reshape(200, -1).astype(float)
-        faces_figure(dfairpca.PCA(2).fit(X), {str(store)!r}, {str(tmp_path / "f.png")!r}, n=2)
-        print(matplotlib.get_backend(), "matplotlib.pyplot" in sys.modules)
-    """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["svg", "False"]
-    assert read_marker(tmp_path / "f.png")["kind"] == "figure"

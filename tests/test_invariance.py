@@ -34,7 +34,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import dfairpca
@@ -50,7 +50,6 @@ SCALES = np.array([4, 3, 2.2, 1.6, 1.2, 0.9, 0.7, 0.5])  # clear eigengaps
 #: covariances differ, as Fair PCA-S needs
 STRETCH = np.array([1.5, 0.5, 1.0, 1.25, 0.75, 1.0, 1.5, 0.5])
 RANGE = {np.float64: (490, 6), np.float32: (100, 4)}  # |log2 c|, log10 of the largest offset
-SETTINGS = settings(max_examples=30, deadline=None)
 
 
 def exact_data(seed, dtype, gap, offset, n=240, scalar_offset=False):
@@ -102,7 +101,6 @@ LINEAR = {
 
 # ----------------------------------------------------------------------------- exact transforms
 @pytest.mark.parametrize("name", list(LINEAR))
-@SETTINGS
 @given(dtype=st.sampled_from([np.float64, np.float32]), seed=st.integers(0, 2**16), data=st.data())
 def test_linear_estimators_are_scale_and_offset_invariant(name, dtype, seed, data):
     p, offset, gap = transforms(data, dtype)
@@ -121,7 +119,6 @@ def test_linear_estimators_are_scale_and_offset_invariant(name, dtype, seed, dat
         assert got.n_constraints_ == 1 and got.fairness_violation_ < 1e-12
 
 
-@SETTINGS
 @given(dtype=st.sampled_from([np.float64, np.float32]), seed=st.integers(0, 2**16),
        nystroem=st.booleans(), data=st.data())
 def test_fair_kernel_pca_is_scale_and_offset_invariant(dtype, seed, nystroem, data):
@@ -141,7 +138,6 @@ def test_fair_kernel_pca_is_scale_and_offset_invariant(dtype, seed, nystroem, da
 
 # ----------------------------------------------------------------------------- the oracle
 @pytest.mark.parametrize("name", list(LINEAR))
-@SETTINGS
 @given(dtype=st.sampled_from([np.float64, np.float32]), seed=st.integers(0, 2**16), data=st.data())
 def test_linear_estimators_match_the_oracle_at_any_scale(name, dtype, seed, data):
     bits, top = RANGE[dtype]
@@ -162,7 +158,6 @@ def test_linear_estimators_match_the_oracle_at_any_scale(name, dtype, seed, data
     assert np.radians(oracle.max_angle_deg(got.components_.T, want)) < ORACLE_TOL[dtype]
 
 
-@settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**16), u=st.floats(-147, 147), offset=st.floats(0, 6), gap=st.floats(-4, 0.5))
 def test_fair_kernel_pca_matches_the_dense_oracle_at_any_scale(seed, u, offset, gap):
     X, b, z, _ = exact_data(seed, np.float64, 10.0**gap, 10.0**offset, n=100, scalar_offset=True)

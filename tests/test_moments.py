@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import dfairpca
@@ -43,7 +43,6 @@ def assert_matches(m, X, labels, cats, rtol=1e-9):
         np.testing.assert_allclose(a.scatter, gsc, rtol=rtol, atol=rtol * scale**2 * n)
 
 
-@settings(max_examples=40, deadline=None)
 @given(
     n=st.integers(8, 200),
     d=st.integers(1, 7),

@@ -369,9 +369,6 @@ def test_estimator_refusals_name_the_fix(tmp_path):
         dfairpca.PCA(0.9, **rnd).validate_fit(X)
     with pytest.raises(ValueError, match=r"Fair PCA-S.*3 d x d float64 matrices.*equalize_covariance=None"):
         FairPCA(3, equalize_covariance=0.5, **rnd).validate_fit(X, sensitive_features=z)
-    with pytest.raises(ValueError, match="not checkpointed.*svd_solver='full'"):
-        FairPCA(3, **rnd).fit(X, sensitive_features=z, checkpoint=tmp_path / "ck")
-    assert not (tmp_path / "ck").exists()
     with pytest.raises(ValueError, match="partial_fit.*svd_solver='full'"):
         FairPCA(3, **rnd).partial_fit(X, sensitive_features=z)
     est = FairPCA(3, **rnd).fit(X, sensitive_features=z)
@@ -382,3 +379,88 @@ def test_estimator_refusals_name_the_fix(tmp_path):
         est.save(tmp_path / "m", statistics=True)
     est.save(tmp_path / "m")
     np.testing.assert_array_equal(dfairpca.load(tmp_path / "m").transform(X), est.transform(X))
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def _resumable_data():
+    X, groups = oracle.make_data(1200, 60, (2, 3), seed=18)
+    codes, cats = _codes(groups)
+    return X.astype(np.float32), dict(codes=codes, categories=cats, iterated_power=3,
+                                      n_oversamples=4, random_state=5)
+
+
+def test_checkpoint_resumes_at_the_next_pass_and_equals_an_uninterrupted_fit(tmp_path, stop_after):
+    from dfairpca.checkpoint import PassInterrupted
+
+    X, kw = _resumable_data()
+    ck = tmp_path / "ck"
+    with dask.config.set(scheduler="threads", num_workers=2):
+        with pytest.raises(PassInterrupted, match="after 2 of 5 passes") as info:
+            fit_randomized(X, 4, checkpoint=ck, on_pass=stop_after(2), **kw)
+        assert info.value.chunks_done == 2 and info.value.checkpoint == ck
+        resumed = stop_after(None)  # records the passes, never stops
+        got = fit_randomized(X, 4, checkpoint=ck, on_pass=resumed, **kw)
+        ref = fit_randomized(X, 4, checkpoint=tmp_path / "other", **kw)
+    assert resumed.seen == [3, 4, 5]  # passes 1 and 2 were not read again
+    assert got.passes == ref.passes == 5
+    np.testing.assert_array_equal(got.components, ref.components)
+    np.testing.assert_array_equal(got.captured, ref.captured)
+    assert got.history == ref.history and got.missing == ref.missing
+    plain = fit_randomized(X, 4, **kw)  # no checkpoint: numpy blocks, another order of sums
+    np.testing.assert_allclose(got.components, plain.components, atol=1e-6)
+    assert max(float(v.max()) for v in got.violation) <= _solvers.FAIRNESS_TOLERANCE
+
+
+def test_a_checkpoint_resumes_only_its_own_data_and_options(tmp_path, stop_after):
+    from dfairpca.checkpoint import CheckpointMismatch
+
+    X, kw = _resumable_data()
+    ck = tmp_path / "ck"
+    with dask.config.set(scheduler="sync"):
+        with pytest.raises(KeyboardInterrupt):
+            fit_randomized(X, 4, checkpoint=ck, on_pass=stop_after(1), **kw)
+        before = (ck / "progress.json").read_text()
+        other = X.copy()
+        other[700, 3] += 1.0
+        # the resumed pass reads the data and refuses it before using what it read
+        with pytest.raises(CheckpointMismatch, match=r"different data: rows \d+-\d+ differ"):
+            fit_randomized(other, 4, checkpoint=ck, **kw)
+        with pytest.raises(CheckpointMismatch, match="k 4 in the checkpoint but 5 now"):
+            fit_randomized(X, 5, checkpoint=ck, **kw)
+        with pytest.raises(CheckpointMismatch, match="start_block"):
+            fit_randomized(X, 4, checkpoint=ck, **{**kw, "random_state": 6})
+        assert (ck / "progress.json").read_text() == before  # nothing saved over it
+        # the exact pass names the solve that wrote it
+        with pytest.raises(CheckpointMismatch, match="randomized fit.*svd_solver='randomized'"):
+            FairPCA(4, svd_solver="full").fit(X, sensitive_features=kw["categories"][0][kw["codes"][:, 0]],
+                                              checkpoint=ck)
+        done = fit_randomized(X, 4, checkpoint=ck, resume=False, **kw)  # starts over
+        # a finished checkpoint has no pass left to run: it still reads X to bind it
+        with pytest.raises(CheckpointMismatch, match="different data"):
+            fit_randomized(other, 4, checkpoint=ck, **kw)
+        quiet = stop_after(None)
+        again = fit_randomized(X, 4, checkpoint=ck, on_pass=quiet, **kw)
+    assert quiet.seen == []  # no product pass: the saved state is the answer
+    np.testing.assert_array_equal(again.components, done.components)
+    assert again.passes == done.passes
+
+
+def test_estimators_resume_a_randomized_checkpoint(tmp_path, stop_after):
+    X, kw = _resumable_data()
+    z = kw["categories"][0][kw["codes"][:, 0]]
+    ck = tmp_path / "ck"
+    est = dict(svd_solver="randomized", iterated_power=3, n_oversamples=4, random_state=5)
+    with dask.config.set(scheduler="sync"):
+        with pytest.raises(KeyboardInterrupt):  # an interrupted fit of the same job
+            fit_randomized(X, 4, codes=kw["codes"][:, :1], categories=kw["categories"][:1],
+                           names=["z"], checkpoint=ck, on_pass=stop_after(2),
+                           **{k: v for k, v in kw.items() if k not in ("codes", "categories")})
+        assert "randomized" in (ck / "progress.json").read_text()
+        # "auto" goes on with the solve the checkpoint holds (not its own choice at d = 60)
+        got = FairPCA(4, **{**est, "svd_solver": "auto"}).fit(X, sensitive_features=z, checkpoint=ck)
+        ref = FairPCA(4, **est).fit(X, sensitive_features=z)
+    assert got.fitted_svd_solver_ == "randomized" and got.n_passes_ == 5
+    assert not ck.exists()  # deleted after a successful fit, as the exact fit's
+    np.testing.assert_allclose(got.components_, ref.components_, atol=1e-6)
+    pca = dfairpca.PCA(4, **est).fit(X, checkpoint=ck, keep_checkpoint=True)
+    assert pca.fitted_svd_solver_ == "randomized" and (ck / "state.npz").is_file()

@@ -42,14 +42,26 @@ def _angle(A, B):
 ESTIMATORS = ["PCA", "FairPCA", "FairKernelPCA"]
 
 
+@pytest.fixture(scope="module")
+def fitted(data):
+    """Each of ``ESTIMATORS`` fitted on ``data`` once (the tests that use them only transform)."""
+    return {kind: _fitted(kind, *data) for kind in ESTIMATORS}
+
+
+def _spoiled(X, cells: dict):
+    """A copy of X holding ``value`` at every ``(row, column): value`` of ``cells``."""
+    Xb = X.copy()
+    for (i, j), value in cells.items():
+        Xb[i, j] = value
+    return Xb
+
+
 # ----------------------------------------------------------------------------- NaN / inf
 @pytest.mark.parametrize("kind", ESTIMATORS)
-def test_transform_names_nan_and_inf_rows_of_numpy_input_at_once(data, kind):
+def test_transform_names_nan_and_inf_rows_of_numpy_input_at_once(data, fitted, kind):
     X, z = data
-    est = _fitted(kind, X, z)
-    Xb = X.copy()
-    Xb[5, 2] = np.nan
-    Xb[301, 0] = -np.inf
+    est = fitted[kind]
+    Xb = _spoiled(X, {(5, 2): np.nan, (301, 0): -np.inf})
     with pytest.raises(ValueError, match=r"NaN or infinity in 2 row\(s\) \(rows 5, 301\); drop or impute"):
         est.transform(Xb)
     with pytest.raises(ValueError, match=r"in 1 row\(s\) \(rows 5\)"):
@@ -57,12 +69,10 @@ def test_transform_names_nan_and_inf_rows_of_numpy_input_at_once(data, kind):
 
 
 @pytest.mark.parametrize("kind", ESTIMATORS)
-def test_transform_of_dask_input_stays_lazy_and_names_global_rows_at_compute(data, kind):
+def test_transform_of_dask_input_stays_lazy_and_names_global_rows_at_compute(data, fitted, kind):
     X, z = data
-    est = _fitted(kind, X, z)
-    Xb = X.copy()
-    Xb[250, 4] = np.nan
-    Xb[251, 1] = np.inf
+    est = fitted[kind]
+    Xb = _spoiled(X, {(250, 4): np.nan, (251, 1): np.inf})
     Y = est.transform(da.from_array(Xb, chunks=(100, -1)))  # nothing computed: no error yet
     assert isinstance(Y, da.Array)
     good = Y[:200].compute()  # the clean chunks compute
@@ -125,11 +135,11 @@ CALLS = [("PCA", "fit"), ("PCA", "partial_fit"), ("PCA", "transform"),
 
 @pytest.mark.parametrize("fmt", SPARSE, ids=lambda f: f.__name__)
 @pytest.mark.parametrize("kind,method", CALLS)
-def test_sparse_input_is_refused_naming_how_to_densify(data, fmt, kind, method):
+def test_sparse_input_is_refused_naming_how_to_densify(data, fitted, fmt, kind, method):
     X, z = data
     S = fmt(X[:200])
     if method == "transform":
-        call = lambda: _fitted(kind, X, z).transform(S)  # noqa: E731
+        call = lambda: fitted[kind].transform(S)  # noqa: E731
     else:
         est = getattr(dfairpca, kind)(2)
         kw = {} if kind == "PCA" else {"sensitive_features": z[:200]}
@@ -299,7 +309,6 @@ def test_cli_reads_celeba_minus_one_one_as_0_1(store, tmp_path, capsys, client):
 def test_lazy_error_travels_from_a_distributed_worker(data, client):
     X, z = data
     est = dfairpca.FairPCA(3).fit(X, sensitive_features=z)
-    Xb = X.copy()
-    Xb[444, 0] = np.nan
+    Xb = _spoiled(X, {(444, 0): np.nan})
     with pytest.raises(ValueError, match=r"\(rows 444\)"):
         est.transform(da.from_array(Xb, chunks=(100, -1))).compute()

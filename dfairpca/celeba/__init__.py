@@ -5,10 +5,13 @@ The core (statistics, the pass, solvers, estimators, io) never imports this pack
 
 ``schema``   the store layout (:mod:`dfairpca.celeba.schema` documents it), creating,
              opening and reading stores
+``sampling`` CelebA-like attributes (pure numpy)
+``render``   the face renderer: sampled attributes in, grey or colour faces out (pure numpy)
+``colours``  the colours of colour faces, at the grey faces' luminance (pure numpy)
 ``synth``    synthetic stores (:func:`synth_celeba`) and :func:`ensure_store`
-``render``   the face renderer: sampled attributes in, grey faces out (pure numpy)
 ``ingest``   the official CelebA download into a store (:func:`ingest_celeba`)
-``pool``     a writer's chunks in worker processes
+``jpegs``    a fabricated CelebA download of synthetic JPEGs (:func:`write_celeba_jpegs`)
+``pool``     a writer's chunks, resumably, in worker processes or as Dask tasks
 ``figures``  the paper's Figure 5 from a model and a store (:func:`faces_figure`)
 
 :func:`synth_celeba` writes a synthetic store of cartoon faces whose pixels depend on the
@@ -18,6 +21,7 @@ download; :func:`open_celeba` and :func:`attribute_column` read either.
 
 from .figures import faces_figure
 from .ingest import ingest_celeba
+from .jpegs import write_celeba_jpegs
 from .schema import ATTRIBUTE_NAMES, attribute_column, open_celeba
 from .synth import ensure_store, synth_celeba
 
@@ -29,4 +33,5 @@ __all__ = [
     "attribute_column",
     "ensure_store",
     "faces_figure",
+    "write_celeba_jpegs",
 ]

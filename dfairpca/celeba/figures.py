@@ -78,10 +78,11 @@ def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool =
 
     check_target(out, FIGURE_KIND, overwrite=overwrite)  # before any face is read
     images, _, _ = open_celeba(store)
-    h, w = images.shape[1:]
-    if h * w != model.n_features_in_:
+    face = images.shape[1:]  # (h, w) grey or (h, w, 3) colour
+    if math.prod(face) != model.n_features_in_:
         raise ValueError(
-            f"the model has {model.n_features_in_} features but the store's images are {h}x{w}"
+            f"the model has {model.n_features_in_} features but the store's images are "
+            + "x".join(map(str, face))
         )
     fair = _is_fair(model)
     name = model.attribute_names_[0] if fair else None
@@ -107,13 +108,13 @@ def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool =
     fig = Figure(figsize=(1.3 * ncols, 1.45 * n_rows))
     FigureCanvasAgg(fig)  # draws and saves without pyplot or a backend switch
     axes = fig.subplots(n_rows, ncols, squeeze=False)
-    draw_faces(axes, panels, h, w)
+    draw_faces(axes, panels, *face[:2], color=len(face) == 3)
     if fair:
         n_with = int((flags[rows] == 1).sum())
         axes[0, 0].set_title(f"with {name}", fontsize=8, loc="left")
         if n_with < ncols:
             axes[0, n_with].set_title(f"without {name}", fontsize=8, loc="left")
-        _group_means_row(model, axes[len(panels)], h, w, name)
+        _group_means_row(model, axes[len(panels)], face, name)
     fig.tight_layout()
     out = Path(out)
     with atomic_file(out, FIGURE_KIND, overwrite=overwrite) as tmp:
@@ -123,16 +124,27 @@ def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool =
     return out
 
 
-def draw_faces(axes, panels, h: int, w: int) -> None:
-    """Draw panel r, ``(title, images)``, as row r of ``axes``: grey h x w faces, titled."""
+def draw_faces(axes, panels, h: int, w: int, color: bool = False) -> None:
+    """Draw panel r, ``(title, images)``, as row r of ``axes``: h x w faces, grey or RGB
+    (``color``), titled."""
+    face = (h, w, 3) if color else (h, w)
     for r, (title, imgs) in enumerate(panels):
         for c, ax in enumerate(axes[r]):
-            ax.imshow(np.clip(imgs[c].reshape(h, w), 0, 255), cmap="gray", vmin=0, vmax=255)
+            _show_face(ax, imgs[c], face)
             ax.set_xticks([]), ax.set_yticks([])
         axes[r, 0].set_ylabel(title, fontsize=7)
 
 
-def _group_means_row(model, axes, h, w, name):
+def _show_face(ax, row: np.ndarray, face: tuple) -> None:
+    """Draw one face (a row of ``prod(face)`` levels 0-255; clipped) on ``ax``."""
+    pixels = np.clip(row.reshape(face), 0, 255)
+    if len(face) == 3:  # RGB: matplotlib takes floats in [0, 1]
+        ax.imshow(pixels / 255)
+    else:
+        ax.imshow(pixels, cmap="gray", vmin=0, vmax=255)
+
+
+def _group_means_row(model, axes, face, name):
     """Group means of the data and of the fair reconstructions, and their differences."""
     cats = list(model.groups_[0])
     gm = model.group_means_[0]
@@ -149,13 +161,15 @@ def _group_means_row(model, axes, h, w, name):
         ("fair: difference", after[0] - after[1], False),
     ]
     diff_lim = max(np.abs(before[0] - before[1]).max(), 1e-9)
+    plane = face[:2]  # a colour difference is shown as its mean over the channels
     for ax in axes:
         ax.axis("off")
     for ax, (title, img, is_image) in zip(axes, tiles):
         ax.axis("on")
         if is_image:
-            ax.imshow(np.clip(img.reshape(h, w), 0, 255), cmap="gray", vmin=0, vmax=255)
+            _show_face(ax, img, face)
         else:
-            ax.imshow(img.reshape(h, w), cmap="RdBu_r", vmin=-diff_lim, vmax=diff_lim)
+            ax.imshow(img.reshape(face).reshape(*plane, -1).mean(axis=-1), cmap="RdBu_r",
+                      vmin=-diff_lim, vmax=diff_lim)
         ax.set_title(title, fontsize=6)
         ax.set_xticks([]), ax.set_yticks([])

@@ -3,39 +3,36 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 import zarr
-import zarr.errors
 from PIL import Image
 
 from .._remote import is_remote
-from .._writes import (
-    check_target, marker_attributes, move_into_place, remove_directory, staged_locally, writing_every_chunk,
-)
-from .pool import run_chunks
+from .._writes import check_target, staged_locally
+from .pool import write_store
 from .schema import (
-    ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_CHUNK_ROWS, DEFAULT_SIZE, IMAGES, PARTITION, STORE_KIND,
-    check_positive, create_store,
+    ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_SIZE, IMAGES, PARTITION, STORE_KIND, check_positive,
+    default_chunk_rows, face_shape, image_shape, shape_attributes,
 )
 
-__all__ = ["ingest_celeba"]
+__all__ = ["decode_face", "ingest_celeba"]
 
-# Subdirectory of a partial ingest store holding one empty file per finished chunk.
-_DONE_DIR = ".done"
 
 def ingest_celeba(
     celeba_dir: str | os.PathLike,
     out: str | os.PathLike,
     *,
-    size: int = DEFAULT_SIZE,
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    size=DEFAULT_SIZE,
+    color: bool = False,
+    chunk_rows: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
     n_jobs: int | None = None,
+    client=None,
     storage_options: dict | None = None,
 ) -> Path:
     """Convert the official CelebA download into a CelebA store.
@@ -46,13 +43,14 @@ def ingest_celeba(
     image: the file name and 40 values -1/1 separated by any whitespace) and
     optionally ``list_eval_partition.txt`` (lines ``000001.jpg 0``).
 
-    Each image is center-cropped to a square (the central 178 x 178 of the
-    178 x 218 aligned images), converted to grey (Pillow mode ``"L"``) and
-    resized to ``size`` x ``size`` with a Lanczos filter.  Attributes become
-    0/1 ``int8``.  Chunks of ``chunk_rows`` images are converted in parallel.
+    Each image is center-cropped to the aspect of ``size`` (the central 178 x 178 of the
+    178 x 218 aligned images for square faces; nothing for ``"full"``), decoded in grey
+    (the JPEG's own luma) or RGB and resized with a Lanczos filter (:func:`decode_face`).
+    Attributes become 0/1 ``int8``.  Each worker decodes whole chunks of ``chunk_rows``
+    images and writes them to the store itself: only counts come back to this process.
 
-    The conversion is resumable: it writes into the sibling directory
-    ``.<out name>.partial`` and marks each chunk done once fully written.  If
+    The conversion is resumable (:mod:`dfairpca.celeba.pool`): it writes into the sibling
+    directory ``.<out name>.partial`` and marks each chunk done once fully written.  If
     it is interrupted, calling it again with the same arguments (and
     ``overwrite=False``) converts only the missing chunks.  At the end the
     partial directory is moved to ``out``.
@@ -63,25 +61,21 @@ def ingest_celeba(
         Directory of the CelebA download.
     out : str or path-like
         Directory of the Zarr group to create.
-    size : int, default 80
-        Output images are ``size`` x ``size`` pixels.
-    chunk_rows : int, default 2048
-        Images per chunk.
-    overwrite : bool, default False
-        Replace ``out`` if it is a store written by dfairpca (nothing else is
-        replaced), and discard any partial conversion instead of resuming it.
-    progress : bool, default True
-        Show a tqdm progress bar.
-    n_jobs : int, optional
-        Worker processes; default the number of usable CPUs.  ``1`` runs in
-        the calling process.  Workers are started with the ``spawn`` method,
-        so a script using several needs the usual
-        ``if __name__ == "__main__":`` guard.
+    size : int, (int, int) or "full", default 80
+        Output images are ``size`` x ``size`` pixels, ``(height, width)``, or (``"full"``)
+        the size of the first image: 218 x 178 for CelebA's aligned faces.
+    color : bool, default False
+        RGB faces ``(n, H, W, 3)`` instead of grey ``(n, H, W)``.
+    chunk_rows : int, optional
+        Images per chunk; default :func:`dfairpca.celeba.schema.default_chunk_rows`.
+    overwrite, progress, n_jobs, client
+        As for :func:`dfairpca.celeba.synth_celeba`; with ``client`` the cluster's workers
+        read ``celeba_dir`` and write ``out`` at the same paths as this process.
     storage_options : dict, optional
         For a URL ``out`` (``s3://bucket/celeba.zarr``): the options of its file system.
         The store is converted in a local temporary folder (as much free space as the
         store needs), then uploaded and moved into place; an interrupted conversion to a
-        URL starts over.
+        URL starts over (and with ``client``, the workers must see that local folder).
 
     Returns
     -------
@@ -103,14 +97,16 @@ def ingest_celeba(
     if is_remote(out):
         with staged_locally(out, STORE_KIND, overwrite=overwrite,
                             storage_options=storage_options) as local:
-            ingest_celeba(celeba_dir, local, size=size, chunk_rows=chunk_rows,
-                          progress=progress, n_jobs=n_jobs)
+            ingest_celeba(celeba_dir, local, size=size, color=color, chunk_rows=chunk_rows,
+                          progress=progress, n_jobs=n_jobs, client=client)
         return out
     celeba_dir, out = Path(celeba_dir), Path(out)
-    check_positive(size=size, chunk_rows=chunk_rows)
-    check_target(out, STORE_KIND, overwrite=overwrite, protect={"the CelebA folder": celeba_dir})
+    protect = {"the CelebA folder": celeba_dir}
+    check_target(out, STORE_KIND, overwrite=overwrite, protect=protect)  # before any file is read
     attr_file = celeba_dir / "list_attr_celeba.txt"
     image_dir = celeba_dir / "img_align_celeba"
+    if size != "full":
+        image_shape(size)  # a bad size is refused before any file is read
     if not attr_file.is_file():
         raise FileNotFoundError(f"CelebA attribute file not found: {attr_file}")
     if not image_dir.is_dir():
@@ -119,46 +115,28 @@ def ingest_celeba(
     partition_file = celeba_dir / "list_eval_partition.txt"
     partition = _read_partition_file(partition_file, files) if partition_file.exists() else None
     _check_images_exist(image_dir, files, attr_file)
-
+    if size == "full":
+        size = _image_size(image_dir / files[0])
+    shape = face_shape(size, color)
     n = len(files)
-    settings = {
-        "source": "celeba",
-        "size": size,
-        "chunk_rows": chunk_rows,
-        "celeba_dir": str(celeba_dir.resolve()),
-        "list_attr_sha256": hashlib.sha256(attr_file.read_bytes()).hexdigest(),
-    }
-    partial = out.parent / f".{out.name}.partial"
-    done_dir = partial / _DONE_DIR
-    if overwrite or not _is_resumable(partial, settings, n):
-        remove_directory(partial, STORE_KIND)
-        with writing_every_chunk():
-            group = create_store(partial, n, size, chunk_rows, settings, partition is not None)
-            group[ATTRIBUTES][:] = attributes
-            if partition is not None:
-                group[PARTITION][:] = partition
-        done_dir.mkdir()
-    done = {int(p.name) for p in done_dir.iterdir()}
-    paths = [str(image_dir / f) for f in files]
-    tasks = [
-        (str(partial), i, start, paths[start : start + chunk_rows], size)
-        for i, start in enumerate(range(0, n, chunk_rows))
-        if i not in done
-    ]
-    run_chunks(
-        _ingest_chunk,
-        tasks,
-        n_jobs=n_jobs,
-        progress=progress,
-        total=n,
-        initial=n - sum(len(t[3]) for t in tasks),
-        desc="ingest CelebA",
+    chunk_rows = default_chunk_rows(shape) if chunk_rows is None else chunk_rows
+    check_positive(chunk_rows=chunk_rows)
+    labels = {ATTRIBUTES: attributes, **({} if partition is None else {PARTITION: partition})}
+    return write_store(
+        out, shape=shape, chunk_rows=chunk_rows,
+        chunks=[(i, start, min(start + chunk_rows, n), files[start:start + chunk_rows])
+                for i, start in enumerate(range(0, n, chunk_rows))],
+        settings={
+            "source": "celeba",
+            **shape_attributes(size, color),
+            "chunk_rows": chunk_rows,
+            "celeba_dir": str(celeba_dir.resolve()),
+            "list_attr_sha256": hashlib.sha256(attr_file.read_bytes()).hexdigest(),
+        },
+        labels=labels, write_chunk=_ingest_chunk, args=(str(image_dir), image_shape(size), bool(color)),
+        n_jobs=n_jobs, client=client, progress=progress, overwrite=overwrite,
+        protect=protect, desc="ingest CelebA",
     )
-    shutil.rmtree(done_dir)
-    move_into_place(partial, out, STORE_KIND, overwrite=overwrite)
-    return out
-
-
 
 
 def _read_attribute_file(path: Path) -> tuple[list[str], np.ndarray]:
@@ -237,40 +215,62 @@ def _check_images_exist(image_dir: Path, files: list[str], attr_file: Path) -> N
         )
 
 
-def _is_resumable(partial: Path, settings: dict, n: int) -> bool:
-    """Whether ``partial`` is an interrupted conversion with the same settings."""
-    if not (partial / _DONE_DIR).is_dir():
-        return False
+def _image_size(path: Path) -> tuple[int, int]:
+    """``(height, width)`` of the image at ``path``."""
     try:
-        group = zarr.open_group(partial, mode="r")
-        return (dict(group.attrs) == {**settings, **marker_attributes(STORE_KIND)}
-                and group[IMAGES].shape[0] == n)
-    except (zarr.errors.BaseZarrError, KeyError, ValueError, OSError):
-        return False
+        with Image.open(path) as image:
+            return image.size[1], image.size[0]
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ValueError(f"corrupt or unreadable image {path}: {exc}") from exc
 
 
-def _load_image(path: str, size: int) -> np.ndarray:
-    """Read one image as a centre-cropped, grey, ``size`` x ``size`` uint8 array."""
+def _crop_box(width: int, height: int, out_height: int, out_width: int) -> tuple[int, int, int, int]:
+    """The centred box of ``width`` x ``height`` with the aspect of the output (left, top,
+    right, bottom), as large as fits."""
+    if width * out_height > height * out_width:  # too wide: keep the full height
+        side = round(height * out_width / out_height)
+        left = (width - side) // 2
+        return left, 0, left + side, height
+    side = round(width * out_height / out_width)
+    top = (height - side) // 2
+    return 0, top, width, top + side
+
+
+def decode_face(path: str, size: tuple[int, int], color: bool) -> np.ndarray:
+    """One image as uint8 ``(H, W)`` (grey) or ``(H, W, 3)``: centre-cropped to the aspect
+    of ``size = (H, W)`` and resized to it with a Lanczos filter.
+
+    The JPEG is decoded at the smallest scale (1/2, 1/4, 1/8: Pillow's ``draft``) that
+    keeps the crop at least ``H x W``, and grey straight from its luma channel: decoding a
+    quarter of the pixels and no colour conversion is most of the cost saved.
+    """
+    out_height, out_width = size
+    mode = "RGB" if color else "L"
     try:
         with Image.open(path) as image:
             width, height = image.size
-            side = min(width, height)
-            left, top = (width - side) // 2, (height - side) // 2
-            square = image.crop((left, top, left + side, top + side)).convert("L")
+            box = _crop_box(width, height, out_height, out_width)
+            crop_w, crop_h = box[2] - box[0], box[3] - box[1]
+            image.draft(mode, (math.ceil(width * out_width / crop_w), math.ceil(height * out_height / crop_h)))
+            if image.size != (width, height):  # decoded at 1/f of the size: so is the box
+                box = tuple(round(c * image.size[0] / width) for c in box)
+            # no copy where there is nothing to do (CelebA at full size in colour)
+            face = image if box == (0, 0, *image.size) else image.crop(box)
+            face = face if face.mode == mode else face.convert(mode)
+            if face.size != (out_width, out_height):
+                face = face.resize((out_width, out_height), Image.Resampling.LANCZOS)
+            return np.asarray(face, dtype=np.uint8)
     except FileNotFoundError:
         raise FileNotFoundError(f"image file not found: {path}") from None
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise ValueError(f"corrupt or unreadable image {path}: {exc}") from exc
-    return np.asarray(square.resize((size, size), Image.Resampling.LANCZOS), dtype=np.uint8)
 
 
-def _ingest_chunk(store: str, index: int, start: int, paths: list[str], size: int) -> int:
-    """Convert one chunk of images into ``store`` and mark it done."""
-    block = np.empty((len(paths), size, size), dtype=np.uint8)
-    for k, path in enumerate(paths):
-        block[k] = _load_image(path, size)
-    with writing_every_chunk():
-        images = zarr.open_array(Path(store) / IMAGES, mode="r+")
-    images[start : start + len(paths)] = block
-    (Path(store) / _DONE_DIR / str(index)).touch()
-    return len(paths)
+def _ingest_chunk(store: str, index: int, start: int, stop: int, files: list[str], image_dir: str,
+                  size: tuple[int, int], color: bool) -> int:
+    """Decode images ``start:stop`` (chunk ``index``) and write them to ``store``."""
+    block = np.empty((stop - start, *face_shape(size, color)), dtype=np.uint8)
+    for k, name in enumerate(files):
+        block[k] = decode_face(os.path.join(image_dir, name), size, color)
+    zarr.open_array(Path(store) / IMAGES, mode="r+")[start:stop] = block
+    return stop - start

@@ -1,51 +1,232 @@
-"""Run a store writer's chunks in worker processes, with a progress bar."""
+"""Write a CelebA store's chunks in parallel and resumably: worker processes or Dask tasks.
+
+The one write path of the store writers (:func:`.synth.synth_celeba`,
+:func:`.ingest.ingest_celeba`).  The store is created in the sibling ``.NAME.partial``, marked
+as dfairpca's; each worker gets a few ranges of whole chunks, produces their rows (draws or
+decodes them) and writes them to the store itself, marking each chunk done with an empty
+file ``.done/INDEX``: only a count comes back, never pixels.  At the end the partial store
+is moved into place (:func:`dfairpca.io.move_into_place`), so ``NAME`` never holds a
+half-written store.  An interrupted run keeps its finished chunks: the same call again
+converts only the others.
+"""
 
 from __future__ import annotations
 
+import concurrent.futures
 import multiprocessing
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import shutil
+from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
+import zarr
+import zarr.errors
 from tqdm import tqdm
 
 from .._system import cpu_count
-from .schema import check_positive
+from .._writes import (
+    check_target, marker_attributes, move_into_place, read_marker, remove_directory, writing_every_chunk,
+)
+from .schema import IMAGES, PARTITION, STORE_KIND, check_positive, create_store
 
-__all__ = ["run_chunks"]
+__all__ = ["partial_path", "run_tasks", "write_store"]
+
+#: folder of a partial store holding one empty file per finished chunk
+DONE_DIR = ".done"
+#: ranges of chunks per worker: several, so that a worker slowed by other load does not
+#: leave the rest idle at the end (the tail is at most one range), few, so that a range is
+#: many chunks of work per task sent
+TASKS_PER_WORKER = 8
+#: seconds between refreshes of the progress bar, which counts the chunks marked done
+POLL_SECONDS = 0.5
 
 
-def run_chunks(
-    func: Callable[..., int],
-    tasks: Sequence[tuple],
+def partial_path(out: Path) -> Path:
+    """Where the store ``out`` is written before it is moved into place."""
+    return out.parent / f".{out.name}.partial"
+
+
+def write_store(
+    out: Path,
     *,
+    shape: tuple[int, ...],
+    chunks: Sequence[tuple],
+    chunk_rows: int,
+    settings: dict,
+    labels: dict[str, np.ndarray],
+    write_chunk: Callable[..., int],
+    args: tuple,
     n_jobs: int | None,
+    client,
     progress: bool,
-    total: int,
+    overwrite: bool,
+    protect: dict | None,
     desc: str,
-    initial: int = 0,
-) -> None:
-    """Run ``func(*task)`` for every task, in parallel, with a progress bar.
+) -> Path:
+    """Write the store ``out`` of faces of ``shape``, chunk by chunk, resuming a partial one.
 
-    ``func`` returns the number of images it wrote.  ``n_jobs`` processes (default
-    :func:`dfairpca._system.cpu_count`; 1 runs in this process) are started with the
-    ``spawn`` method, which is safe whatever threads the caller runs.  On the first
-    failure, pending tasks are cancelled and the error is re-raised.
+    Parameters
+    ----------
+    chunks : sequence of tuples
+        ``(index, start, stop, *extra)`` for every chunk of ``chunk_rows`` rows, in order.
+    settings : dict
+        The store's group attributes; a partial store resumes only if they are equal.
+    labels : dict
+        Arrays written whole before the faces (``attributes``, ``partition``).
+    write_chunk : callable
+        ``write_chunk(store, index, start, stop, *extra, *args)``: produce rows
+        ``start:stop`` and write them (faces and whatever else the chunk holds) to the Zarr
+        group at ``store``; module level, so that it pickles by name.
+    n_jobs : int, optional
+        Worker processes (spawned; default the usable CPUs); ``1`` runs in this process.
+    client : distributed.Client, optional
+        Run the ranges of chunks as Dask tasks on its cluster instead (its workers must see
+        ``out``'s folder and the inputs at the same paths).
+    overwrite : bool
+        Replace a store dfairpca wrote at ``out`` and discard a partial one.
+    protect : dict, optional
+        Paths ``out`` must stay apart from (see :func:`dfairpca.io.check_target`).
+
+    On an error the finished chunks stay in :func:`partial_path` and the error says so.
     """
-    if n_jobs is None:
-        n_jobs = cpu_count()
-    check_positive(n_jobs=n_jobs)
-    n_jobs = min(n_jobs, max(len(tasks), 1))
-    with tqdm(total=total, initial=initial, desc=desc, unit="img", disable=not progress) as bar:
-        if n_jobs == 1:
-            for task in tasks:
-                bar.update(func(*task))
-            return
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(n_jobs, mp_context=context) as pool:
-            futures = [pool.submit(func, *task) for task in tasks]
-            try:
-                for future in as_completed(futures):
-                    bar.update(future.result())
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+    if client is not None and n_jobs is not None:
+        raise ValueError("give n_jobs (local worker processes) or client (a Dask cluster), not both")
+    if client is None:
+        n_jobs = cpu_count() if n_jobs is None else n_jobs
+        check_positive(n_jobs=n_jobs)
+    check_target(out, STORE_KIND, overwrite=overwrite, protect=protect)
+    partial = partial_path(out)
+    n = chunks[-1][2]
+    if overwrite or not _is_resumable(partial, settings, (n, *shape), chunk_rows):
+        if read_marker(partial) is not None:  # its chunk marks are dfairpca's too
+            shutil.rmtree(partial / DONE_DIR, ignore_errors=True)
+        remove_directory(partial, STORE_KIND)
+        with writing_every_chunk():
+            group = create_store(partial, n, shape, chunk_rows, settings, PARTITION in labels)
+            for name, values in labels.items():
+                group[name][:] = values
+        (partial / DONE_DIR).mkdir()
+    done = _done(partial)
+    pending = [chunk for chunk in chunks if chunk[0] not in done]
+    with tqdm(total=n, initial=n - sum(c[2] - c[1] for c in pending), desc=desc, unit="img",
+              disable=not progress) as bar:
+        try:
+            if client is None and n_jobs == 1:
+                _write_range(write_chunk, str(partial), pending, args, on_chunk=bar.update)
+            elif pending:
+                workers = n_jobs if client is None else sum(client.nthreads().values())
+                tasks = [(write_chunk, str(partial), part, args)
+                         for part in split(pending, workers * TASKS_PER_WORKER)]
+                run_tasks(_write_range, tasks, n_jobs=n_jobs, client=client,
+                          refresh=lambda: bar.update(_rows_done(partial, chunks) - bar.n))
+        except (Exception, KeyboardInterrupt) as exc:
+            exc.add_note(f"dfairpca kept the finished chunks in {partial}: the same call again "
+                         "resumes there (overwrite=True, --overwrite, starts over)")
+            raise
+    shutil.rmtree(partial / DONE_DIR)
+    return move_into_place(partial, out, STORE_KIND, overwrite=overwrite)
+
+
+def split(items: Sequence, parts: int) -> list[list]:
+    """``items`` in at most ``parts`` consecutive runs of near-equal length, none empty."""
+    bounds = np.linspace(0, len(items), min(parts, len(items)) + 1).round().astype(int)
+    return [list(items[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def run_tasks(func: Callable, tasks: list[tuple], *, n_jobs: int | None, client,
+              refresh: Callable[[], None] = lambda: None) -> list:
+    """``[func(*task) for task in tasks]``, run in ``n_jobs`` spawned processes (in this
+    one for 1) or as Dask tasks on ``client``'s cluster; ``refresh`` is called about every
+    :data:`POLL_SECONDS` while they run.  The first error is raised, the tasks not yet
+    started cancelled."""
+    if client is not None:
+        return _run_dask(func, tasks, client, refresh)
+    if n_jobs == 1:
+        return [func(*task) for task in tasks]
+    return _run_processes(func, tasks, n_jobs, refresh)
+
+
+def _done(partial: Path) -> set[int]:
+    """Indices of the chunks of ``partial`` marked done."""
+    return {int(p.name) for p in (partial / DONE_DIR).iterdir()}
+
+
+def _rows_done(partial: Path, chunks: Sequence[tuple]) -> int:
+    """Rows of the chunks of ``partial`` marked done."""
+    done = _done(partial)
+    return sum(stop - start for index, start, stop, *_ in chunks if index in done)
+
+
+def _is_resumable(partial: Path, settings: dict, shape: tuple, chunk_rows: int) -> bool:
+    """Whether ``partial`` is an interrupted write of the same store."""
+    if not (partial / DONE_DIR).is_dir():
+        return False
+    try:
+        group = zarr.open_group(partial, mode="r")
+        images = group[IMAGES]
+        return (dict(group.attrs) == {**settings, **marker_attributes(STORE_KIND)}
+                and images.shape == shape and images.chunks[0] == chunk_rows)
+    except (zarr.errors.BaseZarrError, KeyError, ValueError, OSError):
+        return False
+
+
+def _write_range(write_chunk, store: str, chunks: list[tuple], args: tuple, on_chunk=None) -> int:
+    """Write ``chunks`` to ``store`` one after the other, marking each done; the rows written.
+
+    What one task runs, in a worker process, a Dask worker or this process.
+    """
+    rows = 0
+    with writing_every_chunk():  # set here: a worker process does not inherit it
+        for chunk in chunks:
+            written = write_chunk(store, *chunk, *args)
+            (Path(store) / DONE_DIR / str(chunk[0])).touch()
+            rows += written
+            if on_chunk is not None:
+                on_chunk(written)
+    return rows
+
+
+def _run_processes(func: Callable, tasks: list[tuple], n_jobs: int, refresh: Callable[[], None]) -> list:
+    """:func:`run_tasks` in ``n_jobs`` processes, started with ``spawn``: safe whatever
+    threads the caller runs (``fork`` is not)."""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(min(n_jobs, len(tasks)), mp_context=context) as pool:
+        futures = [pool.submit(func, *task) for task in tasks]
+        try:
+            return _wait_all(futures, lambda fs: concurrent.futures.wait(
+                fs, timeout=POLL_SECONDS, return_when=concurrent.futures.FIRST_EXCEPTION), refresh)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+
+
+def _run_dask(func: Callable, tasks: list[tuple], client, refresh: Callable[[], None]) -> list:
+    """:func:`run_tasks` as Dask tasks on ``client``'s cluster."""
+    import distributed
+
+    futures = [client.submit(func, *task, pure=False) for task in tasks]
+
+    def wait(fs):
+        try:
+            distributed.wait(fs, timeout=POLL_SECONDS, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            pass
+
+    try:
+        return _wait_all(futures, wait, refresh)
+    except BaseException:
+        client.cancel(futures)
+        raise
+
+
+def _wait_all(futures: list, wait: Callable, refresh: Callable[[], None]) -> list:
+    """The futures' results: wait for all (``wait`` blocks a moment), refreshing the
+    progress between; raise the first error a future holds."""
+    pending = list(futures)
+    while pending:
+        wait(pending)
+        refresh()
+        for future in [f for f in pending if f.done()]:
+            future.result()  # raises the task's error
+            pending.remove(future)
+    return [future.result() for future in futures]

@@ -3,10 +3,13 @@
 A *CelebA store* is a Zarr v3 group holding
 
 ``images``
-    ``uint8`` faces of shape ``(n, H, W)`` (grey) or ``(n, H, W, 3)`` (RGB colour),
-    chunked along the first axis only (``chunk_rows`` images per chunk, every chunk
-    written).  This version writes and reads square grey faces, ``H = W = size``
-    (:func:`check_images` is the rule, and the one place to widen it).
+    ``uint8`` faces of shape ``(n, H, W)`` (grey) or ``(n, H, W, 3)`` (RGB colour, the
+    channels last), chunked along the first axis only (``chunk_rows`` images per chunk,
+    every chunk written; by default :func:`default_chunk_rows`: 2048 small faces, or fewer
+    so that a chunk holds at most 64 MB, e.g. 576 faces of 218 x 178 x 3).  A face is a row
+    of ``d = H * W`` or ``H * W * 3`` features in C order: what the estimators fit is
+    ``images.reshape(n, d)`` (:func:`check_images` is the rule).  Written uncompressed with
+    a CRC32C checksum per chunk (:data:`IMAGES_COMPRESSORS`).
 ``attributes``
     ``int8`` array of shape ``(n, 40)`` with 0/1 values, chunked like ``images``; its
     ``attrs["names"]`` lists the 40 CelebA attribute names (:data:`ATTRIBUTE_NAMES`) in
@@ -16,7 +19,9 @@ A *CelebA store* is a Zarr v3 group holding
     ``int8`` array of shape ``(n,)``: 0 train, 1 valid, 2 test (``attrs["values"]``).
 
 and group attributes saying where the data came from: ``source`` (``"synthetic"`` or
-``"celeba"``), ``size``, for synthetic data ``seed``, for an ingested download
+``"celeba"``), ``size`` (the side of square faces, else ``[H, W]``: :func:`size_attribute`),
+``color`` (``true`` for RGB faces; absent for grey ones), for synthetic data ``seed``, for an
+ingested download
 ``chunk_rows``, ``celeba_dir`` and ``list_attr_sha256``; and dfairpca's marker (kind
 :data:`STORE_KIND`), so that only dfairpca replaces it.
 """
@@ -24,13 +29,16 @@ and group attributes saying where the data came from: ``source`` (``"synthetic"`
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from pathlib import Path
 
 import numpy as np
 import zarr
+import zarr.codecs
 import zarr.errors
 
+from .._system import rows_per_block
 from .._writes import MARKER_KEY, marker_attributes
 from ..io import from_zarr, read_checked, strict_group
 
@@ -38,6 +46,7 @@ __all__ = [
     "ATTRIBUTE_NAMES",
     "ATTRIBUTES",
     "CELEBA_SPLIT",
+    "CHANNELS",
     "DEFAULT_CHUNK_ROWS",
     "DEFAULT_SIZE",
     "IMAGES",
@@ -50,11 +59,16 @@ __all__ = [
     "check_positive",
     "copy_labels",
     "create_store",
+    "default_chunk_rows",
     "describe",
+    "face_shape",
+    "image_shape",
     "open_celeba",
     "open_group",
     "official_like_partition",
     "read_images",
+    "shape_attributes",
+    "size_attribute",
     "store_settings",
 ]
 
@@ -78,12 +92,22 @@ LABELS = (ATTRIBUTES, PARTITION)
 #: Official split sizes (train, valid, test) of the 202,599 aligned images.
 CELEBA_SPLIT = (162_770, 19_867, 19_962)
 #: Images per chunk: 2048 faces of 80 x 80 are about 13 MB, whole chunks for a worker to
-#: read and small enough that a few per process stay far below its memory.  Part of what a
-#: synthetic store is (its chunks are seeded one by one), so it is not tuned per machine.
+#: read and small enough that a few per process stay far below its memory; larger faces get
+#: fewer (:func:`default_chunk_rows`).  Part of what a synthetic store is (its chunks are
+#: seeded one by one), so it is not tuned per machine.
 DEFAULT_CHUNK_ROWS = 2048
 #: Side of the faces a store holds unless asked otherwise: 80 x 80 grey is d = 6,400, whose
 #: d x d statistics (328 MB in float64) fit any worker.
 DEFAULT_SIZE = 80
+#: The faces' codecs: a CRC32C checksum, no compression.  Faces with sensor noise shrink by
+#: 15% under Zarr's default zstd, which triples the cost of writing them (3.3 ms more per
+#: 218 x 178 x 3 face, measured on the loaded 2-core development machine) and quadruples
+#: that of reading them (0.7 ms more per face), paid
+#: on every pass of every fit; the checksum (~0.1 ms) keeps a damaged chunk an error
+#: (:class:`dfairpca.io.CorruptChunkError`), as zstd's framing did, not silent garbage.
+IMAGES_COMPRESSORS = (zarr.codecs.Crc32cCodec(),)
+#: Channels of a colour face (RGB), its last axis.
+CHANNELS = 3
 #: The kind of dfairpca's marker on a store it writes (see :data:`dfairpca.io.MARKER`).
 STORE_KIND = "store"
 
@@ -95,10 +119,49 @@ def check_positive(**values: int) -> None:
             raise ValueError(f"{key} must be a positive integer, got {value!r}")
 
 
+def image_shape(size) -> tuple[int, int]:
+    """``(height, width)`` of faces given a side (square faces) or a ``(height, width)`` pair;
+    ValueError unless both are positive integers."""
+    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
+        height = width = size
+    elif isinstance(size, (tuple, list)) and len(size) == 2:
+        height, width = size
+    else:
+        raise ValueError(f"size must be a side or (height, width), e.g. 80 or (218, 178); got {size!r}")
+    check_positive(height=height, width=width)
+    return int(height), int(width)
+
+
+def face_shape(size, color: bool) -> tuple[int, ...]:
+    """The shape of one face in a store: ``(H, W)`` grey, ``(H, W, 3)`` colour."""
+    return image_shape(size) + ((CHANNELS,) if color else ())
+
+
+def size_attribute(size) -> int | list[int]:
+    """The store's ``size`` attribute: the side of square faces (as stores always said),
+    else ``[height, width]``."""
+    height, width = image_shape(size)
+    return height if height == width else [height, width]
+
+
+def shape_attributes(size, color: bool) -> dict:
+    """The group attributes that give a store's face shape: ``size``
+    (:func:`size_attribute`) and, for RGB faces, ``color: true``."""
+    return {"size": size_attribute(size), **({"color": True} if color else {})}
+
+
+def default_chunk_rows(shape: tuple[int, ...]) -> int:
+    """Images of ``shape`` per chunk unless asked: :data:`DEFAULT_CHUNK_ROWS`, or fewer so
+    that a chunk holds at most one block of :data:`dfairpca._system.BLOCK_BYTES`."""
+    return min(DEFAULT_CHUNK_ROWS, rows_per_block(math.prod(shape)))
+
+
 def create_store(
-    path: Path, n: int, size: int, chunk_rows: int, attrs: dict, with_partition: bool = True
+    path: Path, n: int, shape: tuple[int, ...], chunk_rows: int, attrs: dict,
+    with_partition: bool = True,
 ) -> zarr.Group:
-    """Create an empty CelebA store at ``path``, marked as dfairpca's, and return its group.
+    """Create an empty CelebA store at ``path`` of ``n`` faces of ``shape``
+    (:func:`face_shape`), marked as dfairpca's, and return its group.
 
     Call it, and write through the group, inside :func:`dfairpca.io.writing_every_chunk`:
     Zarr takes that setting when an array is opened, and ``group[name]`` opens it anew.
@@ -108,7 +171,8 @@ def create_store(
         path, mode="w", zarr_format=3, attributes={**attrs, **marker_attributes(STORE_KIND)}
     )
     group.create_array(
-        IMAGES, shape=(n, size, size), chunks=(chunk_rows, size, size), dtype="uint8"
+        IMAGES, shape=(n, *shape), chunks=(chunk_rows, *shape), dtype="uint8",
+        compressors=IMAGES_COMPRESSORS,
     )
     group.create_array(
         ATTRIBUTES,
@@ -164,15 +228,12 @@ def describe(path: str | os.PathLike | zarr.Group) -> str:
 
 
 def check_images(images: zarr.Array, where: str) -> None:
-    """Raise ValueError unless ``images`` is what this version reads: square grey faces.
-
-    The layout allows ``(n, H, W)`` and ``(n, H, W, 3)``; the writers, the renderer and
-    the pictures handle ``(n, size, size)`` today, so the readers accept only that.
-    """
-    if images.ndim != 3 or images.dtype != np.uint8 or images.shape[1] != images.shape[2]:
+    """Raise ValueError unless ``images`` is uint8 ``(n, H, W)`` or ``(n, H, W, 3)``."""
+    grey_or_rgb = images.ndim == 3 or (images.ndim == 4 and images.shape[3] == CHANNELS)
+    if not grey_or_rgb or images.dtype != np.uint8:
         raise ValueError(
-            f"{where}: images must be a uint8 array of shape (n, size, size), "
-            f"got {images.dtype} {images.shape}"
+            f"{where}: images must be a uint8 array of shape (n, H, W) (grey) or "
+            f"(n, H, W, 3) (RGB), got {images.dtype} {images.shape}"
         )
 
 
@@ -187,7 +248,7 @@ def open_celeba(path: str | os.PathLike | zarr.Group) -> tuple[zarr.Array, zarr.
     Returns
     -------
     images : zarr.Array
-        ``uint8`` array of shape ``(n, size, size)``.
+        ``uint8`` array of shape ``(n, H, W)`` or ``(n, H, W, 3)``.
     attributes : zarr.Array
         ``int8`` array of shape ``(n, k)`` with 0/1 values.
     names : list of str
@@ -287,7 +348,8 @@ def attribute_flags(path_or_group, names) -> dict[str, np.ndarray]:
 def read_images(store, *, rows_per_chunk: int | None = None, missing_chunks: str = "error"):
     """The store's faces as a lazy Dask array ``(n, H, W[, 3])``, checked first.
 
-    ``rows_per_chunk`` and ``missing_chunks`` are those of :func:`dfairpca.from_zarr`.
+    ``rows_per_chunk`` and ``missing_chunks`` are those of :func:`dfairpca.from_zarr`; the
+    estimators take it as it is (they see ``n`` rows of ``H * W [* 3]`` features, C order).
     """
     open_celeba(store)
     return from_zarr(store, IMAGES, rows_per_chunk=rows_per_chunk, missing_chunks=missing_chunks)
@@ -315,7 +377,9 @@ def copy_labels(source: zarr.Group, target: zarr.Group) -> list[str]:
 
 def store_settings(path: str | os.PathLike) -> dict:
     """What the store at ``path`` is: its group attributes (without dfairpca's marker),
-    ``n`` and ``chunk_rows``; ValueError if it is not a readable CelebA store."""
+    ``color`` (False for grey), ``n`` and ``chunk_rows``; ValueError if it is not a
+    readable CelebA store."""
     images, _, _ = open_celeba(path)
     attrs = {k: v for k, v in open_group(path).attrs.items() if k != MARKER_KEY}
-    return {**attrs, "n": images.shape[0], "chunk_rows": images.chunks[0]}
+    return {**attrs, "color": bool(attrs.get("color", False)), "n": images.shape[0],
+            "chunk_rows": images.chunks[0]}

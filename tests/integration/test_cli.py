@@ -12,6 +12,7 @@ from PIL import Image
 import dfairpca
 from dfairpca.celeba import synth_celeba
 from dfairpca.cli import main
+from processes import interrupted
 
 
 def assert_refused_at_once(fit, cases, capsys):
@@ -330,7 +331,6 @@ def test_ctrl_c_during_fit_is_one_line_exit_130_and_resume_finishes(tmp_path, ca
     130 and no traceback; --resume then finishes it and equals an uninterrupted fit."""
     import json
     import os
-    import signal
     import time
 
     store, model = tmp_path / "noise.zarr", tmp_path / "m"
@@ -340,30 +340,25 @@ def test_ctrl_c_during_fit_is_one_line_exit_130_and_resume_finishes(tmp_path, ca
             "--rows-per-chunk", "200"]
     # another test's cluster may hold the dashboard port: that warning is not under test
     env = dict(os.environ, PYTHONWARNINGS="ignore:Port 8787 is already in use")
-    proc = subprocess.Popen([sys.executable, "-c", TWO_CORES, *map(str, args)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # its own group, as a terminal job has
-    try:
+
+    def a_segment_is_saved(proc):
         deadline = time.monotonic() + 300
         while True:  # until the checkpoint holds a finished segment
             try:
                 if json.loads((ckpt / "progress.json").read_text())["done"]:
-                    break
+                    return
             except (OSError, ValueError, KeyError):
                 pass
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+
+    returncode, out, err = interrupted([sys.executable, "-c", TWO_CORES, *map(str, args)],
+                                       a_segment_is_saved, timeout=120, env=env)
     done = json.loads((ckpt / "progress.json").read_text())["done"]
     # on a loaded machine distributed may log that an event loop was unresponsive: that
     # line is the machine's, not the interrupt's, so it is the only other line allowed
     lines = [line for line in err.splitlines() if "Event loop was unresponsive" not in line]
-    assert proc.returncode == 130, err
+    assert returncode == 130, err
     assert "Traceback" not in err and len(lines) == 3, err
     assert lines[0].startswith("dfairpca: local Dask cluster, ") and lines[1].startswith(
         "dfairpca: dashboard "), err

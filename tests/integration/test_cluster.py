@@ -23,6 +23,7 @@ import zarr
 import dfairpca
 from dfairpca.cluster import NoWorkers, SchedulerUnreachable, connect, describe, local_cluster_size
 from oracle import make_data, max_angle_deg
+from processes import interrupted
 
 TESTS = Path(__file__).resolve().parent
 N, H, W = 3000, 5, 8
@@ -497,19 +498,14 @@ def test_ctrl_c_on_a_local_cluster_prints_nothing_of_its_own(tmp_path):
     script = tmp_path / "gather.py"
     script.write_text(INTERRUPTED_GATHER)
     env = dict(_env(), PYTHONWARNINGS="ignore:Port 8787 is already in use")
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
-                            start_new_session=True)
-    try:
+
+    def computing(proc):
         assert proc.stdout.readline() == "computing\n", proc.communicate()
         time.sleep(1.5)  # tasks are running, the gather of 200 results is pending
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 130 and err == "interrupted\n", err
+
+    returncode, _, err = interrupted([sys.executable, str(script)], computing, timeout=60,
+                                     env=env, cwd=tmp_path)
+    assert returncode == 130 and err == "interrupted\n", err
 
 
 def test_a_scheduler_file_still_being_written_is_read_again(tmp_path):

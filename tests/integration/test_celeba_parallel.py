@@ -1,0 +1,127 @@
+"""Store writers in parallel: spawned processes and a real Dask cluster give the store one
+process gives; an interrupted (killed) synthesis resumes; the commands' new options."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from dfairpca.celeba import ingest_celeba, open_celeba, synth_celeba, write_celeba_jpegs
+from dfairpca.celeba.pool import partial_path
+from dfairpca.cli import main
+
+
+def store_files(path: Path) -> dict[str, bytes]:
+    """Every file of a store, by relative path."""
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def celeba(tmp_path_factory):
+    """120 fabricated CelebA JPEGs, written by two processes."""
+    return write_celeba_jpegs(tmp_path_factory.mktemp("c") / "celeba", 120, seed=9, n_jobs=2)
+
+
+@pytest.mark.parametrize(("size", "color"), [(32, False), ("full", True)])
+def test_ingest_by_one_process_two_processes_and_a_cluster_is_the_same_store(
+        celeba, tmp_path, client, size, color):
+    kwargs = dict(size=size, color=color, chunk_rows=16, progress=False)
+    one = ingest_celeba(celeba, tmp_path / "one.zarr", n_jobs=1, **kwargs)
+    two = ingest_celeba(celeba, tmp_path / "two.zarr", n_jobs=2, **kwargs)
+    dask = ingest_celeba(celeba, tmp_path / "dask.zarr", client=client, **kwargs)
+    reference = store_files(one)
+    assert len(reference) > 8 and store_files(two) == reference
+    assert store_files(dask) == reference
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dask.zarr", "one.zarr", "two.zarr"]
+    with pytest.raises(ValueError, match="not both"):
+        ingest_celeba(celeba, tmp_path / "x.zarr", client=client, n_jobs=2, **kwargs)
+
+
+def test_synth_on_a_cluster_is_the_store_of_one_process(tmp_path, client):
+    kwargs = dict(n=90, seed=4, size=(20, 16), color=True, chunk_rows=16, progress=False)
+    one = synth_celeba(tmp_path / "one.zarr", n_jobs=1, **kwargs)
+    assert store_files(synth_celeba(tmp_path / "dask.zarr", client=client, **kwargs)) == store_files(one)
+
+
+SYNTH = """
+import sys
+from dfairpca.celeba import synth_celeba
+if __name__ == "__main__":
+    synth_celeba(sys.argv[1], n=3000, seed=1, size=(48, 40), color=True, chunk_rows=60,
+                 progress=False, n_jobs=int(sys.argv[2]))
+"""
+
+
+def test_a_killed_synthesis_resumes_where_it_stopped(tmp_path):
+    out, script = tmp_path / "faces.zarr", tmp_path / "synth.py"
+    script.write_text(SYNTH)
+    done = partial_path(out) / ".done"
+    proc = subprocess.Popen([sys.executable, str(script), str(out), "1"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (done.is_dir() and len(os.listdir(done)) >= 3):
+            assert proc.poll() is None and time.monotonic() < deadline, "no chunk was finished"
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole run, as a crash or `kill -9` would
+        proc.wait()
+    finished = sorted(int(name) for name in os.listdir(done))
+    assert not out.exists() and 3 <= len(finished) < 50
+    chunk = partial_path(out) / "images" / "c" / str(finished[0]) / "0" / "0" / "0"
+    os.utime(chunk, ns=(1_000_000_000, 1_000_000_000))  # a rewrite would give it a new mtime
+
+    subprocess.run([sys.executable, str(script), str(out), "2"], check=True, timeout=600)
+    assert not partial_path(out).exists()
+    assert (out / "images" / "c" / str(finished[0]) / "0" / "0" / "0").stat().st_mtime_ns == 1_000_000_000
+    reference = synth_celeba(tmp_path / "reference.zarr", n=3000, seed=1, size=(48, 40), color=True,
+                             chunk_rows=60, progress=False, n_jobs=2)
+    assert store_files(out) == store_files(reference)
+
+
+def test_the_commands_write_colour_stores_of_any_size(celeba, tmp_path, capsys, client):
+    assert main(["synth-celeba", str(tmp_path / "s.zarr"), "--n", "40", "--size", "24x16",
+                 "--color", "--n-jobs", "1"]) == 0
+    assert open_celeba(tmp_path / "s.zarr")[0].shape == (40, 24, 16, 3)
+    assert main(["ingest-celeba", str(celeba), str(tmp_path / "i.zarr"), "--size", "full",
+                 "--color", "--n-jobs", "2"]) == 0
+    assert open_celeba(tmp_path / "i.zarr")[0].shape == (120, 218, 178, 3)
+    address = client.scheduler.address
+    assert main(["ingest-celeba", str(celeba), str(tmp_path / "d.zarr"), "--size", "40x30",
+                 "--scheduler", address]) == 0
+    images = open_celeba(tmp_path / "d.zarr")[0]
+    assert images.shape == (120, 40, 30)
+    expected = ingest_celeba(celeba, tmp_path / "e.zarr", size=(40, 30), progress=False, n_jobs=1)
+    np.testing.assert_array_equal(images[:], open_celeba(expected)[0][:])
+    assert zarr.open_group(tmp_path / "d.zarr", mode="r").attrs["size"] == [40, 30]
+    capsys.readouterr()
+    for args, message in ((["synth-celeba", str(tmp_path / "x.zarr"), "--size", "full"], "--size"),
+                          (["synth-celeba", str(tmp_path / "x.zarr"), "--size", "24x0"], "--size"),
+                          (["ingest-celeba", str(celeba), str(tmp_path / "x.zarr"), "--size", "big"],
+                           "HEIGHTxWIDTH")):
+        assert main(args) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "x.zarr").exists()
+
+
+def test_a_failed_ingest_says_where_its_chunks_are_and_how_to_resume(tmp_path, capsys):
+    celeba = write_celeba_jpegs(tmp_path / "celeba", 40, seed=2)
+    (celeba / "img_align_celeba" / "000030.jpg").write_bytes(b"not a jpeg")
+    out = tmp_path / "c.zarr"
+    args = ["ingest-celeba", str(celeba), str(out), "--size", "16", "--n-jobs", "1"]
+    assert main(args) == 2
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert error.startswith("dfairpca ingest-celeba: error: corrupt or unreadable image")
+    assert "000030.jpg" in error and f"kept the finished chunks in {partial_path(out)}" in error
+    assert "the same call again resumes there" in error
+    write_celeba_jpegs(tmp_path / "again", 40, seed=2)
+    (celeba / "img_align_celeba" / "000030.jpg").write_bytes(
+        (tmp_path / "again" / "img_align_celeba" / "000030.jpg").read_bytes())
+    assert main(args) == 0 and open_celeba(out)[0].shape == (40, 16, 16)
