@@ -121,6 +121,24 @@ def location(path, storage_options: dict | None = None) -> Location:
     return Location(fs, root.rstrip("/"), options)
 
 
+def on_disk(path) -> Path | None:
+    """The local path that ``path`` names (a path, a ``file://`` or ``local://`` URL, any
+    URL of fsspec's local file system), or None for a remote one."""
+    if not is_remote(path):
+        return local_path(path)
+    loc = location(path)
+    return Path(loc.path) if "file" in _protocols(loc.fs) or "local" in _protocols(loc.fs) else None
+
+
+def normalised(path) -> str:
+    """One spelling of the place ``path`` names (``s3a://b/x/`` and ``s3://b/x`` alike; a
+    local path as its absolute ``file://`` URL), to compare two places."""
+    disk = on_disk(path)
+    if disk is not None:
+        return "file://" + os.path.realpath(disk)
+    return location(path).url
+
+
 #: storage options of s3:// taken from the client's environment when not given, so that
 #: they travel to the workers with the graph (a worker's own environment may lack them)
 _S3_ENVIRONMENT = {"endpoint_url": "AWS_ENDPOINT_URL", "key": "AWS_ACCESS_KEY_ID",
@@ -331,12 +349,10 @@ def check_target(loc: Location, kind: str, *, overwrite: bool = False, protect=N
     """:func:`dfairpca._writes.check_target` for a URL; the probe writes and deletes an
     object beside ``loc`` (credentials, bucket and endpoint, before any work)."""
     for what, other in (protect.items() if isinstance(protect, dict) else protect or ()):
-        if is_remote(other):
-            other_url = location(other).url if not isinstance(other, str) else other.rstrip("/")
-            here = loc.url
-            relation = ("is" if here == other_url else
-                        "contains" if other_url.startswith(here + "/") else None)
-            apart(here, relation, what, other_url)
+        other_url, here = normalised(other), normalised(loc)  # s3a:// is s3://
+        relation = ("is" if here == other_url else
+                    "contains" if other_url.startswith(here + "/") else None)
+        apart(loc.url, relation, what, other_url)
     with _requests(loc.url):
         recover(loc)
         if probe:
@@ -524,6 +540,7 @@ def open_zarr(store, storage_options: dict | None = None):
     with _requests(loc.url):
         if not _keys(loc):
             raise FileNotFoundError(f"no Zarr store at {loc.url} (nothing is stored there)")
+        check_settled(loc)  # an overwrite cut short mid-copy holds old and new chunks
         try:
             return zarr.open(zarr_store(loc), mode="r")
         except (FileNotFoundError, KeyError, ValueError) as exc:  # objects, but no zarr.json

@@ -126,8 +126,9 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
                                     overwrite=overwrite, protect=protect, probe=probe)
     path = Path(path)
     for what, other in (protect.items() if isinstance(protect, dict) else protect or ()):
-        if not is_remote(other):  # a URL is never a local path
-            _check_apart(path, Path(other), what)
+        disk = _remote.on_disk(other)  # file:// and local:// URLs name local paths too
+        if disk is not None:
+            _check_apart(path, disk, what)
     recover(path)
     if path.is_symlink():
         raise OutputPathError(

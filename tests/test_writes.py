@@ -143,6 +143,12 @@ def test_the_protected_inputs(tmp_path):
     with pytest.raises(FileExistsError, match="is the input store"):
         io.check_target(tmp_path / "alias", "store", overwrite=True, protect=protect)
     io.check_target(tmp_path / "data" / "other.zarr", "store", protect=protect)
+    # an input named by a file:// or local:// URL is the same path, and so is an output
+    for url in (f"file://{store}", f"local://{store}"):
+        with pytest.raises(FileExistsError, match="is the input store"):
+            io.check_target(store, "store", overwrite=True, protect={"the input store": url})
+    with pytest.raises(FileExistsError, match="is the input store"):
+        io.check_target(f"local://{store}", "store", overwrite=True, protect=protect)
 
 
 # ------------------------------------------------------------------ atomic, and crashes recovered

@@ -317,6 +317,11 @@ def test_a_prefix_dfairpca_did_not_write_is_never_replaced(s3, faces, capsys, tm
     code, _, err = run(["transform", model, url, "--out", url, "--overwrite", *so, *NO_CLUSTER],
                        capsys)
     assert code == 2 and "is the input store" in err, err
+    # however the input is spelt (s3a:// and a trailing slash name the same objects)
+    code, _, err = run(["transform", model, "s3a://data/faces.zarr/", "--out", url, "--overwrite",
+                        *so, *NO_CLUSTER], capsys)
+    assert code == 2 and "is the input store" in err, err
+    assert fs.exists("data/faces.zarr/zarr.json")
     X = dfairpca.from_zarr(url, "images", storage_options=s3).reshape(N, -1)
     with pytest.raises(OutputPathError, match="did not write"):
         compute_moments_checkpointed(X, checkpoint="s3://data/mine", storage_options=s3)
@@ -409,3 +414,45 @@ def test_a_server_lost_during_the_pass_is_named_not_taken_for_damaged_data(clust
                                storage_options=options).reshape(N, -1)
     with pytest.raises(ConnectionError, match="cannot reach the storage of s3://data/faces.zarr"):
         dfairpca.PCA(3).fit(X)
+
+
+def test_a_zarr_store_whose_overwrite_died_mid_copy_is_read_whole_not_mixed(s3):
+    """An overwrite of a store on S3 that died after copying some chunks leaves old and new
+    chunks at the target: reading it finishes the move first (or refuses), never mixes."""
+    from dfairpca import _remote
+    from dfairpca._marker import ACTIVE
+
+    so = dict(s3)
+    url = "s3://data/mixed/z.zarr"
+    fs = _remote.location(url, so).fs  # fsspec binds its sync methods to each instance
+    real, real_remove = fs.copy, _remote._remove_tree
+
+    def dead(loc):  # a dead process cleans up nothing: its temporary prefix stays
+        if ".tmp-" in loc.path:
+            raise KeyboardInterrupt
+        return real_remove(loc)
+
+    def die(path1, path2, *a, **k):  # the second write dies after 3 of its 4 chunks
+        chunks = [i for i, p in enumerate(path1) if "/images/c/" in p]
+        if len(chunks) < 4:
+            return real(path1, path2, *a, **k)
+        real([path1[i] for i in chunks[:3]], [path2[i] for i in chunks[:3]], *a, **k)
+        raise KeyboardInterrupt
+
+    for value in (1, 2):
+        if value == 2:
+            fs.copy, _remote._remove_tree = die, dead
+        try:
+            with _remote.atomic_prefix(_remote.location(url, so), "store", overwrite=True) as tmp:
+                g = zarr.open_group(_remote.zarr_store(tmp, so), mode="w",
+                                    attributes=dfairpca.io.marker_attributes("store"))
+                g.create_array("images", shape=(40, 3), chunks=(10, 3), dtype="int8")[:] = value
+        except KeyboardInterrupt:
+            assert value == 2
+        finally:
+            fs.copy, _remote._remove_tree = real, real_remove
+    names = _fs(so).ls("data/mixed", detail=False)
+    ACTIVE.difference_update(n.rsplit("/", 1)[-1] for n in names)  # as the next process sees it
+    X = dfairpca.from_zarr(url, "images", storage_options=so)
+    np.testing.assert_array_equal(np.asarray(X), 2)
+    assert _fs(so).ls("data/mixed", detail=False) == ["data/mixed/z.zarr"]
