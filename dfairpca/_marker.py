@@ -14,6 +14,7 @@ import uuid
 
 __all__ = [
     "MARKER", "MARKER_KEY", "OutputPathError", "marker", "marker_attributes", "known_entries",
+    "foreign_files", "kept",
     "sibling_name", "sibling_pattern", "running", "ACTIVE", "refusal", "apart", "not_ours",
     "warn_kept",
 ]
@@ -43,13 +44,45 @@ class OutputPathError(FileExistsError):
     """dfairpca refuses to write at a path: it would replace or delete what it did not write."""
 
 
-def marker(kind: str, entries=None) -> dict:
+def marker(kind: str, files=None) -> dict:
     """The content of dfairpca's marker for an object of ``kind`` ("model", "checkpoint", ...),
-    with the top-level ``entries`` it wrote (what a replace may delete, and nothing else)."""
+    with every file it wrote (``files``: paths relative to it, "/"-separated; what a replace
+    may delete, and nothing else) and their top-level ``entries`` (for older readers)."""
     from ._version import __version__
 
     found = {"written_by": "dfairpca", "kind": kind, "version": __version__}
-    return found if entries is None else {**found, "entries": sorted(entries)}
+    if files is None:
+        return found
+    files = sorted(f for f in files if f != MARKER)
+    return {**found, "entries": sorted({f.split("/")[0] for f in files}), "files": files}
+
+
+def foreign_files(files, found: dict) -> list[str]:
+    """Of the files (relative, "/"-separated) under a directory whose marker is ``found``,
+    those dfairpca did not write: not listed by the marker, at any depth (a marker older
+    than that list: not under a top-level entry known to be ours)."""
+    files = [f for f in files if f != MARKER]
+    if isinstance(found.get("files"), list):
+        ours = set(found["files"])
+        folders = {"/".join(f.split("/")[:i]) for f in ours for i in range(1, f.count("/") + 1)}
+        return sorted({_outermost(f, folders) for f in set(files) - ours})
+    ours = known_entries(found)
+    return sorted({f.split("/")[0] for f in files} - ours)
+
+
+def _outermost(name: str, folders: set[str]) -> str:
+    """The outermost folder of ``name`` that is none of dfairpca's ``folders`` (the whole
+    folder is the user's), else ``name`` itself."""
+    parts = name.split("/")
+    for i in range(1, len(parts)):
+        if "/".join(parts[:i]) not in folders:
+            return "/".join(parts[:i])
+    return name
+
+
+def kept(name: str, foreign) -> bool:
+    """Whether the file ``name`` is (or lies under) one of the ``foreign`` entries."""
+    return any(name == f or name.startswith(f + "/") for f in foreign)
 
 
 def marker_attributes(kind: str) -> dict:

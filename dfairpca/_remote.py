@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._marker import (
-    ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, known_entries, marker, not_ours, refusal,
+    ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, marker, not_ours, refusal,
     running, sibling_name, sibling_pattern, warn_kept,
 )
 
@@ -328,18 +328,18 @@ def write_marker(loc: Location, kind: str) -> None:
             _write_json(loc.child("zarr.json"), meta)
             _delete(loc, [MARKER] if _is_object(loc.child(MARKER)) else [])
         else:
-            _write_json(loc.child(MARKER), marker(kind, [n for n in _names(loc) if n != MARKER]))
+            _write_json(loc.child(MARKER), marker(kind, _keys(loc)))
 
 
 def foreign_entries(loc: Location, found: dict) -> list[str]:
-    """Top-level names under dfairpca's prefix ``loc`` (marker ``found``) it did not write:
-    a Zarr store's are all but zarr.json and its members; else those its marker lists."""
+    """What under dfairpca's prefix ``loc`` (marker ``found``) it did not write: in a Zarr
+    store the top-level names but zarr.json and its members; else the objects, at any
+    depth, its marker does not list (:func:`dfairpca._marker.foreign_files`)."""
     with _requests(loc.url):
+        if not _is_object(loc.child("zarr.json")):
+            return foreign_files(_keys(loc), found)
         names = set(_names(loc)) - {MARKER}
-        if "zarr.json" in names:
-            ours = {"zarr.json"} | {n for n in names if _is_object(loc.child(n).child("zarr.json"))}
-        else:
-            ours = known_entries(found)
+        ours = {"zarr.json"} | {n for n in names if _is_object(loc.child(n).child("zarr.json"))}
     return sorted(names - ours)
 
 
@@ -494,8 +494,7 @@ def remove_directory(loc: Location, kind: str) -> None:
         if not foreign:
             _remove_tree(loc)
             return
-        for name in sorted(set(_names(loc)) - set(foreign) - {MARKER}):
-            _remove_tree(loc.child(name)) if _keys(loc.child(name)) else _delete(loc, [name])
+        _delete(loc, [k for k in _keys(loc) if k != MARKER and not kept(k, foreign)])
         _delete(loc, [MARKER])
     warn_kept(loc.url, kind, foreign)
 

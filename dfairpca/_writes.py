@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import _remote
 from ._marker import (
-    ACTIVE as _ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, known_entries, marker,
+    ACTIVE as _ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, marker,
     marker_attributes, not_ours, refusal, running, sibling_name, sibling_pattern, warn_kept,
 )
 from ._remote import is_remote
@@ -47,34 +47,39 @@ def write_marker(directory, kind: str, *, storage_options: dict | None = None) -
         zarr.open_group(str(directory), mode="r+").attrs.update(marker_attributes(kind))
         (directory / MARKER).unlink(missing_ok=True)
     else:
-        entries = [e for e in os.listdir(directory) if e != MARKER]
-        (directory / MARKER).write_text(json.dumps(marker(kind, entries)))
+        (directory / MARKER).write_text(json.dumps(marker(kind, _files(directory))))
+
+
+def _files(directory: Path) -> list[str]:
+    """Every file under ``directory`` (links too, not followed), relative, "/"-separated."""
+    return sorted((Path(root) / name).relative_to(directory).as_posix()
+                  for root, dirs, names in os.walk(directory)
+                  for name in names + [d for d in dirs if os.path.islink(Path(root) / d)])
 
 
 def foreign_entries(path, found: dict, *, storage_options: dict | None = None) -> list[str]:
-    """Top-level names in dfairpca's directory ``path`` (marker ``found``) it did not write.
+    """What in dfairpca's directory ``path`` (marker ``found``) it did not write.
 
-    A Zarr store's are all but zarr.json and the root group's own members; a directory's
-    all but the marker and the entries its marker lists (or, for a marker older than that
-    list, the known layout of its kind).
+    In a Zarr store the top-level names but zarr.json and the root group's own members; in
+    a directory the files, at any depth, its marker does not list
+    (:func:`dfairpca._marker.foreign_files`).
     """
     if is_remote(path):
         return _remote.foreign_entries(_remote.location(path, storage_options), found)
     path = Path(path)
+    if not (path / "zarr.json").is_file():
+        return foreign_files(_files(path), found)
     names = set(os.listdir(path)) - {MARKER}
-    if (path / "zarr.json").is_file():
-        import zarr
+    import warnings
 
-        import warnings
+    import zarr
 
-        try:
-            with warnings.catch_warnings():  # the very entries we look for make zarr warn
-                warnings.simplefilter("ignore")
-                ours = set(zarr.open_group(str(path), mode="r").keys()) | {"zarr.json"}
-        except Exception:  # unreadable metadata: no member is known to be ours
-            ours = {"zarr.json"}
-    else:
-        ours = known_entries(found)
+    try:
+        with warnings.catch_warnings():  # the very entries we look for make zarr warn
+            warnings.simplefilter("ignore")
+            ours = set(zarr.open_group(str(path), mode="r").keys()) | {"zarr.json"}
+    except Exception:  # unreadable metadata: no member is known to be ours
+        ours = {"zarr.json"}
     return sorted(names - ours)
 
 
@@ -332,12 +337,20 @@ def remove_directory(path, kind: str, *, storage_options: dict | None = None) ->
     if not foreign:
         _remove_tree(path)
         return
-    for name in sorted(set(os.listdir(path)) - set(foreign) - {MARKER}):
-        entry = path / name
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
+    if (path / "zarr.json").is_file():
+        for name in sorted(set(os.listdir(path)) - set(foreign) - {MARKER}):
+            entry = path / name
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    else:  # a user's file may lie deep inside: delete ours, one by one
+        for name in _files(path):
+            if name != MARKER and not kept(name, foreign):
+                (path / name).unlink()
+        for root, _, _ in sorted(os.walk(path), key=lambda w: -len(w[0])):
+            if Path(root) != path and not os.listdir(root):
+                os.rmdir(root)
     (path / MARKER).unlink(missing_ok=True)
     warn_kept(str(path), kind, foreign)
 

@@ -356,6 +356,24 @@ def test_replacing_refuses_a_model_holding_a_users_files(models, tmp_path):
     assert sorted(os.listdir(path)) == [".dfairpca", "model"]
 
 
+def test_replacing_refuses_a_model_holding_a_users_file_deep_inside(models, tmp_path):
+    """The marker lists every file dfairpca wrote: a user's file one level down (or deeper)
+    is found too, and neither replacing nor removing deletes it."""
+    path = tmp_path / "mdl"
+    models["PCA"].save(path)
+    (path / "model" / "my_notes.txt").write_text("mine")
+    (path / "model" / "runs" / "a").mkdir(parents=True)
+    (path / "model" / "runs" / "a" / "log.txt").write_text("mine too")
+    before = tree(path)
+    with pytest.raises(FileExistsError, match=r"did not write \(model/my_notes.txt, model/runs\)"):
+        models["FairPCA"].save(path, overwrite=True)
+    assert tree(path) == before and siblings(path) == []
+    with pytest.warns(UserWarning, match="model/my_notes.txt, model/runs"):
+        io.remove_directory(path, "model")
+    assert sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()) == [
+        "model/my_notes.txt", "model/runs/a/log.txt"]
+
+
 def test_a_marker_without_its_entries_falls_back_to_the_kinds_layout(models, data, tmp_path):
     """Directories saved before the marker listed its entries: a model's known layout."""
     path = tmp_path / "m"
