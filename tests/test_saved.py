@@ -65,6 +65,18 @@ def test_load_finds_every_class_in_the_registry_and_only_there(tmp_path):
         dfairpca.load(tmp_path / "m")
 
 
+def test_a_kernel_model_loads_in_a_fresh_process_through_the_linear_module():
+    """The estimator modules are imported lazily: load imports them itself, whichever
+    module it is reached through."""
+    import subprocess
+    import sys
+
+    code = ("from dfairpca.decomposition import load; "
+            f"print(type(load({str(SAVED / 'kernel_exact')!r})).__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "FairKernelPCA", out.stderr
+
+
 def test_statistics_beside_a_kernel_model_are_refused(tmp_path):
     """Only the linear models save statistics/: one beside a kernel model was put there."""
     shutil.copytree(SAVED / "kernel_exact", tmp_path / "k")
