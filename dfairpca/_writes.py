@@ -262,8 +262,24 @@ def staged_locally(path, kind: str, *, overwrite: bool = False, storage_options:
     check_target(path, kind, overwrite=overwrite, storage_options=storage_options)
     with tempfile.TemporaryDirectory(prefix=".dfairpca-stage-") as folder:
         local = Path(folder) / "out"
-        yield local
+        try:
+            yield local
+        except BaseException as exc:  # the stage goes with the block: nothing is kept
+            _restarts(exc, folder, path)
+            raise
         move_into_place(local, path, kind, overwrite=overwrite, storage_options=storage_options)
+
+
+def _restarts(exc: BaseException, folder: str, path) -> None:
+    """Replace the notes of ``exc`` that promise a resume from the local stage ``folder``
+    (deleted now) with the truth: the same call for the URL ``path`` starts over."""
+    notes = getattr(exc, "__notes__", None)
+    if not notes or not any(folder in n for n in notes):
+        return
+    notes[:] = [n for n in notes if folder not in n]
+    exc.add_note(f"nothing was kept: a store for a URL ({path}) is written in a temporary "
+                 "local folder, deleted now, so the same call starts over (to resume after "
+                 "an interruption, write it to a local path, then copy it)")
 
 
 @contextlib.contextmanager

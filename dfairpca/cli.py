@@ -610,7 +610,7 @@ def cmd_synth(args):
     out = _place(args.out, _storage(args))
     _check_out(out, "store", args.overwrite)
     t = time.perf_counter()
-    with staged_locally(out, "store", overwrite=args.overwrite) as local, _saying_how_to_resume():
+    with _saying_how_to_resume(), staged_locally(out, "store", overwrite=args.overwrite) as local:
         synth_celeba(local, n=args.n, seed=args.seed, size=args.size, color=args.color,
                      overwrite=args.overwrite, n_jobs=args.n_jobs)
     print(f"wrote {args.n:,} synthetic faces to {out} in {time.perf_counter() - t:.1f} s")

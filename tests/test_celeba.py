@@ -470,8 +470,10 @@ def test_ingest_overwrite_discards_partial_conversion(celeba_dir, tmp_path):
     with pytest.raises(ValueError):
         ingest_celeba(celeba_dir, out, size=16, chunk_rows=16, progress=False, n_jobs=1)
     write_jpeg(broken, 39)
-    # A different size cannot reuse the partial chunks either way.
-    ingest_celeba(celeba_dir, out, size=24, chunk_rows=16, progress=False, n_jobs=1)
+    # A different size cannot reuse the partial chunks either way, and says so.
+    with pytest.warns(UserWarning, match=r"discarded the interrupted write in .*\.celeba\.zarr"
+                                         r"\.partial: it was made with other settings"):
+        ingest_celeba(celeba_dir, out, size=24, chunk_rows=16, progress=False, n_jobs=1)
     assert open_celeba(out)[0].shape == (N_IMAGES, 24, 24)
     ingest_celeba(
         celeba_dir, out, size=16, chunk_rows=16, overwrite=True, progress=False, n_jobs=1

@@ -98,6 +98,12 @@ def write_store(
     partial = partial_path(out)
     n = chunks[-1][2]
     if overwrite or not _is_resumable(partial, settings, (n, *shape), chunk_rows):
+        if not overwrite and (partial / DONE_DIR).is_dir():
+            import warnings
+
+            warnings.warn(f"discarded the interrupted write in {partial}: it was made with other "
+                          "settings (source, seed, size, colour, n or chunk rows) than this call, "
+                          "so its chunks cannot be reused", UserWarning, stacklevel=3)
         if read_marker(partial) is not None:  # its chunk marks are dfairpca's too
             shutil.rmtree(partial / DONE_DIR, ignore_errors=True)
         remove_directory(partial, STORE_KIND)

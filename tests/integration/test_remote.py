@@ -456,3 +456,27 @@ def test_a_zarr_store_whose_overwrite_died_mid_copy_is_read_whole_not_mixed(s3):
     X = dfairpca.from_zarr(url, "images", storage_options=so)
     np.testing.assert_array_equal(np.asarray(X), 2)
     assert _fs(so).ls("data/mixed", detail=False) == ["data/mixed/z.zarr"]
+
+
+def test_an_interrupted_synth_to_a_url_says_it_starts_over(s3, capsys, monkeypatch):
+    """A store for a URL is staged in a local folder that goes with the error: the message
+    must not promise a resume from it."""
+    import dfairpca.celeba.synth as synth
+
+    real = synth._synth_chunk
+
+    def interrupted(store, index, *args):  # Ctrl-C once the first chunk is written
+        real(store, index, *args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(synth, "_synth_chunk", interrupted)
+    try:
+        code = main(["synth-celeba", "s3://data/cut/synth.zarr", "--n", "40", "--size", "8",
+                     "--n-jobs", "1", "--storage-options", json.dumps(s3)])
+    except KeyboardInterrupt:
+        code = 130
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "resumes there" not in err and ".dfairpca-stage-" not in err, err
+    assert "the same call starts over" in err, err
+    assert not _fs(s3).exists("data/cut/synth.zarr")
