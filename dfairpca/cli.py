@@ -484,10 +484,16 @@ def _check_method_options(args) -> None:
             f"ignore it: drop {option}, or choose a fair method"
         )
     odd = [o for o in RANDOMIZED_ONLY if getattr(args, o) != defaults[o]]
-    if args.svd_solver == "full" and odd:
+    exact = (f"--svd-solver {args.svd_solver} (the exact one-pass fit)"
+             if args.svd_solver in ("full", "covariance_eigh") else
+             "--method fair-s (Fair PCA-S needs the exact d x d solve)"
+             if args.method == "fair-s" else None)
+    if exact and odd:
         option = "--" + odd[0].replace("_", "-")
-        raise CLIError(f"{option} sets the randomized solve; --svd-solver full (the exact one-pass "
-                       f"fit) would ignore it: drop {option}, or use --svd-solver randomized or auto")
+        fix = ("--svd-solver randomized or auto" if args.method != "fair-s" else
+               "--method fair for a randomized fit")
+        raise CLIError(f"{option} sets the randomized solve; {exact} would ignore it: drop "
+                       f"{option}, or use {fix}")
     if args.method != "fair-s" and "equalize" in given:
         raise CLIError(
             "--equalize needs --method fair-s (fair PCA that also equalises the group "

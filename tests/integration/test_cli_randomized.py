@@ -75,6 +75,10 @@ def test_solver_options_are_checked_before_any_work(store, tmp_path, capsys):
         (["--svd-solver", "randomized", "--method", "fair-s"],
          "Fair PCA-S (equalize_covariance) has no matrix-free form: it needs 3 d x d float64"),
         (["--iterated-power", "-1"], "must be 'auto' or an integer >= 0"),
+        (["--method", "fair-s", "--n-oversamples", "3", "--iterated-power", "2",
+          "--random-state", "7"], "--n-oversamples sets the randomized solve; --method fair-s"),
+        (["--svd-solver", "full", "--random-state", "7"],
+         "--random-state sets the randomized solve; --svd-solver full"),
     ]:
         code, _, err = run(fit + extra, capsys)
         assert code == 2 and expected in err and "scheduler" not in err, (extra, err)
