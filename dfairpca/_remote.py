@@ -111,8 +111,8 @@ def location(path, storage_options: dict | None = None) -> Location:
     options = _with_environment(path, dict(storage_options or {}))
     try:
         fs, root = url_to_fs(path, **options)
-    except ImportError as exc:
-        raise ImportError(
+    except ImportError as exc:  # a missing package is the user's to install: one line
+        raise ValueError(
             f"{path} needs a package that is not installed ({exc}): pip install "
             "'dfairpca[remote]' for s3://, or the fsspec package of that protocol"
         ) from None
@@ -160,13 +160,16 @@ def _with_environment(url: str, options: dict) -> dict:
     return options
 
 
-def explained(exc: BaseException, url: str) -> BaseException:
-    """``exc`` from a request about ``url`` as a one-line error that names the fix (or
-    ``exc`` itself when it is none of the storage's usual refusals)."""
+def explained(exc: BaseException, url: str, options: dict | None = None) -> BaseException:
+    """``exc`` from a request about ``url`` (made with the storage ``options``) as a
+    one-line error that names the fix (or ``exc`` itself when it is none of the storage's
+    usual refusals)."""
     names = {c.__name__ for c in type(exc).__mro__}
     text = f"{exc}"
     short = (text.strip().splitlines() or [type(exc).__name__])[0][:160]
-    endpoint = os.environ.get("AWS_ENDPOINT_URL") if url.startswith("s3") else None
+    options = options or {}
+    endpoint = (options.get("endpoint_url") or (options.get("client_kwargs") or {}).get("endpoint_url")
+                or (os.environ.get("AWS_ENDPOINT_URL") if url.startswith("s3") else None))
     if "NoCredentialsError" in names or "Unable to locate credentials" in text:
         return PermissionError(
             f"no credentials for {url}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or pass "
@@ -192,15 +195,16 @@ def explained(exc: BaseException, url: str) -> BaseException:
 
 
 @contextlib.contextmanager
-def _requests(url: str):
-    """Requests to the storage of ``url`` inside the block fail with :func:`explained`
-    (once: an inner block's explanation is not explained again)."""
+def _requests(where):
+    """Requests to the storage of ``where`` (a :class:`Location`, or a URL) inside the block
+    fail with :func:`explained` (once: an inner block's explanation is not explained again)."""
+    url, options = (where.url, where.options) if isinstance(where, Location) else (where, None)
     try:
         yield
     except (OutputPathError, KeyboardInterrupt):
         raise
     except Exception as exc:
-        better = exc if getattr(exc, "explained", False) else explained(exc, url)
+        better = exc if getattr(exc, "explained", False) else explained(exc, url, options)
         if better is exc:
             raise
         better.explained = True
@@ -260,7 +264,7 @@ def _keys(loc: Location) -> list[str]:
 def exists(path, storage_options: dict | None = None) -> bool:
     """Whether anything is stored at the URL ``path`` (an object or a prefix)."""
     loc = location(path, storage_options)
-    with _requests(loc.url):
+    with _requests(loc):
         return bool(_keys(loc)) or _is_object(loc)
 
 
@@ -283,7 +287,7 @@ def _read_json(loc: Location):
 def read_text(path, storage_options: dict | None = None) -> str:
     """The text of the object at a URL."""
     loc = location(path, storage_options)
-    with _requests(loc.url):
+    with _requests(loc):
         return loc.fs.cat_file(loc.path).decode("utf-8")
 
 
@@ -311,7 +315,7 @@ def _remove_tree(loc: Location) -> None:
 def read_marker(loc: Location) -> dict | None:
     """dfairpca's marker of the prefix ``loc`` (its ``.dfairpca`` object, or a Zarr store's
     root attribute), or None if unmarked."""
-    with _requests(loc.url):
+    with _requests(loc):
         found = _read_json(loc.child(MARKER))
         if found is None:
             found = ((_read_json(loc.child("zarr.json")) or {}).get("attributes") or {}).get(MARKER_KEY)
@@ -321,7 +325,7 @@ def read_marker(loc: Location) -> dict | None:
 
 def write_marker(loc: Location, kind: str) -> None:
     """Mark ``loc`` as dfairpca's: a Zarr store's root attribute, else the object."""
-    with _requests(loc.url):
+    with _requests(loc):
         meta = _read_json(loc.child("zarr.json"))
         if meta is not None:  # the attribute, as zarr's attrs.update would write it
             meta.setdefault("attributes", {})[MARKER_KEY] = marker(kind)
@@ -335,7 +339,7 @@ def foreign_entries(loc: Location, found: dict) -> list[str]:
     """What under dfairpca's prefix ``loc`` (marker ``found``) it did not write: in a Zarr
     store the top-level names but zarr.json and its members; else the objects, at any
     depth, its marker does not list (:func:`dfairpca._marker.foreign_files`)."""
-    with _requests(loc.url):
+    with _requests(loc):
         if not _is_object(loc.child("zarr.json")):
             return foreign_files(_keys(loc), found)
         names = set(_names(loc)) - {MARKER}
@@ -348,12 +352,16 @@ def check_target(loc: Location, kind: str, *, overwrite: bool = False, protect=N
                  probe: bool = True) -> None:
     """:func:`dfairpca._writes.check_target` for a URL; the probe writes and deletes an
     object beside ``loc`` (credentials, bucket and endpoint, before any work)."""
+    if "/" not in loc.path.rstrip("/"):  # a bucket (a rooted path, memory://x, is no bucket):
+        raise OutputPathError(          # the probe, temporary prefix and journal are siblings
+            f"cannot write to {loc.url}, the root of a bucket: dfairpca writes beside its "
+            f"output; name a prefix inside it, e.g. {loc.url.rstrip('/')}/{kind}")
     for what, other in (protect.items() if isinstance(protect, dict) else protect or ()):
         other_url, here = normalised(other), normalised(loc)  # s3a:// is s3://
         relation = ("is" if here == other_url else
                     "contains" if other_url.startswith(here + "/") else None)
         apart(loc.url, relation, what, other_url)
-    with _requests(loc.url):
+    with _requests(loc):
         recover(loc)
         if probe:
             probe_at = loc.parent.child(sibling_name(loc.name, "probe"))
@@ -379,7 +387,7 @@ def _temporary(loc: Location):
     try:
         yield tmp
     finally:
-        with _requests(tmp.url):
+        with _requests(tmp):
             if _keys(tmp):
                 _remove_tree(tmp)
         ACTIVE.discard(tmp.name)
@@ -403,7 +411,7 @@ def publish(local: Path, loc: Location, kind: str, *, overwrite: bool = False) -
     files = sorted((p for p in Path(local).rglob("*") if p.is_file()),  # the markers first:
                    key=lambda p: (p.relative_to(local).as_posix() not in _MARKERS, str(p)))  # ours at once
     with _temporary(loc) as tmp:
-        with _requests(loc.url):
+        with _requests(loc):
             for f in files:
                 tmp.fs.put_file(str(f), f"{tmp.path}/{f.relative_to(local).as_posix()}")
         move_into_place(tmp, loc, kind, overwrite=overwrite)
@@ -416,7 +424,7 @@ def move_into_place(src: Location, loc: Location, kind: str, *, overwrite: bool 
     journal = loc.parent.child(sibling_name(loc.name, "move"))
     ACTIVE.add(journal.name)
     try:
-        with _requests(loc.url):
+        with _requests(loc):
             state = {**marker(kind), "source": src.name, "copied": False}
             _write_json(journal, state)
             _finish_move(src, loc, journal, state)
@@ -445,7 +453,7 @@ def recover(loc: Location) -> None:
     and empty probe objects."""
     parent = loc.parent
     pattern = sibling_pattern(loc.name, "tmp|move|probe")
-    with _requests(loc.url):
+    with _requests(loc):
         leftovers = [(m.group(1), parent.child(name)) for name in _names(parent)
                      if (m := pattern.fullmatch(name)) and not running(name, m.group(2), int(m.group(3)))]
         for role, journal in leftovers:  # moves first: their sources are temporary prefixes
@@ -473,7 +481,7 @@ def check_settled(loc: Location) -> None:
     except PermissionError:  # a reader without write access: it can only wait
         pass
     pattern = sibling_pattern(loc.name, "move")
-    with _requests(loc.url):
+    with _requests(loc):
         busy = [name for name in _names(loc.parent) if pattern.fullmatch(name)]
     if busy:
         raise OutputPathError(
@@ -483,7 +491,7 @@ def check_settled(loc: Location) -> None:
 
 def remove_directory(loc: Location, kind: str) -> None:
     """:func:`dfairpca._writes.remove_directory` for a URL."""
-    with _requests(loc.url):
+    with _requests(loc):
         recover(loc)
         if not _keys(loc):
             return
@@ -506,7 +514,7 @@ def local_copy(loc: Location):
     check_settled(loc)
     with tempfile.TemporaryDirectory(prefix=".dfairpca-read-") as folder:
         local = Path(folder) / (loc.name or "root")
-        with _requests(loc.url):
+        with _requests(loc):
             keys = _keys(loc)
             if not keys:
                 raise FileNotFoundError(f"nothing is stored at {loc.url}")
@@ -536,7 +544,7 @@ def open_zarr(store, storage_options: dict | None = None):
         except Exception as exc:  # zarr raises several types for "not a store"
             raise ValueError(f"{str(path)!r} is not a Zarr store: {exc}") from exc
     loc = location(store, storage_options)
-    with _requests(loc.url):
+    with _requests(loc):
         if not _keys(loc):
             raise FileNotFoundError(f"no Zarr store at {loc.url} (nothing is stored there)")
         check_settled(loc)  # an overwrite cut short mid-copy holds old and new chunks

@@ -399,6 +399,21 @@ def test_bad_urls_credentials_and_endpoints_are_one_line_errors_before_any_work(
                         "s3://no-such-bucket/m", "--storage-options", json.dumps(s3),
                         *NO_CLUSTER], capsys)
     assert code == 2 and "no bucket 'no-such-bucket'" in err and "scheduler" not in err, err
+    # a dead endpoint given in --storage-options is named (not AWS_ENDPOINT_URL's)
+    os.environ["AWS_ENDPOINT_URL"] = s3["endpoint_url"]
+    try:
+        code, _, err = run(["fit", url, "--attribute", "Eyeglasses", "-k", "3", "--out",
+                            tmp_path / "m", "--storage-options", json.dumps(dead), *NO_CLUSTER],
+                           capsys)
+    finally:
+        del os.environ["AWS_ENDPOINT_URL"]
+    assert code == 2 and f"at {dead['endpoint_url']} (" in err, err
+    # a protocol whose package is missing (gcsfs) and a bucket's root: one line, exit 2
+    for out, expected in (("gs://b/m", "needs a package that is not installed"),
+                          ("s3://data", "cannot write to s3://data, the root of a bucket")):
+        code, _, err = run(["fit", url, "--attribute", "Eyeglasses", "-k", "3", "--out", out,
+                            "--storage-options", json.dumps(s3), *NO_CLUSTER], capsys)
+        assert code == 2 and expected in err and err.count("\n") == 1, (out, err)
 
 
 def test_a_server_lost_during_the_pass_is_named_not_taken_for_damaged_data(cluster, tmp_path):
