@@ -495,3 +495,16 @@ def test_an_interrupted_synth_to_a_url_says_it_starts_over(s3, capsys, monkeypat
     assert "resumes there" not in err and ".dfairpca-stage-" not in err, err
     assert "the same call starts over" in err, err
     assert not _fs(s3).exists("data/cut/synth.zarr")
+
+
+def test_an_overwrite_on_s3_refuses_a_users_object_deep_inside_a_model(s3, faces):
+    """The same rule as on disk: every object dfairpca wrote is in the marker's list."""
+    url, local, _ = faces
+    model = dfairpca.PCA(2).fit(dfairpca.from_zarr(local, "images").reshape(N, -1))
+    target = dfairpca.io.location("s3://data/deep/mdl", s3)  # carries the storage options
+    model.save(target)
+    fs = _fs(s3)
+    fs.pipe_file("data/deep/mdl/model/my_notes.txt", b"mine")
+    with pytest.raises(OutputPathError, match=r"did not write \(model/my_notes.txt\)"):
+        model.save(target, overwrite=True)
+    assert fs.cat_file("data/deep/mdl/model/my_notes.txt") == b"mine"
