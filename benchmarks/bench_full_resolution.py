@@ -94,38 +94,58 @@ def attribute(store, name: str) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- the fit (child)
-def fit_one(store, rows: int | None, k: int, attr: str, oversamples: int, power) -> dict:
-    """The fit on a LocalCluster of 2 worker processes; per-pass times and convergence."""
+def fit_one(store, rows: int | None, k: int, attr: str, oversamples: int, power,
+            model_out: Path | None = None) -> dict:
+    """``FairPCA(svd_solver="randomized")`` on a LocalCluster of 2 worker processes;
+    per-pass times and convergence.  With ``model_out``: the model saved there, and its
+    colour fair-faces picture next to it (``<model_out>.png``)."""
+
     import dask
+    import pandas as pd
     from distributed import Client, LocalCluster
 
     import dfairpca
-    from dfairpca._groups import encode_groups
-    from dfairpca._randomized import fit_randomized
+    from dfairpca import _randomized
 
     X = dfairpca.from_zarr(store, "images")
     z = attribute(store, attr)
     if rows:
         X, z = X[:rows], z[:rows]
     n, d = X.shape[0], int(np.prod(X.shape[1:]))
-    g = encode_groups(z, n)
-    marks = []
+    marks, fits = [], []
+    solve = _randomized.fit_randomized
+
+    def timed(*a, **kw):  # the estimator's own solve, with the time each pass ended
+        fits.append(solve(*a, **kw, on_pass=lambda i, most: marks.append(time.perf_counter() - t0)))
+        return fits[-1]
+
+    model = dfairpca.FairPCA(n_components=k, svd_solver="randomized", n_oversamples=oversamples,
+                             iterated_power=power, random_state=0)
     with dask.config.set({"distributed.worker.memory.target": False}), \
             LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                          dashboard_address=None, memory_limit="4GiB") as cluster, Client(cluster):
-        t0 = time.perf_counter()
-        # the estimator's own solve (FairPCA(svd_solver="randomized") calls it, then certifies
-        # and keeps the attributes); called here for the time at which each pass ended
-        fit = fit_randomized(X, k, codes=g.codes, categories=g.categories, names=[attr],
-                             n_oversamples=oversamples, iterated_power=power, random_state=0,
-                             on_pass=lambda i, most: marks.append(time.perf_counter() - t0))
-        wall = time.perf_counter() - t0
-    U = fit.components
-    return {"n": n, "d": d, "k": k, "w": min(d, k + oversamples), "wall_s": wall,
-            "passes": fit.passes, "pass_end_s": marks, "captured": fit.history,
-            "total": fit.total, "missing": fit.missing,
-            "fair": float(np.abs(U @ fit.basis).max()) if fit.basis.shape[1] else 0.0,
-            "violation": max(float(v.max()) for v in fit.violation)}
+        _randomized.fit_randomized = timed
+        try:
+            t0 = time.perf_counter()
+            model.fit(X, sensitive_features=pd.DataFrame({attr: z}))  # certifies, as every fit does
+            wall = time.perf_counter() - t0
+        finally:
+            _randomized.fit_randomized = solve
+    fit = fits[-1]
+    U = model.components_
+    out = {"n": n, "d": d, "k": k, "w": min(d, k + oversamples), "wall_s": wall,
+           "passes": model.n_passes_, "pass_end_s": marks, "captured": fit.history,
+           "total": fit.total, "missing": fit.missing,
+           "fair": float(np.abs(U @ model.constraint_basis_).max()),
+           "violation": max(float(v.max()) for v in fit.violation)}
+    if model_out is not None:
+        from dfairpca.celeba.figures import faces_figure
+
+        model.save(model_out, overwrite=True)
+        t = time.perf_counter()
+        png = faces_figure(model, store, Path(str(model_out) + ".png"), overwrite=True)
+        out.update(model=str(model_out), picture=str(png), picture_s=time.perf_counter() - t)
+    return out
 
 
 # ----------------------------------------------------------------------------- unit costs
@@ -217,6 +237,8 @@ def run_child(args, rows) -> dict:
     cmd = [sys.executable, __file__, "--store", str(args.store), "--k", str(args.k),
            "--n-oversamples", str(args.n_oversamples), "--iterated-power", str(args.iterated_power),
            "--attribute", args.attribute, "--one", str(rows or 0)]
+    if args.model_out:
+        cmd += ["--model-out", f"{args.model_out}_{rows or 'all'}"]
     with PeakRSS() as mem:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if p.returncode:
@@ -245,6 +267,9 @@ def main(argv=None):
     ap.add_argument("--make-store", type=Path, help="write a synthetic test store here and exit")
     ap.add_argument("--n", type=int, default=3000, help="rows of --make-store")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--model-out", type=Path, default=None,
+                    help="save each fitted model at MODEL_OUT_<rows> and draw its colour "
+                         "fair-faces picture next to it (MODEL_OUT_<rows>.png)")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     power = args.iterated_power if args.iterated_power == "auto" else int(args.iterated_power)
@@ -257,7 +282,7 @@ def main(argv=None):
         ap.error("--store is required (or --make-store)")
     if args.one is not None:  # child: one fit, JSON on the last line
         print(json.dumps(fit_one(args.store, args.one or None, args.k, args.attribute,
-                                 args.n_oversamples, power)))
+                                 args.n_oversamples, power, args.model_out)))
         return
     rows = args.rows or [None]
     fits = []
