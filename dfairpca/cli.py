@@ -483,7 +483,7 @@ def _check_method_options(args) -> None:
             f"{option} needs {needs}; --method pca (plain PCA, no protected attributes) would "
             f"ignore it: drop {option}, or choose a fair method"
         )
-    odd = [o for o in RANDOMIZED_ONLY if getattr(args, o) != defaults[o]]
+    odd = _randomized_options(args)
     exact = (f"--svd-solver {args.svd_solver} (the exact one-pass fit)"
              if args.svd_solver in ("full", "covariance_eigh") else
              "--method fair-s (Fair PCA-S needs the exact d x d solve)"
@@ -500,6 +500,27 @@ def _check_method_options(args) -> None:
             f"covariances); --method {args.method} would ignore it: add --method fair-s, or "
             "drop --equalize"
         )
+
+
+def _randomized_options(args) -> list[str]:
+    """The randomized solve's options the user set (a value other than the default)."""
+    defaults = {f.name: f.default for f in fields(FitJob)}
+    return [o for o in RANDOMIZED_ONLY if getattr(args, o) != defaults[o]]
+
+
+def _note_unused_randomized(args, est, d: int, ckpt) -> None:
+    """Say on stderr, before the pass, that ``--svd-solver auto`` chose the exact fit for
+    this store's width, so that the randomized options given are not used (which solve
+    auto takes needs d, known only once the store is open: hence a note, not an error)."""
+    odd = _randomized_options(args)
+    if args.svd_solver != "auto" or not odd:
+        return
+    if est._fit_solver(d, checkpoint=ckpt if args.resume else None) == "randomized":
+        return
+    given = ", ".join("--" + o.replace("_", "-") for o in odd)
+    print(f"note: --svd-solver auto chose the exact one-pass fit for d = {d:,} and k = {args.k} "
+          f"(its d x d statistics fit in memory and cost less), which does not use {given}: "
+          "pass --svd-solver randomized to fit with them", file=sys.stderr)
 
 
 def _check_two_groups(groups) -> None:
@@ -687,6 +708,7 @@ def run_fit(args: FitJob) -> dict:
     else:
         est.validate_fit(X, y, sensitive_features=groups)
     n, d = X.shape[0], int(np.prod(X.shape[1:]))
+    _note_unused_randomized(args, est, d, ckpt)
     rows = "images" if data.celeba else "rows"
     described = "" if groups is None else f"; groups {_describe_groups(groups, args.attribute)}"
     print(f"n = {n:,} {rows}, d = {d:,} features{described}")

@@ -83,3 +83,21 @@ def test_solver_options_are_checked_before_any_work(store, tmp_path, capsys):
         code, _, err = run(fit + extra, capsys)
         assert code == 2 and expected in err and "scheduler" not in err, (extra, err)
     assert not (tmp_path / "m").exists()
+
+
+def test_auto_that_chooses_the_exact_fit_says_the_randomized_options_go_unused(
+        store, tmp_path, capsys, sched):
+    """At d = 576 and k = 4, --svd-solver auto takes the exact one-pass fit: the options of
+    the randomized solve given with it are named as unused, before the pass (the choice
+    needs the store's width, so it is a note, not an error); without them, no note."""
+    fit = ["fit", store, "--attribute", "Eyeglasses", "-k", "4", "--json", *sched]
+    code, out, err = run([*fit, "--out", tmp_path / "a", "--iterated-power", "2",
+                          "--random-state", "3"], capsys)
+    assert code == 0, err
+    note = ("note: --svd-solver auto chose the exact one-pass fit for d = 576 and k = 4 (its "
+            "d x d statistics fit in memory and cost less), which does not use "
+            "--iterated-power, --random-state: pass --svd-solver randomized")
+    assert note in err
+    assert err.index(note) < err.index("solver covariance_eigh, 1 pass over X")
+    code, out, err = run([*fit, "--out", tmp_path / "b"], capsys)
+    assert code == 0 and "note:" not in err, err
