@@ -444,7 +444,7 @@ def test_ingest_resumes_after_interruption(celeba_dir, tmp_path):
     assert "the same call again resumes there" in " ".join(info.value.__notes__)
     assert not out.exists()
     partial = tmp_path / ".celeba.zarr.partial"
-    assert sorted(p.name for p in (partial / ".done").iterdir()) == ["0", "1"]
+    assert sorted(p.name for p in (partial / ".done").iterdir()) == ["0", "1", "code"]
 
     # Backdate the finished chunks: a rewrite would give them a new mtime.
     finished = [partial / "images" / "c" / str(i) / "0" / "0" for i in (0, 1)]
@@ -461,6 +461,24 @@ def test_ingest_resumes_after_interruption(celeba_dir, tmp_path):
     for i in (0, 20, 39, N_IMAGES - 1):
         path = celeba_dir / "img_align_celeba" / f"{i + 1:06d}.jpg"
         assert_decoded(images[i], path, 32)
+
+
+def test_a_partial_conversion_of_other_code_is_not_resumed(celeba_dir, tmp_path, monkeypatch):
+    """Chunks written by other dfairpca code (same version, e.g. an editable install between
+    commits) are not mixed into the store: the partial conversion is started over, saying so."""
+    out = tmp_path / "celeba.zarr"
+    broken = celeba_dir / "img_align_celeba" / "000040.jpg"
+    broken.write_bytes(b"not a jpeg")
+    kwargs = dict(size=16, chunk_rows=16, progress=False, n_jobs=1)
+    with pytest.raises(ValueError):
+        ingest_celeba(celeba_dir, out, **kwargs)
+    partial = tmp_path / ".celeba.zarr.partial"
+    assert sorted(p.name for p in (partial / ".done").iterdir()) == ["0", "1", "code"]
+    write_jpeg(broken, 39)
+    monkeypatch.setattr("dfairpca.celeba.pool.code_digest", lambda: "0" * 16)
+    with pytest.warns(UserWarning, match="or other dfairpca code than this call"):
+        ingest_celeba(celeba_dir, out, **kwargs)
+    assert open_celeba(out)[0].shape == (N_IMAGES, 16, 16)
 
 
 def test_ingest_overwrite_discards_partial_conversion(celeba_dir, tmp_path):

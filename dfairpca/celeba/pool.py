@@ -6,8 +6,9 @@ as dfairpca's; each worker gets a few ranges of whole chunks, produces their row
 decodes them) and writes them to the store itself, marking each chunk done with an empty
 file ``.done/INDEX``: only a count comes back, never pixels.  At the end the partial store
 is moved into place (:func:`dfairpca.io.move_into_place`), so ``NAME`` never holds a
-half-written store.  An interrupted run keeps its finished chunks: the same call again
-converts only the others.
+half-written store.  An interrupted run keeps its finished chunks: the same call again, by
+the same dfairpca code (``.done/code``, :func:`dfairpca._version.code_digest`), converts
+only the others.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import zarr.errors
 from tqdm import tqdm
 
 from .._system import cpu_count
+from .._version import code_digest
 from .._writes import (
     check_target, marker_attributes, move_into_place, read_marker, remove_directory, writing_every_chunk,
 )
@@ -33,6 +35,9 @@ __all__ = ["partial_path", "run_tasks", "write_store"]
 
 #: folder of a partial store holding one empty file per finished chunk
 DONE_DIR = ".done"
+#: file in :data:`DONE_DIR` holding the digest of the code that wrote the chunks
+#: (:func:`dfairpca._version.code_digest`): other code, even of the same version, starts over
+CODE_FILE = "code"
 #: ranges of chunks per worker: several, so that a worker slowed by other load does not
 #: leave the rest idle at the end (the tail is at most one range), few, so that a range is
 #: many chunks of work per task sent
@@ -102,8 +107,8 @@ def write_store(
             import warnings
 
             warnings.warn(f"discarded the interrupted write in {partial}: it was made with other "
-                          "settings (source, seed, size, colour, n or chunk rows) than this call, "
-                          "so its chunks cannot be reused", UserWarning, stacklevel=3)
+                          "settings (source, seed, size, colour, n or chunk rows) or other "
+                          "dfairpca code than this call, so its chunks cannot be reused", UserWarning, stacklevel=3)
         if read_marker(partial) is not None:  # its chunk marks are dfairpca's too
             shutil.rmtree(partial / DONE_DIR, ignore_errors=True)
         remove_directory(partial, STORE_KIND)
@@ -112,6 +117,7 @@ def write_store(
             for name, values in labels.items():
                 group[name][:] = values
         (partial / DONE_DIR).mkdir()
+        (partial / DONE_DIR / CODE_FILE).write_text(code_digest())
     done = _done(partial)
     pending = [chunk for chunk in chunks if chunk[0] not in done]
     with tqdm(total=n, initial=n - sum(c[2] - c[1] for c in pending), desc=desc, unit="img",
@@ -154,7 +160,7 @@ def run_tasks(func: Callable, tasks: list[tuple], *, n_jobs: int | None, client,
 
 def _done(partial: Path) -> set[int]:
     """Indices of the chunks of ``partial`` marked done."""
-    return {int(p.name) for p in (partial / DONE_DIR).iterdir()}
+    return {int(p.name) for p in (partial / DONE_DIR).iterdir() if p.name.isdigit()}
 
 
 def _rows_done(partial: Path, chunks: Sequence[tuple]) -> int:
@@ -168,6 +174,8 @@ def _is_resumable(partial: Path, settings: dict, shape: tuple, chunk_rows: int) 
     if not (partial / DONE_DIR).is_dir():
         return False
     try:
+        if (partial / DONE_DIR / CODE_FILE).read_text() != code_digest():
+            return False  # chunks of other code (or of a version before this check)
         group = zarr.open_group(partial, mode="r")
         images = group[IMAGES]
         return (dict(group.attrs) == {**settings, **marker_attributes(STORE_KIND)}

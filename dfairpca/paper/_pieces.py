@@ -4,8 +4,8 @@ Each piece (one data set of Tables 1-3, one d of the synthetic sweep, ...; see t
 ``tasks``) is written, as soon as it is done, into the directory ``OUT.partial`` next to the
 report: one JSON file per piece, written to a temporary name and renamed, so a crash or a
 Ctrl-C leaves only whole pieces.  Rerunning the same command skips the pieces found there
-that were made with the same sizes (:class:`dfairpca.paper._config.Config`) and dfairpca
-version; when the report is written the directory is removed.  It carries dfairpca's marker:
+that were made with the same sizes (:class:`dfairpca.paper._config.Config`), dfairpca
+version and code (:func:`dfairpca._version.code_digest`); when the report is written the directory is removed.  It carries dfairpca's marker:
 dfairpca uses or removes only a directory it wrote.
 """
 
@@ -63,9 +63,9 @@ def _name(part: str, task) -> str:
 
 
 def _stamp(cfg) -> dict:
-    from .._version import __version__
+    from .._version import __version__, code_digest
 
-    return {"config": _encode(dataclasses.asdict(cfg)), "version": __version__}
+    return {"config": _encode(dataclasses.asdict(cfg)), "version": __version__, "code": code_digest()}
 
 
 def _own(path: Path) -> bool:

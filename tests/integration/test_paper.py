@@ -213,6 +213,10 @@ def test_pieces_round_trip_and_are_reused_only_for_the_same_sizes(tmp_path):
     np.testing.assert_array_equal(img, np.arange(6.0).reshape(2, 3))
     assert _pieces.load(out, full, "faces", None) is None  # other sizes: recomputed
     assert _pieces.load(out, quick, "tables", "adult") is None
+    with pytest.MonkeyPatch.context() as mp:  # other code of the same version: recomputed
+        mp.setattr("dfairpca._version.code_digest", lambda: "0" * 16)
+        assert _pieces.load(out, quick, "faces", None) is None
+    assert _pieces.load(out, quick, "faces", None) is not None
     _pieces.discard(out)
     assert not _pieces.folder(out).exists()
 
