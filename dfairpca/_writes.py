@@ -14,6 +14,7 @@ object storage has instead of renames.  Local paths take the code below (``os.re
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -26,9 +27,11 @@ from ._marker import (
     marker_attributes, not_ours, refusal, running, sibling_name, sibling_pattern, warn_kept,
 )
 from ._remote import is_remote
+from ._version import code_digest
 
 __all__ = [
-    "atomic_directory", "atomic_file", "staged_locally", "move_into_place", "check_target",
+    "atomic_directory", "atomic_file", "staged_locally", "stage_folder", "check_stage_dir",
+    "STAGE_KIND", "STAGE_ENV", "move_into_place", "check_target",
     "foreign_entries", "remove_directory", "recover", "recover_for_reading", "intact_copies", "read_marker", "write_marker", "marker",
     "marker_attributes", "writing_every_chunk", "OutputPathError", "MARKER", "MARKER_KEY",
 ]
@@ -248,38 +251,140 @@ def move_into_place(src, path, kind: str, *, overwrite: bool = False,
     return path
 
 
+#: the kind of the local folder that stages a store for a URL (:func:`staged_locally`)
+STAGE_KIND = "stage"
+#: a stage's record, JSON: the URL it stages, the call that writes it, the code that does
+STAGE_FILE = "stage.json"
+#: a stage's folder that the writer writes: the store and the writer's own siblings of it
+STAGE_WORK = "work"
+#: the environment variable naming the folder under which stages are made
+STAGE_ENV = "DFAIRPCA_STAGE_DIR"
+
+
+def stage_folder(url, stage_dir=None) -> Path:
+    """Where the store for the URL ``url`` is staged: under ``stage_dir`` (else
+    ``$DFAIRPCA_STAGE_DIR``, else the user's cache folder's ``dfairpca/stage``), the first 16
+    hex digits of the SHA-256 of the normalised URL: one folder per URL, found again by the
+    next call."""
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    root = stage_dir or os.environ.get(STAGE_ENV) or Path(cache) / "dfairpca" / "stage"
+    digest = hashlib.sha256(_remote.normalised(url).encode()).hexdigest()[:16]
+    return Path(os.path.abspath(os.path.expanduser(root))) / digest
+
+
+def check_stage_dir(path, stage_dir) -> None:
+    """Refuse a ``stage_dir`` that would be ignored: ``path`` is local, written in place."""
+    if stage_dir is not None and not is_remote(path):
+        raise ValueError(f"stage_dir (--stage-dir) is where a store for a URL is staged; {path} "
+                         "is a local path, written in place (it resumes there): drop stage_dir")
+
+
 @contextlib.contextmanager
-def staged_locally(path, kind: str, *, overwrite: bool = False, storage_options: dict | None = None):
+def staged_locally(path, kind: str, *, overwrite: bool = False, storage_options: dict | None = None,
+                   key: dict | None = None, stage_dir=None):
     """Yield where a writer of local folders (ingest, synth, ``save``) writes ``path``.
 
     A local ``path`` is yielded as it is (the writer's own protocol holds).  For a URL the
-    target is checked first, the writer writes a local temporary folder, and that is
-    uploaded and moved into place when the block ends (the disk needs room for it).
+    target is checked first, the writer writes a local folder, and that is uploaded and
+    moved into place when the block ends (the disk needs room for it).
+
+    Without ``key`` (``save``: small files) the folder is temporary.  With ``key`` (JSON:
+    what determines the output, e.g. a store writer's settings) it is the stage
+    :func:`stage_folder` of ``path``, which survives an error or Ctrl-C: the same call
+    again (equal ``key``, same dfairpca code) writes into it again -- a writer that resumes
+    its partial output resumes -- and finds there (the yielded path exists) the finished
+    output whose upload was cut short, to be uploaded again without being written again.
+    Another call, or ``overwrite``, discards it first; a successful upload deletes it.  The
+    stage carries dfairpca's marker and names the URL it stages: anything else there is
+    refused, never deleted.
     """
+    check_stage_dir(path, stage_dir)
     if not is_remote(path):
         yield Path(path)
         return
     check_target(path, kind, overwrite=overwrite, storage_options=storage_options)
-    with tempfile.TemporaryDirectory(prefix=".dfairpca-stage-") as folder:
-        local = Path(folder) / "out"
-        try:
+    if key is None:
+        with tempfile.TemporaryDirectory(prefix=".dfairpca-stage-") as folder:
+            local = Path(folder) / "out"
             yield local
-        except BaseException as exc:  # the stage goes with the block: nothing is kept
-            _restarts(exc, folder, path)
-            raise
-        move_into_place(local, path, kind, overwrite=overwrite, storage_options=storage_options)
-
-
-def _restarts(exc: BaseException, folder: str, path) -> None:
-    """Replace the notes of ``exc`` that promise a resume from the local stage ``folder``
-    (deleted now) with the truth: the same call for the URL ``path`` starts over."""
-    notes = getattr(exc, "__notes__", None)
-    if not notes or not any(folder in n for n in notes):
+            move_into_place(local, path, kind, overwrite=overwrite, storage_options=storage_options)
         return
-    notes[:] = [n for n in notes if folder not in n]
-    exc.add_note(f"nothing was kept: a store for a URL ({path}) is written in a temporary "
-                 "local folder, deleted now, so the same call starts over (to resume after "
-                 "an interruption, write it to a local path, then copy it)")
+    loc = _remote.location(path, storage_options)
+    folder = _open_stage(loc, key, overwrite=overwrite, stage_dir=stage_dir)
+    try:
+        yield folder / STAGE_WORK / loc.name
+        move_into_place(folder / STAGE_WORK / loc.name, loc, kind, overwrite=overwrite)
+    except BaseException as exc:
+        _kept(exc, folder, loc)
+        raise
+    remove_directory(folder, STAGE_KIND)
+
+
+def _open_stage(loc, key: dict, *, overwrite: bool, stage_dir) -> Path:
+    """The stage of ``loc`` for the call ``key`` (see :func:`staged_locally`): this call's
+    own if there is one, else a new one, made after discarding another call's."""
+    folder = stage_folder(loc, stage_dir)
+    record = json.loads(json.dumps({"url": loc.url, "key": key, "code": code_digest()}))
+    elsewhere = f"pass stage_dir= (--stage-dir) to stage {loc.url} elsewhere"
+    try:
+        check_target(folder, STAGE_KIND, overwrite=True)  # missing, empty, or a stage, only ours
+    except OutputPathError as exc:
+        raise OutputPathError(f"{exc} ({folder} is where {loc.url} is staged: {elsewhere})") from None
+    if _exists(folder) and not _is_empty_dir(folder):
+        found = _read_json(folder / STAGE_FILE)  # None: its deletion was cut short
+        if found is not None and found.get("url") != loc.url:  # a collision of the hashes
+            raise OutputPathError(f"{folder} stages {found.get('url')}, not {loc.url}, and dfairpca "
+                                  f"never deletes another write's stage: {elsewhere}, or remove it yourself")
+        if found == record and not overwrite:
+            return folder
+        if found not in (record, None) and not overwrite:
+            import warnings
+
+            warnings.warn(f"discarded the interrupted write for {loc.url} in {folder}: it was made "
+                          "with other settings or other dfairpca code than this call, so it cannot "
+                          "be reused", UserWarning, stacklevel=4)
+        remove_directory(folder, STAGE_KIND)
+    tmp = _sibling(folder, "tmp")  # the stage appears whole: marker, record and work folder
+    _ACTIVE.add(tmp.name)
+    try:
+        try:
+            tmp.mkdir(parents=True)
+        except OSError as exc:
+            raise _not_writable(folder, tmp.parent, exc) from None
+        # the entries, not every file: the writer's files in work/ are the stage's own
+        (tmp / MARKER).write_text(json.dumps({**marker(STAGE_KIND), "entries": [STAGE_FILE, STAGE_WORK]}))
+        (tmp / STAGE_FILE).write_text(json.dumps(record))
+        (tmp / STAGE_WORK).mkdir()
+        move_into_place(tmp, folder, STAGE_KIND)
+    finally:
+        if _exists(tmp):
+            _remove_tree(tmp)
+        _ACTIVE.discard(tmp.name)
+    return folder
+
+
+def _read_json(path: Path) -> dict | None:
+    """The JSON object in the file ``path``, or None if absent or unreadable."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _kept(exc: BaseException, folder: Path, loc) -> None:
+    """Say in a note of ``exc`` that the stage ``folder`` of ``loc`` is kept, and how the
+    same call resumes from it (instead of the writer's note naming its partial store
+    there); a stage that holds nothing yet is deleted instead."""
+    work = folder / STAGE_WORK
+    if not (work.is_dir() and any(work.iterdir())):
+        with contextlib.suppress(OSError):
+            remove_directory(folder, STAGE_KIND)
+        return
+    if getattr(exc, "__notes__", None):
+        exc.__notes__[:] = [n for n in exc.__notes__ if str(folder) not in n]
+    exc.add_note(f"dfairpca kept what it wrote for {loc.url} in {folder}: the same call again "
+                 "resumes from there (overwrite=True, --overwrite, discards it)")
 
 
 @contextlib.contextmanager

@@ -624,22 +624,21 @@ def _saying_how_to_resume():
         for note in getattr(exc, "__notes__", ()):
             print(f"dfairpca: {note}", file=sys.stderr)
         raise
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError) as exc:  # OSError: e.g. an upload refused, a full disk
         if not getattr(exc, "__notes__", None):
             raise
         raise CLIError(f"{exc}; {'; '.join(exc.__notes__)}") from None
 
 
 def cmd_synth(args):
-    from ._writes import staged_locally
     from .celeba import synth_celeba
 
     out = _place(args.out, _storage(args))
     _check_out(out, "store", args.overwrite)
     t = time.perf_counter()
-    with _saying_how_to_resume(), staged_locally(out, "store", overwrite=args.overwrite) as local:
-        synth_celeba(local, n=args.n, seed=args.seed, size=args.size, color=args.color,
-                     overwrite=args.overwrite, n_jobs=args.n_jobs)
+    with _saying_how_to_resume():
+        synth_celeba(out, n=args.n, seed=args.seed, size=args.size, color=args.color,
+                     overwrite=args.overwrite, n_jobs=args.n_jobs, stage_dir=args.stage_dir)
     print(f"wrote {args.n:,} synthetic faces to {out} in {time.perf_counter() - t:.1f} s")
 
 
@@ -650,7 +649,7 @@ def cmd_ingest(args):
     out = _place(args.out, _storage(args))
     _check_out(out, "store", args.overwrite, {"the CelebA folder": args.celeba_dir})
     t = time.perf_counter()
-    options = dict(size=args.size, color=args.color, overwrite=args.overwrite)
+    options = dict(size=args.size, color=args.color, overwrite=args.overwrite, stage_dir=args.stage_dir)
     if args.scheduler is None and args.scheduler_file is None:
         with _saying_how_to_resume():
             ingest_celeba(args.celeba_dir, out, n_jobs=args.n_jobs, **options)
@@ -937,6 +936,14 @@ def _add_storage(p):
     p.add_argument("--storage-options", metavar="JSON", help=STORAGE_HELP)
 
 
+def _add_stage(p):
+    p.add_argument("--stage-dir", metavar="DIR",
+                   help="for a URL OUT: the local folder under which the store is staged before "
+                        "its upload, kept if interrupted so that the same command resumes "
+                        "(default: $DFAIRPCA_STAGE_DIR, else ~/.cache/dfairpca/stage; with "
+                        "--scheduler the workers must see it)")
+
+
 def _add_cluster(p, scheduler_help: str = "tcp://host:port of a Dask scheduler (default: start "
                                           "a local cluster sized to this machine)"):
     g = p.add_argument_group("cluster")
@@ -981,6 +988,7 @@ def build_parser() -> argparse.ArgumentParser:
                       DEFAULT_SIZE, full=False)
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     _add_storage(p)
+    _add_stage(p)
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("ingest-celeba", help="convert the official CelebA folder to a Zarr store")
@@ -991,6 +999,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "full: the images' own size", DEFAULT_SIZE, full=True)
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     _add_storage(p)
+    _add_stage(p)
     _add_cluster(p, "tcp://host:port of a Dask scheduler whose workers decode the chunks (they "
                     "must see CELEBA_DIR and OUT at the same paths) (default: none: --n-jobs "
                     "local processes)")

@@ -12,7 +12,7 @@ import zarr
 from PIL import Image
 
 from .._remote import is_remote
-from .._writes import check_target, staged_locally
+from .._writes import check_stage_dir, check_target, staged_locally
 from .pool import write_store
 from .schema import (
     ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_SIZE, IMAGES, PARTITION, STORE_KIND, check_positive,
@@ -34,6 +34,7 @@ def ingest_celeba(
     n_jobs: int | None = None,
     client=None,
     storage_options: dict | None = None,
+    stage_dir: str | os.PathLike | None = None,
 ) -> Path:
     """Convert the official CelebA download into a CelebA store.
 
@@ -71,11 +72,13 @@ def ingest_celeba(
     overwrite, progress, n_jobs, client
         As for :func:`dfairpca.celeba.synth_celeba`; with ``client`` the cluster's workers
         read ``celeba_dir`` and write ``out`` at the same paths as this process.
-    storage_options : dict, optional
-        For a URL ``out`` (``s3://bucket/celeba.zarr``): the options of its file system.
-        The store is converted in a local temporary folder (as much free space as the
-        store needs), then uploaded and moved into place; an interrupted conversion to a
-        URL starts over (and with ``client``, the workers must see that local folder).
+    storage_options, stage_dir
+        For a URL ``out`` (``s3://bucket/celeba.zarr``): the options of its file system,
+        and the folder under which it is staged, as for
+        :func:`dfairpca.celeba.synth_celeba`: the store is converted in a local stage folder
+        (as much free space as the store needs), then uploaded and moved into place; an
+        interrupted conversion to a URL resumes from that folder when called again (and
+        with ``client``, the workers must see that local folder).
 
     Returns
     -------
@@ -94,11 +97,14 @@ def ingest_celeba(
         If a list file is malformed (wrong count, names or values) or an
         image cannot be decoded; the message names the file.
     """
+    check_stage_dir(out, stage_dir)
     if is_remote(out):
-        with staged_locally(out, STORE_KIND, overwrite=overwrite,
-                            storage_options=storage_options) as local:
-            ingest_celeba(celeba_dir, local, size=size, color=color, chunk_rows=chunk_rows,
-                          progress=progress, n_jobs=n_jobs, client=client)
+        key = _stage_key(Path(celeba_dir), size, color, chunk_rows)
+        with staged_locally(out, STORE_KIND, overwrite=overwrite, storage_options=storage_options,
+                            key=key, stage_dir=stage_dir) as local:
+            if not local.exists():  # else: this call's finished store, its upload cut short
+                ingest_celeba(celeba_dir, local, size=size, color=color, chunk_rows=chunk_rows,
+                              progress=progress, n_jobs=n_jobs, client=client)
         return out
     celeba_dir, out = Path(celeba_dir), Path(out)
     protect = {"the CelebA folder": celeba_dir}
@@ -131,12 +137,29 @@ def ingest_celeba(
             **shape_attributes(size, color),
             "chunk_rows": chunk_rows,
             "celeba_dir": str(celeba_dir.resolve()),
-            "list_attr_sha256": hashlib.sha256(attr_file.read_bytes()).hexdigest(),
+            "list_attr_sha256": _sha256(attr_file),
         },
         labels=labels, write_chunk=_ingest_chunk, args=(str(image_dir), image_shape(size), bool(color)),
         n_jobs=n_jobs, client=client, progress=progress, overwrite=overwrite,
         protect=protect, desc="ingest CelebA",
     )
+
+
+def _stage_key(celeba_dir: Path, size, color: bool, chunk_rows) -> dict:
+    """What a conversion to a URL is made of, known before any image is read: its stage
+    (:func:`dfairpca._writes.staged_locally`) is resumed only by a call of the same key."""
+    if chunk_rows is not None:
+        check_positive(chunk_rows=chunk_rows)  # a bad argument is refused before a stage is made
+    attr_file = celeba_dir / "list_attr_celeba.txt"
+    return {"source": "celeba", "celeba_dir": str(celeba_dir.resolve()),
+            "size": size if size == "full" else list(image_shape(size)), "color": bool(color),
+            "chunk_rows": None if chunk_rows is None else int(chunk_rows),
+            "list_attr_sha256": _sha256(attr_file) if attr_file.is_file() else None}
+
+
+def _sha256(path: Path) -> str:
+    """The SHA-256 (hex) of the file ``path``: the store's record of its attribute file."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _read_attribute_file(path: Path) -> tuple[list[str], np.ndarray]:

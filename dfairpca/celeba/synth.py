@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from .._remote import is_remote
+from .._writes import check_stage_dir, staged_locally
 from .pool import write_store
 from .render import draw_faces
 from .sampling import sample_attributes
 from .schema import (
-    ATTRIBUTES, DEFAULT_SIZE, IMAGES, PARTITION, check_positive, default_chunk_rows, face_shape,
+    ATTRIBUTES, DEFAULT_SIZE, IMAGES, PARTITION, STORE_KIND, check_positive, default_chunk_rows, face_shape,
     image_shape, official_like_partition, shape_attributes, size_attribute, store_settings,
 )
 
@@ -32,6 +34,8 @@ def synth_celeba(
     progress: bool = True,
     n_jobs: int | None = None,
     client=None,
+    storage_options: dict | None = None,
+    stage_dir: str | os.PathLike | None = None,
 ) -> Path:
     """Write a synthetic CelebA-like store of ``n`` faces, grey or colour, of any size.
 
@@ -85,17 +89,30 @@ def synth_celeba(
         ``if __name__ == "__main__":`` guard.
     client : distributed.Client, optional
         Draw the chunks as Dask tasks on this cluster instead of ``n_jobs`` processes.
+    storage_options : dict, optional
+        For a URL ``out`` (``s3://bucket/faces.zarr``): the options of its file system.
+        The store is written in a local stage folder (as much free space as the store
+        needs), then uploaded and moved into place, and the stage deleted.  An interrupted
+        write keeps the stage: the same call again resumes from it, writing only the
+        chunks not yet finished, or, if only the upload was cut short, uploading the
+        finished store again; ``overwrite`` discards it.  With ``client``, the workers
+        must see that local folder.
+    stage_dir : str or path-like, optional
+        For a URL ``out``: the folder under which its stage is made (one subfolder per
+        URL); default ``$DFAIRPCA_STAGE_DIR``, else ``dfairpca/stage`` in the user's cache
+        folder (``$XDG_CACHE_HOME`` or ``~/.cache``).
 
     Returns
     -------
     pathlib.Path
-        ``out``.
+        ``out`` (a URL: as given).
 
     Raises
     ------
     FileExistsError
         If ``out`` exists and ``overwrite`` is False, or ``out`` is not a store written by
-        dfairpca (:class:`dfairpca.io.OutputPathError`).
+        dfairpca (:class:`dfairpca.io.OutputPathError`); for a URL, also if its stage folder
+        holds anything but dfairpca's stage of that URL.
     ValueError
         If an argument is out of range.
 
@@ -111,11 +128,20 @@ def synth_celeba(
     shape = face_shape(size, color)
     chunk_rows = default_chunk_rows(shape) if chunk_rows is None else chunk_rows
     check_positive(chunk_rows=chunk_rows)
+    check_stage_dir(out, stage_dir)
+    settings = {"source": "synthetic", "seed": int(seed), **shape_attributes(size, color)}
+    if is_remote(out):
+        key = {**settings, "n": int(n), "chunk_rows": int(chunk_rows)}  # what the store is made of
+        with staged_locally(out, STORE_KIND, overwrite=overwrite, storage_options=storage_options,
+                            key=key, stage_dir=stage_dir) as local:
+            if not local.exists():  # else: this call's finished store, its upload cut short
+                synth_celeba(local, n, seed=seed, size=size, color=color, chunk_rows=chunk_rows,
+                             progress=progress, n_jobs=n_jobs, client=client)
+        return out
     return write_store(
         Path(out), shape=shape, chunk_rows=chunk_rows,
         chunks=[(i, start, min(start + chunk_rows, n)) for i, start in enumerate(range(0, n, chunk_rows))],
-        settings={"source": "synthetic", "seed": int(seed), **shape_attributes(size, color)},
-        labels={PARTITION: official_like_partition(n)},
+        settings=settings, labels={PARTITION: official_like_partition(n)},
         write_chunk=_synth_chunk, args=(int(seed), image_shape(size), bool(color)),
         n_jobs=n_jobs, client=client, progress=progress, overwrite=overwrite, protect=None,
         desc="synth CelebA",
