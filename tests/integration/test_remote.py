@@ -16,6 +16,12 @@ import zarr
 from scipy.linalg import subspace_angles
 
 import dfairpca
+import dfairpca.celeba.ingest
+import dfairpca.celeba.synth
+from dfairpca import _remote
+from dfairpca._marker import ACTIVE
+from dfairpca._writes import STAGE_ENV, stage_folder
+from dfairpca.celeba import ingest_celeba, synth_celeba, write_celeba_jpegs
 from dfairpca.cli import main
 from dfairpca.io import OutputPathError
 
@@ -76,6 +82,15 @@ def s3(clean_environment, tmp_path_factory):
     """The module's S3 server (see :func:`_server`)."""
     with _server(tmp_path_factory.mktemp("moto")) as options:
         yield options
+
+
+@pytest.fixture(scope="module", autouse=True)
+def stage_root(tmp_path_factory):
+    """Stores for URLs are staged in a folder of the test's, not in the user's cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        root = tmp_path_factory.mktemp("stages")
+        mp.setenv(STAGE_ENV, str(root))
+        yield root
 
 
 @pytest.fixture(scope="module")
@@ -473,28 +488,23 @@ def test_a_zarr_store_whose_overwrite_died_mid_copy_is_read_whole_not_mixed(s3):
     assert _fs(so).ls("data/mixed", detail=False) == ["data/mixed/z.zarr"]
 
 
-def test_an_interrupted_synth_to_a_url_says_it_starts_over(s3, capsys, monkeypatch):
-    """A store for a URL is staged in a local folder that goes with the error: the message
-    must not promise a resume from it."""
-    import dfairpca.celeba.synth as synth
-
-    real = synth._synth_chunk
-
-    def interrupted(store, index, *args):  # Ctrl-C once the first chunk is written
-        real(store, index, *args)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(synth, "_synth_chunk", interrupted)
-    try:
-        code = main(["synth-celeba", "s3://data/cut/synth.zarr", "--n", "40", "--size", "8",
-                     "--n-jobs", "1", "--storage-options", json.dumps(s3)])
-    except KeyboardInterrupt:
-        code = 130
-    err = capsys.readouterr().err
-    assert code != 0
-    assert "resumes there" not in err and ".dfairpca-stage-" not in err, err
-    assert "the same call starts over" in err, err
+def test_an_interrupted_synth_to_a_url_says_where_its_stage_is_and_that_it_resumes(
+        s3, capsys, monkeypatch):
+    """The message names the stage kept on this machine, and the same command resumes."""
+    url = "s3://data/cut/synth.zarr"
+    args = ["synth-celeba", url, "--n", "40", "--size", "8", "--n-jobs", "1",
+            "--storage-options", json.dumps(s3)]
+    _record_chunks(monkeypatch, stop_after=1)  # Ctrl-C once the first chunk is written
+    code, _, err = run(args, capsys)
+    stage = stage_folder(url)
+    assert code == 130 and stage.is_dir()
+    assert f"kept what it wrote for {url} in {stage}: the same call again resumes" in err, err
+    assert "--overwrite, discards it" in err and ".partial" not in err, err
     assert not _fs(s3).exists("data/cut/synth.zarr")
+    _record_chunks(monkeypatch)
+    code, _, err = run(args, capsys)
+    assert code == 0, err
+    assert not stage.exists() and _fs(s3).ls("data/cut", detail=False) == ["data/cut/synth.zarr"]
 
 
 def test_an_overwrite_on_s3_refuses_a_users_object_deep_inside_a_model(s3, faces):
@@ -508,3 +518,190 @@ def test_an_overwrite_on_s3_refuses_a_users_object_deep_inside_a_model(s3, faces
     with pytest.raises(OutputPathError, match=r"did not write \(model/my_notes.txt\)"):
         model.save(target, overwrite=True)
     assert fs.cat_file("data/deep/mdl/model/my_notes.txt") == b"mine"
+
+
+# ----------------------------------------------------------------- resuming a staged store
+#: a small colour store of 10 chunks
+SYNTH = dict(n=100, seed=3, size=(8, 6), color=True, chunk_rows=10, progress=False, n_jobs=1)
+#: the chunk writers, as the modules define them
+_CHUNK_WRITERS = {dfairpca.celeba.synth: dfairpca.celeba.synth._synth_chunk,
+                  dfairpca.celeba.ingest: dfairpca.celeba.ingest._ingest_chunk}
+
+
+def _record_chunks(monkeypatch, stop_after=None, module=dfairpca.celeba.synth):
+    """The indices of the chunks ``module`` writes from now on, in this process (n_jobs=1);
+    with ``stop_after``, a Ctrl-C once that many are written (the last one not yet marked
+    done, as a Ctrl-C inside a chunk leaves it)."""
+    real = _CHUNK_WRITERS[module]
+    written = []
+
+    def chunk(store, index, *args):
+        rows = real(store, index, *args)
+        written.append(index)
+        if len(written) == stop_after:
+            raise KeyboardInterrupt
+        return rows
+
+    name = "_synth_chunk" if module is dfairpca.celeba.synth else "_ingest_chunk"
+    monkeypatch.setattr(module, name, chunk)
+    return written
+
+
+def _objects(options, prefix) -> dict[str, bytes]:
+    """Every object under ``prefix`` on the server, by relative key."""
+    fs = _fs(options)
+    return {k[len(prefix) + 1:]: fs.cat_file(k) for k in sorted(fs.find(prefix))}
+
+
+def _files(path) -> dict[str, bytes]:
+    """Every file of a local store, by relative "/"-separated path."""
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_an_interrupted_synth_to_s3_resumes_its_stage_chunk_by_chunk(s3, tmp_path, monkeypatch):
+    url = "s3://data/resume/faces.zarr"
+    stage = stage_folder(url)
+    _record_chunks(monkeypatch, stop_after=4)
+    with pytest.raises(KeyboardInterrupt) as info:
+        synth_celeba(url, storage_options=s3, **SYNTH)
+    assert info.value.__notes__ == [
+        f"dfairpca kept what it wrote for {url} in {stage}: the same call again resumes from "
+        "there (overwrite=True, --overwrite, discards it)"]
+    done = stage / "work" / ".faces.zarr.partial" / ".done"
+    assert sorted(os.listdir(done)) == ["0", "1", "2", "code"]  # chunk 3: written, not marked
+    assert not _fs(s3).exists("data/resume/faces.zarr")
+
+    written = _record_chunks(monkeypatch)
+    assert synth_celeba(url, storage_options=s3, **SYNTH) == url
+    assert written == list(range(3, 10))  # the finished chunks are not drawn again
+    assert not stage.exists()
+    assert _fs(s3).ls("data/resume", detail=False) == ["data/resume/faces.zarr"]
+    reference = synth_celeba(tmp_path / "reference.zarr", **SYNTH)  # in one go
+    assert _objects(s3, "data/resume/faces.zarr") == _files(reference)
+
+
+def test_an_upload_cut_short_is_redone_from_the_finished_stage(s3, tmp_path, monkeypatch):
+    """A process that dies while uploading leaves its temporary prefix (marked: the markers
+    go first) and the finished local store; the next call deletes the one and uploads the
+    other, drawing nothing again."""
+    url = "s3://data/upload/faces.zarr"
+    stage = stage_folder(url)
+    fs = _remote.location(url, s3).fs  # fsspec binds its sync methods to each instance
+    real_put, real_remove = fs.put_file, _remote._remove_tree
+    sent = []
+
+    def cut(local, remote, *args, **kwargs):  # the process dies after 5 objects
+        if len(sent) == 5:
+            raise KeyboardInterrupt
+        sent.append(remote)
+        return real_put(local, remote, *args, **kwargs)
+
+    def dead(loc):  # a dead process cleans up nothing: its temporary prefix stays
+        if ".tmp-" in loc.path:
+            raise KeyboardInterrupt
+        return real_remove(loc)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(fs, "put_file", cut)
+        mp.setattr(_remote, "_remove_tree", dead)
+        with pytest.raises(KeyboardInterrupt):
+            synth_celeba(url, storage_options=s3, **SYNTH)
+    (leftover,) = _fs(s3).ls("data/upload", detail=False)
+    assert ".faces.zarr.tmp-" in leftover and len(_fs(s3).find(leftover)) == 5
+    ACTIVE.discard(leftover.rsplit("/", 1)[-1])  # as the next process sees it
+    assert (stage / "work" / "faces.zarr" / "zarr.json").is_file()  # finished, kept
+
+    written = _record_chunks(monkeypatch)
+    synth_celeba(url, storage_options=s3, **SYNTH)
+    assert written == []  # only the upload was redone
+    assert not stage.exists()
+    assert _fs(s3).ls("data/upload", detail=False) == ["data/upload/faces.zarr"]
+    reference = synth_celeba(tmp_path / "reference.zarr", **SYNTH)
+    assert _objects(s3, "data/upload/faces.zarr") == _files(reference)
+
+
+def test_another_call_or_overwrite_discards_the_stage(s3, tmp_path, monkeypatch):
+    url = "s3://data/again/faces.zarr"
+    _record_chunks(monkeypatch, stop_after=4)
+    with pytest.raises(KeyboardInterrupt):
+        synth_celeba(url, storage_options=s3, **SYNTH)
+    other = {**SYNTH, "seed": 4}  # its chunks cannot be reused
+    written = _record_chunks(monkeypatch, stop_after=4)
+    with pytest.warns(UserWarning, match="discarded the interrupted write for s3://data/again"):
+        with pytest.raises(KeyboardInterrupt):
+            synth_celeba(url, storage_options=s3, **other)
+    assert written == [0, 1, 2, 3]  # from the first chunk
+    written = _record_chunks(monkeypatch)
+    synth_celeba(url, storage_options=s3, overwrite=True, **other)
+    assert written == list(range(10))  # overwrite: nothing resumed
+    assert not stage_folder(url).exists()
+    reference = synth_celeba(tmp_path / "reference.zarr", **other)
+    assert _objects(s3, "data/again/faces.zarr") == _files(reference)
+
+
+def test_a_folder_at_the_stage_path_that_is_not_this_urls_stage_is_refused_and_kept(
+        s3, tmp_path, monkeypatch, capsys):
+    url, other = "s3://data/refused/faces.zarr", "s3://data/refused/other.zarr"
+    stage = stage_folder(url, tmp_path)
+    stage.mkdir(parents=True)
+    (stage / "notes.txt").write_text("mine")
+    for overwrite in (False, True):
+        with pytest.raises(OutputPathError, match=rf"did not write.*where {url} is staged.*--stage-dir"):
+            synth_celeba(url, storage_options=s3, stage_dir=tmp_path, overwrite=overwrite, **SYNTH)
+    assert (stage / "notes.txt").read_text() == "mine"
+    # dfairpca's stage of another URL, where a collision of the hashes would put it
+    (stage / "notes.txt").unlink()
+    stage.rmdir()
+    _record_chunks(monkeypatch, stop_after=2)
+    with pytest.raises(KeyboardInterrupt):
+        synth_celeba(other, storage_options=s3, stage_dir=tmp_path, **SYNTH)
+    stage_folder(other, tmp_path).rename(stage)
+    _record_chunks(monkeypatch)
+    for overwrite in (False, True):
+        with pytest.raises(OutputPathError, match=f"stages {other}, not {url}"):
+            synth_celeba(url, storage_options=s3, stage_dir=tmp_path, overwrite=overwrite, **SYNTH)
+    assert (stage / "work" / ".other.zarr.partial" / ".done" / "0").is_file()  # kept whole
+    assert not _fs(s3).exists("data/refused")
+    # a stage whose record is gone (its deletion was cut short) is dfairpca's own: made anew
+    (stage / "stage.json").unlink()
+    written = _record_chunks(monkeypatch)
+    synth_celeba(url, storage_options=s3, stage_dir=tmp_path, **SYNTH)
+    assert written == list(range(10)) and not stage.exists()
+    # a stage folder is for a URL: a local output is written in place
+    code, _, err = run(["synth-celeba", tmp_path / "x.zarr", "--stage-dir", tmp_path], capsys)
+    assert code == 2 and "drop stage_dir" in err and not (tmp_path / "x.zarr").exists()
+
+
+def test_the_stage_is_under_the_users_cache_one_folder_per_place(monkeypatch, tmp_path):
+    import hashlib
+
+    monkeypatch.delenv(STAGE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    digest = hashlib.sha256(b"s3://data/x.zarr").hexdigest()[:16]
+    assert stage_folder("s3://data/x.zarr") == tmp_path / "dfairpca" / "stage" / digest
+    assert stage_folder("s3a://data/x.zarr/") == stage_folder("s3://data/x.zarr")
+    assert stage_folder("s3://data/y.zarr") != stage_folder("s3://data/x.zarr")
+    assert stage_folder("s3://data/x.zarr", tmp_path / "s") == tmp_path / "s" / digest
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert stage_folder("s3://data/x.zarr") == tmp_path / "home" / ".cache" / "dfairpca" / "stage" / digest
+
+
+def test_an_ingest_to_s3_that_fails_on_a_bad_image_resumes_from_its_stage(s3, tmp_path, monkeypatch):
+    celeba = write_celeba_jpegs(tmp_path / "celeba", 40, seed=2)
+    bad = celeba / "img_align_celeba" / "000030.jpg"
+    good = bad.read_bytes()
+    bad.write_bytes(b"not a jpeg")
+    url = "s3://data/ingest-resume/c.zarr"
+    kwargs = dict(size=16, chunk_rows=10, progress=False, n_jobs=1)
+    with pytest.raises(ValueError, match="000030.jpg") as info:
+        ingest_celeba(celeba, url, storage_options=s3, **kwargs)
+    stage = stage_folder(url)
+    assert len(info.value.__notes__) == 1 and f"in {stage}: the same call again" in info.value.__notes__[0]
+    assert sorted(os.listdir(stage / "work" / ".c.zarr.partial" / ".done")) == ["0", "1", "code"]
+    bad.write_bytes(good)
+    written = _record_chunks(monkeypatch, module=dfairpca.celeba.ingest)
+    ingest_celeba(celeba, url, storage_options=s3, **kwargs)
+    assert written == [2, 3] and not stage.exists()
+    reference = ingest_celeba(celeba, tmp_path / "reference.zarr", **kwargs)
+    assert _objects(s3, "data/ingest-resume/c.zarr") == _files(reference)
