@@ -79,8 +79,9 @@ def synth_celeba(
     progress : bool, default True
         Show a tqdm progress bar.
     n_jobs : int, optional
-        Worker processes; default the number of usable CPUs.  ``1`` runs in
-        the calling process.  Workers are started with the ``spawn`` method,
+        Processes drawing chunks; default the number of usable CPUs: the calling
+        process and ``n_jobs - 1`` workers (``1``: the calling process only).  Workers
+        are started with the ``spawn`` method,
         so a script using several needs the usual
         ``if __name__ == "__main__":`` guard.
     client : distributed.Client, optional
