@@ -11,10 +11,11 @@ import os
 import re
 import socket
 import uuid
+from typing import NamedTuple
 
 __all__ = [
     "MARKER", "MARKER_KEY", "OutputPathError", "marker", "marker_attributes", "known_entries",
-    "foreign_files", "kept",
+    "foreign_files", "ZarrNode", "zarr_layout", "zarr_foreign_files", "kept",
     "sibling_name", "sibling_pattern", "running", "ACTIVE", "refusal", "apart", "not_ours",
     "warn_kept",
 ]
@@ -78,6 +79,110 @@ def _outermost(name: str, folders: set[str]) -> str:
         if "/".join(parts[:i]) not in folders:
             return "/".join(parts[:i])
     return name
+
+
+class ZarrNode(NamedTuple):
+    """A member of a Zarr store as its metadata describes it.
+
+    ``grid``: None for a group; for an array, how many objects it stores along each
+    dimension (shards where it is sharded, else chunks), whose keys its chunk key
+    ``encoding`` ("default" or "v2") spells with ``separator``.
+    """
+
+    grid: tuple[int, ...] | None = None
+    encoding: str = "default"
+    separator: str = "/"
+    zarr_format: int = 3
+
+
+#: the metadata files of a node of each Zarr format (a v2 node has some of them)
+_ZARR_METADATA = {3: ("zarr.json",), 2: (".zarray", ".zgroup", ".zattrs", ".zmetadata")}
+#: an index as an encoder writes it (str of an int: no sign, no leading zero)
+_INDEX = re.compile(r"0|[1-9][0-9]*")
+
+
+def zarr_layout(store) -> dict[str, ZarrNode]:
+    """Every member of the Zarr group at ``store`` (what ``zarr.open_group`` takes), at any
+    depth, by its path relative to the root ("" for the root); {} if its metadata cannot be
+    read (then nothing but the root's zarr.json is known to be ours)."""
+    import warnings
+
+    import zarr
+
+    try:
+        with warnings.catch_warnings():  # a user's folder in a group makes zarr warn
+            warnings.simplefilter("ignore")
+            # the members on storage, not a consolidated copy of them that may be stale
+            root = zarr.open_group(store, mode="r", use_consolidated=False)
+            return {path: _zarr_node(member)
+                    for path, member in [("", root), *root.members(max_depth=None)]}
+    except Exception:
+        return {}
+
+
+def _zarr_node(member) -> ZarrNode:
+    """The :class:`ZarrNode` of a zarr Group or Array."""
+    import zarr
+
+    meta = member.metadata
+    if isinstance(member, zarr.Group):
+        return ZarrNode(zarr_format=meta.zarr_format)
+    if meta.zarr_format == 2:
+        encoding, separator = "v2", meta.dimension_separator or "."
+    else:
+        encoding = meta.chunk_key_encoding.name
+        separator = getattr(meta.chunk_key_encoding, "separator", "/")
+    stored = member.shards or member.chunks
+    grid = tuple(-(-size // step) for size, step in zip(member.shape, stored))
+    return ZarrNode(grid, encoding, separator, meta.zarr_format)
+
+
+def zarr_foreign_files(files, layout: dict[str, ZarrNode]) -> list[str]:
+    """Of the files (relative, "/"-separated) under a Zarr store of ``layout``
+    (:func:`zarr_layout`), the outermost paths dfairpca did not write.
+
+    Ours: the metadata files of the root and of every member, and in each array's folder
+    the keys its own chunk key encoding gives an index inside its grid; the root's
+    :data:`MARKER` (a marker file the attribute replaced).  Anything else (another name, an
+    index outside the grid, a key of another encoding or depth) is foreign.
+    """
+    layout = {"": ZarrNode(), **layout}  # the root's zarr.json holds the marker
+    ours = {MARKER} | {f"{path}/{name}".lstrip("/") for path, node in layout.items()
+                       for name in _ZARR_METADATA.get(node.zarr_format, ())}
+    arrays = {path: node for path, node in layout.items() if node.grid is not None}
+    files = set(files)
+    mine = {f for f in files if f in ours or _chunk_of(f, arrays)}
+    folders = {"/".join(f.split("/")[:i]) for f in mine for i in range(1, f.count("/") + 1)}
+    return sorted({_outermost(f, folders) for f in files - mine})
+
+
+def _chunk_of(name: str, arrays: dict[str, ZarrNode]) -> bool:
+    """Whether ``name`` is the key of an in-grid object of the array whose folder holds it."""
+    parts = name.split("/")
+    for i in range(len(parts) - 1, -1, -1):
+        node = arrays.get("/".join(parts[:i]))
+        if node is not None:  # arrays hold no members: the first one found is the only one
+            return _in_grid("/".join(parts[i:]), node)
+    return False
+
+
+def _in_grid(key: str, node: ZarrNode) -> bool:
+    """Whether ``key`` is what the array's encoding writes for an index inside its grid.
+
+    Parsed here, not by zarr's ``decode_chunk_key``: zarr 3.1's "default" decoder misreads
+    "c/3/0" (it drops the "c" but not the separator after it).
+    """
+    ndim = len(node.grid)
+    if node.encoding == "default":
+        head, *parts = key.split(node.separator)
+        if head != "c":
+            return False
+    elif node.encoding == "v2":
+        parts = key.split(node.separator) if ndim else ([] if key == "0" else [key])
+    else:  # an encoding we cannot read: none of its keys is known to be ours
+        return False
+    return len(parts) == ndim and all(
+        _INDEX.fullmatch(p) and int(p) < n for p, n in zip(parts, node.grid))
 
 
 def kept(name: str, foreign) -> bool:
