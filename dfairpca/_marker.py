@@ -11,11 +11,12 @@ import os
 import re
 import socket
 import uuid
+from pathlib import PurePosixPath
 from typing import NamedTuple
 
 __all__ = [
     "MARKER", "MARKER_KEY", "OutputPathError", "marker", "marker_attributes", "known_entries",
-    "foreign_files", "ZarrNode", "zarr_layout", "zarr_foreign_files", "kept",
+    "foreign_files", "ZarrNode", "zarr_layout", "stored_chunks", "zarr_foreign_files", "kept",
     "sibling_name", "sibling_pattern", "running", "ACTIVE", "refusal", "apart", "not_ours",
     "warn_kept",
 ]
@@ -99,6 +100,9 @@ class ZarrNode(NamedTuple):
 _ZARR_METADATA = {3: ("zarr.json",), 2: (".zarray", ".zgroup", ".zattrs", ".zmetadata")}
 #: an index as an encoder writes it (str of an int: no sign, no leading zero)
 _INDEX = re.compile(r"0|[1-9][0-9]*")
+#: a file zarr's local store is writing (``Path(key).with_suffix(".HEX.partial")``, renamed
+#: to ``key`` when whole): a crash leaves it, and a resumed write then writes ``key`` anew
+_ZARR_PARTIAL = re.compile(r"(.*)\.[0-9a-f]{32}\.partial")
 
 
 def zarr_layout(store) -> dict[str, ZarrNode]:
@@ -114,8 +118,8 @@ def zarr_layout(store) -> dict[str, ZarrNode]:
             warnings.simplefilter("ignore")
             # the members on storage, not a consolidated copy of them that may be stale
             root = zarr.open_group(store, mode="r", use_consolidated=False)
-            return {path: _zarr_node(member)
-                    for path, member in [("", root), *root.members(max_depth=None)]}
+            members = root.members(max_depth=None, use_consolidated_for_children=False)
+            return {path: _zarr_node(member) for path, member in [("", root), *members]}
     except Exception:
         return {}
 
@@ -132,9 +136,13 @@ def _zarr_node(member) -> ZarrNode:
     else:
         encoding = meta.chunk_key_encoding.name
         separator = getattr(meta.chunk_key_encoding, "separator", "/")
-    stored = member.shards or member.chunks
-    grid = tuple(-(-size // step) for size, step in zip(member.shape, stored))
+    grid = tuple(-(-size // step) for size, step in zip(member.shape, stored_chunks(member)))
     return ZarrNode(grid, encoding, separator, meta.zarr_format)
+
+
+def stored_chunks(array) -> tuple[int, ...]:
+    """Shape of one object a Zarr array stores: the shard if sharded, else the chunk."""
+    return tuple(getattr(array, "shards", None) or array.chunks)
 
 
 def zarr_foreign_files(files, layout: dict[str, ZarrNode]) -> list[str]:
@@ -143,7 +151,8 @@ def zarr_foreign_files(files, layout: dict[str, ZarrNode]) -> list[str]:
 
     Ours: the metadata files of the root and of every member, and in each array's folder
     the keys its own chunk key encoding gives an index inside its grid; the root's
-    :data:`MARKER` (a marker file the attribute replaced).  Anything else (another name, an
+    :data:`MARKER` (a marker file the attribute replaced); what a crash of zarr's write of
+    one of these left beside it.  Anything else (another name, an
     index outside the grid, a key of another encoding or depth) is foreign.
     """
     layout = {"": ZarrNode(), **layout}  # the root's zarr.json holds the marker
@@ -152,7 +161,10 @@ def zarr_foreign_files(files, layout: dict[str, ZarrNode]) -> list[str]:
     arrays = {path: node for path, node in layout.items() if node.grid is not None}
     files = set(files)
     mine = {f for f in files if f in ours or _chunk_of(f, arrays)}
+    stems = {str(PurePosixPath(f).with_suffix("")) for f in mine}  # zarr's leftovers of ours
+    mine |= {f for f in files - mine if (m := _ZARR_PARTIAL.fullmatch(f)) and m.group(1) in stems}
     folders = {"/".join(f.split("/")[:i]) for f in mine for i in range(1, f.count("/") + 1)}
+    folders |= mine  # an object store may hold "k" and "k/x": the user's is "k/x", not our "k"
     return sorted({_outermost(f, folders) for f in files - mine})
 
 

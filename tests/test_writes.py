@@ -437,8 +437,10 @@ def test_a_store_holding_a_users_file_is_refused(tmp_path):
 #: a store of arrays at three depths, with each chunk key encoding (what zarr_layout reads)
 LAYOUT = {"": ZarrNode(), "images": ZarrNode((3, 1, 1)), "sub": ZarrNode(),
           "sub/x": ZarrNode((2,), "v2", "."), "sub/s": ZarrNode((), "default", ".")}
+HEX = "0123456789abcdef" * 2  # zarr's name of a write under way: KEY.with_suffix(.HEX.partial)
 OURS = ["zarr.json", ".dfairpca", "images/zarr.json", "images/c/0/0/0", "images/c/2/0/0",
-        "sub/zarr.json", "sub/x/zarr.json", "sub/x/0", "sub/x/1", "sub/s/zarr.json", "sub/s/c"]
+        "sub/zarr.json", "sub/x/zarr.json", "sub/x/0", "sub/x/1", "sub/s/zarr.json", "sub/s/c",
+        f"images/c/2/0/0.{HEX}.partial", f"sub/zarr.{HEX}.partial"]  # a crash's, rewritten
 
 
 def test_a_stores_own_files_are_its_metadata_and_the_chunk_keys_inside_each_grid():
@@ -449,13 +451,17 @@ def test_a_stores_own_files_are_its_metadata_and_the_chunk_keys_inside_each_grid
         "images/c/extra.bin": "images/c/extra.bin",               # in its chunk folder
         "images/c/3/0/0": "images/c/3",                           # outside the grid
         "images/c/0/1/0": "images/c/0/1",
-        "images/c/0/0": "images/c/0/0",                           # of another depth
+        "images/c/1/0": "images/c/1",                             # of another depth
+        "images/c/0/0/0/x": "images/c/0/0/0/x",  # under a chunk (objects "k" and "k/x")
         "images/c/01/0/0": "images/c/01", "images/c/-1/0/0": "images/c/-1",  # not an index
         "images/0.0.0": "images/0.0.0",                           # of another encoding
         "images/mine/deep/f": "images/mine",                      # a user's folder, whole
         "sub/notes": "sub/notes", "sub/y/zarr.json": "sub/y",     # in a nested group
         "sub/x/2": "sub/x/2", "sub/x/0.0": "sub/x/0.0", "sub/x/c/0": "sub/x/c",
         "sub/s/0": "sub/s/0", "sub/.zattrs": "sub/.zattrs", "sub/.dfairpca": "sub/.dfairpca",
+        f"images/c/1/0/0.{HEX}.partial": f"images/c/1/0/0.{HEX}.partial",  # not of ours
+        f"notes.{HEX}.partial": f"notes.{HEX}.partial", f"images/c/0/0/0.{HEX[1:]}.partial":
+        f"images/c/0/0/0.{HEX[1:]}.partial",
     }
     for name, named in foreign.items():
         assert zarr_foreign_files([*OURS, name], LAYOUT) == [named], name
@@ -509,7 +515,7 @@ def test_a_users_file_deep_inside_a_store_is_named_and_kept_by_a_removal(tmp_pat
     assert io.foreign_entries(store, io.read_marker(store)) == []  # no false positive
     users = {
         "plain/notes.txt": "plain/notes.txt", "plain/c/extra.bin": "plain/c/extra.bin",
-        "plain/c/3/0": "plain/c/3/0",  # the chunk grid is (3, 1)
+        "plain/c/3/0": "plain/c/3",  # the chunk grid is (3, 1)
         "sharded/c/1/1": "sharded/c/1/1",  # in the chunk grid (5, 2), not the shard grid (3, 1)
         "dotted/3": "dotted/3", "dotted/c/0": "dotted/c", "scalar/0": "scalar/0",
         "empty/c/0/0": "empty/c", "sub/notes.txt": "sub/notes.txt",
@@ -562,6 +568,22 @@ def test_overwriting_a_store_refuses_a_users_file_deep_inside(grey, tmp_path, us
                      n_jobs=1)
     assert tree(store) == before
     assert siblings(store) == []
+
+
+def test_a_partial_store_holding_a_users_file_is_not_started_over(grey, tmp_path):
+    """Starting over deletes dfairpca's partial store, and zarr's mode="w" then empties its
+    folder: a user's file inside it is refused first, never deleted."""
+    out = tmp_path / "s.zarr"
+    partial = tmp_path / ".s.zarr.partial"  # dfairpca's, without the chunk marks: stale
+    shutil.copytree(grey, partial)
+    (partial / "images" / "notes.txt").write_text("the user's")
+    before = tree(partial)
+    with pytest.raises(FileExistsError, match=r"\(images/notes.txt\).*move your files out"):
+        synth_celeba(out, n=40, size=8, chunk_rows=20, progress=False, n_jobs=1)
+    assert tree(partial) == before and not out.exists()
+    (partial / "images" / "notes.txt").unlink()
+    synth_celeba(out, n=40, size=8, chunk_rows=20, progress=False, n_jobs=1)
+    assert not partial.exists() and io.foreign_entries(out, io.read_marker(out)) == []
 
 
 @pytest.mark.parametrize("color", [False, True], ids=["grey", "colour"])
