@@ -108,7 +108,8 @@ _ZARR_PARTIAL = re.compile(r"(.*)\.[0-9a-f]{32}\.partial")
 def zarr_layout(store) -> dict[str, ZarrNode]:
     """Every member of the Zarr group at ``store`` (what ``zarr.open_group`` takes), at any
     depth, by its path relative to the root ("" for the root); {} if its metadata cannot be
-    read (then nothing but the root's zarr.json is known to be ours)."""
+    read (then nothing but the root's zarr.json is known to be ours), an error if the
+    storage cannot be reached or refuses access."""
     import warnings
 
     import zarr
@@ -120,6 +121,8 @@ def zarr_layout(store) -> dict[str, ZarrNode]:
             root = zarr.open_group(store, mode="r", use_consolidated=False)
             members = root.members(max_depth=None, use_consolidated_for_children=False)
             return {path: _zarr_node(member) for path, member in [("", root), *members]}
+    except (ConnectionError, PermissionError, TimeoutError):
+        raise  # the storage's refusal, said as such (not taken for a user's files)
     except Exception:
         return {}
 
