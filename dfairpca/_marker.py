@@ -155,8 +155,8 @@ def zarr_foreign_files(files, layout: dict[str, ZarrNode]) -> list[str]:
     Ours: the metadata files of the root and of every member, and in each array's folder
     the keys its own chunk key encoding gives an index inside its grid; the root's
     :data:`MARKER` (a marker file the attribute replaced); what a crash of zarr's write of
-    one of these left beside it.  Anything else (another name, an
-    index outside the grid, a key of another encoding or depth) is foreign.
+    one of these left beside it.  Anything else (another name, an index outside the grid,
+    a key of another encoding or depth) is foreign.
     """
     layout = {"": ZarrNode(), **layout}  # the root's zarr.json holds the marker
     ours = {MARKER} | {f"{path}/{name}".lstrip("/") for path, node in layout.items()
