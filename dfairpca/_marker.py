@@ -11,7 +11,6 @@ import os
 import re
 import socket
 import uuid
-from pathlib import PurePosixPath
 from typing import NamedTuple
 
 __all__ = [
@@ -98,8 +97,6 @@ class ZarrNode(NamedTuple):
 
 #: the metadata files of a node of each Zarr format (a v2 node has some of them)
 _ZARR_METADATA = {3: ("zarr.json",), 2: (".zarray", ".zgroup", ".zattrs", ".zmetadata")}
-#: an index as an encoder writes it (str of an int: no sign, no leading zero)
-_INDEX = re.compile(r"0|[1-9][0-9]*")
 #: a file zarr's local store is writing (``Path(key).with_suffix(".HEX.partial")``, renamed
 #: to ``key`` when whole): a crash leaves it, and a resumed write then writes ``key`` anew
 _ZARR_PARTIAL = re.compile(r"(.*)\.[0-9a-f]{32}\.partial")
@@ -164,25 +161,40 @@ def zarr_foreign_files(files, layout: dict[str, ZarrNode]) -> list[str]:
     arrays = {path: node for path, node in layout.items() if node.grid is not None}
     files = set(files)
     mine = {f for f in files if f in ours or _chunk_of(f, arrays)}
-    stems = {str(PurePosixPath(f).with_suffix("")) for f in mine}  # zarr's leftovers of ours
-    mine |= {f for f in files - mine if (m := _ZARR_PARTIAL.fullmatch(f)) and m.group(1) in stems}
-    folders = {"/".join(f.split("/")[:i]) for f in mine for i in range(1, f.count("/") + 1)}
-    folders |= mine  # an object store may hold "k" and "k/x": the user's is "k/x", not our "k"
+    leftovers = {f: m.group(1) for f in files - mine if (m := _ZARR_PARTIAL.fullmatch(f))}
+    if leftovers:  # zarr's, of one of ours
+        stems = {_without_suffix(f) for f in mine}
+        mine |= {f for f, stem in leftovers.items() if stem in stems}
+    folders = set(mine)  # an object store may hold "k" and "k/x": the user's is "k/x", not our "k"
+    for f in mine:
+        folder = f.rpartition("/")[0]
+        while folder and folder not in folders:
+            folders.add(folder)
+            folder = folder.rpartition("/")[0]
     return sorted({_outermost(f, folders) for f in files - mine})
+
+
+def _without_suffix(name: str) -> str:
+    """``name`` without the suffix of its last part (``PurePosixPath.with_suffix("")``)."""
+    folder, slash, last = name.rpartition("/")
+    dot = last.rfind(".")
+    return folder + slash + last[:dot] if 0 < dot < len(last) - 1 else name
 
 
 def _chunk_of(name: str, arrays: dict[str, ZarrNode]) -> bool:
     """Whether ``name`` is the key of an in-grid object of the array whose folder holds it."""
-    parts = name.split("/")
-    for i in range(len(parts) - 1, -1, -1):
-        node = arrays.get("/".join(parts[:i]))
+    slash = name.find("/")
+    while slash != -1:
+        node = arrays.get(name[:slash])
         if node is not None:  # arrays hold no members: the first one found is the only one
-            return _in_grid("/".join(parts[i:]), node)
+            return _in_grid(name[slash + 1:], node)
+        slash = name.find("/", slash + 1)
     return False
 
 
 def _in_grid(key: str, node: ZarrNode) -> bool:
-    """Whether ``key`` is what the array's encoding writes for an index inside its grid.
+    """Whether ``key`` is what the array's encoding writes for an index inside its grid
+    (``str`` of each int: no sign, no leading zero).
 
     Parsed here, not by zarr's ``decode_chunk_key``: zarr 3.1's "default" decoder misreads
     "c/3/0" (it drops the "c" but not the separator after it).
@@ -197,7 +209,8 @@ def _in_grid(key: str, node: ZarrNode) -> bool:
     else:  # an encoding we cannot read: none of its keys is known to be ours
         return False
     return len(parts) == ndim and all(
-        _INDEX.fullmatch(p) and int(p) < n for p, n in zip(parts, node.grid))
+        p.isascii() and p.isdigit() and (p[0] != "0" or p == "0") and int(p) < n
+        for p, n in zip(parts, node.grid))
 
 
 def kept(name: str, foreign) -> bool:
