@@ -285,17 +285,40 @@ def main(argv=None):
     write(rows, args)
 
 
-def measured(cmd, timeout: float) -> dict:
+def measured(cmd, timeout: float, max_rss_gb: float | None = None) -> dict:
     """The JSON result a ``--one`` child prints last, or ``{"error": ...}``: the last line
-    of its stderr, or that it ran over ``timeout`` seconds (each method in its own process,
-    so that one's peak memory and threads do not count against the next)."""
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"over {timeout:.0f} s"}
+    of its stderr, or that it ran over ``timeout`` seconds or (``max_rss_gb``) that its
+    process tree's resident memory passed that many GB, when it is stopped before the
+    machine runs out (each method in its own process, so that one's peak memory and
+    threads do not count against the next)."""
+    import tempfile
+
+    import psutil
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, start_new_session=True)
+        start, over = time.monotonic(), None
+        while p.poll() is None:
+            if time.monotonic() - start > timeout:
+                over = f"over {timeout:.0f} s"
+            elif max_rss_gb is not None:
+                try:
+                    tree = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
+                    rss = sum(q.memory_info().rss for q in tree) / 2**30
+                except psutil.Error:
+                    rss = 0.0
+                if rss > max_rss_gb:
+                    over = f"stopped at {rss:.1f} GB resident (limit {max_rss_gb:g} GB)"
+            if over:
+                os.killpg(p.pid, 9)
+                p.wait()
+                return {"error": over}
+            time.sleep(0.2)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if p.returncode == 0:
-        return json.loads(p.stdout.strip().splitlines()[-1])
-    return {"error": (p.stderr.strip().splitlines() or ["failed"])[-1][:200]}
+        return json.loads(stdout.strip().splitlines()[-1])
+    return {"error": (stderr.strip().splitlines() or ["failed"])[-1][:200]}
 
 
 def accuracy(store, n, k, rows):

@@ -307,7 +307,7 @@ def write(args, fits, costs, rr, proj):
     out.with_suffix(".json").write_text(json.dumps(
         {"fits": fits, "chunk_costs": costs, "client_rr_s": rr, "projection": proj}, indent=1))
     cmd = "python benchmarks/bench_full_resolution.py --store " + str(args.store) + "".join(
-        f" --rows {r}" for r in args.rows)
+        f" --rows {r}" for r in args.rows) + (f" --model-out {args.model_out}" if args.model_out else "")
     lines = [f"Command: `{cmd}` (k = {args.k}, n_oversamples = {args.n_oversamples}, "
              f"iterated_power = {args.iterated_power}, attribute {args.attribute}; LocalCluster "
              "of 2 worker processes x 1 thread, memory sampled over client, scheduler and "

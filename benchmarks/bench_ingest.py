@@ -121,7 +121,13 @@ def main(argv=None) -> dict:
         def timed(label, run, workers=None):
             """Time ``run``: wall seconds, and CPU seconds of this process, the processes it
             waited for and, given a client, its workers (a loaded machine slows the wall
-            clock, not the CPU time a method needs)."""
+            clock, not the CPU time a method needs).  Each method starts with no dirty
+            page left by the one before (its store deleted, then ``sync``): else the
+            kernel's write-back throttling of the earlier stores' gigabytes would slow
+            the later methods."""
+            for old in work.glob("*.zarr"):
+                shutil.rmtree(old)
+            os.sync()
             before = _cpu_seconds(workers)
             t0 = time.perf_counter()
             run()

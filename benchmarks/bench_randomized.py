@@ -139,7 +139,7 @@ def run(kind, opts, args, store, ref, fair):
     cmd = [sys.executable, __file__, "--one", kind, "--opts", json.dumps(opts), "--n", str(args.n),
            "--k", str(args.k), "--dir", args.dir]
     cpu = _children_cpu()
-    res = measured(cmd, args.timeout)
+    res = measured(cmd, args.timeout, args.max_rss_gb)
     # the whole child (its start, reading the store, the fit): a check of the wall-clock
     # ratios that a loaded machine does not inflate
     res["cpu_s"] = _children_cpu() - cpu
@@ -161,6 +161,8 @@ def main(argv=None):
     ap.add_argument("--daskml-max", type=int, default=DASKML_MAX,
                     help="the largest iterated_power tried for dask-ml")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per method")
+    ap.add_argument("--max-rss-gb", type=float, default=16.0,
+                    help="stop a method whose processes pass this resident memory (GB)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--opts", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None)
@@ -187,19 +189,23 @@ def main(argv=None):
             "tag": f"rnd_{q}_{p}",
             "params": {"svd_solver": "randomized", "iterated_power": q, "n_oversamples": p}},
             args, store, ref, True))
-    target, best, worse = auto.get("gap", 1e-4), np.inf, 0
+    target, best, worse, dtype = auto.get("gap", 1e-4), np.inf, 0, "float32"
     for q in range(args.daskml_max + 1):  # raise dask-ml's power until its gap is as small
-        r = run("daskml", {"label": f"dask-ml PCA randomized (iterated_power={q})", "tag": f"dml_{q}",
-                           "q": q}, args, store, ref, False)
-        if "error" in r:  # its float32 power iterations can fail in LAPACK: float64 then
+        wide = ", float64" if dtype == "float64" else ""
+        r = run("daskml", {"label": f"dask-ml PCA randomized (iterated_power={q}{wide})",
+                           "tag": f"dml_{q}", "q": q, "dtype": dtype}, args, store, ref, False)
+        if dtype == "float32" and "converge" in r.get("error", ""):
+            # its float32 power iterations can fail in LAPACK ("SVD did not converge"):
+            # float64 then, and from here on
             rows.append(r)
+            dtype = "float64"
             r = run("daskml", {"label": f"dask-ml PCA randomized (iterated_power={q}, float64)",
-                               "tag": f"dml_{q}_64", "q": q, "dtype": "float64"}, args, store, ref,
+                               "tag": f"dml_{q}_64", "q": q, "dtype": dtype}, args, store, ref,
                     False)
         rows.append(r)
         if "error" in r or r["gap"] <= target:
             break
-        # its power iterations are not re-orthonormalised: past some q the gap grows again
+        # past some q the gap may stop improving: stop after two steps without progress
         worse = worse + 1 if r["gap"] >= best else 0
         best = min(best, r["gap"])
         if worse == 2:
@@ -219,8 +225,10 @@ def write(rows, args):
         cmd += " --variants " + " ".join(args.variants)
     if args.daskml_max != DASKML_MAX:
         cmd += f" --daskml-max {args.daskml_max}"
+    if args.max_rss_gb != 16.0:
+        cmd += f" --max-rss-gb {args.max_rss_gb:g}"
     lines = [f"Command: `{cmd}` (n = {args.n:,}, d = 6,400, k = {args.k}, attribute {ATTR}, "
-             "Dask threads x 2)", "",
+             f"Dask threads x 2; a method is stopped past {args.max_rss_gb:g} GB resident)", "",
              "| method | solver | passes over X | wall s | ratio to exact | CPU s (process) | CPU "
              "ratio | peak RSS GB | captured variance gap to optimum | max abs(U q) |",
              "|---|---|---|---|---|---|---|---|---|---|"]

@@ -906,7 +906,7 @@ def _add_face_options(p, size_help: str, default_size: int, full: bool):
     p.add_argument("--color", action="store_true",
                    help="RGB faces (n, H, W, 3) instead of grey (n, H, W)")
     p.add_argument("--n-jobs", type=_positive(int), metavar="N",
-                   help="worker processes (default: the usable CPUs)")
+                   help="processes writing chunks, this one included (default: the usable CPUs)")
 
 
 OVERWRITE_HELP = "replace what dfairpca wrote there before (never anything else)"

@@ -220,6 +220,12 @@ def test_ensure_store_writes_once_then_checks_the_settings(tmp_path):
                            "another path, or overwrite=True"):
             ensure_store(out, **wanted)
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == stamps
+    # a store of other codecs (zstd, as stores were once written) is not taken either
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("dfairpca.celeba.synth.IMAGES_CODECS", ("bytes", "zstd"))
+        with pytest.raises(ValueError, match=re.escape(
+                "codecs ['bytes', 'crc32c'] (asked ['bytes', 'zstd'])")):
+            ensure_store(out, 40, seed=3, **kwargs)
 
     ensure_store(out, 41, seed=3, overwrite=True, **kwargs)
     assert open_celeba(out)[0].shape == (41, 8, 8)

@@ -38,7 +38,7 @@ DONE_DIR = ".done"
 #: file in :data:`DONE_DIR` holding the digest of the code that wrote the chunks
 #: (:func:`dfairpca._version.code_digest`): other code, even of the same version, starts over
 CODE_FILE = "code"
-#: ranges of chunks per worker: several, so that a worker slowed by other load does not
+#: ranges of chunks per Dask worker: several, so that a worker slowed by other load does not
 #: leave the rest idle at the end (the tail is at most one range), few, so that a range is
 #: many chunks of work per task sent
 TASKS_PER_WORKER = 8
@@ -83,7 +83,8 @@ def write_store(
         ``start:stop`` and write them (faces and whatever else the chunk holds) to the Zarr
         group at ``store``; module level, so that it pickles by name.
     n_jobs : int, optional
-        Worker processes (spawned; default the usable CPUs); ``1`` runs in this process.
+        Processes writing chunks (default the usable CPUs): this one and ``n_jobs - 1``
+        spawned ones, each taking one chunk at a time; ``1`` runs in this process only.
     client : distributed.Client, optional
         Run the ranges of chunks as Dask tasks on its cluster instead (its workers must see
         ``out``'s folder and the inputs at the same paths).
@@ -129,8 +130,11 @@ def write_store(
                 _write_range(write_chunk, str(partial), pending, args, on_chunk=bar.update)
             elif pending:
                 workers = n_jobs if client is None else sum(client.nthreads().values())
-                tasks = [(write_chunk, str(partial), part, args)
-                         for part in split(pending, workers * TASKS_PER_WORKER)]
+                # processes take one chunk at a time (a task costs them nothing to send);
+                # Dask tasks, a few ranges of chunks per worker
+                parts = ([[c] for c in pending] if client is None else
+                         split(pending, workers * TASKS_PER_WORKER))
+                tasks = [(write_chunk, str(partial), part, args) for part in parts]
                 run_tasks(_write_range, tasks, n_jobs=n_jobs, client=client,
                           refresh=lambda: bar.update(_rows_done(partial, chunks) - bar.n))
         except (Exception, KeyboardInterrupt) as exc:
@@ -149,8 +153,8 @@ def split(items: Sequence, parts: int) -> list[list]:
 
 def run_tasks(func: Callable, tasks: list[tuple], *, n_jobs: int | None, client,
               refresh: Callable[[], None] = lambda: None) -> list:
-    """``[func(*task) for task in tasks]``, run in ``n_jobs`` spawned processes (in this
-    one for 1) or as Dask tasks on ``client``'s cluster; ``refresh`` is called about every
+    """``[func(*task) for task in tasks]``, run on ``n_jobs`` cores (this process and
+    ``n_jobs - 1`` spawned ones; only this one for 1) or as Dask tasks on ``client``'s cluster; ``refresh`` is called about every
     :data:`POLL_SECONDS` while they run.  The first error is raised, the tasks not yet
     started cancelled."""
     if client is not None:
@@ -203,17 +207,35 @@ def _write_range(write_chunk, store: str, chunks: list[tuple], args: tuple, on_c
 
 
 def _run_processes(func: Callable, tasks: list[tuple], n_jobs: int, refresh: Callable[[], None]) -> list:
-    """:func:`run_tasks` in ``n_jobs`` processes, started with ``spawn``: safe whatever
-    threads the caller runs (``fork`` is not)."""
+    """:func:`run_tasks` on ``n_jobs`` cores: ``n_jobs - 1`` processes started with ``spawn``
+    (safe whatever threads the caller runs, which ``fork`` is not) and this process.
+
+    A spawned process needs a second or two to start (Python, numpy, zarr); this one starts
+    at once: it runs tasks from the end of the list, each one no worker has begun (a
+    cancelled future), while the workers take them from the front, until none is left.
+    """
     context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(min(n_jobs, len(tasks)), mp_context=context) as pool:
-        futures = [pool.submit(func, *task) for task in tasks]
-        try:
-            return _wait_all(futures, lambda fs: concurrent.futures.wait(
-                fs, timeout=POLL_SECONDS, return_when=concurrent.futures.FIRST_EXCEPTION), refresh)
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
+    results: dict[int, object] = {}
+    pool = concurrent.futures.ProcessPoolExecutor(min(n_jobs - 1, len(tasks)), mp_context=context)
+    futures = [pool.submit(func, *task) for task in tasks]
+    try:
+        for i in reversed(range(len(tasks))):
+            failed = [f for f in futures if f.done() and not f.cancelled() and f.exception()]
+            if failed:
+                failed[0].result()  # a worker's error, raised here
+            if not futures[i].cancel():  # a worker has it, so every earlier one too (FIFO)
+                break
+            results[i] = func(*tasks[i])
+            refresh()
+        started = [f for i, f in enumerate(futures) if i not in results]
+        _wait_all(started, lambda fs: concurrent.futures.wait(
+            fs, timeout=POLL_SECONDS, return_when=concurrent.futures.FIRST_EXCEPTION), refresh)
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    # all done: a worker still starting (this process took every task) is not waited for
+    pool.shutdown(wait=bool(len(results) < len(tasks)))
+    return [results[i] if i in results else f.result() for i, f in enumerate(futures)]
 
 
 def _run_dask(func: Callable, tasks: list[tuple], client, refresh: Callable[[], None]) -> list:

@@ -70,6 +70,8 @@ __all__ = [
     "shape_attributes",
     "size_attribute",
     "store_settings",
+    "codec_names",
+    "IMAGES_CODECS",
 ]
 
 #: The 40 CelebA attribute names, in the column order of ``list_attr_celeba.txt``.
@@ -106,6 +108,8 @@ DEFAULT_SIZE = 80
 #: on every pass of every fit; the checksum (~0.1 ms) keeps a damaged chunk an error
 #: (:class:`dfairpca.io.CorruptChunkError`), as zstd's framing did, not silent garbage.
 IMAGES_COMPRESSORS = (zarr.codecs.Crc32cCodec(),)
+#: The names of the faces' codecs in a store's metadata: the array's bytes, then those.
+IMAGES_CODECS = ("bytes", "crc32c")
 #: Channels of a colour face (RGB), its last axis.
 CHANNELS = 3
 #: The kind of dfairpca's marker on a store it writes (see :data:`dfairpca.io.MARKER`).
@@ -382,4 +386,10 @@ def store_settings(path: str | os.PathLike) -> dict:
     images, _, _ = open_celeba(path)
     attrs = {k: v for k, v in open_group(path).attrs.items() if k != MARKER_KEY}
     return {**attrs, "color": bool(attrs.get("color", False)), "n": images.shape[0],
-            "chunk_rows": images.chunks[0]}
+            "chunk_rows": images.chunks[0], "codecs": codec_names(images)}
+
+
+def codec_names(images) -> list[str]:
+    """The names of a Zarr array's codecs, in order (``["bytes", "crc32c"]`` for the faces
+    of a store written today, :data:`IMAGES_COMPRESSORS`)."""
+    return [c["name"] for c in images.metadata.to_dict().get("codecs", [])]

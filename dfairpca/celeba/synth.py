@@ -13,8 +13,8 @@ from .pool import write_store
 from .render import draw_faces
 from .sampling import sample_attributes
 from .schema import (
-    ATTRIBUTES, DEFAULT_SIZE, IMAGES, PARTITION, check_positive, default_chunk_rows, face_shape,
-    image_shape, official_like_partition, shape_attributes, size_attribute, store_settings,
+    ATTRIBUTES, DEFAULT_SIZE, IMAGES, IMAGES_CODECS, PARTITION, check_positive, default_chunk_rows,
+    face_shape, image_shape, official_like_partition, shape_attributes, size_attribute, store_settings,
 )
 
 __all__ = ["synth_celeba", "ensure_store"]
@@ -79,8 +79,9 @@ def synth_celeba(
     progress : bool, default True
         Show a tqdm progress bar.
     n_jobs : int, optional
-        Worker processes; default the number of usable CPUs.  ``1`` runs in
-        the calling process.  Workers are started with the ``spawn`` method,
+        Processes drawing chunks; default the number of usable CPUs: the calling
+        process and ``n_jobs - 1`` workers (``1``: the calling process only).  Workers
+        are started with the ``spawn`` method,
         so a script using several needs the usual
         ``if __name__ == "__main__":`` guard.
     client : distributed.Client, optional
@@ -128,8 +129,8 @@ def ensure_store(path: str | os.PathLike, n: int, seed: int = 0, *, overwrite: b
 
     What benchmarks, examples and ``dfairpca demo`` call: the first run writes the store
     with :func:`synth_celeba` (``options`` are its keyword arguments), later runs reuse it
-    once its settings (source, ``n``, ``seed``, ``size``, ``color``, ``chunk_rows``)
-    match -- a store of other settings would silently change every number measured on it.
+    once its settings (source, ``n``, ``seed``, ``size``, ``color``, ``chunk_rows``, the
+    faces' codecs) match -- a store of other settings would silently change every number measured on it.
 
     Returns
     -------
@@ -150,7 +151,9 @@ def ensure_store(path: str | os.PathLike, n: int, seed: int = 0, *, overwrite: b
     check_positive(n=n)
     wanted = {"source": "synthetic", "n": n, "seed": seed, "size": size_attribute(a["size"]),
               "color": bool(a["color"]),
-              "chunk_rows": default_chunk_rows(shape) if a["chunk_rows"] is None else a["chunk_rows"]}
+              "chunk_rows": default_chunk_rows(shape) if a["chunk_rows"] is None else a["chunk_rows"],
+              # a store of older codecs (zstd) reads slower: it would change every time measured
+              "codecs": list(IMAGES_CODECS)}
     if not path.exists() or (path.is_dir() and not any(path.iterdir())):
         return synth_celeba(path, n, seed=seed, **options)
     try:

@@ -125,3 +125,29 @@ def test_a_failed_ingest_says_where_its_chunks_are_and_how_to_resume(tmp_path, c
     (celeba / "img_align_celeba" / "000030.jpg").write_bytes(
         (tmp_path / "again" / "img_align_celeba" / "000030.jpg").read_bytes())
     assert main(args) == 0 and open_celeba(out)[0].shape == (40, 16, 16)
+
+
+def _pid_after(i: int, seconds: float) -> tuple[int, int]:
+    """Task ``i`` of the pool test: wait, then say which process ran it."""
+    time.sleep(seconds)
+    if i == 99:
+        raise ValueError("task 99 fails")
+    return i, os.getpid()
+
+
+def test_the_process_pool_uses_this_process_too_and_keeps_the_order():
+    """n_jobs = 2 is this process and one spawned worker: this one starts at once (tasks
+    from the end), the worker from the front; results come back in the tasks' order; a
+    failing task's error is raised wherever it ran."""
+    from dfairpca.celeba.pool import run_tasks
+
+    tasks = [(i, 0.15) for i in range(24)]
+    got = run_tasks(_pid_after, tasks, n_jobs=2, client=None)
+    assert [i for i, _ in got] == list(range(24))
+    here = [i for i, pid in got if pid == os.getpid()]
+    assert here and here == list(range(24 - len(here), 24))  # a run at the end
+    assert len(here) < 24 and len({pid for _, pid in got}) == 2  # the worker ran the start
+    for failing in (0, 23):  # at the front: a worker's; at the end: this process's
+        bad = [(99 if i == failing else i, 0.05) for i in range(24)]
+        with pytest.raises(ValueError, match="task 99 fails"):
+            run_tasks(_pid_after, bad, n_jobs=2, client=None)
