@@ -11,10 +11,11 @@ import os
 import re
 import socket
 import uuid
+from typing import NamedTuple
 
 __all__ = [
     "MARKER", "MARKER_KEY", "OutputPathError", "marker", "marker_attributes", "known_entries",
-    "foreign_files", "kept",
+    "foreign_files", "ZarrNode", "zarr_layout", "stored_chunks", "zarr_foreign_files", "kept",
     "sibling_name", "sibling_pattern", "running", "ACTIVE", "refusal", "apart", "not_ours",
     "warn_kept",
 ]
@@ -78,6 +79,138 @@ def _outermost(name: str, folders: set[str]) -> str:
         if "/".join(parts[:i]) not in folders:
             return "/".join(parts[:i])
     return name
+
+
+class ZarrNode(NamedTuple):
+    """A member of a Zarr store as its metadata describes it.
+
+    ``grid``: None for a group; for an array, how many objects it stores along each
+    dimension (shards where it is sharded, else chunks), whose keys its chunk key
+    ``encoding`` ("default" or "v2") spells with ``separator``.
+    """
+
+    grid: tuple[int, ...] | None = None
+    encoding: str = "default"
+    separator: str = "/"
+    zarr_format: int = 3
+
+
+#: the metadata files of a node of each Zarr format (a v2 node has some of them)
+_ZARR_METADATA = {3: ("zarr.json",), 2: (".zarray", ".zgroup", ".zattrs", ".zmetadata")}
+#: a file zarr's local store is writing (``Path(key).with_suffix(".HEX.partial")``, renamed
+#: to ``key`` when whole): a crash leaves it, and a resumed write then writes ``key`` anew
+_ZARR_PARTIAL = re.compile(r"(.*)\.[0-9a-f]{32}\.partial")
+
+
+def zarr_layout(store) -> dict[str, ZarrNode]:
+    """Every member of the Zarr group at ``store`` (what ``zarr.open_group`` takes), at any
+    depth, by its path relative to the root ("" for the root); {} if its metadata cannot be
+    read (then nothing but the root's zarr.json is known to be ours), an error if the
+    storage cannot be reached or refuses access."""
+    import warnings
+
+    import zarr
+
+    try:
+        with warnings.catch_warnings():  # a user's folder in a group makes zarr warn
+            warnings.simplefilter("ignore")
+            # the members on storage, not a consolidated copy of them that may be stale
+            root = zarr.open_group(store, mode="r", use_consolidated=False)
+            members = root.members(max_depth=None, use_consolidated_for_children=False)
+            return {path: _zarr_node(member) for path, member in [("", root), *members]}
+    except (ConnectionError, PermissionError, TimeoutError):
+        raise  # the storage's refusal, said as such (not taken for a user's files)
+    except Exception:
+        return {}
+
+
+def _zarr_node(member) -> ZarrNode:
+    """The :class:`ZarrNode` of a zarr Group or Array."""
+    import zarr
+
+    meta = member.metadata
+    if isinstance(member, zarr.Group):
+        return ZarrNode(zarr_format=meta.zarr_format)
+    if meta.zarr_format == 2:
+        encoding, separator = "v2", meta.dimension_separator or "."
+    else:
+        encoding = meta.chunk_key_encoding.name
+        separator = getattr(meta.chunk_key_encoding, "separator", "/")
+    grid = tuple(-(-size // step) for size, step in zip(member.shape, stored_chunks(member)))
+    return ZarrNode(grid, encoding, separator, meta.zarr_format)
+
+
+def stored_chunks(array) -> tuple[int, ...]:
+    """Shape of one object a Zarr array stores: the shard if sharded, else the chunk."""
+    return tuple(getattr(array, "shards", None) or array.chunks)
+
+
+def zarr_foreign_files(files, layout: dict[str, ZarrNode]) -> list[str]:
+    """Of the files (relative, "/"-separated) under a Zarr store of ``layout``
+    (:func:`zarr_layout`), the outermost paths dfairpca did not write.
+
+    Ours: the metadata files of the root and of every member, and in each array's folder
+    the keys its own chunk key encoding gives an index inside its grid; the root's
+    :data:`MARKER` (a marker file the attribute replaced); what a crash of zarr's write of
+    one of these left beside it.  Anything else (another name, an index outside the grid,
+    a key of another encoding or depth) is foreign.
+    """
+    layout = {"": ZarrNode(), **layout}  # the root's zarr.json holds the marker
+    ours = {MARKER} | {f"{path}/{name}".lstrip("/") for path, node in layout.items()
+                       for name in _ZARR_METADATA.get(node.zarr_format, ())}
+    arrays = {path: node for path, node in layout.items() if node.grid is not None}
+    files = set(files)
+    mine = {f for f in files if f in ours or _chunk_of(f, arrays)}
+    leftovers = {f: m.group(1) for f in files - mine if (m := _ZARR_PARTIAL.fullmatch(f))}
+    if leftovers:  # zarr's, of one of ours
+        stems = {_without_suffix(f) for f in mine}
+        mine |= {f for f, stem in leftovers.items() if stem in stems}
+    folders = set(mine)  # an object store may hold "k" and "k/x": the user's is "k/x", not our "k"
+    for f in mine:
+        folder = f.rpartition("/")[0]
+        while folder and folder not in folders:
+            folders.add(folder)
+            folder = folder.rpartition("/")[0]
+    return sorted({_outermost(f, folders) for f in files - mine})
+
+
+def _without_suffix(name: str) -> str:
+    """``name`` without the suffix of its last part (``PurePosixPath.with_suffix("")``)."""
+    folder, slash, last = name.rpartition("/")
+    dot = last.rfind(".")
+    return folder + slash + last[:dot] if 0 < dot < len(last) - 1 else name
+
+
+def _chunk_of(name: str, arrays: dict[str, ZarrNode]) -> bool:
+    """Whether ``name`` is the key of an in-grid object of the array whose folder holds it."""
+    slash = name.find("/")
+    while slash != -1:
+        node = arrays.get(name[:slash])
+        if node is not None:  # arrays hold no members: the first one found is the only one
+            return _in_grid(name[slash + 1:], node)
+        slash = name.find("/", slash + 1)
+    return False
+
+
+def _in_grid(key: str, node: ZarrNode) -> bool:
+    """Whether ``key`` is what the array's encoding writes for an index inside its grid
+    (``str`` of each int: no sign, no leading zero).
+
+    Parsed here, not by zarr's ``decode_chunk_key``: zarr 3.1's "default" decoder misreads
+    "c/3/0" (it drops the "c" but not the separator after it).
+    """
+    ndim = len(node.grid)
+    if node.encoding == "default":
+        head, *parts = key.split(node.separator)
+        if head != "c":
+            return False
+    elif node.encoding == "v2":
+        parts = key.split(node.separator) if ndim else ([] if key == "0" else [key])
+    else:  # an encoding we cannot read: none of its keys is known to be ours
+        return False
+    return len(parts) == ndim and all(
+        p.isascii() and p.isdigit() and (p[0] != "0" or p == "0") and int(p) < n
+        for p, n in zip(parts, node.grid))
 
 
 def kept(name: str, foreign) -> bool:

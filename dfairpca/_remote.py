@@ -43,7 +43,7 @@ from pathlib import Path
 
 from ._marker import (
     ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, marker, not_ours, refusal,
-    running, sibling_name, sibling_pattern, warn_kept,
+    running, sibling_name, sibling_pattern, warn_kept, zarr_foreign_files, zarr_layout,
 )
 
 __all__ = [
@@ -336,15 +336,14 @@ def write_marker(loc: Location, kind: str) -> None:
 
 
 def foreign_entries(loc: Location, found: dict) -> list[str]:
-    """What under dfairpca's prefix ``loc`` (marker ``found``) it did not write: in a Zarr
-    store the top-level names but zarr.json and its members; else the objects, at any
-    depth, its marker does not list (:func:`dfairpca._marker.foreign_files`)."""
+    """What under dfairpca's prefix ``loc`` (marker ``found``) it did not write, at any
+    depth, by the rules of :func:`dfairpca._writes.foreign_entries` (one listing of the
+    objects, and the store's metadata read by zarr)."""
     with _requests(loc):
-        if not _is_object(loc.child("zarr.json")):
-            return foreign_files(_keys(loc), found)
-        names = set(_names(loc)) - {MARKER}
-        ours = {"zarr.json"} | {n for n in names if _is_object(loc.child(n).child("zarr.json"))}
-    return sorted(names - ours)
+        keys = _keys(loc)
+        if "zarr.json" not in keys:
+            return foreign_files(keys, found)
+        return zarr_foreign_files(keys, zarr_layout(zarr_store(loc)))
 
 
 # ---------------------------------------------------------------------------- the protocol

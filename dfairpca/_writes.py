@@ -25,6 +25,7 @@ from . import _remote
 from ._marker import (
     ACTIVE as _ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, marker,
     marker_attributes, not_ours, refusal, running, sibling_name, sibling_pattern, warn_kept,
+    zarr_foreign_files, zarr_layout,
 )
 from ._remote import is_remote
 from ._version import code_digest
@@ -53,37 +54,30 @@ def write_marker(directory, kind: str, *, storage_options: dict | None = None) -
         (directory / MARKER).write_text(json.dumps(marker(kind, _files(directory))))
 
 
-def _files(directory: Path) -> list[str]:
-    """Every file under ``directory`` (links too, not followed), relative, "/"-separated."""
-    return sorted((Path(root) / name).relative_to(directory).as_posix()
-                  for root, dirs, names in os.walk(directory)
-                  for name in names + [d for d in dirs if os.path.islink(Path(root) / d)])
+def _files(directory: Path, *, empty_folders: bool = False) -> list[str]:
+    """Every file under ``directory`` (links too, not followed), relative, "/"-separated;
+    with ``empty_folders`` the empty folders as well (a user's, in a Zarr store)."""
+    found = []
+    for root, dirs, names in os.walk(directory):
+        links = [d for d in dirs if os.path.islink(Path(root) / d)]
+        empty = [] if not empty_folders or names or dirs or Path(root) == directory else [""]
+        found += [(Path(root) / name).relative_to(directory).as_posix()
+                  for name in names + links + empty]
+    return sorted(found)
 
 
 def foreign_entries(path, found: dict, *, storage_options: dict | None = None) -> list[str]:
-    """What in dfairpca's directory ``path`` (marker ``found``) it did not write.
-
-    In a Zarr store the top-level names but zarr.json and the root group's own members; in
-    a directory the files, at any depth, its marker does not list
-    (:func:`dfairpca._marker.foreign_files`).
+    """What in dfairpca's directory ``path`` (marker ``found``) it did not write, at any
+    depth: in a Zarr store what is neither the metadata of its members nor an array's
+    chunk keys inside its grid (:func:`dfairpca._marker.zarr_foreign_files`); in a
+    directory the files its marker does not list (:func:`dfairpca._marker.foreign_files`).
     """
     if is_remote(path):
         return _remote.foreign_entries(_remote.location(path, storage_options), found)
     path = Path(path)
     if not (path / "zarr.json").is_file():
         return foreign_files(_files(path), found)
-    names = set(os.listdir(path)) - {MARKER}
-    import warnings
-
-    import zarr
-
-    try:
-        with warnings.catch_warnings():  # the very entries we look for make zarr warn
-            warnings.simplefilter("ignore")
-            ours = set(zarr.open_group(str(path), mode="r").keys()) | {"zarr.json"}
-    except Exception:  # unreadable metadata: no member is known to be ours
-        ours = {"zarr.json"}
-    return sorted(names - ours)
+    return zarr_foreign_files(_files(path, empty_folders=True), zarr_layout(str(path)))
 
 
 def read_marker(path, *, storage_options: dict | None = None) -> dict | None:
@@ -458,21 +452,18 @@ def remove_directory(path, kind: str, *, storage_options: dict | None = None) ->
     if not foreign:
         _remove_tree(path)
         return
-    if (path / "zarr.json").is_file():
-        for name in sorted(set(os.listdir(path)) - set(foreign) - {MARKER}):
-            entry = path / name
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-    else:  # a user's file may lie deep inside: delete ours, one by one
-        for name in _files(path):
-            if name != MARKER and not kept(name, foreign):
-                (path / name).unlink()
-        for root, _, _ in sorted(os.walk(path), key=lambda w: -len(w[0])):
-            if Path(root) != path and not os.listdir(root):
-                os.rmdir(root)
-    (path / MARKER).unlink(missing_ok=True)
+    # a user's file may lie deep inside (in a Zarr array's folder too): delete ours one
+    # by one, then the folders they leave empty, the markers last
+    markers = (MARKER, "zarr.json")
+    for name in _files(path):
+        if name not in markers and not kept(name, foreign):
+            (path / name).unlink()
+    for root, _, _ in sorted(os.walk(path), key=lambda w: -len(w[0])):
+        name = Path(root).relative_to(path).as_posix()
+        if Path(root) != path and not kept(name, foreign) and not os.listdir(root):
+            os.rmdir(root)
+    for name in markers:
+        (path / name).unlink(missing_ok=True)
     warn_kept(str(path), kind, foreign)
 
 

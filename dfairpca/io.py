@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._marker import stored_chunks as _store_chunks
 from ._remote import explained, is_remote, local_copy, location, open_zarr, store_url, zarr_roots
 from ._system import rows_per_block
 from ._writes import (
@@ -243,11 +244,6 @@ def read_checked(array, selection, asarray=True, lock=None):
             f"{str(array.store_path)!r} cannot be read ({type(error).__name__}: {reason}); "
             "it is truncated or damaged: restore it or rewrite the store"
         ) from None
-
-
-def _store_chunks(array) -> tuple[int, ...]:
-    """Shape of one object in the store: the shard if sharded, else the chunk."""
-    return tuple(getattr(array, "shards", None) or array.chunks)
 
 
 def _chunk_key(array, coords) -> str:

@@ -17,9 +17,13 @@ import dask.array as da
 import numpy as np
 import pytest
 import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding, V2ChunkKeyEncoding
 
 import dfairpca
 from dfairpca import _writes, io
+from dfairpca._marker import ZarrNode, zarr_foreign_files
 from dfairpca.celeba import ingest_celeba, synth_celeba
 from dfairpca.checkpoint import compute_moments_checkpointed
 from test_celeba import celeba_dir  # noqa: F401  (a fixture: a CelebA download of 50 images)
@@ -427,6 +431,171 @@ def test_a_store_holding_a_users_file_is_refused(tmp_path):
     (store / "extra").rmdir()
     synth_celeba(store, n=20, size=8, chunk_rows=20, overwrite=True, progress=False, n_jobs=1)
     assert zarr.open_group(str(store), mode="r")["images"].shape[0] == 20
+
+
+# ------------------------------------------------------------------ a Zarr store's own files, at any depth
+#: a store of arrays at three depths, with each chunk key encoding (what zarr_layout reads)
+LAYOUT = {"": ZarrNode(), "images": ZarrNode((3, 1, 1)), "sub": ZarrNode(),
+          "sub/x": ZarrNode((2,), "v2", "."), "sub/s": ZarrNode((), "default", ".")}
+HEX = "0123456789abcdef" * 2  # zarr's name of a write under way: KEY.with_suffix(.HEX.partial)
+OURS = ["zarr.json", ".dfairpca", "images/zarr.json", "images/c/0/0/0", "images/c/2/0/0",
+        "sub/zarr.json", "sub/x/zarr.json", "sub/x/0", "sub/x/1", "sub/s/zarr.json", "sub/s/c",
+        f"images/c/2/0/0.{HEX}.partial", f"sub/zarr.{HEX}.partial"]  # a crash's, rewritten
+
+
+def test_a_stores_own_files_are_its_metadata_and_the_chunk_keys_inside_each_grid():
+    assert zarr_foreign_files(OURS, LAYOUT) == []
+    foreign = {
+        "notes.txt": "notes.txt", "extra/a/b.txt": "extra",      # beside the members
+        "images/notes.txt": "images/notes.txt",                   # in an array's folder
+        "images/c/extra.bin": "images/c/extra.bin",               # in its chunk folder
+        "images/c/3/0/0": "images/c/3",                           # outside the grid
+        "images/c/0/1/0": "images/c/0/1",
+        "images/c/1/0": "images/c/1",                             # of another depth
+        "images/c/0/0/0/x": "images/c/0/0/0/x",  # under a chunk (objects "k" and "k/x")
+        "images/c/01/0/0": "images/c/01", "images/c/-1/0/0": "images/c/-1",  # not an index
+        "images/0.0.0": "images/0.0.0",                           # of another encoding
+        "images/mine/deep/f": "images/mine",                      # a user's folder, whole
+        "sub/notes": "sub/notes", "sub/y/zarr.json": "sub/y",     # in a nested group
+        "sub/x/2": "sub/x/2", "sub/x/0.0": "sub/x/0.0", "sub/x/c/0": "sub/x/c",
+        "sub/s/0": "sub/s/0", "sub/.zattrs": "sub/.zattrs", "sub/.dfairpca": "sub/.dfairpca",
+        f"images/c/1/0/0.{HEX}.partial": "images/c/1",  # not of ours
+        f"notes.{HEX}.partial": f"notes.{HEX}.partial", f"images/c/0/0/0.{HEX[1:]}.partial":
+        f"images/c/0/0/0.{HEX[1:]}.partial",
+    }
+    for name, named in foreign.items():
+        assert zarr_foreign_files([*OURS, name], LAYOUT) == [named], name
+    # unreadable metadata: nothing but the root's zarr.json is known to be ours
+    assert zarr_foreign_files(OURS, {}) == ["images", "sub"]
+
+
+_ENCODINGS = {"default": DefaultChunkKeyEncoding, "v2": V2ChunkKeyEncoding}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_every_key_an_arrays_own_encoding_writes_inside_its_grid_is_ours(data):
+    """Keys spelt by zarr's own encoders: in the grid ours, one step out or spelt by
+    another encoding foreign."""
+    grid = tuple(data.draw(st.lists(st.integers(1, 12), max_size=4), label="grid"))
+    index = tuple(data.draw(st.integers(0, n - 1)) for n in grid)
+    name = data.draw(st.sampled_from(sorted(_ENCODINGS)))
+    separator = data.draw(st.sampled_from(["/", "."]))
+    path = data.draw(st.sampled_from(["a", "g/a", "g/h/a"]))
+    layout = {"g": ZarrNode(), "g/h": ZarrNode(), path: ZarrNode(grid, name, separator)}
+    encode = _ENCODINGS[name](separator=separator).encode_chunk_key
+    assert zarr_foreign_files([f"{path}/{encode(index)}", f"{path}/zarr.json"], layout) == []
+    other = _ENCODINGS[data.draw(st.sampled_from(sorted(set(_ENCODINGS) - {name})))]
+    for sep in ("/", "."):
+        assert zarr_foreign_files([f"{path}/{other(separator=sep).encode_chunk_key(index)}"],
+                                  layout) != []
+    if grid:
+        dim = data.draw(st.integers(0, len(grid) - 1))
+        out = (*index[:dim], grid[dim] + data.draw(st.integers(0, 3)), *index[dim + 1:])
+        assert zarr_foreign_files([f"{path}/{encode(out)}"], layout) != []
+
+
+def _every_layout(store: Path) -> None:
+    """Arrays of each kind zarr writes, at three depths, all chunks written."""
+    with io.writing_every_chunk():
+        g = zarr.open_group(str(store), mode="w", attributes=io.marker_attributes("store"))
+        g.create_array("plain", shape=(10, 3), chunks=(4, 3), dtype="int8")[:] = 1
+        g.create_array("sharded", shape=(10, 4), chunks=(2, 2), shards=(4, 4), dtype="int8")[:] = 1
+        g.create_array("dotted", shape=(5,), chunks=(2,), dtype="int8",
+                       chunk_key_encoding={"name": "v2", "separator": "."})[:] = 1
+        g.create_array("scalar", shape=(), dtype="int8")[...] = 1
+        g.create_array("empty", shape=(0, 4), chunks=(2, 4), dtype="int8")
+        deeper = g.create_group("sub").create_group("deeper")
+        deeper.create_array("x", shape=(3,), chunks=(1,), dtype="int8")[:] = 1
+
+
+def test_a_users_file_deep_inside_a_store_is_named_and_kept_by_a_removal(tmp_path):
+    store = tmp_path / "s.zarr"
+    _every_layout(store)
+    assert io.foreign_entries(store, io.read_marker(store)) == []  # no false positive
+    users = {
+        "plain/notes.txt": "plain/notes.txt", "plain/c/extra.bin": "plain/c/extra.bin",
+        "plain/c/3/0": "plain/c/3",  # the chunk grid is (3, 1)
+        "sharded/c/1/1": "sharded/c/1/1",  # in the chunk grid (5, 2), not the shard grid (3, 1)
+        "dotted/3": "dotted/3", "dotted/c/0": "dotted/c", "scalar/0": "scalar/0",
+        "empty/c/0/0": "empty/c", "sub/notes.txt": "sub/notes.txt",
+        "sub/deeper/x/c/3": "sub/deeper/x/c/3", "sub/deeper/mine/a.txt": "sub/deeper/mine",
+    }
+    for name in users:
+        (store / name).parent.mkdir(parents=True, exist_ok=True)
+        (store / name).write_text("the user's")
+    (store / "sub" / "deeper" / "x" / "empty_folder").mkdir()
+    expected = sorted([*users.values(), "sub/deeper/x/empty_folder"])
+    assert io.foreign_entries(store, io.read_marker(store)) == expected
+    with pytest.raises(FileExistsError, match="did not write"):
+        io.check_target(store, "store", overwrite=True)
+    with pytest.warns(UserWarning, match="kept the directory"):
+        io.remove_directory(store, "store")
+    left = sorted(p.relative_to(store).as_posix() for p in store.rglob("*")
+                  if p.is_file() or not any(p.iterdir()))
+    assert left == sorted([*users, "sub/deeper/x/empty_folder"])
+    assert all((store / name).read_text() == "the user's" for name in users)
+
+
+@pytest.fixture(scope="module")
+def grey(tmp_path_factory) -> Path:
+    store = tmp_path_factory.mktemp("grey") / "s.zarr"
+    return synth_celeba(store, n=40, size=8, chunk_rows=20, progress=False, n_jobs=1)
+
+
+def _in_nested_group(store: Path) -> str:
+    zarr.open_group(str(store), mode="r+").create_group("sub").create_array(
+        "x", shape=(2,), chunks=(1,), dtype="int8")[:] = 1
+    return "sub/notes.txt"
+
+
+@pytest.mark.parametrize("users, named", [
+    ("images/notes.txt", "images/notes.txt"),      # in an array's folder
+    ("images/c/extra.bin", "images/c/extra.bin"),  # in its chunk folder
+    ("images/c/2/0/0", "images/c/2"),              # a chunk key outside the grid (2, 1, 1)
+    ("attributes/c/0/1", "attributes/c/0/1"),      # and (2, 1)
+    (_in_nested_group, "sub/notes.txt"),           # in a nested group's folder
+], ids=["array-folder", "chunk-folder", "out-of-grid", "out-of-grid-2d", "nested-group"])
+def test_overwriting_a_store_refuses_a_users_file_deep_inside(grey, tmp_path, users, named):
+    store = tmp_path / "s.zarr"
+    shutil.copytree(grey, store)
+    name = users(store) if callable(users) else users
+    (store / name).parent.mkdir(parents=True, exist_ok=True)
+    (store / name).write_text("the user's")
+    before = tree(store)
+    with pytest.raises(FileExistsError, match=rf"\({named}\).*move your files out"):
+        synth_celeba(store, n=40, size=8, chunk_rows=20, overwrite=True, progress=False,
+                     n_jobs=1)
+    assert tree(store) == before
+    assert siblings(store) == []
+
+
+def test_a_partial_store_holding_a_users_file_is_not_started_over(grey, tmp_path):
+    """Starting over deletes dfairpca's partial store, and zarr's mode="w" then empties its
+    folder: a user's file inside it is refused first, never deleted."""
+    out = tmp_path / "s.zarr"
+    partial = tmp_path / ".s.zarr.partial"  # dfairpca's, without the chunk marks: stale
+    shutil.copytree(grey, partial)
+    (partial / "images" / "notes.txt").write_text("the user's")
+    before = tree(partial)
+    with pytest.raises(FileExistsError, match=r"\(images/notes.txt\).*move your files out"):
+        synth_celeba(out, n=40, size=8, chunk_rows=20, progress=False, n_jobs=1)
+    assert tree(partial) == before and not out.exists()
+    (partial / "images" / "notes.txt").unlink()
+    synth_celeba(out, n=40, size=8, chunk_rows=20, progress=False, n_jobs=1)
+    assert not partial.exists() and io.foreign_entries(out, io.read_marker(out)) == []
+
+
+@pytest.mark.parametrize("color", [False, True], ids=["grey", "colour"])
+def test_a_clean_store_of_any_layout_is_overwritten(tmp_path, color):
+    """No false positive: every file dfairpca and zarr wrote is known to be ours."""
+    store = tmp_path / "s.zarr"
+    synth_celeba(store, n=50, size=(9, 7), color=color, chunk_rows=16, progress=False, n_jobs=1)
+    assert io.foreign_entries(store, io.read_marker(store)) == []
+    synth_celeba(store, n=30, size=8, color=color, chunk_rows=7, overwrite=True, progress=False,
+                 n_jobs=1)
+    assert zarr.open_group(str(store), mode="r")["images"].shape[0] == 30
+    assert io.foreign_entries(store, io.read_marker(store)) == []
 
 
 # ------------------------------------------------------------------ reading after a crash

@@ -112,6 +112,8 @@ def write_store(
                           "dfairpca code than this call, so its chunks cannot be reused", UserWarning, stacklevel=3)
         if read_marker(partial) is not None:  # its chunk marks are dfairpca's too
             shutil.rmtree(partial / DONE_DIR, ignore_errors=True)
+            # a user's file that remove_directory keeps would go with create_store's mode="w"
+            check_target(partial, STORE_KIND, overwrite=True, probe=False)
         remove_directory(partial, STORE_KIND)
         with writing_every_chunk():
             group = create_store(partial, n, shape, chunk_rows, settings, PARTITION in labels)

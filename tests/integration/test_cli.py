@@ -84,12 +84,23 @@ def test_fit_transform_show_round_trip(store, tmp_path, capsys, sched):
         a = g[name]
         for i in range(-(-a.shape[0] // a.chunks[0])):
             assert rep.joinpath(name, "c", str(i), *["0"] * (a.ndim - 1)).is_file(), (name, i)
+    # a user's file inside the written array's own folder: named, kept, never overwritten
+    assert dfairpca.io.foreign_entries(rep, dfairpca.io.read_marker(rep)) == []
+    notes = rep / "representation" / "c" / "notes.txt"
+    notes.write_text("mine")
+    again = ["transform", model, store, "--out", rep, "--overwrite", *sched]
+    code, _, err = run(again, capsys)
+    assert code == 2 and "(representation/c/notes.txt)" in err and notes.read_text() == "mine", err
+    notes.unlink()
+    code, _, err = run(again, capsys)  # a clean output: no false positive
+    assert code == 0, err
 
     rec = tmp_path / "rec.zarr"
     code, out, err = run(["transform", model, store, "--out", rec, "--reconstruct", *sched], capsys)
     assert code == 0, err
     imgs = zarr.open_group(str(rec), mode="r")["images"]
     assert imgs.shape == (1500, 16, 16) and imgs.dtype == np.uint8
+    assert dfairpca.io.foreign_entries(rec, dfairpca.io.read_marker(rec)) == []
 
     png = tmp_path / "faces.png"
     code, out, err = run(["show", model, store, "--out", png, "--n", "3"], capsys)

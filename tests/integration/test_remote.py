@@ -520,6 +520,33 @@ def test_an_overwrite_on_s3_refuses_a_users_object_deep_inside_a_model(s3, faces
     assert fs.cat_file("data/deep/mdl/model/my_notes.txt") == b"mine"
 
 
+def test_an_overwrite_on_s3_refuses_a_users_object_inside_a_zarr_array(s3, capsys):
+    """The rule of a local store (tests/test_writes.py): inside an array's folder, only the
+    chunk keys of its grid are dfairpca's."""
+    url, prefix = "s3://data/deepstore/synth.zarr", "data/deepstore/synth.zarr"
+    synth = ["synth-celeba", url, "--n", "40", "--size", "8", "--n-jobs", "1",
+             "--storage-options", json.dumps(s3)]
+    code, _, err = run(synth, capsys)
+    assert code == 0, err
+    found = dfairpca.io.read_marker(url, storage_options=s3)
+    assert dfairpca.io.foreign_entries(url, found, storage_options=s3) == []
+    code, _, err = run([*synth, "--overwrite"], capsys)  # a clean store: no false positive
+    assert code == 0, err
+    fs = _fs(s3)
+    users = {"images/notes.txt": "images/notes.txt", "images/c/extra.bin": "images/c/extra.bin",
+             "images/c/9/0/0": "images/c/9"}  # a chunk key outside the grid (1, 1, 1)
+    for name, named in users.items():
+        fs.pipe_file(f"{prefix}/{name}", b"mine")
+        code, _, err = run([*synth, "--overwrite"], capsys)
+        assert code == 2 and f"did not write ({named})" in err, err
+        assert _fs(s3).cat_file(f"{prefix}/{name}") == b"mine"
+        fs.rm(f"{prefix}/{name}")
+    fs.pipe_file(f"{prefix}/images/c/extra.bin", b"mine")
+    with pytest.warns(UserWarning, match="kept the directory"):
+        dfairpca.io.remove_directory(url, "store", storage_options=s3)
+    assert _fs(s3).find(prefix) == [f"{prefix}/images/c/extra.bin"]
+
+
 # ----------------------------------------------------------------- resuming a staged store
 #: a small colour store of 10 chunks
 SYNTH = dict(n=100, seed=3, size=(8, 6), color=True, chunk_rows=10, progress=False, n_jobs=1)
