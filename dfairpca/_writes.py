@@ -245,6 +245,46 @@ def move_into_place(src, path, kind: str, *, overwrite: bool = False,
     return path
 
 
+@contextlib.contextmanager
+def exclusive(lock: Path, what: str):
+    """Hold the lock file ``lock`` (created, then removed when done) while the block runs,
+    or raise :class:`OutputPathError` at once if another process holds it: two writers of
+    the same partial output would mix their chunks (e.g. two seeds) into one result.
+
+    An advisory ``flock`` on this host: it dies with its process, so a crash never leaves a
+    held lock.  The file is removed by its holder; a process that opened it just before
+    then finds, once it holds it, that the path no longer names it, and tries again.
+    """
+    import fcntl
+
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise _not_writable(lock, lock.parent, exc) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputPathError(
+                f"another dfairpca process on this machine is writing {what} (it holds {lock}); "
+                "wait for it to finish, then run this again: two writers would mix their data"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed it after we opened it: take the new one
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(fd)
+
+
 #: the kind of the local folder that stages a store for a URL (:func:`staged_locally`)
 STAGE_KIND = "stage"
 #: a stage's record, JSON: the URL it stages, the call that writes it, the code that does
@@ -271,6 +311,9 @@ def check_stage_dir(path, stage_dir) -> None:
     if stage_dir is not None and not is_remote(path):
         raise ValueError(f"stage_dir (--stage-dir) is where a store for a URL is staged; {path} "
                          "is a local path, written in place (it resumes there): drop stage_dir")
+    if stage_dir is not None and is_remote(stage_dir):
+        raise ValueError(f"stage_dir (--stage-dir) {stage_dir} is a URL; a stage is a local "
+                         "folder (the store is written there, then uploaded): name a local folder")
 
 
 @contextlib.contextmanager
@@ -304,14 +347,27 @@ def staged_locally(path, kind: str, *, overwrite: bool = False, storage_options:
             move_into_place(local, path, kind, overwrite=overwrite, storage_options=storage_options)
         return
     loc = _remote.location(path, storage_options)
-    folder = _open_stage(loc, key, overwrite=overwrite, stage_dir=stage_dir)
+    folder = stage_folder(loc, stage_dir)
+    _stage_root(folder, loc)
+    with exclusive(folder.parent / f".{folder.name}.lock", f"{loc.url} (its stage {folder})"):
+        folder = _open_stage(loc, key, overwrite=overwrite, stage_dir=stage_dir)
+        try:
+            yield folder / STAGE_WORK / loc.name
+            move_into_place(folder / STAGE_WORK / loc.name, loc, kind, overwrite=overwrite)
+        except BaseException as exc:
+            _kept(exc, folder, loc)
+            raise
+        remove_directory(folder, STAGE_KIND)
+
+
+def _stage_root(folder: Path, loc) -> None:
+    """Make the folder the stages are in, or say which setting names another."""
     try:
-        yield folder / STAGE_WORK / loc.name
-        move_into_place(folder / STAGE_WORK / loc.name, loc, kind, overwrite=overwrite)
-    except BaseException as exc:
-        _kept(exc, folder, loc)
-        raise
-    remove_directory(folder, STAGE_KIND)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PermissionError(
+            f"cannot make {folder.parent}, where {loc.url} is staged ({exc.strerror}): set "
+            f"stage_dir= (--stage-dir) or ${STAGE_ENV} to a writable local folder") from None
 
 
 def _open_stage(loc, key: dict, *, overwrite: bool, stage_dir) -> Path:

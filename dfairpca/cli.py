@@ -520,7 +520,8 @@ def _note_unused_randomized(args, est, d: int, ckpt) -> None:
     given = ", ".join("--" + o.replace("_", "-") for o in odd)
     print(f"note: --svd-solver auto chose the exact one-pass fit for d = {d:,} and k = {args.k} "
           f"(its d x d statistics fit in memory and cost less), which does not use {given}: "
-          "pass --svd-solver randomized to fit with them", file=sys.stderr)
+          f"pass --svd-solver randomized to fit with {'them' if len(odd) > 1 else 'it'}",
+          file=sys.stderr)
 
 
 def _check_two_groups(groups) -> None:
@@ -827,7 +828,11 @@ def cmd_demo(args):
     try:
         ensure_store(store, args.n)  # an existing one is checked: the store asked for, or not
     except ValueError as exc:
-        raise CLIError(f"{exc} (here: another --workdir)") from None
+        if "holds another store" not in str(exc):
+            raise CLIError(f"{exc} (here: another --workdir)") from None
+        what = str(exc).split("; pass another path")[0]
+        raise CLIError(f"{what}: it was written with other settings or by an older dfairpca; "
+                       f"delete {store} (the demo writes it again) or pass another --workdir") from None
     print(f"using the existing store {store}" if existed else
           f"wrote {args.n:,} synthetic faces to {store} in {time.perf_counter() - t:.1f} s")
     model = work / f"fair_{args.attribute}_k{args.k}"

@@ -469,6 +469,23 @@ def test_ingest_resumes_after_interruption(celeba_dir, tmp_path):
         assert_decoded(images[i], path, 32)
 
 
+def test_two_writers_of_one_store_are_refused_not_mixed(tmp_path):
+    """While one process writes a store (it holds ``.NAME.lock``), another write of it is
+    refused at once, before any chunk: two would mix their chunks (two seeds) into one."""
+    from dfairpca._writes import OutputPathError, exclusive
+
+    out = tmp_path / "faces.zarr"
+    lock = tmp_path / ".faces.zarr.lock"
+    with exclusive(lock, "the first writer"):
+        with pytest.raises(OutputPathError, match=r"another dfairpca process on this machine is "
+                           r"writing .*faces\.zarr .*wait for it to finish"):
+            synth_celeba(out, n=20, size=8, progress=False, n_jobs=1)
+        assert not out.exists() and not (tmp_path / ".faces.zarr.partial").exists()
+    assert not lock.exists()  # its holder removes it
+    synth_celeba(out, n=20, size=8, progress=False, n_jobs=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["faces.zarr"]
+
+
 def test_a_partial_conversion_of_other_code_is_not_resumed(celeba_dir, tmp_path, monkeypatch):
     """Chunks written by other dfairpca code (same version, e.g. an editable install between
     commits) are not mixed into the store: the partial conversion is started over, saying so."""

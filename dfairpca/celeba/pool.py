@@ -27,7 +27,7 @@ from tqdm import tqdm
 from .._system import cpu_count
 from .._version import code_digest
 from .._writes import (
-    check_target, marker_attributes, move_into_place, read_marker, remove_directory, writing_every_chunk,
+    check_target, exclusive, marker_attributes, move_into_place, read_marker, remove_directory, writing_every_chunk,
 )
 from .schema import IMAGES, PARTITION, STORE_KIND, check_positive, create_store
 
@@ -101,6 +101,18 @@ def write_store(
         n_jobs = cpu_count() if n_jobs is None else n_jobs
         check_positive(n_jobs=n_jobs)
     check_target(out, STORE_KIND, overwrite=overwrite, protect=protect)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # one writer of a partial store at a time: two would mix their chunks into one store
+    with exclusive(out.parent / f".{out.name}.lock", f"{out} (its partial store {partial_path(out)})"):
+        return _write_store(out, shape=shape, chunks=chunks, chunk_rows=chunk_rows,
+                            settings=settings, labels=labels, write_chunk=write_chunk, args=args,
+                            n_jobs=n_jobs, client=client, progress=progress, overwrite=overwrite,
+                            desc=desc)
+
+
+def _write_store(out: Path, *, shape, chunks, chunk_rows, settings, labels, write_chunk, args,
+                 n_jobs, client, progress, overwrite, desc) -> Path:
+    """:func:`write_store` once its target is checked and its lock held."""
     partial = partial_path(out)
     n = chunks[-1][2]
     if overwrite or not _is_resumable(partial, settings, (n, *shape), chunk_rows):
@@ -216,25 +228,24 @@ def _run_processes(func: Callable, tasks: list[tuple], n_jobs: int, refresh: Cal
     """
     context = multiprocessing.get_context("spawn")
     results: dict[int, object] = {}
-    pool = concurrent.futures.ProcessPoolExecutor(min(n_jobs - 1, len(tasks)), mp_context=context)
-    futures = [pool.submit(func, *task) for task in tasks]
-    try:
-        for i in reversed(range(len(tasks))):
-            failed = [f for f in futures if f.done() and not f.cancelled() and f.exception()]
-            if failed:
-                failed[0].result()  # a worker's error, raised here
-            if not futures[i].cancel():  # a worker has it, so every earlier one too (FIFO)
-                break
-            results[i] = func(*tasks[i])
-            refresh()
-        started = [f for i, f in enumerate(futures) if i not in results]
-        _wait_all(started, lambda fs: concurrent.futures.wait(
-            fs, timeout=POLL_SECONDS, return_when=concurrent.futures.FIRST_EXCEPTION), refresh)
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    # all done: a worker still starting (this process took every task) is not waited for
-    pool.shutdown(wait=bool(len(results) < len(tasks)))
+    with concurrent.futures.ProcessPoolExecutor(min(n_jobs - 1, len(tasks)), mp_context=context) as pool:
+        futures = [pool.submit(func, *task) for task in tasks]
+        try:
+            for i in reversed(range(len(tasks))):
+                failed = [f for f in futures if f.done() and not f.cancelled() and f.exception()]
+                if failed:
+                    failed[0].result()  # a worker's error, raised here
+                if not futures[i].cancel():  # a worker has it, so every earlier one too (FIFO)
+                    break
+                results[i] = func(*tasks[i])
+                refresh()
+            started = [f for i, f in enumerate(futures) if i not in results]
+            _wait_all(started, lambda fs: concurrent.futures.wait(
+                fs, timeout=POLL_SECONDS, return_when=concurrent.futures.FIRST_EXCEPTION), refresh)
+        except BaseException:
+            # the with block shuts the pool down again if a second Ctrl-C cuts this short
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
     return [results[i] if i in results else f.result() for i, f in enumerate(futures)]
 
 

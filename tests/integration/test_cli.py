@@ -827,5 +827,7 @@ def test_demo_refuses_a_store_of_other_settings_before_any_cluster(tmp_path, cap
     code, _, err = run(["demo", "--n", "40", "--workdir", work, "--scheduler", _nowhere()], capsys)
     assert code == 2 and err.count("\n") == 1, err
     assert "holds another store: seed 1 (asked 0)" in err and "scheduler" not in err, err
-    assert err.rstrip().endswith("(here: another --workdir)"), err
+    assert err.rstrip().endswith(f"written with other settings or by an older dfairpca; delete "
+                                 f"{work / 'synthetic_celeba_40.zarr'} (the demo writes it again) "
+                                 "or pass another --workdir"), err
     assert sorted(p.name for p in work.iterdir()) == ["synthetic_celeba_40.zarr"]

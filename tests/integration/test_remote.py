@@ -699,6 +699,28 @@ def test_a_folder_at_the_stage_path_that_is_not_this_urls_stage_is_refused_and_k
     assert code == 2 and "drop stage_dir" in err and not (tmp_path / "x.zarr").exists()
 
 
+def test_a_stage_in_use_is_refused_and_a_stage_dir_must_be_a_writable_local_folder(s3, tmp_path):
+    """Two writes to one URL at once would mix their chunks in its one stage: while one holds
+    the stage's lock the other is refused, before it touches the stage.  A URL or an
+    unusable folder as stage_dir is a one-line error naming the setting."""
+    from dfairpca._writes import exclusive
+
+    url = "s3://data/busy/faces.zarr"
+    stage = stage_folder(url, tmp_path)
+    with exclusive(tmp_path / f".{stage.name}.lock", "the first writer"):
+        with pytest.raises(OutputPathError, match=r"another dfairpca process on this machine is "
+                           r"writing s3://data/busy/faces\.zarr \(its stage"):
+            synth_celeba(url, storage_options=s3, stage_dir=tmp_path, **SYNTH)
+    assert not stage.exists() and not _fs(s3).exists("data/busy")
+    with pytest.raises(ValueError, match="is a URL; a stage is a local folder"):
+        synth_celeba(url, storage_options=s3, stage_dir="s3://data/stage", **SYNTH)
+    (tmp_path / "a_file").write_text("not a folder")
+    with pytest.raises(PermissionError, match=r"where s3://data/busy/faces\.zarr is staged .*--stage-dir"):
+        synth_celeba(url, storage_options=s3, stage_dir=tmp_path / "a_file" / "stages", **SYNTH)
+    synth_celeba(url, storage_options=s3, stage_dir=tmp_path, **SYNTH)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # no stage, no lock left
+
+
 def test_the_stage_is_under_the_users_cache_one_folder_per_place(monkeypatch, tmp_path):
     import hashlib
 
