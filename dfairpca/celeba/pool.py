@@ -121,7 +121,8 @@ def _write_store(out: Path, *, shape, chunks, chunk_rows, settings, labels, writ
 
             warnings.warn(f"discarded the interrupted write in {partial}: it was made with other "
                           "settings (source, seed, size, colour, n or chunk rows) or other "
-                          "dfairpca code than this call, so its chunks cannot be reused", UserWarning, stacklevel=3)
+                          "dfairpca code than this call, so its chunks cannot be reused",
+                          UserWarning, stacklevel=4)  # the caller of synth_celeba or ingest_celeba
         if read_marker(partial) is not None:  # its chunk marks are dfairpca's too
             shutil.rmtree(partial / DONE_DIR, ignore_errors=True)
             # a user's file that remove_directory keeps would go with create_store's mode="w"
@@ -166,9 +167,9 @@ def split(items: Sequence, parts: int) -> list[list]:
 def run_tasks(func: Callable, tasks: list[tuple], *, n_jobs: int | None, client,
               refresh: Callable[[], None] = lambda: None) -> list:
     """``[func(*task) for task in tasks]``, run on ``n_jobs`` cores (this process and
-    ``n_jobs - 1`` spawned ones; only this one for 1) or as Dask tasks on ``client``'s cluster; ``refresh`` is called about every
-    :data:`POLL_SECONDS` while they run.  The first error is raised, the tasks not yet
-    started cancelled."""
+    ``n_jobs - 1`` spawned ones; only this one for 1) or as Dask tasks on ``client``'s
+    cluster; ``refresh`` is called about every :data:`POLL_SECONDS` while they run.  The
+    first error is raised, the tasks not yet started cancelled."""
     if client is not None:
         return _run_dask(func, tasks, client, refresh)
     if n_jobs == 1:
