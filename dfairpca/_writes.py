@@ -245,21 +245,34 @@ def move_into_place(src, path, kind: str, *, overwrite: bool = False,
     return path
 
 
+#: the content of a lock file dfairpca made (:func:`exclusive`): only such a file is removed
+LOCK_MARK = b"dfairpca lock\n"
+
+
 @contextlib.contextmanager
 def exclusive(lock: Path, what: str):
-    """Hold the lock file ``lock`` (created, then removed when done) while the block runs,
-    or raise :class:`OutputPathError` at once if another process holds it: two writers of
-    the same partial output would mix their chunks (e.g. two seeds) into one result.
+    """Hold the lock file ``lock`` while the block runs, or raise :class:`OutputPathError`
+    at once if another process holds it: two writers of the same partial output would mix
+    their chunks (e.g. two seeds) into one result.
 
     An advisory ``flock`` on this host: it dies with its process, so a crash never leaves a
-    held lock.  The file is removed by its holder; a process that opened it just before
-    then finds, once it holds it, that the path no longer names it, and tries again.
+    held lock.  A lock file this call makes holds :data:`LOCK_MARK` and is removed when
+    done; a file of that name with anything else (a user's) is locked, never changed or
+    removed.  A process that opened the file just before its holder removed it finds, once
+    it holds it, that the path no longer names it, and tries again.
     """
     import fcntl
 
     while True:
         try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            fd, made = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            try:
+                fd, made = os.open(lock, os.O_RDONLY), False
+            except FileNotFoundError:
+                continue  # removed meanwhile by its holder
+            except OSError as exc:
+                raise _not_writable(lock, lock.parent, exc) from None
         except OSError as exc:
             raise _not_writable(lock, lock.parent, exc) from None
         try:
@@ -278,10 +291,15 @@ def exclusive(lock: Path, what: str):
             break
         os.close(fd)  # the holder removed it after we opened it: take the new one
     try:
+        if made:
+            os.write(fd, LOCK_MARK)
         yield
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(lock)
+        try:
+            if os.pread(fd, len(LOCK_MARK) + 1, 0) == LOCK_MARK:  # ours: made by dfairpca
+                os.unlink(lock)
+        except OSError:
+            pass
         os.close(fd)
 
 

@@ -484,6 +484,9 @@ def test_two_writers_of_one_store_are_refused_not_mixed(tmp_path):
     assert not lock.exists()  # its holder removes it
     synth_celeba(out, n=20, size=8, progress=False, n_jobs=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["faces.zarr"]
+    lock.write_text("mine")  # a user's file of that name is locked, never changed or removed
+    synth_celeba(out, n=20, size=8, progress=False, n_jobs=1, overwrite=True)
+    assert lock.read_text() == "mine"
 
 
 def test_a_partial_conversion_of_other_code_is_not_resumed(celeba_dir, tmp_path, monkeypatch):
