@@ -368,7 +368,7 @@ def staged_locally(path, kind: str, *, overwrite: bool = False, storage_options:
     folder = stage_folder(loc, stage_dir)
     _stage_root(folder, loc)
     with exclusive(folder.parent / f".{folder.name}.lock", f"{loc.url} (its stage {folder})"):
-        folder = _open_stage(loc, key, overwrite=overwrite, stage_dir=stage_dir)
+        _open_stage(folder, loc, key, overwrite=overwrite)
         try:
             yield folder / STAGE_WORK / loc.name
             move_into_place(folder / STAGE_WORK / loc.name, loc, kind, overwrite=overwrite)
@@ -388,10 +388,9 @@ def _stage_root(folder: Path, loc) -> None:
             f"stage_dir= (--stage-dir) or ${STAGE_ENV} to a writable local folder") from None
 
 
-def _open_stage(loc, key: dict, *, overwrite: bool, stage_dir) -> Path:
-    """The stage of ``loc`` for the call ``key`` (see :func:`staged_locally`): this call's
-    own if there is one, else a new one, made after discarding another call's."""
-    folder = stage_folder(loc, stage_dir)
+def _open_stage(folder: Path, loc, key: dict, *, overwrite: bool) -> None:
+    """Make ``folder`` the stage of ``loc`` for the call ``key`` (see :func:`staged_locally`):
+    keep this call's own, else make a new one after discarding another call's."""
     record = json.loads(json.dumps({"url": loc.url, "key": key, "code": code_digest()}))
     elsewhere = f"pass stage_dir= (--stage-dir) to stage {loc.url} elsewhere"
     try:
@@ -404,7 +403,7 @@ def _open_stage(loc, key: dict, *, overwrite: bool, stage_dir) -> Path:
             raise OutputPathError(f"{folder} stages {found.get('url')}, not {loc.url}, and dfairpca "
                                   f"never deletes another write's stage: {elsewhere}, or remove it yourself")
         if found == record and not overwrite:
-            return folder
+            return
         if found not in (record, None) and not overwrite:
             import warnings
 
@@ -428,7 +427,6 @@ def _open_stage(loc, key: dict, *, overwrite: bool, stage_dir) -> Path:
         if _exists(tmp):
             _remove_tree(tmp)
         _ACTIVE.discard(tmp.name)
-    return folder
 
 
 def _read_json(path: Path) -> dict | None:

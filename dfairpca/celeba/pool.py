@@ -104,58 +104,49 @@ def write_store(
     out.parent.mkdir(parents=True, exist_ok=True)
     # one writer of a partial store at a time: two would mix their chunks into one store
     with exclusive(out.parent / f".{out.name}.lock", f"{out} (its partial store {partial_path(out)})"):
-        return _write_store(out, shape=shape, chunks=chunks, chunk_rows=chunk_rows,
-                            settings=settings, labels=labels, write_chunk=write_chunk, args=args,
-                            n_jobs=n_jobs, client=client, progress=progress, overwrite=overwrite,
-                            desc=desc)
+        partial = partial_path(out)
+        n = chunks[-1][2]
+        if overwrite or not _is_resumable(partial, settings, (n, *shape), chunk_rows):
+            if not overwrite and (partial / DONE_DIR).is_dir():
+                import warnings
 
-
-def _write_store(out: Path, *, shape, chunks, chunk_rows, settings, labels, write_chunk, args,
-                 n_jobs, client, progress, overwrite, desc) -> Path:
-    """:func:`write_store` once its target is checked and its lock held."""
-    partial = partial_path(out)
-    n = chunks[-1][2]
-    if overwrite or not _is_resumable(partial, settings, (n, *shape), chunk_rows):
-        if not overwrite and (partial / DONE_DIR).is_dir():
-            import warnings
-
-            warnings.warn(f"discarded the interrupted write in {partial}: it was made with other "
-                          "settings (source, seed, size, colour, n or chunk rows) or other "
-                          "dfairpca code than this call, so its chunks cannot be reused",
-                          UserWarning, stacklevel=4)  # the caller of synth_celeba or ingest_celeba
-        if read_marker(partial) is not None:  # its chunk marks are dfairpca's too
-            shutil.rmtree(partial / DONE_DIR, ignore_errors=True)
-            # a user's file that remove_directory keeps would go with create_store's mode="w"
-            check_target(partial, STORE_KIND, overwrite=True, probe=False)
-        remove_directory(partial, STORE_KIND)
-        with writing_every_chunk():
-            group = create_store(partial, n, shape, chunk_rows, settings, PARTITION in labels)
-            for name, values in labels.items():
-                group[name][:] = values
-        (partial / DONE_DIR).mkdir()
-        (partial / DONE_DIR / CODE_FILE).write_text(code_digest())
-    done = _done(partial)
-    pending = [chunk for chunk in chunks if chunk[0] not in done]
-    with tqdm(total=n, initial=n - sum(c[2] - c[1] for c in pending), desc=desc, unit="img",
-              disable=not progress) as bar:
-        try:
-            if client is None and n_jobs == 1:
-                _write_range(write_chunk, str(partial), pending, args, on_chunk=bar.update)
-            elif pending:
-                workers = n_jobs if client is None else sum(client.nthreads().values())
-                # processes take one chunk at a time (a task costs them nothing to send);
-                # Dask tasks, a few ranges of chunks per worker
-                parts = ([[c] for c in pending] if client is None else
-                         split(pending, workers * TASKS_PER_WORKER))
-                tasks = [(write_chunk, str(partial), part, args) for part in parts]
-                run_tasks(_write_range, tasks, n_jobs=n_jobs, client=client,
-                          refresh=lambda: bar.update(_rows_done(partial, chunks) - bar.n))
-        except (Exception, KeyboardInterrupt) as exc:
-            exc.add_note(f"dfairpca kept the finished chunks in {partial}: the same call again "
-                         "resumes there (overwrite=True, --overwrite, starts over)")
-            raise
-    shutil.rmtree(partial / DONE_DIR)
-    return move_into_place(partial, out, STORE_KIND, overwrite=overwrite)
+                warnings.warn(f"discarded the interrupted write in {partial}: it was made with other "
+                              "settings (source, seed, size, colour, n or chunk rows) or other "
+                              "dfairpca code than this call, so its chunks cannot be reused",
+                              UserWarning, stacklevel=3)
+            if read_marker(partial) is not None:  # its chunk marks are dfairpca's too
+                shutil.rmtree(partial / DONE_DIR, ignore_errors=True)
+                # a user's file that remove_directory keeps would go with create_store's mode="w"
+                check_target(partial, STORE_KIND, overwrite=True, probe=False)
+            remove_directory(partial, STORE_KIND)
+            with writing_every_chunk():
+                group = create_store(partial, n, shape, chunk_rows, settings, PARTITION in labels)
+                for name, values in labels.items():
+                    group[name][:] = values
+            (partial / DONE_DIR).mkdir()
+            (partial / DONE_DIR / CODE_FILE).write_text(code_digest())
+        done = _done(partial)
+        pending = [chunk for chunk in chunks if chunk[0] not in done]
+        with tqdm(total=n, initial=n - sum(c[2] - c[1] for c in pending), desc=desc, unit="img",
+                  disable=not progress) as bar:
+            try:
+                if client is None and n_jobs == 1:
+                    _write_range(write_chunk, str(partial), pending, args, on_chunk=bar.update)
+                elif pending:
+                    workers = n_jobs if client is None else sum(client.nthreads().values())
+                    # processes take one chunk at a time (a task costs them nothing to send);
+                    # Dask tasks, a few ranges of chunks per worker
+                    parts = ([[c] for c in pending] if client is None else
+                             split(pending, workers * TASKS_PER_WORKER))
+                    tasks = [(write_chunk, str(partial), part, args) for part in parts]
+                    run_tasks(_write_range, tasks, n_jobs=n_jobs, client=client,
+                              refresh=lambda: bar.update(_rows_done(partial, chunks) - bar.n))
+            except (Exception, KeyboardInterrupt) as exc:
+                exc.add_note(f"dfairpca kept the finished chunks in {partial}: the same call again "
+                             "resumes there (overwrite=True, --overwrite, starts over)")
+                raise
+        shutil.rmtree(partial / DONE_DIR)
+        return move_into_place(partial, out, STORE_KIND, overwrite=overwrite)
 
 
 def split(items: Sequence, parts: int) -> list[list]:
