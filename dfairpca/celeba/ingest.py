@@ -13,7 +13,7 @@ from PIL import Image
 
 from .._remote import is_remote
 from .._writes import check_stage_dir, check_target, staged_locally
-from .pool import write_store
+from .pool import worker_processes, write_store
 from .schema import (
     ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_SIZE, IMAGES, PARTITION, STORE_KIND, check_positive,
     default_chunk_rows, face_shape, image_shape, shape_attributes,
@@ -117,32 +117,35 @@ def ingest_celeba(
         raise FileNotFoundError(f"CelebA attribute file not found: {attr_file}")
     if not image_dir.is_dir():
         raise FileNotFoundError(f"CelebA image directory not found: {image_dir}")
-    files, attributes = _read_attribute_file(attr_file)
-    partition_file = celeba_dir / "list_eval_partition.txt"
-    partition = _read_partition_file(partition_file, files) if partition_file.exists() else None
-    _check_images_exist(image_dir, files, attr_file)
-    if size == "full":
-        size = _image_size(image_dir / files[0])
-    shape = face_shape(size, color)
-    n = len(files)
-    chunk_rows = default_chunk_rows(shape) if chunk_rows is None else chunk_rows
-    check_positive(chunk_rows=chunk_rows)
-    labels = {ATTRIBUTES: attributes, **({} if partition is None else {PARTITION: partition})}
-    return write_store(
-        out, shape=shape, chunk_rows=chunk_rows,
-        chunks=[(i, start, min(start + chunk_rows, n), files[start:start + chunk_rows])
-                for i, start in enumerate(range(0, n, chunk_rows))],
-        settings={
-            "source": "celeba",
-            **shape_attributes(size, color),
-            "chunk_rows": chunk_rows,
-            "celeba_dir": str(celeba_dir.resolve()),
-            "list_attr_sha256": _sha256(attr_file),
-        },
-        labels=labels, write_chunk=_ingest_chunk, args=(str(image_dir), image_shape(size), bool(color)),
-        n_jobs=n_jobs, client=client, progress=progress, overwrite=overwrite,
-        protect=protect, desc="ingest CelebA",
-    )
+    if chunk_rows is not None:
+        check_positive(chunk_rows=chunk_rows)
+    # the worker processes start (half a second each) while this one reads the lists
+    with worker_processes(n_jobs, client) as workers:
+        files, attributes = _read_attribute_file(attr_file)
+        partition_file = celeba_dir / "list_eval_partition.txt"
+        partition = _read_partition_file(partition_file, files) if partition_file.exists() else None
+        _check_images_exist(image_dir, files, attr_file)
+        if size == "full":
+            size = _image_size(image_dir / files[0])
+        shape = face_shape(size, color)
+        n = len(files)
+        chunk_rows = default_chunk_rows(shape) if chunk_rows is None else chunk_rows
+        labels = {ATTRIBUTES: attributes, **({} if partition is None else {PARTITION: partition})}
+        return write_store(
+            out, shape=shape, chunk_rows=chunk_rows,
+            chunks=[(i, start, min(start + chunk_rows, n), files[start:start + chunk_rows])
+                    for i, start in enumerate(range(0, n, chunk_rows))],
+            settings={
+                "source": "celeba",
+                **shape_attributes(size, color),
+                "chunk_rows": chunk_rows,
+                "celeba_dir": str(celeba_dir.resolve()),
+                "list_attr_sha256": _sha256(attr_file),
+            },
+            labels=labels, write_chunk=_ingest_chunk, args=(str(image_dir), image_shape(size), bool(color)),
+            n_jobs=n_jobs, client=client, progress=progress, overwrite=overwrite,
+            protect=protect, desc="ingest CelebA", workers=workers,
+        )
 
 
 def _stage_key(celeba_dir: Path, size, color: bool, chunk_rows) -> dict:

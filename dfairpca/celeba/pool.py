@@ -14,10 +14,14 @@ only the others.
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
+import contextlib
+import dataclasses
 import multiprocessing
 import shutil
+import threading
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import zarr
@@ -44,6 +48,9 @@ CODE_FILE = "code"
 TASKS_PER_WORKER = 8
 #: seconds between refreshes of the progress bar, which counts the chunks marked done
 POLL_SECONDS = 0.5
+#: seconds between the dispatching thread's looks at the tasks left while a worker starts:
+#: this process may take them all meanwhile, then waits for that thread to notice
+DISPATCH_SECONDS = 0.02
 
 
 def partial_path(out: Path) -> Path:
@@ -67,6 +74,7 @@ def write_store(
     overwrite: bool,
     protect: dict | None,
     desc: str,
+    workers: Workers | None = None,
 ) -> Path:
     """Write the store ``out`` of faces of ``shape``, chunk by chunk, resuming a partial one.
 
@@ -92,14 +100,13 @@ def write_store(
         Replace a store dfairpca wrote at ``out`` and discard a partial one.
     protect : dict, optional
         Paths ``out`` must stay apart from (see :func:`dfairpca.io.check_target`).
+    workers : Workers, optional
+        The ``n_jobs - 1`` worker processes, started by the caller with
+        :func:`worker_processes` before it read its inputs; by default started here.
 
     On an error the finished chunks stay in :func:`partial_path` and the error says so.
     """
-    if client is not None and n_jobs is not None:
-        raise ValueError("give n_jobs (local worker processes) or client (a Dask cluster), not both")
-    if client is None:
-        n_jobs = cpu_count() if n_jobs is None else n_jobs
-        check_positive(n_jobs=n_jobs)
+    n_jobs = _resolve_jobs(n_jobs, client)
     check_target(out, STORE_KIND, overwrite=overwrite, protect=protect)
     out.parent.mkdir(parents=True, exist_ok=True)
     # one writer of a partial store at a time: two would mix their chunks into one store
@@ -133,13 +140,13 @@ def write_store(
                 if client is None and n_jobs == 1:
                     _write_range(write_chunk, str(partial), pending, args, on_chunk=bar.update)
                 elif pending:
-                    workers = n_jobs if client is None else sum(client.nthreads().values())
+                    slots = n_jobs if client is None else sum(client.nthreads().values())
                     # processes take one chunk at a time (a task costs them nothing to send);
                     # Dask tasks, a few ranges of chunks per worker
                     parts = ([[c] for c in pending] if client is None else
-                             split(pending, workers * TASKS_PER_WORKER))
+                             split(pending, slots * TASKS_PER_WORKER))
                     tasks = [(write_chunk, str(partial), part, args) for part in parts]
-                    run_tasks(_write_range, tasks, n_jobs=n_jobs, client=client,
+                    run_tasks(_write_range, tasks, n_jobs=n_jobs, client=client, workers=workers,
                               refresh=lambda: bar.update(_rows_done(partial, chunks) - bar.n))
             except (Exception, KeyboardInterrupt) as exc:
                 exc.add_note(f"dfairpca kept the finished chunks in {partial}: the same call again "
@@ -156,16 +163,73 @@ def split(items: Sequence, parts: int) -> list[list]:
 
 
 def run_tasks(func: Callable, tasks: list[tuple], *, n_jobs: int | None, client,
-              refresh: Callable[[], None] = lambda: None) -> list:
+              refresh: Callable[[], None] = lambda: None,
+              workers: Workers | None = None) -> list:
     """``[func(*task) for task in tasks]``, run on ``n_jobs`` cores (this process and
-    ``n_jobs - 1`` spawned ones; only this one for 1) or as Dask tasks on ``client``'s
-    cluster; ``refresh`` is called about every :data:`POLL_SECONDS` while they run.  The
-    first error is raised, the tasks not yet started cancelled."""
+    ``n_jobs - 1`` spawned ones, or ``workers`` from :func:`worker_processes`; only this
+    one for 1) or as Dask tasks on ``client``'s cluster; ``refresh`` is called about every
+    :data:`POLL_SECONDS` while they run.  The first error is raised, the tasks not yet
+    started cancelled."""
     if client is not None:
         return _run_dask(func, tasks, client, refresh)
+    n_jobs = _resolve_jobs(n_jobs, None)
     if n_jobs == 1:
         return [func(*task) for task in tasks]
-    return _run_processes(func, tasks, n_jobs, refresh)
+    if workers is None:
+        with worker_processes(n_jobs, None) as workers:
+            return _run_processes(func, tasks, refresh, workers)
+    return _run_processes(func, tasks, refresh, workers)
+
+
+@dataclasses.dataclass
+class Workers:
+    """Worker processes started by :func:`worker_processes`: their pool, and the first
+    task each was given (:func:`_ready`), done once that process has started."""
+
+    pool: concurrent.futures.ProcessPoolExecutor
+    starting: list[concurrent.futures.Future]
+
+
+@contextlib.contextmanager
+def worker_processes(n_jobs: int | None, client) -> Iterator[Workers | None]:
+    """The ``n_jobs - 1`` worker processes of :func:`write_store` (``None`` where it needs
+    none: ``n_jobs=1`` or a ``client``), started now with ``spawn`` (safe whatever threads
+    the caller runs, which ``fork`` is not).
+
+    Each needs about half a second to start (Python, numpy, zarr, this package): a caller
+    that reads its inputs first (:func:`.ingest.ingest_celeba`) starts them before, so that
+    they start meanwhile.  They stop when the block ends: on an error, once the tasks they
+    run have ended; else at once, not waiting for one still starting (a job this process
+    finished alone).
+    """
+    n_jobs = _resolve_jobs(n_jobs, client)
+    if client is not None or n_jobs == 1:
+        yield None
+        return
+    pool = concurrent.futures.ProcessPoolExecutor(n_jobs - 1, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        # one process each, which imports this module to run it
+        yield Workers(pool, [pool.submit(_ready) for _ in range(n_jobs - 1)])
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=False)
+
+
+def _ready() -> None:
+    """A worker process's first task: nothing, once it has imported this module."""
+
+
+def _resolve_jobs(n_jobs: int | None, client) -> int | None:
+    """``n_jobs`` checked, by default the usable CPUs; None with ``client``."""
+    _refuse_bootstrapping_child()
+    if client is not None and n_jobs is not None:
+        raise ValueError("give n_jobs (local worker processes) or client (a Dask cluster), not both")
+    if client is not None:
+        return None
+    n_jobs = cpu_count() if n_jobs is None else n_jobs
+    check_positive(n_jobs=n_jobs)
+    return n_jobs
 
 
 def _done(partial: Path) -> set[int]:
@@ -210,35 +274,113 @@ def _write_range(write_chunk, store: str, chunks: list[tuple], args: tuple, on_c
     return rows
 
 
-def _run_processes(func: Callable, tasks: list[tuple], n_jobs: int, refresh: Callable[[], None]) -> list:
-    """:func:`run_tasks` on ``n_jobs`` cores: ``n_jobs - 1`` processes started with ``spawn``
-    (safe whatever threads the caller runs, which ``fork`` is not) and this process.
+def _run_processes(func: Callable, tasks: list[tuple], refresh: Callable[[], None], workers: Workers) -> list:
+    """:func:`run_tasks` on the processes of ``workers`` (:func:`worker_processes`) and
+    this one.
 
-    A spawned process needs a second or two to start (Python, numpy, zarr); this one starts
-    at once: it runs tasks from the end of the list, each one no worker has begun (a
-    cancelled future), while the workers take them from the front, until none is left.
+    This process starts at once; a spawned one about half a second later.  This one takes
+    tasks from the end of the list while a dispatching thread hands the front to the
+    workers, one task to each that has started and is idle, so that both ends meet with
+    every process busy to the last task.  (A pool given every task at once queues some
+    behind a busy or starting worker, which this process could have run: a second of one
+    process idle in a ten-second job, and a one-task job waiting for a worker to start.)
     """
-    context = multiprocessing.get_context("spawn")
+    queue = _BothEnds(len(tasks))
+    futures: dict[int, concurrent.futures.Future] = {}
     results: dict[int, object] = {}
-    with concurrent.futures.ProcessPoolExecutor(min(n_jobs - 1, len(tasks)), mp_context=context) as pool:
-        futures = [pool.submit(func, *task) for task in tasks]
+    failed = threading.Event()  # a task raised, or the pool broke: take no more
+    dispatch_error: list[BaseException] = []
+
+    def dispatch() -> None:
+        starting, running, idle = set(workers.starting), set(), 0
         try:
-            for i in reversed(range(len(tasks))):
-                failed = [f for f in futures if f.done() and not f.cancelled() and f.exception()]
-                if failed:
-                    failed[0].result()  # a worker's error, raised here
-                if not futures[i].cancel():  # a worker has it, so every earlier one too (FIFO)
-                    break
-                results[i] = func(*tasks[i])
-                refresh()
-            started = [f for i, f in enumerate(futures) if i not in results]
-            _wait_all(started, lambda fs: concurrent.futures.wait(
-                fs, timeout=POLL_SECONDS, return_when=concurrent.futures.FIRST_EXCEPTION), refresh)
-        except BaseException:
-            # the with block shuts the pool down again if a second Ctrl-C cuts this short
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-    return [results[i] if i in results else f.result() for i, f in enumerate(futures)]
+            while not failed.is_set():
+                while idle and (i := queue.take_front()) is not None:
+                    futures[i] = workers.pool.submit(func, *tasks[i])
+                    running.add(futures[i])
+                    idle -= 1
+                if not running and not queue.remaining():
+                    return
+                done, _ = concurrent.futures.wait(starting | running, timeout=DISPATCH_SECONDS,
+                                                  return_when=concurrent.futures.FIRST_COMPLETED)
+                for future in done:
+                    starting.discard(future)
+                    running.discard(future)
+                    idle += 1
+                    if future.exception() is not None:
+                        failed.set()  # a task's error (or a broken pool), raised by the caller
+                        if future not in futures.values():
+                            dispatch_error.append(future.exception())
+        except BaseException as exc:  # pool.submit on a broken pool: raised by the caller
+            dispatch_error.append(exc)
+            failed.set()
+
+    dispatcher = threading.Thread(target=dispatch, name="dfairpca-dispatch", daemon=True)
+    dispatcher.start()
+    try:
+        while not failed.is_set():
+            i = queue.take_back()
+            if i is None:
+                break
+            results[i] = func(*tasks[i])
+            refresh()
+        while dispatcher.is_alive():
+            dispatcher.join(POLL_SECONDS)
+            refresh()
+        for i in sorted(futures):
+            futures[i].result()  # the first task's error, raised here
+        if dispatch_error:
+            raise dispatch_error[0]
+    except BaseException as exc:
+        queue.close()  # the dispatcher hands out nothing more
+        if isinstance(exc, concurrent.futures.process.BrokenProcessPool):
+            exc.add_note("a worker process ended before its task did: its own error, if any, "
+                         "is printed above (a script must start dfairpca's workers under "
+                         "`if __name__ == \"__main__\":`)")
+        # worker_processes shuts it down again if a second Ctrl-C cuts this short
+        workers.pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    return [results[i] if i in results else futures[i].result() for i in range(len(tasks))]
+
+
+class _BothEnds:
+    """Indices ``0 .. n - 1`` handed out once each, from the front or from the back."""
+
+    def __init__(self, n: int):
+        self._front, self._back = 0, n
+        self._lock = threading.Lock()
+
+    def take_front(self) -> int | None:
+        with self._lock:
+            if self._front >= self._back:
+                return None
+            self._front += 1
+            return self._front - 1
+
+    def take_back(self) -> int | None:
+        with self._lock:
+            if self._front >= self._back:
+                return None
+            self._back -= 1
+            return self._back
+
+    def remaining(self) -> int:
+        with self._lock:
+            return self._back - self._front
+
+    def close(self) -> None:
+        with self._lock:
+            self._front = self._back
+
+
+def _refuse_bootstrapping_child() -> None:
+    """Raise if this is a spawned process still importing its parent's main script: a
+    script that starts writer processes outside ``if __name__ == "__main__":`` runs again
+    in each of them, and would otherwise fail on the store's lock, misleadingly."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            "n_jobs > 1 starts worker processes, which import your main script again: put "
+            "the script's code under `if __name__ == \"__main__\":` (or use n_jobs=1)")
 
 
 def _run_dask(func: Callable, tasks: list[tuple], client, refresh: Callable[[], None]) -> list:

@@ -151,3 +151,48 @@ def test_the_process_pool_uses_this_process_too_and_keeps_the_order():
         bad = [(99 if i == failing else i, 0.05) for i in range(24)]
         with pytest.raises(ValueError, match="task 99 fails"):
             run_tasks(_pid_after, bad, n_jobs=2, client=None)
+
+
+def _timed_task(i: int, seconds: float) -> tuple[int, int, float]:
+    """Task ``i`` of the balance test: wait; which process ran it, and when it ended."""
+    time.sleep(seconds)
+    return i, os.getpid(), time.time()
+
+
+def test_the_processes_finish_together_and_a_one_task_job_waits_for_no_worker():
+    """No task waits queued behind a busy or starting worker while this process is idle:
+    the worker starts late (about half a second), yet the two finish within one task of
+    each other (a pool given every task at once ended two tasks apart); the only task
+    of a one-task job runs here at once."""
+    from dfairpca.celeba.pool import run_tasks
+
+    step = 0.25
+    got = run_tasks(_timed_task, [(i, step) for i in range(14)], n_jobs=2, client=None)
+    assert [i for i, _, _ in got] == list(range(14))
+    last = {pid: max(end for _, p, end in got if p == pid) for _, pid, _ in got}
+    assert len(last) == 2, "the worker ran no task"
+    assert abs(last[os.getpid()] - max(end for pid, end in last.items() if pid != os.getpid())) < step + 0.15
+    t = time.monotonic()
+    ((_, pid, _),) = run_tasks(_timed_task, [(0, 0.0)], n_jobs=2, client=None)
+    assert pid == os.getpid() and time.monotonic() - t < 5
+
+
+UNGUARDED = """
+import sys
+from dfairpca.celeba import synth_celeba
+synth_celeba(sys.argv[1], n=300, seed=1, size=16, chunk_rows=60, progress=False, n_jobs=2)
+"""
+
+
+def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path):
+    """A script that starts workers outside ``if __name__ == "__main__":`` runs again in
+    each of them: they say what to do, not that another process holds the store's lock
+    (what they said before)."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED)
+    run = subprocess.run([sys.executable, str(script), str(tmp_path / "s.zarr")],
+                         capture_output=True, text=True, timeout=300)
+    # this process may finish the small job alone before the worker fails: then it succeeds
+    assert run.returncode != 0 or open_celeba(tmp_path / "s.zarr")[0].shape == (300, 16, 16)
+    assert 'put the script\'s code under `if __name__ == "__main__":`' in run.stderr
+    assert "another dfairpca process" not in run.stderr
