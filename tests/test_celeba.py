@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import hypothesis.extra.numpy as hnp
+import hypothesis.strategies as st
 import pytest
 import zarr
+from hypothesis import given, settings
 from PIL import Image
 
 from dfairpca.celeba import (
@@ -569,12 +572,42 @@ def rewrite_line(celeba_dir: Path, number: int, text: str) -> None:
         (2, " ".join(reversed(ATTRIBUTE_NAMES)), "different order"),
         (3, "000001.jpg" + " 1" * 39 + " 0", "line 3: attribute values must be -1 or 1, got '0'"),
         (4, "000002.jpg" + " 1" * 39, "line 4: expected a file name and 40 values"),
+        (4, "000002.jpg" + " 1" * 39 + " +1", "line 4: attribute values must be -1 or 1, got '\\+1'"),
+        (5, "000003.jpg" + " 1" * 39 + " 11", "line 5: attribute values must be -1 or 1, got '11'"),
+        (6, "000004.jpg" + " 1" * 38 + " 1-1", "line 6: expected a file name and 40 values"),
+        (7, "000005.jpg" + " -1" * 38 + " --1 1", "line 7: attribute values must be -1 or 1, got '--1'"),
+        (8, "000006.jpg", "line 8: expected a file name and 40 values, got 1 fields"),
     ],
 )
 def test_ingest_malformed_attribute_file(celeba_dir, tmp_path, number, text, message):
     rewrite_line(celeba_dir, number, text)
     with pytest.raises(ValueError, match=message):
         ingest_celeba(celeba_dir, tmp_path / "c.zarr", size=16, progress=False, n_jobs=1)
+
+
+def test_two_rows_of_39_and_41_values_are_refused_though_they_hold_80(celeba_dir, tmp_path):
+    rewrite_line(celeba_dir, 3, "000001.jpg" + " 1" * 39)
+    rewrite_line(celeba_dir, 4, "000002.jpg" + " -1" * 41)
+    with pytest.raises(ValueError, match="line 3: expected a file name and 40 values, got 40 fields"):
+        ingest_celeba(celeba_dir, tmp_path / "c.zarr", size=16, progress=False, n_jobs=1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=hnp.arrays(np.int8, st.tuples(st.integers(1, 12), st.just(40)), elements=st.sampled_from([-1, 1])),
+       blanks=st.lists(st.sampled_from([" ", "  ", "\t", " \t "]), min_size=41, max_size=41),
+       trailing=st.sampled_from(["", " ", "\t"]))
+def test_the_attribute_file_reads_as_a_row_by_row_split_would(tmp_path_factory, values, blanks, trailing):
+    """The whole-text parse of the attribute file (fast at 202,599 rows) gives what
+    splitting each row into its 41 fields gives, whatever blanks separate them."""
+    from dfairpca.celeba.ingest import _read_attribute_file
+
+    rows = ["".join(f"{blank}{value}" for blank, value in zip(blanks, [f"{i:06d}.jpg", *row])).lstrip()
+            + trailing for i, row in enumerate(values, 1)]
+    path = tmp_path_factory.mktemp("attr") / "list_attr_celeba.txt"
+    path.write_text("\n".join([str(len(rows)), " ".join(ATTRIBUTE_NAMES) + " ", *rows]) + "\n")
+    names, flags = _read_attribute_file(path)
+    assert names == [row.split()[0] for row in rows]
+    assert flags.dtype == np.int8 and np.array_equal(flags, (values > 0).astype(np.int8))
 
 
 def test_ingest_missing_layout(celeba_dir, tmp_path):
