@@ -8,14 +8,13 @@ import os
 from pathlib import Path
 
 import numpy as np
-import zarr
 from PIL import Image
 
 from .._remote import is_remote
 from .._writes import check_stage_dir, check_target, staged_locally
-from .pool import worker_processes, write_store
+from .pool import worker_processes, write_rows, write_store
 from .schema import (
-    ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_SIZE, IMAGES, PARTITION, STORE_KIND, check_positive,
+    ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_SIZE, PARTITION, STORE_KIND, check_positive,
     default_chunk_rows, face_shape, image_shape, shape_attributes,
 )
 
@@ -144,7 +143,7 @@ def ingest_celeba(
             },
             labels=labels, write_chunk=_ingest_chunk, args=(str(image_dir), image_shape(size), bool(color)),
             n_jobs=n_jobs, client=client, progress=progress, overwrite=overwrite,
-            protect=protect, desc="ingest CelebA", workers=workers,
+            protect=protect, desc="ingest CelebA", workers=workers, read_part=_ingest_part,
         )
 
 
@@ -329,11 +328,21 @@ def decode_face(path: str, size: tuple[int, int], color: bool) -> np.ndarray:
         raise ValueError(f"corrupt or unreadable image {path}: {exc}") from exc
 
 
+def _decode_files(files: list[str], image_dir: str, size: tuple[int, int], color: bool) -> np.ndarray:
+    """The faces of ``files`` in ``image_dir`` (:func:`decode_face`), one array."""
+    block = np.empty((len(files), *face_shape(size, color)), dtype=np.uint8)
+    for k, name in enumerate(files):
+        block[k] = decode_face(os.path.join(image_dir, name), size, color)
+    return block
+
+
 def _ingest_chunk(store: str, index: int, start: int, stop: int, files: list[str], image_dir: str,
                   size: tuple[int, int], color: bool) -> int:
     """Decode images ``start:stop`` (chunk ``index``) and write them to ``store``."""
-    block = np.empty((stop - start, *face_shape(size, color)), dtype=np.uint8)
-    for k, name in enumerate(files):
-        block[k] = decode_face(os.path.join(image_dir, name), size, color)
-    zarr.open_array(Path(store) / IMAGES, mode="r+")[start:stop] = block
+    write_rows(store, start, stop, _decode_files(files, image_dir, size, color))
     return stop - start
+
+
+def _ingest_part(chunk: tuple, lo: int, hi: int, image_dir: str, size: tuple[int, int], color: bool) -> np.ndarray:
+    """Rows ``lo:hi`` of ``chunk`` decoded, not written (the pool's ``read_part``)."""
+    return _decode_files(chunk[3][lo:hi], image_dir, size, color)

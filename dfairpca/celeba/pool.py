@@ -13,13 +13,16 @@ only the others.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import concurrent.futures.process
 import contextlib
 import dataclasses
+import functools
 import multiprocessing
 import shutil
 import threading
+from queue import SimpleQueue
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -35,7 +38,7 @@ from .._writes import (
 )
 from .schema import IMAGES, PARTITION, STORE_KIND, check_positive, create_store
 
-__all__ = ["partial_path", "run_tasks", "write_store"]
+__all__ = ["Split", "Workers", "partial_path", "run_tasks", "worker_processes", "write_rows", "write_store"]
 
 #: folder of a partial store holding one empty file per finished chunk
 DONE_DIR = ".done"
@@ -46,6 +49,8 @@ CODE_FILE = "code"
 #: leave the rest idle at the end (the tail is at most one range), few, so that a range is
 #: many chunks of work per task sent
 TASKS_PER_WORKER = 8
+#: parts of each of the last chunks of :func:`write_store` with ``read_part``
+TAIL_PARTS = 4
 #: seconds between refreshes of the progress bar, which counts the chunks marked done
 POLL_SECONDS = 0.5
 #: seconds between the dispatching thread's looks at the tasks left while a worker starts:
@@ -75,6 +80,7 @@ def write_store(
     protect: dict | None,
     desc: str,
     workers: Workers | None = None,
+    read_part: Callable[..., np.ndarray] | None = None,
 ) -> Path:
     """Write the store ``out`` of faces of ``shape``, chunk by chunk, resuming a partial one.
 
@@ -103,6 +109,12 @@ def write_store(
     workers : Workers, optional
         The ``n_jobs - 1`` worker processes, started by the caller with
         :func:`worker_processes` before it read its inputs; by default started here.
+    read_part : callable, optional
+        ``read_part(chunk, lo, hi, *args)``: rows ``lo:hi`` of the chunk ``chunk`` (a tuple
+        of ``chunks``) as an array, faces only, not written.  Given, worker processes
+        share the last chunks (the last one, for two processes) in :data:`TAIL_PARTS`
+        parts, which this process writes: else the processes would end up to a chunk apart
+        (a second, for 2,048 faces at 80 x 80), one idle.
 
     On an error the finished chunks stay in :func:`partial_path` and the error says so.
     """
@@ -147,13 +159,41 @@ def write_store(
                              split(pending, slots * TASKS_PER_WORKER))
                     tasks = [(write_chunk, str(partial), part, args) for part in parts]
                     run_tasks(_write_range, tasks, n_jobs=n_jobs, client=client, workers=workers,
-                              refresh=lambda: bar.update(_rows_done(partial, chunks) - bar.n))
+                              refresh=lambda: bar.update(_rows_done(partial, chunks) - bar.n),
+                              split=None if read_part is None else Split(
+                                  functools.partial(_chunk_parts, read_part), _write_joined))
             except (Exception, KeyboardInterrupt) as exc:
                 exc.add_note(f"dfairpca kept the finished chunks in {partial}: the same call again "
                              "resumes there (overwrite=True, --overwrite, starts over)")
                 raise
         shutil.rmtree(partial / DONE_DIR)
         return move_into_place(partial, out, STORE_KIND, overwrite=overwrite)
+
+
+def write_rows(store: str, start: int, stop: int, block: np.ndarray) -> None:
+    """Write the faces ``block`` as rows ``start:stop`` of the store ``store``."""
+    zarr.open_array(Path(store) / IMAGES, mode="r+")[start:stop] = block
+
+
+def _chunk_parts(read_part: Callable, task: tuple) -> list[tuple[Callable, tuple]] | None:
+    """The :data:`TAIL_PARTS` parts of the one-chunk task ``task`` of :func:`write_store`
+    (:class:`Split`): ``read_part`` calls of near-equal rows."""
+    _, _, (chunk,), args = task
+    rows = chunk[2] - chunk[1]
+    bounds = np.linspace(0, rows, min(TAIL_PARTS, rows) + 1).round().astype(int)
+    if len(bounds) < 3:
+        return None
+    return [(read_part, (chunk, int(lo), int(hi), *args)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def _write_joined(task: tuple, blocks: list[np.ndarray]) -> int:
+    """Write the rows of the parts of ``task`` (:func:`_chunk_parts`), mark its chunk done;
+    its rows."""
+    _, store, (chunk,), _ = task
+    with writing_every_chunk():
+        write_rows(store, chunk[1], chunk[2], np.concatenate(blocks))
+    (Path(store) / DONE_DIR / str(chunk[0])).touch()
+    return chunk[2] - chunk[1]
 
 
 def split(items: Sequence, parts: int) -> list[list]:
@@ -164,12 +204,13 @@ def split(items: Sequence, parts: int) -> list[list]:
 
 def run_tasks(func: Callable, tasks: list[tuple], *, n_jobs: int | None, client,
               refresh: Callable[[], None] = lambda: None,
-              workers: Workers | None = None) -> list:
+              workers: Workers | None = None, split: Split | None = None) -> list:
     """``[func(*task) for task in tasks]``, run on ``n_jobs`` cores (this process and
     ``n_jobs - 1`` spawned ones, or ``workers`` from :func:`worker_processes`; only this
     one for 1) or as Dask tasks on ``client``'s cluster; ``refresh`` is called about every
     :data:`POLL_SECONDS` while they run.  The first error is raised, the tasks not yet
-    started cancelled."""
+    started cancelled.  ``split``: how worker processes may share the last tasks
+    (:class:`Split`)."""
     if client is not None:
         return _run_dask(func, tasks, client, refresh)
     n_jobs = _resolve_jobs(n_jobs, None)
@@ -177,8 +218,8 @@ def run_tasks(func: Callable, tasks: list[tuple], *, n_jobs: int | None, client,
         return [func(*task) for task in tasks]
     if workers is None:
         with worker_processes(n_jobs, None) as workers:
-            return _run_processes(func, tasks, refresh, workers)
-    return _run_processes(func, tasks, refresh, workers)
+            return _run_processes(func, tasks, refresh, workers, split)
+    return _run_processes(func, tasks, refresh, workers, split)
 
 
 @dataclasses.dataclass
@@ -274,7 +315,19 @@ def _write_range(write_chunk, store: str, chunks: list[tuple], args: tuple, on_c
     return rows
 
 
-def _run_processes(func: Callable, tasks: list[tuple], refresh: Callable[[], None], workers: Workers) -> list:
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """How :func:`run_tasks` may split the last tasks, which would leave processes idle
+    while one runs a whole task: ``parts(task)`` gives ``(func, args)`` pieces of it to run
+    anywhere (or None: not this one), ``join(task, results)`` their results' union in
+    this process, the task's result."""
+
+    parts: Callable[[tuple], list[tuple[Callable, tuple]] | None]
+    join: Callable[[tuple, list], object]
+
+
+def _run_processes(func: Callable, tasks: list[tuple], refresh: Callable[[], None], workers: Workers,
+                   split: Split | None = None) -> list:
     """:func:`run_tasks` on the processes of ``workers`` (:func:`worker_processes`) and
     this one.
 
@@ -284,20 +337,27 @@ def _run_processes(func: Callable, tasks: list[tuple], refresh: Callable[[], Non
     every process busy to the last task.  (A pool given every task at once queues some
     behind a busy or starting worker, which this process could have run: a second of one
     process idle in a ten-second job, and a one-task job waiting for a worker to start.)
+    With ``split``, a task taken when fewer are left than the workers is run in parts,
+    by whichever process is idle: the processes end within a part of each other, not a task.
     """
-    queue = _BothEnds(len(tasks))
-    futures: dict[int, concurrent.futures.Future] = {}
+    queue = _BothEnds([(i, None, func, task) for i, task in enumerate(tasks)],
+                      split=None if split is None else (lambda i: split.parts(tasks[i])),
+                      processes=len(workers.starting) + 1)
+    futures: dict[concurrent.futures.Future, tuple] = {}  # a worker's item, by its future
     results: dict[int, object] = {}
+    pieces: dict[int, dict[int, object]] = {}  # results of a split task's parts, by part
+    arrived: SimpleQueue = SimpleQueue()  # (item, result) of the workers' parts
     failed = threading.Event()  # a task raised, or the pool broke: take no more
-    dispatch_error: list[BaseException] = []
+    errors: list[BaseException] = []  # of the dispatcher's own (a broken pool's)
 
     def dispatch() -> None:
         starting, running, idle = set(workers.starting), set(), 0
         try:
             while not failed.is_set():
-                while idle and (i := queue.take_front()) is not None:
-                    futures[i] = workers.pool.submit(func, *tasks[i])
-                    running.add(futures[i])
+                while idle and (item := queue.take_front()) is not None:
+                    future = workers.pool.submit(item[2], *item[3])
+                    futures[future] = item
+                    running.add(future)
                     idle -= 1
                 if not running and not queue.remaining():
                     return
@@ -308,29 +368,49 @@ def _run_processes(func: Callable, tasks: list[tuple], refresh: Callable[[], Non
                     running.discard(future)
                     idle += 1
                     if future.exception() is not None:
-                        failed.set()  # a task's error (or a broken pool), raised by the caller
-                        if future not in futures.values():
-                            dispatch_error.append(future.exception())
+                        failed.set()  # the caller raises it
+                        if future not in futures:
+                            errors.append(future.exception())
+                    elif futures.get(future, (None, None))[1] is not None:
+                        arrived.put((futures[future], future.result()))
         except BaseException as exc:  # pool.submit on a broken pool: raised by the caller
-            dispatch_error.append(exc)
+            errors.append(exc)
             failed.set()
+
+    def finish(item: tuple, result) -> None:
+        """Keep the result of ``item``; a split task's, once its parts are all back."""
+        index, part = item[0], item[1]
+        if part is None:
+            results[index] = result
+            return
+        pieces.setdefault(index, {})[part[0]] = result
+        if len(pieces[index]) == part[1]:
+            done = pieces.pop(index)
+            results[index] = split.join(tasks[index], [done[k] for k in range(part[1])])
+
+    def take_arrived() -> None:
+        while not arrived.empty():
+            finish(*arrived.get())
 
     dispatcher = threading.Thread(target=dispatch, name="dfairpca-dispatch", daemon=True)
     dispatcher.start()
     try:
         while not failed.is_set():
-            i = queue.take_back()
-            if i is None:
+            item = queue.take_back()
+            if item is None:
                 break
-            results[i] = func(*tasks[i])
+            finish(item, item[2](*item[3]))
+            take_arrived()
             refresh()
         while dispatcher.is_alive():
             dispatcher.join(POLL_SECONDS)
+            take_arrived()
             refresh()
-        for i in sorted(futures):
-            futures[i].result()  # the first task's error, raised here
-        if dispatch_error:
-            raise dispatch_error[0]
+        for future, _ in sorted(futures.items(), key=lambda pair: pair[1][:2]):
+            future.result()  # the first task's error, raised here
+        if errors:
+            raise errors[0]
+        take_arrived()
     except BaseException as exc:
         queue.close()  # the dispatcher hands out nothing more
         if isinstance(exc, concurrent.futures.process.BrokenProcessPool):
@@ -340,37 +420,53 @@ def _run_processes(func: Callable, tasks: list[tuple], refresh: Callable[[], Non
         # worker_processes shuts it down again if a second Ctrl-C cuts this short
         workers.pool.shutdown(wait=True, cancel_futures=True)
         raise
-    return [results[i] if i in results else futures[i].result() for i in range(len(tasks))]
+    for future, item in futures.items():
+        if item[1] is None:
+            results[item[0]] = future.result()
+    return [results[i] for i in range(len(tasks))]
 
 
 class _BothEnds:
-    """Indices ``0 .. n - 1`` handed out once each, from the front or from the back."""
+    """Items handed out once each, from the front or from the back; with ``split``, an
+    item taken when fewer than ``processes - 1`` are left after it is replaced by its parts
+    (``split(index)``: ``(func, args)`` pairs, or None), of which the taker gets the first
+    from its end and the others stay at that end, ``(index, (k, parts), func, args)``."""
 
-    def __init__(self, n: int):
-        self._front, self._back = 0, n
+    def __init__(self, items: list[tuple], split: Callable | None, processes: int):
+        self._items = collections.deque(items)
+        self._split, self._processes = split, processes
         self._lock = threading.Lock()
 
-    def take_front(self) -> int | None:
+    def _take(self, front: bool) -> tuple | None:
         with self._lock:
-            if self._front >= self._back:
+            if not self._items:
                 return None
-            self._front += 1
-            return self._front - 1
+            item = self._items.popleft() if front else self._items.pop()
+            if self._split is None or item[1] is not None or len(self._items) >= self._processes - 1:
+                return item
+            parts = self._split(item[0])
+            if not parts:
+                return item
+            parts = [(item[0], (k, len(parts)), *part) for k, part in enumerate(parts)]
+            if front:
+                self._items.extendleft(reversed(parts[1:]))
+                return parts[0]
+            self._items.extend(parts[:-1])
+            return parts[-1]
 
-    def take_back(self) -> int | None:
-        with self._lock:
-            if self._front >= self._back:
-                return None
-            self._back -= 1
-            return self._back
+    def take_front(self) -> tuple | None:
+        return self._take(front=True)
+
+    def take_back(self) -> tuple | None:
+        return self._take(front=False)
 
     def remaining(self) -> int:
         with self._lock:
-            return self._back - self._front
+            return len(self._items)
 
     def close(self) -> None:
         with self._lock:
-            self._front = self._back
+            self._items.clear()
 
 
 def _refuse_bootstrapping_child() -> None:

@@ -177,6 +177,42 @@ def test_the_processes_finish_together_and_a_one_task_job_waits_for_no_worker():
     assert pid == os.getpid() and time.monotonic() - t < 5
 
 
+def _sleep_task(i: int, seconds: float) -> list[tuple[int, int, float]]:
+    """A whole task of the split test: ``[(task, process, end time)]``."""
+    time.sleep(seconds)
+    return [(i, os.getpid(), time.time())]
+
+
+def _sleep_part(i: int, k: int, seconds: float) -> tuple[int, int, int, float]:
+    """Part ``k`` of task ``i`` in the split test."""
+    time.sleep(seconds)
+    return i, k, os.getpid(), time.time()
+
+
+def _join_parts(task: tuple, parts: list) -> list[tuple[int, int, float]]:
+    assert [k for _, k, _, _ in parts] == [0, 1, 2, 3], "the parts came back out of order"
+    return [(i, pid, end) for i, _, pid, end in parts]
+
+
+def test_the_last_task_is_shared_in_parts_so_no_process_waits_a_task_for_another():
+    """Two tasks of a second, the worker starting late: the last one taken is split into
+    four parts that whichever process is idle runs; the parts' results come back in order,
+    joined in this process, and the two processes end within a part of each other (whole,
+    the worker's task would end half a second after this process's)."""
+    from dfairpca.celeba.pool import Split, run_tasks
+
+    split = Split(parts=lambda task: [(_sleep_part, (task[0], k, task[1] / 4)) for k in range(4)],
+                  join=_join_parts)
+    got = run_tasks(_sleep_task, [(0, 1.0), (1, 1.0)], n_jobs=2, client=None, split=split)
+    assert [{i for i, _, _ in result} for result in got] == [{0}, {1}]
+    assert sorted(len(result) for result in got) == [1, 4]  # one task whole, one in parts
+    ends = {}
+    for _, pid, end in (row for result in got for row in result):
+        ends[pid] = max(ends.get(pid, 0.0), end)
+    if len(ends) == 2:  # else the worker started after this process had run everything
+        assert abs(ends[os.getpid()] - max(e for pid, e in ends.items() if pid != os.getpid())) < 0.25 + 0.15
+
+
 UNGUARDED = """
 import sys
 from dfairpca.celeba import synth_celeba
