@@ -371,7 +371,7 @@ def _run_processes(func: Callable, tasks: list[tuple], refresh: Callable[[], Non
                         failed.set()  # the caller raises it
                         if future not in futures:
                             errors.append(future.exception())
-                    elif futures.get(future, (None, None))[1] is not None:
+                    elif future in futures and futures[future][1] is not None:  # a part
                         arrived.put((futures[future], future.result()))
         except BaseException as exc:  # pool.submit on a broken pool: raised by the caller
             errors.append(exc)
@@ -406,8 +406,10 @@ def _run_processes(func: Callable, tasks: list[tuple], refresh: Callable[[], Non
             dispatcher.join(POLL_SECONDS)
             take_arrived()
             refresh()
-        for future, _ in sorted(futures.items(), key=lambda pair: pair[1][:2]):
-            future.result()  # the first task's error, raised here
+        for future, item in sorted(futures.items(), key=lambda pair: pair[1][:2]):
+            result = future.result()  # the first task's error, raised here
+            if item[1] is None:  # a whole task's (a part's came through arrived)
+                results[item[0]] = result
         if errors:
             raise errors[0]
         take_arrived()
@@ -420,9 +422,6 @@ def _run_processes(func: Callable, tasks: list[tuple], refresh: Callable[[], Non
         # worker_processes shuts it down again if a second Ctrl-C cuts this short
         workers.pool.shutdown(wait=True, cancel_futures=True)
         raise
-    for future, item in futures.items():
-        if item[1] is None:
-            results[item[0]] = future.result()
     return [results[i] for i in range(len(tasks))]
 
 
