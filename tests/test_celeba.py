@@ -289,6 +289,27 @@ def test_no_core_module_imports_the_celeba_application_even_inside_a_function():
     assert not {name: found for name, found in reaching.items() if found}
 
 
+def test_a_writer_process_imports_neither_the_figures_nor_the_estimators():
+    """What an ingest's or a synthetic store's worker process imports to run its chunks
+    (``pool``, ``ingest``, ``synth``): not ``figures`` (a third of its start), nor
+    scikit-learn, SciPy's linear algebra, Dask or matplotlib."""
+    code = """
+import sys
+import dfairpca.celeba.pool, dfairpca.celeba.ingest, dfairpca.celeba.synth
+heavy = ("dfairpca.celeba.figures", "dfairpca.decomposition", "sklearn", "scipy.linalg",
+         "dask", "distributed", "matplotlib")
+print(sorted({m.split(".")[0] if not m.startswith("dfairpca") else m for m in sys.modules
+              if m.startswith(heavy)}))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+    import dfairpca.celeba as celeba  # its public names still there, imported on first use
+
+    assert set(celeba.__all__) <= set(dir(celeba))
+    assert celeba.faces_figure.__module__ == "dfairpca.celeba.figures"
+
+
 def test_attribute_flags_read_celeba_minus_one_one_and_refuse_other_values(tmp_path):
     import shutil
 
