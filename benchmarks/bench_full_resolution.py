@@ -95,7 +95,7 @@ def attribute(store, name: str) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- the fit (child)
 def fit_one(store, rows: int | None, k: int, attr: str, oversamples: int, power,
-            model_out: Path | None = None) -> dict:
+            model_out: Path | None = None, threads: int = 1) -> dict:
     """``FairPCA(svd_solver="randomized")`` on a LocalCluster of 2 worker processes;
     per-pass times and convergence.  With ``model_out``: the model saved there, and its
     colour fair-faces picture next to it (``<model_out>.png``)."""
@@ -122,7 +122,7 @@ def fit_one(store, rows: int | None, k: int, attr: str, oversamples: int, power,
     model = dfairpca.FairPCA(n_components=k, svd_solver="randomized", n_oversamples=oversamples,
                              iterated_power=power, random_state=0)
     with dask.config.set({"distributed.worker.memory.target": False}), \
-            LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+            LocalCluster(n_workers=2, threads_per_worker=threads, processes=True,
                          dashboard_address=None, memory_limit="4GiB") as cluster, Client(cluster):
         _randomized.fit_randomized = timed
         try:
@@ -236,7 +236,7 @@ def projection(n: int, costs: dict, passes: int, rr_s: list, nodes: int = 16, co
 def run_child(args, rows) -> dict:
     cmd = [sys.executable, __file__, "--store", str(args.store), "--k", str(args.k),
            "--n-oversamples", str(args.n_oversamples), "--iterated-power", str(args.iterated_power),
-           "--attribute", args.attribute, "--one", str(rows or 0)]
+           "--attribute", args.attribute, "--threads", str(args.threads), "--one", str(rows or 0)]
     if args.model_out:
         cmd += ["--model-out", f"{args.model_out}_{rows or 'all'}"]
     with PeakRSS() as mem:
@@ -270,6 +270,9 @@ def main(argv=None):
     ap.add_argument("--model-out", type=Path, default=None,
                     help="save each fitted model at MODEL_OUT_<rows> and draw its colour "
                          "fair-faces picture next to it (MODEL_OUT_<rows>.png)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads per worker process (default 1; 2 lets one chunk's read "
+                         "overlap another's products)")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     power = args.iterated_power if args.iterated_power == "auto" else int(args.iterated_power)
@@ -282,7 +285,7 @@ def main(argv=None):
         ap.error("--store is required (or --make-store)")
     if args.one is not None:  # child: one fit, JSON on the last line
         print(json.dumps(fit_one(args.store, args.one or None, args.k, args.attribute,
-                                 args.n_oversamples, power, args.model_out)))
+                                 args.n_oversamples, power, args.model_out, args.threads)))
         return
     rows = args.rows or [None]
     fits = []
@@ -307,10 +310,11 @@ def write(args, fits, costs, rr, proj):
     out.with_suffix(".json").write_text(json.dumps(
         {"fits": fits, "chunk_costs": costs, "client_rr_s": rr, "projection": proj}, indent=1))
     cmd = "python benchmarks/bench_full_resolution.py --store " + str(args.store) + "".join(
-        f" --rows {r}" for r in args.rows) + (f" --model-out {args.model_out}" if args.model_out else "")
+        f" --rows {r}" for r in args.rows) + (f" --model-out {args.model_out}" if args.model_out else "") + (
+        f" --threads {args.threads}" if args.threads != 1 else "")
     lines = [f"Command: `{cmd}` (k = {args.k}, n_oversamples = {args.n_oversamples}, "
              f"iterated_power = {args.iterated_power}, attribute {args.attribute}; LocalCluster "
-             "of 2 worker processes x 1 thread, memory sampled over client, scheduler and "
+             f"of 2 worker processes x {args.threads} thread{'s' if args.threads > 1 else ''}, memory sampled over client, scheduler and "
              "workers)", "",
              "| n | d | passes | wall s | GB read (decoded) | GB on disk read | peak RSS GB "
              "(sum) | largest processes GB | max abs(U q) | certificate |",

@@ -191,6 +191,7 @@ def main(argv=None) -> dict:
         print(f"{args.n:,} JPEGs ({kb:.1f} KB on average), written in {generated:.1f} s", flush=True)
 
         seconds: dict[str, list[float]] = {}
+        cluster_pids: set[int] = set()
         cpu: dict[str, list[float]] = {}
 
         def timed(label, run, workers=None):
@@ -204,14 +205,17 @@ def main(argv=None) -> dict:
                 shutil.rmtree(old)
             os.sync()
             cache_jpegs()
-            for child in multiprocessing.active_children():  # the JPEG writer's, at first
+            # a LocalCluster's worker processes are this process's children too: not those
+            ours = [c for c in multiprocessing.active_children() if c.pid not in cluster_pids]
+            for child in ours:  # the JPEG writer's, at first
                 child.join(30)
             before = _cpu_seconds(workers)
             t0 = time.perf_counter()
             own = run()  # (e) times itself: its processes' start is not in it
             seconds.setdefault(label, []).append(
                 own if isinstance(own, float) else time.perf_counter() - t0)
-            for child in multiprocessing.active_children():  # a worker the call did not wait
+            for child in [c for c in multiprocessing.active_children()
+                          if c.pid not in cluster_pids]:  # a worker the call did not wait
                 child.join(30)  # for (it had no task left): its CPU seconds count here
             cpu.setdefault(label, []).append(_cpu_seconds(workers) - before)
             print(f"{label}: {seconds[label][-1]:.1f} s, {args.n / seconds[label][-1]:,.0f} images/s, "
@@ -230,6 +234,7 @@ def main(argv=None) -> dict:
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                           dashboard_address=None) as cluster, Client(cluster) as client:
             cluster_start = time.perf_counter() - t
+            cluster_pids.update(p.pid for p in multiprocessing.active_children())
             timed("(d) ingest on a 2-worker LocalCluster",
                   lambda: ingest_celeba(celeba, work / "d.zarr", client=client, **kwargs), client)
     finally:
