@@ -304,10 +304,24 @@ print(sorted({m.split(".")[0] if not m.startswith("dfairpca") else m for m in sy
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", done.stdout
-    import dfairpca.celeba as celeba  # its public names still there, imported on first use
-
-    assert set(celeba.__all__) <= set(dir(celeba))
-    assert celeba.faces_figure.__module__ == "dfairpca.celeba.figures"
+    # in a fresh interpreter: its public names and modules are still there, imported on use
+    code = """
+import dfairpca.celeba as celeba
+assert set(celeba._PUBLIC) == set(celeba.__all__)
+for name in celeba.__all__:
+    value = getattr(celeba, name)
+    if callable(value):
+        assert value.__module__ == "dfairpca.celeba." + celeba._PUBLIC[name], name
+assert celeba.schema.IMAGES == "images" and celeba.pool.write_rows.__name__ == "write_rows"
+for module in celeba._SUBMODULES:
+    assert getattr(celeba, module).__name__ == "dfairpca.celeba." + module
+try:
+    celeba.no_such_name
+except AttributeError:
+    print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
 def test_attribute_flags_read_celeba_minus_one_one_and_refuse_other_values(tmp_path):
@@ -611,6 +625,15 @@ def test_two_rows_of_39_and_41_values_are_refused_though_they_hold_80(celeba_dir
     rewrite_line(celeba_dir, 4, "000002.jpg" + " -1" * 41)
     with pytest.raises(ValueError, match="line 3: expected a file name and 40 values, got 40 fields"):
         ingest_celeba(celeba_dir, tmp_path / "c.zarr", size=16, progress=False, n_jobs=1)
+
+
+@pytest.mark.parametrize("size", [16, "full"])
+def test_an_attribute_file_listing_no_images_is_refused_by_name(celeba_dir, tmp_path, size):
+    path = celeba_dir / "list_attr_celeba.txt"
+    path.write_text("0\n" + " ".join(ATTRIBUTE_NAMES) + "\n")
+    with pytest.raises(ValueError, match="lists no images"):
+        ingest_celeba(celeba_dir, tmp_path / "c.zarr", size=size, progress=False, n_jobs=2)
+    assert not (tmp_path / "c.zarr").exists()
 
 
 @settings(max_examples=60, deadline=None)

@@ -19,6 +19,8 @@ attributes the way real photographs do; :func:`ingest_celeba` converts the offic
 download; :func:`open_celeba` and :func:`attribute_column` read either.
 """
 
+from typing import TYPE_CHECKING
+
 __all__ = [
     "ATTRIBUTE_NAMES",
     "synth_celeba",
@@ -40,9 +42,22 @@ _PUBLIC = {
 }
 
 
+#: its modules, attributes of the package as they were when it imported them all
+_SUBMODULES = ("schema", "sampling", "render", "colours", "synth", "ingest", "jpegs", "pool", "figures")
+
+if TYPE_CHECKING:  # the real names, for type checkers
+    from .figures import faces_figure
+    from .ingest import ingest_celeba
+    from .jpegs import write_celeba_jpegs
+    from .schema import ATTRIBUTE_NAMES, attribute_column, open_celeba
+    from .synth import ensure_store, synth_celeba
+
+
 def __getattr__(name: str):
     import importlib
 
+    if name in _SUBMODULES:  # importing it binds it here
+        return importlib.import_module(f".{name}", __name__)
     if name not in _PUBLIC:
         raise AttributeError(f"module 'dfairpca.celeba' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
@@ -51,4 +66,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted({*globals(), *_PUBLIC})
+    return sorted({*globals(), *_PUBLIC, *_SUBMODULES})

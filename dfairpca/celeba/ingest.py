@@ -189,6 +189,8 @@ def _read_attribute_file(path: Path) -> tuple[list[str], np.ndarray]:
             f"order ({detail}); got {' '.join(names)!r}"
         )
     body = [line for line in lines[2:] if line and not line.isspace()]
+    if count < 1 and not body:
+        raise ValueError(f"{path}: lists no images (line 1 says {count}): a store needs at least one")
     if len(body) != count:
         raise ValueError(f"{path}: line 1 says {count} images but {len(body)} rows follow")
     parsed = _parse_rows(body)
