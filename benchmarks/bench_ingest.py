@@ -15,14 +15,14 @@ before every method (so each finds them in the page cache), then times over the 
      numpy, one process, nothing written (what a user's own script does);
 (a') the same loop with the ingest's decoder (:func:`dfairpca.celeba.ingest.decode_face`:
      the JPEG decoded at a reduced DCT scale where it is downscaled), one process;
-(e)  the machine's own limit: (a') split in halves over 2 processes started and warmed
-     before the clock, nothing written or shared: (a') / (e) is the speed-up this hardware
-     gives two processes right now (on a shared virtual machine, often well under 2);
+(a'1) (a') in one fresh process, started and warmed before the clock;
+(e)  the machine's own limit: (a') split in halves over 2 such processes, nothing written or
+     shared: (a'1) / (e) is the speed-up this hardware gives two processes right now;
 (b)  ``ingest_celeba(n_jobs=1)``, (c) ``n_jobs=2`` (spawned processes, started inside the
      timed call): decode and write the Zarr store;
-     (a'), (e), (b), (c) run in that order ``--repeats`` times (the table gives medians;
-     each round's (b) / (c), (a') / (e) and their quotient, the ingest's share of the
-     machine's limit, are listed);
+     (a'), (a'1), (e), (b), (c) run in that order ``--repeats`` times (the table gives
+     medians; each round's (b) / (c), (a'1) / (e) and their quotient, the ingest's share
+     of the machine's limit, are listed with their medians);
 (d)  on a 2-worker LocalCluster of processes (started before the clock; its start is
      reported apart).
 
@@ -84,29 +84,51 @@ def _half_decoder(conn, paths, size, color) -> None:
 
 
 def machine_limit(paths: list[str], size, color: bool, processes: int = 2) -> float:
-    """(e): the machine's own limit: ``processes`` independent decoder loops, one over each
-    share of the files, in processes started and warmed before the clock (no process start,
-    no writing, nothing shared): the wall seconds until the last one is done.  (a') over
-    the same files, measured beside it, gives the speed-up the hardware allows right now."""
+    """(a'1) and (e): ``processes`` independent decoder loops, one over each share of the
+    files, in fresh processes started and warmed before the clock (no process start, no
+    writing, nothing shared): the wall seconds until the last one is done.  One process
+    gives the one-process rate (a'1), two the machine's two-process limit (e): (a'1) / (e)
+    is the speed-up the hardware allows right now.  A process that fails ends them all."""
+    from multiprocessing.connection import wait
+
     ctx = multiprocessing.get_context("spawn")
     pipes, procs = [], []
-    for i in range(processes):
-        ours, theirs = ctx.Pipe()
-        proc = ctx.Process(target=_half_decoder, args=(theirs, paths[i::processes], size, color))
-        proc.start()
-        pipes.append(ours)
-        procs.append(proc)
-    for conn in pipes:
-        conn.recv()
-    t0 = time.perf_counter()
-    for conn in pipes:
-        conn.send("go")
-    for conn in pipes:
-        conn.recv()
-    wall = time.perf_counter() - t0
-    for proc in procs:
-        proc.join()
-    return wall
+    try:
+        for i in range(processes):
+            ours, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_half_decoder, args=(theirs, paths[i::processes], size, color),
+                               daemon=True)
+            proc.start()
+            theirs.close()  # else a child that dies leaves this end open, and recv() waits
+            pipes.append(ours)
+            procs.append(proc)
+
+        def hear(expected: str) -> None:
+            """One word from every process; an error if one ends first."""
+            waiting = dict(zip(pipes, procs))
+            while waiting:
+                for ready in wait(list(waiting)):
+                    proc = waiting.pop(ready)
+                    try:
+                        word = ready.recv()
+                    except EOFError:
+                        proc.join(5)
+                        raise RuntimeError(f"a decoder process ended (exit code {proc.exitcode}) "
+                                           "before it was done: its error is printed above") from None
+                    assert word == expected, word
+
+        hear("ready")
+        t0 = time.perf_counter()
+        for conn in pipes:
+            conn.send("go")
+        hear("done")
+        return time.perf_counter() - t0
+    finally:
+        for proc in procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
 
 
 def _cpu_seconds(client=None) -> float:
@@ -159,7 +181,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--size", default="80", help="80, HxW or full (default: 80)")
     ap.add_argument("--color", action="store_true", help="RGB faces (default: grey)")
     ap.add_argument("--repeats", type=int, default=3,
-                    help="runs of (b) and of (c), alternately (default: 3)")
+                    help="rounds of (a'), (a'1), (e), (b), (c) (default: 3)")
     ap.add_argument("--jpegs", default=None,
                     help="folder of the fabricated JPEGs, kept for later runs (default: a temp "
                          "folder, deleted)")
@@ -194,7 +216,7 @@ def main(argv=None) -> dict:
         cluster_pids: set[int] = set()
         cpu: dict[str, list[float]] = {}
 
-        def timed(label, run, workers=None):
+        def timed(label, run, workers=None, self_timed=False):
             """Time ``run``: wall seconds, and CPU seconds of this process, the processes it
             waited for and, given a client, its workers (a loaded machine slows the wall
             clock, not the CPU time a method needs).  Each method starts with no dirty
@@ -211,9 +233,8 @@ def main(argv=None) -> dict:
                 child.join(30)
             before = _cpu_seconds(workers)
             t0 = time.perf_counter()
-            own = run()  # (e) times itself: its processes' start is not in it
-            seconds.setdefault(label, []).append(
-                own if isinstance(own, float) else time.perf_counter() - t0)
+            own = run()  # self_timed: run gives its seconds (its processes' start not in them)
+            seconds.setdefault(label, []).append(own if self_timed else time.perf_counter() - t0)
             for child in [c for c in multiprocessing.active_children()
                           if c.pid not in cluster_pids]:  # a worker the call did not wait
                 child.join(30)  # for (it had no task left): its CPU seconds count here
@@ -223,11 +244,13 @@ def main(argv=None) -> dict:
 
         kwargs = dict(size=ingest_size, color=args.color, progress=False)
         one, two = "(b) ingest n_jobs=1", "(c) ingest n_jobs=2"
-        dec, lim = "(a') ingest's decoder, 1 process", "(e) limit: (a') in 2 warm processes, halves"
+        dec, dec1 = "(a') ingest's decoder, 1 process", "(a'1) (a') in 1 fresh warm process"
+        lim = "(e) limit: (a') in 2 fresh warm processes, halves"
         timed("(a) plain decode loop, 1 process", lambda: plain_loop(paths, size, args.color))
         for _ in range(args.repeats):
             timed(dec, lambda: ingest_decoder_loop(paths, size, args.color))
-            timed(lim, lambda: machine_limit(paths, size, args.color))
+            timed(dec1, lambda: machine_limit(paths, size, args.color, processes=1), self_timed=True)
+            timed(lim, lambda: machine_limit(paths, size, args.color), self_timed=True)
             timed(one, lambda: ingest_celeba(celeba, work / "b.zarr", n_jobs=1, **kwargs))
             timed(two, lambda: ingest_celeba(celeba, work / "c.zarr", n_jobs=2, **kwargs))
         t = time.perf_counter()
@@ -246,9 +269,10 @@ def main(argv=None) -> dict:
              "seconds": round(median[label], 2), "images_per_s": round(args.n / median[label], 1),
              "ratio_to_a": round(base / median[label], 2), "ratio_to_b": round(single / median[label], 2),
              "cpu_s": round(float(np.median(cpu[label])), 2)} for label, s in seconds.items()]
-    pairs = [round(b / c, 2) for b, c in zip(seconds[one], seconds[two])]
-    limits = [round(a / e, 2) for a, e in zip(seconds[dec], seconds[lim])]
-    shares = [round(p / q, 2) for p, q in zip(pairs, limits)]
+    raw_pairs = [b / c for b, c in zip(seconds[one], seconds[two])]
+    raw_limits = [a / e for a, e in zip(seconds[dec1], seconds[lim])]
+    raw_shares = [p / q for p, q in zip(raw_pairs, raw_limits)]
+    pairs, limits, shares = ([round(x, 2) for x in xs] for xs in (raw_pairs, raw_limits, raw_shares))
     shape = "full (218 x 178)" if size is None else f"{size[0]} x {size[1]}"
     lines = [
         f"# Ingest: {args.n:,} fabricated CelebA JPEGs ({kb:.1f} KB avg) -> {shape} "
@@ -264,14 +288,17 @@ def main(argv=None) -> dict:
     ]
     lines += [f"| {r['method']} | {r['seconds']:.1f} | {r['images_per_s']:,.0f} | {r['ratio_to_a']:.2f} "
               f"| {r['ratio_to_b']:.2f} | {r['cpu_s']:.1f} |" for r in rows]
-    lines += ["", f"n_jobs=2 against n_jobs=1, round by round: {', '.join(f'{p:.2f}x' for p in pairs)}.",
-              f"The machine's limit, (a') / (e) in the same rounds: "
-              f"{', '.join(f'{p:.2f}x' for p in limits)}.",
-              f"The ingest's share of that limit, ((b) / (c)) / ((a') / (e)): "
-              f"{', '.join(f'{p:.2f}' for p in shares)} (median {np.median(shares):.2f}).",
+    lines += ["", f"n_jobs=2 against n_jobs=1, round by round: {', '.join(f'{p:.2f}x' for p in pairs)} "
+              f"(median {np.median(raw_pairs):.2f}x).",
+              f"The machine's limit, (a'1) / (e) in the same rounds: "
+              f"{', '.join(f'{p:.2f}x' for p in limits)} (median {np.median(raw_limits):.2f}x).",
+              f"The ingest's share of that limit, ((b) / (c)) / ((a'1) / (e)): "
+              f"{', '.join(f'{p:.2f}' for p in shares)} (median {np.median(raw_shares):.2f}).",
               "",
-              "Each round runs (a'), (e), (b), (c) in that order; (e)'s CPU seconds include its "
-              "processes' start, its wall time does not."]
+              "The table's rows are medians over the rounds (its ratios, ratios of medians). "
+              "Each round runs (a'), (a'1), (e), (b), (c) in that order; (a'1) and (e) run in "
+              "fresh processes, started before their clock (their CPU seconds include the "
+              "start, their wall time does not), (a') and (b) in this long-lived one."]
     table = "\n".join(lines) + "\n"
     print("\n" + table)
     tag = "full" if size is None else f"{size[0]}x{size[1]}"
@@ -282,7 +309,7 @@ def main(argv=None) -> dict:
     summary = {"n": args.n, "size": args.size, "color": args.color, "jpeg_kb": round(kb, 2),
                "generate_s": round(generated, 2), "cluster_start_s": round(cluster_start, 2),
                "repeats": args.repeats, "rows": rows, "ratio_c_to_b_per_run": pairs,
-               "limit_a1_to_e_per_run": limits, "share_of_limit_per_run": shares,
+               "limit_a1_to_e_per_run": limits, "median_ratio_c_to_b": round(float(np.median(raw_pairs)), 3), "share_of_limit_per_run": shares,
                "seconds": {label: [round(x, 3) for x in s] for label, s in seconds.items()}}
     (out / f"ingest_{args.n}_{tag}.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
