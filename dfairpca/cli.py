@@ -975,8 +975,9 @@ def _add_array(p):
 def build_parser() -> argparse.ArgumentParser:
     from ._system import BLOCK_BYTES
     from ._version import __version__
-    from .celeba.figures import DEFAULT_FACES
     from .celeba.schema import DEFAULT_SIZE
+
+    DEFAULT_FACES = 8  # dfairpca.celeba.figures.DEFAULT_FACES (a test checks): not imported for it
 
     ap = _Parser(prog="dfairpca", description="PCA and fair PCA on Zarr stores, on a Dask "
                  "cluster; run dfairpca COMMAND --help for a command's options")
@@ -1129,9 +1130,6 @@ def main(argv=None) -> int:
     With ``--json`` the command's summary is printed on stdout as one JSON line, and all
     else that would go to stdout (human summaries, progress bars) goes to stderr.
     """
-    from .checkpoint import PassInterrupted
-    from .io import MissingChunkError
-
     try:
         args = build_parser().parse_args(argv)
     except _UsageError as exc:
@@ -1147,17 +1145,23 @@ def main(argv=None) -> int:
     except (CLIError, ValueError, KeyError, FileExistsError, FileNotFoundError, PermissionError,
             ConnectionError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        if isinstance(exc, MissingChunkError) and getattr(args, "missing_chunks", None) == "error":
+        io = sys.modules.get("dfairpca.io")  # imported (here, not before: 0.2 s) if it raised
+        if (io is not None and isinstance(exc, io.MissingChunkError)
+                and getattr(args, "missing_chunks", None) == "error"):
             msg = f"{msg} (here: --missing-chunks fill, for X and label arrays)"
         print(f"dfairpca {args.command}: error: {msg}", file=sys.stderr)
         return 2
-    except PassInterrupted as exc:
-        resume = "; rerun with --resume" if args.command == "fit" else ""
-        print(f"dfairpca {args.command}: interrupted after {exc.progress}{resume}",
-              file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except KeyboardInterrupt:  # outside a pass, or a second Ctrl-C while the cluster closes
-        print(f"dfairpca {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        # a checkpointed pass's PassInterrupted (its module imported if it raised one: not
+        # before, it costs an ingest's start 0.4 s); else outside a pass, or a second Ctrl-C
+        # while the cluster closes
+        checkpoint = sys.modules.get("dfairpca.checkpoint")
+        if checkpoint is not None and isinstance(exc, checkpoint.PassInterrupted):
+            resume = "; rerun with --resume" if args.command == "fit" else ""
+            print(f"dfairpca {args.command}: interrupted after {exc.progress}{resume}",
+                  file=sys.stderr)
+        else:
+            print(f"dfairpca {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     if as_json:
         print(json.dumps(summary, allow_nan=False), file=stdout, flush=True)

@@ -324,6 +324,25 @@ except AttributeError:
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
+def test_the_cli_starts_without_the_checkpoint_or_figures_modules():
+    """Building the parser and reading the arguments of an ingest imports neither
+    ``dfairpca.checkpoint`` (SciPy's linear algebra behind it: 0.4 s before an ingest's
+    workers could start) nor ``figures``; the parser's default faces per row is figures'."""
+    code = """
+import sys
+from dfairpca.cli import build_parser
+args = build_parser().parse_args(["ingest-celeba", "celeba", "out.zarr"])
+faces = build_parser().parse_args(["show", "m", "s"]).n
+print(sorted(m for m in sys.modules if m in ("dfairpca.checkpoint", "dfairpca.celeba.figures",
+                                             "scipy.linalg")), faces)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    from dfairpca.celeba.figures import DEFAULT_FACES
+
+    assert done.stdout.split() == ["[]", str(DEFAULT_FACES)], done.stdout
+
+
 def test_attribute_flags_read_celeba_minus_one_one_and_refuse_other_values(tmp_path):
     import shutil
 
