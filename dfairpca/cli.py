@@ -975,9 +975,7 @@ def _add_array(p):
 def build_parser() -> argparse.ArgumentParser:
     from ._system import BLOCK_BYTES
     from ._version import __version__
-    from .celeba.schema import DEFAULT_SIZE
-
-    DEFAULT_FACES = 8  # dfairpca.celeba.figures.DEFAULT_FACES (a test checks): not imported for it
+    from .celeba.schema import DEFAULT_FACES, DEFAULT_SIZE
 
     ap = _Parser(prog="dfairpca", description="PCA and fair PCA on Zarr stores, on a Dask "
                  "cluster; run dfairpca COMMAND --help for a command's options")

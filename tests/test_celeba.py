@@ -327,7 +327,7 @@ except AttributeError:
 def test_the_cli_starts_without_the_checkpoint_or_figures_modules():
     """Building the parser and reading the arguments of an ingest imports neither
     ``dfairpca.checkpoint`` (SciPy's linear algebra behind it: 0.4 s before an ingest's
-    workers could start) nor ``figures``; the parser's default faces per row is figures'."""
+    workers could start) nor ``figures``; the parser's default faces per row is still figures'."""
     code = """
 import sys
 from dfairpca.cli import build_parser

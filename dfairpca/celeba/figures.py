@@ -13,13 +13,11 @@ from pathlib import Path
 import numpy as np
 
 from .._writes import MARKER_KEY, atomic_file, check_target, marker
-from .schema import attribute_column, open_celeba
+from .schema import DEFAULT_FACES, attribute_column, open_celeba
 
 __all__ = ["DEFAULT_FACES", "MAX_FACES_PER_ROW", "draw_faces", "faces_figure", "faces_held",
            "full_fair_projection"]
 
-#: faces per row of a picture unless asked otherwise
-DEFAULT_FACES = 8
 #: most faces per row: each face is a column 1.3 in wide at :data:`DPI`, so 100 (200
 #: columns) is already a 28,600-pixel-wide PNG, and above 229 matplotlib refuses the size
 #: (2**16 pixels), but only after drawing it

@@ -179,11 +179,10 @@ def _chunk_parts(read_part: Callable, task: tuple) -> list[tuple[Callable, tuple
     """The :data:`TAIL_PARTS` parts of the one-chunk task ``task`` of :func:`write_store`
     (:class:`Split`): ``read_part`` calls of near-equal rows."""
     _, _, (chunk,), args = task
-    rows = chunk[2] - chunk[1]
-    bounds = np.linspace(0, rows, min(TAIL_PARTS, rows) + 1).round().astype(int)
+    bounds = _bounds(chunk[2] - chunk[1], TAIL_PARTS)
     if len(bounds) < 3:
         return None
-    return [(read_part, (chunk, int(lo), int(hi), *args)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return [(read_part, (chunk, lo, hi, *args)) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 def _write_joined(task: tuple, blocks: list[np.ndarray]) -> int:
@@ -192,13 +191,23 @@ def _write_joined(task: tuple, blocks: list[np.ndarray]) -> int:
     _, store, (chunk,), _ = task
     with writing_every_chunk():
         write_rows(store, chunk[1], chunk[2], np.concatenate(blocks))
-    (Path(store) / DONE_DIR / str(chunk[0])).touch()
+    _mark_done(store, chunk[0])
     return chunk[2] - chunk[1]
+
+
+def _bounds(n: int, parts: int) -> list[int]:
+    """``0 = b_0 < ... < b_m = n``: ``0:n`` in ``m = min(parts, n)`` near-equal runs."""
+    return [int(b) for b in np.linspace(0, n, min(parts, n) + 1).round()]
+
+
+def _mark_done(store: str, index: int) -> None:
+    """Mark chunk ``index`` of the partial store ``store`` written (:func:`_done` reads it)."""
+    (Path(store) / DONE_DIR / str(index)).touch()
 
 
 def split(items: Sequence, parts: int) -> list[list]:
     """``items`` in at most ``parts`` consecutive runs of near-equal length, none empty."""
-    bounds = np.linspace(0, len(items), min(parts, len(items)) + 1).round().astype(int)
+    bounds = _bounds(len(items), parts)
     return [list(items[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
@@ -308,7 +317,7 @@ def _write_range(write_chunk, store: str, chunks: list[tuple], args: tuple, on_c
     with writing_every_chunk():  # set here: a worker process does not inherit it
         for chunk in chunks:
             written = write_chunk(store, *chunk, *args)
-            (Path(store) / DONE_DIR / str(chunk[0])).touch()
+            _mark_done(store, chunk[0])
             rows += written
             if on_chunk is not None:
                 on_chunk(written)
