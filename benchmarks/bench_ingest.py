@@ -74,7 +74,7 @@ def ingest_decoder_loop(paths: list[str], size, color: bool) -> None:
 
 
 def _half_decoder(conn, paths, size, color) -> None:
-    """(e)'s process: import the decoder, say so, wait for the word, decode ``paths``."""
+    """A process of (a'1) or (e): import the decoder, say so, wait for the word, decode ``paths``."""
     from dfairpca.celeba.ingest import decode_face  # noqa: F401  (imported before the clock)
 
     conn.send("ready")
@@ -214,6 +214,11 @@ def main(argv=None) -> dict:
 
         seconds: dict[str, list[float]] = {}
         cluster_pids: set[int] = set()
+
+        def own_children() -> list:
+            """This process's child processes but a LocalCluster's workers (its children
+            too, which live as long as the cluster)."""
+            return [c for c in multiprocessing.active_children() if c.pid not in cluster_pids]
         cpu: dict[str, list[float]] = {}
 
         def timed(label, run, workers=None, self_timed=False):
@@ -227,16 +232,13 @@ def main(argv=None) -> dict:
                 shutil.rmtree(old)
             os.sync()
             cache_jpegs()
-            # a LocalCluster's worker processes are this process's children too: not those
-            ours = [c for c in multiprocessing.active_children() if c.pid not in cluster_pids]
-            for child in ours:  # the JPEG writer's, at first
+            for child in own_children():  # the JPEG writer's, at first
                 child.join(30)
             before = _cpu_seconds(workers)
             t0 = time.perf_counter()
             own = run()  # self_timed: run gives its seconds (its processes' start not in them)
             seconds.setdefault(label, []).append(own if self_timed else time.perf_counter() - t0)
-            for child in [c for c in multiprocessing.active_children()
-                          if c.pid not in cluster_pids]:  # a worker the call did not wait
+            for child in own_children():  # a worker the call did not wait
                 child.join(30)  # for (it had no task left): its CPU seconds count here
             cpu.setdefault(label, []).append(_cpu_seconds(workers) - before)
             print(f"{label}: {seconds[label][-1]:.1f} s, {args.n / seconds[label][-1]:,.0f} images/s, "
