@@ -15,7 +15,8 @@ from typing import NamedTuple
 
 __all__ = [
     "MARKER", "MARKER_KEY", "OutputPathError", "marker", "marker_attributes", "known_entries",
-    "foreign_files", "ZarrNode", "zarr_layout", "stored_chunks", "zarr_foreign_files", "kept",
+    "foreign_files", "ZarrNode", "zarr_layout", "stored_chunks", "zarr_foreign_files", "zarr_foreign",
+    "zarr_contents", "kept",
     "sibling_name", "sibling_pattern", "running", "ACTIVE", "refusal", "apart", "not_ours",
     "warn_kept",
 ]
@@ -38,6 +39,13 @@ _KNOWN_ENTRIES = {
     "checkpoint": {"total", "progress.json"},
     "Moments": {"arrays.npz", "meta.json"},
     "estimator": {"arrays.npz", "meta.json"},
+}
+
+#: the top-level members of a Zarr store of each kind, for markers that do not record the
+#: store's members (written before the store was finished, or by an older dfairpca): the
+#: CelebA layout's arrays and a representation; a member of another name is a user's
+_KNOWN_MEMBERS = {
+    "store": {"images", "attributes", "partition", "representation"},
 }
 
 
@@ -86,13 +94,15 @@ class ZarrNode(NamedTuple):
 
     ``grid``: None for a group; for an array, how many objects it stores along each
     dimension (shards where it is sharded, else chunks), whose keys its chunk key
-    ``encoding`` ("default" or "v2") spells with ``separator``.
+    ``encoding`` ("default" or "v2") spells with ``separator``.  ``attributes``: the
+    names of its attributes, sorted.
     """
 
     grid: tuple[int, ...] | None = None
     encoding: str = "default"
     separator: str = "/"
     zarr_format: int = 3
+    attributes: tuple[str, ...] = ()
 
 
 #: the metadata files of a node of each Zarr format (a v2 node has some of them)
@@ -129,15 +139,16 @@ def _zarr_node(member) -> ZarrNode:
     import zarr
 
     meta = member.metadata
+    attributes = tuple(sorted(str(name) for name in (meta.attributes or {})))
     if isinstance(member, zarr.Group):
-        return ZarrNode(zarr_format=meta.zarr_format)
+        return ZarrNode(zarr_format=meta.zarr_format, attributes=attributes)
     if meta.zarr_format == 2:
         encoding, separator = "v2", meta.dimension_separator or "."
     else:
         encoding = meta.chunk_key_encoding.name
         separator = getattr(meta.chunk_key_encoding, "separator", "/")
     grid = tuple(-(-size // step) for size, step in zip(member.shape, stored_chunks(member)))
-    return ZarrNode(grid, encoding, separator, meta.zarr_format)
+    return ZarrNode(grid, encoding, separator, meta.zarr_format, attributes)
 
 
 def stored_chunks(array) -> tuple[int, ...]:
@@ -145,20 +156,50 @@ def stored_chunks(array) -> tuple[int, ...]:
     return tuple(getattr(array, "shards", None) or array.chunks)
 
 
-def zarr_foreign_files(files, layout: dict[str, ZarrNode]) -> list[str]:
-    """Of the files (relative, "/"-separated) under a Zarr store of ``layout``
-    (:func:`zarr_layout`), the outermost paths dfairpca did not write.
+def zarr_contents(layout: dict[str, ZarrNode]) -> dict[str, list[str]]:
+    """What a store of ``layout`` (:func:`zarr_layout`) holds, as its marker records it when
+    dfairpca has finished writing it: each member's path ("" for the root) and the names of
+    its attributes (the marker's own aside)."""
+    return {path: [a for a in node.attributes if not (path == "" and a == MARKER_KEY)]
+            for path, node in sorted(layout.items())}
 
-    Ours: the metadata files of the root and of every member, and in each array's folder
-    the keys its own chunk key encoding gives an index inside its grid; the root's
-    :data:`MARKER` (a marker file the attribute replaced); what a crash of zarr's write of
-    one of these left beside it.  Anything else (another name, an index outside the grid,
-    a key of another encoding or depth) is foreign.
+
+def zarr_foreign_files(files, layout: dict[str, ZarrNode], found: dict | None = None) -> list[str]:
+    """Of the files (relative, "/"-separated) under a Zarr store of ``layout``
+    (:func:`zarr_layout`) marked ``found``, the outermost paths dfairpca did not write
+    (:func:`zarr_foreign`)."""
+    return zarr_foreign(files, layout, found)[0]
+
+
+def zarr_foreign(files, layout: dict[str, ZarrNode],
+                 found: dict | None = None) -> tuple[list[str], dict[str, list[str]]]:
+    """What under a Zarr store of ``layout`` (:func:`zarr_layout`), marked ``found``,
+    dfairpca did not write: the outermost such paths of ``files`` (relative,
+    "/"-separated), and for each metadata file among them the attributes it holds that
+    dfairpca did not write.
+
+    Ours: the metadata files of the root and of every member the marker records
+    (:func:`zarr_contents`; a marker written before the store was finished records none:
+    then every member of its kind's layout, :data:`_KNOWN_MEMBERS`, or any member of a kind
+    without one), and in each such array's folder the keys its own chunk key encoding
+    gives an index inside its grid; the root's :data:`MARKER` (a marker file the attribute
+    replaced); what a crash of zarr's write of one of these left beside it.  Anything else
+    (another member, another name, an index outside the grid, a key of another encoding or
+    depth) is foreign, and so is the metadata file of one of ours that holds an attribute
+    the marker does not record (replacing the store would drop it).
     """
     layout = {"": ZarrNode(), **layout}  # the root's zarr.json holds the marker
-    ours = {MARKER} | {f"{path}/{name}".lstrip("/") for path, node in layout.items()
-                       for name in _ZARR_METADATA.get(node.zarr_format, ())}
-    arrays = {path: node for path, node in layout.items() if node.grid is not None}
+    recorded = (found or {}).get("members")
+    if isinstance(recorded, dict):
+        owned = {path: node for path, node in layout.items() if path in recorded}
+    else:
+        known = _KNOWN_MEMBERS.get((found or {}).get("kind"))
+        owned = {path: node for path, node in layout.items()
+                 if known is None or path == "" or path.split("/")[0] in known}
+    metadata = {path: [f"{path}/{name}".lstrip("/") for name in _ZARR_METADATA.get(node.zarr_format, ())]
+                for path, node in owned.items()}
+    ours = {MARKER} | {f for names in metadata.values() for f in names}
+    arrays = {path: node for path, node in owned.items() if node.grid is not None}
     files = set(files)
     mine = {f for f in files if f in ours or _chunk_of(f, arrays)}
     leftovers = {f: m.group(1) for f in files - mine if (m := _ZARR_PARTIAL.fullmatch(f))}
@@ -171,7 +212,18 @@ def zarr_foreign_files(files, layout: dict[str, ZarrNode]) -> list[str]:
         while folder and folder not in folders:
             folders.add(folder)
             folder = folder.rpartition("/")[0]
-    return sorted({_outermost(f, folders) for f in files - mine})
+    foreign = {_outermost(f, folders) for f in files - mine}
+    attributes = {}
+    if isinstance(recorded, dict):
+        for path, node in owned.items():
+            listed = recorded.get(path)
+            added = sorted(set(node.attributes) - set(listed if isinstance(listed, list) else ())
+                           - ({MARKER_KEY} if path == "" else set()))
+            where = [f for f in metadata[path] if f in files]
+            if added and where:
+                attributes[where[0]] = added
+    foreign |= set(attributes)
+    return sorted(foreign), attributes
 
 
 def _without_suffix(name: str) -> str:
@@ -218,9 +270,13 @@ def kept(name: str, foreign) -> bool:
     return any(name == f or name.startswith(f + "/") for f in foreign)
 
 
-def marker_attributes(kind: str) -> dict:
-    """Zarr group attributes that mark a store as written by dfairpca (see :data:`MARKER`)."""
-    return {MARKER_KEY: marker(kind)}
+def marker_attributes(kind: str, layout: dict[str, ZarrNode] | None = None) -> dict:
+    """Zarr group attributes that mark a store as written by dfairpca (see :data:`MARKER`);
+    given the finished store's ``layout``, they record its members and their attributes
+    (:func:`zarr_contents`): a member or attribute added later is a user's."""
+    if layout is None:
+        return {MARKER_KEY: marker(kind)}
+    return {MARKER_KEY: {**marker(kind), "members": zarr_contents(layout)}}
 
 
 def known_entries(found: dict) -> set[str]:
@@ -266,11 +322,13 @@ def running(name: str, host: str, pid: int) -> bool:
 
 
 def refusal(where: str, kind: str, found: dict | None, *, empty: bool, is_dir: bool,
-            overwrite: bool, foreign=()) -> OutputPathError | None:
+            overwrite: bool, foreign=(), attributes: dict | None = None) -> OutputPathError | None:
     """Why dfairpca may not write a ``kind`` at the existing ``where`` (None: it may).
 
     ``found``: its marker; ``empty``: an empty directory; ``foreign``: the entries of
-    dfairpca's own directory that dfairpca did not write (replacing it would delete them).
+    dfairpca's own directory that dfairpca did not write (replacing it would delete them);
+    ``attributes``: of those that are a Zarr member's metadata file, the attributes in it
+    that dfairpca did not write.
     """
     if found is None and not empty:
         what = "a non-empty directory" if is_dir else "a file"
@@ -289,7 +347,9 @@ def refusal(where: str, kind: str, found: dict | None, *, empty: bool, is_dir: b
             "on the command line) to replace it, or choose another path"
         )
     if foreign:
-        listed = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        named = [f"{f} (attributes {', '.join(map(repr, attributes[f]))})" if attributes and f in attributes
+                 else f for f in foreign]
+        listed = ", ".join(named[:5]) + (f" and {len(named) - 5} more" if len(named) > 5 else "")
         return OutputPathError(
             f"{where} is a dfairpca {kind} that also holds files dfairpca did not write "
             f"({listed}), which replacing it would delete: move your files out of it or "

@@ -42,13 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._marker import (
-    ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, marker, not_ours, refusal,
-    running, sibling_name, sibling_pattern, warn_kept, zarr_foreign_files, zarr_layout,
+    ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, marker, marker_attributes, not_ours,
+    refusal, running, sibling_name, sibling_pattern, warn_kept, zarr_foreign, zarr_layout,
 )
 
 __all__ = [
     "is_remote", "local_path", "Location", "location", "explained", "zarr_store", "store_url", "read_marker",
-    "write_marker", "foreign_entries", "check_target", "atomic_prefix", "publish",
+    "write_marker", "foreign_entries", "foreign", "check_target", "atomic_prefix", "publish",
     "move_into_place", "remove_directory", "recover", "check_settled", "local_copy",
     "read_text", "exists", "open_zarr", "zarr_arrays", "zarr_roots",
 ]
@@ -324,11 +324,13 @@ def read_marker(loc: Location) -> dict | None:
 
 
 def write_marker(loc: Location, kind: str) -> None:
-    """Mark ``loc`` as dfairpca's: a Zarr store's root attribute, else the object."""
+    """Mark ``loc`` as dfairpca's, as :func:`dfairpca._writes.write_marker` does: a Zarr
+    store's root attribute, else the object."""
     with _requests(loc):
         meta = _read_json(loc.child("zarr.json"))
         if meta is not None:  # the attribute, as zarr's attrs.update would write it
-            meta.setdefault("attributes", {})[MARKER_KEY] = marker(kind)
+            layout = zarr_layout(zarr_store(loc))
+            meta.setdefault("attributes", {}).update(marker_attributes(kind, layout))
             _write_json(loc.child("zarr.json"), meta)
             _delete(loc, [MARKER] if _is_object(loc.child(MARKER)) else [])
         else:
@@ -339,11 +341,17 @@ def foreign_entries(loc: Location, found: dict) -> list[str]:
     """What under dfairpca's prefix ``loc`` (marker ``found``) it did not write, at any
     depth, by the rules of :func:`dfairpca._writes.foreign_entries` (one listing of the
     objects, and the store's metadata read by zarr)."""
+    return foreign(loc, found)[0]
+
+
+def foreign(loc: Location, found: dict) -> tuple[list[str], dict]:
+    """:func:`foreign_entries`, and the attributes dfairpca did not write in each metadata
+    file among them."""
     with _requests(loc):
         keys = _keys(loc)
         if "zarr.json" not in keys:
-            return foreign_files(keys, found)
-        return zarr_foreign_files(keys, zarr_layout(zarr_store(loc)))
+            return foreign_files(keys, found), {}
+        return zarr_foreign(keys, zarr_layout(zarr_store(loc)), found)
 
 
 # ---------------------------------------------------------------------------- the protocol
@@ -370,9 +378,9 @@ def check_target(loc: Location, kind: str, *, overwrite: bool = False, protect=N
         if not keys and not _is_object(loc):
             return
         found = read_marker(loc)
-        foreign = foreign_entries(loc, found) if found is not None and keys else []
+        entries, attributes = foreign(loc, found) if found is not None and keys else ([], {})
         error = refusal(loc.url, kind, found, empty=False, is_dir=bool(keys), overwrite=overwrite,
-                        foreign=foreign)
+                        foreign=entries, attributes=attributes)
     if error is not None:
         raise error
 

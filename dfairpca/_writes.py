@@ -25,7 +25,7 @@ from . import _remote
 from ._marker import (
     ACTIVE as _ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, marker,
     marker_attributes, not_ours, refusal, running, sibling_name, sibling_pattern, warn_kept,
-    zarr_foreign_files, zarr_layout,
+    zarr_foreign, zarr_layout,
 )
 from ._remote import is_remote
 from ._version import code_digest
@@ -41,14 +41,18 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def write_marker(directory, kind: str, *, storage_options: dict | None = None) -> None:
-    """Mark ``directory`` as dfairpca's: the attribute of a Zarr group, else the file."""
+    """Mark ``directory`` as dfairpca's: the attribute of a Zarr group (recording the
+    members and attributes it holds now, :func:`dfairpca._marker.zarr_contents`), else
+    the file (listing the files it holds now).  Call it when dfairpca has finished writing
+    it: what is added afterwards is a user's."""
     if is_remote(directory):
         return _remote.write_marker(_remote.location(directory, storage_options), kind)
     directory = Path(directory)
     if (directory / "zarr.json").is_file():
         import zarr
 
-        zarr.open_group(str(directory), mode="r+").attrs.update(marker_attributes(kind))
+        layout = zarr_layout(str(directory))
+        zarr.open_group(str(directory), mode="r+").attrs.update(marker_attributes(kind, layout))
         (directory / MARKER).unlink(missing_ok=True)
     else:
         (directory / MARKER).write_text(json.dumps(marker(kind, _files(directory))))
@@ -68,16 +72,24 @@ def _files(directory: Path, *, empty_folders: bool = False) -> list[str]:
 
 def foreign_entries(path, found: dict, *, storage_options: dict | None = None) -> list[str]:
     """What in dfairpca's directory ``path`` (marker ``found``) it did not write, at any
-    depth: in a Zarr store what is neither the metadata of its members nor an array's
-    chunk keys inside its grid (:func:`dfairpca._marker.zarr_foreign_files`); in a
-    directory the files its marker does not list (:func:`dfairpca._marker.foreign_files`).
+    depth: in a Zarr store the members its marker does not record, and in its own members
+    what is neither their metadata nor an array's chunk keys inside its grid, and the
+    metadata that holds an attribute it did not write (:func:`dfairpca._marker.zarr_foreign`);
+    in a directory the files its marker does not list
+    (:func:`dfairpca._marker.foreign_files`).
     """
+    return _foreign(path, found, storage_options=storage_options)[0]
+
+
+def _foreign(path, found: dict, *, storage_options: dict | None = None) -> tuple[list[str], dict]:
+    """:func:`foreign_entries`, and the attributes it did not write in each metadata file
+    among them."""
     if is_remote(path):
-        return _remote.foreign_entries(_remote.location(path, storage_options), found)
+        return _remote.foreign(_remote.location(path, storage_options), found)
     path = Path(path)
     if not (path / "zarr.json").is_file():
-        return foreign_files(_files(path), found)
-    return zarr_foreign_files(_files(path, empty_folders=True), zarr_layout(str(path)))
+        return foreign_files(_files(path), found), {}
+    return zarr_foreign(_files(path, empty_folders=True), zarr_layout(str(path)), found)
 
 
 def read_marker(path, *, storage_options: dict | None = None) -> dict | None:
@@ -141,9 +153,9 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
         found = read_marker(path)
         # a figure (a file) holds nothing; a directory may hold a user's files, which
         # replacing it would delete with it
-        foreign = foreign_entries(path, found) if found is not None and path.is_dir() else []
+        foreign, attributes = _foreign(path, found) if found is not None and path.is_dir() else ([], {})
         error = refusal(str(path), kind, found, empty=_is_empty_dir(path), is_dir=path.is_dir(),
-                        overwrite=overwrite, foreign=foreign)
+                        overwrite=overwrite, foreign=foreign, attributes=attributes)
         if error is not None:
             raise error
     if probe:
@@ -535,7 +547,8 @@ def remove_directory(path, kind: str, *, storage_options: dict | None = None) ->
         if Path(root) != path and not kept(name, foreign) and not os.listdir(root):
             os.rmdir(root)
     for name in markers:
-        (path / name).unlink(missing_ok=True)
+        if not kept(name, foreign):  # a root zarr.json holding a user's attribute stays
+            (path / name).unlink(missing_ok=True)
     warn_kept(str(path), kind, foreign)
 
 

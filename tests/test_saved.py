@@ -40,7 +40,13 @@ def test_models_saved_before_the_shared_base_load_and_save_unchanged(name, tmp_p
         expected = {k: f[k] for k in f.files}
     model = dfairpca.load(tmp_path / "old")
     X = _inputs(name, expected)
-    np.testing.assert_array_equal(model.transform(X), expected[name])
+    if name.startswith("kernel"):
+        # the kernel matrix goes through BLAS kernels whose last bits differ between CPUs
+        # (2e-15 on an AMD EPYC against the machine that saved these): the same model
+        # within rounding, not bit for bit
+        np.testing.assert_allclose(model.transform(X), expected[name], rtol=0, atol=1e-13)
+    else:
+        np.testing.assert_array_equal(model.transform(X), expected[name])
     model.save(tmp_path / "new", **({"statistics": True} if name == "fair" else {}))
     for part in ["model"] + (["statistics"] if name == "fair" else []):
         old_meta, old_arrays = _read(tmp_path / "old" / part)

@@ -496,7 +496,8 @@ def test_every_key_an_arrays_own_encoding_writes_inside_its_grid_is_ours(data):
 
 
 def _every_layout(store: Path) -> None:
-    """Arrays of each kind zarr writes, at three depths, all chunks written."""
+    """Arrays of each kind zarr writes, at three depths, all chunks written; marked as a
+    finished store of dfairpca's."""
     with io.writing_every_chunk():
         g = zarr.open_group(str(store), mode="w", attributes=io.marker_attributes("store"))
         g.create_array("plain", shape=(10, 3), chunks=(4, 3), dtype="int8")[:] = 1
@@ -507,6 +508,7 @@ def _every_layout(store: Path) -> None:
         g.create_array("empty", shape=(0, 4), chunks=(2, 4), dtype="int8")
         deeper = g.create_group("sub").create_group("deeper")
         deeper.create_array("x", shape=(3,), chunks=(1,), dtype="int8")[:] = 1
+    io.write_marker(store, "store")
 
 
 def test_a_users_file_deep_inside_a_store_is_named_and_kept_by_a_removal(tmp_path):
@@ -554,7 +556,7 @@ def _in_nested_group(store: Path) -> str:
     ("images/c/extra.bin", "images/c/extra.bin"),  # in its chunk folder
     ("images/c/2/0/0", "images/c/2"),              # a chunk key outside the grid (2, 1, 1)
     ("attributes/c/0/1", "attributes/c/0/1"),      # and (2, 1)
-    (_in_nested_group, "sub/notes.txt"),           # in a nested group's folder
+    (_in_nested_group, "sub"),                     # a group of the user's, whole
 ], ids=["array-folder", "chunk-folder", "out-of-grid", "out-of-grid-2d", "nested-group"])
 def test_overwriting_a_store_refuses_a_users_file_deep_inside(grey, tmp_path, users, named):
     store = tmp_path / "s.zarr"
@@ -584,6 +586,54 @@ def test_a_partial_store_holding_a_users_file_is_not_started_over(grey, tmp_path
     (partial / "images" / "notes.txt").unlink()
     synth_celeba(out, n=40, size=8, chunk_rows=20, progress=False, n_jobs=1)
     assert not partial.exists() and io.foreign_entries(out, io.read_marker(out)) == []
+
+
+def _users_array(store: Path) -> None:
+    zarr.open_group(str(store), mode="r+").create_array("my_hand_labels", data=np.arange(40))
+
+
+def _users_group(store: Path) -> None:
+    zarr.open_group(str(store), mode="r+").create_group("mine").attrs["note"] = 1
+
+
+def _users_attribute(store: Path) -> None:
+    zarr.open_group(str(store), mode="r+").attrs["my_note"] = "hello"
+
+
+def _users_array_attribute(store: Path) -> None:
+    zarr.open_array(str(store / "images"), mode="r+").attrs["checked_by"] = "me"
+
+
+@pytest.mark.parametrize("users, named", [
+    (_users_array, r"my_hand_labels"),
+    (_users_group, r"mine"),
+    (_users_attribute, r"zarr.json \(attributes 'my_note'\)"),
+    (_users_array_attribute, r"images/zarr.json \(attributes 'checked_by'\)"),
+], ids=["array", "group", "root-attribute", "array-attribute"])
+def test_overwriting_a_store_refuses_a_member_or_attribute_the_user_added(grey, tmp_path, users, named):
+    """A member or attribute the user added with zarr to a store dfairpca finished is the
+    user's: the marker records what dfairpca wrote, and replacing the store would drop it."""
+    store = tmp_path / "s.zarr"
+    shutil.copytree(grey, store)
+    users(store)
+    before = tree(store)
+    with pytest.raises(FileExistsError, match=rf"\({named}\).*move your files out"):
+        synth_celeba(store, n=40, size=8, chunk_rows=20, overwrite=True, progress=False, n_jobs=1)
+    assert tree(store) == before and siblings(store) == []
+    with pytest.warns(UserWarning, match="kept the directory"):  # a removal keeps it too
+        io.remove_directory(store, "store")
+    assert io.foreign_entries(store, io.read_marker(store) or {"kind": "store", "members": {}}) != []
+
+
+def test_a_marker_without_members_protects_all_but_the_kinds_own(grey, tmp_path):
+    """A store marked before it was finished (or by an older dfairpca) records no members:
+    only those its kind writes are ours."""
+    store = tmp_path / "s.zarr"
+    shutil.copytree(grey, store)
+    zarr.open_group(str(store), mode="r+").attrs.update(io.marker_attributes("store"))
+    assert io.foreign_entries(store, io.read_marker(store)) == []
+    _users_array(store)
+    assert io.foreign_entries(store, io.read_marker(store)) == ["my_hand_labels"]
 
 
 @pytest.mark.parametrize("color", [False, True], ids=["grey", "colour"])

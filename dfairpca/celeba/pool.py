@@ -34,7 +34,8 @@ from tqdm import tqdm
 from .._system import cpu_count
 from .._version import code_digest
 from .._writes import (
-    check_target, exclusive, marker_attributes, move_into_place, read_marker, remove_directory, writing_every_chunk,
+    check_target, exclusive, marker_attributes, move_into_place, read_marker, remove_directory, write_marker,
+    writing_every_chunk,
 )
 from .schema import IMAGES, PARTITION, STORE_KIND, check_positive, create_store
 
@@ -167,6 +168,7 @@ def write_store(
                              "resumes there (overwrite=True, --overwrite, starts over)")
                 raise
         shutil.rmtree(partial / DONE_DIR)
+        write_marker(partial, STORE_KIND)  # finished: what is added later is a user's
         return move_into_place(partial, out, STORE_KIND, overwrite=overwrite)
 
 

@@ -430,6 +430,36 @@ def test_outputs_never_replace_what_dfairpca_did_not_write(store, tmp_path, caps
     assert sorted(p.name for p in tmp_path.iterdir()) == ["res"]
 
 
+def test_overwrite_keeps_an_array_and_an_attribute_the_user_added_to_dfairpcas_stores(
+        store, tmp_path, capsys, sched):
+    """Users keep their labels inside stores (--sensitive-array): an array or attribute
+    added to a store dfairpca wrote (synth, transform) is refused by name, never dropped."""
+    import zarr
+
+    synth = ["synth-celeba", tmp_path / "s.zarr", "--n", "300", "--size", "16", "--n-jobs", "1"]
+    model, rep = tmp_path / "m", tmp_path / "rep.zarr"
+    transform = ["transform", model, store, "--out", rep, *sched]
+    for args in (synth, ["fit", store, "--attribute", "Eyeglasses", "-k", "3", "--out", model, *sched],
+                 transform):
+        code, _, err = run(args, capsys)
+        assert code == 0, err
+    for path, member in ((tmp_path / "s.zarr", "my_hand_labels"), (rep, "my_clusters")):
+        group = zarr.open_group(str(path), mode="r+")
+        group.create_array(member, data=np.arange(7))
+        group.attrs["my_note"] = "hello"
+    for args, path, member in ((synth, tmp_path / "s.zarr", "my_hand_labels"),
+                               (transform, rep, "my_clusters")):
+        before = tree(path)
+        code, _, err = run([*args, "--overwrite"], capsys)
+        assert code == 2 and member in err and "'my_note'" in err and "move your files out" in err, err
+        assert tree(path) == before, args
+        group = zarr.open_group(str(path), mode="r+")
+        del group[member]
+        del group.attrs["my_note"]
+        code, _, err = run([*args, "--overwrite"], capsys)  # what dfairpca wrote: replaced
+        assert code == 0, err
+
+
 def test_a_read_only_output_folder_is_refused_before_any_cluster(store, tmp_path, capsys):
     from test_writes import read_only
 

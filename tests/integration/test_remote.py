@@ -541,6 +541,17 @@ def test_an_overwrite_on_s3_refuses_a_users_object_inside_a_zarr_array(s3, capsy
         assert code == 2 and f"did not write ({named})" in err, err
         assert _fs(s3).cat_file(f"{prefix}/{name}") == b"mine"
         fs.rm(f"{prefix}/{name}")
+    # an array and an attribute the user added with zarr are named and kept
+
+    group = zarr.open_group(dfairpca._remote.zarr_store(url, s3), mode="r+")
+    group.create_array("my_hand_labels", data=np.arange(40))
+    group.attrs["my_note"] = "hello"
+    code, _, err = run([*synth, "--overwrite"], capsys)
+    assert code == 2 and "my_hand_labels" in err and "'my_note'" in err, err
+    group = zarr.open_group(dfairpca._remote.zarr_store(url, s3), mode="r+")
+    assert group["my_hand_labels"][:].tolist() == list(range(40)) and group.attrs["my_note"] == "hello"
+    del group["my_hand_labels"]
+    del group.attrs["my_note"]
     fs.pipe_file(f"{prefix}/images/c/extra.bin", b"mine")
     with pytest.warns(UserWarning, match="kept the directory"):
         dfairpca.io.remove_directory(url, "store", storage_options=s3)
