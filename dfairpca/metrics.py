@@ -11,6 +11,9 @@
 * :func:`linear_inseparability`: balanced error of a logistic regression that predicts the
   group from the representation (1 - 1/m = m groups linearly indistinguishable, 0 =
   separable).
+* :func:`group_reconstruction_error`: what a projection costs each group, the mean squared
+  reconstruction error per group, and its ratio to a baseline's (standard PCA at the same
+  k: the price of fairness per group); one pass for chunked data.
 
 A downstream classifier's demographic-parity and equal-opportunity gaps (the paper's ΔDP
 and ΔEO) are fairlearn's, which also handles intersectional groups and sample weights::
@@ -29,6 +32,7 @@ __all__ = [
     "mmd2",
     "mmd_bandwidth",
     "linear_inseparability",
+    "group_reconstruction_error",
 ]
 
 
@@ -122,3 +126,117 @@ def linear_inseparability(Y_train, g_train, Y_test, g_test, C: float = 1.0) -> f
 
     clf = LogisticRegression(C=C, max_iter=2000).fit(_dense(Y_train), np.asarray(g_train))
     return float(1.0 - balanced_accuracy_score(np.asarray(g_test), clf.predict(_dense(Y_test))))
+
+
+def group_reconstruction_error(model, X, sensitive_features=None, *, baseline=None):
+    """Per group, the mean squared reconstruction error of ``model`` on X.
+
+    The error of a row is ``||x - inverse_transform(transform(x))||^2`` summed over the
+    reconstructed features (the model's columns: those named by ``sensitive_feature_ids``
+    are not reconstructed), averaged over the rows of each group.  Fair PCA gives up some
+    reconstruction to equalise the groups' means, and not every group pays the same: the
+    ratio to standard PCA's error at the same k shows who pays.
+
+    Parameters
+    ----------
+    model : fitted :class:`~dfairpca.PCA` or :class:`~dfairpca.FairPCA`
+        Any fitted estimator with ``transform`` and ``inverse_transform``.
+    X : array-like, Dask or Zarr array of shape (n_samples, n_features_in_)
+        Data as the model takes it; chunked input is read once, out of core (the model
+        and the baseline are evaluated in the same pass).
+    sensitive_features : array-like of shape (n_samples,) or (n_samples, p), or DataFrame
+        The group of every row, labels of any type; several attributes give one row per
+        combination present (intersectional groups).  Default: the non-numeric columns of
+        X the model names by ``sensitive_feature_ids``.
+    baseline : fitted estimator, optional
+        Typically ``dfairpca.PCA(model.n_components_).fit(X_train)``: its error per group
+        and the ratio ``error / baseline_error`` are added.  It must reconstruct the same
+        features as ``model``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by group (a MultiIndex for several attributes), sorted; columns ``rows``,
+        ``error`` and, with a baseline, ``baseline_error`` and ``ratio``.
+
+    Examples
+    --------
+    The same numbers from fairlearn's ``MetricFrame`` (numpy input)::
+
+        from fairlearn.metrics import MetricFrame
+        R = model.inverse_transform(model.transform(X))
+        sq = lambda x, r: float(((x - r) ** 2).sum(axis=1).mean())
+        MetricFrame(metrics=sq, y_true=X, y_pred=R, sensitive_features=z).by_group
+    """
+    import dask
+    import dask.array as da
+    import pandas as pd
+
+    from ._groups import encode_groups
+
+    models = [model] if baseline is None else [model, baseline]
+    for m in models:
+        if not (hasattr(m, "transform") and hasattr(m, "inverse_transform")):
+            raise TypeError(
+                f"{type(m).__name__} has no inverse_transform, so it has no reconstruction "
+                "error (a kernel method's representation has no way back to the features): "
+                "pass a fitted PCA or FairPCA"
+            )
+        if not hasattr(m, "components_"):
+            raise ValueError(f"{type(m).__name__} is not fitted: call fit first")
+    if baseline is not None and baseline.n_features_in_ != model.n_features_in_:
+        raise ValueError(
+            f"the baseline takes {baseline.n_features_in_} features, the model "
+            f"{model.n_features_in_}: the baseline must be fitted on the same features"
+        )
+    inp = model._input(X, reset=False)
+    if sensitive_features is None:
+        if inp.labels is None:
+            raise ValueError(
+                "group_reconstruction_error needs the group of every row: pass "
+                "sensitive_features= (labels, or a DataFrame of several attributes)"
+            )
+        sensitive_features = inp.labels
+    data = inp.data[:, inp.features] if len(inp.numeric) else inp.data
+    n = data.shape[0]
+    groups = encode_groups(sensitive_features, n, require_two=False)
+    # one code per combination of the attributes' groups present
+    combos, codes = np.unique(groups.codes, axis=0, return_inverse=True)
+    codes = codes.reshape(-1)
+    errors = []
+    for m in models:
+        R = m.inverse_transform(m.transform(X))
+        if R.shape[1] != data.shape[1]:
+            raise ValueError(
+                f"{type(m).__name__} reconstructs {R.shape[1]} features, the model "
+                f"{data.shape[1]}: the baseline must be fitted on the same features"
+            )
+        errors.append(_row_errors(data, R))
+    if isinstance(errors[0], da.Array):
+        c = da.from_array(codes, chunks=(errors[0].chunks[0],))
+        sums = dask.compute(*[da.bincount(c, weights=e, minlength=len(combos)) for e in errors])
+    else:
+        sums = [np.bincount(codes, weights=e, minlength=len(combos)) for e in errors]
+    rows = np.bincount(codes, minlength=len(combos))
+    labels = [[groups.categories[j][i] for j, i in enumerate(combo)] for combo in combos]
+    if groups.n_attributes == 1:
+        index = pd.Index([lab[0] for lab in labels], name=groups.names[0])
+    else:
+        index = pd.MultiIndex.from_tuples([tuple(lab) for lab in labels], names=groups.names)
+    out = pd.DataFrame({"rows": rows, "error": sums[0] / rows}, index=index)
+    if baseline is not None:
+        out["baseline_error"] = sums[1] / rows
+        out["ratio"] = out["error"] / out["baseline_error"]
+    return out
+
+
+def _row_errors(X, R):
+    """``||x - r||^2`` of every row, in float64 (lazy for Dask input)."""
+    import dask.array as da
+
+    if isinstance(X, da.Array) or isinstance(R, da.Array):
+        X = da.asarray(X)
+        R = da.asarray(R).rechunk({0: X.chunks[0]})
+        return ((X.astype(np.float64) - R.astype(np.float64)) ** 2).sum(axis=1)
+    diff = np.asarray(X, np.float64) - np.asarray(R, np.float64)
+    return np.einsum("ij,ij->i", diff, diff)

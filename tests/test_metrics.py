@@ -89,3 +89,67 @@ def test_downstream_gaps_with_fairlearn():
         pred = LogisticRegression().fit(Y[:1500], y[:1500]).predict(Y[1500:])
         gaps[name] = demographic_parity_difference(y[1500:], pred, sensitive_features=z[1500:])
     assert gaps["fair"] < 0.5 * gaps["pca"], gaps
+
+
+# ------------------------------------------------------------------ the per-group cost of fairness
+def _direct_errors(model, X, z):
+    """The definition, row by row: mean over each group's rows of ||x - x_hat||^2."""
+    R = model.inverse_transform(model.transform(X))
+    err = ((X - R) ** 2).sum(axis=1)
+    return {g: err[z == g].mean() for g in np.unique(z)}
+
+
+def test_group_reconstruction_error_equals_the_direct_computation_numpy_and_dask():
+    rng = np.random.default_rng(3)
+    X, z = make_data(600, 8, (3,), seed=2)
+    z = np.asarray(z).reshape(-1)
+    labels = np.array(["a", "b", "c"])[z]
+    fair = dfairpca.FairPCA(3).fit(X, sensitive_features=labels)
+    pca = dfairpca.PCA(3).fit(X)
+    direct, base = _direct_errors(fair, X, z), _direct_errors(pca, X, z)
+    for data in (X, da.from_array(X, chunks=(97, 8))):
+        got = metrics.group_reconstruction_error(fair, data, labels, baseline=pca)
+        assert list(got.index) == ["a", "b", "c"] and got.index.name == "groups"
+        assert got["rows"].tolist() == [int((z == g).sum()) for g in range(3)]
+        np.testing.assert_allclose(got["error"], [direct[g] for g in range(3)], rtol=1e-10)
+        np.testing.assert_allclose(got["baseline_error"], [base[g] for g in range(3)], rtol=1e-10)
+        np.testing.assert_allclose(got["ratio"], got["error"] / got["baseline_error"], rtol=1e-12)
+    # fairness costs reconstruction overall: never below standard PCA's error in total
+    total = (got["error"] * got["rows"]).sum() / len(X)
+    assert total >= (got["baseline_error"] * got["rows"]).sum() / len(X) - 1e-12
+    # without a baseline: the two columns only; two attributes: intersectional groups
+    assert list(metrics.group_reconstruction_error(fair, X, labels).columns) == ["rows", "error"]
+    other = rng.integers(0, 2, len(X))
+    both = metrics.group_reconstruction_error(fair, X, np.column_stack([labels, other]))
+    assert both.index.nlevels == 2 and both["rows"].sum() == len(X)
+    err = ((X - fair.inverse_transform(fair.transform(X))) ** 2).sum(axis=1)
+    pick = (labels == "b") & (other == 1)
+    assert both.loc[("b", "1"), "error"] == pytest.approx(err[pick].mean(), rel=1e-10)
+
+
+def test_group_reconstruction_error_matches_fairlearns_metricframe():
+    from fairlearn.metrics import MetricFrame
+
+    X, z = make_data(400, 6, (2,), seed=5)
+    z = np.asarray(z).reshape(-1)
+    fair = dfairpca.FairPCA(2).fit(X, sensitive_features=z)
+    R = fair.inverse_transform(fair.transform(X))
+    frame = MetricFrame(metrics=lambda x, r: float(((x - r) ** 2).sum(axis=1).mean()),
+                        y_true=X, y_pred=R, sensitive_features=z)
+    got = metrics.group_reconstruction_error(fair, X, z)
+    np.testing.assert_allclose(got["error"].to_numpy(), frame.by_group.to_numpy(), rtol=1e-10)
+
+
+def test_group_reconstruction_error_refuses_what_it_cannot_measure():
+    X, z = make_data(200, 5, (2,), seed=1)
+    z = np.asarray(z).reshape(-1)
+    kernel = dfairpca.FairKernelPCA(2).fit(X, sensitive_features=z)
+    with pytest.raises(TypeError, match="no inverse_transform.*PCA or FairPCA"):
+        metrics.group_reconstruction_error(kernel, X, z)
+    with pytest.raises(ValueError, match="not fitted"):
+        metrics.group_reconstruction_error(dfairpca.PCA(2), X, z)
+    fair = dfairpca.FairPCA(2).fit(X, sensitive_features=z)
+    with pytest.raises(ValueError, match="sensitive_features="):
+        metrics.group_reconstruction_error(fair, X)
+    with pytest.raises(ValueError, match="same features"):
+        metrics.group_reconstruction_error(fair, X, z, baseline=dfairpca.PCA(2).fit(X[:, :4]))
