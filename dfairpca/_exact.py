@@ -22,7 +22,7 @@ from ._params import is_int
 from .moments import Moments
 
 __all__ = ["fitted_space", "standard_components", "fair_constraints", "fair_components",
-           "fraction_to_k"]
+           "fraction_to_k", "mle_rank", "mle_evidence"]
 
 
 def fitted_space(m: Moments, center: bool, standardize: bool):
@@ -47,15 +47,15 @@ def fitted_space(m: Moments, center: bool, standardize: bool):
 
 
 def standard_components(S: np.ndarray, n: int, k, eigen_solver: str) -> np.ndarray:
-    """Components (k, d) of standard PCA of S for ``n_components`` k (int, fraction or
-    None, scikit-learn's meanings) from n rows."""
+    """Components (k, d) of standard PCA of S for ``n_components`` k (int, fraction,
+    "mle" or None, scikit-learn's meanings) from n rows."""
     rank = min(n, S.shape[0])
     if k is None:
         return _solvers.pca_components(S, rank, eigen_solver)
     if isinstance(k, numbers.Integral):
         return _solvers.pca_components(S, k, eigen_solver)
     w, V = _solvers.top_eigh(S, rank, "dense")
-    k = fraction_to_k(w, np.trace(S), k, "the data")
+    k = mle_rank(w, n) if k == "mle" else fraction_to_k(w, np.trace(S), k, "the data")
     return _solvers.flip_signs(V[:, :k].T)
 
 
@@ -99,3 +99,57 @@ def fraction_to_k(variances, total: float, fraction: float, where: str) -> int:
             f"{fraction:.2%}; pass a smaller fraction or an int"
         )
     return int(np.searchsorted(cumulative, fraction, side="right")) + 1
+
+
+def mle_rank(spectrum, n: int) -> int:
+    """Minka's choice of k ("Automatic choice of dimensionality for PCA", NIPS 2000): the
+    rank 1 <= k < d maximising the Laplace approximation of the evidence of the
+    probabilistic PCA model with k components, given the d covariance eigenvalues
+    ``spectrum`` (descending; any common scale: it adds the same to every k) of n rows.
+
+    The formula scikit-learn's ``n_components="mle"`` evaluates, with its floors (a
+    vanishing k-th eigenvalue rules k out; the noise variance is at least float64's eps),
+    so that both choose the same k; its term over pairs of eigenvalues is summed here in
+    O(d^2) for all k together (prefix sums over the pairs), not O(d^2) per k.
+    """
+    if len(spectrum) < 2:
+        return 1
+    return int(np.argmax(mle_evidence(spectrum, n))) + 1
+
+
+def mle_evidence(spectrum, n: int) -> np.ndarray:
+    """The log evidence :func:`mle_rank` maximises, for k = 1, ..., d - 1 (-inf where a
+    k is ruled out)."""
+    from scipy.special import gammaln
+
+    lam = np.asarray(spectrum, dtype=np.float64)
+    d = lam.shape[0]
+    ranks = np.arange(1, d)  # every candidate k
+    tail = np.cumsum(lam[::-1])[::-1]  # tail[k] = sum of lam[k:]
+    v = np.maximum(np.finfo(np.float64).eps, tail[ranks] / (d - ranks))  # noise variance
+    # prior on the orthonormal frame: sum over i <= k of log Gamma((d - i + 1)/2) - ...
+    i = np.arange(1, d)
+    pu = -ranks * np.log(2.0) + np.cumsum(gammaln((d - i + 1) / 2.0) - np.log(np.pi) * (d - i + 1) / 2.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pl = -np.cumsum(np.log(lam[:-1])) * n / 2.0
+        pv = -np.log(v) * n * (d - ranks) / 2.0
+        m = d * ranks - ranks * (ranks + 1.0) / 2.0
+        pp = np.log(2.0 * np.pi) * (m + ranks) / 2.0
+        # the Hessian's determinant, over the pairs i < k, j > i of eigenvalues, where an
+        # eigenvalue of index >= k counts as the noise variance v:
+        #   both below k:  log((lam_i - lam_j) (1/lam_j - 1/lam_i)), a prefix sum over j
+        #   j at or past k: log(lam_i - lam_j) + log(1/v - 1/lam_i)
+        diff = np.log(lam[:, None] - lam[None, :])  # (i, j), used where i < j
+        inv = np.log(1.0 / lam[None, :] - 1.0 / lam[:, None])
+        upper = np.triu(np.ones((d, d), bool), 1)
+        both = np.where(upper, diff + inv, 0.0)
+        inner = np.concatenate([[0.0], np.cumsum(both.sum(axis=0))])  # pairs with j < k
+        beyond = np.where(upper, diff, 0.0)[:, ::-1].cumsum(axis=1)[:, ::-1]  # sum_{j >= c}
+        pa = np.empty(d - 1)
+        for k in ranks:
+            outer = beyond[:k, k].sum() + (d - k) * np.log(1.0 / v[k - 1] - 1.0 / lam[:k]).sum()
+            pairs = k * (d - k) + k * (k - 1) / 2.0
+            pa[k - 1] = inner[k] + outer + pairs * np.log(n)
+        ll = pu + pl + pv + pp - pa / 2.0 - ranks * np.log(n) / 2.0
+    ll[lam[:-1] < 1e-15] = -np.inf  # a vanishing k-th eigenvalue: that k is ruled out
+    return np.where(np.isnan(ll), -np.inf, ll)

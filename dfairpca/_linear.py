@@ -30,7 +30,7 @@ from ._validation import (
 )
 from .moments import Moments
 
-__all__ = ["LinearDecomposition", "LINEAR_RULES", "SVD_SOLVERS"]
+__all__ = ["LinearDecomposition", "LINEAR_RULES", "SVD_SOLVERS", "n_components_ok"]
 
 #: scikit-learn's ``svd_solver`` values: "full" and "covariance_eigh" are the exact solve of
 #: the d x d covariance from one pass, "randomized" the matrix-free passes of
@@ -38,7 +38,7 @@ __all__ = ["LinearDecomposition", "LINEAR_RULES", "SVD_SOLVERS"]
 SVD_SOLVERS = ("auto", "full", "covariance_eigh", "randomized")
 
 
-def _n_components_ok(k) -> bool:
+def n_components_ok(k) -> bool:
     whole = is_int(k)
     fraction = isinstance(k, numbers.Real) and not whole and not isinstance(k, bool)
     return k is None or (whole and k > 0) or (fraction and 0 < k < 1)
@@ -51,7 +51,7 @@ def _random_state_ok(r) -> bool:
 
 #: the parameters PCA and FairPCA share, with their rules, in the order they are checked
 LINEAR_RULES = {
-    "n_components": [Rule(_n_components_ok, "a positive integer, a fraction in (0, 1) of the "
+    "n_components": [Rule(n_components_ok, "a positive integer, a fraction in (0, 1) of the "
                                             "variance to keep, or None")],
     "split_every": SPLIT_EVERY,
     "compute_dtype": [Check(lambda est, v: compute_dtype_for(np.float64, v))],
@@ -123,8 +123,8 @@ class LinearDecomposition(Estimator):
 
         k = self.n_components
         if not whole(k):
-            return (f"svd_solver='randomized' needs n_components as an int, got {k!r}: None "
-                    "and fractions of the variance need the whole spectrum (svd_solver='full')")
+            return (f"svd_solver='randomized' needs n_components as an int, got {k!r}: None, "
+                    "fractions of the variance and 'mle' need the whole spectrum (svd_solver='full')")
         if getattr(self, "equalize_covariance", None) is not None:
             return needs_dense_message("Fair PCA-S (equalize_covariance)", d, 1 + groups,
                                        "equalize_covariance=None (fair PCA, matrix-free)")

@@ -13,8 +13,10 @@ import numpy as np
 from . import _solvers
 from ._exact import fair_components, fair_constraints, fitted_space, standard_components
 from ._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, certify, check_fair_k, set_certificate
-from ._linear import LINEAR_RULES, LinearDecomposition, check_rows, known, release, whitening, whole
-from ._params import TRADEOFF
+from ._linear import (
+    LINEAR_RULES, LinearDecomposition, check_rows, known, n_components_ok, release, whitening, whole,
+)
+from ._params import TRADEOFF, Rule
 from ._registry import register
 from ._saved import fair_meta, load, restore_fair_meta
 from ._groups import binary_target, encode_groups, group_labels
@@ -34,11 +36,13 @@ class PCA(LinearDecomposition):
 
     Parameters
     ----------
-    n_components : int, float in (0, 1) or None, default None
+    n_components : int, float in (0, 1), "mle" or None, default None
         Number of components k.  A float keeps the smallest k whose
         ``explained_variance_ratio_`` sums to more than it (as scikit-learn; it solves the
-        whole d x d spectrum).  None keeps ``min(n_samples, n_features)``.  An int above
-        the number of rows is an error (raised before the pass when the rows are known).
+        whole d x d spectrum).  "mle" takes Minka's estimate of the dimension from the
+        whole spectrum, scikit-learn's choice (it needs n_samples >= n_features).  None
+        keeps ``min(n_samples, n_features)``.  An int above the number of rows is an error
+        (raised before the pass when the rows are known).
     whiten : bool, default False
         Divide every component by the square root of its explained variance in
         ``transform`` (and multiply back in ``inverse_transform``), as scikit-learn.
@@ -124,7 +128,9 @@ class PCA(LinearDecomposition):
     (100, 2)
     """
 
-    _parameter_rules = LINEAR_RULES
+    _parameter_rules = {**LINEAR_RULES, "n_components": [Rule(
+        lambda k: k == "mle" if isinstance(k, str) else n_components_ok(k),
+        "a positive integer, a fraction in (0, 1) of the variance to keep, 'mle' or None")]}
 
     def __init__(self, n_components=None, *, whiten=False, svd_solver="auto",
                  iterated_power="auto", n_oversamples=10, random_state=None, center=True,
@@ -207,6 +213,10 @@ class PCA(LinearDecomposition):
     def _check_k(self, d, n=None):
         """Raise unless ``n_components <= min(n, d)`` (n: rows, when known)."""
         k = self.n_components
+        if k == "mle" and known(n) and n < d:
+            raise ValueError(f"n_components='mle' needs at least as many rows as features (Minka's "
+                             f"estimate uses the whole spectrum); X has {int(n)} rows and {d} "
+                             "features: pass an int, a fraction or None")
         if not whole(k):
             return
         if k > d:

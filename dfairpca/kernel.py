@@ -513,7 +513,15 @@ class FairKernelPCA(Estimator):
         self.n_landmarks_ = m
         self.basis_ = L
         self.basis_indices_ = idx
-        self.dual_coef_ = W @ P
+        # signs fixed on the landmarks' coefficients (largest entry positive), not in the
+        # Nystroem feature space, whose basis W carries the arbitrary signs of eigh's
+        # eigenvectors of K_LL: a near-tie there flipped a component between a numpy and a
+        # Dask fit of the same data
+        A = W @ P
+        signs = np.sign(A[np.argmax(np.abs(A), axis=0), np.arange(A.shape[1])])
+        signs[signs == 0] = 1
+        P = P * signs
+        self.dual_coef_ = A * signs
         self.offset_ = fair.mean_ @ P
         self.n_components_ = k
         self.explained_variance_ = fair.explained_variance_[:k]

@@ -86,6 +86,49 @@ def test_pca_equals_sklearn(n, d, k, whiten):
                                atol=1e-10)
 
 
+@pytest.mark.parametrize("seed, n, d, rank", [(0, 300, 10, 3), (1, 500, 25, 6), (2, 60, 40, 4),
+                                               (3, 2000, 12, 1), (4, 400, 16, 15)])
+def test_mle_chooses_scikit_learns_k(seed, n, d, rank):
+    """Minka's estimate: the same k and components as scikit-learn's, for numpy and Dask."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, rank)) @ rng.normal(size=(rank, d)) * 2 + rng.normal(size=(n, d))
+    ref = skd.PCA("mle", svd_solver="full").fit(X)
+    for data in (X, da.from_array(X, chunks=(n // 3 + 1, d))):
+        ours = dfairpca.PCA("mle").fit(data)
+        assert ours.n_components_ == ref.n_components_
+        np.testing.assert_allclose(ours.components_, ref.components_ * _signs(ours.components_, ref.components_),
+                                   atol=1e-10)
+        np.testing.assert_allclose(ours.noise_variance_, ref.noise_variance_, rtol=1e-10)
+
+
+def test_mle_log_likelihood_of_every_rank_equals_scikit_learns_formula():
+    """Every k's evidence, not only the argmax: the prefix sums over pairs are the
+    double loop of the formula (scikit-learn's private function is the oracle)."""
+    from sklearn.decomposition._pca import _assess_dimension
+
+    from dfairpca._exact import mle_evidence, mle_rank
+
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(300, 4)) @ rng.normal(size=(4, 9)) + 0.3 * rng.normal(size=(300, 9))
+    spectrum = np.linalg.svd(X - X.mean(0), compute_uv=False) ** 2 / 299
+    ll = [_assess_dimension(spectrum, r, 300) for r in range(1, 9)]
+    np.testing.assert_allclose(mle_evidence(spectrum, 300), ll, rtol=1e-12)
+    assert mle_rank(spectrum, 300) == int(np.argmax(ll)) + 1
+    assert mle_rank(spectrum * 1e6, 300) == mle_rank(spectrum, 300)  # any common scale
+
+
+def test_mle_is_refused_where_it_cannot_run():
+    X = _data(20, 30)
+    with pytest.raises(ValueError, match="mle.*at least as many rows as features"):
+        dfairpca.PCA("mle").fit(X)
+    with pytest.raises(ValueError, match="'mle' need the whole spectrum"):
+        dfairpca.PCA("mle", svd_solver="randomized").fit(_data(100, 5))
+    with pytest.raises(ValueError, match="n_components must be"):
+        dfairpca.PCA("MLE").fit(_data(100, 5))
+    with pytest.raises(ValueError, match="n_components must be"):  # fair PCA has no such model
+        FairPCA("mle").fit(_data(100, 5), sensitive_features=np.arange(100) % 2)
+
+
 def test_svd_solver_values_and_randomized_parameters():
     X = _data(200, 6)
     ref = dfairpca.PCA(3).fit(X).components_
