@@ -424,9 +424,11 @@ EQUALIZE = "equalize_covariance must be None, a fraction in (0, 1] or an int; go
 
 @pytest.mark.parametrize("cls, params, error, message", [
     ("PCA", {"n_components": 1.5}, ValueError, "n_components must be a positive integer, a "
-     "fraction in (0, 1) of the variance to keep, or None; got 1.5"),
+     "fraction in (0, 1) of the variance to keep, 'mle' or None; got 1.5"),
     ("PCA", {"n_components": True}, ValueError, "n_components must be a positive integer, a "
-     "fraction in (0, 1) of the variance to keep, or None; got True"),
+     "fraction in (0, 1) of the variance to keep, 'mle' or None; got True"),
+    ("FairPCA", {"n_components": "mle"}, ValueError, "n_components must be a positive integer, a "
+     "fraction in (0, 1) of the variance to keep, or None; got 'mle'"),
     ("PCA", {"split_every": 1}, ValueError, "split_every must be an integer >= 2; got 1"),
     ("PCA", {"compute_dtype": "int8"}, ValueError,
      "compute_dtype must be 'auto', 'float32' or 'float64'; got 'int8'"),
