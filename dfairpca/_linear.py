@@ -89,7 +89,7 @@ class LinearDecomposition(Estimator):
         :func:`dfairpca._randomized.choose_svd_solver` among those that can run.
         "randomized" where it cannot run raises, naming why (``groups``: the groups of all
         attributes, whose d x d covariances Fair PCA-S needs)."""
-        from ._randomized import choose_svd_solver, memory_budget
+        from ._randomized import check_exact_memory, choose_svd_solver, memory_budget
         from .checkpoint import saved_solver
 
         blocker = self._randomized_blocker(d, groups)
@@ -97,12 +97,16 @@ class LinearDecomposition(Estimator):
             if blocker:
                 raise ValueError(blocker)
             return "randomized"
-        if self.svd_solver == "auto" and blocker is None:
-            # a resumed fit goes on with the solve it began, whatever memory is free now
-            saved = None if checkpoint is None else saved_solver(checkpoint)
-            if saved is not None:
-                return "randomized" if saved == "randomized" else "covariance_eigh"
-            return choose_svd_solver(d, self.n_components, self.n_oversamples, memory_budget())
+        if self.svd_solver != "auto":
+            return "covariance_eigh"
+        # a resumed fit goes on with the solve it began
+        saved = None if checkpoint is None else saved_solver(checkpoint)
+        if saved is not None:
+            return "randomized" if saved == "randomized" else "covariance_eigh"
+        if blocker is None and choose_svd_solver(d, self.n_components, self.n_oversamples) == "randomized":
+            return "randomized"
+        check_exact_memory(d, memory_budget(), "pass svd_solver='randomized' (matrix-free: memory "
+                           "O(d (k + p)))" if blocker is None else f"the matrix-free fit cannot run ({blocker})")
         return "covariance_eigh"
 
     def _solver_of(self, X, groups=None, checkpoint=None) -> str:

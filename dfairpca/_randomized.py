@@ -40,7 +40,7 @@ from ._thin_pass import (
 )
 
 __all__ = ["RandomizedFit", "fit_randomized", "resolve_iterated_power", "choose_svd_solver",
-           "memory_budget", "needs_dense_message", "N_OVERSAMPLES", "AUTO_RTOL"]
+           "check_exact_memory", "memory_budget", "needs_dense_message", "N_OVERSAMPLES", "AUTO_RTOL"]
 
 #: scikit-learn's default oversampling: the block has k + 10 columns
 N_OVERSAMPLES = 10
@@ -566,17 +566,29 @@ PRODUCT_FLOPS = 6
 PLANNED_PASSES = 5
 
 
-def choose_svd_solver(d: int, k: int, n_oversamples: int, budget: int) -> str:
-    """``svd_solver="auto"``'s choice for an int k: "randomized" when the exact fit's d x d
-    matrices do not fit ``budget`` bytes (``EXACT_COPIES * 8 d^2``), or when its passes
-    cost less than the exact pass, both in syrk flops per row of X:
+def choose_svd_solver(d: int, k: int, n_oversamples: int) -> str:
+    """``svd_solver="auto"``'s choice for an int k, from the shape and parameters only (the
+    same call chooses the same solve on every machine, at every moment): "randomized" when
+    its passes cost less than the exact pass in syrk flops per row of X,
     ``PLANNED_PASSES * (READ_FLOPS + PRODUCT_FLOPS (k + p)) d < d^2``; else the exact
-    "covariance_eigh".  At d = 6,400 that is randomized up to k = 100 (p = 10), exact above;
-    at d = 116,412 (CelebA in colour) randomized always."""
-    if EXACT_COPIES * 8 * d * d > budget:
-        return "randomized"
+    "covariance_eigh" (whose memory :func:`check_exact_memory` then checks).  At d = 6,400
+    that is randomized up to k = 100 (p = 10), exact above; at d = 116,412 (CelebA in
+    colour) randomized always."""
     per_row = PLANNED_PASSES * (READ_FLOPS + PRODUCT_FLOPS * (k + n_oversamples))
     return "randomized" if per_row < d else "covariance_eigh"
+
+
+def check_exact_memory(d: int, budget: int, instead: str) -> None:
+    """Raise before the pass if the exact fit's d x d matrices (``EXACT_COPIES * 8 d^2``
+    bytes) exceed ``budget`` (:func:`memory_budget`), naming ``instead``: what to pass."""
+    need = EXACT_COPIES * 8 * d * d
+    if need > budget:
+        raise ValueError(
+            f"svd_solver='auto' chose the exact fit, whose {EXACT_COPIES} d x d float64 matrices "
+            f"need about {need / 1e9:,.1f} GB at d = {d:,}, more than half the memory available "
+            f"here or on the smallest worker ({budget / 1e9:,.1f} GB): {instead}, or "
+            "svd_solver='full' to run the exact fit anyway"
+        )
 
 
 def memory_budget() -> int:

@@ -54,12 +54,15 @@ class PCA(LinearDecomposition):
         Krylov passes over X, each applying the covariance to k + ``n_oversamples``
         vectors chunk by chunk (:mod:`dfairpca._randomized`), for data whose d x d does
         not fit in memory or when k is small; it needs an int ``n_components``, no
-        ``partial_fit`` (``checkpoint`` saves its state after every pass).  "auto" takes
-        "randomized" where the exact fit's d x d matrices do not fit half the memory
-        available (or of a worker) or its passes cost less than the exact pass by a flop
-        and read model (at d = 6,400: k + n_oversamples up to 110), and the exact solve
-        otherwise
+        ``partial_fit`` (``checkpoint`` saves its state after every pass).  "auto" decides
+        from the shape and parameters alone, so a call chooses the same solve on every
+        machine: "randomized" where its passes cost less than the exact pass by a flop
+        and read model (at d = 6,400: k + n_oversamples up to 110; at d = 116,412 always),
+        the exact solve otherwise
         (:func:`dfairpca._randomized.choose_svd_solver`); ``fitted_svd_solver_`` says which.
+        An exact solve chosen so whose d x d matrices do not fit half the memory available
+        (or of a worker) is an error before the pass, naming "randomized"; "full" runs it
+        anyway.
     iterated_power : "auto" or int >= 0, default "auto"
         Randomized solve: an int q makes q + 2 passes over X (the first also computes the
         statistics; the Krylov space reaches the power q + 1, scikit-learn's subspace for

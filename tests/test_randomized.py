@@ -343,11 +343,11 @@ def test_pca_randomized_on_dask_with_a_numeric_attribute_column(client):
     np.testing.assert_allclose(pca.components_, dfairpca.PCA(4).fit(X).components_, atol=1e-8)
 
 
-def test_auto_chooses_by_memory_and_cost():
-    assert choose_svd_solver(6400, 50, 10, 1 << 40) == "randomized"  # cheaper passes
-    assert choose_svd_solver(6400, 400, 10, 1 << 40) == "covariance_eigh"  # k large
-    assert choose_svd_solver(500, 5, 10, 1 << 40) == "covariance_eigh"  # d small
-    assert choose_svd_solver(500, 5, 10, 4 * 8 * 500 * 500 - 1) == "randomized"  # d x d too big
+def test_auto_chooses_by_shape_and_parameters_only():
+    """The same call chooses the same solve whatever memory is free."""
+    assert choose_svd_solver(6400, 50, 10) == "randomized"  # cheaper passes
+    assert choose_svd_solver(6400, 400, 10) == "covariance_eigh"  # k large
+    assert choose_svd_solver(500, 5, 10) == "covariance_eigh"  # d small
     X, groups = oracle.make_data(300, 20, (2,), seed=16)
     assert FairPCA(3).fit(X, sensitive_features=groups).fitted_svd_solver_ == "covariance_eigh"
     rng = np.random.default_rng(0)
@@ -357,6 +357,21 @@ def test_auto_chooses_by_memory_and_cost():
     ref = dfairpca.PCA(3, svd_solver="full").fit(Xw)
     got, best = est.explained_variance_.sum(), ref.explained_variance_.sum()
     assert best * (1 - 1e-4) <= got <= best * (1 + 1e-9)  # iterated_power="auto": gap <= 1e-4
+
+
+def test_too_little_memory_for_the_exact_fit_auto_chose_is_an_error_naming_the_fix(monkeypatch):
+    """Memory never changes the choice: it is checked before the pass."""
+    X = np.random.default_rng(1).normal(size=(200, 30))
+    budgets = iter([1 << 40, 1000])  # plenty, then less than 4 x 8 x 30^2 bytes
+    monkeypatch.setattr(dfairpca._randomized, "memory_budget", lambda: next(budgets))
+    assert dfairpca.PCA(3).fit(X).fitted_svd_solver_ == "covariance_eigh"
+    with pytest.raises(ValueError, match="exact fit.*0.0 GB.*svd_solver='randomized'.*svd_solver='full'"):
+        dfairpca.PCA(3).fit(X)
+    assert dfairpca.PCA(3, svd_solver="full").fit(X).fitted_svd_solver_ == "covariance_eigh"  # as asked
+    with pytest.raises(ValueError, match="matrix-free fit cannot run.*equalize_covariance"):
+        monkeypatch.setattr(dfairpca._randomized, "memory_budget", lambda: 1000)
+        FairPCA(3, equalize_covariance=3).fit(X, sensitive_features=np.arange(200) % 2)
+
 
 
 def test_estimator_refusals_name_the_fix(tmp_path):
