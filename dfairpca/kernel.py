@@ -60,7 +60,7 @@ import numpy as np
 from . import _kernels as kn
 from . import _solvers
 from ._base import Estimator
-from ._engine import coded_moments
+from ._engine import coded_moments, compute, worker_timeout
 from ._fairness import CONSTRAINT_RULES, certify, check_fair_k, set_certificate
 from ._params import SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
 from ._registry import register
@@ -354,7 +354,7 @@ class FairKernelPCA(Estimator):
         return kn.live_components(s, k, nonzero, self.n_components, self.kernel, self.gamma_)
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X, y=None, *, sensitive_features=None):
+    def fit(self, X, y=None, *, sensitive_features=None, timeout=None):
         """Fit on X (numpy, pandas, xarray, Dask or Zarr; (n, d) or images (n, h, w)) and
         protected attributes.
 
@@ -366,12 +366,19 @@ class FairKernelPCA(Estimator):
         sensitive_features : (n,) labels, (n, p) array, list of p label vectors, or a
             DataFrame; required unless ``sensitive_feature_ids`` names columns of X,
             keyword only (never taken from y)
+        timeout : float, optional
+            Seconds to wait once every worker has left, as in :meth:`dfairpca.PCA.fit`.
 
         Returns
         -------
         self
         """
         self._check_params()
+        with worker_timeout(timeout):
+            return self._fit(X, y, sensitive_features)
+
+    def _fit(self, X, y, sensitive_features):
+        """:meth:`fit`, its parameters checked."""
         inp = check_input(self, X, reset=True, min_samples=2, ids=self.sensitive_feature_ids)
         labels = group_labels(self, inp, sensitive_features)
         Xa, labels, y = with_known_rows(inp.data, labels, y)
@@ -402,12 +409,10 @@ class FairKernelPCA(Estimator):
 
     def _fit_exact(self, Xa, fit_rows, g, inp: Input, names, limit: int):
         """Alg. 3 on the centred kernel of the fitted rows, via the downdate ``Kc - D D^T``."""
-        import dask
-
         rows = None if len(fit_rows) == Xa.shape[0] else fit_rows
         Xr = kn.take_rows(Xa, rows)
         var = kn.flat_variance(Xr[:, inp.features]) if self._needs_variance() else None
-        Xr, var = dask.compute(Xr, var)
+        Xr, var = compute(Xr, var)
         check_finite_input(Xr, index=fit_rows)
         Xf = Xr[:, inp.features] if len(inp.numeric) else Xr
         Zn = kn.numeric_attributes(Xr[:, inp.numeric], inp.numeric_names)
@@ -464,14 +469,13 @@ class FairKernelPCA(Estimator):
 
     def _fit_nystroem(self, Xa, fit_rows, mask, g, m, inp: Input, names):
         """Linear fair PCA on Nyström features, from one chunked pass of additive statistics."""
-        import dask
         import dask.array as da
 
         rng = np.random.default_rng(self.random_state)
         idx = np.sort(rng.choice(fit_rows, size=m, replace=False))
         var_rows = None if mask is None else fit_rows
         var = kn.flat_variance(kn.take_rows(Xa, var_rows)[:, inp.features]) if self._needs_variance() else None
-        L, var = dask.compute(kn.take_rows(Xa, idx), var)
+        L, var = compute(kn.take_rows(Xa, idx), var)
         check_finite_input(L, index=idx)
         L = L[:, inp.features]
         self.gamma_ = self._resolve_gamma(var, L.shape[1])
