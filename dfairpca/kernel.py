@@ -62,7 +62,7 @@ from . import _solvers
 from ._base import Estimator
 from ._engine import coded_moments, compute, worker_timeout
 from ._fairness import CONSTRAINT_RULES, certify, check_fair_k, set_certificate
-from ._params import SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
+from ._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
 from ._registry import register
 from ._saved import fair_meta, kernel_layout, restore_fair_meta
 from ._groups import binary_target, encode_groups, group_labels
@@ -248,7 +248,7 @@ class FairKernelPCA(Estimator):
         "landmarks": [Rule(lambda v: v == "uniform", "'uniform'")],
         "constraint": CONSTRAINT_RULES,
         "tradeoff": TRADEOFF,
-        "center": [],
+        "center": BOOL,
         "random_state": [],
         "max_memory": [Rule(lambda v: v is None or (is_real(v) and v > 0),
                             "None or a positive number of bytes")],

@@ -478,6 +478,28 @@ def test_one_validator_says_what_each_parameter_must_be(cls, params, error, mess
         est.fit(np.zeros((0, 0)), **kw)  # refused before X is looked at
 
 
+BOOLEAN_PARAMETERS = [(cls, name) for cls in ("PCA", "FairPCA", "FairKernelPCA")
+                      for name, default in getattr(dfairpca, cls)().get_params().items()
+                      if isinstance(default, bool)]
+
+
+@pytest.mark.parametrize("cls, name", BOOLEAN_PARAMETERS)
+@pytest.mark.parametrize("value", ["no", "yes", "False", 0, 1, None])
+def test_boolean_parameters_take_bools_only(cls, name, value):
+    """A string such as "no" is truthy: read as True it would silently do the opposite."""
+    from dfairpca._params import validate_params
+
+    with pytest.raises(ValueError, match=f"^{name} must be True or False; got {value!r}$"):
+        validate_params(getattr(dfairpca, cls)(**{name: value}))
+    for fine in (True, False, np.True_, np.False_):
+        validate_params(getattr(dfairpca, cls)(**{name: fine}))
+
+
+def test_every_estimator_has_boolean_parameters_under_test():
+    assert {c for c, _ in BOOLEAN_PARAMETERS} == {"PCA", "FairPCA", "FairKernelPCA"}
+    assert ("PCA", "center") in BOOLEAN_PARAMETERS and ("FairPCA", "progress") in BOOLEAN_PARAMETERS
+
+
 def test_fit_statistics_takes_attribute_names_and_numeric_columns():
     """The statistics of [z, X] with z a numeric protected column solve as a fit with
     sensitive_feature_ids=[0]; the names given appear in attribute_names_ and in errors."""
