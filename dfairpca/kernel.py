@@ -55,6 +55,8 @@ rows as landmarks it equals the exact method.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import _kernels as kn
@@ -93,6 +95,29 @@ def exact_fit_bytes(n: int, d: int) -> int:
     ``EXACT_MATRICES`` n x n float64 matrices plus the fitted rows as float64.
     """
     return 8 * (EXACT_MATRICES * n * n + n * d)
+
+
+#: m x m float64 matrices alive at the peak of a Nyström fit with m landmarks (the landmark
+#: kernel, its symmetrised copy, the eigensolver's copy and eigenvectors; then the pass's
+#: m x m statistics and their solve, which need no more)
+NYSTROEM_MATRICES = 4
+
+
+def nystroem_fit_bytes(m: int, d: int) -> int:
+    """Memory the Nyström method needs for m landmarks of d features, in bytes.
+
+    ``NYSTROEM_MATRICES`` m x m float64 matrices plus the landmarks as float64.
+    """
+    return 8 * (NYSTROEM_MATRICES * m * m + m * d)
+
+
+def _most_landmarks(d: int, budget: float) -> int:
+    """The largest m whose :func:`nystroem_fit_bytes` is within ``budget`` (at least 1)."""
+    c = NYSTROEM_MATRICES
+    m = int((-d + math.sqrt(d * d + 4 * c * budget / 8)) / (2 * c))
+    while m > 1 and nystroem_fit_bytes(m, d) > budget:
+        m -= 1
+    return max(m, 1)
 
 
 def _check_kernel(est, kernel) -> None:
@@ -164,8 +189,9 @@ class FairKernelPCA(Estimator):
     random_state : int or None, default 0
         Seeds the landmark sample and the Lanczos start vector.
     max_memory : int or None, default None
-        Bytes the exact method may use; None is 50% of the currently available memory
-        (``psutil``).  The exact method refuses to start (ValueError) above it.
+        Bytes the fit may use; None is 50% of the currently available memory
+        (``psutil``).  The exact method, or the Nyström method with the ``n_landmarks``
+        given, refuses to start (ValueError) above it.
     split_every : int, default 8
         Fan-in of the merges of the pass's running sums of the Nyström statistics (one
         sum per worker thread, see :func:`dfairpca.compute_moments`).
@@ -309,6 +335,15 @@ class FairKernelPCA(Estimator):
             raise ValueError(
                 f"n_landmarks={m} is smaller than n_components={self.n_components}; a "
                 f"k-dimensional representation needs at least k landmarks"
+            )
+        need, budget = nystroem_fit_bytes(m, d), self._memory_budget()
+        if need > budget:
+            raise ValueError(
+                f"n_landmarks={m} needs about {need / 2**30:.1f} GiB ({need} bytes: "
+                f"{NYSTROEM_MATRICES} {m} x {m} float64 matrices, the landmarks' kernel and its "
+                f"eigenvectors), more than max_memory = {budget:.0f} bytes; pass fewer "
+                f"landmarks, e.g. n_landmarks={_most_landmarks(d, budget)} (the most that fit), "
+                "or raise max_memory"
             )
         return m
 
