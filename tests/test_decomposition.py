@@ -170,6 +170,20 @@ def test_dask_labels_and_lists():
 
 
 # ----------------------------------------------------------------------------- options
+def test_partial_fit_refuses_int_labels_then_the_same_as_text(two_groups):
+    """One fit refuses 1 next to '1' (they would become one group as text): so does a
+    merge of batches, instead of turning groups_ into text."""
+    X, z = two_groups(200, 5)
+    est = dfairpca.FairPCA(2).partial_fit(X[:100], sensitive_features=z[:100])
+    with pytest.raises(ValueError, match=r"labels of attribute 0 mix types: \d \(int\) in one "
+                                         r"part, '\d' \(str\) in another.*astype\(str\)"):
+        est.partial_fit(X[100:], sensitive_features=z[100:].astype(str))
+    assert [g.dtype.kind for g in est.groups_] == ["i"]  # the earlier batches are kept
+    with pytest.raises(ValueError, match="mix types"):
+        dfairpca.merge([dfairpca.compute_moments(X[:100], sensitive_features=z[:100]),
+                        dfairpca.compute_moments(X[100:], sensitive_features=z[100:].astype(str))])
+
+
 def test_partial_fit_equals_fit_and_pieces_may_hold_one_group():
     X, g = make_data(900, 14, (3,), seed=9)
     order = np.argsort(g[0], kind="stable")  # pieces sorted by group: single-group pieces
