@@ -9,9 +9,18 @@ travels to the caller, who completes it (``finalize``).  What a worker holds is 
 its threads' sums and the chunks at hand, independent of n, and nothing of size n x d is
 ever gathered.  The computation runs on the active ``distributed.Client`` when there is
 one (the Dask convention), otherwise on Dask's default scheduler.
+
+When every worker of that Client leaves, the scheduler keeps the tasks and waits for new
+workers, without a limit; inside :func:`worker_timeout` the computations of this module
+(:func:`compute`) end instead, raising :class:`~dfairpca.cluster.WorkersLost`, once the
+Client has had no worker for that many seconds.
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
+import time
 
 import numpy as np
 
@@ -20,10 +29,96 @@ from ._accumulator import RunningTotal
 from ._system import cpu_count, rows_per_block
 from .moments import Moments
 
-__all__ = ["compute_moments", "chain_reduce"]
+__all__ = ["compute_moments", "chain_reduce", "compute", "worker_timeout"]
 
 #: data shared by every chunk (pickled size) up to which it is copied into each fold task
 SHARED_INLINE_BYTES = 1 << 20
+
+#: longest pause (s) between two looks at the Client's workers while a computation waits
+WORKER_POLL_SECONDS = 1.0
+
+#: how long a finished pass waits for its progress bar's last line (drawn every 0.1 s)
+BAR_END_SECONDS = 2.0
+
+#: seconds :func:`compute` waits on a Client without workers (None: as long as Dask does)
+_WORKER_TIMEOUT: contextvars.ContextVar = contextvars.ContextVar("dfairpca_worker_timeout",
+                                                                 default=None)
+
+
+def check_timeout(timeout) -> None:
+    """Refuse a ``timeout`` that is not None or a number of seconds > 0."""
+    from ._params import is_real
+
+    if timeout is not None and not (is_real(timeout) and timeout > 0):
+        raise ValueError(
+            f"timeout must be None (wait for new workers as long as it takes) or the seconds "
+            f"to wait once every worker has left, a number > 0; got {timeout!r}"
+        )
+
+
+@contextlib.contextmanager
+def worker_timeout(timeout):
+    """Computations of :func:`compute` inside this block end once the active Client has had
+    no worker for ``timeout`` seconds (None: they wait for new workers, as Dask does)."""
+    check_timeout(timeout)
+    token = _WORKER_TIMEOUT.set(None if timeout is None else float(timeout))
+    try:
+        yield
+    finally:
+        _WORKER_TIMEOUT.reset(token)
+
+
+def compute(*args) -> tuple:
+    """``dask.compute(*args)``, ending as :func:`worker_timeout` says on a Client that has
+    lost every worker."""
+    import dask
+
+    seconds = _WORKER_TIMEOUT.get()
+    client = _scheduling_client() if seconds is not None else None
+    if client is None:
+        return dask.compute(*args)
+    return tuple(_gather_watched(client, client.compute(list(args)), seconds))
+
+
+def _scheduling_client():
+    """The ``distributed.Client`` that ``dask.compute`` would run on now, or None."""
+    from dask.base import get_scheduler
+
+    try:
+        from distributed import Client
+    except ImportError:
+        return None
+    owner = getattr(get_scheduler(), "__self__", None)
+    return owner if isinstance(owner, Client) else None
+
+
+def _gather_watched(client, futures: list, seconds: float) -> list:
+    """The results of ``futures`` (other items as they are), looking at the Client's workers
+    while they run: with none for ``seconds``, :class:`~dfairpca.cluster.WorkersLost`.
+    The futures are released at the end whatever happens, as ``dask.compute`` does."""
+    from distributed import Future, wait
+
+    pending = [f for f in futures if isinstance(f, Future)]
+    poll = min(WORKER_POLL_SECONDS, seconds / 4)
+    since = None  # when the Client was first seen without a worker
+    try:
+        while True:
+            try:
+                wait(pending, timeout=poll)
+            except TimeoutError:  # still running: a look at the workers
+                if client.nthreads():
+                    since = None  # a worker (a new one, maybe) is there: the tasks go on
+                elif since is None:
+                    since = time.monotonic()
+                elif time.monotonic() - since >= seconds:
+                    from .cluster import WorkersLost
+
+                    raise WorkersLost(seconds, client.scheduler.address) from None
+                continue
+            return client.gather(futures)
+    finally:
+        for f in pending:
+            f.release()
 
 
 def compute_moments(
@@ -36,6 +131,7 @@ def compute_moments(
     group_scatter: bool = False,
     progress: bool = False,
     row_offset: int = 0,
+    timeout: float | None = None,
 ) -> Moments:
     """Statistics of all rows of X (numpy or Dask, 2-D) in one chunked pass.
 
@@ -60,6 +156,10 @@ def compute_moments(
         Show a progress bar.
     row_offset : int, default 0
         Global index of X's first row (for the NaN report when X is a slice).
+    timeout : float, optional
+        Seconds the pass waits once every worker of the active Client has left, for new
+        ones to take over; then it stops with :class:`~dfairpca.cluster.WorkersLost`.
+        Default None: it waits as long as it takes.
 
     Returns
     -------
@@ -71,8 +171,10 @@ def compute_moments(
 
         g = encode_groups(sensitive_features, np.shape(X)[0], mask=mask, require_two=False)
         codes, categories = g.codes, g.categories
-    return coded_moments(X, codes, categories, mask=mask, dtype=dtype, split_every=split_every,
-                         group_scatter=group_scatter, progress=progress, row_offset=row_offset)
+    with worker_timeout(timeout):
+        return coded_moments(X, codes, categories, mask=mask, dtype=dtype,
+                             split_every=split_every, group_scatter=group_scatter,
+                             progress=progress, row_offset=row_offset)
 
 
 def coded_moments(X, codes=None, categories=(), **kw) -> Moments:
@@ -179,7 +281,7 @@ def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress
     root = parts[0]
     if progress:
         return _compute_with_progress(root)
-    (result,) = dask.compute(root)
+    (result,) = compute(root)
     return result
 
 
@@ -292,6 +394,18 @@ def _compute_with_progress(root):
         client = get_client()
     except (ImportError, ValueError):
         client = None
+    seconds = _WORKER_TIMEOUT.get()
+    if client is not None and seconds is not None:
+        import threading
+
+        # distributed's bar blocks until the end: drawn by a thread, while this one watches
+        # the workers (the bar's thread ends with the futures, or with the Client)
+        fut = client.compute(root)
+        bar = threading.Thread(target=progress, args=(fut,), daemon=True)
+        bar.start()
+        result = _gather_watched(client, [fut], seconds)[0]
+        bar.join(BAR_END_SECONDS)  # its last line before anything that follows
+        return result
     if client is not None:
         fut = client.compute(root)
         progress(fut)

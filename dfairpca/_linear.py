@@ -21,7 +21,7 @@ import numpy as np
 from . import _solvers
 from ._base import Estimator
 from ._engine import coded_moments
-from ._params import SPLIT_EVERY, Check, Rule, int_at_least, is_int, one_of
+from ._params import BOOL, SPLIT_EVERY, Check, Rule, int_at_least, is_int, one_of
 from ._saved import check_linear_values, linear_layout, load_statistics
 from ._system import rows_per_block
 from ._validation import (
@@ -56,13 +56,13 @@ LINEAR_RULES = {
     "split_every": SPLIT_EVERY,
     "compute_dtype": [Check(lambda est, v: compute_dtype_for(np.float64, v))],
     "eigen_solver": [one_of(_solvers.EIGEN_SOLVERS)],
-    "whiten": [Rule(lambda v: isinstance(v, (bool, np.bool_)), "True or False")],
+    "whiten": BOOL,
     "svd_solver": [one_of(SVD_SOLVERS)],
     "iterated_power": [Rule(lambda p: p == "auto" if isinstance(p, str) else is_int(p) and p >= 0,
                             "'auto' or an integer >= 0")],
     "n_oversamples": [int_at_least(1)],
     "random_state": [Rule(_random_state_ok, "None, an int or a numpy random generator")],
-    "center": [], "standardize": [], "progress": [],
+    "center": BOOL, "standardize": BOOL, "progress": BOOL,
 }
 
 

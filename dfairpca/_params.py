@@ -17,8 +17,8 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["Rule", "Check", "validate_params", "is_int", "is_real", "one_of", "int_at_least",
-           "SPLIT_EVERY", "TRADEOFF"]
+__all__ = ["Rule", "Check", "validate_params", "is_int", "is_real", "is_bool", "one_of",
+           "int_at_least", "BOOL", "SPLIT_EVERY", "TRADEOFF"]
 
 
 def is_int(v) -> bool:
@@ -29,6 +29,13 @@ def is_int(v) -> bool:
 def is_real(v) -> bool:
     """A real number that is not a bool."""
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def is_bool(v) -> bool:
+    """True or False (numpy's too); not a truthy string such as "no", nor 0 or 1."""
+    import numpy as np
+
+    return isinstance(v, (bool, np.bool_))
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,7 @@ def int_at_least(low: int) -> Rule:
 
 
 #: rules two or more estimators share
+BOOL = [Rule(is_bool, "True or False")]
 SPLIT_EVERY = [int_at_least(2)]
 TRADEOFF = [Rule(lambda t: is_real(t) and 0.0 <= t <= 1.0, "a number in [0, 1]")]
 

@@ -38,6 +38,7 @@ from ._thin_pass import (
     FirstMoments, Plan, as_rows, chunked, corrected, first_pass, restore_statistics, run_pass,
     statistics_state,
 )
+from .cluster import WorkersLost
 
 __all__ = ["RandomizedFit", "fit_randomized", "resolve_iterated_power", "choose_svd_solver",
            "check_exact_memory", "memory_budget", "needs_dense_message", "N_OVERSAMPLES", "AUTO_RTOL"]
@@ -295,15 +296,18 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
     try:
         return _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, center,
                     standardize, dtype, omega, iterated_power, split_every, progress, ck, on_pass)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, WorkersLost) as exc:
         if ck is None:
             raise
         from .checkpoint import PassInterrupted, saved_state_meta
 
         saved = saved_state_meta(ck.path)  # what an interrupt reports is what is on disk
         most = saved.get("most", resolve_iterated_power(iterated_power, k, X.shape[0], d) + 2)
-        raise PassInterrupted(ck.path, int(saved.get("passes", 0)), int(most),
-                              unit="passes at most") from None
+        stopped = PassInterrupted(ck.path, int(saved.get("passes", 0)), int(most),
+                                  unit="passes at most")
+        if isinstance(exc, WorkersLost):
+            raise exc.saved(ck.path, stopped.progress) from None
+        raise stopped from None
 
 
 def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, center, standardize,

@@ -228,6 +228,7 @@ def _aligned(parts: list, j: int):
         return (cats[0], np.stack([q.attributes[j].counts for q in parts]),
                 np.stack([q.attributes[j].deviation for q in parts]).reshape(len(parts), m, d),
                 np.tile(np.arange(m), (len(parts), 1)))
+    _check_one_label_type(cats, j)
     union = np.unique(np.concatenate(cats))
     m = len(union)
     counts = np.zeros((len(parts), m), np.int64)
@@ -239,6 +240,22 @@ def _aligned(parts: list, j: int):
         dev[i, idx] = q.attributes[j].deviation
         local[i, idx] = np.arange(len(c))
     return union, counts, dev, local
+
+
+def _check_one_label_type(cats: list, j: int) -> None:
+    """Refuse parts whose labels of attribute j are text in some and numbers in others:
+    joined, 1 and '1' would become one group as text, which one fit refuses too
+    (:func:`dfairpca._groups.encode_groups`)."""
+    text = [c for c in cats if len(c) and np.asarray(c).dtype.kind in "USO"]
+    numbers = [c for c in cats if len(c) and np.asarray(c).dtype.kind not in "USO"]
+    if text and numbers:
+        a, b = numbers[0][0], text[0][0]
+        a = a.item() if isinstance(a, np.generic) else a
+        raise ValueError(
+            f"the parts' labels of attribute {j} mix types: {a!r} ({type(a).__name__}) in one "
+            f"part, {str(b)!r} (str) in another; give every part the labels of one type, e.g. "
+            "labels.astype(str) in each call if they are one group"
+        )
 
 
 def merged_exponent(parts: list, A: np.ndarray, store: Store) -> int:

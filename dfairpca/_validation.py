@@ -130,8 +130,9 @@ def with_known_rows(X, *aligned):
     multiplies each chunk by itself (O(n d^2)) costs far more than this read (O(n d)).
     Inputs other than such a Dask array come back unchanged.
     """
-    import dask
     import dask.array as da
+
+    from ._engine import compute
 
     if not isinstance(X, da.Array) or not np.isnan(X.shape[0]):
         return (X, *aligned)
@@ -142,7 +143,7 @@ def with_known_rows(X, *aligned):
         _n_rows, chunks=((1,) * X.numblocks[0],), drop_axis=1, dtype=np.int64,
         meta=np.empty((0,), np.int64),
     )
-    sizes, *values = dask.compute(sizes, *[
+    sizes, *values = compute(sizes, *[
         aligned[i] if j is None else aligned[i][j] for i, j in todo
     ])
     out = list(aligned)

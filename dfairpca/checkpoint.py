@@ -42,9 +42,10 @@ import numpy as np
 
 from . import _accumulator
 from ._accumulator import RunningTotal
-from ._engine import row_slice, run_pass, threads
+from ._engine import compute, row_slice, run_pass, threads, worker_timeout
 from ._remote import exists, is_remote, local_copy, location, read_text, zarr_arrays, zarr_roots
 from ._writes import atomic_directory, check_target
+from .cluster import WorkersLost
 from .io import RESAVE_HINT, SavedFileError, meta_value
 from .moments import Moments
 
@@ -97,6 +98,7 @@ def compute_moments_checkpointed(
     segment_rows: int | None = None,
     on_segment=None,
     storage_options: dict | None = None,
+    timeout: float | None = None,
     **compute_kw,
 ) -> Moments:
     """:func:`dfairpca.compute_moments` over a Dask array, resumable after an interruption.
@@ -127,6 +129,10 @@ def compute_moments_checkpointed(
         checkpointed; not called for the segments a resume skips.
     storage_options : dict, optional
         For a URL ``checkpoint``: the options of its file system (credentials, endpoint).
+    timeout : float, optional
+        Seconds the pass waits once every worker of the active Client has left, for new
+        ones to take over; then it stops with :class:`~dfairpca.cluster.WorkersLost`,
+        saying what ``checkpoint`` holds.  Default None: it waits as long as it takes.
     **compute_kw
         ``mask``, ``dtype``, ``split_every``, ``group_scatter``, ``progress`` of
         :func:`dfairpca.compute_moments`; ``mask`` (n,) is sliced per segment.
@@ -145,6 +151,8 @@ def compute_moments_checkpointed(
         row chunk it holds differs from the same chunk of X now (see :func:`chunk_digests`).
     PassInterrupted
         On Ctrl-C (a :class:`KeyboardInterrupt`), saying how many chunks the checkpoint holds.
+    WorkersLost
+        No worker for ``timeout`` seconds, saying how many chunks the checkpoint holds.
     """
     codes, categories = None, ()
     if sensitive_features is not None:
@@ -153,9 +161,11 @@ def compute_moments_checkpointed(
         g = encode_groups(sensitive_features, np.shape(X)[0], mask=compute_kw.get("mask"),
                           require_two=False)
         codes, categories = g.codes, g.categories
-    return coded_moments_checkpointed(X, codes, categories, checkpoint=checkpoint, resume=resume,
-                                      segment_rows=segment_rows, on_segment=on_segment,
-                                      storage_options=storage_options, **compute_kw)
+    with worker_timeout(timeout):
+        return coded_moments_checkpointed(X, codes, categories, checkpoint=checkpoint,
+                                          resume=resume, segment_rows=segment_rows,
+                                          on_segment=on_segment,
+                                          storage_options=storage_options, **compute_kw)
 
 
 def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resume: bool = True,
@@ -209,10 +219,18 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
             if on_segment is not None:
                 on_segment(i, len(segments))
     except KeyboardInterrupt:
-        done = _saved_done(path, done)
-        saved = sum(len(X[s:e].chunks[0]) for i, (s, e) in enumerate(segments) if i in done)
-        raise PassInterrupted(path, saved, len(X.chunks[0])) from None
+        raise PassInterrupted(path, _chunks_saved(path, X, segments, done),
+                              len(X.chunks[0])) from None
+    except WorkersLost as exc:
+        saved = _chunks_saved(path, X, segments, done)
+        raise exc.saved(path, f"{saved} of {len(X.chunks[0])} chunks") from None
     return total.finalize()
+
+
+def _chunks_saved(path: Path, X, segments, done: list) -> int:
+    """How many row chunks of X the checkpoint at ``path`` holds (what is on disk)."""
+    done = _saved_done(path, done)
+    return sum(len(X[s:e].chunks[0]) for i, (s, e) in enumerate(segments) if i in done)
 
 
 def segment_bounds(row_chunks, segment_rows: int) -> list[tuple[int, int]]:
@@ -261,9 +279,7 @@ def chunk_digests(X) -> list[str]:
 
     Computed by the active scheduler where the chunks are; only the digests travel.
     """
-    import dask
-
-    return list(dask.compute(*_digest_tasks(X)))
+    return list(compute(*_digest_tasks(X)))
 
 
 def _digest_tasks(X) -> list:
@@ -283,10 +299,8 @@ def _check_same_data(path: Path, X, segments, done, digests) -> None:
 
     One read of the finished chunks, without a product (see the module docstring's costs).
     """
-    import dask
-
     tasks = {j: _digest_tasks(X[s:e]) for j, (s, e) in enumerate(segments) if j in done}
-    (now,) = dask.compute(tasks)
+    (now,) = compute(tasks)
     differ = []  # (first row, last row) of every chunk whose digest changed
     for j in sorted(now):
         start = segments[j][0]

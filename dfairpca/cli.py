@@ -715,11 +715,19 @@ def run_fit(args: FitJob) -> dict:
     if not args.resume and read_marker(ckpt) is not None:
         remove_directory(ckpt, "checkpoint")  # --overwrite: start over (checked above)
     with _client(args):
+        from .cluster import WorkersLost
+
         t = time.perf_counter()
-        if groups is None:
-            est.fit(X, checkpoint=ckpt, keep_checkpoint=True)
-        else:
-            est.fit(X, y, sensitive_features=groups, checkpoint=ckpt, keep_checkpoint=True)
+        # --timeout also bounds the wait for new workers once every worker has left
+        fit = dict(checkpoint=ckpt, keep_checkpoint=True, timeout=args.timeout)
+        try:
+            if groups is None:
+                est.fit(X, **fit)
+            else:
+                est.fit(X, y, sensitive_features=groups, **fit)
+        except WorkersLost as exc:
+            raise CLIError(f"{exc.what}; the checkpoint {ckpt} holds {exc.progress}: start "
+                           "workers and rerun with --resume, or wait longer with --timeout") from None
         dt = time.perf_counter() - t
     with staged_locally(out, "model", overwrite=args.overwrite) as local:
         est.save(local, statistics=args.statistics, overwrite=args.overwrite)
@@ -950,14 +958,18 @@ def _add_stage(p):
 
 
 def _add_cluster(p, scheduler_help: str = "tcp://host:port of a Dask scheduler (default: start "
-                                          "a local cluster sized to this machine)"):
+                                          "a local cluster sized to this machine)",
+                 fits: bool = False):
     g = p.add_argument_group("cluster")
     g.add_argument("--scheduler", metavar="ADDRESS", help=scheduler_help)
     g.add_argument("--scheduler-file", metavar="PATH",
                    help="scheduler file written by `dask scheduler --scheduler-file` "
                         "(default: none, see --scheduler)")
+    during = ("; and, once every worker has left during the fit, for new ones (then the fit "
+              "stops, its checkpoint kept for --resume)") if fits else ""
     g.add_argument("--timeout", type=_positive(float), default=CLUSTER_TIMEOUT, metavar="SECONDS",
-                   help="how long to wait for the scheduler to answer, then for a first worker")
+                   help="how long to wait for the scheduler to answer, then for a first "
+                        f"worker{during}")
 
 
 def _add_array(p):
@@ -1077,7 +1089,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"~{BLOCK_BYTES >> 20} MiB)")
     g.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     _add_storage(g)
-    _add_cluster(p)
+    _add_cluster(p, fits=True)
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("transform", help="project a store lazily and write the result to Zarr")
@@ -1111,7 +1123,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attribute", default="Eyeglasses", help="the protected CelebA attribute")
     p.add_argument("--workdir", default="dfairpca-demo",
                    help="folder for the store, the model and faces.png")
-    _add_cluster(p)
+    _add_cluster(p, fits=True)
     p.set_defaults(func=cmd_demo)
 
     from . import paper  # argparse only: the experiments import lazily

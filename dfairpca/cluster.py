@@ -26,7 +26,7 @@ from pathlib import Path
 from ._system import cpu_count
 
 __all__ = [
-    "SchedulerUnreachable", "NoWorkers", "connect", "describe", "local_cluster_size",
+    "SchedulerUnreachable", "NoWorkers", "WorkersLost", "connect", "describe", "local_cluster_size",
     "scheduler_address_from_file", "check_scheduler",
 ]
 
@@ -44,6 +44,32 @@ class SchedulerUnreachable(ConnectionError):
 
 class NoWorkers(ConnectionError):
     """The scheduler answered, but no worker joined it within the timeout."""
+
+
+class WorkersLost(NoWorkers):
+    """Every worker left while a fit computed, and none joined within its ``timeout``.
+
+    ``seconds`` is that timeout, ``address`` the scheduler's; a checkpointed fit also says
+    where it saved what it had finished: ``checkpoint``, and ``progress`` such as "16 of
+    60 chunks" (else both None).  ``what`` is what happened, without the way on.
+    """
+
+    def __init__(self, seconds: float, address: str, checkpoint=None, progress: str | None = None):
+        self.seconds, self.address = seconds, address
+        self.checkpoint, self.progress = checkpoint, progress
+        self.what = (f"the Dask scheduler at {address} has had no workers for {seconds:g} s: all "
+                     "left during the fit and none joined, so it stopped")
+        start = f"start workers (`dask worker {address}`)"
+        if checkpoint is None:
+            how = f"{start} and fit again, or wait longer with a larger timeout"
+        else:
+            how = (f"the checkpoint {str(checkpoint)!r} holds {progress}: {start} and run the "
+                   "same call again to continue")
+        super().__init__(f"{self.what}; {how}")
+
+    def saved(self, checkpoint, progress: str) -> "WorkersLost":
+        """The same loss, saying that ``checkpoint`` holds ``progress``."""
+        return WorkersLost(self.seconds, self.address, checkpoint, progress)
 
 
 @contextlib.contextmanager

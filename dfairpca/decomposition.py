@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _solvers
+from ._engine import worker_timeout
 from ._exact import fair_components, fair_constraints, fitted_space, standard_components
 from ._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, certify, check_fair_k, set_certificate
 from ._linear import (
@@ -152,7 +153,7 @@ class PCA(LinearDecomposition):
         self.progress = progress
         self.eigen_solver = eigen_solver
 
-    def fit(self, X, y=None, *, checkpoint=None, keep_checkpoint=False):
+    def fit(self, X, y=None, *, checkpoint=None, keep_checkpoint=False, timeout=None):
         """Fit on X (numpy, pandas, xarray, Dask or Zarr; (n, d) or (n, h, w)) in one pass.
 
         ``checkpoint``: a directory where the pass saves its running statistics after every
@@ -162,15 +163,21 @@ class PCA(LinearDecomposition):
         their rows are the ones it folded (see :mod:`dfairpca.checkpoint`; other data is refused with
         :class:`~dfairpca.checkpoint.CheckpointMismatch`).  ``keep_checkpoint``: keep the
         checkpoint after a successful fit; by default it is deleted then.
+
+        ``timeout``: seconds the fit waits once every worker of the active Client has left
+        (new workers that join within it take over); then it stops with
+        :class:`~dfairpca.cluster.WorkersLost`, which says what ``checkpoint`` holds.
+        Default None: it waits for new workers as long as it takes.
         """
         self._check_params()
-        inp = self._input(X, reset=True, min_samples=2)
-        (Xa,) = with_known_rows(inp.data)
-        self._check_k(Xa.shape[1], Xa.shape[0])  # rows now known, also of a filtered Dask X
-        if self._solver_of(Xa, None, checkpoint) == "randomized":
-            self._set_randomized(self._randomized_fit(Xa, checkpoint=checkpoint))
-        else:
-            self.fit_statistics(self._pass(Xa, checkpoint=checkpoint))
+        with worker_timeout(timeout):
+            inp = self._input(X, reset=True, min_samples=2)
+            (Xa,) = with_known_rows(inp.data)
+            self._check_k(Xa.shape[1], Xa.shape[0])  # rows now known, also of a filtered Dask X
+            if self._solver_of(Xa, None, checkpoint) == "randomized":
+                self._set_randomized(self._randomized_fit(Xa, checkpoint=checkpoint))
+            else:
+                self.fit_statistics(self._pass(Xa, checkpoint=checkpoint))
         release(checkpoint, keep_checkpoint)
         return self
 
@@ -410,7 +417,7 @@ class FairPCA(LinearDecomposition):
             )
 
     def fit(self, X, y=None, *, sensitive_features=None, checkpoint=None,
-            keep_checkpoint=False):
+            keep_checkpoint=False, timeout=None):
         """Fit on X with protected attribute(s) ``sensitive_features`` in one pass over X.
 
         Parameters
@@ -427,12 +434,16 @@ class FairPCA(LinearDecomposition):
             Resumable pass, as in :meth:`PCA.fit`.
         keep_checkpoint : bool, default False
             Keep ``checkpoint`` after a successful fit (by default it is deleted).
+        timeout : float, optional
+            Seconds to wait once every worker has left, as in :meth:`PCA.fit`.
         """
-        Xa, g, mask, numeric = self._prepare(X, sensitive_features, y, partial=False, reset=True)
-        if self._solver_of(Xa, g, checkpoint) == "randomized":
-            self._fit_randomized(Xa, g, mask, numeric, checkpoint)
-        else:
-            self.fit_statistics(self._pass(Xa, g, mask, checkpoint, numeric=numeric))
+        with worker_timeout(timeout):
+            Xa, g, mask, numeric = self._prepare(X, sensitive_features, y, partial=False,
+                                                 reset=True)
+            if self._solver_of(Xa, g, checkpoint) == "randomized":
+                self._fit_randomized(Xa, g, mask, numeric, checkpoint)
+            else:
+                self.fit_statistics(self._pass(Xa, g, mask, checkpoint, numeric=numeric))
         release(checkpoint, keep_checkpoint)
         return self
 

@@ -55,14 +55,16 @@ rows as landmarks it equals the exact method.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import _kernels as kn
 from . import _solvers
 from ._base import Estimator
-from ._engine import coded_moments
+from ._engine import coded_moments, compute, worker_timeout
 from ._fairness import CONSTRAINT_RULES, certify, check_fair_k, set_certificate
-from ._params import SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
+from ._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
 from ._registry import register
 from ._saved import fair_meta, kernel_layout, restore_fair_meta
 from ._groups import binary_target, encode_groups, group_labels
@@ -93,6 +95,29 @@ def exact_fit_bytes(n: int, d: int) -> int:
     ``EXACT_MATRICES`` n x n float64 matrices plus the fitted rows as float64.
     """
     return 8 * (EXACT_MATRICES * n * n + n * d)
+
+
+#: m x m float64 matrices alive at the peak of a Nyström fit with m landmarks (the landmark
+#: kernel, its symmetrised copy, the eigensolver's copy and eigenvectors; then the pass's
+#: m x m statistics and their solve, which need no more)
+NYSTROEM_MATRICES = 4
+
+
+def nystroem_fit_bytes(m: int, d: int) -> int:
+    """Memory the Nyström method needs for m landmarks of d features, in bytes.
+
+    ``NYSTROEM_MATRICES`` m x m float64 matrices plus the landmarks as float64.
+    """
+    return 8 * (NYSTROEM_MATRICES * m * m + m * d)
+
+
+def _most_landmarks(d: int, budget: float) -> int:
+    """The largest m whose :func:`nystroem_fit_bytes` is within ``budget`` (at least 1)."""
+    c = NYSTROEM_MATRICES
+    m = int((-d + math.sqrt(d * d + 4 * c * budget / 8)) / (2 * c))
+    while m > 1 and nystroem_fit_bytes(m, d) > budget:
+        m -= 1
+    return max(m, 1)
 
 
 def _check_kernel(est, kernel) -> None:
@@ -164,8 +189,9 @@ class FairKernelPCA(Estimator):
     random_state : int or None, default 0
         Seeds the landmark sample and the Lanczos start vector.
     max_memory : int or None, default None
-        Bytes the exact method may use; None is 50% of the currently available memory
-        (``psutil``).  The exact method refuses to start (ValueError) above it.
+        Bytes the fit may use; None is 50% of the currently available memory
+        (``psutil``).  The exact method, or the Nyström method with the ``n_landmarks``
+        given, refuses to start (ValueError) above it.
     split_every : int, default 8
         Fan-in of the merges of the pass's running sums of the Nyström statistics (one
         sum per worker thread, see :func:`dfairpca.compute_moments`).
@@ -248,7 +274,7 @@ class FairKernelPCA(Estimator):
         "landmarks": [Rule(lambda v: v == "uniform", "'uniform'")],
         "constraint": CONSTRAINT_RULES,
         "tradeoff": TRADEOFF,
-        "center": [],
+        "center": BOOL,
         "random_state": [],
         "max_memory": [Rule(lambda v: v is None or (is_real(v) and v > 0),
                             "None or a positive number of bytes")],
@@ -310,6 +336,15 @@ class FairKernelPCA(Estimator):
                 f"n_landmarks={m} is smaller than n_components={self.n_components}; a "
                 f"k-dimensional representation needs at least k landmarks"
             )
+        need, budget = nystroem_fit_bytes(m, d), self._memory_budget()
+        if need > budget:
+            raise ValueError(
+                f"n_landmarks={m} needs about {need / 2**30:.1f} GiB ({need} bytes: "
+                f"{NYSTROEM_MATRICES} {m} x {m} float64 matrices, the landmarks' kernel and its "
+                f"eigenvectors), more than max_memory = {budget:.0f} bytes; pass fewer "
+                f"landmarks, e.g. n_landmarks={_most_landmarks(d, budget)} (the most that fit), "
+                "or raise max_memory"
+            )
         return m
 
     def _kernel_function(self, gamma, shift=None):
@@ -354,7 +389,7 @@ class FairKernelPCA(Estimator):
         return kn.live_components(s, k, nonzero, self.n_components, self.kernel, self.gamma_)
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X, y=None, *, sensitive_features=None):
+    def fit(self, X, y=None, *, sensitive_features=None, timeout=None):
         """Fit on X (numpy, pandas, xarray, Dask or Zarr; (n, d) or images (n, h, w)) and
         protected attributes.
 
@@ -366,12 +401,19 @@ class FairKernelPCA(Estimator):
         sensitive_features : (n,) labels, (n, p) array, list of p label vectors, or a
             DataFrame; required unless ``sensitive_feature_ids`` names columns of X,
             keyword only (never taken from y)
+        timeout : float, optional
+            Seconds to wait once every worker has left, as in :meth:`dfairpca.PCA.fit`.
 
         Returns
         -------
         self
         """
         self._check_params()
+        with worker_timeout(timeout):
+            return self._fit(X, y, sensitive_features)
+
+    def _fit(self, X, y, sensitive_features):
+        """:meth:`fit`, its parameters checked."""
         inp = check_input(self, X, reset=True, min_samples=2, ids=self.sensitive_feature_ids)
         labels = group_labels(self, inp, sensitive_features)
         Xa, labels, y = with_known_rows(inp.data, labels, y)
@@ -402,12 +444,10 @@ class FairKernelPCA(Estimator):
 
     def _fit_exact(self, Xa, fit_rows, g, inp: Input, names, limit: int):
         """Alg. 3 on the centred kernel of the fitted rows, via the downdate ``Kc - D D^T``."""
-        import dask
-
         rows = None if len(fit_rows) == Xa.shape[0] else fit_rows
         Xr = kn.take_rows(Xa, rows)
         var = kn.flat_variance(Xr[:, inp.features]) if self._needs_variance() else None
-        Xr, var = dask.compute(Xr, var)
+        Xr, var = compute(Xr, var)
         check_finite_input(Xr, index=fit_rows)
         Xf = Xr[:, inp.features] if len(inp.numeric) else Xr
         Zn = kn.numeric_attributes(Xr[:, inp.numeric], inp.numeric_names)
@@ -464,14 +504,13 @@ class FairKernelPCA(Estimator):
 
     def _fit_nystroem(self, Xa, fit_rows, mask, g, m, inp: Input, names):
         """Linear fair PCA on Nyström features, from one chunked pass of additive statistics."""
-        import dask
         import dask.array as da
 
         rng = np.random.default_rng(self.random_state)
         idx = np.sort(rng.choice(fit_rows, size=m, replace=False))
         var_rows = None if mask is None else fit_rows
         var = kn.flat_variance(kn.take_rows(Xa, var_rows)[:, inp.features]) if self._needs_variance() else None
-        L, var = dask.compute(kn.take_rows(Xa, idx), var)
+        L, var = compute(kn.take_rows(Xa, idx), var)
         check_finite_input(L, index=idx)
         L = L[:, inp.features]
         self.gamma_ = self._resolve_gamma(var, L.shape[1])

@@ -170,6 +170,20 @@ def test_dask_labels_and_lists():
 
 
 # ----------------------------------------------------------------------------- options
+def test_partial_fit_refuses_int_labels_then_the_same_as_text(two_groups):
+    """One fit refuses 1 next to '1' (they would become one group as text): so does a
+    merge of batches, instead of turning groups_ into text."""
+    X, z = two_groups(200, 5)
+    est = dfairpca.FairPCA(2).partial_fit(X[:100], sensitive_features=z[:100])
+    with pytest.raises(ValueError, match=r"labels of attribute 0 mix types: \d \(int\) in one "
+                                         r"part, '\d' \(str\) in another.*astype\(str\)"):
+        est.partial_fit(X[100:], sensitive_features=z[100:].astype(str))
+    assert [g.dtype.kind for g in est.groups_] == ["i"]  # the earlier batches are kept
+    with pytest.raises(ValueError, match="mix types"):
+        dfairpca.merge([dfairpca.compute_moments(X[:100], sensitive_features=z[:100]),
+                        dfairpca.compute_moments(X[100:], sensitive_features=z[100:].astype(str))])
+
+
 def test_partial_fit_equals_fit_and_pieces_may_hold_one_group():
     X, g = make_data(900, 14, (3,), seed=9)
     order = np.argsort(g[0], kind="stable")  # pieces sorted by group: single-group pieces
@@ -478,6 +492,28 @@ def test_one_validator_says_what_each_parameter_must_be(cls, params, error, mess
     kw = {} if cls == "PCA" else {"sensitive_features": []}
     with pytest.raises(error, match="must|unknown|cannot"):
         est.fit(np.zeros((0, 0)), **kw)  # refused before X is looked at
+
+
+BOOLEAN_PARAMETERS = [(cls, name) for cls in ("PCA", "FairPCA", "FairKernelPCA")
+                      for name, default in getattr(dfairpca, cls)().get_params().items()
+                      if isinstance(default, bool)]
+
+
+@pytest.mark.parametrize("cls, name", BOOLEAN_PARAMETERS)
+@pytest.mark.parametrize("value", ["no", "yes", "False", 0, 1, None])
+def test_boolean_parameters_take_bools_only(cls, name, value):
+    """A string such as "no" is truthy: read as True it would silently do the opposite."""
+    from dfairpca._params import validate_params
+
+    with pytest.raises(ValueError, match=f"^{name} must be True or False; got {value!r}$"):
+        validate_params(getattr(dfairpca, cls)(**{name: value}))
+    for fine in (True, False, np.True_, np.False_):
+        validate_params(getattr(dfairpca, cls)(**{name: fine}))
+
+
+def test_every_estimator_has_boolean_parameters_under_test():
+    assert {c for c, _ in BOOLEAN_PARAMETERS} == {"PCA", "FairPCA", "FairKernelPCA"}
+    assert ("PCA", "center") in BOOLEAN_PARAMETERS and ("FairPCA", "progress") in BOOLEAN_PARAMETERS
 
 
 def test_fit_statistics_takes_attribute_names_and_numeric_columns():

@@ -161,3 +161,22 @@ def test_the_public_pass_takes_group_labels_of_any_type():
         assert m.attributes[0].categories.tolist() == ["a", "b", "c"]
     with pytest.raises(TypeError):  # the encoded form is the engine's own business
         compute_moments(X, codes, [np.arange(3)])
+
+
+@pytest.mark.parametrize("bad", [0, -1.5, True, "5", float("nan")])
+def test_timeout_is_none_or_seconds_above_zero(bad, two_groups):
+    X, z = two_groups(200, 5)
+    for fit in (lambda: dfairpca.PCA(2).fit(X, timeout=bad),
+                lambda: dfairpca.FairPCA(2).fit(X, sensitive_features=z, timeout=bad),
+                lambda: dfairpca.FairKernelPCA(2).fit(X, sensitive_features=z, timeout=bad),
+                lambda: compute_moments(X, timeout=bad)):
+        with pytest.raises(ValueError, match=r"timeout must be None .*a number > 0; got"):
+            fit()
+
+
+def test_a_timeout_without_a_client_changes_nothing(two_groups):
+    X, z = two_groups(300, 6)
+    Xd = da.from_array(X, chunks=(50, -1))
+    plain = dfairpca.FairPCA(3).fit(Xd, sensitive_features=z)
+    timed = dfairpca.FairPCA(3).fit(Xd, sensitive_features=z, timeout=0.5)
+    np.testing.assert_allclose(timed.components_, plain.components_)

@@ -304,6 +304,23 @@ def test_exact_memory_error_names_the_bytes(xz):
         FairKernelPCA(2, max_memory=need - 1).fit(X, sensitive_features=z)
 
 
+def test_nystroem_memory_is_checked_before_any_work(xz, monkeypatch):
+    """Too many landmarks: one line naming the bytes and the most landmarks that fit, not
+    a MemoryError from the landmarks' m x m kernel matrix."""
+    from dfairpca import kernel
+
+    X, z = xz
+    need = kernel.nystroem_fit_bytes(150, 6)
+    most = kernel.nystroem_fit_bytes(100, 6)
+    monkeypatch.setattr(kernel.kn, "take_rows", lambda *a: pytest.fail("read X"))
+    with pytest.raises(ValueError, match=rf"n_landmarks=150 needs about .* GiB \({need} bytes.*"
+                                         r"e\.g\. n_landmarks=100 \(the most that fit\)"):
+        FairKernelPCA(2, n_landmarks=150, max_memory=most).fit(X, sensitive_features=z)
+    monkeypatch.undo()
+    assert FairKernelPCA(2, n_landmarks=100, max_memory=most).fit(
+        X, sensitive_features=z).method_ == "nystroem"
+
+
 def test_transform_errors(xz):
     X, z = xz
     with pytest.raises(NotFittedError, match="not fitted yet"):

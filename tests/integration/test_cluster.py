@@ -40,12 +40,13 @@ class DaskProcesses:
     """A `dask scheduler` process and `dask worker` processes, stopped and reaped on exit."""
 
     def __init__(self, tmp_path, host="127.0.0.1", worker_hosts=("127.0.0.1",) * 2, prefixes=None,
-                 extra_args=()):
+                 extra_args=(), worker_args=()):
         self.dir = tmp_path
         self.scheduler_file = tmp_path / "scheduler.json"
         self.host, self.worker_hosts = host, list(worker_hosts)
         self.prefixes = prefixes or [[] for _ in self.worker_hosts]
         self.extra_args = list(extra_args)  # for the scheduler and every worker (TLS)
+        self.worker_args = list(worker_args)  # for every worker only
         self.scheduler, self.workers = None, []
 
     def _spawn(self, args, log, prefix=()):
@@ -62,17 +63,22 @@ class DaskProcesses:
                 ["distributed.cli.dask_scheduler", "--host", self.host, "--port", "0",
                  "--scheduler-file", str(self.scheduler_file), "--no-dashboard"],
                 "scheduler.log")
-            for i, (host, prefix) in enumerate(zip(self.worker_hosts, self.prefixes)):
-                self.workers.append(self._spawn(
-                    ["distributed.cli.dask_worker", "--scheduler-file", str(self.scheduler_file),
-                     "--nworkers", "1", "--nthreads", "1", "--memory-limit", "2GiB",
-                     "--no-nanny", "--no-dashboard", "--host", host,
-                     "--local-directory", str(self.dir / f"w{i}")],
-                    f"worker{i}.log", prefix))
+            for host, prefix in zip(self.worker_hosts, self.prefixes):
+                self.add_worker(host, prefix)
         except BaseException:
             self.__exit__()
             raise
         return self
+
+    def add_worker(self, host="127.0.0.1", prefix=()):
+        """Start one more `dask worker` process (one thread, no nanny: SIGKILL ends it)."""
+        i = len(self.workers)
+        self.workers.append(self._spawn(
+            ["distributed.cli.dask_worker", "--scheduler-file", str(self.scheduler_file),
+             "--nworkers", "1", "--nthreads", "1", "--memory-limit", "2GiB",
+             "--no-nanny", "--no-dashboard", "--host", host,
+             "--local-directory", str(self.dir / f"w{i}"), *self.worker_args],
+            f"worker{i}.log", prefix))
 
     def __exit__(self, *exc):
         # workers first, so that none waits on a scheduler that is already gone
@@ -187,6 +193,122 @@ def test_interrupted_fit_resumes_from_checkpoint_on_the_cluster(processes, data,
     assert stop.seen == [0, 1] and resumed and 0 not in resumed and 1 not in resumed
     remote = dfairpca.FairPCA(6, compute_dtype="float64").fit_statistics(m)
     assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
+
+
+#: what the dead-worker tests' workers preload: every fold sleeps (tests/slow_folds.py)
+SLOW_FOLDS = ["--preload", "slow_folds"]
+#: the timeout of the fits whose workers all die
+NO_WORKERS_SECONDS = 5
+#: what the error may take beyond it: a look at the workers every second, a loaded machine
+SLACK_SECONDS = 15
+
+
+def _kill_every_worker_midway(procs, ckpt, running) -> float:
+    """SIGKILL every worker once the pass has saved a segment to ``ckpt`` (as the whole
+    allocation of a batch job ends); the time of the kill.  ``running()`` is False once
+    the fit has ended."""
+    deadline = time.monotonic() + 60
+    while not (ckpt / "progress.json").exists():
+        assert time.monotonic() < deadline and running(), procs.logs()
+        time.sleep(0.02)
+    for w in procs.workers:
+        w.send_signal(signal.SIGKILL)
+    for w in procs.workers:
+        w.wait(timeout=10)
+    return time.monotonic()
+
+
+def _fit_in_a_daemon_thread(fit):
+    """``(thread, outcome)``: ``fit()`` runs in a daemon thread and leaves its exception,
+    or its result, in ``outcome``; a fit that waits forever then fails the test (which
+    stops waiting for the thread) instead of hanging it."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = fit()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def test_fit_whose_workers_all_die_stops_after_its_timeout_and_resumes(tmp_path, data):
+    from dfairpca.cluster import WorkersLost
+
+    path, labels, local = data
+    ckpt = tmp_path / "fit.checkpoint"
+    Xz = dfairpca.from_zarr(path, "images", rows_per_chunk=50)  # 60 chunks, 4 segments
+
+    def fit():
+        return dfairpca.FairPCA(6, compute_dtype="float64").fit(
+            Xz, sensitive_features=labels, checkpoint=ckpt, timeout=NO_WORKERS_SECONDS)
+
+    with DaskProcesses(tmp_path, worker_args=SLOW_FOLDS) as procs, \
+            connect(scheduler_file=procs.scheduler_file, timeout=20) as client:
+        client.wait_for_workers(2, timeout=30)
+        thread, outcome = _fit_in_a_daemon_thread(fit)
+        killed = _kill_every_worker_midway(procs, ckpt, thread.is_alive)
+        thread.join(NO_WORKERS_SECONDS + SLACK_SECONDS)
+        took = time.monotonic() - killed
+        assert not thread.is_alive(), f"the fit still waits {took:.0f} s after its workers died"
+        exc = outcome.get("error")
+        assert isinstance(exc, WorkersLost), repr(outcome)
+        assert NO_WORKERS_SECONDS <= took < NO_WORKERS_SECONDS + SLACK_SECONDS
+        msg = str(exc)
+        saved = json.loads((ckpt / "progress.json").read_text())["done"]
+        assert "\n" not in msg and f"no workers for {NO_WORKERS_SECONDS} s" in msg, msg
+        assert f"{str(ckpt)!r} holds {16 * len(saved)} of 60 chunks" in msg, msg
+        assert "run the same call again to continue" in msg and exc.checkpoint == ckpt
+        # what it says works: a new worker, the same call, the finished segments kept
+        procs.add_worker()
+        client.wait_for_workers(1, timeout=30)
+        resumed = fit()
+    assert max_angle_deg(resumed.components_.T, local.components_.T) < 1e-6
+
+
+def test_workers_that_join_within_the_timeout_take_over_the_pass(tmp_path, data):
+    path, labels, local = data
+    ckpt = tmp_path / "fit.checkpoint"
+    Xz = dfairpca.from_zarr(path, "images", rows_per_chunk=50)
+    with DaskProcesses(tmp_path, worker_args=SLOW_FOLDS) as procs, \
+            connect(scheduler_file=procs.scheduler_file, timeout=20) as client:
+        client.wait_for_workers(2, timeout=30)
+        thread, outcome = _fit_in_a_daemon_thread(lambda: dfairpca.FairPCA(
+            6, compute_dtype="float64").fit(Xz, sensitive_features=labels, checkpoint=ckpt,
+                                             timeout=60))
+        _kill_every_worker_midway(procs, ckpt, thread.is_alive)
+        procs.add_worker()
+        thread.join(60 + SLACK_SECONDS)
+        assert not thread.is_alive() and "result" in outcome, (outcome, procs.logs())
+    assert max_angle_deg(outcome["result"].components_.T, local.components_.T) < 1e-6
+
+
+def test_cli_fit_whose_workers_all_die_is_one_line_naming_resume(tmp_path, data):
+    path, _, _ = data
+    model = tmp_path / "model"
+    ckpt = tmp_path / "model.checkpoint"
+    with DaskProcesses(tmp_path, worker_args=SLOW_FOLDS) as procs:
+        cmd = [sys.executable, "-m", "dfairpca", "fit", str(path), "--array", "images",
+               "--method", "pca", "-k", "6", "--out", str(model), "--rows-per-chunk", "50",
+               "--scheduler-file", str(procs.scheduler_file),
+               "--timeout", str(NO_WORKERS_SECONDS)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=_env())
+        try:
+            _kill_every_worker_midway(procs, ckpt, lambda: proc.poll() is None)
+            _, err = proc.communicate(timeout=NO_WORKERS_SECONDS + SLACK_SECONDS)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 2, err
+    assert last.startswith("dfairpca fit: error: ") and err.count("error:") == 1, err
+    assert f"no workers for {NO_WORKERS_SECONDS} s" in last and "rerun with --resume" in last
+    assert f"{ckpt} holds" in last and not model.exists()
 
 
 def test_unreachable_scheduler_fails_fast_with_one_line():
