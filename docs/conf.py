@@ -40,6 +40,7 @@ extensions = [
     "myst_parser",
     "cli_help",
     "api_docstrings",
+    "repo_markdown",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -64,7 +65,7 @@ sphinx_gallery_conf = {
     # only the gallery's plot_*.py run; the other scripts in examples/ are command-line
     # programs (the Table 1 test and the 202,599-face kernel run use them)
     "filename_pattern": r"/plot_",
-    "ignore_pattern": r"(adult_table1|kernel_at_scale)\.py$",
+    "ignore_pattern": r"(^|/)(adult_table1|kernel_at_scale)\.py$",
     "download_all_examples": False,
     "remove_config_comments": True,
     "within_subsection_order": "FileNameSortKey",

@@ -85,10 +85,12 @@ fig.tight_layout()
 
 # %%
 # Standard PCA keeps the glasses: they are among the strongest directions of variation.
-# Fair PCA at the same k draws every face with the same faint average of "glasses",
-# because the mean difference between the two groups is exactly what it removes.  At the
-# largest k (a projection that removes only that one direction) the faces are otherwise
-# intact: fairness here costs one direction out of 2,304.
+# Fair PCA at the same k may not keep the direction along which the two groups' mean
+# faces differ: faces with glasses lose part of them, faces without gain a trace of them,
+# so that on average the two groups look alike (single faces can still differ; it is the
+# means that are equal).  At the largest k (a projection that removes only that one
+# direction) the faces are otherwise intact: fairness here costs one direction out of
+# 2,304.
 #
 # The group means before and after
 # --------------------------------
