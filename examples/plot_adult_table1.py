@@ -62,8 +62,7 @@ results = pd.DataFrame(rows)
 # %%
 # The table: mean (std) over the splits, beside the paper's
 # ---------------------------------------------------------
-# ``PAPER_TABLES["adult"]`` holds the paper's printed figures.  The paper gives MMD² for
-# PCA and fair PCA only.
+# ``PAPER_TABLES["adult"]`` holds the paper's printed figures.
 paper = PAPER_TABLES["adult"]
 by = results.groupby(["k", "method"], sort=False)[["%Var", "MMD²"]]
 mean, std = by.mean(), by.std(ddof=0)  # the paper's std is over the ten splits, ddof=0
@@ -74,7 +73,7 @@ table = pd.DataFrame({
     "MMD² (paper)": ["—" if paper[i].mmd2 is None else f"{paper[i].mmd2:.3f} ({paper[i].mmd2_std:.3f})"
                      for i in mean.index],
 }, index=mean.index)
-table  # noqa: B018 (the cell's last expression: the gallery shows it as a table)
+table
 
 # %%
 # Every %Var and every MMD² the paper prints is matched to its printed digits.
