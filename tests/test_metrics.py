@@ -75,7 +75,7 @@ def test_linear_inseparability_three_groups_chance_level():
 
 
 def test_downstream_gaps_with_fairlearn():
-    """The README's ΔDP line: fairlearn's metric on a classifier trained on the representation."""
+    """The ΔDP of docs/fair_pca.rst (Metrics): fairlearn's metric on a classifier trained on the representation."""
     from fairlearn.metrics import demographic_parity_difference
     from sklearn.linear_model import LogisticRegression
 

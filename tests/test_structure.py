@@ -1,5 +1,5 @@
 """The package's layout holds: imports go one way (no cycle among dfairpca's modules), and
-the layers the README draws keep their direction where a cycle would be easy to make."""
+the layers docs/design.md draws keep their direction where a cycle would be easy to make."""
 
 import ast
 import functools
