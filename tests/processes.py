@@ -1,8 +1,13 @@
-"""Ctrl-C for a command run as a terminal runs a job: what the interrupt tests share."""
+"""Processes the tests start: a command interrupted as Ctrl-C in a terminal does, and real
+`dask scheduler` / `dask worker` processes."""
 
 import os
 import signal
 import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
 
 
 def interrupted(cmd, ready, *, timeout: float, **popen) -> tuple[int, str, str]:
@@ -24,3 +29,74 @@ def interrupted(cmd, ready, *, timeout: float, **popen) -> tuple[int, str, str]:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return proc.returncode, out, err
+
+
+def dask_env():
+    """Environment of the scheduler and worker processes: one BLAS thread each, and the
+    test modules importable (a task may call a function of one)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    paths = (str(TESTS / "integration"), str(TESTS), env.get("PYTHONPATH"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    return env
+
+
+class DaskProcesses:
+    """A `dask scheduler` process and `dask worker` processes, stopped and reaped on exit;
+    ``prefixes``: one command prefix per worker (a network or mount namespace)."""
+
+    def __init__(self, tmp_path, host="127.0.0.1", worker_hosts=("127.0.0.1",) * 2, prefixes=None,
+                 extra_args=()):
+        self.dir = tmp_path
+        self.scheduler_file = tmp_path / "scheduler.json"
+        self.host, self.worker_hosts = host, list(worker_hosts)
+        self.prefixes = prefixes or [[] for _ in self.worker_hosts]
+        self.extra_args = list(extra_args)  # for the scheduler and every worker (TLS)
+        self.scheduler, self.workers = None, []
+
+    def _spawn(self, args, log, prefix=()):
+        out = open(self.dir / log, "w")
+        try:
+            return subprocess.Popen([*prefix, sys.executable, "-m", *args, *self.extra_args],
+                                    stdout=out, stderr=subprocess.STDOUT, env=dask_env(), cwd=self.dir)
+        finally:
+            out.close()
+
+    def __enter__(self):
+        try:
+            self.scheduler = self._spawn(
+                ["distributed.cli.dask_scheduler", "--host", self.host, "--port", "0",
+                 "--scheduler-file", str(self.scheduler_file), "--no-dashboard"],
+                "scheduler.log")
+            for i, (host, prefix) in enumerate(zip(self.worker_hosts, self.prefixes)):
+                self.workers.append(self._spawn(
+                    ["distributed.cli.dask_worker", "--scheduler-file", str(self.scheduler_file),
+                     "--nworkers", "1", "--nthreads", "1", "--memory-limit", "2GiB",
+                     "--no-nanny", "--no-dashboard", "--host", host,
+                     "--local-directory", str(self.dir / f"w{i}")],
+                    f"worker{i}.log", prefix))
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        # workers first, so that none waits on a scheduler that is already gone
+        stop(self.workers)
+        stop([self.scheduler] if self.scheduler is not None else [])
+
+    def logs(self) -> str:
+        logs = sorted(self.dir.glob("*.log"))
+        return "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in logs)
+
+
+def stop(procs):
+    """SIGTERM, then SIGKILL after 10 s; always reaped."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,78 +22,9 @@ import zarr
 import dfairpca
 from dfairpca.cluster import NoWorkers, SchedulerUnreachable, connect, describe, local_cluster_size
 from oracle import make_data, max_angle_deg
-from processes import interrupted
+from processes import DaskProcesses, dask_env, interrupted
 
-TESTS = Path(__file__).resolve().parent
 N, H, W = 3000, 5, 8
-
-
-def _env():
-    """Environment of the worker processes: can import this module (for _slow_copy)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), str(TESTS.parent), env.get("PYTHONPATH")) if p)
-    return env
-
-
-class DaskProcesses:
-    """A `dask scheduler` process and `dask worker` processes, stopped and reaped on exit."""
-
-    def __init__(self, tmp_path, host="127.0.0.1", worker_hosts=("127.0.0.1",) * 2, prefixes=None,
-                 extra_args=()):
-        self.dir = tmp_path
-        self.scheduler_file = tmp_path / "scheduler.json"
-        self.host, self.worker_hosts = host, list(worker_hosts)
-        self.prefixes = prefixes or [[] for _ in self.worker_hosts]
-        self.extra_args = list(extra_args)  # for the scheduler and every worker (TLS)
-        self.scheduler, self.workers = None, []
-
-    def _spawn(self, args, log, prefix=()):
-        out = open(self.dir / log, "w")
-        try:
-            return subprocess.Popen([*prefix, sys.executable, "-m", *args, *self.extra_args],
-                                    stdout=out, stderr=subprocess.STDOUT, env=_env(), cwd=self.dir)
-        finally:
-            out.close()
-
-    def __enter__(self):
-        try:
-            self.scheduler = self._spawn(
-                ["distributed.cli.dask_scheduler", "--host", self.host, "--port", "0",
-                 "--scheduler-file", str(self.scheduler_file), "--no-dashboard"],
-                "scheduler.log")
-            for i, (host, prefix) in enumerate(zip(self.worker_hosts, self.prefixes)):
-                self.workers.append(self._spawn(
-                    ["distributed.cli.dask_worker", "--scheduler-file", str(self.scheduler_file),
-                     "--nworkers", "1", "--nthreads", "1", "--memory-limit", "2GiB",
-                     "--no-nanny", "--no-dashboard", "--host", host,
-                     "--local-directory", str(self.dir / f"w{i}")],
-                    f"worker{i}.log", prefix))
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        # workers first, so that none waits on a scheduler that is already gone
-        _stop(self.workers)
-        _stop([self.scheduler] if self.scheduler is not None else [])
-
-    def logs(self) -> str:
-        logs = sorted(self.dir.glob("*.log"))
-        return "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in logs)
-
-
-def _stop(procs):
-    """SIGTERM, then SIGKILL after 10 s; always reaped."""
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 @pytest.fixture
@@ -497,7 +427,7 @@ def test_ctrl_c_on_a_local_cluster_prints_nothing_of_its_own(tmp_path):
     closing the cluster with tasks running and a gather pending prints nothing."""
     script = tmp_path / "gather.py"
     script.write_text(INTERRUPTED_GATHER)
-    env = dict(_env(), PYTHONWARNINGS="ignore:Port 8787 is already in use")
+    env = dict(dask_env(), PYTHONWARNINGS="ignore:Port 8787 is already in use")
 
     def computing(proc):
         assert proc.stdout.readline() == "computing\n", proc.communicate()
