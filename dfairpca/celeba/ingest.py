@@ -141,7 +141,7 @@ def ingest_celeba(
                 "celeba_dir": str(celeba_dir.resolve()),
                 "list_attr_sha256": _sha256(attr_file),
             },
-            labels=labels, write_chunk=_ingest_chunk, args=(str(image_dir), image_shape(size), bool(color)),
+            labels=labels, write_chunk=_ingest_chunk, args=(str(image_dir.absolute()), image_shape(size), bool(color)),
             n_jobs=n_jobs, client=client, progress=progress, overwrite=overwrite,
             protect=protect, desc="ingest CelebA", workers=workers, read_part=_ingest_part,
         )

@@ -149,15 +149,17 @@ def write_store(
         with tqdm(total=n, initial=n - sum(c[2] - c[1] for c in pending), desc=desc, unit="img",
                   disable=not progress) as bar:
             try:
+                # absolute: a worker's working directory is not this process's
+                store = str(partial.absolute())
                 if client is None and n_jobs == 1:
-                    _write_range(write_chunk, str(partial), pending, args, on_chunk=bar.update)
+                    _write_range(write_chunk, store, pending, args, on_chunk=bar.update)
                 elif pending:
                     slots = n_jobs if client is None else sum(client.nthreads().values())
                     # processes take one chunk at a time (a task costs them nothing to send);
                     # Dask tasks, a few ranges of chunks per worker
                     parts = ([[c] for c in pending] if client is None else
                              split(pending, slots * TASKS_PER_WORKER))
-                    tasks = [(write_chunk, str(partial), part, args) for part in parts]
+                    tasks = [(write_chunk, store, part, args) for part in parts]
                     run_tasks(_write_range, tasks, n_jobs=n_jobs, client=client, workers=workers,
                               refresh=lambda: bar.update(_rows_done(partial, chunks) - bar.n),
                               split=None if read_part is None else Split(

@@ -73,6 +73,23 @@ def test_fit_through_scheduler_file_equals_local_fit(processes, data):
     assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
 
 
+def test_relative_paths_name_this_process_s_folders_on_the_workers_too(processes, data, monkeypatch):
+    """The workers run in another working directory (as on other machines): a relative
+    store path is this process's, whether the workers read it or write it."""
+    from dfairpca.celeba import synth_celeba
+
+    path, labels, local = data
+    monkeypatch.chdir(path.parent)
+    assert processes.dir != path.parent  # the workers' working directory
+    with connect(scheduler_file=processes.scheduler_file, timeout=20) as client:
+        client.wait_for_workers(2, timeout=30)
+        Xz = dfairpca.from_zarr(path.name, "images", rows_per_chunk=250)
+        remote = dfairpca.FairPCA(6, compute_dtype="float64").fit(Xz, sensitive_features=labels)
+        synth_celeba("rel.zarr", n=48, size=8, chunk_rows=8, progress=False, client=client)
+    assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
+    assert dfairpca.from_zarr(path.parent / "rel.zarr", "images").shape == (48, 8, 8)
+
+
 def test_worker_killed_mid_pass_leaves_the_result_unchanged(processes, data):
     path, labels, local = data
     Xz = dfairpca.from_zarr(path, "images", rows_per_chunk=50)  # 60 chunks
