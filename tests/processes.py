@@ -1,5 +1,5 @@
 """Processes the tests start: a command interrupted as Ctrl-C in a terminal does, and real
-`dask scheduler` / `dask worker` processes."""
+`dask scheduler` / `dask worker` processes (optionally each in its own mount namespace)."""
 
 import os
 import signal
@@ -38,6 +38,27 @@ def dask_env():
     paths = (str(TESTS / "integration"), str(TESTS), env.get("PYTHONPATH"))
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return env
+
+
+def private_folder(folder) -> list[str]:
+    """The prefix of a command that runs it in its own mount namespace with an empty tmpfs
+    over ``folder``: what a worker on another machine sees of this one's folder (root and
+    ``unshare`` needed, see :func:`can_unshare`)."""
+    return ["unshare", "--mount", "--", "sh", "-c", 'mount -t tmpfs dfairpca-test "$0" && exec "$@"',
+            str(folder)]
+
+
+def can_unshare() -> str | None:
+    """None if :func:`private_folder` works here, else why not (for a skip)."""
+    try:
+        done = subprocess.run(["unshare", "--mount", "--", "sh", "-c", "mount -t tmpfs none /mnt"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unshare cannot run: {exc}"
+    if done.returncode:
+        return (f"a worker needs its own mount namespace (root and unshare): "
+                f"`unshare --mount` + `mount -t tmpfs` failed: {done.stderr.strip()}")
+    return None
 
 
 class DaskProcesses:

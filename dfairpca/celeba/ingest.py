@@ -124,6 +124,11 @@ def ingest_celeba(
         partition_file = celeba_dir / "list_eval_partition.txt"
         partition = _read_partition_file(partition_file, files) if partition_file.exists() else None
         _check_images_exist(image_dir, files, attr_file)
+        if client is not None:  # the workers decode the JPEGs: do they see them?
+            from ..cluster import SHARE_FIX_LOCAL, check_workers_see
+
+            check_workers_see(client, image_dir / files[0], "the CelebA folder", shown=celeba_dir,
+                              fix=SHARE_FIX_LOCAL)
         if size == "full":
             size = _image_size(image_dir / files[0])
         shape = face_shape(size, color)
