@@ -29,7 +29,7 @@ __all__ = [
     "read_marker", "write_marker", "marker", "marker_attributes", "writing_every_chunk",
     "local_zarr_roots", "OutputPathError", "MARKER", "MARKER_KEY", "FORMAT_VERSION",
     "MissingChunkError", "CorruptChunkError", "SavedFileError", "strict_array", "strict_group",
-    "read_checked",
+    "read_checked", "check_written",
 ]
 
 FORMAT_VERSION = 1
@@ -356,22 +356,65 @@ def _check_chunks_present(array) -> None:
     Skipped (left to the read tasks) when the store cannot list or holds more than
     :data:`LISTING_LIMIT` chunks for this array.
     """
+    if _chunk_count(array) > LISTING_LIMIT or not array.store.supports_listing:
+        return
+    missing = _absent_chunks(array)
+    if missing:
+        raise MissingChunkError(_missing_message(array, missing), missing[0][0])
+
+
+def _chunk_count(array) -> int:
+    """How many objects (chunks, or shards where sharded) ``array`` stores."""
+    return int(np.prod([-(-s // c) for s, c in zip(array.shape, _store_chunks(array))]))
+
+
+def _absent_chunks(array) -> list:
+    """(key, coords) of every stored object of ``array`` absent from its store, by one
+    listing of the store (which must support listing)."""
     from zarr.core.sync import sync
 
-    counts = [-(-s // c) for s, c in zip(array.shape, _store_chunks(array))]
-    total = int(np.prod(counts))
-    if total == 0 or total > LISTING_LIMIT or not array.store.supports_listing:
-        return
+    if _chunk_count(array) == 0:
+        return []
     prefix = f"{array.path}/" if array.path else ""
 
     async def _keys():
         return {k async for k in array.store.list_prefix(prefix)}
 
     present = sync(_keys())
-    missing = [(key, c) for c in _chunk_coords(array)
-               if (key := _chunk_key(array, c)) not in present]
-    if missing:
-        raise MissingChunkError(_missing_message(array, missing), missing[0][0])
+    return [(key, c) for c in _chunk_coords(array) if (key := _chunk_key(array, c)) not in present]
+
+
+def check_written(group, shown) -> None:
+    """Raise :class:`dfairpca.cluster.NotShared` unless every array of the Zarr ``group``
+    holds all its chunks, as this process sees the store; ``shown`` names it.
+
+    What this process checks after Dask workers wrote a store, before calling it written:
+    a worker that does not share this machine's files writes its chunks on its own disk,
+    and the store here would hold metadata only, read as fill values.  One listing of
+    the store; nothing for a store that cannot list.
+    """
+    import warnings
+
+    import zarr
+
+    from .cluster import SHARE_FIX, NotShared
+
+    if not group.store.supports_listing:
+        return
+    with warnings.catch_warnings():  # a writer's own folder in the group (.done) makes zarr warn
+        warnings.simplefilter("ignore")
+        arrays = [group] if isinstance(group, zarr.Array) else [
+            node for _, node in group.members(max_depth=None) if isinstance(node, zarr.Array)]
+    absent = [(a, _absent_chunks(a)) for a in arrays]
+    absent = [(a, missing) for a, missing in absent if missing]
+    if absent:
+        count = sum(len(missing) for _, missing in absent)
+        total = sum(_chunk_count(a) for a in arrays)
+        raise NotShared(
+            f"{str(shown)!r} is not written: {count} of its {total} chunks (e.g. "
+            f"{absent[0][1][0][0]!r}) are not in it, though the Dask workers wrote them: they "
+            f"wrote them at that path on their own machines; {SHARE_FIX}"
+        )
 
 
 def save_arrays(path, arrays: dict, meta: dict, overwrite: bool = False, *,
