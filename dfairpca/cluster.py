@@ -464,11 +464,17 @@ def check_workers_see(client, path, what: str, *, output: bool = False, shown=No
         if isinstance(here, str):  # not readable here either: nothing to compare with
             return
         seen = client.run(_sees_file, path, on_error="return")
+    failed = sorted((a, e) for a, e in seen.items() if isinstance(e, BaseException))
+    if failed:  # not an answer about the path: a worker that cannot run the question
+        (address, exc), more = failed[0], len(failed) - 1
+        raise ConnectionError(
+            f"cannot ask the Dask worker {address}{f' (and {more} more)' if more else ''} whether "
+            f"it sees {str(shown or path)!r} ({type(exc).__name__}: {exc}); every worker needs "
+            "the same dfairpca, dask and distributed versions as this process"
+        )
     bad = {}
     for address, answer in sorted(seen.items()):
-        if isinstance(answer, BaseException):
-            bad[address] = f"{type(answer).__name__}: {answer}"
-        elif output and answer is not None:
+        if output and answer is not None:
             bad[address] = answer
         elif not output and answer != here:
             bad[address] = answer if isinstance(answer, str) else "another file is there"
