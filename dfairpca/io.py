@@ -384,9 +384,10 @@ def _absent_chunks(array) -> list:
     return [(key, c) for c in _chunk_coords(array) if (key := _chunk_key(array, c)) not in present]
 
 
-def check_written(group, shown) -> None:
+def check_written(group, shown, fix: str | None = None) -> None:
     """Raise :class:`dfairpca.cluster.NotShared` unless every array of the Zarr ``group``
-    holds all its chunks, as this process sees the store; ``shown`` names it.
+    holds all its chunks, as this process sees the store; ``shown`` names it, ``fix`` is
+    what to do (default :data:`dfairpca.cluster.SHARE_FIX`).
 
     What this process checks after Dask workers wrote a store, before calling it written:
     a worker that does not share this machine's files writes its chunks on its own disk,
@@ -413,7 +414,7 @@ def check_written(group, shown) -> None:
         raise NotShared(
             f"{str(shown)!r} is not written: {count} of its {total} chunks (e.g. "
             f"{absent[0][1][0][0]!r}) are not in it, though the Dask workers wrote them: they "
-            f"wrote them at that path on their own machines; {SHARE_FIX}"
+            f"wrote them at that path on their own machines; {fix or SHARE_FIX}"
         )
 
 

@@ -177,9 +177,10 @@ def write_store(
                              "resumes there (overwrite=True, --overwrite, starts over)")
                 raise
         if client is not None:  # what the workers wrote, as this process sees it
+            from ..cluster import SHARE_FIX_LOCAL
             from ..io import check_written
 
-            check_written(zarr.open_group(partial, mode="r"), out)
+            check_written(zarr.open_group(partial, mode="r"), out, SHARE_FIX_LOCAL)
         shutil.rmtree(partial / DONE_DIR)
         return move_into_place(partial, out, STORE_KIND, overwrite=overwrite)
 
