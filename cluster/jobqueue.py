@@ -1,8 +1,11 @@
 """A Dask cluster of SLURM or PBS batch jobs for dfairpca, kept up until Ctrl-C.
 
-Needs ``pip install dask-jobqueue`` (0.9) next to dfairpca, a shared file system for the
-data and the scheduler file, and the same Python environment on the compute nodes (the
-jobs run ``<this python> -m distributed.cli.dask_worker``).  Run it on a login node, or in
+Needs ``pip install dask-jobqueue`` (0.9) next to dfairpca, a shared file system mounted at
+the same path on the login and compute nodes for the data, the stores the workers write
+(``transform --out``) and the scheduler file (the model and checkpoint are written by the
+client; cluster/README.md says what must be shared and how dfairpca checks it), and the
+same Python environment on the compute nodes (the jobs run ``<this python> -m
+distributed.cli.dask_worker``).  Run it on a login node, or in
 a small long-running job of its own (the scheduler runs in this process):
 
     python cluster/jobqueue.py --system slurm --jobs 8 --account myproject --queue compute \\

@@ -258,6 +258,9 @@ def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress
     import dask
     from dask import delayed
 
+    from .cluster import check_inputs_shared
+
+    check_inputs_shared(X)  # a worker that cannot see a local store: said now, by name
     if len(X.chunks[1]) > 1:  # a fold needs whole rows: merge the column chunks of each row chunk
         X = X.rechunk({1: -1})
     bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(int)

@@ -21,8 +21,8 @@ from ._fairness import covariance_terms, group_constraints, numeric_constraints
 from ._params import is_int
 from .moments import Moments
 
-__all__ = ["fitted_space", "standard_components", "fair_constraints", "fair_components",
-           "fraction_to_k", "mle_rank", "mle_evidence"]
+__all__ = ["fitted_space", "check_variance", "standard_components", "fair_constraints",
+           "fair_components", "fraction_to_k", "mle_rank", "mle_evidence"]
 
 
 def fitted_space(m: Moments, center: bool, standardize: bool):
@@ -43,7 +43,25 @@ def fitted_space(m: Moments, center: bool, standardize: bool):
         sd, scale = _solvers.standard_scale(m.n, m.mean, np.diag(m.scatter), e)
         S = S / np.outer(sd, sd)
         e = 0
+    check_variance(float(np.trace(S)), m.n, m.mean)
     return S, scale, e
+
+
+def check_variance(total: float, n: int, mean) -> None:
+    """Refuse data whose total variance (the trace of the fitted operator) is zero: no
+    direction holds any of it, and every explained variance ratio would be 0 / 0.
+
+    All rows equal is the cause; all of them zero (``mean`` zero too) is also what a store
+    read as fill values looks like, which the message says.
+    """
+    if total > 0:
+        return
+    rows = "zero" if not np.any(mean) else "equal"
+    raise ValueError(
+        f"X has zero total variance: all its {int(n):,} rows are {rows}, so there is no "
+        "direction to fit; check the data (a Zarr store whose chunks are absent, read with "
+        "missing_chunks='fill', is its fill value throughout)"
+    )
 
 
 def standard_components(S: np.ndarray, n: int, k, eigen_solver: str) -> np.ndarray:

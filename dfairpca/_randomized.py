@@ -33,6 +33,7 @@ import numpy as np
 import scipy.linalg
 
 from . import _solvers
+from ._exact import check_variance
 from ._fairness import group_constraints, numeric_constraint_rows
 from ._thin_pass import (
     FirstMoments, Plan, as_rows, chunked, corrected, first_pass, restore_statistics, run_pass,
@@ -331,6 +332,8 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
 
     # the fitted space: standardisation and the constraint basis
     sd, scale = _solvers.standard_scale(m.n, m.mean, m.sq, m.exponent) if standardize else (None, None)
+    total = _trace(m, sd, off, plan, center)
+    check_variance(total, n, m.mean)  # before the other passes
     # the exact fit's rules on the same first-order fields (FirstMoments has Moments' API)
     C = group_constraints(m, names[:p]) if p else np.zeros((0, d))
     if len(numeric):
@@ -401,7 +404,6 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
                          split_every, progress).digests)
 
     captured, U = _components(fair, k, project)
-    total = _trace(m, sd, off, plan, center)
     per = np.split(_solvers.constraint_violation(U, C), np.cumsum(
         [a.n_groups for a in m.attributes] + [1] * len(numeric))[:-1]) if len(C) else []
     out = RandomizedFit(U, captured, total, 0 if standardize else plan.exponent, m.mean, scale, full, C, Q,

@@ -215,7 +215,7 @@ def zarr_store(path, storage_options: dict | None = None):
     """What ``zarr.open*`` takes for ``path``: the path itself if local, else an
     FsspecStore made with the options (which then travel with it to the workers)."""
     if not is_remote(path):
-        return str(path)
+        return os.path.abspath(path)  # a worker's working directory is not this process's
     from zarr.storage import FsspecStore
 
     loc = location(path, storage_options)
@@ -546,8 +546,8 @@ def open_zarr(store, storage_options: dict | None = None):
         path = local_path(store)
         if not path.exists():
             raise FileNotFoundError(f"no Zarr store at {str(path)!r}")
-        try:
-            return zarr.open(str(path), mode="r")
+        try:  # absolute: a worker's working directory is not this process's
+            return zarr.open(os.path.abspath(path), mode="r")
         except Exception as exc:  # zarr raises several types for "not a store"
             raise ValueError(f"{str(path)!r} is not a Zarr store: {exc}") from exc
     loc = location(store, storage_options)

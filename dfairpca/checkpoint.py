@@ -190,6 +190,9 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     for name, a in (("codes", codes), ("mask", mask)):
         if a is not None and len(a) != X.shape[0]:
             raise ValueError(f"{name} has {len(a)} rows but X has {X.shape[0]}")
+    from .cluster import check_inputs_shared
+
+    check_inputs_shared(X)  # before the workers' first read: the digests come before the pass
     fingerprint = job_fingerprint(X, codes, categories, mask, **compute_kw)
     state = _load(path) if resume else None
     if state is None:

@@ -749,6 +749,8 @@ def cmd_transform(args):
     from ._remote import zarr_store
     from ._writes import atomic_directory, marker_attributes, writing_every_chunk
     from .celeba.schema import copy_labels
+    from .cluster import check_inputs_shared, check_workers_see
+    from .io import check_written
 
     start = time.perf_counter()
     out = _place(args.out, _storage(args))
@@ -766,13 +768,15 @@ def cmd_transform(args):
     else:
         Y = model.transform(Xf)
         name = "representation"
-    with _client(args):
+    with _client(args) as client:
         t = time.perf_counter()
+        check_inputs_shared(X, client)
         # a URL's result is written by the workers straight to its temporary prefix
         with atomic_directory(out, "store", overwrite=args.overwrite, protect=protect,
                               direct=True) as tmp, writing_every_chunk():
             import zarr
 
+            check_workers_see(client, tmp, "the output store", output=True, shown=out)
             g = zarr.open_group(zarr_store(tmp, _storage(args)), mode="w", attributes={
                 "model": str(args.model), "source": data.label, "content": name,
                 **marker_attributes("store"),
@@ -784,6 +788,7 @@ def cmd_transform(args):
             # the CelebA layout's labels travel along (other stores' rows keep X's order)
             if data.celeba:
                 copy_labels(data.root, g)
+            check_written(g, out)  # the workers' chunks, as this process sees them
         dt = time.perf_counter() - t
     print(f"wrote {name} {Y.shape} to {out} in {dt:.1f} s")
     return {

@@ -6,16 +6,24 @@ command line uses to make one active: a running scheduler given by address
 (``--scheduler tcp://host:8786``) or by scheduler file (``--scheduler-file``), or else a
 :class:`distributed.LocalCluster` sized to this machine.  Recipes for starting schedulers
 and workers on SSH hosts, SLURM/PBS and Kubernetes are in the repository's ``cluster/``.
+
+Workers open the local paths they are given (the data, the output stores) on their own
+machines: :func:`check_workers_see` asks every worker, before the work, whether it sees
+there what this process sees, and :class:`NotShared` names those that do not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import importlib.util
 import json
 import logging
+import os
+import secrets
 import signal
+import socket
 import ssl
 import sys
 import threading
@@ -26,8 +34,9 @@ from pathlib import Path
 from ._system import cpu_count
 
 __all__ = [
-    "SchedulerUnreachable", "NoWorkers", "WorkersLost", "connect", "describe", "local_cluster_size",
-    "scheduler_address_from_file", "check_scheduler",
+    "SchedulerUnreachable", "NoWorkers", "WorkersLost", "NotShared", "connect", "describe",
+    "local_cluster_size", "scheduler_address_from_file", "check_scheduler", "check_workers_see",
+    "check_inputs_shared", "active_client", "not_here",
 ]
 
 
@@ -70,6 +79,24 @@ class WorkersLost(NoWorkers):
     def saved(self, checkpoint, progress: str) -> "WorkersLost":
         """The same loss, saying that ``checkpoint`` holds ``progress``."""
         return WorkersLost(self.seconds, self.address, checkpoint, progress)
+
+
+class NotShared(FileNotFoundError):
+    """A local path this process reads or writes is not the same on some of the cluster's
+    workers: they run on machines that do not share this machine's files there."""
+
+
+#: what to do about a path the workers do not share, said by every :class:`NotShared`
+SHARE_FIX = ("put it on a file system that every worker mounts at the same path, give an "
+             "object-store URL instead (s3://..., with storage_options / --storage-options), or "
+             "compute on this machine (a local cluster: no --scheduler)")
+#: the same without the URL, for an input that only a local folder can be (CelebA's JPEGs)
+SHARE_FIX_LOCAL = ("put it on a file system that every worker mounts at the same path, or "
+                   "compute on this machine (no --scheduler)")
+#: bytes of an input file compared between this process and the workers (its size, whole)
+_HEAD_BYTES = 1 << 20
+#: workers named in a message, before "and N more"
+_NAMED_WORKERS = 5
 
 
 @contextlib.contextmanager
@@ -403,6 +430,163 @@ def _diagnose(exc: BaseException) -> tuple[str, str]:
     if isinstance(first, OSError):
         return (text.splitlines()[0] if text else type(first).__name__), _CHECK_RUNNING
     return f"the reply was not Dask's protocol: {type(first).__name__}", _CHECK_RUNNING
+
+
+# ---------------------------------------------------------------------------- shared paths
+def active_client():
+    """The active ``distributed.Client`` (the one Dask computes on), or None."""
+    if "distributed" not in sys.modules:  # never imported: no client can be active
+        return None
+    try:
+        from distributed import get_client
+
+        return get_client()
+    except (ImportError, ValueError):
+        return None
+
+
+def check_workers_see(client, path, what: str, *, output: bool = False, shown=None,
+                      fix: str = SHARE_FIX) -> None:
+    """Raise :class:`NotShared` unless every worker of ``client`` sees ``path`` as this
+    process does; nothing for a URL (every worker reaches it) or without a client.
+
+    A worker opens a local path on its own machine, and one that does not share this
+    machine's files finds nothing there: it would fail on the first chunk (or read an
+    absent store as fill values), or write its chunks to its own disk, out of this
+    process's sight.  One round trip to every worker, before the work, finds it out.
+
+    Parameters
+    ----------
+    client : distributed.Client or None
+    path : str or Path
+        Input: a file this process reads (a Zarr array's metadata), which every worker must
+        find with the same size and first MiB.  ``output``: a folder this process made
+        for the workers to write into (a temporary one: a token file is written there and
+        removed), whose token every worker must read, and where it must be able to write.
+    what : str
+        What ``path`` is, for the message ("the input store").
+    shown : str or Path, optional
+        The path the user gave, named in the message (default ``path``).
+    fix : str
+        What to do about it, said at the end of the message.
+    """
+    from ._remote import is_remote
+
+    if client is None or is_remote(path):
+        return
+    path = os.path.abspath(path)
+    if output:
+        name = f".dfairpca-probe-{secrets.token_hex(8)}"
+        token = secrets.token_hex(16)
+        with open(os.path.join(path, name), "w") as f:
+            f.write(token)
+        try:
+            seen = client.run(_sees_folder, path, name, token, on_error="return")
+        finally:
+            os.unlink(os.path.join(path, name))
+        here = None
+    else:
+        here = _sees_file(path)
+        if isinstance(here, str):  # not readable here either: nothing to compare with
+            return
+        seen = client.run(_sees_file, path, on_error="return")
+    failed = sorted((a, e) for a, e in seen.items() if isinstance(e, BaseException))
+    if failed:  # not an answer about the path: a worker that cannot run the question
+        (address, exc), more = failed[0], len(failed) - 1
+        raise ConnectionError(
+            f"cannot ask the Dask worker {address}{f' (and {more} more)' if more else ''} whether "
+            f"it sees {str(shown or path)!r} ({type(exc).__name__}: {exc}); every worker needs "
+            "the same dfairpca, dask and distributed versions as this process"
+        )
+    bad = {}
+    for address, answer in sorted(seen.items()):
+        if output and answer is not None:
+            bad[address] = answer
+        elif not output and answer != here:
+            bad[address] = answer if isinstance(answer, str) else "another file is there"
+    if bad:
+        named = ", ".join(f"{a} ({why})" for a, why in list(bad.items())[:_NAMED_WORKERS])
+        more = f" and {len(bad) - _NAMED_WORKERS} more" if len(bad) > _NAMED_WORKERS else ""
+        verb = "write" if output else "read"
+        who = f"{len(bad)} of the {len(seen)} Dask workers" if len(seen) > 1 else "the Dask worker"
+        raise NotShared(
+            f"{who} cannot {verb} {what} "
+            f"{str(shown or path)!r} at that path, which they open on their own machines: "
+            f"{named}{more}; {fix}"
+        )
+
+
+def check_inputs_shared(X, client=None) -> None:
+    """:func:`check_workers_see` for every local Zarr array the Dask array X's graph reads
+    (its metadata file), on ``client`` (default: the active one, if any)."""
+    client = client if client is not None else active_client()
+    if client is None:
+        return
+    from ._remote import zarr_arrays
+
+    seen = set()
+    for array in zarr_arrays(X):
+        root = getattr(array.store, "root", None)  # a local store's folder
+        if root is None:
+            continue
+        meta = "zarr.json" if array.metadata.zarr_format == 3 else ".zarray"
+        folder = os.path.join(os.fspath(root), *array.path.split("/")) if array.path else os.fspath(root)
+        if folder not in seen:
+            seen.add(folder)
+            check_workers_see(client, os.path.join(folder, meta), "the Zarr array", shown=folder)
+
+
+def not_here(path, what: str, verb: str = "reads") -> NotShared:
+    """The error of a process that does not find ``what`` at ``path`` (a worker reading
+    a store that is not there): names this worker and the fix."""
+    try:
+        from distributed import get_worker
+
+        where = f"the Dask worker {get_worker().address}"
+    except (ImportError, ValueError):
+        where = f"this process (host {socket.gethostname()})"
+    return NotShared(f"{what} {str(path)!r} does not exist on {where}, which {verb} it at that "
+                     f"path on its own machine; {SHARE_FIX}")
+
+
+def _sees_file(path: str):
+    """(size, sha256 of the first MiB) of the file ``path`` as this process sees it, or
+    why it cannot (run on every worker by :func:`check_workers_see`)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEAD_BYTES)
+            size = os.fstat(f.fileno()).st_size
+    except OSError as exc:
+        return _why(exc)
+    return size, hashlib.sha256(head).hexdigest()
+
+
+def _sees_folder(path: str, name: str, token: str):
+    """None if the folder ``path`` holds the file ``name`` with ``token`` and takes a new
+    file; else why not (run on every worker by :func:`check_workers_see`)."""
+    try:
+        with open(os.path.join(path, name)) as f:
+            if f.read() != token:
+                return "another folder is there"
+    except OSError as exc:
+        return _why(exc)
+    probe = os.path.join(path, f"{name}-{secrets.token_hex(8)}")
+    try:
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as exc:
+        return f"cannot write there: {_why(exc)}"
+    return None
+
+
+def _why(exc: OSError) -> str:
+    """An OSError as a few words: "not there", "no permission", or its strerror."""
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        return "not there"
+    if isinstance(exc, PermissionError):
+        return "no permission"
+    return exc.strerror or type(exc).__name__
 
 
 def _dashboard(client) -> str:

@@ -29,7 +29,7 @@ __all__ = [
     "read_marker", "write_marker", "marker", "marker_attributes", "writing_every_chunk",
     "local_zarr_roots", "OutputPathError", "MARKER", "MARKER_KEY", "FORMAT_VERSION",
     "MissingChunkError", "CorruptChunkError", "SavedFileError", "strict_array", "strict_group",
-    "read_checked",
+    "read_checked", "check_written",
 ]
 
 FORMAT_VERSION = 1
@@ -58,6 +58,9 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
         store looks like; dfairpca's own stores hold every chunk.  "error": refuse it (a
         :class:`MissingChunkError` naming the chunk and its rows, here if the store can be
         listed cheaply, else when the chunk is read); "fill": read it as zarr does.
+        Either way, a local store that a Dask worker does not find at that path (it does
+        not share this machine's files) is :class:`dfairpca.cluster.NotShared`, never
+        fill values.
 
     Returns
     -------
@@ -95,8 +98,8 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
     if rows_per_chunk is None:
         target = rows_per_block(row_bytes)
         rows_per_chunk = max(chunks[0], (target // chunks[0]) * chunks[0])
+    node = strict_array(node, fill=missing_chunks == "fill")
     if missing_chunks == "error":
-        node = strict_array(node)
         _check_chunks_present(node)
     chunks = (rows_per_chunk,) + tuple(shape[1:])
     # dask's from_zarr with our getter: the graph still holds the zarr.Array itself (the
@@ -150,19 +153,33 @@ def _strict_store_class():
     from zarr.storage import WrapperStore
 
     class StrictStore(WrapperStore):
-        """A store on which an absent chunk is an error instead of fill values.
+        """A store on which an absent chunk is an error instead of fill values (with
+        ``fill``: fill values, as zarr reads it), and a local store that is not there at
+        all, where a Dask worker reads it, is :class:`dfairpca.cluster.NotShared`.
 
         Zarr asks the store for every chunk it reads and fills the ones it gets None for;
         raising there costs no request and works on any store (local, fsspec, zip) in
-        whichever process reads.  Metadata lookups may still find nothing.
+        whichever process reads.  Metadata lookups may still find nothing.  Only an absent
+        chunk costs a look for the store's metadata (a few ``stat`` calls, local stores
+        only): a worker on a machine that does not share the store's folder finds none.
         """
+
+        def __init__(self, store, fill: bool = False):
+            super().__init__(store)
+            self.fill = fill
 
         async def get(self, key, prototype, byte_range=None):
             value = await self._store.get(key, prototype, byte_range)
             if value is None and key.rsplit("/", 1)[-1] not in _METADATA_NAMES:
-                raise MissingChunkError(
-                    f"chunk {key!r} is missing from the Zarr store {str(self._store)!r}; "
-                    "restore it or rewrite the store", key)
+                root = getattr(self._store, "root", None)
+                if root is not None and not _metadata_along(root, key):
+                    from .cluster import not_here
+
+                    raise not_here(root, "the Zarr store")
+                if not self.fill:
+                    raise MissingChunkError(
+                        f"chunk {key!r} is missing from the Zarr store {str(self._store)!r}; "
+                        "restore it or rewrite the store", key)
             return value
 
         async def get_partial_values(self, prototype, key_ranges):
@@ -181,7 +198,7 @@ def _strict_store_class():
             return getattr(self._store, name)
 
         def __reduce__(self):  # a class made in a function pickles through a module function
-            return _strict_store, (self._store,)
+            return _strict_store, (self._store, self.fill)
 
     _StrictStore = StrictStore
     return StrictStore
@@ -190,23 +207,39 @@ def _strict_store_class():
 _StrictStore = None
 
 
-def _strict_store(store):
-    """``store`` wrapped so that reading an absent chunk raises :class:`MissingChunkError`."""
-    return _strict_store_class()(store)
+def _strict_store(store, fill: bool = False):
+    """``store`` wrapped so that reading an absent chunk raises :class:`MissingChunkError`
+    (with ``fill``: reads fill values), and reading a local store that is not there raises
+    :class:`dfairpca.cluster.NotShared`."""
+    return _strict_store_class()(store, fill)
 
 
-def strict_array(array):
-    """``array`` reopened on a store that refuses absent chunks (see :func:`from_zarr`)."""
+def _metadata_along(root, key: str) -> bool:
+    """Whether the local store at ``root`` holds a metadata file (of Zarr 3 or 2) in its
+    root or any folder above the chunk ``key``: false where the store is not there at all."""
+    parts = key.split("/")[:-1]
+    folders = [os.path.join(os.fspath(root), *parts[:i]) for i in range(len(parts) + 1)]
+    return any(os.path.exists(os.path.join(folder, name))
+               for folder in folders for name in ("zarr.json", ".zarray", ".zgroup"))
+
+
+def strict_array(array, *, fill: bool = False):
+    """``array`` reopened on a store that refuses absent chunks (see :func:`from_zarr`);
+    with ``fill``, one that reads them as fill values but refuses a store not there."""
     import zarr
 
     cls = _strict_store_class()
-    if isinstance(array.store, cls):
-        return array
-    return zarr.open_array(store=_strict_store(array.store), path=array.path, mode="r")
+    store = array.store
+    if isinstance(store, cls):
+        if store.fill == fill:
+            return array
+        store = store._store
+    return zarr.open_array(store=_strict_store(store, fill), path=array.path, mode="r")
 
 
 def strict_group(group):
-    """``group`` reopened so that every array read from it refuses absent chunks."""
+    """``group`` reopened so that every array read from it refuses absent chunks (and a
+    local store not there, see :func:`strict_array`)."""
     import zarr
 
     cls = _strict_store_class()
@@ -219,7 +252,8 @@ def read_checked(array, selection, asarray=True, lock=None):
     """``array[selection]`` (dask's getter), with a failed read named by its chunk and rows.
 
     An absent chunk (on a strict store) raises :class:`MissingChunkError`, an unreadable
-    one :class:`CorruptChunkError`: one line each instead of a codec traceback.
+    one :class:`CorruptChunkError`, a local store not there (where a Dask worker reads it)
+    :class:`dfairpca.cluster.NotShared`: one line each instead of a codec traceback.
     """
     from dask.array.core import getter
 
@@ -230,6 +264,10 @@ def read_checked(array, selection, asarray=True, lock=None):
                        if _chunk_key(array, c) == exc.key), None)
         raise MissingChunkError(_missing_message(array, [(exc.key, coords)]), exc.key) from None
     except Exception as exc:
+        from .cluster import NotShared
+
+        if isinstance(exc, NotShared):  # the store is not there at all: said as it is
+            raise
         if (url := store_url(array.store)) and (access := explained(exc, url)) is not exc:
             raise access from None  # a worker's credentials or endpoint, not the data
         found = _failing_chunk(array, selection)
@@ -318,22 +356,66 @@ def _check_chunks_present(array) -> None:
     Skipped (left to the read tasks) when the store cannot list or holds more than
     :data:`LISTING_LIMIT` chunks for this array.
     """
+    if _chunk_count(array) > LISTING_LIMIT or not array.store.supports_listing:
+        return
+    missing = _absent_chunks(array)
+    if missing:
+        raise MissingChunkError(_missing_message(array, missing), missing[0][0])
+
+
+def _chunk_count(array) -> int:
+    """How many objects (chunks, or shards where sharded) ``array`` stores."""
+    return int(np.prod([-(-s // c) for s, c in zip(array.shape, _store_chunks(array))]))
+
+
+def _absent_chunks(array) -> list:
+    """(key, coords) of every stored object of ``array`` absent from its store, by one
+    listing of the store (which must support listing)."""
     from zarr.core.sync import sync
 
-    counts = [-(-s // c) for s, c in zip(array.shape, _store_chunks(array))]
-    total = int(np.prod(counts))
-    if total == 0 or total > LISTING_LIMIT or not array.store.supports_listing:
-        return
+    if _chunk_count(array) == 0:
+        return []
     prefix = f"{array.path}/" if array.path else ""
 
     async def _keys():
         return {k async for k in array.store.list_prefix(prefix)}
 
     present = sync(_keys())
-    missing = [(key, c) for c in _chunk_coords(array)
-               if (key := _chunk_key(array, c)) not in present]
-    if missing:
-        raise MissingChunkError(_missing_message(array, missing), missing[0][0])
+    return [(key, c) for c in _chunk_coords(array) if (key := _chunk_key(array, c)) not in present]
+
+
+def check_written(group, shown, fix: str | None = None) -> None:
+    """Raise :class:`dfairpca.cluster.NotShared` unless every array of the Zarr ``group``
+    holds all its chunks, as this process sees the store; ``shown`` names it, ``fix`` is
+    what to do (default :data:`dfairpca.cluster.SHARE_FIX`).
+
+    What this process checks after Dask workers wrote a store, before calling it written:
+    a worker that does not share this machine's files writes its chunks on its own disk,
+    and the store here would hold metadata only, read as fill values.  One listing of
+    the store; nothing for a store that cannot list.
+    """
+    import warnings
+
+    import zarr
+
+    from .cluster import SHARE_FIX, NotShared
+
+    if not group.store.supports_listing:
+        return
+    with warnings.catch_warnings():  # a writer's own folder in the group (.done) makes zarr warn
+        warnings.simplefilter("ignore")
+        arrays = [group] if isinstance(group, zarr.Array) else [
+            node for _, node in group.members(max_depth=None) if isinstance(node, zarr.Array)]
+    absent = [(a, _absent_chunks(a)) for a in arrays]
+    absent = [(a, missing) for a, missing in absent if missing]
+    if absent:
+        count = sum(len(missing) for _, missing in absent)
+        total = sum(_chunk_count(a) for a in arrays)
+        raise NotShared(
+            f"{str(shown)!r} is not written: {count} of its {total} chunks (e.g. "
+            f"{absent[0][1][0][0]!r}) are not in it, though the Dask workers wrote them: they "
+            f"wrote them at that path on their own machines; {fix or SHARE_FIX}"
+        )
 
 
 def save_arrays(path, arrays: dict, meta: dict, overwrite: bool = False, *,

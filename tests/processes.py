@@ -1,8 +1,13 @@
-"""Ctrl-C for a command run as a terminal runs a job: what the interrupt tests share."""
+"""Processes the tests start: a command interrupted as Ctrl-C in a terminal does, and real
+`dask scheduler` / `dask worker` processes (optionally each in its own mount namespace)."""
 
 import os
 import signal
 import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
 
 
 def interrupted(cmd, ready, *, timeout: float, **popen) -> tuple[int, str, str]:
@@ -24,3 +29,101 @@ def interrupted(cmd, ready, *, timeout: float, **popen) -> tuple[int, str, str]:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return proc.returncode, out, err
+
+
+def dask_env():
+    """Environment of the scheduler and worker processes: one BLAS thread each, and the
+    test modules importable (a task may call a function of one)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    paths = (str(TESTS / "integration"), str(TESTS), env.get("PYTHONPATH"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    return env
+
+
+def private_folder(folder) -> list[str]:
+    """The prefix of a command that runs it in its own mount namespace with an empty tmpfs
+    over ``folder``: what a worker on another machine sees of this one's folder (root and
+    ``unshare`` needed, see :func:`can_unshare`)."""
+    return ["unshare", "--mount", "--", "sh", "-c", 'mount -t tmpfs dfairpca-test "$0" && exec "$@"',
+            str(folder)]
+
+
+def can_unshare() -> str | None:
+    """None if :func:`private_folder` works here, else why not (for a skip)."""
+    try:
+        done = subprocess.run(["unshare", "--mount", "--", "sh", "-c", "mount -t tmpfs none /mnt"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unshare cannot run: {exc}"
+    if done.returncode:
+        return (f"a worker needs its own mount namespace (root and unshare): "
+                f"`unshare --mount` + `mount -t tmpfs` failed: {done.stderr.strip()}")
+    return None
+
+
+class DaskProcesses:
+    """A `dask scheduler` process and `dask worker` processes, stopped and reaped on exit;
+    ``prefixes``: one command prefix per worker (a network or mount namespace)."""
+
+    def __init__(self, tmp_path, host="127.0.0.1", worker_hosts=("127.0.0.1",) * 2, prefixes=None,
+                 extra_args=(), worker_args=()):
+        self.dir = tmp_path
+        self.scheduler_file = tmp_path / "scheduler.json"
+        self.host, self.worker_hosts = host, list(worker_hosts)
+        self.prefixes = prefixes or [[] for _ in self.worker_hosts]
+        self.extra_args = list(extra_args)  # for the scheduler and every worker (TLS)
+        self.worker_args = list(worker_args)  # for every worker only
+        self.scheduler, self.workers = None, []
+
+    def _spawn(self, args, log, prefix=()):
+        out = open(self.dir / log, "w")
+        try:
+            return subprocess.Popen([*prefix, sys.executable, "-m", *args, *self.extra_args],
+                                    stdout=out, stderr=subprocess.STDOUT, env=dask_env(), cwd=self.dir)
+        finally:
+            out.close()
+
+    def __enter__(self):
+        try:
+            self.scheduler = self._spawn(
+                ["distributed.cli.dask_scheduler", "--host", self.host, "--port", "0",
+                 "--scheduler-file", str(self.scheduler_file), "--no-dashboard"],
+                "scheduler.log")
+            for host, prefix in zip(self.worker_hosts, self.prefixes):
+                self.add_worker(host, prefix)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def add_worker(self, host="127.0.0.1", prefix=()):
+        """Start one more `dask worker` process (one thread, no nanny: SIGKILL ends it)."""
+        i = len(self.workers)
+        self.workers.append(self._spawn(
+            ["distributed.cli.dask_worker", "--scheduler-file", str(self.scheduler_file),
+             "--nworkers", "1", "--nthreads", "1", "--memory-limit", "2GiB",
+             "--no-nanny", "--no-dashboard", "--host", host,
+             "--local-directory", str(self.dir / f"w{i}"), *self.worker_args],
+            f"worker{i}.log", prefix))
+
+    def __exit__(self, *exc):
+        # workers first, so that none waits on a scheduler that is already gone
+        stop(self.workers)
+        stop([self.scheduler] if self.scheduler is not None else [])
+
+    def logs(self) -> str:
+        logs = sorted(self.dir.glob("*.log"))
+        return "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in logs)
+
+
+def stop(procs):
+    """SIGTERM, then SIGKILL after 10 s; always reaped."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

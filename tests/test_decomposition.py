@@ -374,6 +374,23 @@ def test_nan_and_inf_rows_are_named(xg, kind):
         dfairpca.FairPCA(2).fit(Xin, sensitive_features=z)
 
 
+@pytest.mark.parametrize("solver", ["full", "randomized"])
+@pytest.mark.parametrize("value", [0.0, 3.0])
+def test_data_without_variance_is_an_error_naming_the_cause(xg, solver, value):
+    """Every explained variance ratio would be 0 / 0 (NaN, and a model saved as if fine)."""
+    X, z = xg
+    X = np.full_like(X, value)
+    rows = "zero" if value == 0 else "equal"
+    for est, kw in [(dfairpca.PCA(2, svd_solver=solver), {}),
+                    (dfairpca.FairPCA(2, svd_solver=solver), {"sensitive_features": z})]:
+        with pytest.raises(ValueError, match=f"zero total variance: all its {len(X)} rows are {rows}"):
+            est.fit(X, **kw)
+    with pytest.raises(ValueError, match="zero total variance"):
+        dfairpca.PCA(2, standardize=True).fit(X)
+    # without centring, equal rows still hold a direction: the mean's
+    assert dfairpca.PCA(1, center=False).fit(X + 1).explained_variance_ratio_[0] == pytest.approx(1)
+
+
 def test_transform_errors(xg):
     X, z = xg
     with pytest.raises(NotFittedError, match="not fitted yet"):

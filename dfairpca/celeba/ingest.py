@@ -124,6 +124,11 @@ def ingest_celeba(
         partition_file = celeba_dir / "list_eval_partition.txt"
         partition = _read_partition_file(partition_file, files) if partition_file.exists() else None
         _check_images_exist(image_dir, files, attr_file)
+        if client is not None:  # the workers decode the JPEGs: do they see them?
+            from ..cluster import SHARE_FIX_LOCAL, check_workers_see
+
+            check_workers_see(client, image_dir / files[0], "the CelebA folder", shown=celeba_dir,
+                              fix=SHARE_FIX_LOCAL)
         if size == "full":
             size = _image_size(image_dir / files[0])
         shape = face_shape(size, color)
@@ -141,7 +146,7 @@ def ingest_celeba(
                 "celeba_dir": str(celeba_dir.resolve()),
                 "list_attr_sha256": _sha256(attr_file),
             },
-            labels=labels, write_chunk=_ingest_chunk, args=(str(image_dir), image_shape(size), bool(color)),
+            labels=labels, write_chunk=_ingest_chunk, args=(str(image_dir.absolute()), image_shape(size), bool(color)),
             n_jobs=n_jobs, client=client, progress=progress, overwrite=overwrite,
             protect=protect, desc="ingest CelebA", workers=workers, read_part=_ingest_part,
         )

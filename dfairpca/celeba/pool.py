@@ -101,8 +101,11 @@ def write_store(
         Processes writing chunks (default the usable CPUs): this one and ``n_jobs - 1``
         spawned ones, each taking one chunk at a time; ``1`` runs in this process only.
     client : distributed.Client, optional
-        Run the ranges of chunks as Dask tasks on its cluster instead (its workers must see
-        ``out``'s folder and the inputs at the same paths).
+        Run the ranges of chunks as Dask tasks on its cluster instead.  Its workers must
+        see ``out``'s folder and the inputs at the same paths: every worker is asked
+        whether it sees the partial store before any chunk is sent
+        (:func:`dfairpca.cluster.check_workers_see`), and every chunk must be in it, as
+        this process sees it, before it is moved into place.
     overwrite : bool
         Replace a store dfairpca wrote at ``out`` and discard a partial one.
     protect : dict, optional
@@ -145,20 +148,27 @@ def write_store(
                     group[name][:] = values
             (partial / DONE_DIR).mkdir()
             (partial / DONE_DIR / CODE_FILE).write_text(code_digest())
+        if client is not None:  # its workers write the chunks: first, do they see the store?
+            from ..cluster import SHARE_FIX_LOCAL, check_workers_see
+
+            check_workers_see(client, partial / DONE_DIR, "the store", output=True, shown=out,
+                              fix=SHARE_FIX_LOCAL)
         done = _done(partial)
         pending = [chunk for chunk in chunks if chunk[0] not in done]
         with tqdm(total=n, initial=n - sum(c[2] - c[1] for c in pending), desc=desc, unit="img",
                   disable=not progress) as bar:
             try:
+                # absolute: a worker's working directory is not this process's
+                store = str(partial.absolute())
                 if client is None and n_jobs == 1:
-                    _write_range(write_chunk, str(partial), pending, args, on_chunk=bar.update)
+                    _write_range(write_chunk, store, pending, args, on_chunk=bar.update)
                 elif pending:
                     slots = n_jobs if client is None else sum(client.nthreads().values())
                     # processes take one chunk at a time (a task costs them nothing to send);
                     # Dask tasks, a few ranges of chunks per worker
                     parts = ([[c] for c in pending] if client is None else
                              split(pending, slots * TASKS_PER_WORKER))
-                    tasks = [(write_chunk, str(partial), part, args) for part in parts]
+                    tasks = [(write_chunk, store, part, args) for part in parts]
                     run_tasks(_write_range, tasks, n_jobs=n_jobs, client=client, workers=workers,
                               refresh=lambda: bar.update(_rows_done(partial, chunks) - bar.n),
                               split=None if read_part is None else Split(
@@ -167,6 +177,11 @@ def write_store(
                 exc.add_note(f"dfairpca kept the finished chunks in {partial}: the same call again "
                              "resumes there (overwrite=True, --overwrite, starts over)")
                 raise
+        if client is not None:  # what the workers wrote, as this process sees it
+            from ..cluster import SHARE_FIX_LOCAL
+            from ..io import check_written
+
+            check_written(zarr.open_group(partial, mode="r"), out, SHARE_FIX_LOCAL)
         shutil.rmtree(partial / DONE_DIR)
         write_marker(partial, STORE_KIND)  # finished: what is added later is a user's
         return move_into_place(partial, out, STORE_KIND, overwrite=overwrite)
@@ -313,8 +328,14 @@ def _is_resumable(partial: Path, settings: dict, shape: tuple, chunk_rows: int) 
 def _write_range(write_chunk, store: str, chunks: list[tuple], args: tuple, on_chunk=None) -> int:
     """Write ``chunks`` to ``store`` one after the other, marking each done; the rows written.
 
-    What one task runs, in a worker process, a Dask worker or this process.
+    What one task runs, in a worker process, a Dask worker or this process.  A Dask
+    worker that does not find ``store`` (made by the caller) is on a machine that does not
+    share the caller's folder, which it is told, by name.
     """
+    if not Path(store).is_dir():
+        from ..cluster import not_here
+
+        raise not_here(store, "the store being written", "writes")
     rows = 0
     with writing_every_chunk():  # set here: a worker process does not inherit it
         for chunk in chunks:

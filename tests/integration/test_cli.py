@@ -46,6 +46,18 @@ def sched(client):
     return ["--scheduler", client.scheduler.address]
 
 
+def test_fit_of_a_store_of_fill_values_only_is_a_one_line_error(tmp_path, capsys, sched):
+    """Every chunk absent, read as fill values (--missing-chunks fill): zero variance,
+    refused instead of "nan% of the variance kept" and a model."""
+    data = tmp_path / "x.zarr"
+    zarr.create_array(str(data), shape=(40, 6), chunks=(10, 6), dtype="float64", fill_value=0.0)
+    code, out, err = run(["fit", data, "--method", "pca", "-k", "2", "--out", tmp_path / "m",
+                          "--missing-chunks", "fill", *sched], capsys)
+    assert code == 2 and "variance kept" not in out and not (tmp_path / "m").exists(), out + err
+    assert err.startswith("dfairpca fit: error: X has zero total variance: all its 40 rows are zero")
+    assert "missing_chunks='fill'" in err and err.count("\n") == 1, err
+
+
 def test_fit_transform_show_round_trip(store, tmp_path, capsys, sched):
     model = tmp_path / "model"
     fit20 = ["fit", store, "--attribute", "Eyeglasses", "--attribute", "Smiling", "-k", "20",

@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,84 +22,9 @@ import zarr
 import dfairpca
 from dfairpca.cluster import NoWorkers, SchedulerUnreachable, connect, describe, local_cluster_size
 from oracle import make_data, max_angle_deg
-from processes import interrupted
+from processes import DaskProcesses, dask_env, interrupted
 
-TESTS = Path(__file__).resolve().parent
 N, H, W = 3000, 5, 8
-
-
-def _env():
-    """Environment of the worker processes: can import this module (for _slow_copy)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), str(TESTS.parent), env.get("PYTHONPATH")) if p)
-    return env
-
-
-class DaskProcesses:
-    """A `dask scheduler` process and `dask worker` processes, stopped and reaped on exit."""
-
-    def __init__(self, tmp_path, host="127.0.0.1", worker_hosts=("127.0.0.1",) * 2, prefixes=None,
-                 extra_args=(), worker_args=()):
-        self.dir = tmp_path
-        self.scheduler_file = tmp_path / "scheduler.json"
-        self.host, self.worker_hosts = host, list(worker_hosts)
-        self.prefixes = prefixes or [[] for _ in self.worker_hosts]
-        self.extra_args = list(extra_args)  # for the scheduler and every worker (TLS)
-        self.worker_args = list(worker_args)  # for every worker only
-        self.scheduler, self.workers = None, []
-
-    def _spawn(self, args, log, prefix=()):
-        out = open(self.dir / log, "w")
-        try:
-            return subprocess.Popen([*prefix, sys.executable, "-m", *args, *self.extra_args],
-                                    stdout=out, stderr=subprocess.STDOUT, env=_env(), cwd=self.dir)
-        finally:
-            out.close()
-
-    def __enter__(self):
-        try:
-            self.scheduler = self._spawn(
-                ["distributed.cli.dask_scheduler", "--host", self.host, "--port", "0",
-                 "--scheduler-file", str(self.scheduler_file), "--no-dashboard"],
-                "scheduler.log")
-            for host, prefix in zip(self.worker_hosts, self.prefixes):
-                self.add_worker(host, prefix)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def add_worker(self, host="127.0.0.1", prefix=()):
-        """Start one more `dask worker` process (one thread, no nanny: SIGKILL ends it)."""
-        i = len(self.workers)
-        self.workers.append(self._spawn(
-            ["distributed.cli.dask_worker", "--scheduler-file", str(self.scheduler_file),
-             "--nworkers", "1", "--nthreads", "1", "--memory-limit", "2GiB",
-             "--no-nanny", "--no-dashboard", "--host", host,
-             "--local-directory", str(self.dir / f"w{i}"), *self.worker_args],
-            f"worker{i}.log", prefix))
-
-    def __exit__(self, *exc):
-        # workers first, so that none waits on a scheduler that is already gone
-        _stop(self.workers)
-        _stop([self.scheduler] if self.scheduler is not None else [])
-
-    def logs(self) -> str:
-        logs = sorted(self.dir.glob("*.log"))
-        return "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in logs)
-
-
-def _stop(procs):
-    """SIGTERM, then SIGKILL after 10 s; always reaped."""
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 @pytest.fixture
@@ -147,6 +71,23 @@ def test_fit_through_scheduler_file_equals_local_fit(processes, data):
             "_fold" in str(entry) for entry in dask_worker.state.log))
         assert all(count > 0 for count in ran.values()), ran  # both workers read chunks
     assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
+
+
+def test_relative_paths_name_this_process_s_folders_on_the_workers_too(processes, data, monkeypatch):
+    """The workers run in another working directory (as on other machines): a relative
+    store path is this process's, whether the workers read it or write it."""
+    from dfairpca.celeba import synth_celeba
+
+    path, labels, local = data
+    monkeypatch.chdir(path.parent)
+    assert processes.dir != path.parent  # the workers' working directory
+    with connect(scheduler_file=processes.scheduler_file, timeout=20) as client:
+        client.wait_for_workers(2, timeout=30)
+        Xz = dfairpca.from_zarr(path.name, "images", rows_per_chunk=250)
+        remote = dfairpca.FairPCA(6, compute_dtype="float64").fit(Xz, sensitive_features=labels)
+        synth_celeba("rel.zarr", n=48, size=8, chunk_rows=8, progress=False, client=client)
+    assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
+    assert dfairpca.from_zarr(path.parent / "rel.zarr", "images").shape == (48, 8, 8)
 
 
 def test_worker_killed_mid_pass_leaves_the_result_unchanged(processes, data):
@@ -296,7 +237,7 @@ def test_cli_fit_whose_workers_all_die_is_one_line_naming_resume(tmp_path, data)
                "--scheduler-file", str(procs.scheduler_file),
                "--timeout", str(NO_WORKERS_SECONDS)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=_env())
+                                env=dask_env())
         try:
             _kill_every_worker_midway(procs, ckpt, lambda: proc.poll() is None)
             _, err = proc.communicate(timeout=NO_WORKERS_SECONDS + SLACK_SECONDS)
@@ -619,7 +560,7 @@ def test_ctrl_c_on_a_local_cluster_prints_nothing_of_its_own(tmp_path):
     closing the cluster with tasks running and a gather pending prints nothing."""
     script = tmp_path / "gather.py"
     script.write_text(INTERRUPTED_GATHER)
-    env = dict(_env(), PYTHONWARNINGS="ignore:Port 8787 is already in use")
+    env = dict(dask_env(), PYTHONWARNINGS="ignore:Port 8787 is already in use")
 
     def computing(proc):
         assert proc.stdout.readline() == "computing\n", proc.communicate()
