@@ -57,7 +57,11 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
         which is how some writers store constant chunks but also what a lost or half-copied
         store looks like; dfairpca's own stores hold every chunk.  "error": refuse it (a
         :class:`MissingChunkError` naming the chunk and its rows, here if the store can be
-        listed cheaply, else when the chunk is read); "fill": read it as zarr does.
+        listed cheaply, else when the chunk is read); "fill": read it as zarr does.  In a
+        sharded array a chunk its shard's index marks as never written is absent too (found
+        when the shard is read, from the bytes zarr reads anyway), and a shard of zero bytes
+        is corrupt; "error" refuses, as a ValueError here, an array whose shards it cannot
+        check that way (a codec besides sharding, an index not stored as bytes and crc32c).
 
     Returns
     -------
@@ -97,6 +101,8 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
         rows_per_chunk = max(chunks[0], (target // chunks[0]) * chunks[0])
     if missing_chunks == "error":
         node = strict_array(node)
+        if (why := node.store.refusal(node.path)) is not None:
+            raise _UncheckableShards(why)
         _check_chunks_present(node)
     chunks = (rows_per_chunk,) + tuple(shape[1:])
     # dask's from_zarr with our getter: the graph still holds the zarr.Array itself (the
@@ -117,19 +123,31 @@ def _name(store) -> str:
 
 
 # ---------------------------------------------------------------------------- whole chunks
-class MissingChunkError(ValueError):
-    """A chunk of a Zarr array is absent from its store (zarr would read fill values)."""
+class _ChunkError(ValueError):
+    """A stored object of a Zarr array that cannot be read as written: ``key`` is its store
+    key; ``where`` names what inside it is wrong with its rows, and ``reason`` says how,
+    when the store found that itself (a shard's index)."""
 
-    def __init__(self, message: str, key: str | None = None):
+    def __init__(self, message: str, key: str | None = None, where: str | None = None,
+                 reason: str | None = None):
         super().__init__(message)
-        self.key = key
+        self.key, self.where, self.reason = key, where, reason
 
     def __reduce__(self):  # travels from a worker to the client intact
-        return type(self), (self.args[0], self.key)
+        return type(self), (self.args[0], self.key, self.where, self.reason)
 
 
-class CorruptChunkError(ValueError):
+class MissingChunkError(_ChunkError):
+    """A chunk of a Zarr array is absent from its store (zarr would read fill values)."""
+
+
+class CorruptChunkError(_ChunkError):
     """A chunk of a Zarr array is in its store but cannot be read or decoded."""
+
+
+class _UncheckableShards(ValueError):
+    """Shards laid out so that dfairpca cannot tell a chunk never written (see
+    :func:`dfairpca._shards.shard_layout`)."""
 
 
 #: file names zarr looks up and legitimately finds absent (metadata of v2 and v3)
@@ -154,16 +172,57 @@ def _strict_store_class():
 
         Zarr asks the store for every chunk it reads and fills the ones it gets None for;
         raising there costs no request and works on any store (local, fsspec, zip) in
-        whichever process reads.  Metadata lookups may still find nothing.
+        whichever process reads.  Metadata lookups may still find nothing.  A shard is
+        checked in the bytes zarr fetched (see :mod:`dfairpca._shards`), with the layout
+        read from the array's zarr.json as zarr opened it through this store.
         """
+
+        def __init__(self, store, shards: dict | None = None):
+            super().__init__(store)
+            self._shards = dict(shards or {})  # array path -> ShardLayout, or why not
 
         async def get(self, key, prototype, byte_range=None):
             value = await self._store.get(key, prototype, byte_range)
-            if value is None and key.rsplit("/", 1)[-1] not in _METADATA_NAMES:
+            name = key.rsplit("/", 1)[-1]
+            if name in _METADATA_NAMES:
+                if name == "zarr.json" and value is not None:
+                    self._learn(key[: -len(name)].rstrip("/"), value)
+                return value
+            if value is None:
                 raise MissingChunkError(
                     f"chunk {key!r} is missing from the Zarr store {str(self._store)!r}; "
                     "restore it or rewrite the store", key)
+            if self._shards:
+                self._check_shard(key, value, byte_range)
             return value
+
+        def _learn(self, path: str, value) -> None:
+            from ._shards import layouts_in
+
+            try:
+                meta = json.loads(value.to_bytes())
+            except (ValueError, UnicodeDecodeError):
+                return  # zarr refuses it itself
+            if isinstance(meta, dict):
+                self._shards.update(layouts_in(path, meta))
+
+        def _check_shard(self, key, value, byte_range) -> None:
+            layout = next((layout for path, layout in self._shards.items()
+                           if not path or key.startswith(path + "/")), None)
+            if isinstance(layout, str):
+                raise _UncheckableShards(layout)
+            if layout is None or (damage := layout.check(key, value, byte_range)) is None:
+                return
+            error = MissingChunkError if damage.missing else CorruptChunkError
+            raise error(f"{damage.where} of the Zarr store {str(self._store)!r} "
+                        f"{'is missing' if damage.missing else 'is damaged'}: "
+                        f"{damage.reason}; restore it or rewrite the store",
+                        key, damage.where, damage.reason)
+
+        def refusal(self, path: str) -> str | None:
+            """Why the shards of the array at ``path`` cannot be checked, or None."""
+            layout = self._shards.get(path)
+            return layout if isinstance(layout, str) else None
 
         async def get_partial_values(self, prototype, key_ranges):
             return [await self.get(k, prototype, r) for k, r in key_ranges]
@@ -181,7 +240,7 @@ def _strict_store_class():
             return getattr(self._store, name)
 
         def __reduce__(self):  # a class made in a function pickles through a module function
-            return _strict_store, (self._store,)
+            return _strict_store, (self._store, self._shards)
 
     _StrictStore = StrictStore
     return StrictStore
@@ -190,9 +249,9 @@ def _strict_store_class():
 _StrictStore = None
 
 
-def _strict_store(store):
+def _strict_store(store, shards: dict | None = None):
     """``store`` wrapped so that reading an absent chunk raises :class:`MissingChunkError`."""
-    return _strict_store_class()(store)
+    return _strict_store_class()(store, shards)
 
 
 def strict_array(array):
@@ -226,9 +285,16 @@ def read_checked(array, selection, asarray=True, lock=None):
     try:
         return getter(array, selection, asarray=asarray, lock=lock)
     except MissingChunkError as exc:
-        coords = next((c for c in _chunk_coords(array, selection)
-                       if _chunk_key(array, c) == exc.key), None)
-        raise MissingChunkError(_missing_message(array, [(exc.key, coords)]), exc.key) from None
+        where = exc.where or _where(array, exc.key, next(
+            (c for c in _chunk_coords(array, selection) if _chunk_key(array, c) == exc.key), None))
+        raise MissingChunkError(_missing_message(array, [where]), exc.key, exc.where) from None
+    except CorruptChunkError as exc:
+        if exc.where is None:
+            raise
+        raise CorruptChunkError(_corrupt_message(array, exc.where, exc.reason), exc.key,
+                                exc.where, exc.reason) from None
+    except _UncheckableShards:
+        raise
     except Exception as exc:
         if (url := store_url(array.store)) and (access := explained(exc, url)) is not exc:
             raise access from None  # a worker's credentials or endpoint, not the data
@@ -236,14 +302,18 @@ def read_checked(array, selection, asarray=True, lock=None):
         if found is None:  # every chunk reads on its own: not the data's fault
             raise
         key, coords, error = found
+        if isinstance(error, _ChunkError) and error.where is not None:
+            where = error.where
+        else:
+            where = _where(array, key, coords)
         if isinstance(error, MissingChunkError):
-            raise MissingChunkError(_missing_message(array, [(key, coords)]), key) from None
-        reason = (str(error).strip().splitlines() or [""])[0][:200]
-        raise CorruptChunkError(
-            f"chunk {key!r} ({_rows(array, coords)}) of the Zarr array "
-            f"{str(array.store_path)!r} cannot be read ({type(error).__name__}: {reason}); "
-            "it is truncated or damaged: restore it or rewrite the store"
-        ) from None
+            raise MissingChunkError(_missing_message(array, [where]), key, error.where) from None
+        if isinstance(error, CorruptChunkError) and error.reason is not None:
+            reason = error.reason
+        else:
+            first = (str(error).strip().splitlines() or [""])[0][:200]
+            reason = f"{type(error).__name__}: {first}"
+        raise CorruptChunkError(_corrupt_message(array, where, reason), key, where, reason) from None
 
 
 def _chunk_key(array, coords) -> str:
@@ -293,13 +363,26 @@ def _rows(array, coords) -> str:
     return f"rows {coords[0] * step}-{min((coords[0] + 1) * step, array.shape[0]) - 1}"
 
 
+def _where(array, key, coords) -> str:
+    """"chunk 'KEY' (rows a-b)": the stored object at grid position ``coords``."""
+    return f"chunk {key!r} ({_rows(array, coords)})"
+
+
+def _corrupt_message(array, where: str, reason: str) -> str:
+    """One line naming the array, the damaged object and its rows, why, and the fix."""
+    return (
+        f"{where} of the Zarr array {str(array.store_path)!r} cannot be read ({reason}); "
+        "it is truncated or damaged: restore it or rewrite the store"
+    )
+
+
 def _missing_message(array, missing) -> str:
     """One line naming the array, the first absent chunk and its rows, and the fixes;
-    ``missing`` lists (key, coords)."""
-    (key, coords), more = missing[0], len(missing) - 1
+    ``missing`` lists what :func:`_where` says of each."""
+    more = len(missing) - 1
     return (
-        f"the Zarr array {str(array.store_path)!r} is missing chunk {key!r} "
-        f"({_rows(array, coords)}){f' and {more} more' if more else ''}; zarr would read "
+        f"the Zarr array {str(array.store_path)!r} is missing {missing[0]}"
+        f"{f' and {more} more' if more else ''}; zarr would read "
         f"{'them' if more else 'it'} as fill values ({_plain(array.fill_value)}), which "
         "dfairpca refuses: restore the chunks or rewrite the store, or, if its writer leaves "
         "out constant chunks on purpose, open it with "
@@ -333,7 +416,8 @@ def _check_chunks_present(array) -> None:
     missing = [(key, c) for c in _chunk_coords(array)
                if (key := _chunk_key(array, c)) not in present]
     if missing:
-        raise MissingChunkError(_missing_message(array, missing), missing[0][0])
+        raise MissingChunkError(
+            _missing_message(array, [_where(array, key, c) for key, c in missing]), missing[0][0])
 
 
 def save_arrays(path, arrays: dict, meta: dict, overwrite: bool = False, *,

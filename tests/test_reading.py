@@ -229,6 +229,147 @@ def test_corrupt_attribute_chunk(store):
         attribute_column(store, "Smiling")
 
 
+# ----------------------------------------------------------------------------- sharded stores
+# A shard holds several chunks and ends with an index of where each lies (zarr's default);
+# zarr reads a shard of zero bytes, or a chunk its index marks as never written, as fill
+# values.  Both readings: whole shards (blocks of 10 or 20 rows) and parts of one (5 rows,
+# zarr fetches the index first, then the chunks it needs).
+SHARDED = np.arange(40 * 6, dtype=np.float64).reshape(40, 6) + 1
+
+
+def _sharded(path, X=SHARDED, shards=(10, 6), **kw):
+    arr = zarr.create_array(str(path), shape=X.shape, chunks=(5, 6), shards=shards,
+                            dtype=X.dtype, fill_value=0, **kw)
+    arr[:] = X  # zarr's default (write_empty_chunks False): a chunk all fill value is left out
+    return arr
+
+
+def _address(path, via):
+    return f"file://{path}" if via == "fsspec" else path
+
+
+@pytest.mark.parametrize("via", ["local", "fsspec"])
+@pytest.mark.parametrize("rows", [5, 10, 20])
+def test_an_empty_shard_is_corrupt(tmp_path, via, rows):
+    """An interrupted copy or a full disk leaves a shard of zero bytes: a valid one always
+    holds its index, so this is damage, not a shard left out on purpose."""
+    _sharded(tmp_path / "x.zarr")
+    (tmp_path / "x.zarr" / "c" / "1" / "0").write_bytes(b"")
+    X = dfairpca.from_zarr(_address(tmp_path / "x.zarr", via), rows_per_chunk=rows)
+    with pytest.raises(CorruptChunkError) as info:
+        X.compute()
+    msg = str(info.value)
+    assert "'c/1/0' (rows 10-19)" in msg and "0 bytes" in msg and "\n" not in msg
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    with pytest.raises(CorruptChunkError, match=r"'c/1/0' \(rows 10-19\)"):
+        dfairpca.PCA(2).fit(X)
+
+
+def _unwritten(path, **kw):
+    """A sharded store whose chunk of rows 15-19 (the second chunk of shard 'c/1/0') was
+    never written: its entry in the shard's index says so."""
+    X = SHARDED.copy()
+    X[15:20] = 0
+    _sharded(path, X, **kw)
+    return X
+
+
+@pytest.mark.parametrize("via", ["local", "fsspec"])
+@pytest.mark.parametrize("rows", [5, 10, 20])
+def test_a_chunk_never_written_inside_a_shard_is_missing(tmp_path, via, rows):
+    X = _unwritten(tmp_path / "x.zarr")
+    Y = dfairpca.from_zarr(_address(tmp_path / "x.zarr", via), rows_per_chunk=rows)
+    with pytest.raises(MissingChunkError) as info:
+        Y.compute()
+    msg = str(info.value)
+    assert "chunk (1, 0) of shard 'c/1/0' (rows 15-19)" in msg, msg
+    assert "missing_chunks='fill'" in msg and "\n" not in msg
+    assert info.value.key == "c/1/0"
+    with pytest.raises(MissingChunkError, match=r"shard 'c/1/0' \(rows 15-19\)"):
+        dfairpca.FairPCA(2).fit(Y, sensitive_features=np.arange(40) % 2)
+    # asked for, the fill values zarr reads
+    filled = dfairpca.from_zarr(_address(tmp_path / "x.zarr", via), rows_per_chunk=rows,
+                                missing_chunks="fill")
+    np.testing.assert_array_equal(filled.compute(), X)
+
+
+def test_shard_index_at_the_start(tmp_path):
+    from zarr.codecs import ShardingCodec
+
+    X = SHARDED.copy()
+    X[15:20] = 0
+    arr = zarr.create_array(str(tmp_path / "x.zarr"), shape=X.shape, dtype=X.dtype,
+                            chunks=(10, 6), fill_value=0, compressors=None,
+                            serializer=ShardingCodec(chunk_shape=(5, 6), index_location="start"))
+    arr[:] = X
+    for rows in (5, 10):
+        with pytest.raises(MissingChunkError, match=r"shard 'c/1/0' \(rows 15-19\)"):
+            dfairpca.from_zarr(tmp_path / "x.zarr", rows_per_chunk=rows).compute()
+    (tmp_path / "x.zarr" / "c" / "3" / "0").write_bytes(b"")
+    with pytest.raises(CorruptChunkError, match=r"'c/3/0' \(rows 30-39\)"):
+        dfairpca.from_zarr(tmp_path / "x.zarr", rows_per_chunk=10)[30:].compute()
+    # cut short by its last chunk (5 x 6 float64, stored as they are), its index whole:
+    # zarr, reading part of the shard, found no bytes there and filled it
+    shard = tmp_path / "x.zarr" / "c" / "2" / "0"
+    shard.write_bytes(shard.read_bytes()[:-240])
+    for rows, where in [(5, r"shard 'c/2/0' \(rows 20-29\)"),
+                        (10, r"chunk \(1, 0\) of shard 'c/2/0' \(rows 25-29\)")]:
+        with pytest.raises(CorruptChunkError, match=where):
+            dfairpca.from_zarr(tmp_path / "x.zarr", rows_per_chunk=rows)[20:30].compute()
+
+
+@pytest.mark.filterwarnings("ignore:Combining a `sharding_indexed` codec")
+def test_shards_that_cannot_be_checked_are_refused(tmp_path):
+    """A codec after sharding compresses the whole shard, index included: zarr reads a
+    chunk never written inside it as fill values, and dfairpca cannot see it."""
+    from zarr.codecs import ShardingCodec
+
+    X = SHARDED
+    arr = zarr.create_array(str(tmp_path / "x.zarr"), shape=X.shape, dtype=X.dtype,
+                            chunks=(10, 6), serializer=ShardingCodec(chunk_shape=(5, 6)))
+    arr[:] = X
+    with pytest.raises(ValueError, match=r"cannot check the shards.*'sharding_indexed', 'zstd'"
+                       r".*missing_chunks='fill'"):
+        dfairpca.from_zarr(tmp_path / "x.zarr")
+    np.testing.assert_array_equal(
+        dfairpca.from_zarr(tmp_path / "x.zarr", missing_chunks="fill").compute(), X)
+
+
+def test_complete_sharded_stores_read_whole(tmp_path):
+    """No false alarm: a shard at the array's edge leaves out the chunk past its last row
+    (zarr never writes it), and a store written whole reads whole either way."""
+    X = SHARDED[:37]
+    _sharded(tmp_path / "edge.zarr", X, shards=(15, 6))  # last shard: rows 30-44 of 37
+    for rows in (5, 15, 37):
+        np.testing.assert_array_equal(
+            dfairpca.from_zarr(tmp_path / "edge.zarr", rows_per_chunk=rows).compute(), X)
+
+
+def test_never_written_chunk_is_found_in_a_pickled_array(tmp_path):
+    """What a worker process gets: the array unpickled, its shards still checked."""
+    import pickle
+
+    _unwritten(tmp_path / "x.zarr")
+    X = pickle.loads(pickle.dumps(dfairpca.from_zarr(tmp_path / "x.zarr", rows_per_chunk=10)))
+    with pytest.raises(MissingChunkError, match=r"shard 'c/1/0' \(rows 15-19\)"):
+        X.compute(scheduler="sync")
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata")
+def test_never_written_chunk_of_a_strict_group(tmp_path):
+    """Arrays opened from a group that refuses absent chunks (CelebA's attributes)."""
+    g = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
+    X = SHARDED.copy()
+    X[15:20] = 0
+    g.create_array("x", shape=X.shape, chunks=(5, 6), shards=(10, 6), dtype=X.dtype,
+                   fill_value=0)[:] = X
+    zarr.consolidate_metadata(str(tmp_path / "g.zarr"))
+    for consolidated in (False, True):
+        group = zarr.open_group(str(tmp_path / "g.zarr"), mode="r", use_consolidated=consolidated)
+        with pytest.raises(MissingChunkError, match=r"shard 'x/c/1/0' \(rows 15-19\)"):
+            dio.read_checked(dio.strict_group(group)["x"], slice(None))
+
+
 # ----------------------------------------------------------------------------- saved labels
 def _labelled(labels, n=240, seed=0):
     """(X, z): z takes every label, X's group means differ."""
