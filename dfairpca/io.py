@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._files import MAX_JSON_BYTES, SavedFileError, open_regular, read_capped  # noqa: F401 (re-exported)
 from ._marker import stored_chunks as _store_chunks
 from ._remote import explained, is_remote, local_copy, location, open_zarr, store_url, zarr_roots
 from ._system import rows_per_block
@@ -455,9 +456,11 @@ def load_arrays(path, kind: str | None = None, layout=None, *, storage_options: 
     Raises
     ------
     SavedFileError
-        One line naming the file and what is wrong: not JSON, a missing or mistyped key,
-        an array of Python objects (loading it would unpickle), an array whose declared
-        size disagrees with the archive or with the other arrays, a truncated archive.
+        One line naming the file and what is wrong: a link, a named pipe or a device in
+        place of a file (see :mod:`dfairpca._files`), more bytes than dfairpca writes there,
+        not JSON, a missing or mistyped key, an array of Python objects (loading it would
+        unpickle), an array whose declared size disagrees with the archive or with the
+        other arrays, a truncated archive.
     """
     if is_remote(path):
         with local_copy(location(path, storage_options)) as local:
@@ -490,10 +493,11 @@ def load_arrays(path, kind: str | None = None, layout=None, *, storage_options: 
     if kind is not None and meta.get("kind") != kind:
         raise ValueError(f"{str(path)!r} holds a {meta.get('kind')!r}, not a {kind!r}")
     try:
-        headers = _npz_headers(path / "arrays.npz")
-        specs = {} if layout is None else layout(meta, {k: v[:2] for k, v in headers.items()})
-        _check_arrays(headers, specs)
-        arrays = _read_npz(path / "arrays.npz", headers)
+        with open_regular(path / "arrays.npz") as npz:  # one file read, the one checked
+            headers = _npz_headers(npz)
+            specs = {} if layout is None else layout(meta, {k: v[:2] for k, v in headers.items()})
+            _check_arrays(headers, specs)
+            arrays = _read_npz(npz, headers)
         _check_finite(arrays, specs)
     except ValueError as exc:  # SavedFileError, or the layout's word on meta.json
         raise SavedFileError(f"cannot load {str(path)!r}: {exc}{RESAVE_HINT}") from None
@@ -509,16 +513,11 @@ def _jsonable(o):
 
 
 # ---------------------------------------------------------------------------- checked loading
-class SavedFileError(ValueError):
-    """A saved model, statistics or checkpoint that is truncated, edited or inconsistent."""
-
+# SavedFileError and MAX_JSON_BYTES (re-exported here) live in dfairpca._files, the one
+# reader of the files of a saved folder
 
 #: what a refused saved file's message ends with (io's loaders and the checkpoint's progress check)
 RESAVE_HINT = "; it was truncated or edited, or not written by dfairpca: save or compute it again"
-
-#: bytes of meta.json or progress.json read at most (a model's is a few kB; labels of
-#: thousands of groups a few hundred kB)
-MAX_JSON_BYTES = 64 << 20
 
 
 def _is_int(v) -> bool:
@@ -527,10 +526,9 @@ def _is_int(v) -> bool:
 
 def _read_meta(file: Path) -> dict:
     """The JSON object in ``file``, or SavedFileError saying why not."""
-    if file.stat().st_size > MAX_JSON_BYTES:
-        raise SavedFileError(f"{file.name} is {file.stat().st_size} bytes, not a dfairpca file")
+    data = read_capped(file)
     try:
-        meta = json.loads(file.read_text(encoding="utf-8"))
+        meta = json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise SavedFileError(f"{file.name} is not valid JSON ({exc})") from None
     if not isinstance(meta, dict):
@@ -538,8 +536,9 @@ def _read_meta(file: Path) -> dict:
     return meta
 
 
-def _npz_headers(file: Path) -> dict:
-    """``{name: (shape, dtype, header_bytes)}`` of the .npy members, read from their headers.
+def _npz_headers(file) -> dict:
+    """``{name: (shape, dtype, header_bytes)}`` of the .npy members of the open arrays.npz
+    ``file``, read from their headers.
 
     Reads no array data.  Refuses arrays of Python objects (loading them unpickles),
     compressed members (``save_arrays`` stores them as they are, so reading a member never
@@ -551,16 +550,16 @@ def _npz_headers(file: Path) -> dict:
     try:
         zf = zipfile.ZipFile(file)
     except (zipfile.BadZipFile, OSError) as exc:
-        raise SavedFileError(f"{file.name} is not a complete zip archive ({exc})") from None
+        raise SavedFileError(f"arrays.npz is not a complete zip archive ({exc})") from None
     out = {}
     with zf:
         for info in zf.infolist():
             name = info.filename[:-4] if info.filename.endswith(".npy") else None
             if not name or "/" in name or name in out:
-                raise SavedFileError(f"{file.name} holds {info.filename!r}, not an array of dfairpca")
+                raise SavedFileError(f"arrays.npz holds {info.filename!r}, not an array of dfairpca")
             if info.compress_type != zipfile.ZIP_STORED:
                 raise SavedFileError(
-                    f"{file.name}: {name!r} is compressed ({info.file_size} bytes from "
+                    f"arrays.npz: {name!r} is compressed ({info.file_size} bytes from "
                     f"{info.compress_size}); dfairpca stores arrays uncompressed"
                 )
             try:
@@ -574,16 +573,16 @@ def _npz_headers(file: Path) -> dict:
                         raise ValueError(f"npy format version {version}")
                     header = f.tell()
             except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-                raise SavedFileError(f"{file.name}: the header of {name!r} is unreadable ({exc})") from None
+                raise SavedFileError(f"arrays.npz: the header of {name!r} is unreadable ({exc})") from None
             if dtype.hasobject:
                 raise SavedFileError(
-                    f"{file.name}: {name!r} is an array of Python objects, which only unpickling "
+                    f"arrays.npz: {name!r} is an array of Python objects, which only unpickling "
                     "could read; dfairpca never unpickles"
                 )
             nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
             if info.file_size != header + nbytes:
                 raise SavedFileError(
-                    f"{file.name}: {name!r} declares {shape} {dtype} ({nbytes} bytes) but the "
+                    f"arrays.npz: {name!r} declares {shape} {dtype} ({nbytes} bytes) but the "
                     f"archive holds {info.file_size - header} bytes for it"
                 )
             out[name] = (tuple(shape), dtype, nbytes)
@@ -621,11 +620,13 @@ def _check_arrays(headers: dict, specs: dict) -> None:
             raise SavedFileError(f"arrays.npz: {name!r} has dtype {dtype}, not a plain number or string")
 
 
-def _read_npz(file: Path, headers: dict) -> dict:
-    """The arrays, read without pickle once their headers were checked."""
+def _read_npz(file, headers: dict) -> dict:
+    """The arrays of the open arrays.npz ``file``, read without pickle once their headers
+    were checked."""
     import zipfile
 
     arrays = {}
+    file.seek(0)  # np.load tells a zip archive by its first bytes
     with np.load(file, allow_pickle=False) as z:
         for name in headers:
             try:

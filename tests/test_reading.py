@@ -4,7 +4,10 @@ Real Zarr stores in tmp_path (written by dfairpca's own synth_celeba or by plain
 chunks deleted or damaged with the file system, saved models edited byte by byte.
 """
 
+import contextlib
+import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -688,6 +691,124 @@ def test_checkpoint_total_is_checked(checkpoint):
     npz.write_bytes(npz.read_bytes()[:-100])
     with pytest.raises(SavedFileError, match=r"total.*arrays.npz is not a complete zip"):
         _resume(path, X)
+
+
+# ----------------------------------------------------------------------------- files that are no files
+# A folder shared as an archive can hold, in place of a file dfairpca wrote, a named pipe
+# (reading it waits for a writer forever) or a link to a character device (/dev/zero
+# never ends); the size the file system reports is 0 for both.
+@contextlib.contextmanager
+def _bounded(seconds: int = 10, memory: int = 1 << 30):
+    """Fail, rather than hang (SIGALRM interrupts a blocked open) or fill the machine's
+    memory (the address space may grow by ``memory`` only), if a regression reads on."""
+    import resource
+    import signal
+
+    def stop(signum, frame):
+        raise TimeoutError(f"still reading after {seconds} s")
+
+    with open("/proc/self/status") as f:
+        used = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    limits = resource.getrlimit(resource.RLIMIT_AS)
+    bound = used + memory if limits[1] == resource.RLIM_INFINITY else min(used + memory, limits[1])
+    handler = signal.signal(signal.SIGALRM, stop)
+    resource.setrlimit(resource.RLIMIT_AS, (bound, limits[1]))
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, handler)
+        resource.setrlimit(resource.RLIMIT_AS, limits)
+
+
+def _replace(file, kind, elsewhere):
+    """Put a named pipe, a link to /dev/zero or a link to an intact copy (in the folder
+    ``elsewhere``) where ``file`` was."""
+    if kind == "copy":
+        copy = elsewhere / f"copy-of-{file.name}"
+        shutil.copyfile(file, copy)
+    file.unlink()
+    if kind == "fifo":
+        os.mkfifo(file)
+    else:
+        file.symlink_to("/dev/zero" if kind == "zero" else copy)
+
+
+def _saved_files(tmp_path, checkpoint):
+    """{what: (file, how to read its folder)} for every kind of folder dfairpca loads."""
+    path, X = _fair_model(tmp_path)
+    stats = tmp_path / "s"
+    dfairpca.Moments.load(path / "statistics").save(stats)
+    ck, Xc = checkpoint
+    return {
+        "model meta.json": (path / "model" / "meta.json", lambda: dfairpca.load(path)),
+        "model arrays.npz": (path / "model" / "arrays.npz", lambda: dfairpca.load(path)),
+        "statistics meta.json": (stats / "meta.json", lambda: dfairpca.Moments.load(stats)),
+        "statistics arrays.npz": (stats / "arrays.npz", lambda: dfairpca.Moments.load(stats)),
+        "checkpoint progress.json": (ck / "progress.json", lambda: _resume(ck, Xc)),
+        "checkpoint total": (ck / "total" / "meta.json", lambda: _resume(ck, Xc)),
+    }
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, named pipes")
+@pytest.mark.parametrize("kind", ["fifo", "zero", "copy"])
+@pytest.mark.parametrize("what", ["model meta.json", "model arrays.npz", "statistics meta.json",
+                                  "statistics arrays.npz", "checkpoint progress.json",
+                                  "checkpoint total"])
+def test_only_regular_files_are_read(tmp_path, checkpoint, what, kind):
+    """A named pipe, a device or a link in place of a saved file is refused at once,
+    naming it; a link is refused even to an intact copy (dfairpca never writes one)."""
+    file, read = _saved_files(tmp_path, checkpoint)[what]
+    _replace(file, kind, tmp_path)
+    with _bounded(), pytest.raises(ValueError) as info:
+        read()
+    msg = str(info.value)
+    assert "\n" not in msg and str(file.parent) in msg and file.name in msg, msg
+    assert {"fifo": "named pipe", "zero": "symbolic link", "copy": "symbolic link"}[kind] in msg, msg
+    assert "not a regular file" in msg
+    if what.startswith(("model", "statistics")):
+        assert isinstance(info.value, SavedFileError)
+
+
+@pytest.mark.parametrize("what", ["model", "statistics"])
+def test_a_folder_dfairpca_wrote_is_not_read_through_a_link(tmp_path, what):
+    """The folders inside a saved model are read where they are, not where a link leads
+    (out of the folder given), even to an intact copy.  (A checkpoint refuses a link as an
+    entry it did not write, before reading.)"""
+    path, _ = _fair_model(tmp_path)
+    folder = path / what
+    shutil.copytree(folder, tmp_path / "elsewhere")
+    shutil.rmtree(folder)
+    folder.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(SavedFileError) as info:
+        dfairpca.load(path)
+    msg = str(info.value)
+    assert "\n" not in msg and f"{folder.name} is a symbolic link, not a folder" in msg, msg
+    assert str(folder.parent) in msg
+
+
+def test_saved_json_is_read_up_to_a_cap(tmp_path, monkeypatch):
+    """A file larger than any dfairpca writes is refused after reading one byte past the
+    cap, whatever size the file system reports; an object at a URL too."""
+    import fsspec
+
+    import dfairpca._files
+    from dfairpca import _remote
+
+    path, _ = _fair_model(tmp_path)
+    size = len((path / "model" / "meta.json").read_bytes())
+    monkeypatch.setattr(dfairpca._files, "MAX_JSON_BYTES", size - 1)
+    _refused(path, f"meta.json holds more than {size - 1} bytes")
+    monkeypatch.setattr(dfairpca._files, "MAX_JSON_BYTES", size)
+    dfairpca.load(path)
+
+    fsspec.filesystem("memory").pipe_file("/capped/progress.json", b"{}" + b" " * 100)
+    monkeypatch.setattr(dfairpca._files, "MAX_JSON_BYTES", 101)
+    with pytest.raises(SavedFileError, match="progress.json holds more than 101 bytes"):
+        _remote.read_text("memory://capped/progress.json")
+    monkeypatch.setattr(dfairpca._files, "MAX_JSON_BYTES", 102)
+    assert _remote.read_text("memory://capped/progress.json").strip() == "{}"
 
 
 def test_cli_names_a_damaged_model(faces, tmp_path, capsys):
