@@ -788,6 +788,32 @@ def test_a_folder_dfairpca_wrote_is_not_read_through_a_link(tmp_path, what):
     assert str(folder.parent) in msg
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, named pipes")
+def test_a_named_pipe_in_place_of_a_lock_file_is_not_waited_on(tmp_path):
+    """An output's lock file is opened only to lock it; a pipe there must not block."""
+    from dfairpca._writes import exclusive
+
+    os.mkfifo(tmp_path / "lock")
+    with _bounded(), exclusive(tmp_path / "lock", "the output"):
+        pass
+    assert (tmp_path / "lock").exists()  # not dfairpca's: left as it was
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, named pipes")
+@pytest.mark.parametrize("kind", ["fifo", "zero", "copy"])
+def test_a_marker_that_is_no_file_marks_nothing(tmp_path, kind):
+    """The folder is then not dfairpca's: an overwrite is refused, not read through a link."""
+    from dfairpca.io import MARKER, OutputPathError, read_marker
+
+    path, _ = _fair_model(tmp_path)
+    assert read_marker(path) is not None
+    _replace(path / MARKER, kind, tmp_path)
+    with _bounded():
+        assert read_marker(path) is None
+        with pytest.raises(OutputPathError):
+            dfairpca.load(path).save(path, overwrite=True)
+
+
 def test_saved_json_is_read_up_to_a_cap(tmp_path, monkeypatch):
     """A file larger than any dfairpca writes is refused after reading one byte past the
     cap, whatever size the file system reports; an object at a URL too."""
