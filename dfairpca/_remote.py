@@ -41,6 +41,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._files import capped
 from ._marker import (
     ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, marker, marker_attributes, not_ours,
     refusal, running, sibling_name, sibling_pattern, warn_kept, zarr_foreign, zarr_layout,
@@ -275,20 +276,35 @@ def _is_object(loc: Location) -> bool:
         return False
 
 
+def _read_capped(loc: Location) -> bytes:
+    """The object at ``loc``, no more of it read than a file dfairpca writes can hold."""
+    def read(n: int) -> bytes:
+        try:
+            return loc.fs.cat_file(loc.path, start=0, end=n)
+        except FileNotFoundError:
+            raise
+        except OSError:  # S3 finds no range of an empty object satisfiable (416)
+            if loc.fs.size(loc.path) == 0:
+                return b""
+            raise
+
+    return capped(read, loc.name)
+
+
 def _read_json(loc: Location):
     """The JSON object stored at ``loc``, or None if absent or unreadable."""
     try:
-        found = json.loads(loc.fs.cat_file(loc.path))
+        found = json.loads(_read_capped(loc))
     except (FileNotFoundError, ValueError, UnicodeDecodeError):
         return None
     return found if isinstance(found, dict) else None
 
 
 def read_text(path, storage_options: dict | None = None) -> str:
-    """The text of the object at a URL."""
+    """The text of the small object (a JSON file dfairpca wrote) at a URL."""
     loc = location(path, storage_options)
     with _requests(loc):
-        return loc.fs.cat_file(loc.path).decode("utf-8")
+        return _read_capped(loc).decode("utf-8")
 
 
 def _write_json(loc: Location, value: dict) -> None:

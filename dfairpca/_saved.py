@@ -31,18 +31,25 @@ def load(path, *, storage_options: dict | None = None):
     Everything is checked before it is trusted: meta.json's keys and types for the model's
     class, the declared shape of every array against the others (before any is read) and
     their values (finite, orthonormal components).  A truncated, edited or inconsistent
-    model raises :class:`dfairpca.io.SavedFileError` naming the file and what is wrong.
+    model, or one holding a link, a named pipe or a device where dfairpca wrote a file or a
+    folder, raises :class:`dfairpca.io.SavedFileError` naming the file and what is wrong.
     A URL (with ``storage_options``) or an fsspec mapper is read through a local copy.
     """
+    from ._files import check_folder
     from ._remote import is_remote, local_copy, location
     from ._writes import recover_for_reading
-    from .io import SavedFileError, load_arrays
+    from .io import RESAVE_HINT, SavedFileError, load_arrays
 
     if is_remote(path):
         with local_copy(location(path, storage_options)) as local:
             return load(local)
     path = Path(path)
     recover_for_reading(path)  # a replace cut short: put the intact old version back
+    try:
+        check_folder(path / "model")
+        check_folder(path / "statistics")
+    except SavedFileError as exc:
+        raise SavedFileError(f"cannot load {str(path)!r}: {exc}{RESAVE_HINT}") from None
     arrays, meta = load_arrays(path / "model", kind="estimator", layout=_layout)
     try:
         est = _registry.lookup(meta["class"])._from_saved(arrays, meta)

@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from . import _remote
+from ._files import read_capped
 from ._marker import (
     ACTIVE as _ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, marker,
     marker_attributes, not_ours, refusal, running, sibling_name, sibling_pattern, warn_kept,
@@ -101,9 +102,9 @@ def read_marker(path, *, storage_options: dict | None = None) -> dict | None:
     try:
         if path.is_dir():
             if (path / MARKER).is_file():
-                found = json.loads((path / MARKER).read_text())
+                found = json.loads(read_capped(path / MARKER))
             elif (path / "zarr.json").is_file():
-                attrs = json.loads((path / "zarr.json").read_text()).get("attributes") or {}
+                attrs = json.loads(read_capped(path / "zarr.json")).get("attributes") or {}
                 found = attrs.get(MARKER_KEY)
         elif path.is_file():
             with open(path, "rb") as f:
@@ -280,7 +281,8 @@ def exclusive(lock: Path, what: str):
             fd, made = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
         except FileExistsError:
             try:
-                fd, made = os.open(lock, os.O_RDONLY), False
+                # without waiting for a writer, should a named pipe be there
+                fd, made = os.open(lock, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), False
             except FileNotFoundError:
                 continue  # removed meanwhile by its holder
             except OSError as exc:
@@ -444,7 +446,7 @@ def _open_stage(folder: Path, loc, key: dict, *, overwrite: bool) -> None:
 def _read_json(path: Path) -> dict | None:
     """The JSON object in the file ``path``, or None if absent or unreadable."""
     try:
-        found = json.loads(path.read_text())
+        found = json.loads(read_capped(path))
     except (OSError, ValueError):
         return None
     return found if isinstance(found, dict) else None

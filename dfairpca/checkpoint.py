@@ -43,6 +43,7 @@ import numpy as np
 from . import _accumulator
 from ._accumulator import RunningTotal
 from ._engine import compute, row_slice, run_pass, threads, worker_timeout
+from ._files import open_regular, read_capped
 from ._remote import exists, is_remote, local_copy, location, read_text, zarr_arrays, zarr_roots
 from ._writes import atomic_directory, check_target
 from .cluster import WorkersLost
@@ -330,7 +331,9 @@ def _saved_done(path: Path, done: list) -> list:
 
 def _progress_text(path) -> str:
     """The checkpoint's progress.json, local or at a URL."""
-    return read_text(path.child("progress.json")) if is_remote(path) else (path / "progress.json").read_text()
+    if is_remote(path):
+        return read_text(path.child("progress.json"))
+    return read_capped(path / "progress.json").decode("utf-8")
 
 
 def _saved_digests(path: Path, digests, segments, done) -> list:
@@ -538,8 +541,10 @@ def _read_progress(path: Path, solver: str) -> tuple[dict, Path]:
     dfairpca checkpoint of ``solver``'s."""
     file = path / "progress.json"
     try:
-        progress = json.loads(file.read_text())
+        progress = json.loads(_progress_text(path))
         ok = isinstance(progress, dict) and progress.get("kind") == "dfairpca checkpoint"
+    except SavedFileError as exc:  # a pipe, a device or a link where progress.json was
+        raise SavedFileError(f"cannot load checkpoint {str(path)!r}: {exc}{RESAVE_HINT}") from None
     except (OSError, ValueError):
         ok = False
     if not ok:
@@ -562,8 +567,8 @@ def _read_state(path: Path, fingerprint: dict, solver: str) -> dict:
         raise SavedFileError(f"cannot load checkpoint {str(file)!r}: its digests or state are "
                              f"missing or mistyped{RESAVE_HINT}")
     try:
-        with np.load(path / "state.npz", allow_pickle=False) as f:  # never unpickles
-            arrays = {k: f[k] for k in f.files}
+        with open_regular(path / "state.npz") as file, np.load(file, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in f.files}  # never unpickles
     except (OSError, ValueError) as exc:
         raise SavedFileError(f"cannot load checkpoint {str(path / 'state.npz')!r}: {exc}"
                              f"{RESAVE_HINT}") from None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._files import MAX_JSON_BYTES, SavedFileError, open_regular, read_capped  # noqa: F401 (re-exported)
 from ._marker import stored_chunks as _store_chunks
 from ._remote import explained, is_remote, local_copy, location, open_zarr, store_url, zarr_roots
 from ._system import rows_per_block
@@ -57,7 +58,11 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
         which is how some writers store constant chunks but also what a lost or half-copied
         store looks like; dfairpca's own stores hold every chunk.  "error": refuse it (a
         :class:`MissingChunkError` naming the chunk and its rows, here if the store can be
-        listed cheaply, else when the chunk is read); "fill": read it as zarr does.
+        listed cheaply, else when the chunk is read); "fill": read it as zarr does.  In a
+        sharded array a chunk its shard's index marks as never written is absent too (found
+        when the shard is read, from the bytes zarr reads anyway), and a shard of zero bytes
+        is corrupt; "error" refuses, as a ValueError here, an array whose shards it cannot
+        check that way (a codec besides sharding, an index not stored as bytes and crc32c).
         Either way, a local store that a Dask worker does not find at that path (it does
         not share this machine's files) is :class:`dfairpca.cluster.NotShared`, never
         fill values.
@@ -100,6 +105,8 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
         rows_per_chunk = max(chunks[0], (target // chunks[0]) * chunks[0])
     node = strict_array(node, fill=missing_chunks == "fill")
     if missing_chunks == "error":
+        if (why := node.store.refusal(node.path)) is not None:
+            raise _UncheckableShards(why)
         _check_chunks_present(node)
     chunks = (rows_per_chunk,) + tuple(shape[1:])
     # dask's from_zarr with our getter: the graph still holds the zarr.Array itself (the
@@ -120,19 +127,31 @@ def _name(store) -> str:
 
 
 # ---------------------------------------------------------------------------- whole chunks
-class MissingChunkError(ValueError):
-    """A chunk of a Zarr array is absent from its store (zarr would read fill values)."""
+class _ChunkError(ValueError):
+    """A stored object of a Zarr array that cannot be read as written: ``key`` is its store
+    key; ``where`` names what inside it is wrong with its rows, and ``reason`` says how,
+    when the store found that itself (a shard's index)."""
 
-    def __init__(self, message: str, key: str | None = None):
+    def __init__(self, message: str, key: str | None = None, where: str | None = None,
+                 reason: str | None = None):
         super().__init__(message)
-        self.key = key
+        self.key, self.where, self.reason = key, where, reason
 
     def __reduce__(self):  # travels from a worker to the client intact
-        return type(self), (self.args[0], self.key)
+        return type(self), (self.args[0], self.key, self.where, self.reason)
 
 
-class CorruptChunkError(ValueError):
+class MissingChunkError(_ChunkError):
+    """A chunk of a Zarr array is absent from its store (zarr would read fill values)."""
+
+
+class CorruptChunkError(_ChunkError):
     """A chunk of a Zarr array is in its store but cannot be read or decoded."""
+
+
+class _UncheckableShards(ValueError):
+    """Shards laid out so that dfairpca cannot tell a chunk never written (see
+    :func:`dfairpca._shards.shard_layout`)."""
 
 
 #: file names zarr looks up and legitimately finds absent (metadata of v2 and v3)
@@ -161,16 +180,25 @@ def _strict_store_class():
         raising there costs no request and works on any store (local, fsspec, zip) in
         whichever process reads.  Metadata lookups may still find nothing.  Only an absent
         chunk costs a look for the store's metadata (a few ``stat`` calls, local stores
-        only): a worker on a machine that does not share the store's folder finds none.
+        only): a worker on a machine that does not share the store's folder finds none.  A
+        shard is checked in the bytes zarr fetched (see :mod:`dfairpca._shards`), with the
+        layout read from the array's zarr.json as zarr opened it through this store; with
+        ``fill`` it is not (zarr reads a damaged shard's chunks as fill values).
         """
 
-        def __init__(self, store, fill: bool = False):
+        def __init__(self, store, fill: bool = False, shards: dict | None = None):
             super().__init__(store)
             self.fill = fill
+            self._shards = dict(shards or {})  # array path -> ShardLayout, or why not
 
         async def get(self, key, prototype, byte_range=None):
             value = await self._store.get(key, prototype, byte_range)
-            if value is None and key.rsplit("/", 1)[-1] not in _METADATA_NAMES:
+            name = key.rsplit("/", 1)[-1]
+            if name in _METADATA_NAMES:
+                if name == "zarr.json" and value is not None:
+                    self._learn(key[: -len(name)].rstrip("/"), value)
+                return value
+            if value is None:
                 root = getattr(self._store, "root", None)
                 if root is not None and not _metadata_along(root, key):
                     from .cluster import not_here
@@ -180,7 +208,37 @@ def _strict_store_class():
                     raise MissingChunkError(
                         f"chunk {key!r} is missing from the Zarr store {str(self._store)!r}; "
                         "restore it or rewrite the store", key)
+            elif self._shards and not self.fill:
+                self._check_shard(key, value, byte_range)
             return value
+
+        def _learn(self, path: str, value) -> None:
+            from ._shards import layouts_in
+
+            try:
+                meta = json.loads(value.to_bytes())
+            except (ValueError, UnicodeDecodeError):
+                return  # zarr refuses it itself
+            if isinstance(meta, dict):
+                self._shards.update(layouts_in(path, meta))
+
+        def _check_shard(self, key, value, byte_range) -> None:
+            layout = next((layout for path, layout in self._shards.items()
+                           if not path or key.startswith(path + "/")), None)
+            if isinstance(layout, str):
+                raise _UncheckableShards(layout)
+            if layout is None or (damage := layout.check(key, value, byte_range)) is None:
+                return
+            error = MissingChunkError if damage.missing else CorruptChunkError
+            raise error(f"{damage.where} of the Zarr store {str(self._store)!r} "
+                        f"{'is missing' if damage.missing else 'is damaged'}: "
+                        f"{damage.reason}; restore it or rewrite the store",
+                        key, damage.where, damage.reason)
+
+        def refusal(self, path: str) -> str | None:
+            """Why the shards of the array at ``path`` cannot be checked, or None."""
+            layout = self._shards.get(path)
+            return layout if isinstance(layout, str) else None
 
         async def get_partial_values(self, prototype, key_ranges):
             return [await self.get(k, prototype, r) for k, r in key_ranges]
@@ -198,7 +256,7 @@ def _strict_store_class():
             return getattr(self._store, name)
 
         def __reduce__(self):  # a class made in a function pickles through a module function
-            return _strict_store, (self._store, self.fill)
+            return _strict_store, (self._store, self.fill, self._shards)
 
     _StrictStore = StrictStore
     return StrictStore
@@ -207,11 +265,11 @@ def _strict_store_class():
 _StrictStore = None
 
 
-def _strict_store(store, fill: bool = False):
+def _strict_store(store, fill: bool = False, shards: dict | None = None):
     """``store`` wrapped so that reading an absent chunk raises :class:`MissingChunkError`
     (with ``fill``: reads fill values), and reading a local store that is not there raises
     :class:`dfairpca.cluster.NotShared`."""
-    return _strict_store_class()(store, fill)
+    return _strict_store_class()(store, fill, shards)
 
 
 def _metadata_along(root, key: str) -> bool:
@@ -260,9 +318,16 @@ def read_checked(array, selection, asarray=True, lock=None):
     try:
         return getter(array, selection, asarray=asarray, lock=lock)
     except MissingChunkError as exc:
-        coords = next((c for c in _chunk_coords(array, selection)
-                       if _chunk_key(array, c) == exc.key), None)
-        raise MissingChunkError(_missing_message(array, [(exc.key, coords)]), exc.key) from None
+        where = exc.where or _where(array, exc.key, next(
+            (c for c in _chunk_coords(array, selection) if _chunk_key(array, c) == exc.key), None))
+        raise MissingChunkError(_missing_message(array, [where]), exc.key, exc.where) from None
+    except CorruptChunkError as exc:
+        if exc.where is None:
+            raise
+        raise CorruptChunkError(_corrupt_message(array, exc.where, exc.reason), exc.key,
+                                exc.where, exc.reason) from None
+    except _UncheckableShards:
+        raise
     except Exception as exc:
         from .cluster import NotShared
 
@@ -274,14 +339,18 @@ def read_checked(array, selection, asarray=True, lock=None):
         if found is None:  # every chunk reads on its own: not the data's fault
             raise
         key, coords, error = found
+        if isinstance(error, _ChunkError) and error.where is not None:
+            where = error.where
+        else:
+            where = _where(array, key, coords)
         if isinstance(error, MissingChunkError):
-            raise MissingChunkError(_missing_message(array, [(key, coords)]), key) from None
-        reason = (str(error).strip().splitlines() or [""])[0][:200]
-        raise CorruptChunkError(
-            f"chunk {key!r} ({_rows(array, coords)}) of the Zarr array "
-            f"{str(array.store_path)!r} cannot be read ({type(error).__name__}: {reason}); "
-            "it is truncated or damaged: restore it or rewrite the store"
-        ) from None
+            raise MissingChunkError(_missing_message(array, [where]), key, error.where) from None
+        if isinstance(error, CorruptChunkError) and error.reason is not None:
+            reason = error.reason
+        else:
+            first = (str(error).strip().splitlines() or [""])[0][:200]
+            reason = f"{type(error).__name__}: {first}"
+        raise CorruptChunkError(_corrupt_message(array, where, reason), key, where, reason) from None
 
 
 def _chunk_key(array, coords) -> str:
@@ -331,13 +400,26 @@ def _rows(array, coords) -> str:
     return f"rows {coords[0] * step}-{min((coords[0] + 1) * step, array.shape[0]) - 1}"
 
 
+def _where(array, key, coords) -> str:
+    """"chunk 'KEY' (rows a-b)": the stored object at grid position ``coords``."""
+    return f"chunk {key!r} ({_rows(array, coords)})"
+
+
+def _corrupt_message(array, where: str, reason: str) -> str:
+    """One line naming the array, the damaged object and its rows, why, and the fix."""
+    return (
+        f"{where} of the Zarr array {str(array.store_path)!r} cannot be read ({reason}); "
+        "it is truncated or damaged: restore it or rewrite the store"
+    )
+
+
 def _missing_message(array, missing) -> str:
     """One line naming the array, the first absent chunk and its rows, and the fixes;
-    ``missing`` lists (key, coords)."""
-    (key, coords), more = missing[0], len(missing) - 1
+    ``missing`` lists what :func:`_where` says of each."""
+    more = len(missing) - 1
     return (
-        f"the Zarr array {str(array.store_path)!r} is missing chunk {key!r} "
-        f"({_rows(array, coords)}){f' and {more} more' if more else ''}; zarr would read "
+        f"the Zarr array {str(array.store_path)!r} is missing {missing[0]}"
+        f"{f' and {more} more' if more else ''}; zarr would read "
         f"{'them' if more else 'it'} as fill values ({_plain(array.fill_value)}), which "
         "dfairpca refuses: restore the chunks or rewrite the store, or, if its writer leaves "
         "out constant chunks on purpose, open it with "
@@ -360,7 +442,8 @@ def _check_chunks_present(array) -> None:
         return
     missing = _absent_chunks(array)
     if missing:
-        raise MissingChunkError(_missing_message(array, missing), missing[0][0])
+        raise MissingChunkError(
+            _missing_message(array, [_where(array, key, c) for key, c in missing]), missing[0][0])
 
 
 def _chunk_count(array) -> int:
@@ -453,9 +536,11 @@ def load_arrays(path, kind: str | None = None, layout=None, *, storage_options: 
     Raises
     ------
     SavedFileError
-        One line naming the file and what is wrong: not JSON, a missing or mistyped key,
-        an array of Python objects (loading it would unpickle), an array whose declared
-        size disagrees with the archive or with the other arrays, a truncated archive.
+        One line naming the file and what is wrong: a link, a named pipe or a device in
+        place of a file (see :mod:`dfairpca._files`), more bytes than dfairpca writes there,
+        not JSON, a missing or mistyped key, an array of Python objects (loading it would
+        unpickle), an array whose declared size disagrees with the archive or with the
+        other arrays, a truncated archive.
     """
     if is_remote(path):
         with local_copy(location(path, storage_options)) as local:
@@ -488,10 +573,11 @@ def load_arrays(path, kind: str | None = None, layout=None, *, storage_options: 
     if kind is not None and meta.get("kind") != kind:
         raise ValueError(f"{str(path)!r} holds a {meta.get('kind')!r}, not a {kind!r}")
     try:
-        headers = _npz_headers(path / "arrays.npz")
-        specs = {} if layout is None else layout(meta, {k: v[:2] for k, v in headers.items()})
-        _check_arrays(headers, specs)
-        arrays = _read_npz(path / "arrays.npz", headers)
+        with open_regular(path / "arrays.npz") as npz:  # one file read, the one checked
+            headers = _npz_headers(npz)
+            specs = {} if layout is None else layout(meta, {k: v[:2] for k, v in headers.items()})
+            _check_arrays(headers, specs)
+            arrays = _read_npz(npz, headers)
         _check_finite(arrays, specs)
     except ValueError as exc:  # SavedFileError, or the layout's word on meta.json
         raise SavedFileError(f"cannot load {str(path)!r}: {exc}{RESAVE_HINT}") from None
@@ -507,16 +593,11 @@ def _jsonable(o):
 
 
 # ---------------------------------------------------------------------------- checked loading
-class SavedFileError(ValueError):
-    """A saved model, statistics or checkpoint that is truncated, edited or inconsistent."""
-
+# SavedFileError and MAX_JSON_BYTES (re-exported here) live in dfairpca._files, the one
+# reader of the files of a saved folder
 
 #: what a refused saved file's message ends with (io's loaders and the checkpoint's progress check)
 RESAVE_HINT = "; it was truncated or edited, or not written by dfairpca: save or compute it again"
-
-#: bytes of meta.json or progress.json read at most (a model's is a few kB; labels of
-#: thousands of groups a few hundred kB)
-MAX_JSON_BYTES = 64 << 20
 
 
 def _is_int(v) -> bool:
@@ -525,10 +606,9 @@ def _is_int(v) -> bool:
 
 def _read_meta(file: Path) -> dict:
     """The JSON object in ``file``, or SavedFileError saying why not."""
-    if file.stat().st_size > MAX_JSON_BYTES:
-        raise SavedFileError(f"{file.name} is {file.stat().st_size} bytes, not a dfairpca file")
+    data = read_capped(file)
     try:
-        meta = json.loads(file.read_text(encoding="utf-8"))
+        meta = json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise SavedFileError(f"{file.name} is not valid JSON ({exc})") from None
     if not isinstance(meta, dict):
@@ -536,8 +616,9 @@ def _read_meta(file: Path) -> dict:
     return meta
 
 
-def _npz_headers(file: Path) -> dict:
-    """``{name: (shape, dtype, header_bytes)}`` of the .npy members, read from their headers.
+def _npz_headers(file) -> dict:
+    """``{name: (shape, dtype, header_bytes)}`` of the .npy members of the open arrays.npz
+    ``file``, read from their headers.
 
     Reads no array data.  Refuses arrays of Python objects (loading them unpickles),
     compressed members (``save_arrays`` stores them as they are, so reading a member never
@@ -549,16 +630,16 @@ def _npz_headers(file: Path) -> dict:
     try:
         zf = zipfile.ZipFile(file)
     except (zipfile.BadZipFile, OSError) as exc:
-        raise SavedFileError(f"{file.name} is not a complete zip archive ({exc})") from None
+        raise SavedFileError(f"arrays.npz is not a complete zip archive ({exc})") from None
     out = {}
     with zf:
         for info in zf.infolist():
             name = info.filename[:-4] if info.filename.endswith(".npy") else None
             if not name or "/" in name or name in out:
-                raise SavedFileError(f"{file.name} holds {info.filename!r}, not an array of dfairpca")
+                raise SavedFileError(f"arrays.npz holds {info.filename!r}, not an array of dfairpca")
             if info.compress_type != zipfile.ZIP_STORED:
                 raise SavedFileError(
-                    f"{file.name}: {name!r} is compressed ({info.file_size} bytes from "
+                    f"arrays.npz: {name!r} is compressed ({info.file_size} bytes from "
                     f"{info.compress_size}); dfairpca stores arrays uncompressed"
                 )
             try:
@@ -572,16 +653,16 @@ def _npz_headers(file: Path) -> dict:
                         raise ValueError(f"npy format version {version}")
                     header = f.tell()
             except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-                raise SavedFileError(f"{file.name}: the header of {name!r} is unreadable ({exc})") from None
+                raise SavedFileError(f"arrays.npz: the header of {name!r} is unreadable ({exc})") from None
             if dtype.hasobject:
                 raise SavedFileError(
-                    f"{file.name}: {name!r} is an array of Python objects, which only unpickling "
+                    f"arrays.npz: {name!r} is an array of Python objects, which only unpickling "
                     "could read; dfairpca never unpickles"
                 )
             nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
             if info.file_size != header + nbytes:
                 raise SavedFileError(
-                    f"{file.name}: {name!r} declares {shape} {dtype} ({nbytes} bytes) but the "
+                    f"arrays.npz: {name!r} declares {shape} {dtype} ({nbytes} bytes) but the "
                     f"archive holds {info.file_size - header} bytes for it"
                 )
             out[name] = (tuple(shape), dtype, nbytes)
@@ -619,11 +700,13 @@ def _check_arrays(headers: dict, specs: dict) -> None:
             raise SavedFileError(f"arrays.npz: {name!r} has dtype {dtype}, not a plain number or string")
 
 
-def _read_npz(file: Path, headers: dict) -> dict:
-    """The arrays, read without pickle once their headers were checked."""
+def _read_npz(file, headers: dict) -> dict:
+    """The arrays of the open arrays.npz ``file``, read without pickle once their headers
+    were checked."""
     import zipfile
 
     arrays = {}
+    file.seek(0)  # np.load tells a zip archive by its first bytes
     with np.load(file, allow_pickle=False) as z:
         for name in headers:
             try:

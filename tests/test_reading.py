@@ -4,7 +4,10 @@ Real Zarr stores in tmp_path (written by dfairpca's own synth_celeba or by plain
 chunks deleted or damaged with the file system, saved models edited byte by byte.
 """
 
+import contextlib
+import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -227,6 +230,147 @@ def test_corrupt_attribute_chunk(store):
     (store / "attributes" / "c" / "0" / "0").write_bytes(b"not zstd")
     with pytest.raises(CorruptChunkError, match=r"'attributes/c/0/0' \(rows 0-199\)"):
         attribute_column(store, "Smiling")
+
+
+# ----------------------------------------------------------------------------- sharded stores
+# A shard holds several chunks and ends with an index of where each lies (zarr's default);
+# zarr reads a shard of zero bytes, or a chunk its index marks as never written, as fill
+# values.  Both readings: whole shards (blocks of 10 or 20 rows) and parts of one (5 rows,
+# zarr fetches the index first, then the chunks it needs).
+SHARDED = np.arange(40 * 6, dtype=np.float64).reshape(40, 6) + 1
+
+
+def _sharded(path, X=SHARDED, shards=(10, 6), **kw):
+    arr = zarr.create_array(str(path), shape=X.shape, chunks=(5, 6), shards=shards,
+                            dtype=X.dtype, fill_value=0, **kw)
+    arr[:] = X  # zarr's default (write_empty_chunks False): a chunk all fill value is left out
+    return arr
+
+
+def _address(path, via):
+    return f"file://{path}" if via == "fsspec" else path
+
+
+@pytest.mark.parametrize("via", ["local", "fsspec"])
+@pytest.mark.parametrize("rows", [5, 10, 20])
+def test_an_empty_shard_is_corrupt(tmp_path, via, rows):
+    """An interrupted copy or a full disk leaves a shard of zero bytes: a valid one always
+    holds its index, so this is damage, not a shard left out on purpose."""
+    _sharded(tmp_path / "x.zarr")
+    (tmp_path / "x.zarr" / "c" / "1" / "0").write_bytes(b"")
+    X = dfairpca.from_zarr(_address(tmp_path / "x.zarr", via), rows_per_chunk=rows)
+    with pytest.raises(CorruptChunkError) as info:
+        X.compute()
+    msg = str(info.value)
+    assert "'c/1/0' (rows 10-19)" in msg and "0 bytes" in msg and "\n" not in msg
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    with pytest.raises(CorruptChunkError, match=r"'c/1/0' \(rows 10-19\)"):
+        dfairpca.PCA(2).fit(X)
+
+
+def _unwritten(path, **kw):
+    """A sharded store whose chunk of rows 15-19 (the second chunk of shard 'c/1/0') was
+    never written: its entry in the shard's index says so."""
+    X = SHARDED.copy()
+    X[15:20] = 0
+    _sharded(path, X, **kw)
+    return X
+
+
+@pytest.mark.parametrize("via", ["local", "fsspec"])
+@pytest.mark.parametrize("rows", [5, 10, 20])
+def test_a_chunk_never_written_inside_a_shard_is_missing(tmp_path, via, rows):
+    X = _unwritten(tmp_path / "x.zarr")
+    Y = dfairpca.from_zarr(_address(tmp_path / "x.zarr", via), rows_per_chunk=rows)
+    with pytest.raises(MissingChunkError) as info:
+        Y.compute()
+    msg = str(info.value)
+    assert "chunk (1, 0) of shard 'c/1/0' (rows 15-19)" in msg, msg
+    assert "missing_chunks='fill'" in msg and "\n" not in msg
+    assert info.value.key == "c/1/0"
+    with pytest.raises(MissingChunkError, match=r"shard 'c/1/0' \(rows 15-19\)"):
+        dfairpca.FairPCA(2).fit(Y, sensitive_features=np.arange(40) % 2)
+    # asked for, the fill values zarr reads
+    filled = dfairpca.from_zarr(_address(tmp_path / "x.zarr", via), rows_per_chunk=rows,
+                                missing_chunks="fill")
+    np.testing.assert_array_equal(filled.compute(), X)
+
+
+def test_shard_index_at_the_start(tmp_path):
+    from zarr.codecs import ShardingCodec
+
+    X = SHARDED.copy()
+    X[15:20] = 0
+    arr = zarr.create_array(str(tmp_path / "x.zarr"), shape=X.shape, dtype=X.dtype,
+                            chunks=(10, 6), fill_value=0, compressors=None,
+                            serializer=ShardingCodec(chunk_shape=(5, 6), index_location="start"))
+    arr[:] = X
+    for rows in (5, 10):
+        with pytest.raises(MissingChunkError, match=r"shard 'c/1/0' \(rows 15-19\)"):
+            dfairpca.from_zarr(tmp_path / "x.zarr", rows_per_chunk=rows).compute()
+    (tmp_path / "x.zarr" / "c" / "3" / "0").write_bytes(b"")
+    with pytest.raises(CorruptChunkError, match=r"'c/3/0' \(rows 30-39\)"):
+        dfairpca.from_zarr(tmp_path / "x.zarr", rows_per_chunk=10)[30:].compute()
+    # cut short by its last chunk (5 x 6 float64, stored as they are), its index whole:
+    # zarr, reading part of the shard, found no bytes there and filled it
+    shard = tmp_path / "x.zarr" / "c" / "2" / "0"
+    shard.write_bytes(shard.read_bytes()[:-240])
+    for rows, where in [(5, r"shard 'c/2/0' \(rows 20-29\)"),
+                        (10, r"chunk \(1, 0\) of shard 'c/2/0' \(rows 25-29\)")]:
+        with pytest.raises(CorruptChunkError, match=where):
+            dfairpca.from_zarr(tmp_path / "x.zarr", rows_per_chunk=rows)[20:30].compute()
+
+
+@pytest.mark.filterwarnings("ignore:Combining a `sharding_indexed` codec")
+def test_shards_that_cannot_be_checked_are_refused(tmp_path):
+    """A codec after sharding compresses the whole shard, index included: zarr reads a
+    chunk never written inside it as fill values, and dfairpca cannot see it."""
+    from zarr.codecs import ShardingCodec
+
+    X = SHARDED
+    arr = zarr.create_array(str(tmp_path / "x.zarr"), shape=X.shape, dtype=X.dtype,
+                            chunks=(10, 6), serializer=ShardingCodec(chunk_shape=(5, 6)))
+    arr[:] = X
+    with pytest.raises(ValueError, match=r"cannot check the shards.*'sharding_indexed', 'zstd'"
+                       r".*missing_chunks='fill'"):
+        dfairpca.from_zarr(tmp_path / "x.zarr")
+    np.testing.assert_array_equal(
+        dfairpca.from_zarr(tmp_path / "x.zarr", missing_chunks="fill").compute(), X)
+
+
+def test_complete_sharded_stores_read_whole(tmp_path):
+    """No false alarm: a shard at the array's edge leaves out the chunk past its last row
+    (zarr never writes it), and a store written whole reads whole either way."""
+    X = SHARDED[:37]
+    _sharded(tmp_path / "edge.zarr", X, shards=(15, 6))  # last shard: rows 30-44 of 37
+    for rows in (5, 15, 37):
+        np.testing.assert_array_equal(
+            dfairpca.from_zarr(tmp_path / "edge.zarr", rows_per_chunk=rows).compute(), X)
+
+
+def test_never_written_chunk_is_found_in_a_pickled_array(tmp_path):
+    """What a worker process gets: the array unpickled, its shards still checked."""
+    import pickle
+
+    _unwritten(tmp_path / "x.zarr")
+    X = pickle.loads(pickle.dumps(dfairpca.from_zarr(tmp_path / "x.zarr", rows_per_chunk=10)))
+    with pytest.raises(MissingChunkError, match=r"shard 'c/1/0' \(rows 15-19\)"):
+        X.compute(scheduler="sync")
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata")
+def test_never_written_chunk_of_a_strict_group(tmp_path):
+    """Arrays opened from a group that refuses absent chunks (CelebA's attributes)."""
+    g = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
+    X = SHARDED.copy()
+    X[15:20] = 0
+    g.create_array("x", shape=X.shape, chunks=(5, 6), shards=(10, 6), dtype=X.dtype,
+                   fill_value=0)[:] = X
+    zarr.consolidate_metadata(str(tmp_path / "g.zarr"))
+    for consolidated in (False, True):
+        group = zarr.open_group(str(tmp_path / "g.zarr"), mode="r", use_consolidated=consolidated)
+        with pytest.raises(MissingChunkError, match=r"shard 'x/c/1/0' \(rows 15-19\)"):
+            dio.read_checked(dio.strict_group(group)["x"], slice(None))
 
 
 # ----------------------------------------------------------------------------- saved labels
@@ -547,6 +691,150 @@ def test_checkpoint_total_is_checked(checkpoint):
     npz.write_bytes(npz.read_bytes()[:-100])
     with pytest.raises(SavedFileError, match=r"total.*arrays.npz is not a complete zip"):
         _resume(path, X)
+
+
+# ----------------------------------------------------------------------------- files that are no files
+# A folder shared as an archive can hold, in place of a file dfairpca wrote, a named pipe
+# (reading it waits for a writer forever) or a link to a character device (/dev/zero
+# never ends); the size the file system reports is 0 for both.
+@contextlib.contextmanager
+def _bounded(seconds: int = 10, memory: int = 1 << 30):
+    """Fail, rather than hang (SIGALRM interrupts a blocked open) or fill the machine's
+    memory (the address space may grow by ``memory`` only), if a regression reads on."""
+    import resource
+    import signal
+
+    def stop(signum, frame):
+        raise TimeoutError(f"still reading after {seconds} s")
+
+    with open("/proc/self/status") as f:
+        used = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    limits = resource.getrlimit(resource.RLIMIT_AS)
+    bound = used + memory if limits[1] == resource.RLIM_INFINITY else min(used + memory, limits[1])
+    handler = signal.signal(signal.SIGALRM, stop)
+    resource.setrlimit(resource.RLIMIT_AS, (bound, limits[1]))
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, handler)
+        resource.setrlimit(resource.RLIMIT_AS, limits)
+
+
+def _replace(file, kind, elsewhere):
+    """Put a named pipe, a link to /dev/zero or a link to an intact copy (in the folder
+    ``elsewhere``) where ``file`` was."""
+    if kind == "copy":
+        copy = elsewhere / f"copy-of-{file.name}"
+        shutil.copyfile(file, copy)
+    file.unlink()
+    if kind == "fifo":
+        os.mkfifo(file)
+    else:
+        file.symlink_to("/dev/zero" if kind == "zero" else copy)
+
+
+def _saved_files(tmp_path, checkpoint):
+    """{what: (file, how to read its folder)} for every kind of folder dfairpca loads."""
+    path, X = _fair_model(tmp_path)
+    stats = tmp_path / "s"
+    dfairpca.Moments.load(path / "statistics").save(stats)
+    ck, Xc = checkpoint
+    return {
+        "model meta.json": (path / "model" / "meta.json", lambda: dfairpca.load(path)),
+        "model arrays.npz": (path / "model" / "arrays.npz", lambda: dfairpca.load(path)),
+        "statistics meta.json": (stats / "meta.json", lambda: dfairpca.Moments.load(stats)),
+        "statistics arrays.npz": (stats / "arrays.npz", lambda: dfairpca.Moments.load(stats)),
+        "checkpoint progress.json": (ck / "progress.json", lambda: _resume(ck, Xc)),
+        "checkpoint total": (ck / "total" / "meta.json", lambda: _resume(ck, Xc)),
+    }
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, named pipes")
+@pytest.mark.parametrize("kind", ["fifo", "zero", "copy"])
+@pytest.mark.parametrize("what", ["model meta.json", "model arrays.npz", "statistics meta.json",
+                                  "statistics arrays.npz", "checkpoint progress.json",
+                                  "checkpoint total"])
+def test_only_regular_files_are_read(tmp_path, checkpoint, what, kind):
+    """A named pipe, a device or a link in place of a saved file is refused at once,
+    naming it; a link is refused even to an intact copy (dfairpca never writes one)."""
+    file, read = _saved_files(tmp_path, checkpoint)[what]
+    _replace(file, kind, tmp_path)
+    with _bounded(), pytest.raises(ValueError) as info:
+        read()
+    msg = str(info.value)
+    assert "\n" not in msg and str(file.parent) in msg and file.name in msg, msg
+    assert {"fifo": "named pipe", "zero": "symbolic link", "copy": "symbolic link"}[kind] in msg, msg
+    assert "not a regular file" in msg
+    if what.startswith(("model", "statistics")):
+        assert isinstance(info.value, SavedFileError)
+
+
+@pytest.mark.parametrize("what", ["model", "statistics"])
+def test_a_folder_dfairpca_wrote_is_not_read_through_a_link(tmp_path, what):
+    """The folders inside a saved model are read where they are, not where a link leads
+    (out of the folder given), even to an intact copy.  (A checkpoint refuses a link as an
+    entry it did not write, before reading.)"""
+    path, _ = _fair_model(tmp_path)
+    folder = path / what
+    shutil.copytree(folder, tmp_path / "elsewhere")
+    shutil.rmtree(folder)
+    folder.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(SavedFileError) as info:
+        dfairpca.load(path)
+    msg = str(info.value)
+    assert "\n" not in msg and f"{folder.name} is a symbolic link, not a folder" in msg, msg
+    assert str(folder.parent) in msg
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, named pipes")
+def test_a_named_pipe_in_place_of_a_lock_file_is_not_waited_on(tmp_path):
+    """An output's lock file is opened only to lock it; a pipe there must not block."""
+    from dfairpca._writes import exclusive
+
+    os.mkfifo(tmp_path / "lock")
+    with _bounded(), exclusive(tmp_path / "lock", "the output"):
+        pass
+    assert (tmp_path / "lock").exists()  # not dfairpca's: left as it was
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, named pipes")
+@pytest.mark.parametrize("kind", ["fifo", "zero", "copy"])
+def test_a_marker_that_is_no_file_marks_nothing(tmp_path, kind):
+    """The folder is then not dfairpca's: an overwrite is refused, not read through a link."""
+    from dfairpca.io import MARKER, OutputPathError, read_marker
+
+    path, _ = _fair_model(tmp_path)
+    assert read_marker(path) is not None
+    _replace(path / MARKER, kind, tmp_path)
+    with _bounded():
+        assert read_marker(path) is None
+        with pytest.raises(OutputPathError):
+            dfairpca.load(path).save(path, overwrite=True)
+
+
+def test_saved_json_is_read_up_to_a_cap(tmp_path, monkeypatch):
+    """A file larger than any dfairpca writes is refused after reading one byte past the
+    cap, whatever size the file system reports; an object at a URL too."""
+    import fsspec
+
+    import dfairpca._files
+    from dfairpca import _remote
+
+    path, _ = _fair_model(tmp_path)
+    size = len((path / "model" / "meta.json").read_bytes())
+    monkeypatch.setattr(dfairpca._files, "MAX_JSON_BYTES", size - 1)
+    _refused(path, f"meta.json holds more than {size - 1} bytes")
+    monkeypatch.setattr(dfairpca._files, "MAX_JSON_BYTES", size)
+    dfairpca.load(path)
+
+    fsspec.filesystem("memory").pipe_file("/capped/progress.json", b"{}" + b" " * 100)
+    monkeypatch.setattr(dfairpca._files, "MAX_JSON_BYTES", 101)
+    with pytest.raises(SavedFileError, match="progress.json holds more than 101 bytes"):
+        _remote.read_text("memory://capped/progress.json")
+    monkeypatch.setattr(dfairpca._files, "MAX_JSON_BYTES", 102)
+    assert _remote.read_text("memory://capped/progress.json").strip() == "{}"
 
 
 def test_cli_names_a_damaged_model(faces, tmp_path, capsys):

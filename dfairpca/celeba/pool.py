@@ -31,6 +31,7 @@ import zarr
 import zarr.errors
 from tqdm import tqdm
 
+from .._files import read_capped
 from .._system import cpu_count
 from .._version import code_digest
 from .._writes import (
@@ -315,7 +316,7 @@ def _is_resumable(partial: Path, settings: dict, shape: tuple, chunk_rows: int) 
     if not (partial / DONE_DIR).is_dir():
         return False
     try:
-        if (partial / DONE_DIR / CODE_FILE).read_text() != code_digest():
+        if read_capped(partial / DONE_DIR / CODE_FILE).decode() != code_digest():
             return False  # chunks of other code (or of a version before this check)
         group = zarr.open_group(partial, mode="r")
         images = group[IMAGES]

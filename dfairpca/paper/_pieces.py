@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .._files import read_capped
+
 #: the kind in the marker of the pieces' directory
 KIND = "paper-pieces"
 
@@ -82,8 +84,8 @@ def load(out, cfg, part: str, task):
     if not _own(path) or not (path / _name(part, task)).is_file():
         return None
     try:
-        found = json.loads((path / _name(part, task)).read_text(), object_hook=_decode)
-    except ValueError:  # cannot happen for a renamed whole file; recompute if it does
+        found = json.loads(read_capped(path / _name(part, task)), object_hook=_decode)
+    except ValueError:  # not the whole file a run renamed there (or a link, a pipe): recompute
         return None
     stamp = json.loads(json.dumps(_stamp(cfg)), object_hook=_decode)
     return found["result"] if {k: found.get(k) for k in stamp} == stamp else None
