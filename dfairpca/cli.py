@@ -52,6 +52,16 @@ class CLIError(Exception):
 #: exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it
 EXIT_INTERRUPTED = 130
 
+#: the errors a command reports in one line, exit status 2, instead of a traceback
+#: (OutputPathError is a FileExistsError)
+ONE_LINE_ERRORS = (CLIError, ValueError, KeyError, FileExistsError, FileNotFoundError,
+                   PermissionError, ConnectionError)
+
+
+def one_line(exc: BaseException) -> str:
+    """The message of one of :data:`ONE_LINE_ERRORS` (a KeyError's without its quotes)."""
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+
 #: how many names an error lists before "..." (arrays of a store, columns of a table)
 MAX_NAMES_SHOWN = 20
 
@@ -1152,9 +1162,8 @@ def main(argv=None) -> int:
     try:
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             summary = args.func(args)
-    except (CLIError, ValueError, KeyError, FileExistsError, FileNotFoundError, PermissionError,
-            ConnectionError) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+    except ONE_LINE_ERRORS as exc:
+        msg = one_line(exc)
         io = sys.modules.get("dfairpca.io")  # imported (here, not before: 0.2 s) if it raised
         if (io is not None and isinstance(exc, io.MissingChunkError)
                 and getattr(args, "missing_chunks", None) == "error"):

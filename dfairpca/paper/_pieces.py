@@ -85,6 +85,8 @@ def load(out, cfg, part: str, task):
         found = json.loads((path / _name(part, task)).read_text(), object_hook=_decode)
     except ValueError:  # cannot happen for a renamed whole file; recompute if it does
         return None
+    if not isinstance(found, dict) or "result" not in found:  # not a piece (edited by hand?): recompute
+        return None
     stamp = json.loads(json.dumps(_stamp(cfg)), object_hook=_decode)
     return found["result"] if {k: found.get(k) for k in stamp} == stamp else None
 
