@@ -366,7 +366,8 @@ def check_target(loc: Location, kind: str, *, overwrite: bool = False, protect=N
     for what, other in (protect.items() if isinstance(protect, dict) else protect or ()):
         other_url, here = normalised(other), normalised(loc)  # s3a:// is s3://
         relation = ("is" if here == other_url else
-                    "contains" if other_url.startswith(here + "/") else None)
+                    "contains" if other_url.startswith(here + "/") else
+                    "is inside" if here.startswith(other_url + "/") else None)
         apart(loc.url, relation, what, other_url)
     with _requests(loc):
         recover(loc)

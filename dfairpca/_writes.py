@@ -128,8 +128,8 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
     dfairpca's marker of the same ``kind``.  Refused with :class:`OutputPathError`: a file or
     a non-empty directory without the marker, a symbolic link, another kind of dfairpca
     output, dfairpca's own directory holding entries it did not write
-    (:func:`foreign_entries`: replacing it would delete them), and anything that is or
-    contains a path of ``protect`` (a mapping
+    (:func:`foreign_entries`: replacing it would delete them), a path without a name of its
+    own (:func:`named`), and anything that is, contains or is inside a path of ``protect`` (a mapping
     ``{"the input store": path}`` or ``(what, path)`` pairs: what this job reads or also
     writes).  The closest existing folder must be writable (:class:`PermissionError`
     otherwise; ``probe=False`` skips that check for a caller that creates a sibling right
@@ -138,7 +138,7 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
     if is_remote(path):
         return _remote.check_target(_remote.location(path, storage_options), kind,
                                     overwrite=overwrite, protect=protect, probe=probe)
-    path = Path(path)
+    path = named(path, kind)
     for what, other in (protect.items() if isinstance(protect, dict) else protect or ()):
         disk = _remote.on_disk(other)  # file:// and local:// URLs name local paths too
         if disk is not None:
@@ -620,13 +620,26 @@ def intact_copies(path) -> list[Path]:
                   key=lambda e: e.stat().st_mtime_ns)
 
 
-def _check_apart(path: Path, other: Path, what: str) -> None:
-    """Refuse ``path`` if it is ``other`` or contains it (links resolved).
+def named(path, kind: str) -> Path:
+    """``path`` as a Path, refused unless its last part is a name of its own.
 
-    Writing *inside* ``other`` is left to the other rules: it replaces nothing there.
+    dfairpca writes an output beside it and renames it into place: ``.``, ``..`` and ``/``
+    have no sibling to write and cannot be renamed.
     """
+    path = Path(path)
+    if path.name in ("", ".", ".."):
+        raise OutputPathError(
+            f"{path} has no name of its own ('.', '..' or the root), and dfairpca writes an output "
+            f"beside its path and renames it into place: name a new directory, e.g. {path / kind}")
+    return path
+
+
+def _check_apart(path: Path, other: Path, what: str) -> None:
+    """Refuse ``path`` if it is ``other``, contains it, or is inside it (links resolved):
+    an output inside an input store would become its members."""
     a, b = Path(os.path.realpath(path)), Path(os.path.realpath(other))
-    apart(str(path), "is" if a == b else "contains" if a in b.parents else None, what, str(other))
+    relation = "is" if a == b else "contains" if a in b.parents else "is inside" if b in a.parents else None
+    apart(str(path), relation, what, str(other))
 
 
 def _check_writable(path: Path) -> None:

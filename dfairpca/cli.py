@@ -100,12 +100,14 @@ def _storage(args) -> dict | None:
     return options
 
 
-def _place(value, storage_options: dict | None = None):
-    """A path as the write protocol takes it: a Path, or for a URL its location, which
-    carries the storage options to every read and write (the estimator's checkpoint too)."""
+def _place(value, kind: str, storage_options: dict | None = None):
+    """An output path as the write protocol takes it: a Path with a name of its own (the
+    checkpoint's is made from it), or for a URL its location, which carries the storage
+    options to every read and write (the estimator's checkpoint too)."""
     from ._remote import is_remote, local_path, location
+    from ._writes import named
 
-    return location(value, storage_options) if is_remote(value) else local_path(value)
+    return location(value, storage_options) if is_remote(value) else named(local_path(value), kind)
 
 
 
@@ -644,7 +646,7 @@ def _saying_how_to_resume():
 def cmd_synth(args):
     from .celeba import synth_celeba
 
-    out = _place(args.out, _storage(args))
+    out = _place(args.out, "store", _storage(args))
     _check_out(out, "store", args.overwrite)
     t = time.perf_counter()
     with _saying_how_to_resume():
@@ -657,7 +659,7 @@ def cmd_ingest(args):
     from .celeba import ingest_celeba
     from .cluster import connect
 
-    out = _place(args.out, _storage(args))
+    out = _place(args.out, "store", _storage(args))
     _check_out(out, "store", args.overwrite, {"the CelebA folder": args.celeba_dir})
     t = time.perf_counter()
     options = dict(size=args.size, color=args.color, overwrite=args.overwrite, stage_dir=args.stage_dir)
@@ -686,9 +688,9 @@ def run_fit(args: FitJob) -> dict:
 
     start = time.perf_counter()
     _check_method_options(args)
-    out = _place(args.out, _storage(args))
-    ckpt = (_place(args.checkpoint, _storage(args)) if args.checkpoint else
-            _place(f"{args.out.rstrip('/')}.checkpoint", _storage(args)) if is_remote(out) else
+    out = _place(args.out, "model", _storage(args))
+    ckpt = (_place(args.checkpoint, "checkpoint", _storage(args)) if args.checkpoint else
+            _place(f"{args.out.rstrip('/')}.checkpoint", "checkpoint", _storage(args)) if is_remote(out) else
             out.with_name(out.name + ".checkpoint"))
     inputs = _input_paths(args)
     _check_out(out, "model", args.overwrite, {**inputs, "the checkpoint": ckpt})
@@ -761,7 +763,7 @@ def cmd_transform(args):
     from .celeba.schema import copy_labels
 
     start = time.perf_counter()
-    out = _place(args.out, _storage(args))
+    out = _place(args.out, "store", _storage(args))
     protect = {**_input_paths(args), "the model": args.model}
     _check_out(out, "store", args.overwrite, protect)
     model = load(args.model, storage_options=_storage(args))

@@ -415,6 +415,9 @@ def test_outputs_never_replace_what_dfairpca_did_not_write(store, tmp_path, caps
         ([*fit, "--out", store, "--overwrite"], "is the input store"),
         ([*fit, "--out", store.parent, "--overwrite"], "contains the input store"),
         ([*fit, "--out", tmp_path / "m", "--checkpoint", tmp_path / "m"], "is the checkpoint"),
+        ([*fit, "--out", store / "model"], "is inside the input store"),
+        ([*fit, "--out", tmp_path / "m", "--checkpoint", store / "ck"], "is inside the input store"),
+        (["transform", tmp_path / "m", store, "--out", store / "rep.zarr"], "is inside the input store"),
         (["transform", tmp_path / "m", store, "--out", store, "--overwrite"], "is the input store"),
         (["transform", tmp_path / "m", store, "--out", res, "--overwrite"], "did not write"),
         (["show", tmp_path / "m", store, "--out", res / "thesis.tex", "--overwrite"],
@@ -458,6 +461,20 @@ def test_overwrite_keeps_an_array_and_an_attribute_the_user_added_to_dfairpcas_s
         del group.attrs["my_note"]
         code, _, err = run([*args, "--overwrite"], capsys)  # what dfairpca wrote: replaced
         assert code == 0, err
+
+
+def test_an_output_without_a_name_of_its_own_is_refused_before_any_cluster(store, tmp_path,
+                                                                          capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fit = ["fit", store, "--attribute", "Eyeglasses", "-k", "5"]
+    for args in ([*fit, "--out", ".", *NO_CLUSTER], [*fit, "--out", "..", *NO_CLUSTER],
+                 [*fit, "--out", "m", "--checkpoint", ".", *NO_CLUSTER],
+                 ["transform", "m", store, "--out", ".", *NO_CLUSTER],
+                 ["synth-celeba", ".", "--n", "10"]):
+        code, _, err = run(args, capsys)
+        assert code == 2 and "has no name of its own" in err and "empty name" not in err, (args, err)
+        assert err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_read_only_output_folder_is_refused_before_any_cluster(store, tmp_path, capsys):
