@@ -302,6 +302,14 @@ def _split(values) -> list[str]:
     return [c for v in values or [] for c in v.split(",") if c]
 
 
+def _once(names: list[str], option: str) -> list[str]:
+    """``names`` given with ``option``, refused if one is given twice."""
+    for name in names:
+        if names.count(name) > 1:
+            raise CLIError(f"{option} names {name!r} twice; give it once")
+    return names
+
+
 def _table(path, columns: list[str], option: str, data: _Data):
     """The named columns of a CSV or Parquet file (by extension), as pandas reads them."""
     import pandas as pd
@@ -345,12 +353,12 @@ def _sensitive(args, data: _Data):
     columns = {}
     sources = []
     if args.attribute:
-        attributes = _attributes(_source(args, data.root), args.attribute)
+        attributes = _attributes(_source(args, data.root), _once(args.attribute, "--attribute"))
         _check_rows(len(attributes), f"the attributes of {args.store}", data)
         sources.append(attributes.to_dict("series"))
     for value in args.sensitive_array:
         sources.append(_label_array(args, data, value, "--sensitive-array"))
-    names = _split(args.sensitive_column)
+    names = _once(_split(args.sensitive_column), "--sensitive-column")
     if names and not args.sensitive_csv:
         raise CLIError(
             "--sensitive-column names columns of a table: give it with --sensitive-csv FILE"

@@ -463,6 +463,14 @@ def test_overwrite_keeps_an_array_and_an_attribute_the_user_added_to_dfairpcas_s
         assert code == 0, err
 
 
+def test_an_attribute_named_twice_is_refused_before_any_cluster(store, tmp_path, capsys):
+    fit = ["fit", store, "-k", "5", "--out", tmp_path / "m", *NO_CLUSTER]
+    cases = [(["--attribute", "Eyeglasses", "--attribute", "Eyeglasses"],
+              "--attribute names 'Eyeglasses' twice; give it once")]
+    assert_refused_at_once(fit, cases, capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_output_without_a_name_of_its_own_is_refused_before_any_cluster(store, tmp_path,
                                                                           capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -679,6 +687,10 @@ def test_input_errors_are_one_line_before_any_cluster(data_store, tmp_path, caps
         ([*X, "--sensitive-column", "sex"], "give it with --sensitive-csv FILE"),
         ([*X, "--sensitive-csv", csv], "--sensitive-csv needs --sensitive-column"),
         ([*X, "--sensitive-array", "race", "--sensitive-array", "race"], "'race' is given twice"),
+        ([*X, "--sensitive-csv", csv, "--sensitive-column", "sex,sex"],
+         "--sensitive-column names 'sex' twice; give it once"),
+        ([*X, "--sensitive-csv", csv, "--sensitive-column", "sex", "--sensitive-column", "race,sex"],
+         "--sensitive-column names 'sex' twice; give it once"),
         ([*X, "--sensitive-array", "race", "--target-array", "y"],
          "--target-array is the task label of --constraint equal_opportunity"),
         ([*X, "--sensitive-array", "race", "--constraint", "equal_opportunity"],
