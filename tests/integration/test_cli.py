@@ -471,6 +471,20 @@ def test_an_attribute_named_twice_is_refused_before_any_cluster(store, tmp_path,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_malformed_scheduler_address_is_one_line_naming_a_valid_one(store, tmp_path, capsys):
+    import time
+
+    fit = ["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", tmp_path / "m"]
+    (tmp_path / "s.json").write_text('{"address": 5}')
+    for where in (["--scheduler", "htp:/x"], ["--scheduler-file", tmp_path / "s.json"]):
+        start = time.monotonic()
+        code, _, err = run([*fit, *where, "--timeout", "60"], capsys)
+        assert time.monotonic() - start < 20 and code == 2 and err.count("\n") == 1, err
+        assert "is not a scheduler address" in err and "tcp://host:8786" in err, err
+        assert "reply" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+
+
 def test_an_output_without_a_name_of_its_own_is_refused_before_any_cluster(store, tmp_path,
                                                                           capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
