@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import MAX_ROWS_SHOWN, Input, is_dask
+from ._validation import MAX_ROWS_SHOWN, Input, is_dask, unique_columns
 
 __all__ = [
     "Groups", "require_sensitive_features", "group_labels", "encode_groups", "binary_target",
@@ -91,12 +91,14 @@ def encode_groups(groups, n: int, mask=None, require_two: bool = True) -> Groups
     if groups is None:
         raise ValueError("FairPCA.fit needs groups: the protected attribute(s) of every row")
     if hasattr(groups, "columns") and hasattr(groups, "dtypes"):  # pandas / dask DataFrame
+        unique_columns(groups.columns, "sensitive_features")
         names = [str(c) for c in groups.columns]
         cols = [_to_numpy(groups[c]) for c in groups.columns]
     elif isinstance(groups, (list, tuple)) and groups and not np.isscalar(groups[0]) and (
         np.ndim(groups[0]) == 1 or is_dask(groups[0]) or hasattr(groups[0], "to_numpy")
     ):
         cols = [_to_numpy(g) for g in groups]
+        _refuse_rows(cols, n)
     else:
         arr = _to_numpy(groups)
         if arr.ndim == 1:
@@ -126,6 +128,17 @@ def encode_groups(groups, n: int, mask=None, require_two: bool = True) -> Groups
         if require_two:
             _check_groups(name, cats, inv.reshape(-1), mask)
     return Groups(codes, categories, names)
+
+
+def _refuse_rows(cols: list, n: int) -> None:
+    """Refuse a list of ``n`` rows of labels (tuples, one per row): a list is read as the
+    label vectors of the attributes, one per attribute, and these are not ``n`` long."""
+    widths = {len(c) for c in cols}
+    if len(cols) == n and len(widths) == 1 and widths != {n}:
+        raise ValueError(
+            f"sensitive_features is a list of {n} rows of {widths.pop()} labels, but a list is "
+            "read as one label vector per attribute: give rows as an (n, p) array, e.g. "
+            "np.asarray(rows, dtype=object), or a DataFrame with a column per attribute")
 
 
 def _plain_labels(col: np.ndarray, name: str) -> np.ndarray:

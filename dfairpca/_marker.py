@@ -359,8 +359,8 @@ def refusal(where: str, kind: str, found: dict | None, *, empty: bool, is_dir: b
 
 
 def apart(where: str, relation: str | None, what: str, other: str) -> None:
-    """Raise if ``where`` is (``relation`` "is") or contains ("contains") ``what`` at
-    ``other``, something this job reads or writes; None: unrelated."""
+    """Raise if ``where`` is (``relation`` "is"), contains ("contains") or is inside
+    ("is inside") ``what`` at ``other``, something this job reads or writes; None: unrelated."""
     if relation is not None:
         raise OutputPathError(
             f"{where} {relation} {what} {other}, which this job reads or writes: choose another path"

@@ -192,7 +192,28 @@ def explained(exc: BaseException, url: str, options: dict | None = None) -> Base
     if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
         bucket = url.split("://", 1)[-1].split("/", 1)[0]
         return FileNotFoundError(f"no bucket {bucket!r} for {url}: create it, or correct the URL")
+    botocore = any(c.__module__.startswith("botocore") for c in type(exc).__mro__)
+    if (isinstance(exc, (TypeError, ValueError, AttributeError)) or botocore) and _making_the_client(exc):
+        return ValueError(
+            # names only: the values may hold a secret
+            f"the storage options ({', '.join(map(str, options)) or 'none'}) for {url} were refused when "
+            f"the storage client was made from them ({type(exc).__name__}: {short}): check each "
+            "name and value against the file system's parameters (for s3:// those of "
+            "s3fs.S3FileSystem, e.g. {\"endpoint_url\": \"http://host:9000\", \"key\": \"...\", "
+            "\"secret\": \"...\"}) in storage_options (--storage-options on the command line)")
     return exc
+
+
+#: the functions in which an fsspec file system makes its client from the storage options
+#: (s3fs's ``set_session``): an error raised there is the options', not the storage's
+_CLIENT_MAKERS = {"set_session"}
+
+
+def _making_the_client(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while the file system made its client from the options."""
+    import traceback
+
+    return any(frame.f_code.co_name in _CLIENT_MAKERS for frame, _ in traceback.walk_tb(exc.__traceback__))
 
 
 @contextlib.contextmanager
@@ -382,7 +403,8 @@ def check_target(loc: Location, kind: str, *, overwrite: bool = False, protect=N
     for what, other in (protect.items() if isinstance(protect, dict) else protect or ()):
         other_url, here = normalised(other), normalised(loc)  # s3a:// is s3://
         relation = ("is" if here == other_url else
-                    "contains" if other_url.startswith(here + "/") else None)
+                    "contains" if other_url.startswith(here + "/") else
+                    "is inside" if here.startswith(other_url + "/") else None)
         apart(loc.url, relation, what, other_url)
     with _requests(loc):
         recover(loc)

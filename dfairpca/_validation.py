@@ -17,7 +17,7 @@ from ._system import rows_per_block
 __all__ = [
     "as_data", "compute_dtype_for", "check_n_features", "with_known_rows", "check_finite_output",
     "check_finite_input", "row_origin", "check_input", "Input", "is_dask", "is_lazy", "is_xarray",
-    "sensitive_columns", "MAX_ROWS_SHOWN",
+    "sensitive_columns", "unique_columns", "MAX_ROWS_SHOWN",
 ]
 
 #: how many offending rows an error message lists
@@ -365,9 +365,24 @@ def _is_dataframe(X) -> bool:
     return hasattr(X, "columns") and hasattr(X, "dtypes") and hasattr(X, "iloc")
 
 
+def unique_columns(columns, what: str) -> None:
+    """Refuse a DataFrame ``what`` with two columns of one name: a column is taken by its
+    name (``sensitive_feature_ids``, ``feature_names_in_``), and that name gives both."""
+    where: dict = {}
+    for j, c in enumerate(columns):
+        where.setdefault(c, []).append(str(j))
+    for c, js in where.items():
+        if len(js) > 1:
+            raise ValueError(
+                f"{what} has {len(js)} columns named {c!r} (columns {', '.join(js[:-1])} and "
+                f"{js[-1]}): rename or drop all but one, e.g. {what}.loc[:, "
+                f"~{what}.columns.duplicated()] keeps the first")
+
+
 def _dataframe_input(estimator, X, reset, min_samples, ids, rows) -> Input:
     """:func:`check_input` of a pandas or Dask DataFrame: sensitive columns of text or
     categories are split off as group labels, the others checked as numbers."""
+    unique_columns(X.columns, "X")
     width = len(X.columns)
     lazy = is_dask(X)
     if lazy:

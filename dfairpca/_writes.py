@@ -129,8 +129,8 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
     dfairpca's marker of the same ``kind``.  Refused with :class:`OutputPathError`: a file or
     a non-empty directory without the marker, a symbolic link, another kind of dfairpca
     output, dfairpca's own directory holding entries it did not write
-    (:func:`foreign_entries`: replacing it would delete them), and anything that is or
-    contains a path of ``protect`` (a mapping
+    (:func:`foreign_entries`: replacing it would delete them), a path without a name of its
+    own (:func:`named`), and anything that is, contains or is inside a path of ``protect`` (a mapping
     ``{"the input store": path}`` or ``(what, path)`` pairs: what this job reads or also
     writes).  The closest existing folder must be writable (:class:`PermissionError`
     otherwise; ``probe=False`` skips that check for a caller that creates a sibling right
@@ -139,7 +139,7 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
     if is_remote(path):
         return _remote.check_target(_remote.location(path, storage_options), kind,
                                     overwrite=overwrite, protect=protect, probe=probe)
-    path = Path(path)
+    path = named(path, kind)
     for what, other in (protect.items() if isinstance(protect, dict) else protect or ()):
         disk = _remote.on_disk(other)  # file:// and local:// URLs name local paths too
         if disk is not None:
@@ -181,8 +181,8 @@ def atomic_directory(path, kind: str, *, overwrite: bool = False, protect: dict 
        ``.tmp-`` one is deleted.  Only siblings that carry the marker (or are empty) are
        touched, and none of a writer still running on this host.
 
-    One writer per path at a time: two processes writing the same path concurrently may
-    make one of them fail (never lose the version that was there).
+    One writer per path at a time: a process whose replace finds another's under way on
+    this host fails naming it (:func:`exclusive`), and never loses the version that was there.
 
     For a URL (see :mod:`dfairpca._remote`) the block gets, with ``direct``, the URL of the
     temporary prefix (a Zarr store that workers write there); otherwise a local folder
@@ -238,6 +238,17 @@ def move_into_place(src, path, kind: str, *, overwrite: bool = False,
             _remove_tree(Path(src))
         return path
     src, path = Path(src), Path(path)
+    with exclusive(path.parent / f".{path.name}{REPLACE_LOCK}", str(path),
+                   "two replaces at once would rename over each other's new version"):
+        return _move_into_place(src, path, kind, overwrite=overwrite)
+
+
+#: the suffix of the lock file ``.NAME`` + this that a replace of ``NAME`` holds
+REPLACE_LOCK = ".replace.lock"
+
+
+def _move_into_place(src: Path, path: Path, kind: str, *, overwrite: bool) -> Path:
+    """:func:`move_into_place` of a local ``src``, its lock held."""
     check_target(path, kind, overwrite=overwrite, probe=False)  # src's folder: writable
     if not _exists(path) or src.is_file():  # a file is replaced by one rename: no old copy
         os.replace(src, path)
@@ -263,10 +274,11 @@ LOCK_MARK = b"dfairpca lock\n"
 
 
 @contextlib.contextmanager
-def exclusive(lock: Path, what: str):
+def exclusive(lock: Path, what: str, why: str = "two writers would mix their data"):
     """Hold the lock file ``lock`` while the block runs, or raise :class:`OutputPathError`
-    at once if another process holds it: two writers of the same partial output would mix
-    their chunks (e.g. two seeds) into one result.
+    at once if another process holds it, naming ``what`` it writes and ``why`` that is
+    refused: two writers of the same partial output would mix their chunks (e.g. two seeds)
+    into one result.
 
     An advisory ``flock`` on this host: it dies with its process, so a crash never leaves a
     held lock.  A lock file this call makes holds :data:`LOCK_MARK` and is removed when
@@ -278,24 +290,33 @@ def exclusive(lock: Path, what: str):
 
     while True:
         try:
-            fd, made = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             try:
                 # without waiting for a writer, should a named pipe be there
-                fd, made = os.open(lock, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), False
+                fd = os.open(lock, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
             except FileNotFoundError:
                 continue  # removed meanwhile by its holder
             except OSError as exc:
                 raise _not_writable(lock, lock.parent, exc) from None
         except OSError as exc:
             raise _not_writable(lock, lock.parent, exc) from None
+        else:
+            # marked at once, before taking it: another process may open it and take it
+            # first, and whoever holds it removes it only if it carries the mark
+            try:
+                os.write(fd, LOCK_MARK)
+            except OSError as exc:
+                os.close(fd)
+                lock.unlink(missing_ok=True)  # empty, and made by this call
+                raise _not_writable(lock, lock.parent, exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise OutputPathError(
                 f"another dfairpca process on this machine is writing {what} (it holds {lock}); "
-                "wait for it to finish, then run this again: two writers would mix their data"
+                f"wait for it to finish, then run this again: {why}"
             ) from None
         try:
             same = os.fstat(fd).st_ino == os.stat(lock).st_ino
@@ -305,8 +326,6 @@ def exclusive(lock: Path, what: str):
             break
         os.close(fd)  # the holder removed it after we opened it: take the new one
     try:
-        if made:
-            os.write(fd, LOCK_MARK)
         yield
     finally:
         try:
@@ -558,7 +577,8 @@ def recover(path, *, storage_options: dict | None = None) -> None:
     """Repair what a crash in the middle of :func:`atomic_directory` left next to ``path``.
 
     An ``.old-`` sibling is renamed back to ``path`` if ``path`` is missing (the newest one
-    wins), and deleted otherwise; a ``.tmp-`` sibling is deleted.  Only siblings carrying
+    wins), and deleted otherwise; a ``.tmp-`` sibling is deleted, and so is the lock file of
+    a replace whose holder died.  Only siblings carrying
     dfairpca's marker (or empty) are touched, and none of a writer still running on this
     host.  For a URL: finishes a move cut short (see :mod:`dfairpca._remote`).
     """
@@ -568,6 +588,7 @@ def recover(path, *, storage_options: dict | None = None) -> None:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         return
+    _drop_stale_lock(parent / f".{path.name}{REPLACE_LOCK}")
     pattern = sibling_pattern(path.name, "old|tmp")
     leftovers = []
     for entry in parent.iterdir():
@@ -588,6 +609,26 @@ def recover(path, *, storage_options: dict | None = None) -> None:
     for kind, entry in leftovers:
         if kind == "tmp":
             entry.unlink() if entry.is_file() else _remove_tree(entry)
+
+
+def _drop_stale_lock(lock: Path) -> None:
+    """Remove the lock file ``lock`` if dfairpca made it and no process holds it (its
+    holder crashed); a held one (this process's own too) is left alone."""
+    import fcntl
+
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.pread(fd, len(LOCK_MARK) + 1, 0) == LOCK_MARK and \
+                os.fstat(fd).st_ino == os.stat(lock).st_ino:
+            os.unlink(lock)
+    except OSError:  # held (BlockingIOError), or removed meanwhile
+        pass
+    finally:
+        os.close(fd)
 
 
 def recover_for_reading(path, *, storage_options: dict | None = None) -> None:
@@ -622,13 +663,26 @@ def intact_copies(path) -> list[Path]:
                   key=lambda e: e.stat().st_mtime_ns)
 
 
-def _check_apart(path: Path, other: Path, what: str) -> None:
-    """Refuse ``path`` if it is ``other`` or contains it (links resolved).
+def named(path, kind: str) -> Path:
+    """``path`` as a Path, refused unless its last part is a name of its own.
 
-    Writing *inside* ``other`` is left to the other rules: it replaces nothing there.
+    dfairpca writes an output beside it and renames it into place: ``.``, ``..`` and ``/``
+    have no sibling to write and cannot be renamed.
     """
+    path = Path(path)
+    if path.name in ("", ".", ".."):
+        raise OutputPathError(
+            f"{path} has no name of its own ('.', '..' or the root), and dfairpca writes an output "
+            f"beside its path and renames it into place: name a new directory, e.g. {path / kind}")
+    return path
+
+
+def _check_apart(path: Path, other: Path, what: str) -> None:
+    """Refuse ``path`` if it is ``other``, contains it, or is inside it (links resolved):
+    an output inside an input store would become its members."""
     a, b = Path(os.path.realpath(path)), Path(os.path.realpath(other))
-    apart(str(path), "is" if a == b else "contains" if a in b.parents else None, what, str(other))
+    relation = "is" if a == b else "contains" if a in b.parents else "is inside" if b in a.parents else None
+    apart(str(path), relation, what, str(other))
 
 
 def _check_writable(path: Path) -> None:

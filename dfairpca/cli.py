@@ -52,6 +52,16 @@ class CLIError(Exception):
 #: exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it
 EXIT_INTERRUPTED = 130
 
+#: the errors a command reports in one line, exit status 2, instead of a traceback
+#: (OutputPathError is a FileExistsError)
+ONE_LINE_ERRORS = (CLIError, ValueError, KeyError, FileExistsError, FileNotFoundError,
+                   PermissionError, ConnectionError)
+
+
+def one_line(exc: BaseException) -> str:
+    """The message of one of :data:`ONE_LINE_ERRORS` (a KeyError's without its quotes)."""
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+
 #: how many names an error lists before "..." (arrays of a store, columns of a table)
 MAX_NAMES_SHOWN = 20
 
@@ -90,12 +100,14 @@ def _storage(args) -> dict | None:
     return options
 
 
-def _place(value, storage_options: dict | None = None):
-    """A path as the write protocol takes it: a Path, or for a URL its location, which
-    carries the storage options to every read and write (the estimator's checkpoint too)."""
+def _place(value, kind: str, storage_options: dict | None = None):
+    """An output path as the write protocol takes it: a Path with a name of its own (the
+    checkpoint's is made from it), or for a URL its location, which carries the storage
+    options to every read and write (the estimator's checkpoint too)."""
     from ._remote import is_remote, local_path, location
+    from ._writes import named
 
-    return location(value, storage_options) if is_remote(value) else local_path(value)
+    return location(value, storage_options) if is_remote(value) else named(local_path(value), kind)
 
 
 
@@ -290,6 +302,14 @@ def _split(values) -> list[str]:
     return [c for v in values or [] for c in v.split(",") if c]
 
 
+def _once(names: list[str], option: str) -> list[str]:
+    """``names`` given with ``option``, refused if one is given twice."""
+    for name in names:
+        if names.count(name) > 1:
+            raise CLIError(f"{option} names {name!r} twice; give it once")
+    return names
+
+
 def _table(path, columns: list[str], option: str, data: _Data):
     """The named columns of a CSV or Parquet file (by extension), as pandas reads them."""
     import pandas as pd
@@ -333,12 +353,12 @@ def _sensitive(args, data: _Data):
     columns = {}
     sources = []
     if args.attribute:
-        attributes = _attributes(_source(args, data.root), args.attribute)
+        attributes = _attributes(_source(args, data.root), _once(args.attribute, "--attribute"))
         _check_rows(len(attributes), f"the attributes of {args.store}", data)
         sources.append(attributes.to_dict("series"))
     for value in args.sensitive_array:
         sources.append(_label_array(args, data, value, "--sensitive-array"))
-    names = _split(args.sensitive_column)
+    names = _once(_split(args.sensitive_column), "--sensitive-column")
     if names and not args.sensitive_csv:
         raise CLIError(
             "--sensitive-column names columns of a table: give it with --sensitive-csv FILE"
@@ -634,7 +654,7 @@ def _saying_how_to_resume():
 def cmd_synth(args):
     from .celeba import synth_celeba
 
-    out = _place(args.out, _storage(args))
+    out = _place(args.out, "store", _storage(args))
     _check_out(out, "store", args.overwrite)
     t = time.perf_counter()
     with _saying_how_to_resume():
@@ -647,7 +667,7 @@ def cmd_ingest(args):
     from .celeba import ingest_celeba
     from .cluster import connect
 
-    out = _place(args.out, _storage(args))
+    out = _place(args.out, "store", _storage(args))
     _check_out(out, "store", args.overwrite, {"the CelebA folder": args.celeba_dir})
     t = time.perf_counter()
     options = dict(size=args.size, color=args.color, overwrite=args.overwrite, stage_dir=args.stage_dir)
@@ -676,9 +696,9 @@ def run_fit(args: FitJob) -> dict:
 
     start = time.perf_counter()
     _check_method_options(args)
-    out = _place(args.out, _storage(args))
-    ckpt = (_place(args.checkpoint, _storage(args)) if args.checkpoint else
-            _place(f"{args.out.rstrip('/')}.checkpoint", _storage(args)) if is_remote(out) else
+    out = _place(args.out, "model", _storage(args))
+    ckpt = (_place(args.checkpoint, "checkpoint", _storage(args)) if args.checkpoint else
+            _place(f"{args.out.rstrip('/')}.checkpoint", "checkpoint", _storage(args)) if is_remote(out) else
             out.with_name(out.name + ".checkpoint"))
     inputs = _input_paths(args)
     _check_out(out, "model", args.overwrite, {**inputs, "the checkpoint": ckpt})
@@ -753,7 +773,7 @@ def cmd_transform(args):
     from .io import check_written
 
     start = time.perf_counter()
-    out = _place(args.out, _storage(args))
+    out = _place(args.out, "store", _storage(args))
     protect = {**_input_paths(args), "the model": args.model}
     _check_out(out, "store", args.overwrite, protect)
     model = load(args.model, storage_options=_storage(args))
@@ -1157,9 +1177,8 @@ def main(argv=None) -> int:
     try:
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             summary = args.func(args)
-    except (CLIError, ValueError, KeyError, FileExistsError, FileNotFoundError, PermissionError,
-            ConnectionError) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+    except ONE_LINE_ERRORS as exc:
+        msg = one_line(exc)
         io = sys.modules.get("dfairpca.io")  # imported (here, not before: 0.2 s) if it raised
         if (io is not None and isinstance(exc, io.MissingChunkError)
                 and getattr(args, "missing_chunks", None) == "error"):

@@ -369,12 +369,16 @@ def check_scheduler(address: str, timeout: float = 10, security=None, origin: st
     from distributed.security import Security
 
     try:
-        scheme = parse_address(address)[0]
+        scheme, where = parse_address(address)
         get_backend(scheme)
     except ValueError as exc:
         raise ValueError(
             f"{address!r} is not a scheduler address; expected e.g. tcp://host:8786 ({exc})"
         ) from None
+    problem = None if scheme == "inproc" else _host_port_problem(where)
+    if problem is not None:  # nothing would answer: say so before connecting, not after
+        raise ValueError(f"{address!r}{origin} is not a scheduler address: {problem}; a valid "
+                         "one looks like tcp://host:8786 (scheme://host:port)")
     security = security or Security()
     tls = security.get_tls_config_for_role("client")
     if scheme == "tls" and not (tls.get("ca_file") and tls.get("cert")):
@@ -399,6 +403,20 @@ def check_scheduler(address: str, timeout: float = 10, security=None, origin: st
                f"({reason}); {hint}")
     raise SchedulerUnreachable(" ".join(message.split())) from None
 
+
+
+def _host_port_problem(where: str) -> str | None:
+    """What is wrong with the ``host:port`` part of an address, or None."""
+    host, colon, port = where.rpartition(":")
+    if not colon or not port:
+        return "it has no port"
+    if not port.isdigit():
+        return f"its port {port!r} is not a number"
+    if not 0 < int(port) < 65536:
+        return f"its port {port} is not in 1-65535"
+    if not host.strip("[]"):
+        return "it has no host"
+    return None
 
 
 async def _identity(address: str, timeout: float, security) -> dict:

@@ -71,3 +71,32 @@ def test_text_labels_ending_in_nul_are_refused_not_merged():
     z = np.array(["b", "b\x00", "c"] * 10, dtype=object)
     with pytest.raises(ValueError, match="NUL"):
         dfairpca.FairPCA(2).fit(X, sensitive_features=z)
+
+
+def test_two_columns_of_one_name_are_refused_naming_the_name(data):
+    X, z = data
+    twice = pd.DataFrame({"sex": z, "race": 1 - z})
+    twice.columns = ["sex", "sex"]
+    with pytest.raises(ValueError, match=r"sensitive_features has 2 columns named 'sex' \(columns "
+                                         r"0 and 1\): rename or drop"):
+        dfairpca.FairPCA(2).fit(X, sensitive_features=twice)
+    # as X with sensitive_feature_ids: the duplicate named whether or not it is the sensitive one
+    for names, dup in ((["sex", *map(str, range(X.shape[1] - 1)), "sex"], "sex"),
+                       (["a", "a", *map(str, range(X.shape[1] - 1))], "a")):
+        frame = pd.DataFrame(np.column_stack([z, X]), columns=names)
+        with pytest.raises(ValueError, match=rf"X has 2 columns named '{dup}' .*: rename or drop"):
+            dfairpca.FairPCA(2, sensitive_feature_ids=["sex"]).fit(frame)
+
+
+@pytest.mark.parametrize("rows", [
+    pytest.param(lambda z: [(int(a), int(1 - a)) for a in z], id="numbers"),
+    pytest.param(lambda z: [("m", "x") if a else ("f", "y") for a in z], id="text"),
+    pytest.param(lambda z: [[int(a), "x" if a else "y"] for a in z], id="lists"),
+])
+def test_rows_given_as_a_list_of_tuples_name_the_form_to_use(data, rows):
+    # a list is read as p label vectors (one per attribute); n rows of p labels is another form
+    X, z = data
+    with pytest.raises(ValueError, match=r"a list of 600 rows of 2 labels.*an \(n, p\) array.*DataFrame"):
+        dfairpca.FairPCA(2).fit(X, sensitive_features=rows(z))
+    fitted = dfairpca.FairPCA(2).fit(X, sensitive_features=np.asarray(rows(z), dtype=object))
+    assert fitted.n_components_ == 2

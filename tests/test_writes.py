@@ -147,12 +147,27 @@ def test_the_protected_inputs(tmp_path):
     with pytest.raises(FileExistsError, match="is the input store"):
         io.check_target(tmp_path / "alias", "store", overwrite=True, protect=protect)
     io.check_target(tmp_path / "data" / "other.zarr", "store", protect=protect)
+    # inside it: the output would become members of the input store
+    for inside in (store / "model", store / "images" / "x", tmp_path / "alias" / "model"):
+        with pytest.raises(FileExistsError, match="is inside the input store"):
+            io.check_target(inside, "model", protect=protect)
     # an input named by a file:// or local:// URL is the same path, and so is an output
     for url in (f"file://{store}", f"local://{store}"):
         with pytest.raises(FileExistsError, match="is the input store"):
             io.check_target(store, "store", overwrite=True, protect={"the input store": url})
     with pytest.raises(FileExistsError, match="is the input store"):
         io.check_target(f"local://{store}", "store", overwrite=True, protect=protect)
+
+
+def test_a_path_without_a_name_of_its_own_is_refused(tmp_path, monkeypatch):
+    # '.', '..' and '/' cannot be replaced by a rename (and have no sibling to write first)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    for where in (".", "..", "/", f"{empty}/.."):
+        with pytest.raises(io.OutputPathError, match="has no name of its own.*e.g."):
+            io.check_target(where, "model")
+    assert list(empty.iterdir()) == []
 
 
 # ------------------------------------------------------------------ atomic, and crashes recovered

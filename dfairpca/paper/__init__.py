@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["PARTS", "add_arguments", "build_parser", "main"]
+__all__ = ["PARTS", "PROG", "add_arguments", "build_parser", "main"]
+
+#: how ``python -m dfairpca.paper`` names itself in its usage and its errors
+PROG = "python -m dfairpca.paper"
 
 #: the report's parts, in the order they are run and written
 PARTS = ("tables", "synthetic", "tradeoff", "faces")
@@ -49,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``python -m dfairpca.paper``."""
     return add_arguments(argparse.ArgumentParser(
-        prog="python -m dfairpca.paper", description=__doc__.splitlines()[0]))
+        prog=PROG, description=__doc__.splitlines()[0]))
 
 
 def main(argv=None) -> dict:

@@ -87,6 +87,8 @@ def load(out, cfg, part: str, task):
         found = json.loads(read_capped(path / _name(part, task)), object_hook=_decode)
     except ValueError:  # not the whole file a run renamed there (or a link, a pipe): recompute
         return None
+    if not isinstance(found, dict) or "result" not in found:  # not a piece (edited by hand?): recompute
+        return None
     stamp = json.loads(json.dumps(_stamp(cfg)), object_hook=_decode)
     return found["result"] if {k: found.get(k) for k in stamp} == stamp else None
 

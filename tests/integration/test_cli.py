@@ -427,6 +427,9 @@ def test_outputs_never_replace_what_dfairpca_did_not_write(store, tmp_path, caps
         ([*fit, "--out", store, "--overwrite"], "is the input store"),
         ([*fit, "--out", store.parent, "--overwrite"], "contains the input store"),
         ([*fit, "--out", tmp_path / "m", "--checkpoint", tmp_path / "m"], "is the checkpoint"),
+        ([*fit, "--out", store / "model"], "is inside the input store"),
+        ([*fit, "--out", tmp_path / "m", "--checkpoint", store / "ck"], "is inside the input store"),
+        (["transform", tmp_path / "m", store, "--out", store / "rep.zarr"], "is inside the input store"),
         (["transform", tmp_path / "m", store, "--out", store, "--overwrite"], "is the input store"),
         (["transform", tmp_path / "m", store, "--out", res, "--overwrite"], "did not write"),
         (["show", tmp_path / "m", store, "--out", res / "thesis.tex", "--overwrite"],
@@ -470,6 +473,42 @@ def test_overwrite_keeps_an_array_and_an_attribute_the_user_added_to_dfairpcas_s
         del group.attrs["my_note"]
         code, _, err = run([*args, "--overwrite"], capsys)  # what dfairpca wrote: replaced
         assert code == 0, err
+
+
+def test_an_attribute_named_twice_is_refused_before_any_cluster(store, tmp_path, capsys):
+    fit = ["fit", store, "-k", "5", "--out", tmp_path / "m", *NO_CLUSTER]
+    cases = [(["--attribute", "Eyeglasses", "--attribute", "Eyeglasses"],
+              "--attribute names 'Eyeglasses' twice; give it once")]
+    assert_refused_at_once(fit, cases, capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_malformed_scheduler_address_is_one_line_naming_a_valid_one(store, tmp_path, capsys):
+    import time
+
+    fit = ["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", tmp_path / "m"]
+    (tmp_path / "s.json").write_text('{"address": 5}')
+    for where in (["--scheduler", "htp:/x"], ["--scheduler-file", tmp_path / "s.json"]):
+        start = time.monotonic()
+        code, _, err = run([*fit, *where, "--timeout", "60"], capsys)
+        assert time.monotonic() - start < 20 and code == 2 and err.count("\n") == 1, err
+        assert "is not a scheduler address" in err and "tcp://host:8786" in err, err
+        assert "reply" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+
+
+def test_an_output_without_a_name_of_its_own_is_refused_before_any_cluster(store, tmp_path,
+                                                                          capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fit = ["fit", store, "--attribute", "Eyeglasses", "-k", "5"]
+    for args in ([*fit, "--out", ".", *NO_CLUSTER], [*fit, "--out", "..", *NO_CLUSTER],
+                 [*fit, "--out", "m", "--checkpoint", ".", *NO_CLUSTER],
+                 ["transform", "m", store, "--out", ".", *NO_CLUSTER],
+                 ["synth-celeba", ".", "--n", "10"]):
+        code, _, err = run(args, capsys)
+        assert code == 2 and "has no name of its own" in err and "empty name" not in err, (args, err)
+        assert err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_read_only_output_folder_is_refused_before_any_cluster(store, tmp_path, capsys):
@@ -674,6 +713,10 @@ def test_input_errors_are_one_line_before_any_cluster(data_store, tmp_path, caps
         ([*X, "--sensitive-column", "sex"], "give it with --sensitive-csv FILE"),
         ([*X, "--sensitive-csv", csv], "--sensitive-csv needs --sensitive-column"),
         ([*X, "--sensitive-array", "race", "--sensitive-array", "race"], "'race' is given twice"),
+        ([*X, "--sensitive-csv", csv, "--sensitive-column", "sex,sex"],
+         "--sensitive-column names 'sex' twice; give it once"),
+        ([*X, "--sensitive-csv", csv, "--sensitive-column", "sex", "--sensitive-column", "race,sex"],
+         "--sensitive-column names 'sex' twice; give it once"),
         ([*X, "--sensitive-array", "race", "--target-array", "y"],
          "--target-array is the task label of --constraint equal_opportunity"),
         ([*X, "--sensitive-array", "race", "--constraint", "equal_opportunity"],

@@ -7,6 +7,7 @@ hosts joined by a bridge); it needs root and runs only with DFAIRPCA_TEST_NETNS=
 import http.server
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -307,6 +308,31 @@ def test_argument_errors():
     with pytest.raises(ValueError, match="not a scheduler address"):
         with connect("http://127.0.0.1:8786"):
             pass
+
+
+@pytest.mark.parametrize("address, why", [
+    ("htp:/x", "its port '/x' is not a number"), ("5", "it has no port"),
+    ("tcp://host", "it has no port"), ("tcp://host:port", "its port 'port' is not a number"),
+    ("tcp://:8786", "it has no host"), ("tcp://host:99999", "its port 99999 is not in 1-65535"),
+])
+def test_a_malformed_address_is_refused_before_connecting(address, why, tmp_path):
+    # nothing is asked of the network: the error comes at once, not after the timeout
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=rf"^'{re.escape(address)}' is not a scheduler address: "
+                                         rf"{re.escape(why)}; .*tcp://host:8786") as info:
+        with connect(address, timeout=30):
+            pass
+    assert time.monotonic() - start < 5 and "\n" not in str(info.value)
+    assert "reply" not in str(info.value)
+    for value in (5, address):  # the same from a scheduler file, which the message names
+        path = tmp_path / "scheduler.json"
+        path.write_text(json.dumps({"address": value}))
+        start = time.monotonic()
+        with pytest.raises(ValueError, match=r"\(read from scheduler file .*scheduler.json'\)"
+                                             r".*tcp://host:8786"):
+            with connect(scheduler_file=path, timeout=30):
+                pass
+        assert time.monotonic() - start < 5
 
 
 def test_local_cluster_prints_its_dashboard(capsys):

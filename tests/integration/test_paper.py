@@ -156,6 +156,21 @@ def test_cli_refuses_a_folder_it_did_not_write(tmp_path):
     assert (out / "notes.txt").read_text() == "keep me"
 
 
+def test_python_m_refuses_a_folder_it_did_not_write_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    proc = subprocess.run([sys.executable, "-m", "dfairpca.paper", "--quick", "--only", "faces",
+                           "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("python -m dfairpca.paper: error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert str(out) in proc.stderr and proc.stdout == ""
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
 def test_inlp_removes_what_a_linear_classifier_sees():
     from dfairpca import metrics
     from dfairpca.paper.inlp import inlp_components
@@ -217,6 +232,10 @@ def test_pieces_round_trip_and_are_reused_only_for_the_same_sizes(tmp_path):
         mp.setattr("dfairpca._version.code_digest", lambda: "0" * 16)
         assert _pieces.load(out, quick, "faces", None) is None
     assert _pieces.load(out, quick, "faces", None) is not None
+    stamped = json.dumps(_pieces._stamp(quick))  # this run's stamp, but no result
+    for wrong in ("[]", "5", '{"x": 1}', '"result"', stamped):  # valid JSON, another shape: recomputed
+        (_pieces.folder(out) / _pieces._name("faces", None)).write_text(wrong)
+        assert _pieces.load(out, quick, "faces", None) is None, wrong
     _pieces.discard(out)
     assert not _pieces.folder(out).exists()
 

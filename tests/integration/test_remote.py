@@ -431,6 +431,26 @@ def test_bad_urls_credentials_and_endpoints_are_one_line_errors_before_any_work(
         assert code == 2 and expected in err and err.count("\n") == 1, (out, err)
 
 
+@pytest.mark.parametrize("options", [
+    {"endpoint_url": 5}, {"endpoint_url": "not a url"}, {"nonsense": 1},
+    {"client_kwargs": {"region_name": 5}}, {"config_kwargs": {"retries": 5}},
+    {"key": None},  # a secret without its key
+])
+def test_storage_options_the_client_cannot_be_made_from_are_one_line(
+        clean_environment, options, capsys, tmp_path):
+    # refused while s3fs makes its client from them, before any request: no server needed
+    so = json.dumps({"key": "k", "secret": "hush", **options})
+    for args in (["synth-celeba", "s3://data/out.zarr", "--n", "10", "--storage-options", so],
+                 ["fit", "s3://data/in.zarr", "--attribute", "Eyeglasses", "-k", "3", "--out",
+                  tmp_path / "m", "--storage-options", so, *NO_CLUSTER]):
+        code, _, err = run(args, capsys)
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, (args, err)
+        assert "storage options" in err and "were refused" in err, err
+        assert "S3FileSystem" in err and "--storage-options" in err, err
+        assert "hush" not in err  # the options are named, their values (a secret) never shown
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_server_lost_during_the_pass_is_named_not_taken_for_damaged_data(cluster, tmp_path):
     """The workers' reads fail when the endpoint goes away: the error names the storage
     and its fix, not a "truncated or damaged" chunk."""

@@ -14,6 +14,7 @@ import zarr
 
 import dfairpca
 from dfairpca import io
+from dfairpca._writes import REPLACE_LOCK
 from test_writes import foreign_dir, siblings, tree, user_files
 
 
@@ -79,7 +80,9 @@ def test_a_crash_anywhere_in_a_replace_loses_neither_version(models, tmp_path, s
     models["PCA"].save(path)
     old = tree(path)
     crash_in(path, step)
-    left = siblings(path)
+    # the replace's lock file stays (no process holds it: its lock died with the writer)
+    lock = f".{path.name}{REPLACE_LOCK}"
+    left = [s for s in siblings(path) if s != lock]
     assert [k for k in leftovers if not any(k in s for s in left)] == [] and len(left) == len(leftovers)
     # whatever the window, one whole version is on disk under a name recovery knows
     io.recover(path)
@@ -124,3 +127,40 @@ def test_the_reviewers_reproduction_on_the_command_line_and_in_a_fresh_process(t
                           text=True)
     assert proc.returncode == 1 and "move your files out of it" in proc.stderr
     assert tree(tmp_path / "q2") == before
+
+
+CONCURRENT = textwrap.dedent("""
+    import os, sys, time, numpy as np, dfairpca
+    path, go, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    model = dfairpca.PCA(2).fit(np.random.default_rng(os.getpid()).normal(size=(200, 6)))
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    for _ in range(rounds):
+        try:
+            model.save(path, overwrite=True)
+            print("saved")
+        except Exception as exc:
+            print(f"{type(exc).__name__}: {exc}".splitlines()[0])
+""")
+
+
+def test_concurrent_saves_of_one_path_fail_naming_the_other_writer(tmp_path):
+    """Three processes replacing one model at once: each save succeeds or is refused naming
+    the other writer (never a raw OSError of two renames colliding), and a whole model is left."""
+    path, go = tmp_path / "model", tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, str(path), str(go), "40"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    go.touch()
+    lines = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        lines += out.splitlines()
+    refused = [line for line in lines if line != "saved"]
+    assert "saved" in lines
+    for line in refused:
+        assert line.startswith("OutputPathError: another dfairpca process on this machine is "
+                               f"writing {path}"), line
+    assert dfairpca.load(path).n_components_ == 2
+    assert siblings(path) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["go", "model"]
