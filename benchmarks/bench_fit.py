@@ -105,7 +105,7 @@ def m_limit(store, n, k):
     import scipy.linalg.blas as blas
     import zarr
 
-    from dfairpca._solvers import top_eigh
+    from dfairpca.base._solvers import top_eigh
 
     im = zarr.open_group(str(store), mode="r")["images"]
     rows = 4096

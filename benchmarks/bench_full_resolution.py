@@ -106,7 +106,7 @@ def fit_one(store, rows: int | None, k: int, attr: str, oversamples: int, power,
     from distributed import Client, LocalCluster
 
     import dfairpca
-    from dfairpca import _randomized
+    from dfairpca.solve import _randomized
 
     X = dfairpca.from_zarr(store, "images")
     z = attribute(store, attr)
@@ -157,7 +157,7 @@ def chunk_costs(store, k: int, oversamples: int, rows: int = 256, repeat: int = 
     import zarr
     from threadpoolctl import threadpool_limits
 
-    from dfairpca._thin_pass import _centred
+    from dfairpca.engine._thin_pass import _centred
 
     im = zarr.open_group(str(store), mode="r")["images"]
     d = int(np.prod(im.shape[1:]))
@@ -192,7 +192,7 @@ def client_costs(d: int, w: int, k: int, passes: int) -> list[float]:
     one thread: multi-threaded BLAS on a loaded machine measured 5 to 10 times slower."""
     from threadpoolctl import threadpool_limits
 
-    from dfairpca._randomized import _Krylov
+    from dfairpca.solve._randomized import _Krylov
 
     rng = np.random.default_rng(0)
     out = []

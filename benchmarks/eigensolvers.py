@@ -23,7 +23,7 @@ import scipy.linalg
 import scipy.sparse.linalg
 
 import dfairpca
-from dfairpca import _solvers
+from dfairpca.base import _solvers
 
 HERE = Path(__file__).resolve().parent
 

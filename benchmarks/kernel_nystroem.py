@@ -43,7 +43,7 @@ from sklearn.metrics.pairwise import rbf_kernel
 from sklearn.svm import SVC
 
 from dfairpca.celeba import attribute_column, ensure_store, open_celeba
-from dfairpca.kernel import FairKernelPCA
+from dfairpca.decomposition.kernel import FairKernelPCA
 
 RESULTS = Path(__file__).resolve().parent / "results" / "kernel_nystroem.md"
 LANDMARKS = (100, 250, 500, 1000, 2000, 5000)

@@ -79,7 +79,7 @@ def task_name(key) -> str:
 
 def import_dfairpca() -> None:
     """Import dfairpca in a worker before the timed fit, as every later fit finds it."""
-    import dfairpca.moments  # noqa: F401
+    import dfairpca.stats.moments  # noqa: F401
 
 
 def run_shape(store: Path, groups, args, workers: int, threads: int) -> dict:
@@ -139,7 +139,7 @@ PARTIALS = ("_fold", "combine")
 def partial_bytes(d: int, m=None) -> int:
     """Bytes of one running sum as it travels: upper-triangle panels of the d x d scatter,
     the mean and the group deviations."""
-    from dfairpca._accumulator import UpperPanels
+    from dfairpca.engine._accumulator import UpperPanels
 
     n = UpperPanels(d).nbytes + 8 * d
     if m is not None:
@@ -170,7 +170,7 @@ def calibrate(single: dict, args, n_chunks: int) -> dict:
 
 
 def _time_add(d: int) -> float:
-    from dfairpca._accumulator import UpperPanels
+    from dfairpca.engine._accumulator import UpperPanels
 
     a, b = UpperPanels(d), UpperPanels(d)
     t0 = time.perf_counter()

@@ -4,7 +4,7 @@ Fair PCA (Kleindessner et al., AISTATS 2023) from additive statistics reduced in
 chunked pass over numpy, Dask or Zarr arrays, then a small local eigenproblem.
 """
 
-from ._version import __version__
+from .base._version import __version__
 
 __all__ = ["PCA", "FairPCA", "FairKernelPCA", "Moments", "merge", "compute_moments", "from_zarr", "load", "__version__"]
 
@@ -12,9 +12,9 @@ __all__ = ["PCA", "FairPCA", "FairKernelPCA", "Moments", "merge", "compute_momen
 #: unpickles a function of dfairpca.celeba imports the package, and scikit-learn, SciPy
 #: and Dask behind the estimators took 3-7 s of it (the whole cost of a short ingest)
 _PUBLIC = {
-    "PCA": "decomposition", "FairPCA": "decomposition", "FairKernelPCA": "kernel",
-    "Moments": "moments", "merge": "moments", "compute_moments": "_engine", "from_zarr": "io",
-    "load": "_saved",
+    "PCA": "decomposition", "FairPCA": "decomposition", "FairKernelPCA": "decomposition",
+    "Moments": "stats.moments", "merge": "stats.moments", "compute_moments": "engine._engine",
+    "from_zarr": "io", "load": "decomposition",
 }
 
 
@@ -23,9 +23,6 @@ def __getattr__(name: str):
 
     if name not in _PUBLIC:
         raise AttributeError(f"module 'dfairpca' has no attribute {name!r}")
-    if name == "load":  # a saved model's class is found in the registry its module fills
-        importlib.import_module(".decomposition", __name__)
-        importlib.import_module(".kernel", __name__)
     value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
     globals()[name] = value
     return value

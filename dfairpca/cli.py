@@ -81,7 +81,7 @@ def _check_out(path: Path, kind: str, overwrite: bool, protect: dict | None = No
     ``--overwrite`` dfairpca's own ``kind``; never the inputs (``protect``) or a folder
     holding them; the folder (for a URL: the bucket, with its credentials) must be writable.
     """
-    from ._writes import check_target
+    from .io._writes import check_target
 
     check_target(path, kind, overwrite=overwrite, protect=protect, storage_options=storage_options)
 
@@ -104,8 +104,8 @@ def _place(value, kind: str, storage_options: dict | None = None):
     """An output path as the write protocol takes it: a Path with a name of its own (the
     checkpoint's is made from it), or for a URL its location, which carries the storage
     options to every read and write (the estimator's checkpoint too)."""
-    from ._remote import is_remote, local_path, location
-    from ._writes import named
+    from .io._remote import is_remote, local_path, location
+    from .io._writes import named
 
     return location(value, storage_options) if is_remote(value) else named(local_path(value), kind)
 
@@ -149,7 +149,7 @@ class _Data:
 
 def _open_zarr(path, option: str, storage_options: dict | None = None):
     """The Zarr array or group at ``path`` (or a URL), opened read-only; a one-line error if none."""
-    from ._remote import open_zarr
+    from .io._remote import open_zarr
 
     try:
         return open_zarr(path, storage_options)
@@ -234,7 +234,7 @@ def _data(args, rows_per_chunk=None) -> _Data:
 def _source(args, root):
     """STORE as the CelebA readers take it: the path, or for a URL the group opened with
     its storage options."""
-    from ._remote import is_remote
+    from .io._remote import is_remote
 
     return root if is_remote(args.store) else args.store
 
@@ -691,8 +691,8 @@ def run_fit(args: FitJob) -> dict:
     Every parameter is checked against the data first, then the pass runs on the cluster
     of ``args`` (see :func:`dfairpca.cluster.connect`) with a checkpoint next to the model.
     """
-    from ._remote import is_remote
-    from ._writes import read_marker, remove_directory, staged_locally
+    from .io._remote import is_remote
+    from .io._writes import read_marker, remove_directory, staged_locally
 
     start = time.perf_counter()
     _check_method_options(args)
@@ -766,8 +766,8 @@ def cmd_transform(args):
     import dask.array as da
 
     from . import load
-    from ._remote import zarr_store
-    from ._writes import atomic_directory, marker_attributes, writing_every_chunk
+    from .io._remote import zarr_store
+    from .io._writes import atomic_directory, marker_attributes, writing_every_chunk
     from .celeba.schema import copy_labels
     from .cluster import check_inputs_shared, check_workers_see
     from .io import check_written
@@ -1010,8 +1010,8 @@ def _add_array(p):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ._system import BLOCK_BYTES
-    from ._version import __version__
+    from .base._system import BLOCK_BYTES
+    from .base._version import __version__
     from .celeba.schema import DEFAULT_FACES, DEFAULT_SIZE
 
     ap = _Parser(prog="dfairpca", description="PCA and fair PCA on Zarr stores, on a Dask "
@@ -1189,7 +1189,7 @@ def main(argv=None) -> int:
         # a checkpointed pass's PassInterrupted (its module imported if it raised one: not
         # before, it costs an ingest's start 0.4 s); else outside a pass, or a second Ctrl-C
         # while the cluster closes
-        checkpoint = sys.modules.get("dfairpca.checkpoint")
+        checkpoint = sys.modules.get("dfairpca.engine.checkpoint")
         if checkpoint is not None and isinstance(exc, checkpoint.PassInterrupted):
             resume = "; rerun with --resume" if args.command == "fit" else ""
             print(f"dfairpca {args.command}: interrupted after {exc.progress}{resume}",

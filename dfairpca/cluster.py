@@ -10,12 +10,17 @@ and workers on SSH hosts, SLURM/PBS and Kubernetes are in the repository's ``clu
 Workers open the local paths they are given (the data, the output stores) on their own
 machines: :func:`check_workers_see` asks every worker, before the work, whether it sees
 there what this process sees, and :class:`NotShared` names those that do not.
+
+When every worker leaves, Dask's scheduler waits for new ones without a limit; the
+computations of a fit go through :func:`compute`, which inside :func:`worker_timeout`
+ends with :class:`WorkersLost` once the Client has had no worker for that many seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import importlib.util
 import json
@@ -31,12 +36,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ._system import cpu_count
+from .base._system import cpu_count
 
 __all__ = [
     "SchedulerUnreachable", "NoWorkers", "WorkersLost", "NotShared", "connect", "describe",
     "local_cluster_size", "scheduler_address_from_file", "check_scheduler", "check_workers_see",
-    "check_inputs_shared", "active_client", "not_here",
+    "check_inputs_shared", "active_client", "not_here", "compute", "worker_timeout", "check_timeout",
+    "current_timeout", "gather_watched",
 ]
 
 
@@ -488,7 +494,7 @@ def check_workers_see(client, path, what: str, *, output: bool = False, shown=No
     fix : str
         What to do about it, said at the end of the message.
     """
-    from ._remote import is_remote
+    from .io._remote import is_remote
 
     if client is None or is_remote(path):
         return
@@ -540,7 +546,7 @@ def check_inputs_shared(X, client=None) -> None:
     client = client if client is not None else active_client()
     if client is None:
         return
-    from ._remote import zarr_arrays
+    from .io._remote import zarr_arrays
 
     seen = set()
     for array in zarr_arrays(X):
@@ -613,3 +619,94 @@ def _dashboard(client) -> str:
     if importlib.util.find_spec("bokeh") is None:
         return f"{link} (needs `pip install bokeh`)"
     return link
+
+
+# ---------------------------------------------------------------------------- workers that all leave
+#: longest pause (s) between two looks at the Client's workers while a computation waits
+WORKER_POLL_SECONDS = 1.0
+
+#: seconds :func:`compute` waits on a Client without workers (None: as long as Dask does)
+_WORKER_TIMEOUT: contextvars.ContextVar = contextvars.ContextVar("dfairpca_worker_timeout",
+                                                                 default=None)
+
+
+def current_timeout() -> float | None:
+    """The seconds of the innermost :func:`worker_timeout` block around this call (None:
+    none, wait as Dask does)."""
+    return _WORKER_TIMEOUT.get()
+
+
+def check_timeout(timeout) -> None:
+    """Refuse a ``timeout`` that is not None or a number of seconds > 0."""
+    from .base._params import is_real
+
+    if timeout is not None and not (is_real(timeout) and timeout > 0):
+        raise ValueError(
+            f"timeout must be None (wait for new workers as long as it takes) or the seconds "
+            f"to wait once every worker has left, a number > 0; got {timeout!r}"
+        )
+
+
+@contextlib.contextmanager
+def worker_timeout(timeout):
+    """Computations of :func:`compute` inside this block end once the active Client has had
+    no worker for ``timeout`` seconds (None: they wait for new workers, as Dask does)."""
+    check_timeout(timeout)
+    token = _WORKER_TIMEOUT.set(None if timeout is None else float(timeout))
+    try:
+        yield
+    finally:
+        _WORKER_TIMEOUT.reset(token)
+
+
+def compute(*args) -> tuple:
+    """``dask.compute(*args)``, ending as :func:`worker_timeout` says on a Client that has
+    lost every worker."""
+    import dask
+
+    seconds = _WORKER_TIMEOUT.get()
+    client = _scheduling_client() if seconds is not None else None
+    if client is None:
+        return dask.compute(*args)
+    return tuple(gather_watched(client, client.compute(list(args)), seconds))
+
+
+def _scheduling_client():
+    """The ``distributed.Client`` that ``dask.compute`` would run on now, or None."""
+    from dask.base import get_scheduler
+
+    try:
+        from distributed import Client
+    except ImportError:
+        return None
+    owner = getattr(get_scheduler(), "__self__", None)
+    return owner if isinstance(owner, Client) else None
+
+
+def gather_watched(client, futures: list, seconds: float) -> list:
+    """The results of ``futures`` (other items as they are), looking at the Client's workers
+    while they run: with none for ``seconds``, :class:`~dfairpca.cluster.WorkersLost`.
+    The futures are released at the end whatever happens, as ``dask.compute`` does."""
+    from distributed import Future, wait
+
+    pending = [f for f in futures if isinstance(f, Future)]
+    poll = min(WORKER_POLL_SECONDS, seconds / 4)
+    since = None  # when the Client was first seen without a worker
+    try:
+        while True:
+            try:
+                wait(pending, timeout=poll)
+            except TimeoutError:  # still running: a look at the workers
+                if client.nthreads():
+                    since = None  # a worker (a new one, maybe) is there: the tasks go on
+                elif since is None:
+                    since = time.monotonic()
+                elif time.monotonic() - since >= seconds:
+                    from ..cluster import WorkersLost
+
+                    raise WorkersLost(seconds, client.scheduler.address) from None
+                continue
+            return client.gather(futures)
+    finally:
+        for f in pending:
+            f.release()

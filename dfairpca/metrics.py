@@ -46,8 +46,8 @@ def explained_variance_pct(X, components) -> float:
     ``components`` is (k, d) with orthonormal rows, e.g. a fitted model's ``components_``.
     X may be numpy, Dask or Zarr; chunked input is reduced in one pass.
     """
-    from ._engine import compute_moments
-    from ._validation import as_data
+    from .engine._engine import compute_moments
+    from .inputs._validation import as_data
 
     Xa = as_data(X)
     U = np.asarray(components, dtype=np.float64)
@@ -172,7 +172,7 @@ def group_reconstruction_error(model, X, sensitive_features=None, *, baseline=No
     import dask.array as da
     import pandas as pd
 
-    from ._groups import encode_groups
+    from .inputs._groups import encode_groups
 
     models = [model] if baseline is None else [model, baseline]
     for m in models:

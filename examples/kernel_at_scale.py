@@ -25,7 +25,7 @@ import numpy as np
 
 import dfairpca
 from dfairpca.celeba import attribute_column, ensure_store
-from dfairpca.kernel import FairKernelPCA
+from dfairpca.decomposition.kernel import FairKernelPCA
 
 
 def main(argv=None):

@@ -84,7 +84,7 @@ def fair_kernel_pca(K, groups, k):
     """Training representation (n, k) of fair kernel PCA (Alg. 3 with Z_comb, Sec. 3.5) for
     the kernel matrix K: centred Kc = H K H, R = nullspace of Z^T Kc, then the generalised
     problem (R^T Kc Kc R, R^T Kc R) restricted to the range of R^T Kc R (singular for a
-    centred kernel, see dfairpca.kernel)."""
+    centred kernel, see dfairpca.decomposition.kernel)."""
     n = len(K)
     H = np.eye(n) - 1.0 / n
     Kc = H @ K @ H

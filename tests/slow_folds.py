@@ -2,13 +2,13 @@
 first sleeps FOLD_SECONDS, so that a pass on a few thousand rows lasts long enough to be
 stopped midway, whoever started it (the library, or the command line in a subprocess).
 
-The client pickles ``dfairpca._engine._fold_block`` by name, so the worker runs what that
+The client pickles ``dfairpca.engine._engine._fold_block`` by name, so the worker runs what that
 name holds here.
 """
 
 import time
 
-from dfairpca import _engine
+from dfairpca.engine import _engine
 
 FOLD_SECONDS = 0.1
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import dfairpca._accumulator as acc
-from dfairpca._accumulator import RunningTotal, UpperPanels, chunk, combine
-from dfairpca.moments import Moments, merge
+import dfairpca.engine._accumulator as acc
+from dfairpca.engine._accumulator import RunningTotal, UpperPanels, chunk, combine
+from dfairpca.stats.moments import Moments, merge
 from oracle import make_data
 from test_moments import assert_matches
 

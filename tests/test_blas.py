@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dfairpca._blas import BLAS_LOCK, blas_lock, ctypes_syrk, syrk
+from dfairpca.base._blas import BLAS_LOCK, blas_lock, ctypes_syrk, syrk
 
 
 def _close(a, b, x, C, dtype):

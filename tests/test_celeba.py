@@ -326,14 +326,14 @@ except AttributeError:
 
 def test_the_cli_starts_without_the_checkpoint_or_figures_modules():
     """Building the parser and reading the arguments of an ingest imports neither
-    ``dfairpca.checkpoint`` (SciPy's linear algebra behind it: 0.4 s before an ingest's
+    ``dfairpca.engine.checkpoint`` (SciPy's linear algebra behind it: 0.4 s before an ingest's
     workers could start) nor ``figures``; the parser's default faces per row is still figures'."""
     code = """
 import sys
 from dfairpca.cli import build_parser
 args = build_parser().parse_args(["ingest-celeba", "celeba", "out.zarr"])
 faces = build_parser().parse_args(["show", "m", "s"]).n
-print(sorted(m for m in sys.modules if m in ("dfairpca.checkpoint", "dfairpca.celeba.figures",
+print(sorted(m for m in sys.modules if m in ("dfairpca.engine.checkpoint", "dfairpca.celeba.figures",
                                              "scipy.linalg")), faces)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -529,7 +529,7 @@ def test_ingest_resumes_after_interruption(celeba_dir, tmp_path):
 def test_two_writers_of_one_store_are_refused_not_mixed(tmp_path):
     """While one process writes a store (it holds ``.NAME.lock``), another write of it is
     refused at once, before any chunk: two would mix their chunks (two seeds) into one."""
-    from dfairpca._writes import OutputPathError, exclusive
+    from dfairpca.io._writes import OutputPathError, exclusive
 
     out = tmp_path / "faces.zarr"
     lock = tmp_path / ".faces.zarr.lock"

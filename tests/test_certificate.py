@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import dfairpca
-import dfairpca._kernels as kernels
-from dfairpca._solvers import constraint_violation
-from dfairpca._fairness import certify
-from dfairpca.kernel import FairKernelPCA
-from dfairpca.moments import Moments
+import dfairpca.solve._kernels as kernels
+from dfairpca.base._solvers import constraint_violation
+from dfairpca.solve._fairness import certify
+from dfairpca.decomposition.kernel import FairKernelPCA
+from dfairpca.stats.moments import Moments
 from oracle import make_data, max_angle_deg
 
 

@@ -8,12 +8,12 @@ import pytest
 import zarr
 
 import dfairpca
-from dfairpca.checkpoint import (
+from dfairpca.engine.checkpoint import (
     CheckpointMismatch, PassInterrupted, chunk_digests, compute_moments_checkpointed,
     segment_bounds,
 )
-from dfairpca._accumulator import RunningTotal, UpperPanels
-from dfairpca.checkpoint import coded_moments_checkpointed
+from dfairpca.engine._accumulator import RunningTotal, UpperPanels
+from dfairpca.engine.checkpoint import coded_moments_checkpointed
 from oracle import make_data, max_angle_deg
 
 N, D, CHUNK = 2400, 24, 100

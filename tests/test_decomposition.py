@@ -434,8 +434,8 @@ def test_eigen_solvers_agree_with_oracle(solver):
 
 # ----------------------------------------------------------------------------- one base
 def test_pca_and_fair_pca_are_siblings_on_one_base():
-    from dfairpca._base import Estimator
-    from dfairpca._linear import LinearDecomposition
+    from dfairpca.decomposition._base import Estimator
+    from dfairpca.decomposition._linear import LinearDecomposition
 
     assert not isinstance(dfairpca.FairPCA(), dfairpca.PCA)
     assert not isinstance(dfairpca.PCA(), dfairpca.FairPCA)
@@ -500,7 +500,7 @@ EQUALIZE = "equalize_covariance must be None, a fraction in (0, 1] or an int; go
 ])
 def test_one_validator_says_what_each_parameter_must_be(cls, params, error, message):
     """The table of each class, checked by one function, before any data is read."""
-    from dfairpca._params import validate_params
+    from dfairpca.base._params import validate_params
 
     est = getattr(dfairpca, cls)(**params)
     with pytest.raises(error) as info:
@@ -520,7 +520,7 @@ BOOLEAN_PARAMETERS = [(cls, name) for cls in ("PCA", "FairPCA", "FairKernelPCA")
 @pytest.mark.parametrize("value", ["no", "yes", "False", 0, 1, None])
 def test_boolean_parameters_take_bools_only(cls, name, value):
     """A string such as "no" is truthy: read as True it would silently do the opposite."""
-    from dfairpca._params import validate_params
+    from dfairpca.base._params import validate_params
 
     with pytest.raises(ValueError, match=f"^{name} must be True or False; got {value!r}$"):
         validate_params(getattr(dfairpca, cls)(**{name: value}))

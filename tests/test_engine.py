@@ -9,7 +9,7 @@ import pytest
 import zarr
 
 import dfairpca
-from dfairpca._engine import _Block, _block_sources, coded_moments, compute_moments
+from dfairpca.engine._engine import _Block, _block_sources, coded_moments, compute_moments
 from oracle import make_data
 
 

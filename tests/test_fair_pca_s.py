@@ -6,7 +6,7 @@ import pytest
 
 import dfairpca
 import oracle
-from dfairpca import _solvers
+from dfairpca.base import _solvers
 from oracle import make_data, max_angle_deg
 
 

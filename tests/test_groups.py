@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 import dfairpca
-from dfairpca._groups import encode_groups
+from dfairpca.inputs._groups import encode_groups
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ Two kinds of property:
   times the eigengap condition of this data, about 20; measured at most 1.3e-5).  Fair
   fits add ``GAP_TOL / gap`` (gap in sd): the group means are float64 sums of the raw
   values, exact to about ``eps sqrt(n) (|mean| + sd)``; beyond 2**OFFSET_BITS = 64 sd from
-  0 they are refined (dfairpca.moments._refined) to ``eps sqrt(n) sd``, so the error is
+  0 they are refined (dfairpca.stats.moments._refined) to ``eps sqrt(n) sd``, so the error is
   at most about ``eps sqrt(n) 65 sd`` = 2e-13 sd, and the constraint direction (and with
   it the subspace) turns by that over the gap; measured at most 3e-14 / gap.
 * **Against the oracle.**  Arbitrary c = 10^u and offsets b (rounded into the dtype as any
@@ -39,8 +39,8 @@ from hypothesis import strategies as st
 
 import dfairpca
 import oracle
-from dfairpca.kernel import FairKernelPCA
-from dfairpca.moments import Moments
+from dfairpca.decomposition.kernel import FairKernelPCA
+from dfairpca.stats.moments import Moments
 
 TOL = {np.float64: 1e-9, np.float32: 2e-4}
 GAP_TOL = 1e-12  # radians times the gap in sd (module docstring)
@@ -178,7 +178,7 @@ def test_statistics_carry_any_float64_scale(c, tmp_path):
     ref = Moments.from_chunk(X, codes, cats, group_scatter=True)
     parts = [Moments.from_chunk(X[s : s + 70] * c, codes[s : s + 70], cats, group_scatter=True)
              for s in range(0, len(X), 70)]
-    m = dfairpca.moments.merge(parts)
+    m = dfairpca.stats.moments.merge(parts)
     m.save(tmp_path / "m")
     back = Moments.load(tmp_path / "m")
     for got in (m, back):

@@ -11,8 +11,8 @@ from sklearn.exceptions import NotFittedError
 from sklearn.metrics.pairwise import pairwise_kernels, rbf_kernel
 
 import dfairpca
-import dfairpca._kernels as kernels
-from dfairpca.kernel import FairKernelPCA, exact_fit_bytes
+import dfairpca.solve._kernels as kernels
+from dfairpca.decomposition.kernel import FairKernelPCA, exact_fit_bytes
 from oracle import centred_onehot, make_data, max_angle_deg
 
 TOL_DEG = 1e-6
@@ -74,7 +74,7 @@ def group_mean_gap(Y, labels):
 )
 def test_exact_matches_dense_algorithm3(n, d, groups, k, kernel, params, lanczos, monkeypatch):
     if lanczos:  # the estimator switches to Lanczos from ITERATIVE_MIN_SIZE rows
-        monkeypatch.setattr(dfairpca._solvers, "ITERATIVE_MIN_SIZE", n // 2)
+        monkeypatch.setattr(dfairpca.base._solvers, "ITERATIVE_MIN_SIZE", n // 2)
     X, g = make_data(n, d, groups, seed=n + d)
     est = FairKernelPCA(k, kernel=kernel, **params).fit(X, sensitive_features=np.column_stack(g))
     same = {"gamma": est.gamma_, **({} if kernel == "rbf" else {"coef0": 1.0}), **params}
@@ -307,7 +307,7 @@ def test_exact_memory_error_names_the_bytes(xz):
 def test_nystroem_memory_is_checked_before_any_work(xz, monkeypatch):
     """Too many landmarks: one line naming the bytes and the most landmarks that fit, not
     a MemoryError from the landmarks' m x m kernel matrix."""
-    from dfairpca import kernel
+    from dfairpca.decomposition import kernel
 
     X, z = xz
     need = kernel.nystroem_fit_bytes(150, 6)
@@ -416,7 +416,7 @@ def test_rank_deficient_kernel_names_the_largest_k(two_groups):
 
 def test_certification_message_names_only_fair_kernel_pca_options(monkeypatch, two_groups):
     X, z = two_groups(300, 4)
-    monkeypatch.setattr(dfairpca._solvers, "FAIRNESS_TOLERANCE", -1.0)
+    monkeypatch.setattr(dfairpca.base._solvers, "FAIRNESS_TOLERANCE", -1.0)
     with pytest.raises(ValueError, match="could not satisfy") as info:
         FairKernelPCA(2).fit(X, sensitive_features=z)
     assert "standardize" not in str(info.value) and "compute_dtype" not in str(info.value)

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import dfairpca
-from dfairpca.moments import Moments, merge
+from dfairpca.stats.moments import Moments, merge
 from oracle import make_data
 
 

@@ -1,4 +1,4 @@
-"""Matrix-free randomized (fair) PCA (dfairpca._randomized) against the dense oracle and
+"""Matrix-free randomized (fair) PCA (dfairpca.solve._randomized) against the dense oracle and
 the exact one-pass solve: subspaces, captured variance, fairness, backends and memory."""
 
 import tracemalloc
@@ -12,12 +12,12 @@ import scipy.linalg
 
 import dfairpca
 import oracle
-from dfairpca import _solvers
-from dfairpca._randomized import (
+from dfairpca.base import _solvers
+from dfairpca.solve._randomized import (
     AUTO_RTOL, choose_svd_solver, fit_randomized, needs_dense_message, resolve_iterated_power,
 )
-from dfairpca._thin_pass import first_moments
-from dfairpca._groups import encode_groups
+from dfairpca.engine._thin_pass import first_moments
+from dfairpca.inputs._groups import encode_groups
 from dfairpca.decomposition import FairPCA
 
 
@@ -363,13 +363,13 @@ def test_too_little_memory_for_the_exact_fit_auto_chose_is_an_error_naming_the_f
     """Memory never changes the choice: it is checked before the pass."""
     X = np.random.default_rng(1).normal(size=(200, 30))
     budgets = iter([1 << 40, 1000])  # plenty, then less than 4 x 8 x 30^2 bytes
-    monkeypatch.setattr(dfairpca._randomized, "memory_budget", lambda: next(budgets))
+    monkeypatch.setattr(dfairpca.solve._randomized, "memory_budget", lambda: next(budgets))
     assert dfairpca.PCA(3).fit(X).fitted_svd_solver_ == "covariance_eigh"
     with pytest.raises(ValueError, match="exact fit.*0.0 GB.*svd_solver='randomized'.*svd_solver='full'"):
         dfairpca.PCA(3).fit(X)
     assert dfairpca.PCA(3, svd_solver="full").fit(X).fitted_svd_solver_ == "covariance_eigh"  # as asked
     with pytest.raises(ValueError, match="matrix-free fit cannot run.*equalize_covariance"):
-        monkeypatch.setattr(dfairpca._randomized, "memory_budget", lambda: 1000)
+        monkeypatch.setattr(dfairpca.solve._randomized, "memory_budget", lambda: 1000)
         FairPCA(3, equalize_covariance=3).fit(X, sensitive_features=np.arange(200) % 2)
 
 
@@ -405,7 +405,7 @@ def _resumable_data():
 
 
 def test_checkpoint_resumes_at_the_next_pass_and_equals_an_uninterrupted_fit(tmp_path, stop_after):
-    from dfairpca.checkpoint import PassInterrupted
+    from dfairpca.engine.checkpoint import PassInterrupted
 
     X, kw = _resumable_data()
     ck = tmp_path / "ck"
@@ -427,7 +427,7 @@ def test_checkpoint_resumes_at_the_next_pass_and_equals_an_uninterrupted_fit(tmp
 
 
 def test_a_checkpoint_resumes_only_its_own_data_and_options(tmp_path, stop_after):
-    from dfairpca.checkpoint import CheckpointMismatch
+    from dfairpca.engine.checkpoint import CheckpointMismatch
 
     X, kw = _resumable_data()
     ck = tmp_path / "ck"

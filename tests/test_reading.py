@@ -438,7 +438,7 @@ def test_labels_that_cannot_round_trip_are_refused_at_save(labels, reason, tmp_p
 
 
 def test_object_labels_are_kept_only_if_of_one_kind():
-    from dfairpca.moments import _categories_from_json, _categories_to_json
+    from dfairpca.stats.moments import _categories_from_json, _categories_to_json
 
     for values, kind in [(["a", "b"], "U"), ([1, 2**64 - 1], "u"), ([-1, 5], "i"),
                          ([False, True], "b"), ([0.5, 2.0], "f")]:
@@ -453,7 +453,7 @@ def test_object_labels_are_kept_only_if_of_one_kind():
 
 def test_labels_of_the_first_format_still_load():
     """Files written before the dtype was recorded: uint64 labels load without overflow."""
-    from dfairpca.moments import _categories_from_json
+    from dfairpca.stats.moments import _categories_from_json
 
     got = _categories_from_json({"kind": "u", "values": [3, 2**64 - 1]})
     assert got.dtype == np.uint64 and got[1] == 2**64 - 1
@@ -647,7 +647,7 @@ def checkpoint(tmp_path, stop_after):
     """A real checkpoint: a pass interrupted after its first of three segments."""
     import dask.array as da
 
-    from dfairpca.checkpoint import compute_moments_checkpointed
+    from dfairpca.engine.checkpoint import compute_moments_checkpointed
 
     X = da.from_array(np.random.default_rng(2).normal(size=(300, 5)), chunks=(100, 5))
     path = tmp_path / "ck"
@@ -658,7 +658,7 @@ def checkpoint(tmp_path, stop_after):
 
 
 def _resume(path, X):
-    from dfairpca.checkpoint import compute_moments_checkpointed
+    from dfairpca.engine.checkpoint import compute_moments_checkpointed
 
     return compute_moments_checkpointed(X, checkpoint=path, segment_rows=100)
 
@@ -791,7 +791,7 @@ def test_a_folder_dfairpca_wrote_is_not_read_through_a_link(tmp_path, what):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, named pipes")
 def test_a_named_pipe_in_place_of_a_lock_file_is_not_waited_on(tmp_path):
     """An output's lock file is opened only to lock it; a pipe there must not block."""
-    from dfairpca._writes import exclusive
+    from dfairpca.io._writes import exclusive
 
     os.mkfifo(tmp_path / "lock")
     with _bounded(), exclusive(tmp_path / "lock", "the output"):
@@ -819,21 +819,21 @@ def test_saved_json_is_read_up_to_a_cap(tmp_path, monkeypatch):
     cap, whatever size the file system reports; an object at a URL too."""
     import fsspec
 
-    import dfairpca._files
-    from dfairpca import _remote
+    import dfairpca.io._files
+    from dfairpca.io import _remote
 
     path, _ = _fair_model(tmp_path)
     size = len((path / "model" / "meta.json").read_bytes())
-    monkeypatch.setattr(dfairpca._files, "MAX_JSON_BYTES", size - 1)
+    monkeypatch.setattr(dfairpca.io._files, "MAX_JSON_BYTES", size - 1)
     _refused(path, f"meta.json holds more than {size - 1} bytes")
-    monkeypatch.setattr(dfairpca._files, "MAX_JSON_BYTES", size)
+    monkeypatch.setattr(dfairpca.io._files, "MAX_JSON_BYTES", size)
     dfairpca.load(path)
 
     fsspec.filesystem("memory").pipe_file("/capped/progress.json", b"{}" + b" " * 100)
-    monkeypatch.setattr(dfairpca._files, "MAX_JSON_BYTES", 101)
+    monkeypatch.setattr(dfairpca.io._files, "MAX_JSON_BYTES", 101)
     with pytest.raises(SavedFileError, match="progress.json holds more than 101 bytes"):
         _remote.read_text("memory://capped/progress.json")
-    monkeypatch.setattr(dfairpca._files, "MAX_JSON_BYTES", 102)
+    monkeypatch.setattr(dfairpca.io._files, "MAX_JSON_BYTES", 102)
     assert _remote.read_text("memory://capped/progress.json").strip() == "{}"
 
 

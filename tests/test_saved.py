@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import dfairpca
-from dfairpca import _registry
+from dfairpca.io import _registry
 from dfairpca.io import SavedFileError
 
 #: written by dfairpca at commit 69683cd (tests/data/saved_models/README.md)

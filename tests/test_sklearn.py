@@ -106,7 +106,7 @@ def test_mle_log_likelihood_of_every_rank_equals_scikit_learns_formula():
     double loop of the formula (scikit-learn's private function is the oracle)."""
     from sklearn.decomposition._pca import _assess_dimension
 
-    from dfairpca._exact import mle_evidence, mle_rank
+    from dfairpca.solve._exact import mle_evidence, mle_rank
 
     rng = np.random.default_rng(7)
     X = rng.normal(size=(300, 4)) @ rng.normal(size=(4, 9)) + 0.3 * rng.normal(size=(300, 9))

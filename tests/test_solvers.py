@@ -6,7 +6,7 @@ import pytest
 import scipy.linalg
 import scipy.sparse.linalg
 
-from dfairpca import _solvers
+from dfairpca.base import _solvers
 
 
 def _psd(n, seed=0, decay=0.9):

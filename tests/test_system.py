@@ -2,7 +2,7 @@
 
 import os
 
-from dfairpca import _system
+from dfairpca.base import _system
 
 
 def test_cpu_count_is_what_this_process_may_use():

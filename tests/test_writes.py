@@ -22,10 +22,11 @@ from hypothesis import strategies as st
 from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding, V2ChunkKeyEncoding
 
 import dfairpca
-from dfairpca import _writes, io
-from dfairpca._marker import ZarrNode, zarr_foreign_files
+from dfairpca.io import _writes
+from dfairpca import io
+from dfairpca.io._marker import ZarrNode, zarr_foreign_files
 from dfairpca.celeba import ingest_celeba, synth_celeba
-from dfairpca.checkpoint import compute_moments_checkpointed
+from dfairpca.engine.checkpoint import compute_moments_checkpointed
 from test_celeba import celeba_dir  # noqa: F401  (a fixture: a CelebA download of 50 images)
 
 

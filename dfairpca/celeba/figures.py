@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._writes import MARKER_KEY, atomic_file, check_target, marker
+from ..io._writes import MARKER_KEY, atomic_file, check_target, marker
 from .schema import DEFAULT_FACES, attribute_column, open_celeba
 
 __all__ = ["DEFAULT_FACES", "MAX_FACES_PER_ROW", "draw_faces", "faces_figure", "faces_held",

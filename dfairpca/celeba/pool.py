@@ -7,7 +7,7 @@ decodes them) and writes them to the store itself, marking each chunk done with 
 file ``.done/INDEX``: only a count comes back, never pixels.  At the end the partial store
 is moved into place (:func:`dfairpca.io.move_into_place`), so ``NAME`` never holds a
 half-written store.  An interrupted run keeps its finished chunks: the same call again, by
-the same dfairpca code (``.done/code``, :func:`dfairpca._version.code_digest`), converts
+the same dfairpca code (``.done/code``, :func:`dfairpca.base._version.code_digest`), converts
 only the others.
 """
 
@@ -31,10 +31,10 @@ import zarr
 import zarr.errors
 from tqdm import tqdm
 
-from .._files import read_capped
-from .._system import cpu_count
-from .._version import code_digest
-from .._writes import (
+from ..io._files import read_capped
+from ..base._system import cpu_count
+from ..base._version import code_digest
+from ..io._writes import (
     check_target, exclusive, marker_attributes, move_into_place, read_marker, remove_directory, write_marker,
     writing_every_chunk,
 )
@@ -45,7 +45,7 @@ __all__ = ["Split", "Workers", "partial_path", "run_tasks", "worker_processes", 
 #: folder of a partial store holding one empty file per finished chunk
 DONE_DIR = ".done"
 #: file in :data:`DONE_DIR` holding the digest of the code that wrote the chunks
-#: (:func:`dfairpca._version.code_digest`): other code, even of the same version, starts over
+#: (:func:`dfairpca.base._version.code_digest`): other code, even of the same version, starts over
 CODE_FILE = "code"
 #: ranges of chunks per Dask worker: several, so that a worker slowed by other load does not
 #: leave the rest idle at the end (the tail is at most one range), few, so that a range is

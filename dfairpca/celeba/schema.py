@@ -38,8 +38,8 @@ import zarr
 import zarr.codecs
 import zarr.errors
 
-from .._system import rows_per_block
-from .._writes import MARKER_KEY, marker_attributes
+from ..base._system import rows_per_block
+from ..io._writes import MARKER_KEY, marker_attributes
 from ..io import from_zarr, read_checked, strict_group
 
 __all__ = [
@@ -159,7 +159,7 @@ def shape_attributes(size, color: bool) -> dict:
 
 def default_chunk_rows(shape: tuple[int, ...]) -> int:
     """Images of ``shape`` per chunk unless asked: :data:`DEFAULT_CHUNK_ROWS`, or fewer so
-    that a chunk holds at most one block of :data:`dfairpca._system.BLOCK_BYTES`."""
+    that a chunk holds at most one block of :data:`dfairpca.base._system.BLOCK_BYTES`."""
     return min(DEFAULT_CHUNK_ROWS, rows_per_block(math.prod(shape)))
 
 

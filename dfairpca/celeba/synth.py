@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from .._remote import is_remote
-from .._writes import check_stage_dir, staged_locally
+from ..io._remote import is_remote
+from ..io._writes import check_stage_dir, staged_locally
 from .pool import write_store
 from .render import draw_faces
 from .sampling import sample_attributes

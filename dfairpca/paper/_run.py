@@ -123,9 +123,9 @@ def run(out, quick: bool = False, parts=("tables", "synthetic", "tradeoff", "fac
     Finished pieces are kept in ``OUT.partial`` until then (:mod:`._pieces`): rerunning the
     same command after a crash or Ctrl-C skips them.
     """
-    from .._version import __version__
-    from .._system import cpu_count
-    from .._writes import atomic_directory
+    from ..base._version import __version__
+    from ..base._system import cpu_count
+    from ..io._writes import atomic_directory
     from . import _pieces, faces, synthetic, tables, tradeoff
     from ._config import config
     from ._report import Report, pyplot

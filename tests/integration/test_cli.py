@@ -177,7 +177,7 @@ def test_console_script_help():
 
 def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched, stop_after):
     """An interrupted fit leaves a checkpoint; --resume finishes it with the same result."""
-    from dfairpca.checkpoint import compute_moments_checkpointed
+    from dfairpca.engine.checkpoint import compute_moments_checkpointed
 
     model, ckpt = tmp_path / "m", tmp_path / "m.checkpoint"
     X = dfairpca.from_zarr(store, "images", rows_per_chunk=100)
@@ -531,7 +531,7 @@ def test_a_read_only_output_folder_is_refused_before_any_cluster(store, tmp_path
 
 def test_checkpoint_overwrite_replaces_only_a_checkpoint(store, tmp_path, capsys, sched):
     """--overwrite discards dfairpca's own checkpoint, and the fit removes it when done."""
-    from dfairpca.checkpoint import compute_moments_checkpointed
+    from dfairpca.engine.checkpoint import compute_moments_checkpointed
 
     model, ckpt = tmp_path / "m", tmp_path / "ck"
     X = dfairpca.from_zarr(store, "images").reshape(1500, -1)

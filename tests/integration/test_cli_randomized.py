@@ -36,10 +36,10 @@ SOLVE = ["--svd-solver", "randomized", "--iterated-power", "3", "--n-oversamples
 def test_randomized_fit_resumes_at_the_next_pass(store, tmp_path, capsys, sched, stop_after):
     """A fit stopped after its second pass resumes at the third (--resume) and writes the
     model an uninterrupted fit writes; the summary names the solver and the passes."""
-    from dfairpca._groups import encode_groups
-    from dfairpca._randomized import fit_randomized
+    from dfairpca.inputs._groups import encode_groups
+    from dfairpca.solve._randomized import fit_randomized
     from dfairpca.celeba.schema import read_images
-    from dfairpca.checkpoint import PassInterrupted
+    from dfairpca.engine.checkpoint import PassInterrupted
 
     model, ckpt = tmp_path / "m", tmp_path / "m.checkpoint"
     z = dfairpca.celeba.attribute_column(store, "Eyeglasses")

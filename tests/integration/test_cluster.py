@@ -118,7 +118,7 @@ def test_worker_killed_mid_pass_leaves_the_result_unchanged(processes, data):
 
 def test_interrupted_fit_resumes_from_checkpoint_on_the_cluster(processes, data, tmp_path, stop_after):
     """A pass stopped after two segments resumes on the dask CLI cluster, redoing nothing."""
-    from dfairpca.checkpoint import compute_moments_checkpointed
+    from dfairpca.engine.checkpoint import compute_moments_checkpointed
 
     path, labels, local = data
     ckpt = tmp_path / "fit.checkpoint"

@@ -18,9 +18,9 @@ from scipy.linalg import subspace_angles
 import dfairpca
 import dfairpca.celeba.ingest
 import dfairpca.celeba.synth
-from dfairpca import _remote
-from dfairpca._marker import ACTIVE
-from dfairpca._writes import STAGE_ENV, stage_folder
+from dfairpca.io import _remote
+from dfairpca.io._marker import ACTIVE
+from dfairpca.io._writes import STAGE_ENV, stage_folder
 from dfairpca.celeba import ingest_celeba, synth_celeba, write_celeba_jpegs
 from dfairpca.cli import main
 from dfairpca.io import OutputPathError
@@ -165,7 +165,7 @@ def test_fit_reads_from_s3_on_the_cluster_and_equals_the_local_fit(s3, faces, cl
 
 
 def test_a_checkpoint_on_s3_is_interrupted_then_resumed(s3, faces, cluster, stop_after):
-    from dfairpca.checkpoint import PassInterrupted, compute_moments_checkpointed
+    from dfairpca.engine.checkpoint import PassInterrupted, compute_moments_checkpointed
 
     url, local, z = faces
     X = dfairpca.from_zarr(url, "images", rows_per_chunk=CHUNK, storage_options=s3).reshape(N, -1)
@@ -198,7 +198,7 @@ def test_a_checkpoint_on_s3_is_interrupted_then_resumed(s3, faces, cluster, stop
 
 def test_cli_fit_with_urls_resumes_an_s3_checkpoint_and_transform_writes_back(
         s3, faces, cluster, capsys, stop_after, tmp_path):
-    from dfairpca.checkpoint import compute_moments_checkpointed
+    from dfairpca.engine.checkpoint import compute_moments_checkpointed
 
     url, local, z = faces
     so = ["--storage-options", json.dumps(s3), "--scheduler", cluster.scheduler.address]
@@ -316,7 +316,7 @@ NO_CLUSTER = ["--scheduler", "tcp://127.0.0.1:9", "--timeout", "1"]
 
 
 def test_a_prefix_dfairpca_did_not_write_is_never_replaced(s3, faces, capsys, tmp_path):
-    from dfairpca.checkpoint import compute_moments_checkpointed
+    from dfairpca.engine.checkpoint import compute_moments_checkpointed
 
     url, local, z = faces
     fs = _fs(s3)
@@ -351,7 +351,7 @@ def test_a_prefix_dfairpca_did_not_write_is_never_replaced(s3, faces, capsys, tm
 def test_a_move_cut_short_between_copy_and_delete_is_finished_by_the_next_reader(s3, tmp_path):
     """On S3 a move is a copy then a delete: a crash after the copy leaves the journal, and
     the next read (or write) of the target finishes the move from it."""
-    from dfairpca import _remote
+    from dfairpca.io import _remote
 
     so = dict(s3)
     arrays, meta = dfairpca.compute_moments(np.random.default_rng(0).normal(size=(50, 4))).to_arrays()
@@ -375,7 +375,7 @@ def test_a_move_cut_short_between_copy_and_delete_is_finished_by_the_next_reader
     assert len(journal) == 1 and any(".tmp-" in n for n in names)
     # a journal of this (living) process is a write under way: its name is freed as if
     # the writer had died, which is what the next process sees
-    from dfairpca._marker import ACTIVE
+    from dfairpca.io._marker import ACTIVE
 
     ACTIVE.discard(journal[0])
     ACTIVE.difference_update([n for n in names if ".tmp-" in n])
@@ -469,8 +469,8 @@ def test_a_server_lost_during_the_pass_is_named_not_taken_for_damaged_data(clust
 def test_a_zarr_store_whose_overwrite_died_mid_copy_is_read_whole_not_mixed(s3):
     """An overwrite of a store on S3 that died after copying some chunks leaves old and new
     chunks at the target: reading it finishes the move first (or refuses), never mixes."""
-    from dfairpca import _remote
-    from dfairpca._marker import ACTIVE
+    from dfairpca.io import _remote
+    from dfairpca.io._marker import ACTIVE
 
     so = dict(s3)
     url = "s3://data/mixed/z.zarr"
@@ -563,12 +563,12 @@ def test_an_overwrite_on_s3_refuses_a_users_object_inside_a_zarr_array(s3, capsy
         fs.rm(f"{prefix}/{name}")
     # an array and an attribute the user added with zarr are named and kept
 
-    group = zarr.open_group(dfairpca._remote.zarr_store(url, s3), mode="r+")
+    group = zarr.open_group(dfairpca.io._remote.zarr_store(url, s3), mode="r+")
     group.create_array("my_hand_labels", data=np.arange(40))
     group.attrs["my_note"] = "hello"
     code, _, err = run([*synth, "--overwrite"], capsys)
     assert code == 2 and "my_hand_labels" in err and "'my_note'" in err, err
-    group = zarr.open_group(dfairpca._remote.zarr_store(url, s3), mode="r+")
+    group = zarr.open_group(dfairpca.io._remote.zarr_store(url, s3), mode="r+")
     assert group["my_hand_labels"][:].tolist() == list(range(40)) and group.attrs["my_note"] == "hello"
     del group["my_hand_labels"]
     del group.attrs["my_note"]
@@ -734,7 +734,7 @@ def test_a_stage_in_use_is_refused_and_a_stage_dir_must_be_a_writable_local_fold
     """Two writes to one URL at once would mix their chunks in its one stage: while one holds
     the stage's lock the other is refused, before it touches the stage.  A URL or an
     unusable folder as stage_dir is a one-line error naming the setting."""
-    from dfairpca._writes import exclusive
+    from dfairpca.io._writes import exclusive
 
     url = "s3://data/busy/faces.zarr"
     stage = stage_folder(url, tmp_path)

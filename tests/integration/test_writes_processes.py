@@ -14,7 +14,7 @@ import zarr
 
 import dfairpca
 from dfairpca import io
-from dfairpca._writes import REPLACE_LOCK
+from dfairpca.io._writes import REPLACE_LOCK
 from test_writes import foreign_dir, siblings, tree, user_files
 
 
@@ -30,7 +30,7 @@ def test_the_issue_reproduction_in_a_fresh_process(tmp_path):
 
 CRASH = textwrap.dedent("""
     import os, sys, numpy as np, dfairpca
-    from dfairpca import _writes
+    from dfairpca.io import _writes
     path, step = sys.argv[1], sys.argv[2]
     model = dfairpca.PCA(3).fit(np.random.default_rng(1).normal(size=(200, 6)))
     real_replace, real_remove = os.replace, _writes._remove_tree

@@ -3,7 +3,7 @@
 A model is a directory ``model/`` (``meta.json``: the class, its parameters and the
 fitted scalars; ``arrays.npz``: the fitted arrays, never pickled) and, for the linear
 estimators, an optional ``statistics/`` (:meth:`Moments.save`).  :func:`load` looks the
-class up in :mod:`dfairpca._registry` and checks everything before it is trusted:
+class up in :mod:`dfairpca.io._registry` and checks everything before it is trusted:
 meta.json's keys and types for that class (its ``_saved_layout``), the declared shape of
 every array against the others before any is read (:func:`dfairpca.io.load_arrays`), then
 the values (the class's ``_check_restored``).  Models written by earlier versions, which
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _registry, _solvers
-from ._params import validate_params
-from .moments import Moments, _categories_from_json, _categories_to_json, saved_group_counts
+from ..io import _registry
+from ..base import _solvers
+from ..base._params import validate_params
+from ..stats.moments import Moments, _categories_from_json, _categories_to_json, saved_group_counts
 
 __all__ = ["load", "input_meta", "restore_input_meta", "fair_meta", "restore_fair_meta",
            "saved_params", "saved_input_meta", "saved_certificate", "saved_groups",
@@ -35,10 +36,10 @@ def load(path, *, storage_options: dict | None = None):
     folder, raises :class:`dfairpca.io.SavedFileError` naming the file and what is wrong.
     A URL (with ``storage_options``) or an fsspec mapper is read through a local copy.
     """
-    from ._files import check_folder
-    from ._remote import is_remote, local_copy, location
-    from ._writes import recover_for_reading
-    from .io import RESAVE_HINT, SavedFileError, load_arrays
+    from ..io._files import check_folder
+    from ..io._remote import is_remote, local_copy, location
+    from ..io._writes import recover_for_reading
+    from ..io import RESAVE_HINT, SavedFileError, load_arrays
 
     if is_remote(path):
         with local_copy(location(path, storage_options)) as local:
@@ -63,7 +64,7 @@ def load(path, *, storage_options: dict | None = None):
 
 def _layout(meta: dict, headers: dict) -> dict:
     """Check meta.json's class against the registry, then the rest for that class."""
-    from .io import meta_value
+    from ..io import meta_value
 
     name = meta_value(meta, "class", _registry.names())
     return _registry.lookup(name)._saved_layout(meta, headers)
@@ -115,7 +116,7 @@ def restore_fair_meta(est, meta: dict) -> None:
 # ---------------------------------------------------------------------------- meta.json checks
 def saved_params(cls, meta: dict) -> dict:
     """meta.json's ``params``, checked to be ``cls``'s parameters with valid values."""
-    from .io import meta_value
+    from ..io import meta_value
 
     params = meta_value(meta, "params", "dict")
     unknown = sorted(set(params) - set(cls._get_param_names()))
@@ -132,7 +133,7 @@ def saved_input_meta(meta: dict, width: int) -> tuple[list, list]:
     """Check meta.json's ``feature_names_in_`` (width strings), ``sensitive_feature_indices_``
     (distinct columns of X) and ``numeric_sensitive_columns_`` (as many or fewer columns of
     the statistics); all optional.  Returns the last two."""
-    from .io import meta_value
+    from ..io import meta_value
 
     names = meta_value(meta, "feature_names_in_", "list", optional=True)
     if names is not None and (len(names) != width or not all(isinstance(c, str) for c in names)):
@@ -155,7 +156,7 @@ def saved_certificate(meta: dict, p: int) -> None:
     """Check meta.json's fairness certificate: ``fairness_violation_`` a number >= 0 and
     ``fairness_violation_per_attribute_`` p of them (both absent in models saved before
     fits were certified)."""
-    from .io import meta_value
+    from ..io import meta_value
 
     total = meta_value(meta, "fairness_violation_", "number", optional=True)
     per = meta_value(meta, "fairness_violation_per_attribute_", "list", optional=True)
@@ -176,7 +177,7 @@ def saved_certificate(meta: dict, p: int) -> None:
 def saved_groups(meta: dict, q: int = 0) -> list[int]:
     """Group counts of each attribute from meta.json's ``groups_`` and ``attribute_names_``
     (which also names the q numeric attributes, after the labelled ones)."""
-    from .io import meta_value
+    from ..io import meta_value
 
     groups = meta_value(meta, "groups_", "list")
     names = meta_value(meta, "attribute_names_", "list")
@@ -189,7 +190,7 @@ def saved_groups(meta: dict, q: int = 0) -> list[int]:
 
 def linear_layout(cls, meta: dict, fair: bool) -> dict:
     """Check a saved PCA's (``fair``: FairPCA's) meta.json; the arrays it implies."""
-    from .io import meta_value
+    from ..io import meta_value
 
     saved_params(cls, meta)
     width = meta_value(meta, "n_features_in_", "positive")
@@ -226,7 +227,7 @@ def linear_layout(cls, meta: dict, fair: bool) -> dict:
 def kernel_layout(cls, meta: dict, kernels: tuple) -> dict:
     """Check a saved FairKernelPCA's meta.json (its kernel one of ``kernels``: a saved
     kernel is a name, never code); the shape and kind of each array it implies."""
-    from .io import meta_value
+    from ..io import meta_value
 
     kernel = meta_value(meta, "params", "dict").get("kernel", "rbf")
     if kernel not in kernels:
@@ -310,7 +311,7 @@ def _saved_unfairness(est) -> str | None:
 def load_statistics(est, path: Path) -> None:
     """Attach ``path/statistics`` to a loaded linear model, refusing statistics of another
     width or number of attributes (they were not saved with it)."""
-    from .io import SavedFileError
+    from ..io import SavedFileError
 
     stats = Moments.load(path / "statistics")
     p = len(getattr(est, "groups_", []))

@@ -10,10 +10,10 @@ together with its options.
 Object storage has no directories and no rename: a "directory" is the objects under a
 prefix, and moving a prefix copies every object (on S3 server-side, CopyObject: no data
 passes through this machine) and then deletes the originals.  So the write protocol of
-:mod:`dfairpca._writes` (marker, temporary sibling, move into place, recovery) becomes,
+:mod:`dfairpca.io._writes` (marker, temporary sibling, move into place, recovery) becomes,
 for a URL:
 
-1. :func:`check_target` applies the local rules (:func:`dfairpca._marker.refusal`), after
+1. :func:`check_target` applies the local rules (:func:`dfairpca.io._marker.refusal`), after
    writing and deleting a probe object beside the target: missing credentials, an unknown
    bucket or an unreachable endpoint are one-line errors before any work.
 2. The job writes under the sibling prefix ``.NAME.tmp-HOST-PID-RANDOM``, marked first:
@@ -361,7 +361,7 @@ def read_marker(loc: Location) -> dict | None:
 
 
 def write_marker(loc: Location, kind: str) -> None:
-    """Mark ``loc`` as dfairpca's, as :func:`dfairpca._writes.write_marker` does: a Zarr
+    """Mark ``loc`` as dfairpca's, as :func:`dfairpca.io._writes.write_marker` does: a Zarr
     store's root attribute, else the object."""
     with _requests(loc):
         meta = _read_json(loc.child("zarr.json"))
@@ -376,7 +376,7 @@ def write_marker(loc: Location, kind: str) -> None:
 
 def foreign_entries(loc: Location, found: dict) -> list[str]:
     """What under dfairpca's prefix ``loc`` (marker ``found``) it did not write, at any
-    depth, by the rules of :func:`dfairpca._writes.foreign_entries` (one listing of the
+    depth, by the rules of :func:`dfairpca.io._writes.foreign_entries` (one listing of the
     objects, and the store's metadata read by zarr)."""
     return foreign(loc, found)[0]
 
@@ -394,7 +394,7 @@ def foreign(loc: Location, found: dict) -> tuple[list[str], dict]:
 # ---------------------------------------------------------------------------- the protocol
 def check_target(loc: Location, kind: str, *, overwrite: bool = False, protect=None,
                  probe: bool = True) -> None:
-    """:func:`dfairpca._writes.check_target` for a URL; the probe writes and deletes an
+    """:func:`dfairpca.io._writes.check_target` for a URL; the probe writes and deletes an
     object beside ``loc`` (credentials, bucket and endpoint, before any work)."""
     if "/" not in loc.path.rstrip("/"):  # a bucket (a rooted path, memory://x, is no bucket):
         raise OutputPathError(          # the probe, temporary prefix and journal are siblings
@@ -535,7 +535,7 @@ def check_settled(loc: Location) -> None:
 
 
 def remove_directory(loc: Location, kind: str) -> None:
-    """:func:`dfairpca._writes.remove_directory` for a URL."""
+    """:func:`dfairpca.io._writes.remove_directory` for a URL."""
     with _requests(loc):
         recover(loc)
         if not _keys(loc):

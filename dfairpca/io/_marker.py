@@ -1,7 +1,7 @@
 """What the write protocol is made of, wherever it writes: the marker, the names of a
 write's temporary siblings, and the rules that refuse a target.
 
-:mod:`dfairpca._writes` applies them to local paths (renames), :mod:`dfairpca._remote` to
+:mod:`dfairpca.io._writes` applies them to local paths (renames), :mod:`dfairpca.io._remote` to
 fsspec URLs (copies); both import them from here, so that one rule holds in both places.
 """
 
@@ -57,7 +57,7 @@ def marker(kind: str, files=None) -> dict:
     """The content of dfairpca's marker for an object of ``kind`` ("model", "checkpoint", ...),
     with every file it wrote (``files``: paths relative to it, "/"-separated; what a replace
     may delete, and nothing else) and their top-level ``entries`` (for older readers)."""
-    from ._version import __version__
+    from ..base._version import __version__
 
     found = {"written_by": "dfairpca", "kind": kind, "version": __version__}
     if files is None:

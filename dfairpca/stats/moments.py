@@ -12,8 +12,8 @@ array, and nothing about it changes once built.  It is built from one chunk of r
 of a union are exactly the merge of the parts' statistics, which is what lets a fit be a
 single pass over the chunks of a Dask array, a sequence of ``partial_fit`` calls, or a
 resumed pass.  The numerics (the pairwise update, float32 products summed in float64, data
-of extreme magnitude) are those of :mod:`dfairpca._sums` and :mod:`dfairpca._chunk`; a
-pass keeps its running total in its own form (``dfairpca._accumulator``) and hands over a
+of extreme magnitude) are those of :mod:`dfairpca.stats._sums` and :mod:`dfairpca.stats._chunk`; a
+pass keeps its running total in its own form (``dfairpca.engine._accumulator``) and hands over a
 :class:`Moments` at the end.
 """
 
@@ -223,7 +223,7 @@ class Moments:
 
         ``overwrite=True`` replaces statistics saved by dfairpca at ``path``, nothing else.
         """
-        from .io import save_arrays
+        from ..io import save_arrays
 
         arrays, meta = self.to_arrays()
         save_arrays(path, arrays, {"kind": "Moments", **meta}, overwrite=overwrite)
@@ -253,7 +253,7 @@ def merge(parts: Sequence[Moments]) -> Moments:
 
 
 # ---------------------------------------------------------------------- derived, shared
-# by Moments and the randomized fit's first-order statistics (dfairpca._thin_pass), which
+# by Moments and the randomized fit's first-order statistics (dfairpca.engine._thin_pass), which
 # hold the same fields but the d x d scatter
 def constraint_matrix(attributes: Sequence[AttributeMoments], d: int) -> np.ndarray:
     """``Z_comb^T X`` of the paper (Sec. 3.4/3.5): rows ``n_g (mean_g - mean)``.
@@ -341,7 +341,7 @@ def saved_fields(arrays, meta) -> dict:
 def read_saved(path, layout) -> tuple[dict, dict]:
     """The arrays and meta of saved statistics, checked (``layout`` as for
     :func:`dfairpca.io.load_arrays`) and consistent: ``SavedFileError`` says what is wrong."""
-    from .io import SavedFileError, load_arrays
+    from ..io import SavedFileError, load_arrays
 
     arrays, meta = load_arrays(path, kind="Moments", layout=layout)
     n = int(arrays["n"])
@@ -375,7 +375,7 @@ def saved_group_counts(cats: list, key: str, names: list) -> list[int]:
 def saved_layout(meta: dict, headers: dict) -> tuple[dict, int]:
     """Check a saved Moments' meta.json: ``(specs, d)``, the shape and kind of every array
     it implies but the overall scatter's (see :func:`dfairpca.io.load_arrays`)."""
-    from .io import header_shape, meta_value
+    from ..io import header_shape, meta_value
 
     p = meta_value(meta, "n_attributes", "count")
     cats = meta_value(meta, "categories", "list")

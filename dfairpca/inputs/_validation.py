@@ -1,6 +1,6 @@
 """Input checking: data arrays and estimator input, before any heavy work.
 
-Group labels and targets (``sensitive_features``, ``y``) are :mod:`dfairpca._groups`'.
+Group labels and targets (``sensitive_features``, ``y``) are :mod:`dfairpca.inputs._groups`'.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._system import rows_per_block
+from ..base._system import rows_per_block
 
 __all__ = [
     "as_data", "compute_dtype_for", "check_n_features", "with_known_rows", "check_finite_output",
@@ -52,7 +52,7 @@ def as_data(X, what: str = "X"):
     import dask.array as da
     import zarr
 
-    from .io import from_zarr
+    from ..io import from_zarr
 
     _refuse_sparse(X, what)
     if isinstance(X, (str, os.PathLike)) or isinstance(X, (zarr.Array, zarr.Group)):
@@ -132,7 +132,7 @@ def with_known_rows(X, *aligned):
     """
     import dask.array as da
 
-    from ._engine import compute
+    from ..cluster import compute
 
     if not isinstance(X, da.Array) or not np.isnan(X.shape[0]):
         return (X, *aligned)

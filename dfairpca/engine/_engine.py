@@ -1,4 +1,4 @@
-"""The one pass: the reduction of ``dfairpca._accumulator`` over the row chunks of X.
+"""The one pass: the reduction of ``dfairpca.engine._accumulator`` over the row chunks of X.
 
 numpy input is walked block by block in this process.  Dask input becomes one chain of
 tasks per worker thread: each task reads one row chunk (e.g. from Zarr), computes its
@@ -11,115 +11,27 @@ ever gathered.  The computation runs on the active ``distributed.Client`` when t
 one (the Dask convention), otherwise on Dask's default scheduler.
 
 When every worker of that Client leaves, the scheduler keeps the tasks and waits for new
-workers, without a limit; inside :func:`worker_timeout` the computations of this module
-(:func:`compute`) end instead, raising :class:`~dfairpca.cluster.WorkersLost`, once the
-Client has had no worker for that many seconds.
+workers, without a limit; inside :func:`dfairpca.cluster.worker_timeout` the computations
+of this module end instead (:func:`dfairpca.cluster.compute`).
 """
 
 from __future__ import annotations
-
-import contextlib
-import contextvars
-import time
 
 import numpy as np
 
 from . import _accumulator
 from ._accumulator import RunningTotal
-from ._system import cpu_count, rows_per_block
-from .moments import Moments
+from ..base._system import cpu_count, rows_per_block
+from ..cluster import compute, current_timeout, gather_watched, worker_timeout
+from ..stats.moments import Moments
 
-__all__ = ["compute_moments", "chain_reduce", "compute", "worker_timeout"]
+__all__ = ["compute_moments", "chain_reduce"]
 
 #: data shared by every chunk (pickled size) up to which it is copied into each fold task
 SHARED_INLINE_BYTES = 1 << 20
 
-#: longest pause (s) between two looks at the Client's workers while a computation waits
-WORKER_POLL_SECONDS = 1.0
-
 #: how long a finished pass waits for its progress bar's last line (drawn every 0.1 s)
 BAR_END_SECONDS = 2.0
-
-#: seconds :func:`compute` waits on a Client without workers (None: as long as Dask does)
-_WORKER_TIMEOUT: contextvars.ContextVar = contextvars.ContextVar("dfairpca_worker_timeout",
-                                                                 default=None)
-
-
-def check_timeout(timeout) -> None:
-    """Refuse a ``timeout`` that is not None or a number of seconds > 0."""
-    from ._params import is_real
-
-    if timeout is not None and not (is_real(timeout) and timeout > 0):
-        raise ValueError(
-            f"timeout must be None (wait for new workers as long as it takes) or the seconds "
-            f"to wait once every worker has left, a number > 0; got {timeout!r}"
-        )
-
-
-@contextlib.contextmanager
-def worker_timeout(timeout):
-    """Computations of :func:`compute` inside this block end once the active Client has had
-    no worker for ``timeout`` seconds (None: they wait for new workers, as Dask does)."""
-    check_timeout(timeout)
-    token = _WORKER_TIMEOUT.set(None if timeout is None else float(timeout))
-    try:
-        yield
-    finally:
-        _WORKER_TIMEOUT.reset(token)
-
-
-def compute(*args) -> tuple:
-    """``dask.compute(*args)``, ending as :func:`worker_timeout` says on a Client that has
-    lost every worker."""
-    import dask
-
-    seconds = _WORKER_TIMEOUT.get()
-    client = _scheduling_client() if seconds is not None else None
-    if client is None:
-        return dask.compute(*args)
-    return tuple(_gather_watched(client, client.compute(list(args)), seconds))
-
-
-def _scheduling_client():
-    """The ``distributed.Client`` that ``dask.compute`` would run on now, or None."""
-    from dask.base import get_scheduler
-
-    try:
-        from distributed import Client
-    except ImportError:
-        return None
-    owner = getattr(get_scheduler(), "__self__", None)
-    return owner if isinstance(owner, Client) else None
-
-
-def _gather_watched(client, futures: list, seconds: float) -> list:
-    """The results of ``futures`` (other items as they are), looking at the Client's workers
-    while they run: with none for ``seconds``, :class:`~dfairpca.cluster.WorkersLost`.
-    The futures are released at the end whatever happens, as ``dask.compute`` does."""
-    from distributed import Future, wait
-
-    pending = [f for f in futures if isinstance(f, Future)]
-    poll = min(WORKER_POLL_SECONDS, seconds / 4)
-    since = None  # when the Client was first seen without a worker
-    try:
-        while True:
-            try:
-                wait(pending, timeout=poll)
-            except TimeoutError:  # still running: a look at the workers
-                if client.nthreads():
-                    since = None  # a worker (a new one, maybe) is there: the tasks go on
-                elif since is None:
-                    since = time.monotonic()
-                elif time.monotonic() - since >= seconds:
-                    from .cluster import WorkersLost
-
-                    raise WorkersLost(seconds, client.scheduler.address) from None
-                continue
-            return client.gather(futures)
-    finally:
-        for f in pending:
-            f.release()
-
 
 def compute_moments(
     X,
@@ -167,7 +79,7 @@ def compute_moments(
     """
     codes, categories = None, ()
     if sensitive_features is not None:
-        from ._groups import encode_groups
+        from ..inputs._groups import encode_groups
 
         g = encode_groups(sensitive_features, np.shape(X)[0], mask=mask, require_two=False)
         codes, categories = g.codes, g.categories
@@ -258,7 +170,7 @@ def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress
     import dask
     from dask import delayed
 
-    from .cluster import check_inputs_shared
+    from ..cluster import check_inputs_shared
 
     check_inputs_shared(X)  # a worker that cannot see a local store: said now, by name
     if len(X.chunks[1]) > 1:  # a fold needs whole rows: merge the column chunks of each row chunk
@@ -397,7 +309,7 @@ def _compute_with_progress(root):
         client = get_client()
     except (ImportError, ValueError):
         client = None
-    seconds = _WORKER_TIMEOUT.get()
+    seconds = current_timeout()
     if client is not None and seconds is not None:
         import threading
 
@@ -406,7 +318,7 @@ def _compute_with_progress(root):
         fut = client.compute(root)
         bar = threading.Thread(target=progress, args=(fut,), daemon=True)
         bar.start()
-        result = _gather_watched(client, [fut], seconds)[0]
+        result = gather_watched(client, [fut], seconds)[0]
         bar.join(BAR_END_SECONDS)  # its last line before anything that follows
         return result
     if client is not None:

@@ -26,9 +26,9 @@ from dataclasses import dataclass, fields
 import numpy as np
 import scipy.linalg.blas
 
-from ._chunk import chunk_sums
-from ._sums import GroupSums, Sums, fill_lower, merge_sums, nbytes
-from .moments import AttributeMoments, Moments, read_saved, saved_fields, saved_layout, sums_to_arrays
+from ..stats._chunk import chunk_sums
+from ..stats._sums import GroupSums, Sums, fill_lower, merge_sums, nbytes
+from ..stats.moments import AttributeMoments, Moments, read_saved, saved_fields, saved_layout, sums_to_arrays
 
 __all__ = ["chunk", "combine", "RunningTotal", "UpperPanels"]
 
@@ -123,7 +123,7 @@ def _panel_bounds(d: int, width: int) -> list[tuple[int, int]]:
 
 
 class _Panels:
-    """The store of a running total (see :class:`dfairpca._sums.Store`): its own matrices
+    """The store of a running total (see :class:`dfairpca.stats._sums.Store`): its own matrices
     are :class:`UpperPanels`, updated in place; it reads the upper triangle of anything."""
 
     def zeros(self, d):
@@ -163,7 +163,7 @@ class RunningTotal(Sums):
     group without rows yet)."""
 
     def finalize(self) -> Moments:
-        """The complete :class:`~dfairpca.moments.Moments`.  Hands the group scatters
+        """The complete :class:`~dfairpca.stats.moments.Moments`.  Hands the group scatters
         over: their panels are freed one by one as each is completed, so the running total
         is spent afterwards (the peak is one d x d matrix above the result)."""
         d = self.mean.shape[0]
@@ -182,7 +182,7 @@ class RunningTotal(Sums):
     def save(self, path, *, overwrite: bool = False) -> None:
         """Save as a checkpoint keeps it: the scatter as its panels (half the bytes), the
         group scatters complete; a ``Moments`` directory that :meth:`load` reads back."""
-        from .io import save_arrays
+        from ..io import save_arrays
 
         d = self.mean.shape[0]
         arrays, meta = sums_to_arrays(self, lambda a: np.stack([_full(M, d) for M in a.scatter]))
@@ -229,7 +229,7 @@ def _full(M, d: int, out: np.ndarray | None = None) -> np.ndarray:
 
 def _saved_layout(meta: dict, headers: dict) -> dict:
     """The saved form of a running total (see :func:`dfairpca.io.load_arrays`)."""
-    from .io import meta_value
+    from ..io import meta_value
 
     specs, d = saved_layout(meta, headers)
     if "scatter_panels" in headers:

@@ -1,5 +1,5 @@
 """What :class:`~dfairpca.PCA` and :class:`~dfairpca.FairPCA` share: the pass, the
-choice of solve (exact, :mod:`dfairpca._exact`, or randomized), the fitted attributes,
+choice of solve (exact, :mod:`dfairpca.solve._exact`, or randomized), the fitted attributes,
 the transform and the probabilistic model.
 
 Both follow :class:`sklearn.decomposition.PCA` wherever the two meet (``n_components``
@@ -18,23 +18,23 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _solvers
+from ..base import _solvers
 from ._base import Estimator
-from ._engine import coded_moments
-from ._params import BOOL, SPLIT_EVERY, Check, Rule, int_at_least, is_int, one_of
+from ..engine._engine import coded_moments
+from ..base._params import BOOL, SPLIT_EVERY, Check, Rule, int_at_least, is_int, one_of
 from ._saved import check_linear_values, linear_layout, load_statistics
-from ._system import rows_per_block
-from ._validation import (
+from ..base._system import rows_per_block
+from ..inputs._validation import (
     Input, check_finite_input, check_finite_output, check_input, compute_dtype_for, is_xarray,
     row_origin,
 )
-from .moments import Moments
+from ..stats.moments import Moments
 
 __all__ = ["LinearDecomposition", "LINEAR_RULES", "SVD_SOLVERS", "n_components_ok"]
 
 #: scikit-learn's ``svd_solver`` values: "full" and "covariance_eigh" are the exact solve of
 #: the d x d covariance from one pass, "randomized" the matrix-free passes of
-#: :mod:`dfairpca._randomized`, "auto" chooses (:meth:`LinearDecomposition._fit_solver`)
+#: :mod:`dfairpca.solve._randomized`, "auto" chooses (:meth:`LinearDecomposition._fit_solver`)
 SVD_SOLVERS = ("auto", "full", "covariance_eigh", "randomized")
 
 
@@ -86,11 +86,11 @@ class LinearDecomposition(Estimator):
         """The solve a fit of d features runs, "covariance_eigh" (the exact eigensolve of
         the d x d covariance from one pass) or "randomized" (matrix-free passes over X):
         what ``svd_solver`` names, "full" being the exact one; for "auto" the cheaper by
-        :func:`dfairpca._randomized.choose_svd_solver` among those that can run.
+        :func:`dfairpca.solve._randomized.choose_svd_solver` among those that can run.
         "randomized" where it cannot run raises, naming why (``groups``: the groups of all
         attributes, whose d x d covariances Fair PCA-S needs)."""
-        from ._randomized import check_exact_memory, choose_svd_solver, memory_budget
-        from .checkpoint import saved_solver
+        from ..solve._randomized import check_exact_memory, choose_svd_solver, memory_budget
+        from ..engine.checkpoint import saved_solver
 
         blocker = self._randomized_blocker(d, groups)
         if self.svd_solver == "randomized":
@@ -123,7 +123,7 @@ class LinearDecomposition(Estimator):
 
     def _randomized_blocker(self, d: int, groups: int) -> str | None:
         """Why the randomized solve cannot fit (None if it can)."""
-        from ._randomized import needs_dense_message
+        from ..solve._randomized import needs_dense_message
 
         k = self.n_components
         if not whole(k):
@@ -146,10 +146,10 @@ class LinearDecomposition(Estimator):
                              "svd_solver='full' to go on with partial_fit")
 
     def _randomized_fit(self, X, groups=None, mask=None, numeric: bool = False, checkpoint=None):
-        """:func:`dfairpca._randomized.fit_randomized` of X with this estimator's
+        """:func:`dfairpca.solve._randomized.fit_randomized` of X with this estimator's
         parameters (products in float64 where ``numeric``, as :meth:`_pass`), saving its
         state after every pass to ``checkpoint`` if given."""
-        from ._randomized import fit_randomized
+        from ..solve._randomized import fit_randomized
 
         auto = self.compute_dtype in ("auto", None)
         dtype = np.dtype(np.float64) if numeric and auto else compute_dtype_for(X.dtype, self.compute_dtype)
@@ -174,7 +174,7 @@ class LinearDecomposition(Estimator):
 
     # ------------------------------------------------------------------ fitting
     def _input(self, X, *, reset, min_samples: int = 1) -> Input:
-        """X checked (:func:`dfairpca._validation.check_input`), its sensitive columns found."""
+        """X checked (:func:`dfairpca.inputs._validation.check_input`), its sensitive columns found."""
         return check_input(self, X, reset=reset, min_samples=min_samples,
                            ids=getattr(self, "sensitive_feature_ids", None))
 
@@ -195,7 +195,7 @@ class LinearDecomposition(Estimator):
         else:
             import dask.array as da
 
-            from .checkpoint import coded_moments_checkpointed
+            from ..engine.checkpoint import coded_moments_checkpointed
 
             if not isinstance(X, da.Array):
                 X = da.from_array(X, chunks=(rows_per_block(X.shape[1] * X.itemsize), -1))
@@ -487,7 +487,7 @@ def whitening(variances) -> np.ndarray:
 def release(checkpoint, keep: bool) -> None:
     """Delete a successful fit's checkpoint unless the caller keeps it."""
     if checkpoint is not None and not keep:
-        from ._writes import remove_directory
+        from ..io._writes import remove_directory
 
         remove_directory(checkpoint, "checkpoint")
 

@@ -1,11 +1,11 @@
 """Additive sums of rows and their pairwise merge, whatever holds the (d, d) matrices.
 
-:class:`Sums` has the fields of :class:`dfairpca.moments.Moments`: n, the mean, the
+:class:`Sums` has the fields of :class:`dfairpca.stats.moments.Moments`: n, the mean, the
 scatter about the mean and, per group of every protected attribute, the count, the mean's
 deviation from the overall mean and optionally the group's own scatter.  Three things
-hold such sums: one chunk's products (:func:`dfairpca._chunk.chunk_sums`, upper triangles
-in the product's dtype), a pass's running total (``dfairpca._accumulator``, upper-triangle
-float64 panels updated in place) and :class:`~dfairpca.moments.Moments` (complete
+hold such sums: one chunk's products (:func:`dfairpca.stats._chunk.chunk_sums`, upper triangles
+in the product's dtype), a pass's running total (``dfairpca.engine._accumulator``, upper-triangle
+float64 panels updated in place) and :class:`~dfairpca.stats.moments.Moments` (complete
 symmetric float64 arrays).  :func:`merge_sums` combines any of them; a *store* says how
 the result holds its matrices (:data:`DENSE`: complete arrays).
 
@@ -120,7 +120,7 @@ class _Dense:
         return out
 
 
-#: the store of :class:`~dfairpca.moments.Moments`
+#: the store of :class:`~dfairpca.stats.moments.Moments`
 DENSE = _Dense()
 
 
@@ -245,7 +245,7 @@ def _aligned(parts: list, j: int):
 def _check_one_label_type(cats: list, j: int) -> None:
     """Refuse parts whose labels of attribute j are text in some and numbers in others:
     joined, 1 and '1' would become one group as text, which one fit refuses too
-    (:func:`dfairpca._groups.encode_groups`)."""
+    (:func:`dfairpca.inputs._groups.encode_groups`)."""
     text = [c for c in cats if len(c) and np.asarray(c).dtype.kind in "USO"]
     numbers = [c for c in cats if len(c) and np.asarray(c).dtype.kind not in "USO"]
     if text and numbers:

@@ -2,7 +2,7 @@
 
 A saved object is a directory holding ``arrays.npz`` (plain numeric/string arrays, read
 with ``allow_pickle=False``) and ``meta.json``, written through the write protocol of
-:mod:`dfairpca._writes` (marker, atomic replacement, crash recovery), whose names this
+:mod:`dfairpca.io._writes` (marker, atomic replacement, crash recovery), whose names this
 module re-exports: ``dfairpca.io`` is where users find them.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 from ._files import MAX_JSON_BYTES, SavedFileError, open_regular, read_capped  # noqa: F401 (re-exported)
 from ._marker import stored_chunks as _store_chunks
 from ._remote import explained, is_remote, local_copy, location, open_zarr, store_url, zarr_roots
-from ._system import rows_per_block
+from ..base._system import rows_per_block
 from ._writes import (
     MARKER, MARKER_KEY, OutputPathError, atomic_directory, atomic_file, check_target, foreign_entries,
     intact_copies, marker, marker_attributes, move_into_place, read_marker, recover,
@@ -151,7 +151,7 @@ class CorruptChunkError(_ChunkError):
 
 class _UncheckableShards(ValueError):
     """Shards laid out so that dfairpca cannot tell a chunk never written (see
-    :func:`dfairpca._shards.shard_layout`)."""
+    :func:`dfairpca.io._shards.shard_layout`)."""
 
 
 #: file names zarr looks up and legitimately finds absent (metadata of v2 and v3)
@@ -181,7 +181,7 @@ def _strict_store_class():
         whichever process reads.  Metadata lookups may still find nothing.  Only an absent
         chunk costs a look for the store's metadata (a few ``stat`` calls, local stores
         only): a worker on a machine that does not share the store's folder finds none.  A
-        shard is checked in the bytes zarr fetched (see :mod:`dfairpca._shards`), with the
+        shard is checked in the bytes zarr fetched (see :mod:`dfairpca.io._shards`), with the
         layout read from the array's zarr.json as zarr opened it through this store; with
         ``fill`` it is not (zarr reads a damaged shard's chunks as fill values).
         """
@@ -201,7 +201,7 @@ def _strict_store_class():
             if value is None:
                 root = getattr(self._store, "root", None)
                 if root is not None and not _metadata_along(root, key):
-                    from .cluster import not_here
+                    from ..cluster import not_here
 
                     raise not_here(root, "the Zarr store")
                 if not self.fill:
@@ -329,7 +329,7 @@ def read_checked(array, selection, asarray=True, lock=None):
     except _UncheckableShards:
         raise
     except Exception as exc:
-        from .cluster import NotShared
+        from ..cluster import NotShared
 
         if isinstance(exc, NotShared):  # the store is not there at all: said as it is
             raise
@@ -481,7 +481,7 @@ def check_written(group, shown, fix: str | None = None) -> None:
 
     import zarr
 
-    from .cluster import SHARE_FIX, NotShared
+    from ..cluster import SHARE_FIX, NotShared
 
     if not group.store.supports_listing:
         return
@@ -537,7 +537,7 @@ def load_arrays(path, kind: str | None = None, layout=None, *, storage_options: 
     ------
     SavedFileError
         One line naming the file and what is wrong: a link, a named pipe or a device in
-        place of a file (see :mod:`dfairpca._files`), more bytes than dfairpca writes there,
+        place of a file (see :mod:`dfairpca.io._files`), more bytes than dfairpca writes there,
         not JSON, a missing or mistyped key, an array of Python objects (loading it would
         unpickle), an array whose declared size disagrees with the archive or with the
         other arrays, a truncated archive.
@@ -593,7 +593,7 @@ def _jsonable(o):
 
 
 # ---------------------------------------------------------------------------- checked loading
-# SavedFileError and MAX_JSON_BYTES (re-exported here) live in dfairpca._files, the one
+# SavedFileError and MAX_JSON_BYTES (re-exported here) live in dfairpca.io._files, the one
 # reader of the files of a saved folder
 
 #: what a refused saved file's message ends with (io's loaders and the checkpoint's progress check)

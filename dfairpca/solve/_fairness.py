@@ -4,7 +4,7 @@
 ``sum(m_r) - p`` directions for p attributes of m_1, ..., m_p groups and one for each of q
 numeric attributes; :func:`check_fair_k` is that rule, once.  After every solve the share
 of each constraint vector the components keep is measured in float64 and
-:func:`certify` refuses a fit above :data:`~dfairpca._solvers.FAIRNESS_TOLERANCE`.
+:func:`certify` refuses a fit above :data:`~dfairpca.base._solvers.FAIRNESS_TOLERANCE`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import warnings
 
 import numpy as np
 
-from . import _solvers
-from ._params import Check, one_of
-from .moments import Moments
+from ..base import _solvers
+from ..base._params import Check, one_of
+from ..stats.moments import Moments
 
 __all__ = ["CONSTRAINTS", "CONSTRAINT_RULES", "fair_k_limit", "check_fair_k", "certify",
            "set_certificate", "fair_feature_names", "group_constraints", "numeric_constraints",
@@ -68,7 +68,7 @@ def certify(per_group, names, categories, precision: float, estimator: str,
             fix: str | None = None) -> None:
     """Raise ``ValueError`` if any constraint vector keeps more than ``FAIRNESS_TOLERANCE``
     of itself under the fitted components (``per_group``: one array per attribute, from
-    :func:`dfairpca._solvers.constraint_violation`), naming it and the fixes.
+    :func:`dfairpca.base._solvers.constraint_violation`), naming it and the fixes.
 
     ``categories`` holds each attribute's group labels, or None for a numeric attribute
     (one vector: its covariance with the features).  ``fix``: the estimator's own remedy,
@@ -194,7 +194,7 @@ def numeric_constraint_rows(C, zz, ff: float, means, n: int, exponent: int, prec
 
 def covariance_terms(m: Moments, scale, k: int, r: int, equalize):
     """(cov_diffs, l) for Fair PCA-S (``equalize``: ``equalize_covariance``), or (None,
-    None) where it is plain fair PCA: see :func:`dfairpca._solvers.equalizing_basis`."""
+    None) where it is plain fair PCA: see :func:`dfairpca.base._solvers.equalizing_basis`."""
     if equalize is None:
         return None, None
     d = m.n_features

@@ -8,12 +8,12 @@ threads' running sums of the same size and the chunks at hand; the client the Kr
 d x w per pass (float64: 140 MB at d = 116,412, w = 60 and 4 passes); neither depends on n.
 
 Fair PCA is the top-k eigenspace of ``M = P S P`` with ``P = I - Q Q^T`` and Q (d x r) an
-orthonormal basis of the group-mean deviations (:func:`dfairpca._solvers.constraint_basis`,
+orthonormal basis of the group-mean deviations (:func:`dfairpca.base._solvers.constraint_basis`,
 the exact solve's basis).  P is applied exactly to every block, so the components are
 orthogonal to Q to rounding however far the iteration has converged: the fit passes the
-exact solve's certificate (:func:`dfairpca._solvers.constraint_violation`).
+exact solve's certificate (:func:`dfairpca.base._solvers.constraint_violation`).
 
-The passes (:mod:`dfairpca._thin_pass`): the first reads the first-order statistics
+The passes (:mod:`dfairpca.engine._thin_pass`): the first reads the first-order statistics
 (n, column sums and squares, per group of every attribute its count and sum, the numeric
 attributes' cross sums) and, in the same read, ``S Omega`` for a Gaussian Omega: the start
 block.  Each further pass applies M to the newest block of a block Krylov space (Musco &
@@ -32,14 +32,14 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from . import _solvers
+from ..base import _solvers
 from ._exact import check_variance
 from ._fairness import group_constraints, numeric_constraint_rows
-from ._thin_pass import (
+from ..engine._thin_pass import (
     FirstMoments, Plan, as_rows, chunked, corrected, first_pass, restore_statistics, run_pass,
     statistics_state,
 )
-from .cluster import WorkersLost
+from ..cluster import WorkersLost
 
 __all__ = ["RandomizedFit", "fit_randomized", "resolve_iterated_power", "choose_svd_solver",
            "check_exact_memory", "memory_budget", "needs_dense_message", "N_OVERSAMPLES", "AUTO_RTOL"]
@@ -189,7 +189,7 @@ class RandomizedFit:
     about the mean, or ``X^T X`` without centring, standardised when asked), stored as
     ``true * 4**-exponent`` (0 when standardised); ``violation`` holds, per attribute, the
     share ``|U v| / |v|`` of every constraint vector that the components keep (the exact
-    fit's certificate, :func:`dfairpca._solvers.constraint_violation`).  ``history`` is the
+    fit's certificate, :func:`dfairpca.base._solvers.constraint_violation`).  ``history`` is the
     captured variance after each pass but the first, ``missing`` the share of the optimum
     still missing then, as estimated from the Ritz residuals (``iterated_power="auto"``
     stops on it).
@@ -244,7 +244,7 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
     X : (n, D) numpy, Zarr or Dask array ((n, h, w) numpy is flattened per chunk)
     k : int
     codes, categories : (n, p) group codes and their labels per attribute
-        (:func:`dfairpca._validation.encode_groups`); none: no group constraint.
+        (:func:`dfairpca.inputs._validation.encode_groups`); none: no group constraint.
     names : names of the p attributes, then of the numeric ones (for warnings and errors)
     mask : (n,) bool, the rows to fit (equal opportunity: y == 1)
     numeric : columns of X that are numeric protected attributes: the components are
@@ -266,8 +266,8 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
         row chunks; about ``8 d (k + p)`` bytes per pass), atomically.  Run again with the
         same arguments, an interrupted fit goes on at the next pass, after the first read
         of X has shown that its chunks are those the checkpoint was made from
-        (:class:`~dfairpca.checkpoint.CheckpointMismatch` otherwise); its result is an
-        uninterrupted fit's.  Ctrl-C raises :class:`~dfairpca.checkpoint.PassInterrupted`.
+        (:class:`~dfairpca.engine.checkpoint.CheckpointMismatch` otherwise); its result is an
+        uninterrupted fit's.  Ctrl-C raises :class:`~dfairpca.engine.checkpoint.PassInterrupted`.
     resume : bool, default True
         Continue from ``checkpoint`` if it holds this fit; False starts over.
     on_pass : callable, optional
@@ -275,7 +275,7 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
 
     Each pass runs on the active ``distributed.Client`` when there is one.
     """
-    from ._validation import compute_dtype_for
+    from ..inputs._validation import compute_dtype_for
 
     _check(k, n_oversamples, iterated_power)
     X = as_rows(X)
@@ -300,7 +300,7 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
     except (KeyboardInterrupt, WorkersLost) as exc:
         if ck is None:
             raise
-        from .checkpoint import PassInterrupted, saved_state_meta
+        from ..engine.checkpoint import PassInterrupted, saved_state_meta
 
         saved = saved_state_meta(ck.path)  # what an interrupt reports is what is on disk
         most = saved.get("most", resolve_iterated_power(iterated_power, k, X.shape[0], d) + 2)
@@ -371,7 +371,7 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
             fair = _Krylov.restore(saved["arrays"], "fair", project, k, d)
             std = _Krylov.restore(saved["arrays"], "std", unprojected, k, d) if standard and r else None
         except KeyError as exc:
-            from .io import RESAVE_HINT, SavedFileError
+            from ..io import RESAVE_HINT, SavedFileError
 
             raise SavedFileError(f"cannot load checkpoint {saved['path']!r}: its state lacks "
                                  f"{exc}{RESAVE_HINT}") from None
@@ -421,7 +421,7 @@ def _check_statistics(full: FirstMoments, k: int, d: int) -> None:
     full.check_finite()
     n = full.n
     if not np.all(np.isfinite(full.mean)) or not np.all(np.isfinite(full.sq)):
-        from .moments import OVERFLOW_MESSAGE
+        from ..stats.moments import OVERFLOW_MESSAGE
 
         raise ValueError(OVERFLOW_MESSAGE)
     if n < 2:
@@ -440,7 +440,7 @@ class _Checkpoint:
     """
 
     def __init__(self, path, X, fingerprint: dict, resume: bool):
-        from .checkpoint import checkpoint_path, open_state
+        from ..engine.checkpoint import checkpoint_path, open_state
 
         self.path, self.fingerprint = checkpoint_path(path), fingerprint
         self.saved = open_state(self.path, X, fingerprint, "randomized", resume)
@@ -449,7 +449,7 @@ class _Checkpoint:
 
     def bind(self, read: list) -> None:
         """Take (a fresh fit) or check (a resumed one) the digests of the chunks just read."""
-        from .checkpoint import check_digests
+        from ..engine.checkpoint import check_digests
 
         if self.digests is None:
             self.digests = [h for _, _, h in sorted(read)]
@@ -458,7 +458,7 @@ class _Checkpoint:
         self.bound = True
 
     def save(self, meta: dict, arrays: dict) -> None:
-        from .checkpoint import save_state
+        from ..engine.checkpoint import save_state
 
         save_state(self.path, self.fingerprint, "randomized", meta, arrays, self.digests)
 
@@ -481,7 +481,7 @@ def _fingerprint(X, codes, categories, mask, dtype, omega, **options) -> dict:
     """What a randomized fit's checkpoint is for: the pass's job (X's shape, chunks and
     stores, the groups, the mask, the compute dtype), the options that change the result
     and the start block itself (whatever random_state drew it)."""
-    from .checkpoint import array_digest, job_fingerprint
+    from ..engine.checkpoint import array_digest, job_fingerprint
 
     fp = job_fingerprint(X, codes, categories, mask, dtype=dtype)
     for key, v in options.items():

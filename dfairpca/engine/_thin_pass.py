@@ -1,7 +1,7 @@
 """The passes of the randomized fit: first-order statistics and ``S V`` for a thin V.
 
 Each pass reads X once, chunk by chunk (numpy and Zarr here, Dask input as the exact pass's
-chains of in-place folds on the workers, :mod:`dfairpca._engine`), and sums per chunk
+chains of in-place folds on the workers, :mod:`dfairpca.engine._engine`), and sums per chunk
 ``A^T (A V)`` with A the rows minus a shift s, in the compute dtype, into float64.  The
 first pass also sums the first-order statistics (:class:`FirstMoments`) about s; s is the
 first rows' mean, so nothing cancels, and :func:`corrected` moves the sums to the mean:
@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _solvers
+from ..base import _solvers
 from ._engine import chain_reduce, row_slice
-from ._system import rows_per_block
-from ._sums import MAX_BAD_ROWS_REPORTED
-from .moments import AttributeMoments, check_finite, constraint_matrix, deviation_floor
+from ..base._system import rows_per_block
+from ..stats._sums import MAX_BAD_ROWS_REPORTED
+from ..stats.moments import AttributeMoments, check_finite, constraint_matrix, deviation_floor
 
 __all__ = ["FirstMoments", "Plan", "first_moments", "first_pass", "run_pass", "corrected",
            "as_rows", "chunked", "statistics_state", "restore_statistics"]
@@ -39,7 +39,7 @@ RANGE_BITS = {np.dtype(np.float32): 40, np.dtype(np.float64): 400}
 class FirstMoments:
     """The first-order statistics of the rows a randomized fit uses (the mask's rows).
 
-    The d x d-free part of :class:`dfairpca.moments.Moments`: ``mean``, the diagonal of the
+    The d x d-free part of :class:`dfairpca.stats.moments.Moments`: ``mean``, the diagonal of the
     scatter (``sq``), every group's count and mean deviation, and the numeric attributes'
     cross sums; the derived constraint matrix and rounding floor follow the same rules.
 
@@ -87,12 +87,12 @@ class FirstMoments:
         return self.mean + self.attributes[attribute].deviation
 
     def constraint_matrix(self) -> np.ndarray:
-        """Rows ``n_g (mean_g - mean)``: :func:`dfairpca.moments.constraint_matrix`."""
+        """Rows ``n_g (mean_g - mean)``: :func:`dfairpca.stats.moments.constraint_matrix`."""
         return constraint_matrix(self.attributes, self.n_features)
 
     def deviation_floor(self) -> np.ndarray:
         """Per column, the size below which a group-mean deviation is float64 rounding:
-        :func:`dfairpca.moments.deviation_floor`."""
+        :func:`dfairpca.stats.moments.deviation_floor`."""
         return deviation_floor(self.n, self.mean, self.sq, self.exponent)
 
     def check_finite(self) -> None:
@@ -225,7 +225,7 @@ def _add_byte_sums(out: _Sums, x, codes, plan: Plan) -> None:
 
 def _chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> _Sums:
     """The sums of one chunk of rows: the first-order ones (first pass) and ``A^T (A V)``."""
-    from ._blas import blas_lock
+    from ..base._blas import blas_lock
 
     x = np.asarray(x)
     if x.ndim > 2:
@@ -299,7 +299,7 @@ def run_pass(X, plan: Plan, V, codes, mask, split_every: int, progress: bool) ->
     """One pass over X: the chunks' sums, added up.
 
     numpy (or Zarr) input is read block by block in this process; Dask input is reduced by
-    the exact pass's chains (:func:`dfairpca._engine.chain_reduce`), with V and the plan one
+    the exact pass's chains (:func:`dfairpca.engine._engine.chain_reduce`), with V and the plan one
     key each, so they travel once per worker.
     """
     import dask.array as da
@@ -401,7 +401,7 @@ def first_pass(X, V, codes, categories, mask, numeric, dtype, split_every, progr
                digest: bool = False):
     """(FirstMoments, mean - shift in the products' units, the plan, the raw sums: ``G`` of
     V and, if ``digest``, the chunks' ``digests``)."""
-    from ._validation import compute_dtype_for
+    from ..inputs._validation import compute_dtype_for
 
     D = int(np.prod(X.shape[1:]))
     dtype = compute_dtype_for(X.dtype) if dtype is None else np.dtype(dtype)
@@ -473,7 +473,7 @@ def restore_statistics(saved: dict, categories, numeric, dtype):
                     tuple(len(c) for c in categories), True)
         return full, a["off"], plan
     except (KeyError, TypeError, ValueError) as exc:
-        from .io import RESAVE_HINT, SavedFileError
+        from ..io import RESAVE_HINT, SavedFileError
 
         raise SavedFileError(f"cannot load checkpoint {saved['path']!r}: its state lacks "
                              f"{exc}{RESAVE_HINT}") from None

@@ -7,7 +7,7 @@ carrying the same marker -- dfairpca never deletes or overwrites what it did not
 Users reach these names through :mod:`dfairpca.io`, which re-exports them.
 
 Every function also takes an fsspec URL (``s3://bucket/x``) or mapper with
-``storage_options``: the same rules, applied by :mod:`dfairpca._remote` with the copies
+``storage_options``: the same rules, applied by :mod:`dfairpca.io._remote` with the copies
 object storage has instead of renames.  Local paths take the code below (``os.replace``).
 """
 
@@ -29,7 +29,7 @@ from ._marker import (
     zarr_foreign, zarr_layout,
 )
 from ._remote import is_remote
-from ._version import code_digest
+from ..base._version import code_digest
 
 __all__ = [
     "atomic_directory", "atomic_file", "staged_locally", "stage_folder", "check_stage_dir",
@@ -43,7 +43,7 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def write_marker(directory, kind: str, *, storage_options: dict | None = None) -> None:
     """Mark ``directory`` as dfairpca's: the attribute of a Zarr group (recording the
-    members and attributes it holds now, :func:`dfairpca._marker.zarr_contents`), else
+    members and attributes it holds now, :func:`dfairpca.io._marker.zarr_contents`), else
     the file (listing the files it holds now).  Call it when dfairpca has finished writing
     it: what is added afterwards is a user's."""
     if is_remote(directory):
@@ -75,9 +75,9 @@ def foreign_entries(path, found: dict, *, storage_options: dict | None = None) -
     """What in dfairpca's directory ``path`` (marker ``found``) it did not write, at any
     depth: in a Zarr store the members its marker does not record, and in its own members
     what is neither their metadata nor an array's chunk keys inside its grid, and the
-    metadata that holds an attribute it did not write (:func:`dfairpca._marker.zarr_foreign`);
+    metadata that holds an attribute it did not write (:func:`dfairpca.io._marker.zarr_foreign`);
     in a directory the files its marker does not list
-    (:func:`dfairpca._marker.foreign_files`).
+    (:func:`dfairpca.io._marker.foreign_files`).
     """
     return _foreign(path, found, storage_options=storage_options)[0]
 
@@ -184,7 +184,7 @@ def atomic_directory(path, kind: str, *, overwrite: bool = False, protect: dict 
     One writer per path at a time: a process whose replace finds another's under way on
     this host fails naming it (:func:`exclusive`), and never loses the version that was there.
 
-    For a URL (see :mod:`dfairpca._remote`) the block gets, with ``direct``, the URL of the
+    For a URL (see :mod:`dfairpca.io._remote`) the block gets, with ``direct``, the URL of the
     temporary prefix (a Zarr store that workers write there); otherwise a local folder
     that is uploaded when the block ends (models, statistics, checkpoints: small files).
     """
@@ -580,7 +580,7 @@ def recover(path, *, storage_options: dict | None = None) -> None:
     wins), and deleted otherwise; a ``.tmp-`` sibling is deleted, and so is the lock file of
     a replace whose holder died.  Only siblings carrying
     dfairpca's marker (or empty) are touched, and none of a writer still running on this
-    host.  For a URL: finishes a move cut short (see :mod:`dfairpca._remote`).
+    host.  For a URL: finishes a move cut short (see :mod:`dfairpca.io._remote`).
     """
     if is_remote(path):
         return _remote.recover(_remote.location(path, storage_options))
@@ -637,7 +637,7 @@ def recover_for_reading(path, *, storage_options: dict | None = None) -> None:
     Safe in a reader for the same reason as in a writer: only a dead writer's leftovers
     are touched.  Without write permission nothing is repaired; :func:`load_arrays` then
     names the intact copy.  For a URL, a write still under way is an error
-    (:func:`dfairpca._remote.check_settled`).
+    (:func:`dfairpca.io._remote.check_settled`).
     """
     if is_remote(path):
         return _remote.check_settled(_remote.location(path, storage_options))

@@ -1,10 +1,10 @@
 """The one base of the estimators: what PCA, FairPCA and FairKernelPCA share.
 
 :class:`Estimator` holds what every estimator does alike: the parameter check (the class's
-``_parameter_rules``, :mod:`dfairpca._params`), the fitted check, the output width and
+``_parameter_rules``, :mod:`dfairpca.base._params`), the fitted check, the output width and
 names that scikit-learn's ``get_feature_names_out`` reads, ``fit_transform``, and the
-save/load path (:mod:`dfairpca._saved`).  The linear estimators add the shared transform
-and probabilistic model (:class:`dfairpca._linear.LinearDecomposition`); each concrete
+save/load path (:mod:`dfairpca.decomposition._saved`).  The linear estimators add the shared transform
+and probabilistic model (:class:`dfairpca.decomposition._linear.LinearDecomposition`); each concrete
 class declares its parameters, its fit and what it saves.
 """
 
@@ -16,8 +16,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import NotFittedError
 
-from ._fairness import fair_feature_names
-from ._params import validate_params
+from ..solve._fairness import fair_feature_names
+from ..base._params import validate_params
 from ._saved import input_meta, restore_input_meta
 
 __all__ = ["Estimator"]
@@ -89,9 +89,9 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
     def _write(self, path, overwrite: bool, statistics=None) -> Path:
         """Write the model (and ``statistics``, a Moments, beside it) atomically."""
-        from ._remote import is_remote
-        from ._writes import atomic_directory
-        from .io import save_arrays
+        from ..io._remote import is_remote
+        from ..io._writes import atomic_directory
+        from ..io import save_arrays
 
         self._check_fitted()
         self._check_savable()
@@ -149,7 +149,7 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
     def _restore_statistics(self, path: Path) -> None:
         """Attach the ``statistics/`` saved beside the model at ``path``."""
-        from .io import SavedFileError
+        from ..io import SavedFileError
 
         raise SavedFileError(f"cannot load {str(path)!r}: a {type(self).__name__} saves no "
                              "statistics/, so it was not written by dfairpca: save the model again")

@@ -4,7 +4,7 @@ Kernels (scikit-learn's definitions, computed in float64 row blocks), the expans
 ``k(x, basis) @ coef - offset`` that every transform and the Nyström features are, the
 exact method's steps on the n x n centred kernel (centring, constraint directions, the
 downdate ``Kc - D D^T``, dual coefficients, the certificate's feature-space shares) and
-the lazy variance ``gamma="scale"`` needs.  See :mod:`dfairpca.kernel` for the method.
+the lazy variance ``gamma="scale"`` needs.  See :mod:`dfairpca.decomposition.kernel` for the method.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import numpy as np
 import scipy.linalg
 from sklearn.metrics import pairwise
 
-from . import _solvers, _system
-from ._validation import check_finite_input, row_origin
+from ..base import _solvers, _system
+from ..inputs._validation import check_finite_input, row_origin
 
 __all__ = ["KERNELS", "BLOCK_BYTES", "kernel_function", "block_rows", "expand", "nystroem_features",
            "numeric_attributes", "kernel_matrix", "centre_in_place", "centred_onehot",

@@ -2,7 +2,7 @@
 
 The product ``xc^T xc`` (xc = x - mean) runs in the chunk's compute dtype (float32 for
 images) as a BLAS ``syrk``, which fills the upper triangle only; the chunk's means are
-float64 sums whatever that dtype.  What comes out is a :class:`~dfairpca._sums.Sums`
+float64 sums whatever that dtype.  What comes out is a :class:`~dfairpca.stats._sums.Sums`
 whose matrices are those upper triangles: :meth:`dfairpca.Moments.from_chunk` completes
 them, a pass folds them into its running float64 panels as they are.
 
@@ -21,9 +21,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ._blas import blas_lock, syrk
+from ..base._blas import blas_lock, syrk
 from ._sums import MAX_BAD_ROWS_REPORTED, STORED_RANGE_BITS, TRUE_UNITS_BITS, GroupSums, Sums
-from ._system import BLOCK_BYTES
+from ..base._system import BLOCK_BYTES
 
 __all__ = ["chunk_sums", "OVERFLOW_MESSAGE", "OFFSET_BITS"]
 
@@ -181,7 +181,7 @@ def _in_range(x, acc, gacc, shifts, dtype) -> bool:
 def _scaled_products(x, mean, shifts, dtype):
     """The products of :func:`_products` for columns scaled by powers of two, as float64
     upper triangles holding ``true * 4**-e``, and e (0 when the true values fit float64's
-    :data:`~dfairpca._sums.TRUE_UNITS_BITS`).
+    :data:`~dfairpca.stats._sums.TRUE_UNITS_BITS`).
 
     Every column j is divided by ``2**f_j`` with ``2**f_j`` just above its largest
     ``|x - mean|``, so every scaled value is at most 1 and the squares cannot overflow or

@@ -1,12 +1,12 @@
 """The exact solve: components from complete statistics (``fitted_svd_solver_`` is
-"covariance_eigh"), the sibling of the matrix-free :mod:`dfairpca._randomized`.
+"covariance_eigh"), the sibling of the matrix-free :mod:`dfairpca.solve._randomized`.
 
 The one-pass statistics give the d x d matrix whose eigenvectors are wanted
 (:func:`fitted_space`); the components are its top eigenvectors for ``n_components`` as an
 int, None or a fraction of the variance (scikit-learn's meanings), standard
 (:func:`standard_components`) or restricted to the complement of the fairness constraints
 (:func:`fair_constraints`, :func:`fair_components`, with Fair PCA-S's equalising
-directions).  Every eigensolve is :mod:`dfairpca._solvers`'.
+directions).  Every eigensolve is :mod:`dfairpca.base._solvers`'.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import numbers
 
 import numpy as np
 
-from . import _solvers
-from ._chunk import OVERFLOW_MESSAGE
+from ..base import _solvers
+from ..stats._chunk import OVERFLOW_MESSAGE
 from ._fairness import covariance_terms, group_constraints, numeric_constraints
-from ._params import is_int
-from .moments import Moments
+from ..base._params import is_int
+from ..stats.moments import Moments
 
 __all__ = ["fitted_space", "check_variance", "standard_components", "fair_constraints",
            "fair_components", "fraction_to_k", "mle_rank", "mle_evidence"]

@@ -6,7 +6,7 @@ contiguous segments, reduces each segment with :func:`dfairpca.compute_moments` 
 each, atomically replaces a small checkpoint directory holding
 
 * ``total/``: the running total of the finished segments, saved as a
-  :class:`~dfairpca.moments.Moments` with its scatter kept as a pass keeps it, the upper
+  :class:`~dfairpca.stats.moments.Moments` with its scatter kept as a pass keeps it, the upper
   triangle (177 MB at d = 6400, however many segments), and
 * ``progress.json``: the segments' row ranges, which of them are finished, a fingerprint
   of the job and a content digest of every row chunk folded into the total.
@@ -42,13 +42,14 @@ import numpy as np
 
 from . import _accumulator
 from ._accumulator import RunningTotal
-from ._engine import compute, row_slice, run_pass, threads, worker_timeout
-from ._files import open_regular, read_capped
-from ._remote import exists, is_remote, local_copy, location, read_text, zarr_arrays, zarr_roots
-from ._writes import atomic_directory, check_target
-from .cluster import WorkersLost
-from .io import RESAVE_HINT, SavedFileError, meta_value
-from .moments import Moments
+from ..cluster import compute, worker_timeout
+from ._engine import row_slice, run_pass, threads
+from ..io._files import open_regular, read_capped
+from ..io._remote import exists, is_remote, local_copy, location, read_text, zarr_arrays, zarr_roots
+from ..io._writes import atomic_directory, check_target
+from ..cluster import WorkersLost
+from ..io import RESAVE_HINT, SavedFileError, meta_value
+from ..stats.moments import Moments
 
 __all__ = [
     "compute_moments_checkpointed", "job_fingerprint", "segment_bounds", "chunk_digests",
@@ -118,7 +119,7 @@ def compute_moments_checkpointed(
         is saved (:func:`dfairpca.io.remove_directory`).  Refused before the pass if it
         exists and is not a dfairpca checkpoint, or holds the store the pass reads.  A URL
         (``s3://bucket/run.checkpoint``) or an fsspec mapper works too: the checkpoint is
-        uploaded after every segment (see :mod:`dfairpca._remote`).
+        uploaded after every segment (see :mod:`dfairpca.io._remote`).
     resume : bool, default True
         Continue from ``checkpoint`` if it exists; False starts over and overwrites it.
     segment_rows : int, optional
@@ -157,7 +158,7 @@ def compute_moments_checkpointed(
     """
     codes, categories = None, ()
     if sensitive_features is not None:
-        from ._groups import encode_groups
+        from ..inputs._groups import encode_groups
 
         g = encode_groups(sensitive_features, np.shape(X)[0], mask=compute_kw.get("mask"),
                           require_two=False)
@@ -191,7 +192,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     for name, a in (("codes", codes), ("mask", mask)):
         if a is not None and len(a) != X.shape[0]:
             raise ValueError(f"{name} has {len(a)} rows but X has {X.shape[0]}")
-    from .cluster import check_inputs_shared
+    from ..cluster import check_inputs_shared
 
     check_inputs_shared(X)  # before the workers' first read: the digests come before the pass
     fingerprint = job_fingerprint(X, codes, categories, mask, **compute_kw)
@@ -373,7 +374,7 @@ def _digest(a) -> str | None:
     return h.hexdigest()
 
 
-#: public: the randomized fit's passes bind their chunks the same way (dfairpca._thin_pass)
+#: public: the randomized fit's passes bind their chunks the same way (dfairpca.engine._thin_pass)
 array_digest = _digest
 
 

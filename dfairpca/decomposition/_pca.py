@@ -1,8 +1,8 @@
 """Estimators: :class:`PCA` and :class:`FairPCA` on numpy, pandas, xarray, Dask and Zarr arrays.
 
-They are thin siblings on one base (:class:`dfairpca._linear.LinearDecomposition`): check
-the input, run the one-pass statistics (:mod:`dfairpca._engine`), solve the small
-eigenproblem (:mod:`dfairpca._solvers`) and keep the fitted attributes.  The transform,
+They are thin siblings on one base (:class:`dfairpca.decomposition._linear.LinearDecomposition`): check
+the input, run the one-pass statistics (:mod:`dfairpca.engine._engine`), solve the small
+eigenproblem (:mod:`dfairpca.base._solvers`) and keep the fitted attributes.  The transform,
 the probabilistic model and the save/load path are the base's.
 """
 
@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _solvers
-from ._engine import worker_timeout
-from ._exact import fair_components, fair_constraints, fitted_space, standard_components
-from ._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, certify, check_fair_k, set_certificate
+from ..base import _solvers
+from ..cluster import worker_timeout
+from ..solve._exact import fair_components, fair_constraints, fitted_space, standard_components
+from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, certify, check_fair_k, set_certificate
 from ._linear import (
     LINEAR_RULES, LinearDecomposition, check_rows, known, n_components_ok, release, whitening, whole,
 )
-from ._params import TRADEOFF, Rule
-from ._registry import register
+from ..base._params import TRADEOFF, Rule
+from ..io._registry import register
 from ._saved import fair_meta, load, restore_fair_meta
-from ._groups import binary_target, encode_groups, group_labels
-from ._validation import Input, with_known_rows
-from .moments import Moments, merge
+from ..inputs._groups import binary_target, encode_groups, group_labels
+from ..inputs._validation import Input, with_known_rows
+from ..stats.moments import Moments, merge
 
-__all__ = ["PCA", "FairPCA", "load"]  # load: dfairpca._saved's, importable from here too
+__all__ = ["PCA", "FairPCA", "load"]  # load: dfairpca.decomposition._saved's, importable from here too
 
 
 @register
@@ -53,14 +53,14 @@ class PCA(LinearDecomposition):
         (scikit-learn's "covariance_eigh", without its cancellation; ``eigen_solver``
         chooses how that local problem is solved).  "randomized" never forms d x d: block
         Krylov passes over X, each applying the covariance to k + ``n_oversamples``
-        vectors chunk by chunk (:mod:`dfairpca._randomized`), for data whose d x d does
+        vectors chunk by chunk (:mod:`dfairpca.solve._randomized`), for data whose d x d does
         not fit in memory or when k is small; it needs an int ``n_components``, no
         ``partial_fit`` (``checkpoint`` saves its state after every pass).  "auto" decides
         from the shape and parameters alone, so a call chooses the same solve on every
         machine: "randomized" where its passes cost less than the exact pass by a flop
         and read model (at d = 6,400: k + n_oversamples up to 110; at d = 116,412 always),
         the exact solve otherwise
-        (:func:`dfairpca._randomized.choose_svd_solver`); ``fitted_svd_solver_`` says which.
+        (:func:`dfairpca.solve._randomized.choose_svd_solver`); ``fitted_svd_solver_`` says which.
         An exact solve chosen so whose d x d matrices do not fit half the memory available
         (or of a worker) is an error before the pass, naming "randomized"; "full" runs it
         anyway.
@@ -118,7 +118,7 @@ class PCA(LinearDecomposition):
         X's column names when X was a DataFrame with text column names.
     statistics_ : Moments or FirstMoments
         The additive statistics the model was solved from (a randomized fit's are
-        first-order only: :class:`dfairpca._thin_pass.FirstMoments`).
+        first-order only: :class:`dfairpca.engine._thin_pass.FirstMoments`).
     fitted_svd_solver_ : {"covariance_eigh", "randomized"}
         The solve the fit ran (what ``svd_solver="auto"`` chose).
     n_passes_ : int
@@ -158,10 +158,10 @@ class PCA(LinearDecomposition):
 
         ``checkpoint``: a directory where the pass saves its running statistics after every
         segment of chunks (a randomized fit: its state after every pass); a fit
-        interrupted (Ctrl-C raises :class:`~dfairpca.checkpoint.PassInterrupted`) and run
+        interrupted (Ctrl-C raises :class:`~dfairpca.engine.checkpoint.PassInterrupted`) and run
         again with the same checkpoint skips the finished segments, after checking that
-        their rows are the ones it folded (see :mod:`dfairpca.checkpoint`; other data is refused with
-        :class:`~dfairpca.checkpoint.CheckpointMismatch`).  ``keep_checkpoint``: keep the
+        their rows are the ones it folded (see :mod:`dfairpca.engine.checkpoint`; other data is refused with
+        :class:`~dfairpca.engine.checkpoint.CheckpointMismatch`).  ``keep_checkpoint``: keep the
         checkpoint after a successful fit; by default it is deleted then.
 
         ``timeout``: seconds the fit waits once every worker of the active Client has left
@@ -289,7 +289,7 @@ class FairPCA(LinearDecomposition):
         statistics, accumulated in the same single pass.  Two groups follow the paper;
         with more groups (or attributes) the directions minimise
         ``sum_g (n_g/n) ||R^T (Sigma_g - Sigma_pooled) R v||^2`` (equal to the paper's
-        choice for two groups), see :func:`dfairpca._solvers.equalizing_basis`.  Group
+        choice for two groups), see :func:`dfairpca.base._solvers.equalizing_basis`.  Group
         labels only (numeric attributes have no groups).
 
     Attributes
@@ -328,7 +328,7 @@ class FairPCA(LinearDecomposition):
         solve, in the fitted feature space (standardized when ``standardize``; over the
         ``y == 1`` rows for equal opportunity).  v is a group's mean deviation
         ``mu_g - mu``, or a numeric attribute's covariance with the features.  A fit above
-        :data:`dfairpca._solvers.FAIRNESS_TOLERANCE` (1e-8) raises ``ValueError``; typical
+        :data:`dfairpca.base._solvers.FAIRNESS_TOLERANCE` (1e-8) raises ``ValueError``; typical
         values are 1e-16 to 1e-14.
     fairness_violation_per_attribute_ : ndarray (p + q,)
         The same, per protected attribute (in the order of ``attribute_names_``).
@@ -386,7 +386,7 @@ class FairPCA(LinearDecomposition):
     def _prepare(self, X, groups, y, partial, reset):
         """(X's pass columns, encoded group labels or None, y == 1 mask or None), checked,
         with k checked against the rows unless ``partial``; ``reset`` as in
-        :func:`dfairpca._validation.check_input`."""
+        :func:`dfairpca.inputs._validation.check_input`."""
         self._check_params()
         inp = self._input(X, reset=reset, min_samples=1 if partial else 2)
         labels = group_labels(self, inp, groups)
@@ -448,7 +448,7 @@ class FairPCA(LinearDecomposition):
         return self
 
     def _fit_randomized(self, Xa, g, mask, numeric: bool, checkpoint=None):
-        """Fit by randomized passes (:mod:`dfairpca._randomized`), certify, keep."""
+        """Fit by randomized passes (:mod:`dfairpca.solve._randomized`), certify, keep."""
         fit = self._randomized_fit(Xa, g, mask, numeric, checkpoint)
         m = fit.statistics
         names = self.attribute_names_
@@ -520,7 +520,7 @@ class FairPCA(LinearDecomposition):
         return self.fit_statistics(m)
 
     def _check_k_groups(self, d, ms, n=None, q: int = 0):
-        """The largest k the attributes allow (:func:`dfairpca._fairness.check_fair_k`);
+        """The largest k the attributes allow (:func:`dfairpca.solve._fairness.check_fair_k`);
         raise if n_components exceeds it or the n fitted rows (when known)."""
         limit = check_fair_k(self.n_components, d, ms, q)
         k = self.n_components
@@ -538,7 +538,7 @@ class FairPCA(LinearDecomposition):
         ``attribute_names_`` (default: those ``fit`` found, else "attribute 0", ...).
         After the solve, the share of every constraint vector that the components keep is
         measured in float64 (``fairness_violation_``); a fit above
-        :data:`~dfairpca._solvers.FAIRNESS_TOLERANCE` raises ``ValueError``.
+        :data:`~dfairpca.base._solvers.FAIRNESS_TOLERANCE` raises ``ValueError``.
         """
         self._check_params()
         m = statistics

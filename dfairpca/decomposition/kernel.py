@@ -59,20 +59,21 @@ import math
 
 import numpy as np
 
-from . import _kernels as kn
-from . import _solvers
+from ..solve import _kernels as kn
+from ..base import _solvers
 from ._base import Estimator
-from ._engine import coded_moments, compute, worker_timeout
-from ._fairness import CONSTRAINT_RULES, certify, check_fair_k, set_certificate
-from ._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
-from ._registry import register
+from ..cluster import compute, worker_timeout
+from ..engine._engine import coded_moments
+from ..solve._fairness import CONSTRAINT_RULES, certify, check_fair_k, set_certificate
+from ..base._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
+from ..io._registry import register
 from ._saved import fair_meta, kernel_layout, restore_fair_meta
-from ._groups import binary_target, encode_groups, group_labels
-from ._validation import (
+from ..inputs._groups import binary_target, encode_groups, group_labels
+from ..inputs._validation import (
     Input, check_finite_input, check_input,
     with_known_rows,
 )
-from .decomposition import FairPCA
+from ._pca import FairPCA
 
 __all__ = ["FairKernelPCA", "KERNELS", "exact_fit_bytes"]
 
@@ -231,7 +232,7 @@ class FairKernelPCA(Estimator):
         largest share ``|U^T delta_g| / |delta_g|`` of any group's mean deviation delta_g
         (in the kernel's feature space: exact, from the kernel's group means; Nyström, in
         the Nyström feature space) that the k fair components keep; a fit above
-        :data:`dfairpca._solvers.FAIRNESS_TOLERANCE` raises ``ValueError``.  With
+        :data:`dfairpca.base._solvers.FAIRNESS_TOLERANCE` raises ``ValueError``.  With
         ``tradeoff > 0`` it certifies the fair half; the λ-scaled standard half is by
         design not fair.
     fairness_violation_per_attribute_ : ndarray (p,)
@@ -251,7 +252,7 @@ class FairKernelPCA(Estimator):
     Examples
     --------
     >>> import numpy as np
-    >>> from dfairpca.kernel import FairKernelPCA
+    >>> from dfairpca.decomposition.kernel import FairKernelPCA
     >>> rng = np.random.default_rng(0)
     >>> X, z = rng.normal(size=(300, 4)), rng.integers(0, 2, 300)
     >>> X[z == 1] += 1.0
@@ -385,7 +386,7 @@ class FairKernelPCA(Estimator):
         return self._needs_gamma() and isinstance(self.gamma, str)
 
     def _live_components(self, s: np.ndarray, k: int, nonzero: bool) -> int:
-        """:func:`dfairpca._kernels.live_components` for this kernel."""
+        """:func:`dfairpca.solve._kernels.live_components` for this kernel."""
         return kn.live_components(s, k, nonzero, self.n_components, self.kernel, self.gamma_)
 
     # ------------------------------------------------------------------ fitting

@@ -1,0 +1,1 @@
+"""What the estimators are given: X checked and flattened, protected attributes encoded."""

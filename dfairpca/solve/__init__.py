@@ -1,0 +1,2 @@
+"""The solves from statistics: exact and randomized, the fairness constraints and
+certificate, kernels."""

@@ -1,0 +1,1 @@
+"""The additive statistics: one chunk's sums, their pairwise merge, :class:`Moments`."""
