@@ -40,7 +40,8 @@ from ..io._writes import (
 )
 from .schema import IMAGES, PARTITION, STORE_KIND, check_positive, create_store
 
-__all__ = ["Split", "Workers", "partial_path", "run_tasks", "worker_processes", "write_rows", "write_store"]
+__all__ = ["Split", "Workers", "partial_path", "resolve_jobs", "run_tasks", "worker_processes", "write_rows",
+           "write_store"]
 
 #: folder of a partial store holding one empty file per finished chunk
 DONE_DIR = ".done"
@@ -123,7 +124,7 @@ def write_store(
 
     On an error the finished chunks stay in :func:`partial_path` and the error says so.
     """
-    n_jobs = _resolve_jobs(n_jobs, client)
+    n_jobs = resolve_jobs(n_jobs, client)
     check_target(out, STORE_KIND, overwrite=overwrite, protect=protect)
     out.parent.mkdir(parents=True, exist_ok=True)
     # one writer of a partial store at a time: two would mix their chunks into one store
@@ -240,7 +241,7 @@ def run_tasks(func: Callable, tasks: list[tuple], *, n_jobs: int | None, client,
     (:class:`Split`)."""
     if client is not None:
         return _run_dask(func, tasks, client, refresh)
-    n_jobs = _resolve_jobs(n_jobs, None)
+    n_jobs = resolve_jobs(n_jobs, None)
     if n_jobs == 1:
         return [func(*task) for task in tasks]
     if workers is None:
@@ -270,7 +271,7 @@ def worker_processes(n_jobs: int | None, client) -> Iterator[Workers | None]:
     run have ended; else at once, not waiting for one still starting (a job this process
     finished alone).
     """
-    n_jobs = _resolve_jobs(n_jobs, client)
+    n_jobs = resolve_jobs(n_jobs, client)
     if client is not None or n_jobs == 1:
         yield None
         return
@@ -288,7 +289,7 @@ def _ready() -> None:
     """A worker process's first task: nothing, once it has imported this module."""
 
 
-def _resolve_jobs(n_jobs: int | None, client) -> int | None:
+def resolve_jobs(n_jobs: int | None, client) -> int | None:
     """``n_jobs`` checked, by default the usable CPUs; None with ``client``."""
     _refuse_bootstrapping_child()
     if client is not None and n_jobs is not None:

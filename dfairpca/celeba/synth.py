@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import os
 from pathlib import Path
 
@@ -130,6 +131,7 @@ def synth_celeba(
     shape = face_shape(size, color)
     chunk_rows = default_chunk_rows(shape) if chunk_rows is None else chunk_rows
     check_positive(chunk_rows=chunk_rows)
+    _check_drawing_memory(shape, min(chunk_rows, n), n_jobs, client)
     check_stage_dir(out, stage_dir)
     settings = {"source": "synthetic", "seed": int(seed), **shape_attributes(size, color)}
     if is_remote(out):
@@ -199,6 +201,33 @@ def ensure_store(path: str | os.PathLike, n: int, seed: int = 0, *, overwrite: b
         f"{path} holds another store: {', '.join(differ)}; pass another path, or "
         "overwrite=True to replace it"
     )
+
+
+#: peak bytes that drawing a chunk of faces holds per stored value (pixel x channel): its
+#: float64 layers and masks; 28 measured for grey and colour faces (tracemalloc), rounded up
+DRAW_BYTES_PER_VALUE = 32
+
+
+def _check_drawing_memory(shape: tuple[int, ...], rows: int, n_jobs, client) -> None:
+    """Refuse, before anything is written, faces whose chunk cannot be drawn in the memory
+    available to this machine's writing processes (a Dask cluster's workers are not
+    checked: their memory is theirs)."""
+    if client is not None:
+        return
+    import psutil
+
+    from .pool import resolve_jobs
+
+    processes = resolve_jobs(n_jobs, None)
+    need = rows * math.prod(shape) * DRAW_BYTES_PER_VALUE
+    free = psutil.virtual_memory().available
+    if need * processes > free:
+        raise ValueError(
+            f"drawing {rows:,} faces of {' x '.join(map(str, shape))} at a time needs about "
+            f"{need / 2**30:,.1f} GiB in each of {processes} writing process(es), more than the "
+            f"{free / 2**30:,.1f} GiB available: choose a smaller size, fewer chunk_rows "
+            "(--chunk-rows) or fewer n_jobs (--n-jobs)"
+        )
 
 
 def _synth_chunk(store: str, index: int, start: int, stop: int, seed: int,

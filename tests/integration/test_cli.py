@@ -511,6 +511,14 @@ def test_an_output_without_a_name_of_its_own_is_refused_before_any_cluster(store
     assert list(tmp_path.iterdir()) == []
 
 
+def test_faces_too_large_to_draw_are_one_line_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "s.zarr"
+    code, _, err = run(["synth-celeba", out, "--n", "10", "--size", "99999x99999", "--n-jobs", "1"],
+                       capsys)
+    assert code == 2 and err.count("\n") == 1 and "GiB" in err and "smaller size" in err, err
+    assert "Traceback" not in err and list(tmp_path.iterdir()) == []  # nothing left behind
+
+
 def test_a_read_only_output_folder_is_refused_before_any_cluster(store, tmp_path, capsys):
     from test_writes import read_only
 
