@@ -702,8 +702,6 @@ def gather_watched(client, futures: list, seconds: float) -> list:
                 elif since is None:
                     since = time.monotonic()
                 elif time.monotonic() - since >= seconds:
-                    from ..cluster import WorkersLost
-
                     raise WorkersLost(seconds, client.scheduler.address) from None
                 continue
             return client.gather(futures)

@@ -277,18 +277,6 @@ print(len(core), sorted({{m for m in sys.modules if m.startswith(("dfairpca.cele
     assert int(count) >= 10 and pulled.strip() == "[]", done.stdout
 
 
-def test_no_core_module_imports_the_celeba_application_even_inside_a_function():
-    from test_structure import _graph, _reachable
-
-    graph = _graph()
-    core = [name for name in graph if not name.startswith(APPLICATIONS)]
-    assert "dfairpca.io" in core and "dfairpca.decomposition" in core
-    assert "dfairpca.celeba.schema" in _reachable(graph, "dfairpca.cli")  # the walker sees it
-    reaching = {name: sorted(m for m in _reachable(graph, name) if m.startswith(APPLICATIONS))
-                for name in core}
-    assert not {name: found for name, found in reaching.items() if found}
-
-
 def test_a_writer_process_imports_neither_the_figures_nor_the_estimators():
     """What an ingest's or a synthetic store's worker process imports to run its chunks
     (``pool``, ``ingest``, ``synth``): not ``figures`` (a third of its start), nor

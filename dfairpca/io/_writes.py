@@ -151,12 +151,18 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
             "or remove it yourself"
         )
     if path.exists():
-        found = read_marker(path)
-        # a figure (a file) holds nothing; a directory may hold a user's files, which
-        # replacing it would delete with it
-        foreign, attributes = _foreign(path, found) if found is not None and path.is_dir() else ([], {})
-        error = refusal(str(path), kind, found, empty=_is_empty_dir(path), is_dir=path.is_dir(),
-                        overwrite=overwrite, foreign=foreign, attributes=attributes)
+        try:
+            found = read_marker(path)
+            # a figure (a file) holds nothing; a directory may hold a user's files, which
+            # replacing it would delete with it
+            foreign, attributes = _foreign(path, found) if found is not None and path.is_dir() else ([], {})
+            error = refusal(str(path), kind, found, empty=_is_empty_dir(path), is_dir=path.is_dir(),
+                            overwrite=overwrite, foreign=foreign, attributes=attributes)
+        except FileNotFoundError:  # gone while looked at: another writer between its renames
+            raise OutputPathError(
+                f"another dfairpca process on this machine is writing {path} (it was replaced "
+                "while this one checked it); wait for it to finish, then run this again"
+            ) from None
         if error is not None:
             raise error
     if probe:
