@@ -768,7 +768,7 @@ def cmd_transform(args):
     from . import load
     from .io._remote import zarr_store
     from .io._writes import atomic_directory, marker_attributes, writing_every_chunk
-    from .celeba.schema import copy_labels
+    from .celeba.schema import ROW_DIMENSION, copy_labels, dimension_names
     from .cluster import check_inputs_shared, check_workers_see
     from .io import check_written
 
@@ -803,7 +803,9 @@ def cmd_transform(args):
             })
             # created here, not by da.to_zarr, so that it writes every chunk (the setting
             # travels with the array to the workers)
-            arr = g.create_array(name, shape=Y.shape, chunks=Y.chunksize, dtype=Y.dtype)
+            dims = dimension_names(Y.ndim) if args.reconstruct else (ROW_DIMENSION, "component")
+            arr = g.create_array(name, shape=Y.shape, chunks=Y.chunksize, dtype=Y.dtype,
+                                 dimension_names=dims)
             da.to_zarr(Y, arr, compute=True)
             # the CelebA layout's labels travel along (other stores' rows keep X's order)
             if data.celeba:

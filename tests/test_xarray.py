@@ -68,3 +68,28 @@ def test_progress_bar_for_numpy_input(capsys):
     shown = FairPCA(2, progress=True).fit(X, sensitive_features=z)
     assert "pass: 100%" in capsys.readouterr().err
     np.testing.assert_array_equal(shown.components_, quiet.components_)
+
+
+@pytest.mark.parametrize("color", [False, True], ids=["grey", "colour"])
+def test_xarray_opens_the_stores_dfairpca_writes(tmp_path, color, client):
+    """Every array dfairpca writes names its dimensions, the rows' one shared: xarray opens
+    a synthetic store and a transform's output (representation, and reconstructed faces)."""
+    from dfairpca.celeba import synth_celeba
+    from dfairpca.cli import main
+
+    store = synth_celeba(tmp_path / "s.zarr", n=60, size=8, color=color, chunk_rows=32,
+                         progress=False, n_jobs=1)
+    ds = xr.open_zarr(store, consolidated=False)
+    assert ds["images"].dims == ("row", "height", "width") + (("channel",) if color else ())
+    assert ds["attributes"].dims == ("row", "attribute") and ds["partition"].dims == ("row",)
+    assert ds.sizes["row"] == 60
+    faces = dfairpca.from_zarr(store, "images")
+    glasses = dfairpca.celeba.attribute_column(store, "Eyeglasses")
+    dfairpca.FairPCA(3).fit(faces, sensitive_features=glasses).save(tmp_path / "m")
+    for extra, name, dims in [((), "representation", ("row", "component")),
+                              (("--reconstruct",), "images", ds["images"].dims)]:
+        out = tmp_path / f"out{len(extra)}.zarr"
+        assert main(["transform", str(tmp_path / "m"), str(store), "--out", str(out),
+                     "--scheduler", client.scheduler.address, *extra]) == 0
+        rep = xr.open_zarr(out, consolidated=False)
+        assert rep[name].dims == dims and rep["attributes"].dims == ("row", "attribute")

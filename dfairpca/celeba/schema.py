@@ -43,6 +43,9 @@ from ..io._writes import MARKER_KEY, marker_attributes
 from ..io import from_zarr, read_checked, strict_group
 
 __all__ = [
+    "ROW_DIMENSION",
+    "LABEL_DIMENSIONS",
+    "dimension_names",
     "ATTRIBUTE_NAMES",
     "ATTRIBUTES",
     "CELEBA_SPLIT",
@@ -179,7 +182,7 @@ def create_store(
     )
     group.create_array(
         IMAGES, shape=(n, *shape), chunks=(chunk_rows, *shape), dtype="uint8",
-        compressors=IMAGES_COMPRESSORS,
+        compressors=IMAGES_COMPRESSORS, dimension_names=dimension_names(1 + len(shape)),
     )
     group.create_array(
         ATTRIBUTES,
@@ -187,6 +190,7 @@ def create_store(
         chunks=(chunk_rows, len(ATTRIBUTE_NAMES)),
         dtype="int8",
         attributes={"names": list(ATTRIBUTE_NAMES)},
+        dimension_names=LABEL_DIMENSIONS[ATTRIBUTES],
     )
     if with_partition:
         group.create_array(
@@ -195,8 +199,24 @@ def create_store(
             chunks=(chunk_rows,),
             dtype="int8",
             attributes={"values": {"0": "train", "1": "valid", "2": "test"}},
+            dimension_names=LABEL_DIMENSIONS[PARTITION],
         )
     return group
+
+
+#: the name of the rows' dimension in every array dfairpca writes (xarray reads a store's
+#: arrays as variables sharing the dimensions of one name)
+ROW_DIMENSION = "row"
+#: the dimension names of the arrays that label the rows
+LABEL_DIMENSIONS = {ATTRIBUTES: (ROW_DIMENSION, "attribute"), PARTITION: (ROW_DIMENSION,)}
+
+
+def dimension_names(ndim: int) -> tuple[str, ...]:
+    """The dimension names of a stack of ``ndim`` dimensions: rows, then features (2-D),
+    an image's height and width, and its channels (4-D)."""
+    names = {1: (ROW_DIMENSION,), 2: (ROW_DIMENSION, "feature"),
+             3: (ROW_DIMENSION, "height", "width"), 4: (ROW_DIMENSION, "height", "width", "channel")}
+    return names[ndim]
 
 
 def official_like_partition(n: int) -> np.ndarray:
@@ -375,7 +395,8 @@ def copy_labels(source: zarr.Group, target: zarr.Group) -> list[str]:
         if name not in source:
             continue
         array = source[name]
-        out = target.create_array(name, shape=array.shape, chunks=array.chunks, dtype=array.dtype)
+        out = target.create_array(name, shape=array.shape, chunks=array.chunks, dtype=array.dtype,
+                                  dimension_names=LABEL_DIMENSIONS[name])
         out[:] = read_checked((strict if name == ATTRIBUTES else source)[name], slice(None))
         out.attrs.update(dict(array.attrs))
         copied.append(name)
