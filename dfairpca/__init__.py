@@ -5,8 +5,9 @@ chunked pass over numpy, Dask or Zarr arrays, then a small local eigenproblem.
 """
 
 from .base._version import __version__
+from .errors import DfairpcaError
 
-__all__ = ["PCA", "FairPCA", "FairKernelPCA", "Moments", "merge", "compute_moments", "from_zarr", "load", "__version__"]
+__all__ = ["PCA", "FairPCA", "FairKernelPCA", "Moments", "merge", "compute_moments", "from_zarr", "load", "DfairpcaError", "__version__"]
 
 #: where each public name lives, imported on first use (PEP 562): a worker process that
 #: unpickles a function of dfairpca.celeba imports the package, and scikit-learn, SciPy

@@ -30,6 +30,8 @@ Ctrl-C is one line and exit status 130 (``fit`` says how many chunks its checkpo
 
 from __future__ import annotations
 
+from .errors import DfairpcaError
+
 import argparse
 import contextlib
 import difflib
@@ -45,17 +47,17 @@ import numpy as np
 __all__ = ["main", "build_parser"]
 
 
-class CLIError(Exception):
+class CLIError(DfairpcaError):
     """An error the command reports in one line (exit status 2)."""
 
 
 #: exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it
 EXIT_INTERRUPTED = 130
 
-#: the errors a command reports in one line, exit status 2, instead of a traceback
-#: (OutputPathError is a FileExistsError)
-ONE_LINE_ERRORS = (CLIError, ValueError, KeyError, FileExistsError, FileNotFoundError,
-                   PermissionError, ConnectionError)
+#: the errors a command reports in one line, exit status 2: what dfairpca refuses on purpose
+#: and what the operating system refuses (a file, a permission, a connection); anything
+#: else is a bug and keeps its traceback
+ONE_LINE_ERRORS = (DfairpcaError, OSError)
 
 
 def one_line(exc: BaseException) -> str:

@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .base._system import cpu_count
+from .errors import DfairpcaError, InvalidInputError
 
 __all__ = [
     "SchedulerUnreachable", "NoWorkers", "WorkersLost", "NotShared", "connect", "describe",
@@ -53,11 +54,11 @@ _CHECK_RUNNING = (
 )
 
 
-class SchedulerUnreachable(ConnectionError):
+class SchedulerUnreachable(DfairpcaError, ConnectionError):
     """No Dask scheduler answered at the given address within the timeout."""
 
 
-class NoWorkers(ConnectionError):
+class NoWorkers(DfairpcaError, ConnectionError):
     """The scheduler answered, but no worker joined it within the timeout."""
 
 
@@ -87,7 +88,7 @@ class WorkersLost(NoWorkers):
         return WorkersLost(self.seconds, self.address, checkpoint, progress)
 
 
-class NotShared(FileNotFoundError):
+class NotShared(DfairpcaError, FileNotFoundError):
     """A local path this process reads or writes is not the same on some of the cluster's
     workers: they run on machines that do not share this machine's files there."""
 
@@ -163,7 +164,7 @@ def connect(
 
     _drop_abandoned_gathers()
     if scheduler is not None and scheduler_file is not None:
-        raise ValueError("give either scheduler (an address) or scheduler_file, not both")
+        raise InvalidInputError("give either scheduler (an address) or scheduler_file, not both")
     origin = ""
     if scheduler_file is not None:
         scheduler = scheduler_address_from_file(scheduler_file, timeout)
@@ -176,7 +177,7 @@ def connect(
             yield client
         return
     if not local:
-        raise ValueError(
+        raise InvalidInputError(
             "no scheduler given: pass scheduler='tcp://host:8786' or scheduler_file=... "
             "(CLI: --scheduler / --scheduler-file), or local=True for a cluster on this machine"
         )
@@ -339,7 +340,7 @@ def scheduler_address_from_file(path, timeout: float = 10) -> str:
             f"scheduler with `dask scheduler --scheduler-file {path}` on storage this "
             "machine shares, or give the address with --scheduler tcp://host:8786"
         )
-    raise ValueError(
+    raise InvalidInputError(
         f"{str(path)!r} is not a Dask scheduler file (expected JSON with an 'address'): {problem}"
     )
 
@@ -378,17 +379,17 @@ def check_scheduler(address: str, timeout: float = 10, security=None, origin: st
         scheme, where = parse_address(address)
         get_backend(scheme)
     except ValueError as exc:
-        raise ValueError(
+        raise InvalidInputError(
             f"{address!r} is not a scheduler address; expected e.g. tcp://host:8786 ({exc})"
         ) from None
     problem = None if scheme == "inproc" else _host_port_problem(where)
     if problem is not None:  # nothing would answer: say so before connecting, not after
-        raise ValueError(f"{address!r}{origin} is not a scheduler address: {problem}; a valid "
+        raise InvalidInputError(f"{address!r}{origin} is not a scheduler address: {problem}; a valid "
                          "one looks like tcp://host:8786 (scheme://host:port)")
     security = security or Security()
     tls = security.get_tls_config_for_role("client")
     if scheme == "tls" and not (tls.get("ca_file") and tls.get("cert")):
-        raise ValueError(
+        raise InvalidInputError(
             f"{address} is a TLS address but no TLS client certificate is configured: pass "
             "security=Security(tls_ca_file=..., tls_client_cert=..., tls_client_key=...) or "
             "set distributed.comm.tls.ca-file and distributed.comm.tls.client.cert/key in the "
@@ -641,7 +642,7 @@ def check_timeout(timeout) -> None:
     from .base._params import is_real
 
     if timeout is not None and not (is_real(timeout) and timeout > 0):
-        raise ValueError(
+        raise InvalidInputError(
             f"timeout must be None (wait for new workers as long as it takes) or the seconds "
             f"to wait once every worker has left, a number > 0; got {timeout!r}"
         )

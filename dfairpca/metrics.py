@@ -26,6 +26,7 @@ and ΔEO) are fairlearn's, which also handles intersectional groups and sample w
 from __future__ import annotations
 
 import numpy as np
+from .errors import InvalidInputError, InvalidTypeError
 
 __all__ = [
     "explained_variance_pct",
@@ -52,7 +53,7 @@ def explained_variance_pct(X, components) -> float:
     Xa = as_data(X)
     U = np.asarray(components, dtype=np.float64)
     if U.ndim != 2 or U.shape[1] != Xa.shape[1]:
-        raise ValueError(f"components must be (k, {Xa.shape[1]}); got {U.shape}")
+        raise InvalidInputError(f"components must be (k, {Xa.shape[1]}); got {U.shape}")
     A = compute_moments(Xa).scatter
     return float(100.0 * np.sum((U @ A) * U) / np.trace(A))
 
@@ -95,15 +96,15 @@ def mmd2(Y, groups, sigma: float, max_samples: int | None = 2000, random_state=0
     """
     groups = np.asarray(groups)
     if groups.ndim != 1 or groups.shape[0] != Y.shape[0]:
-        raise ValueError(
+        raise InvalidInputError(
             f"groups must be 1-D with one label per row of Y ({Y.shape[0]}); got shape "
             f"{groups.shape} (for several attributes pass one combined label per row)"
         )
     cats = np.unique(groups)
     if len(cats) < 2:
-        raise ValueError(f"mmd2 compares two or more groups; got {len(cats)} ({cats[:5]})")
+        raise InvalidInputError(f"mmd2 compares two or more groups; got {len(cats)} ({cats[:5]})")
     if not sigma > 0:
-        raise ValueError(f"sigma must be positive; got {sigma}")
+        raise InvalidInputError(f"sigma must be positive; got {sigma}")
     rng = np.random.default_rng(random_state)
     samples = [_sample_rows(Y, groups == c, max_samples, rng) for c in cats]
     g = 1.0 / (2.0 * sigma**2)
@@ -177,22 +178,22 @@ def group_reconstruction_error(model, X, sensitive_features=None, *, baseline=No
     models = [model] if baseline is None else [model, baseline]
     for m in models:
         if not (hasattr(m, "transform") and hasattr(m, "inverse_transform")):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"{type(m).__name__} has no inverse_transform, so it has no reconstruction "
                 "error (a kernel method's representation has no way back to the features): "
                 "pass a fitted PCA or FairPCA"
             )
         if not hasattr(m, "components_"):
-            raise ValueError(f"{type(m).__name__} is not fitted: call fit first")
+            raise InvalidInputError(f"{type(m).__name__} is not fitted: call fit first")
     if baseline is not None and baseline.n_features_in_ != model.n_features_in_:
-        raise ValueError(
+        raise InvalidInputError(
             f"the baseline takes {baseline.n_features_in_} features, the model "
             f"{model.n_features_in_}: the baseline must be fitted on the same features"
         )
     inp = model._input(X, reset=False)
     if sensitive_features is None:
         if inp.labels is None:
-            raise ValueError(
+            raise InvalidInputError(
                 "group_reconstruction_error needs the group of every row: pass "
                 "sensitive_features= (labels, or a DataFrame of several attributes)"
             )
@@ -207,7 +208,7 @@ def group_reconstruction_error(model, X, sensitive_features=None, *, baseline=No
     for m in models:
         R = m.inverse_transform(m.transform(X))
         if R.shape[1] != data.shape[1]:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{type(m).__name__} reconstructs {R.shape[1]} features, the model "
                 f"{data.shape[1]}: the baseline must be fitted on the same features"
             )

@@ -173,7 +173,7 @@ LAYERS = [
     ("statistics", ["dfairpca.stats"]),
     ("input", ["dfairpca.inputs"]),
     ("edges", ["dfairpca.io", "dfairpca.cluster"]),  # storage, Zarr, reaching the cluster
-    ("foundations", ["dfairpca.base"]),
+    ("foundations", ["dfairpca.base", "dfairpca.errors"]),
 ]
 
 

@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 import scipy.linalg.blas
+from ..errors import InvalidInputError
 
 __all__ = ["syrk", "ctypes_syrk", "blas_lock", "BLAS_LOCK"]
 
@@ -75,7 +76,7 @@ def ctypes_syrk(char: str):
         xc = np.ascontiguousarray(xc, dtype=dtype)
         r, d = xc.shape
         if C.dtype != dtype or C.shape != (d, d) or not C.flags.f_contiguous or not C.flags.writeable:
-            raise ValueError("syrk needs a writable F-ordered (d, d) C of the product's dtype")
+            raise InvalidInputError("syrk needs a writable F-ordered (d, d) C of the product's dtype")
         if r == 0:
             return C
         # xc (r, d) C-ordered is A = xc^T (d, r) F-ordered: C += A A^T, "N", lda = d

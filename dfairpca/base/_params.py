@@ -16,6 +16,7 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 from typing import Any, Callable
+from ..errors import InvalidInputError
 
 __all__ = ["Rule", "Check", "validate_params", "is_int", "is_real", "is_bool", "one_of",
            "int_at_least", "BOOL", "SPLIT_EVERY", "TRADEOFF"]
@@ -47,7 +48,7 @@ class Rule:
 
     def check(self, est, name: str, value) -> None:
         if not self.accepts(value):
-            raise ValueError(f"{name} must be {self.must_be}; got {value!r}")
+            raise InvalidInputError(f"{name} must be {self.must_be}; got {value!r}")
 
 
 @dataclass(frozen=True)

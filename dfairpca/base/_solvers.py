@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 import scipy.sparse.linalg
+from ..errors import InvalidInputError
 
 __all__ = ["top_eigh", "top_eigh_exact", "iterative", "subspace_iteration", "constraint_basis",
            "fair_components", "equalizing_basis", "pca_components", "flip_signs", "row_norms",
@@ -69,7 +70,7 @@ def top_eigh(M: np.ndarray, k: int, solver: str = "dense", Q: np.ndarray | None 
     if solver == "randomized" and k < d:
         return subspace_iteration(M, k, Q=Q, rtol=rtol, seed=seed)
     if solver not in EIGEN_SOLVERS:
-        raise ValueError(f"eigen_solver must be one of {EIGEN_SOLVERS}; got {solver!r}")
+        raise InvalidInputError(f"eigen_solver must be one of {EIGEN_SOLVERS}; got {solver!r}")
     if Q is not None and Q.shape[1]:
         # below every eigenvalue of the PSD M (all in [0, trace]), at M's own scale
         M = _deflated(M, Q, -(abs(np.trace(M)) or 1.0))

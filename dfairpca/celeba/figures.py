@@ -14,6 +14,7 @@ import numpy as np
 
 from ..io._writes import MARKER_KEY, atomic_file, check_target, marker
 from .schema import DEFAULT_FACES, attribute_column, open_celeba
+from ..errors import InvalidInputError
 
 __all__ = ["DEFAULT_FACES", "MAX_FACES_PER_ROW", "draw_faces", "faces_figure", "faces_held",
            "full_fair_projection"]
@@ -78,7 +79,7 @@ def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool =
     images, _, _ = open_celeba(store)
     face = images.shape[1:]  # (h, w) grey or (h, w, 3) colour
     if math.prod(face) != model.n_features_in_:
-        raise ValueError(
+        raise InvalidInputError(
             f"the model has {model.n_features_in_} features but the store's images are "
             + "x".join(map(str, face))
         )

@@ -17,6 +17,7 @@ from .schema import (
     ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_SIZE, PARTITION, STORE_KIND, check_positive,
     default_chunk_rows, face_shape, image_shape, shape_attributes,
 )
+from ..errors import InvalidInputError
 
 __all__ = ["decode_face", "ingest_celeba"]
 
@@ -173,11 +174,11 @@ def _read_attribute_file(path: Path) -> tuple[list[str], np.ndarray]:
     """Parse ``list_attr_celeba.txt`` into file names and 0/1 ``int8`` attributes."""
     lines = path.read_text().splitlines()
     if len(lines) < 2:
-        raise ValueError(f"{path}: expected a count line and a line of attribute names")
+        raise InvalidInputError(f"{path}: expected a count line and a line of attribute names")
     try:
         count = int(lines[0])
     except ValueError:
-        raise ValueError(
+        raise InvalidInputError(
             f"{path}, line 1: expected the number of images, got {lines[0]!r}"
         ) from None
     names = tuple(lines[1].split())
@@ -189,15 +190,15 @@ def _read_attribute_file(path: Path) -> tuple[list[str], np.ndarray]:
             if unknown or absent
             else "the names are in a different order"
         )
-        raise ValueError(
+        raise InvalidInputError(
             f"{path}, line 2: expected the 40 CelebA attribute names in the official "
             f"order ({detail}); got {' '.join(names)!r}"
         )
     body = [line for line in lines[2:] if line and not line.isspace()]
     if count < 1 and not body:
-        raise ValueError(f"{path}: lists no images (line 1 says {count}): a store needs at least one")
+        raise InvalidInputError(f"{path}: lists no images (line 1 says {count}): a store needs at least one")
     if len(body) != count:
-        raise ValueError(f"{path}: line 1 says {count} images but {len(body)} rows follow")
+        raise InvalidInputError(f"{path}: line 1 says {count} images but {len(body)} rows follow")
     parsed = _parse_rows(body)
     if parsed is not None:
         return parsed
@@ -206,13 +207,13 @@ def _read_attribute_file(path: Path) -> tuple[list[str], np.ndarray]:
     allowed = {"-1", "1"}
     for number, fields in rows:
         if len(fields) != len(ATTRIBUTE_NAMES) + 1:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{path}, line {number}: expected a file name and {len(ATTRIBUTE_NAMES)} "
                 f"values, got {len(fields)} fields"
             )
         if not allowed.issuperset(fields[1:]):
             bad = next(value for value in fields[1:] if value not in allowed)
-            raise ValueError(
+            raise InvalidInputError(
                 f"{path}, line {number}: attribute values must be -1 or 1, got {bad!r}"
             )
     text = " ".join(" ".join(fields[1:]) for _, fields in rows)
@@ -260,13 +261,13 @@ def _read_partition_file(path: Path, files: list[str]) -> np.ndarray:
         if not fields:
             continue
         if len(fields) != 2 or fields[1] not in ("0", "1", "2"):
-            raise ValueError(
+            raise InvalidInputError(
                 f"{path}, line {number}: expected '<file name> <0, 1 or 2>', got {line!r}"
             )
         labels[fields[0]] = int(fields[1])
     missing = [name for name in files if name not in labels]
     if missing:
-        raise ValueError(
+        raise InvalidInputError(
             f"{path}: no partition for {len(missing)} image(s) of list_attr_celeba.txt, "
             f"e.g. {missing[0]}"
         )
@@ -290,7 +291,7 @@ def _image_size(path: Path) -> tuple[int, int]:
         with Image.open(path) as image:
             return image.size[1], image.size[0]
     except (OSError, SyntaxError, ValueError) as exc:
-        raise ValueError(f"corrupt or unreadable image {path}: {exc}") from exc
+        raise InvalidInputError(f"corrupt or unreadable image {path}: {exc}") from exc
 
 
 def _crop_box(width: int, height: int, out_height: int, out_width: int) -> tuple[int, int, int, int]:
@@ -332,7 +333,7 @@ def decode_face(path: str, size: tuple[int, int], color: bool) -> np.ndarray:
     except FileNotFoundError:
         raise FileNotFoundError(f"image file not found: {path}") from None
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-        raise ValueError(f"corrupt or unreadable image {path}: {exc}") from exc
+        raise InvalidInputError(f"corrupt or unreadable image {path}: {exc}") from exc
 
 
 def _decode_files(files: list[str], image_dir: str, size: tuple[int, int], color: bool) -> np.ndarray:

@@ -39,6 +39,7 @@ from ..io._writes import (
     writing_every_chunk,
 )
 from .schema import IMAGES, PARTITION, STORE_KIND, check_positive, create_store
+from ..errors import InvalidInputError, RunError
 
 __all__ = ["Split", "Workers", "partial_path", "resolve_jobs", "run_tasks", "worker_processes", "write_rows",
            "write_store"]
@@ -293,7 +294,7 @@ def resolve_jobs(n_jobs: int | None, client) -> int | None:
     """``n_jobs`` checked, by default the usable CPUs; None with ``client``."""
     _refuse_bootstrapping_child()
     if client is not None and n_jobs is not None:
-        raise ValueError("give n_jobs (local worker processes) or client (a Dask cluster), not both")
+        raise InvalidInputError("give n_jobs (local worker processes) or client (a Dask cluster), not both")
     if client is not None:
         return None
     n_jobs = cpu_count() if n_jobs is None else n_jobs
@@ -507,7 +508,7 @@ def _refuse_bootstrapping_child() -> None:
     script that starts writer processes outside ``if __name__ == "__main__":`` runs again
     in each of them, and would otherwise fail on the store's lock, misleadingly."""
     if getattr(multiprocessing.current_process(), "_inheriting", False):
-        raise RuntimeError(
+        raise RunError(
             "n_jobs > 1 starts worker processes, which import your main script again: put "
             "the script's code under `if __name__ == \"__main__\":` (or use n_jobs=1)")
 

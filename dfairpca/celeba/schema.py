@@ -41,6 +41,7 @@ import zarr.errors
 from ..base._system import rows_per_block
 from ..io._writes import MARKER_KEY, marker_attributes
 from ..io import from_zarr, read_checked, strict_group
+from ..errors import InvalidInputError
 
 __all__ = [
     "ROW_DIMENSION",
@@ -126,7 +127,7 @@ def check_positive(**values: int) -> None:
     """Raise ValueError unless every value is a positive integer."""
     for key, value in values.items():
         if not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{key} must be a positive integer, got {value!r}")
+            raise InvalidInputError(f"{key} must be a positive integer, got {value!r}")
 
 
 def image_shape(size) -> tuple[int, int]:
@@ -137,7 +138,7 @@ def image_shape(size) -> tuple[int, int]:
     elif isinstance(size, (tuple, list)) and len(size) == 2:
         height, width = size
     else:
-        raise ValueError(f"size must be a side or (height, width), e.g. 80 or (218, 178); got {size!r}")
+        raise InvalidInputError(f"size must be a side or (height, width), e.g. 80 or (218, 178); got {size!r}")
     check_positive(height=height, width=width)
     return int(height), int(width)
 
@@ -242,11 +243,11 @@ def open_group(path: str | os.PathLike | zarr.Group) -> zarr.Group:
     if not path.exists():
         raise FileNotFoundError(f"no such CelebA store: {path}")
     if not path.is_dir():
-        raise ValueError(f"{path} is not a Zarr group (it is a file, not a directory)")
+        raise InvalidInputError(f"{path} is not a Zarr group (it is a file, not a directory)")
     try:
         return strict_group(zarr.open_group(path, mode="r"))
     except (zarr.errors.BaseZarrError, ValueError) as exc:
-        raise ValueError(f"{path} is not a Zarr group: {exc}") from exc
+        raise InvalidInputError(f"{path} is not a Zarr group: {exc}") from exc
 
 
 def describe(path: str | os.PathLike | zarr.Group) -> str:
@@ -258,7 +259,7 @@ def check_images(images: zarr.Array, where: str) -> None:
     """Raise ValueError unless ``images`` is uint8 ``(n, H, W)`` or ``(n, H, W, 3)``."""
     grey_or_rgb = images.ndim == 3 or (images.ndim == 4 and images.shape[3] == CHANNELS)
     if not grey_or_rgb or images.dtype != np.uint8:
-        raise ValueError(
+        raise InvalidInputError(
             f"{where}: images must be a uint8 array of shape (n, H, W) (grey) or "
             f"(n, H, W, 3) (RGB), got {images.dtype} {images.shape}"
         )
@@ -293,23 +294,23 @@ def open_celeba(path: str | os.PathLike | zarr.Group) -> tuple[zarr.Array, zarr.
     group = open_group(path)
     missing = [key for key in (IMAGES, ATTRIBUTES) if key not in group]
     if missing:
-        raise ValueError(
+        raise InvalidInputError(
             f"{describe(path)} is not a CelebA store: it has no {' or '.join(missing)} "
             f"array; it contains {sorted(group.keys()) or 'nothing'}"
         )
     images, attributes = group[IMAGES], group[ATTRIBUTES]
     for key, array in ((IMAGES, images), (ATTRIBUTES, attributes)):
         if not isinstance(array, zarr.Array):
-            raise ValueError(f"{describe(path)}: {key!r} is a group, expected an array")
+            raise InvalidInputError(f"{describe(path)}: {key!r} is a group, expected an array")
     check_images(images, describe(path))
     if attributes.ndim != 2 or attributes.shape[0] != images.shape[0]:
-        raise ValueError(
+        raise InvalidInputError(
             f"{describe(path)}: attributes must have shape ({images.shape[0]}, k), "
             f"got {attributes.shape}"
         )
     names = list(attributes.attrs.get("names", []))
     if len(names) != attributes.shape[1]:
-        raise ValueError(
+        raise InvalidInputError(
             f"{describe(path)}: attributes.attrs['names'] must list {attributes.shape[1]} "
             f"names, got {len(names)}"
         )
@@ -342,7 +343,7 @@ def attribute_column(path_or_group: str | os.PathLike | zarr.Group, name: str) -
         lowered = {candidate.lower(): candidate for candidate in names}
         close = difflib.get_close_matches(str(name).lower(), lowered, n=1)
         hint = f"; did you mean {lowered[close[0]]!r}?" if close else ""
-        raise ValueError(
+        raise InvalidInputError(
             f"unknown attribute {name!r}{hint} Valid names: {', '.join(names)}"
         )
     column = read_checked(attributes, (slice(None), names.index(name)))
@@ -363,7 +364,7 @@ def attribute_flags(path_or_group, names) -> dict[str, np.ndarray]:
             column = (column == 1).astype(np.int8)
         elif not set(values) <= {0, 1}:
             shown = ", ".join(str(int(v)) for v in values[:10]) + (", ..." if len(values) > 10 else "")
-            raise ValueError(
+            raise InvalidInputError(
                 f"attribute {name!r} of {describe(path_or_group)} holds the values {shown}; a "
                 "CelebA attribute must be 0/1 (or CelebA's -1/1): fix the store, e.g. re-ingest "
                 "it with dfairpca ingest-celeba"

@@ -20,6 +20,7 @@ from .schema import (
     default_chunk_rows, face_shape, image_shape, official_like_partition, shape_attributes,
     size_attribute, store_settings,
 )
+from ..errors import InvalidInputError
 
 __all__ = ["synth_celeba", "ensure_store"]
 
@@ -127,7 +128,7 @@ def synth_celeba(
     """
     check_positive(n=n)
     if not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        raise InvalidInputError(f"seed must be a non-negative integer, got {seed!r}")
     shape = face_shape(size, color)
     chunk_rows = default_chunk_rows(shape) if chunk_rows is None else chunk_rows
     check_positive(chunk_rows=chunk_rows)
@@ -190,14 +191,14 @@ def ensure_store(path: str | os.PathLike, n: int, seed: int = 0, *, overwrite: b
     except (ValueError, FileNotFoundError) as exc:
         if overwrite:  # replaces only a store dfairpca wrote (the error says so otherwise)
             return synth_celeba(path, n, seed=seed, overwrite=True, **options)
-        raise ValueError(f"{path} exists but is not a CelebA store ({exc}); pass another path") from None
+        raise InvalidInputError(f"{path} exists but is not a CelebA store ({exc}); pass another path") from None
     differ = [f"{key} {have.get(key)!r} (asked {value!r})" for key, value in wanted.items()
               if have.get(key) != value]
     if not differ:
         return path
     if overwrite:
         return synth_celeba(path, n, seed=seed, overwrite=True, **options)
-    raise ValueError(
+    raise InvalidInputError(
         f"{path} holds another store: {', '.join(differ)}; pass another path, or "
         "overwrite=True to replace it"
     )
@@ -222,7 +223,7 @@ def _check_drawing_memory(shape: tuple[int, ...], rows: int, n_jobs, client) -> 
     need = rows * math.prod(shape) * DRAW_BYTES_PER_VALUE
     free = psutil.virtual_memory().available
     if need * processes > free:
-        raise ValueError(
+        raise InvalidInputError(
             f"drawing {rows:,} faces of {' x '.join(map(str, shape))} at a time needs about "
             f"{need / 2**30:,.1f} GiB in each of {processes} writing process(es), more than the "
             f"{free / 2**30:,.1f} GiB available: choose a smaller size, fewer chunk_rows "

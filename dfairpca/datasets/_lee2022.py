@@ -22,6 +22,7 @@ import numpy as np
 from sklearn.utils import Bunch
 
 from ._paper import PAPER_TABLES
+from ..errors import InvalidInputError, InvalidTypeError
 
 #: every data set comes in ten random 70/30 train/test splits
 N_SPLITS = 10
@@ -112,9 +113,9 @@ def data_files() -> tuple[str, ...]:
 def _check_split(split) -> int:
     """The split index as an int, or a one-line error naming the valid range."""
     if isinstance(split, bool) or not isinstance(split, numbers.Integral):
-        raise TypeError(f"split must be an integer from 0 to {N_SPLITS - 1}; got {split!r}")
+        raise InvalidTypeError(f"split must be an integer from 0 to {N_SPLITS - 1}; got {split!r}")
     if not 0 <= split < N_SPLITS:
-        raise ValueError(f"split={split} is out of range: the Lee et al. (2022) data sets have "
+        raise InvalidInputError(f"split={split} is out of range: the Lee et al. (2022) data sets have "
                          f"{N_SPLITS} splits, 0 to {N_SPLITS - 1}")
     return int(split)
 
@@ -127,7 +128,7 @@ def _load(key: str, split, as_frame) -> Bunch:
     """The Bunch of one split of data set ``key`` (see :func:`load_adult`)."""
     split = _check_split(split)
     if not isinstance(as_frame, bool):
-        raise TypeError(f"as_frame must be True or False; got {as_frame!r}")
+        raise InvalidTypeError(f"as_frame must be True or False; got {as_frame!r}")
     spec = _SPECS[key]
     with np.load(io.BytesIO(_read(spec.stem + ".npz")), allow_pickle=False) as z:
         arrays = {name: z[name][split] for name in ARRAYS}

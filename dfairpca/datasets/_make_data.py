@@ -16,12 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from ._lee2022 import N_SPLITS
+from ..errors import InvalidInputError
 
 
 def _binary(col: np.ndarray, what: str, path: Path) -> np.ndarray:
     """A 0/1 column as uint8, or an error: the layout was not the one expected."""
     if not np.isin(col, (0.0, 1.0)).all():
-        raise ValueError(f"{path}: the {what} column (second to last is the label, last the "
+        raise InvalidInputError(f"{path}: the {what} column (second to last is the label, last the "
                          "protected attribute) must be 0/1")
     return col.astype(np.uint8)
 

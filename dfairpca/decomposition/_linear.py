@@ -29,6 +29,7 @@ from ..inputs._validation import (
     row_origin,
 )
 from ..stats.moments import Moments
+from ..errors import InvalidInputError
 
 __all__ = ["LinearDecomposition", "LINEAR_RULES", "SVD_SOLVERS", "n_components_ok"]
 
@@ -95,7 +96,7 @@ class LinearDecomposition(Estimator):
         blocker = self._randomized_blocker(d, groups)
         if self.svd_solver == "randomized":
             if blocker:
-                raise ValueError(blocker)
+                raise InvalidInputError(blocker)
             return "randomized"
         if self.svd_solver != "auto":
             return "covariance_eigh"
@@ -137,11 +138,11 @@ class LinearDecomposition(Estimator):
     def _check_partial(self) -> None:
         """partial_fit adds to the exact fit's d x d statistics: refuse where there are none."""
         if self.svd_solver == "randomized":
-            raise ValueError("partial_fit adds rows to the exact fit's d x d statistics; "
+            raise InvalidInputError("partial_fit adds rows to the exact fit's d x d statistics; "
                              "svd_solver='randomized' needs passes over all rows: call fit, or "
                              "use svd_solver='full'")
         if getattr(self, "fitted_svd_solver_", None) == "randomized":
-            raise ValueError("this model was fitted by randomized passes, which keep no d x d "
+            raise InvalidInputError("this model was fitted by randomized passes, which keep no d x d "
                              "statistics for partial_fit to add rows to: fit it again with "
                              "svd_solver='full' to go on with partial_fit")
 
@@ -237,7 +238,7 @@ class LinearDecomposition(Estimator):
 
     def _check_previous(self, d):
         if hasattr(self, "statistics_") and d != self.statistics_.n_features:
-            raise ValueError(f"X has {d} features; earlier partial_fit calls had "
+            raise InvalidInputError(f"X has {d} features; earlier partial_fit calls had "
                              f"{self.statistics_.n_features}")
 
     # ------------------------------------------------------------------ transforming
@@ -261,7 +262,7 @@ class LinearDecomposition(Estimator):
         fitted = np.asarray(getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
         if inp.data.shape[1] != self.components_.shape[1] + len(fitted) or not np.array_equal(
                 inp.numeric, fitted):
-            raise ValueError(
+            raise InvalidInputError(
                 f"X's sensitive columns differ from those at fit ({len(inp.numeric)} numeric "
                 f"of {inp.data.shape[1]} read now, {len(fitted)} at fit): give the columns the "
                 "dtypes they had at fit"
@@ -329,7 +330,7 @@ class LinearDecomposition(Estimator):
         if is_xarray(Y):
             Y = Y.data
         if Y.ndim != 2 or Y.shape[1] not in (k, self._n_features_out):
-            raise ValueError(f"Y must have shape (n, {k}); got {Y.shape}")
+            raise InvalidInputError(f"Y must have shape (n, {k}); got {Y.shape}")
         d = self.components_.shape[1]
         scale = np.ones(d) if self.scale_ is None else self.scale_
         B = self.components_ * scale[None, :]
@@ -429,7 +430,7 @@ class LinearDecomposition(Estimator):
         :func:`dfairpca.io.atomic_directory`).
         """
         if statistics and not isinstance(self.statistics_, Moments):
-            raise ValueError("this model was fitted by randomized passes, which keep first-order "
+            raise InvalidInputError("this model was fitted by randomized passes, which keep first-order "
                              "statistics only (no d x d scatter for partial_fit to go on from): "
                              "save it without statistics=True, or fit with svd_solver='full'")
         return self._write(path, overwrite, self.statistics_ if statistics else None)
@@ -471,7 +472,7 @@ def known(n) -> bool:
 def check_rows(k, n, largest: int, what: str) -> None:
     """Raise if k exceeds the n fitted rows (checked before the pass wherever n is known)."""
     if k is not None and known(n) and k > n:
-        raise ValueError(
+        raise InvalidInputError(
             f"n_components={k} is too large: X has {int(n)} {what}, fewer than k; the "
             f"largest k is {int(largest)}"
         )

@@ -23,6 +23,7 @@ from ._saved import fair_meta, load, restore_fair_meta
 from ..inputs._groups import binary_target, encode_groups, group_labels
 from ..inputs._validation import Input, with_known_rows
 from ..stats.moments import Moments, merge
+from ..errors import InvalidInputError
 
 __all__ = ["PCA", "FairPCA", "load"]  # load: dfairpca.decomposition._saved's, importable from here too
 
@@ -224,13 +225,13 @@ class PCA(LinearDecomposition):
         """Raise unless ``n_components <= min(n, d)`` (n: rows, when known)."""
         k = self.n_components
         if k == "mle" and known(n) and n < d:
-            raise ValueError(f"n_components='mle' needs at least as many rows as features (Minka's "
+            raise InvalidInputError(f"n_components='mle' needs at least as many rows as features (Minka's "
                              f"estimate uses the whole spectrum); X has {int(n)} rows and {d} "
                              "features: pass an int, a fraction or None")
         if not whole(k):
             return
         if k > d:
-            raise ValueError(f"n_components={k} is too large: X has {d} features")
+            raise InvalidInputError(f"n_components={k} is too large: X has {d} features")
         check_rows(k, n, min(d, n) if known(n) else d, "rows")
 
 
@@ -411,7 +412,7 @@ class FairPCA(LinearDecomposition):
         """Raise unless a later partial_fit's X has its sensitive columns where the first had."""
         if not (np.array_equal(inp.sensitive, self.sensitive_feature_indices_)
                 and np.array_equal(inp.numeric, self.numeric_sensitive_columns_)):
-            raise ValueError(
+            raise InvalidInputError(
                 "X's sensitive columns differ from those of the earlier partial_fit calls: "
                 "give the same columns, with the same dtypes"
             )
@@ -502,7 +503,7 @@ class FairPCA(LinearDecomposition):
         self._check_previous(Xa.shape[1])
         p = 0 if g is None else g.n_attributes
         if not first and len(self.statistics_.attributes) != p:
-            raise ValueError(
+            raise InvalidInputError(
                 f"groups has {p} attribute(s); earlier partial_fit calls had "
                 f"{len(self.statistics_.attributes)}"
             )
@@ -547,9 +548,9 @@ class FairPCA(LinearDecomposition):
                          getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
         p, q = len(m.attributes), len(num)
         if p + q == 0:
-            raise ValueError("these statistics carry no groups; FairPCA needs protected attributes")
+            raise InvalidInputError("these statistics carry no groups; FairPCA needs protected attributes")
         if q and num.max() >= m.n_features:
-            raise ValueError(f"numeric_sensitive_columns_ {num.tolist()} exceed the statistics' "
+            raise InvalidInputError(f"numeric_sensitive_columns_ {num.tolist()} exceed the statistics' "
                              f"{m.n_features} columns")
         names = list(attribute_names if attribute_names is not None else
                      getattr(self, "attribute_names_", None) or [])
@@ -558,7 +559,7 @@ class FairPCA(LinearDecomposition):
         for name, a in zip(names, m.attributes):
             present = int(np.sum(a.counts > 0))
             if present < 2:
-                raise ValueError(
+                raise InvalidInputError(
                     f"{name} has {present} non-empty group(s) among the rows seen; fair PCA "
                     "needs at least two"
                 )
@@ -567,7 +568,7 @@ class FairPCA(LinearDecomposition):
         ms = [int(np.sum(a.counts > 0)) for a in mf.attributes]
         limit = self._check_k_groups(mf.n_features, ms, m.n, q)
         if self.equalize_covariance is not None and not p:
-            raise ValueError("equalize_covariance equalises the covariances of groups: give the "
+            raise InvalidInputError("equalize_covariance equalises the covariances of groups: give the "
                              "protected attribute as group labels, or leave it None")
         S, scale, e = fitted_space(mf, self.center, self.standardize)
         C = fair_constraints(m, mf, num, keep, names, scale)

@@ -20,6 +20,7 @@ from ..io import _registry
 from ..base import _solvers
 from ..base._params import validate_params
 from ..stats.moments import Moments, _categories_from_json, _categories_to_json, saved_group_counts
+from ..errors import InvalidInputError
 
 __all__ = ["load", "input_meta", "restore_input_meta", "fair_meta", "restore_fair_meta",
            "saved_params", "saved_input_meta", "saved_certificate", "saved_groups",
@@ -121,11 +122,11 @@ def saved_params(cls, meta: dict) -> dict:
     params = meta_value(meta, "params", "dict")
     unknown = sorted(set(params) - set(cls._get_param_names()))
     if unknown:
-        raise ValueError(f"meta.json: 'params' has keys {unknown} that {cls.__name__} does not take")
+        raise InvalidInputError(f"meta.json: 'params' has keys {unknown} that {cls.__name__} does not take")
     try:
         validate_params(cls(**params))
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"meta.json: 'params': {exc}") from None
+        raise InvalidInputError(f"meta.json: 'params': {exc}") from None
     return params
 
 
@@ -137,14 +138,14 @@ def saved_input_meta(meta: dict, width: int) -> tuple[list, list]:
 
     names = meta_value(meta, "feature_names_in_", "list", optional=True)
     if names is not None and (len(names) != width or not all(isinstance(c, str) for c in names)):
-        raise ValueError(f"meta.json: 'feature_names_in_' must be {width} strings; got {names!r:.80}")
+        raise InvalidInputError(f"meta.json: 'feature_names_in_' must be {width} strings; got {names!r:.80}")
     sensitive = meta_value(meta, "sensitive_feature_indices_", "list", optional=True) or []
     numeric = meta_value(meta, "numeric_sensitive_columns_", "list", optional=True) or []
     ints = all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < width
                for i in sensitive + numeric)
     if not ints or len(set(sensitive)) != len(sensitive) or len(set(numeric)) != len(numeric) \
             or len(numeric) > len(sensitive) or len(sensitive) >= width:
-        raise ValueError(
+        raise InvalidInputError(
             f"meta.json: 'sensitive_feature_indices_' {sensitive!r:.60} and "
             f"'numeric_sensitive_columns_' {numeric!r:.60} must be distinct columns of the "
             f"{width}, the second no more than the first, leaving a feature"
@@ -166,11 +167,11 @@ def saved_certificate(meta: dict, p: int) -> None:
           and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= total
                   for v in per))
     if not ok:
-        raise ValueError(f"meta.json: 'fairness_violation_' {total!r:.40} and "
+        raise InvalidInputError(f"meta.json: 'fairness_violation_' {total!r:.40} and "
                          f"'fairness_violation_per_attribute_' {per!r:.80} must be a number >= 0 "
                          f"and {p} numbers between 0 and it")
     if total > _solvers.FAIRNESS_TOLERANCE:  # a fit above it raises: no model carries one
-        raise ValueError(f"meta.json: 'fairness_violation_' {total:g} is above the tolerance "
+        raise InvalidInputError(f"meta.json: 'fairness_violation_' {total:g} is above the tolerance "
                          f"{_solvers.FAIRNESS_TOLERANCE:g} that every fit is certified to")
 
 
@@ -182,7 +183,7 @@ def saved_groups(meta: dict, q: int = 0) -> list[int]:
     groups = meta_value(meta, "groups_", "list")
     names = meta_value(meta, "attribute_names_", "list")
     if len(groups) + q < 1 or len(names) != len(groups) + q or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"meta.json: 'attribute_names_' must name each of the {len(groups)} "
+        raise InvalidInputError(f"meta.json: 'attribute_names_' must name each of the {len(groups)} "
                          f"attributes of 'groups_' and the {q} numeric ones (at least one); got "
                          f"{names!r:.80}")
     return saved_group_counts(groups, "groups_", [repr(n) for n in names[:len(groups)]])
@@ -200,9 +201,9 @@ def linear_layout(cls, meta: dict, fair: bool) -> dict:
     meta_value(meta, "n_samples_seen_", "count")
     noise = meta_value(meta, "noise_variance_", "number", optional=True)
     if noise is not None and noise < 0:
-        raise ValueError(f"meta.json: 'noise_variance_' must be >= 0; got {noise!r}")
+        raise InvalidInputError(f"meta.json: 'noise_variance_' must be >= 0; got {noise!r}")
     if k > d:
-        raise ValueError(f"meta.json: 'n_components_' {k} exceeds the {d} projected features")
+        raise InvalidInputError(f"meta.json: 'n_components_' {k} exceeds the {d} projected features")
     specs = {"components_": ((k, d), "f"), "mean_": ((d,), "f"),
              "scale_": ((d,), "f" if meta["params"].get("standardize") else "?f"),
              "explained_variance_": ((k,), "f"), "explained_variance_ratio_": ((k,), "f"),
@@ -213,14 +214,14 @@ def linear_layout(cls, meta: dict, fair: bool) -> dict:
         r = meta_value(meta, "n_constraints_", "count")
         meta_value(meta, "max_components_", "int")
         if r + k > d:
-            raise ValueError(f"meta.json: {k} components and {r} constraints exceed {d} features")
+            raise InvalidInputError(f"meta.json: {k} components and {r} constraints exceed {d} features")
         specs["constraint_basis_"] = ((d, r), "f")
         specs["standard_components_"] = ((k, d), "?f")
         specs["standard_explained_variance_"] = ((k,), "?f")
         for j, m in enumerate(ms):
             specs[f"group_means_{j}"] = ((m, d), "f")
     elif sensitive:
-        raise ValueError("meta.json: a PCA has no sensitive columns")
+        raise InvalidInputError("meta.json: a PCA has no sensitive columns")
     return specs
 
 
@@ -231,11 +232,11 @@ def kernel_layout(cls, meta: dict, kernels: tuple) -> dict:
 
     kernel = meta_value(meta, "params", "dict").get("kernel", "rbf")
     if kernel not in kernels:
-        raise ValueError(f"meta.json: kernel {kernel!r:.40} is not one of {list(kernels)}")
+        raise InvalidInputError(f"meta.json: kernel {kernel!r:.40} is not one of {list(kernels)}")
     params = saved_params(cls, meta)
     gamma = meta_value(meta, "gamma_", "number", optional=True)
     if (gamma is None) != (kernel == "linear") or (gamma is not None and gamma <= 0):
-        raise ValueError(f"meta.json: 'gamma_' {gamma!r} does not suit the {kernel} kernel")
+        raise InvalidInputError(f"meta.json: 'gamma_' {gamma!r} does not suit the {kernel} kernel")
     meta_value(meta, "method_", ("exact", "nystroem"))
     width = meta_value(meta, "n_features_in_", "positive")
     sensitive, numeric = saved_input_meta(meta, width)
@@ -247,7 +248,7 @@ def kernel_layout(cls, meta: dict, kernels: tuple) -> dict:
     meta_value(meta, "max_components_", "int")
     saved_certificate(meta, len(saved_groups(meta, len(numeric))) + len(numeric))
     if b > n:
-        raise ValueError(f"meta.json: 'n_landmarks_' {b} exceeds 'n_samples_seen_' {n}")
+        raise InvalidInputError(f"meta.json: 'n_landmarks_' {b} exceeds 'n_samples_seen_' {n}")
     out = 2 * k if params.get("tradeoff", 0) > 0 else k
     # the basis keeps X's dtype (integers too): transform casts it to float64 either way
     return {"basis_": ((b, d), "fiu"), "basis_indices_": ((b,), "iu"),
@@ -274,7 +275,7 @@ def check_linear_values(est) -> None:
     if problem is None:
         problem = _saved_unfairness(est)
     if problem:
-        raise ValueError(f"arrays.npz: {problem}")
+        raise InvalidInputError(f"arrays.npz: {problem}")
 
 
 def _saved_unfairness(est) -> str | None:

@@ -74,6 +74,7 @@ from ..inputs._validation import (
     with_known_rows,
 )
 from ._pca import FairPCA
+from ..errors import InvalidInputError
 
 __all__ = ["FairKernelPCA", "KERNELS", "exact_fit_bytes"]
 
@@ -124,7 +125,7 @@ def _most_landmarks(d: int, budget: float) -> int:
 def _check_kernel(est, kernel) -> None:
     if not callable(kernel) and kernel not in KERNELS:
         valid = ", ".join(repr(s) for s in KERNELS)
-        raise ValueError(
+        raise InvalidInputError(
             f"unknown kernel {kernel!r}; use one of {valid} or a callable "
             "kernel(A, B) returning the (len(A), len(B)) kernel matrix"
         )
@@ -319,7 +320,7 @@ class FairKernelPCA(Estimator):
         if m is None:
             need, budget = exact_fit_bytes(n, d), self._memory_budget()
             if need > budget:
-                raise ValueError(
+                raise InvalidInputError(
                     f"the exact method needs about {need / 2**30:.1f} GiB ({need} bytes: "
                     f"{EXACT_MATRICES} kernel-sized {n} x {n} float64 matrices) for the {n} "
                     f"fitted rows, more than max_memory = {budget:.0f} bytes; use the Nyström "
@@ -328,18 +329,18 @@ class FairKernelPCA(Estimator):
                 )
             return None
         if m > n:
-            raise ValueError(
+            raise InvalidInputError(
                 f"n_landmarks={m} exceeds the {n} fitted rows; pass n_landmarks <= {n}, or "
                 "n_landmarks=None for the exact method"
             )
         if self.n_components is not None and m < self.n_components:
-            raise ValueError(
+            raise InvalidInputError(
                 f"n_landmarks={m} is smaller than n_components={self.n_components}; a "
                 f"k-dimensional representation needs at least k landmarks"
             )
         need, budget = nystroem_fit_bytes(m, d), self._memory_budget()
         if need > budget:
-            raise ValueError(
+            raise InvalidInputError(
                 f"n_landmarks={m} needs about {need / 2**30:.1f} GiB ({need} bytes: "
                 f"{NYSTROEM_MATRICES} {m} x {m} float64 matrices, the landmarks' kernel and its "
                 f"eigenvectors), more than max_memory = {budget:.0f} bytes; pass fewer "
@@ -588,7 +589,7 @@ class FairKernelPCA(Estimator):
 
     def _check_savable(self) -> None:
         if callable(self.kernel):
-            raise ValueError(
+            raise InvalidInputError(
                 "a FairKernelPCA with a callable kernel cannot be saved: the format holds "
                 "arrays and JSON only, never pickled code; use a named kernel to save"
             )
@@ -607,7 +608,7 @@ class FairKernelPCA(Estimator):
     def _check_restored(self) -> None:
         idx = self.basis_indices_
         if idx.size and (idx.min() < 0 or idx.max() >= self.n_samples_seen_):
-            raise ValueError(f"arrays.npz: 'basis_indices_' points outside the "
+            raise InvalidInputError(f"arrays.npz: 'basis_indices_' points outside the "
                              f"{self.n_samples_seen_} fitted rows")
 
     # ------------------------------------------------------------------ transforming
@@ -627,7 +628,7 @@ class FairKernelPCA(Estimator):
         fitted = np.asarray(getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
         if not np.array_equal(inp.numeric, fitted) or \
                 inp.data.shape[1] != self.basis_.shape[1] + len(fitted):
-            raise ValueError("X's sensitive columns differ from those at fit: give the columns "
+            raise InvalidInputError("X's sensitive columns differ from those at fit: give the columns "
                              "the dtypes they had at fit")
         columns = inp.features if len(fitted) else None
         # models saved before kernel_shift_ existed use the unshifted kernel they were fitted with

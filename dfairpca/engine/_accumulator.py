@@ -29,6 +29,7 @@ import scipy.linalg.blas
 from ..stats._chunk import chunk_sums
 from ..stats._sums import GroupSums, Sums, fill_lower, merge_sums, nbytes
 from ..stats.moments import AttributeMoments, Moments, read_saved, saved_fields, saved_layout, sums_to_arrays
+from ..errors import InvalidInputError
 
 __all__ = ["chunk", "combine", "RunningTotal", "UpperPanels"]
 
@@ -55,7 +56,7 @@ class UpperPanels:
         size = self.size(self.d, self.width)
         self.data = np.zeros(size) if data is None else data
         if self.data.shape != (size,) or self.data.dtype != np.float64:
-            raise ValueError("UpperPanels data has the wrong size or dtype")
+            raise InvalidInputError("UpperPanels data has the wrong size or dtype")
 
     @staticmethod
     def size(d: int, width: int) -> int:

@@ -24,6 +24,7 @@ from ._accumulator import RunningTotal
 from ..base._system import cpu_count, rows_per_block
 from ..cluster import compute, current_timeout, gather_watched, worker_timeout
 from ..stats.moments import Moments
+from ..errors import InvalidInputError
 
 __all__ = ["compute_moments", "chain_reduce"]
 
@@ -119,11 +120,11 @@ def run_pass(
     import dask.array as da
 
     if split_every < 2:
-        raise ValueError(f"split_every must be at least 2; got {split_every}")
+        raise InvalidInputError(f"split_every must be at least 2; got {split_every}")
     kw = dict(categories=list(categories), dtype=dtype, group_scatter=group_scatter)
     for name, a in (("codes", codes), ("mask", mask)):
         if a is not None and len(a) != X.shape[0]:
-            raise ValueError(f"{name} has {len(a)} rows but X has {X.shape[0]}")
+            raise InvalidInputError(f"{name} has {len(a)} rows but X has {X.shape[0]}")
     if not isinstance(X, da.Array):
         X = np.asarray(X)
         n, d = X.shape
@@ -146,7 +147,7 @@ def run_pass(
         return total
 
     if X.ndim != 2:
-        raise ValueError(f"X must be 2-D (n, d); got shape {X.shape}")
+        raise InvalidInputError(f"X must be 2-D (n, d); got shape {X.shape}")
     return chain_reduce(
         X, _fold, _accumulator.combine,
         lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s, kw),

@@ -24,6 +24,7 @@ from ._engine import chain_reduce, row_slice
 from ..base._system import rows_per_block
 from ..stats._sums import MAX_BAD_ROWS_REPORTED
 from ..stats.moments import AttributeMoments, check_finite, constraint_matrix, deviation_floor
+from ..errors import InvalidInputError
 
 __all__ = ["FirstMoments", "Plan", "first_moments", "first_pass", "run_pass", "corrected",
            "as_rows", "chunked", "statistics_state", "restore_statistics"]
@@ -335,7 +336,7 @@ def as_rows(X):
 
     if isinstance(X, da.Array):
         if X.ndim < 2:
-            raise ValueError(f"X must be 2-D (n, d) or (n, h, w); got shape {X.shape}")
+            raise InvalidInputError(f"X must be 2-D (n, d) or (n, h, w); got shape {X.shape}")
         if any(len(c) > 1 for c in X.chunks[1:]):  # a chunk needs whole rows
             X = X.rechunk({i: -1 for i in range(1, X.ndim)})
         return X.reshape(X.shape[0], -1) if X.ndim > 2 else X

@@ -50,6 +50,7 @@ from ..io._writes import atomic_directory, check_target
 from ..cluster import WorkersLost
 from ..io import RESAVE_HINT, SavedFileError, meta_value
 from ..stats.moments import Moments
+from ..errors import InvalidInputError, InvalidTypeError
 
 __all__ = [
     "compute_moments_checkpointed", "job_fingerprint", "segment_bounds", "chunk_digests",
@@ -71,7 +72,7 @@ _DIGESTS = {"chunks": "the chunks differ", "codes": "the group codes differ",
             "categories": "the group labels differ", "mask": "the row mask differs"}
 
 
-class CheckpointMismatch(ValueError):
+class CheckpointMismatch(InvalidInputError):
     """A checkpoint was written for a different job or different data than this one."""
 
 
@@ -178,11 +179,11 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     import dask.array as da
 
     if not isinstance(X, da.Array):
-        raise TypeError(
+        raise InvalidTypeError(
             f"X must be a Dask array (e.g. dfairpca.from_zarr(...)); got {type(X).__name__}"
         )
     if X.ndim < 2 or X.shape[0] == 0:
-        raise ValueError(f"X must be (n, d) or (n, h, w) with n >= 1; got shape {X.shape}")
+        raise InvalidInputError(f"X must be (n, d) or (n, h, w) with n >= 1; got shape {X.shape}")
     # a URL's Location carries its storage options to every write and read below
     path = location(checkpoint, storage_options) if is_remote(checkpoint) else Path(checkpoint)
     # before any work: the checkpoint may replace only a checkpoint, never the data it reads
@@ -191,7 +192,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     mask = compute_kw.pop("mask", None)
     for name, a in (("codes", codes), ("mask", mask)):
         if a is not None and len(a) != X.shape[0]:
-            raise ValueError(f"{name} has {len(a)} rows but X has {X.shape[0]}")
+            raise InvalidInputError(f"{name} has {len(a)} rows but X has {X.shape[0]}")
     from ..cluster import check_inputs_shared
 
     check_inputs_shared(X)  # before the workers' first read: the digests come before the pass
@@ -244,7 +245,7 @@ def segment_bounds(row_chunks, segment_rows: int) -> list[tuple[int, int]]:
     Each range holds at least ``segment_rows`` rows, except possibly the last.
     """
     if segment_rows < 1:
-        raise ValueError(f"segment_rows must be a positive integer; got {segment_rows!r}")
+        raise InvalidInputError(f"segment_rows must be a positive integer; got {segment_rows!r}")
     bounds, start, stop = [], 0, 0
     for size in row_chunks:
         stop += int(size)
@@ -347,7 +348,7 @@ def _saved_digests(path: Path, digests, segments, done) -> list:
         )
     if (not isinstance(digests, list) or len(digests) != len(segments)
             or any(not isinstance(digests[i], list) for i in done)):
-        raise ValueError(
+        raise InvalidInputError(
             f"checkpoint {str(path)!r}: the chunk digests in progress.json do not match its "
             f"segments; {_START_OVER}"
         )
@@ -429,7 +430,7 @@ def _load(path: Path) -> dict | None:
     progress, file = _read_progress(path, "exact")
     check_progress(progress, file)
     if progress["version"] > CHECKPOINT_VERSION:
-        raise ValueError(
+        raise InvalidInputError(
             f"checkpoint {str(path)!r} was written by a newer dfairpca; upgrade dfairpca "
             "or pass resume=False to start over"
         )
@@ -549,7 +550,7 @@ def _read_progress(path: Path, solver: str) -> tuple[dict, Path]:
     except (OSError, ValueError):
         ok = False
     if not ok:
-        raise ValueError(f"{str(path)!r} exists but is not a dfairpca checkpoint; choose another "
+        raise InvalidInputError(f"{str(path)!r} exists but is not a dfairpca checkpoint; choose another "
                          "checkpoint directory")
     _check_solver(path, progress, solver)
     return progress, file
@@ -559,7 +560,7 @@ def _read_state(path: Path, fingerprint: dict, solver: str) -> dict:
     """:func:`open_state`'s reading of a local checkpoint directory."""
     progress, file = _read_progress(path, solver)
     if not isinstance(progress.get("version"), int) or progress["version"] > CHECKPOINT_VERSION:
-        raise ValueError(f"checkpoint {str(path)!r} was written by a newer dfairpca; upgrade "
+        raise InvalidInputError(f"checkpoint {str(path)!r} was written by a newer dfairpca; upgrade "
                          "dfairpca or pass resume=False to start over")
     _check_same_job(path, progress.get("fingerprint") or {}, fingerprint)
     digests, meta = progress.get("digests"), progress.get("state")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._validation import MAX_ROWS_SHOWN, Input, is_dask, unique_columns
+from ..errors import InvalidInputError
 
 __all__ = [
     "Groups", "require_sensitive_features", "group_labels", "encode_groups", "binary_target",
@@ -53,7 +54,7 @@ def require_sensitive_features(estimator, sensitive_features) -> None:
     """
     if sensitive_features is None:
         name = type(estimator).__name__
-        raise ValueError(
+        raise InvalidInputError(
             f"{name}.fit needs the protected attribute(s) of every row: pass "
             f"fit(X, sensitive_features=z) (in a Pipeline: "
             f"{name.lower()}.set_fit_request(sensitive_features=True) with "
@@ -69,7 +70,7 @@ def group_labels(estimator, inp: Input, sensitive_features):
     named by ``sensitive_feature_ids`` (None when those are all numeric); both is an error."""
     if len(inp.sensitive):
         if sensitive_features is not None:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{type(estimator).__name__} got sensitive_features= and also "
                 f"sensitive_feature_ids={list(estimator.sensitive_feature_ids)!r}; pass the "
                 "protected attributes one way: as the keyword or as columns of X"
@@ -89,7 +90,7 @@ def encode_groups(groups, n: int, mask=None, require_two: bool = True) -> Groups
     """
     names = None
     if groups is None:
-        raise ValueError("FairPCA.fit needs groups: the protected attribute(s) of every row")
+        raise InvalidInputError("FairPCA.fit needs groups: the protected attribute(s) of every row")
     if hasattr(groups, "columns") and hasattr(groups, "dtypes"):  # pandas / dask DataFrame
         unique_columns(groups.columns, "sensitive_features")
         names = [str(c) for c in groups.columns]
@@ -106,19 +107,19 @@ def encode_groups(groups, n: int, mask=None, require_two: bool = True) -> Groups
         elif arr.ndim == 2:
             cols = [arr[:, j] for j in range(arr.shape[1])]
         else:
-            raise ValueError(f"groups must be 1-D (n,) or 2-D (n, p); got shape {arr.shape}")
+            raise InvalidInputError(f"groups must be 1-D (n,) or 2-D (n, p); got shape {arr.shape}")
     if names is None:
         names = [f"attribute {j}" for j in range(len(cols))] if len(cols) > 1 else ["groups"]
     if not cols:
-        raise ValueError("groups has no attribute columns")
+        raise InvalidInputError("groups has no attribute columns")
     codes = np.empty((n, len(cols)), np.int32)
     categories = []
     for j, (col, name) in enumerate(zip(cols, names)):
         col = np.asarray(col)
         if col.ndim != 1:
-            raise ValueError(f"{name}: labels must be 1-D; got shape {col.shape}")
+            raise InvalidInputError(f"{name}: labels must be 1-D; got shape {col.shape}")
         if len(col) != n:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{name} has {len(col)} labels but X has {n} rows; pass one label per row"
             )
         col = _plain_labels(col, name)
@@ -135,7 +136,7 @@ def _refuse_rows(cols: list, n: int) -> None:
     label vectors of the attributes, one per attribute, and these are not ``n`` long."""
     widths = {len(c) for c in cols}
     if len(cols) == n and len(widths) == 1 and widths != {n}:
-        raise ValueError(
+        raise InvalidInputError(
             f"sensitive_features is a list of {n} rows of {widths.pop()} labels, but a list is "
             "read as one label vector per attribute: give rows as an (n, p) array, e.g. "
             "np.asarray(rows, dtype=object), or a DataFrame with a column per attribute")
@@ -155,7 +156,7 @@ def _plain_labels(col: np.ndarray, name: str) -> np.ndarray:
         missing = np.asarray(pd.isna(col), bool)
         if missing.any():
             rows = ", ".join(str(int(i)) for i in np.flatnonzero(missing)[:MAX_ROWS_SHOWN])
-            raise ValueError(
+            raise InvalidInputError(
                 f"{name} has missing labels (None/NaN/<NA>) in {int(missing.sum())} row(s) "
                 f"(rows {rows}); every row needs a group: drop those rows or give them a label"
             )
@@ -165,7 +166,7 @@ def _plain_labels(col: np.ndarray, name: str) -> np.ndarray:
     if text.all():
         # numpy's fixed-width text drops trailing NULs: 'b' and 'b\x00' would be one group
         if any(v.endswith("\x00") for v in set(col.tolist())):
-            raise ValueError(
+            raise InvalidInputError(
                 f"{name} has text labels ending in a NUL character ('\\x00'), which numpy "
                 "would merge with the same label without it; strip them first, e.g. "
                 "labels.str.rstrip('\\x00')"
@@ -177,7 +178,7 @@ def _plain_labels(col: np.ndarray, name: str) -> np.ndarray:
         # show a pair that text would merge (1 and '1') when there is one
         a = next((v for v in others if str(v) in words), others[0])
         b = str(a) if str(a) in words else col[text][0]
-        raise ValueError(
+        raise InvalidInputError(
             f"{name} mixes labels of different types, e.g. {a!r} ({type(a).__name__}) and "
             f"{b!r} (str); convert them to one type first, e.g. labels.astype(str) if "
             f"{a!r} and {b!r} are one group"
@@ -196,7 +197,7 @@ def _plain_labels(col: np.ndarray, name: str) -> np.ndarray:
     # the conversion must keep exactly the labels Python tells apart (2**63 + 1 and
     # 2**63 would be one float; two objects may print alike)
     if len(np.unique(plain)) != len(pd.unique(col)):
-        raise ValueError(
+        raise InvalidInputError(
             f"{name} holds labels that would merge when converted to one type; convert them "
             "to one type first (e.g. text or int64)"
         )
@@ -205,7 +206,7 @@ def _plain_labels(col: np.ndarray, name: str) -> np.ndarray:
 
 def _check_groups(name, cats, inv, mask):
     if len(cats) < 2:
-        raise ValueError(
+        raise InvalidInputError(
             # tolist(): the label as Python shows it (1, not np.int64(1))
             f"{name} has a single group ({cats[:1].tolist()[0]!r}); fair PCA needs at least "
             "two groups per attribute (for plain PCA use dfairpca.PCA)"
@@ -215,7 +216,7 @@ def _check_groups(name, cats, inv, mask):
     counts = np.bincount(inv[mask], minlength=len(cats))
     empty = cats[counts == 0].tolist()
     if empty:
-        raise ValueError(
+        raise InvalidInputError(
             f"{name}: group(s) {empty} have no rows with y == 1, so equal opportunity cannot be "
             "imposed for them; merge or drop those groups, or use "
             "constraint='demographic_parity'"
@@ -225,7 +226,7 @@ def _check_groups(name, cats, inv, mask):
 def binary_target(y, n: int) -> np.ndarray:
     """Boolean mask of the positive rows (y == 1 / True) for equal opportunity."""
     if y is None:
-        raise ValueError(
+        raise InvalidInputError(
             "constraint='equal_opportunity' fits on the rows with y == 1: pass y, the binary "
             "target of the downstream task, as fit(X, groups, y)"
         )
@@ -233,14 +234,14 @@ def binary_target(y, n: int) -> np.ndarray:
     if y.ndim != 1:
         y = y.reshape(-1) if y.ndim == 2 and 1 in y.shape else y
     if y.ndim != 1 or len(y) != n:
-        raise ValueError(f"y has shape {np.shape(y)} but X has {n} rows; pass one label per row")
+        raise InvalidInputError(f"y has shape {np.shape(y)} but X has {n} rows; pass one label per row")
     values = set(np.unique(y).tolist())
     if not values <= {0, 1} and not values <= {-1, 1}:
-        raise ValueError(
+        raise InvalidInputError(
             f"y must be binary (0/1, -1/1 or bool) for equal opportunity; got values "
             f"{sorted(values)[:10]}"
         )
     mask = y == 1
     if not mask.any():
-        raise ValueError("y has no positive rows (y == 1); equal opportunity needs some")
+        raise InvalidInputError("y has no positive rows (y == 1); equal opportunity needs some")
     return mask

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..base._system import rows_per_block
+from ..errors import InvalidInputError, InvalidTypeError
 
 __all__ = [
     "as_data", "compute_dtype_for", "check_n_features", "with_known_rows", "check_finite_output",
@@ -65,7 +66,7 @@ def as_data(X, what: str = "X"):
     else:
         arr = np.asarray(X)
     if arr.dtype.kind not in "biuf":
-        raise TypeError(
+        raise InvalidTypeError(
             f"{what} has dtype {arr.dtype}; need a real numeric dtype (uint8, int, float32, float64)"
         )
     if arr.ndim in (3, 4):  # images (n, height, width[, channels]): rows of h * w [* c]
@@ -81,13 +82,13 @@ def as_data(X, what: str = "X"):
         if not (isinstance(arr, da.Array) and np.isnan(n)):
             arr = arr.reshape(n, -1)
     elif arr.ndim != 2:
-        raise ValueError(
+        raise InvalidInputError(
             f"{what} must be 2-D (n_samples, n_features) or images (n, height, width[, channels]); "
             f"got shape {arr.shape}"
         )
     if arr.shape[0] == 0 or arr.shape[1] == 0:  # scikit-learn's wording, as in check_array
         which = "sample" if arr.shape[0] == 0 else "feature"
-        raise ValueError(f"Found array with 0 {which}(s) (shape={arr.shape}) while a minimum of 1 "
+        raise InvalidInputError(f"Found array with 0 {which}(s) (shape={arr.shape}) while a minimum of 1 "
                          f"is required; {what} needs at least one row and one feature")
     if isinstance(arr, da.Array) and len(arr.chunks[1]) > 1:
         arr = arr.rechunk({1: -1})
@@ -114,7 +115,7 @@ def _refuse_sparse(X, what: str, dask: bool = False) -> None:
         "dask.array.from_array(X, chunks=(10_000, -1)).map_blocks(lambda b: b.toarray(), "
         "dtype=X.dtype)"
     )
-    raise TypeError(
+    raise InvalidTypeError(
         f"{what} is {kind}: sparse matrices are not supported (centring makes them dense); {fix}"
     )
 
@@ -190,7 +191,7 @@ def _describe_rows(local, start, chunk) -> str:
 
 
 def _nonfinite_input_error(local, start, chunk) -> ValueError:
-    return ValueError(
+    return InvalidInputError(
         f"X contains NaN or infinity in {len(local)} row(s) ({_describe_rows(local, start, chunk)}); "
         "drop or impute them first, e.g. with dask.array.nan_to_num or "
         "sklearn.impute.SimpleImputer"
@@ -235,7 +236,7 @@ def check_finite_output(out, x, start: int | None = 0, chunk=None) -> None:
     if len(nonfinite):
         raise _nonfinite_input_error(nonfinite, start, chunk)
     big = float(np.max(np.abs(rows)))
-    raise ValueError(
+    raise InvalidInputError(
         f"the projection of {len(bad)} row(s) ({_describe_rows(bad, start, chunk)}) overflows "
         f"{out.dtype} (entries of X up to {big:.3g}); pass compute_dtype='float64' or rescale X"
     )
@@ -245,7 +246,7 @@ def check_n_features(estimator, d: int) -> None:
     """Raise if X's d features differ from those the estimator was fitted with (in
     scikit-learn's words, as ``validate_data`` says it for numpy input)."""
     if d != estimator.n_features_in_:
-        raise ValueError(
+        raise InvalidInputError(
             f"X has {d} features, but {type(estimator).__name__} is expecting "
             f"{estimator.n_features_in_} features as input"
         )
@@ -256,7 +257,7 @@ def compute_dtype_for(dtype, requested="auto") -> np.dtype:
     if requested not in ("auto", None):
         rd = np.dtype(requested)
         if rd not in (np.float32, np.float64):
-            raise ValueError(f"compute_dtype must be 'auto', 'float32' or 'float64'; got {requested!r}")
+            raise InvalidInputError(f"compute_dtype must be 'auto', 'float32' or 'float64'; got {requested!r}")
         return rd
     dtype = np.dtype(dtype)
     if dtype == np.float64 or (dtype.kind in "iu" and dtype.itemsize >= 4):
@@ -326,7 +327,7 @@ def check_input(estimator, X, *, reset, min_samples: int = 1, ids=None) -> Input
     if is_xarray(X):
         dims = X.dims
         if len(dims) not in (2, 3):
-            raise ValueError(f"X must be a 2-D DataArray (sample, feature) or 3-D images; got "
+            raise InvalidInputError(f"X must be a 2-D DataArray (sample, feature) or 3-D images; got "
                              f"dimensions {dims}")
         # .data, never .values or np.asarray: a Dask-backed DataArray stays lazy
         rows = (dims[0], X.coords[dims[0]].data if dims[0] in X.coords else None)
@@ -347,7 +348,7 @@ def check_input(estimator, X, *, reset, min_samples: int = 1, ids=None) -> Input
         if arr.ndim in (3, 4):  # images (n, height, width[, channels])
             arr = arr.reshape(arr.shape[0], -1)
         elif arr.ndim != 2:
-            raise ValueError(f"X must be 2-D (n_samples, n_features) or images (n, height, "
+            raise InvalidInputError(f"X must be 2-D (n_samples, n_features) or images (n, height, "
                              f"width[, channels]); got shape {arr.shape}")
         if arr.dtype == bool:
             arr = arr.astype(np.uint8)
@@ -373,7 +374,7 @@ def unique_columns(columns, what: str) -> None:
         where.setdefault(c, []).append(str(j))
     for c, js in where.items():
         if len(js) > 1:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{what} has {len(js)} columns named {c!r} (columns {', '.join(js[:-1])} and "
                 f"{js[-1]}): rename or drop all but one, e.g. {what}.loc[:, "
                 f"~{what}.columns.duplicated()] keeps the first")
@@ -473,7 +474,7 @@ def _set_or_check_width(estimator, width: int, reset, columns) -> None:
         return
     fitted = getattr(estimator, "feature_names_in_", None)
     if fitted is not None and names is not None and list(fitted) != list(names):
-        raise ValueError(
+        raise InvalidInputError(
             "The feature names should match those that were passed during fit: "
             f"{list(fitted)[:10]} at fit, {list(names)[:10]} now (reordered or other columns)"
         )
@@ -486,7 +487,7 @@ def sensitive_columns(ids, width: int, columns=None) -> np.ndarray:
     if ids is None:
         return np.zeros(0, np.intp)
     if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
-        raise ValueError(
+        raise InvalidInputError(
             f"sensitive_feature_ids must be a list of column names or indices; got {ids!r}: "
             f"pass [{ids!r}]"
         )
@@ -499,10 +500,10 @@ def sensitive_columns(ids, width: int, columns=None) -> np.ndarray:
         else:
             where = (f"X's columns are {list(columns)[:10]!r}" if columns is not None else
                      f"X has no column names; pass integer indices 0 .. {width - 1}")
-            raise ValueError(f"sensitive_feature_ids: {i!r} is not a column of X ({width} "
+            raise InvalidInputError(f"sensitive_feature_ids: {i!r} is not a column of X ({width} "
                              f"feature(s)); {where}")
     if len(set(out)) != len(out):
-        raise ValueError(f"sensitive_feature_ids names a column twice: {list(ids)!r}")
+        raise InvalidInputError(f"sensitive_feature_ids names a column twice: {list(ids)!r}")
     return np.array(out, dtype=np.intp)
 
 
@@ -522,7 +523,7 @@ def _column_name(columns, i) -> str:
 
 def _check_features_left(width: int, sensitive) -> None:
     if len(sensitive) >= width:
-        raise ValueError(
+        raise InvalidInputError(
             f"X has {width} feature(s) and sensitive_feature_ids names {len(sensitive)} of "
             "them: no feature is left to project; pass X with the features as well"
         )

@@ -23,6 +23,7 @@ from ._writes import (
     intact_copies, marker, marker_attributes, move_into_place, read_marker, recover,
     recover_for_reading, remove_directory, write_marker, writing_every_chunk,
 )
+from ..errors import InvalidInputError, InvalidTypeError, NotFoundError
 
 __all__ = [
     "from_zarr", "save_arrays", "load_arrays", "atomic_directory", "atomic_file", "move_into_place",
@@ -78,27 +79,27 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
     from dask.base import tokenize
 
     if missing_chunks not in ("error", "fill"):
-        raise ValueError(f"missing_chunks must be 'error' or 'fill', got {missing_chunks!r}")
+        raise InvalidInputError(f"missing_chunks must be 'error' or 'fill', got {missing_chunks!r}")
     node = store
     if is_remote(store) or isinstance(store, (str, os.PathLike)):
         node = open_zarr(store, storage_options)
     if isinstance(node, zarr.Group):
         names = sorted(name for name, _ in node.arrays())
         if component is None:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{_name(store)} is a Zarr group, not an array; name the array with "
                 f"component=..., one of {names}"
             )
         if component not in names:
-            raise KeyError(
+            raise NotFoundError(
                 f"{_name(store)} has no array {component!r}; it holds {names or 'no arrays'}"
             )
         node = node[component]
     elif component is not None:
-        raise ValueError(f"{_name(store)} is a single array; drop component={component!r}")
+        raise InvalidInputError(f"{_name(store)} is a single array; drop component={component!r}")
     shape, chunks = node.shape, node.chunks
     if len(shape) < 2:
-        raise ValueError(f"{_name(store)} has shape {shape}; need (n, d) or (n, h, w)")
+        raise InvalidInputError(f"{_name(store)} has shape {shape}; need (n, d) or (n, h, w)")
     row_bytes = int(np.prod(shape[1:])) * node.dtype.itemsize
     if rows_per_chunk is None:
         target = rows_per_block(row_bytes)
@@ -127,7 +128,7 @@ def _name(store) -> str:
 
 
 # ---------------------------------------------------------------------------- whole chunks
-class _ChunkError(ValueError):
+class _ChunkError(InvalidInputError):
     """A stored object of a Zarr array that cannot be read as written: ``key`` is its store
     key; ``where`` names what inside it is wrong with its rows, and ``reason`` says how,
     when the store found that itself (a shard's index)."""
@@ -149,7 +150,7 @@ class CorruptChunkError(_ChunkError):
     """A chunk of a Zarr array is in its store but cannot be read or decoded."""
 
 
-class _UncheckableShards(ValueError):
+class _UncheckableShards(InvalidInputError):
     """Shards laid out so that dfairpca cannot tell a chunk never written (see
     :func:`dfairpca.io._shards.shard_layout`)."""
 
@@ -566,12 +567,12 @@ def load_arrays(path, kind: str | None = None, layout=None, *, storage_options: 
     except ValueError as exc:
         raise SavedFileError(f"cannot load {str(path)!r}: {exc}{RESAVE_HINT}") from None
     if version > FORMAT_VERSION:
-        raise ValueError(
+        raise InvalidInputError(
             f"{str(path)!r} was written by a newer dfairpca (format {version}); "
             "upgrade dfairpca to read it"
         )
     if kind is not None and meta.get("kind") != kind:
-        raise ValueError(f"{str(path)!r} holds a {meta.get('kind')!r}, not a {kind!r}")
+        raise InvalidInputError(f"{str(path)!r} holds a {meta.get('kind')!r}, not a {kind!r}")
     try:
         with open_regular(path / "arrays.npz") as npz:  # one file read, the one checked
             headers = _npz_headers(npz)
@@ -589,7 +590,7 @@ def _jsonable(o):
         return o.item()
     if isinstance(o, np.ndarray):
         return o.tolist()
-    raise TypeError(f"cannot store {type(o).__name__} in model metadata")
+    raise InvalidTypeError(f"cannot store {type(o).__name__} in model metadata")
 
 
 # ---------------------------------------------------------------------------- checked loading
@@ -650,7 +651,7 @@ def _npz_headers(file) -> dict:
                     elif version == (2, 0):
                         shape, _, dtype = np.lib.format.read_array_header_2_0(f)
                     else:
-                        raise ValueError(f"npy format version {version}")
+                        raise InvalidInputError(f"npy format version {version}")
                     header = f.tell()
             except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
                 raise SavedFileError(f"arrays.npz: the header of {name!r} is unreadable ({exc})") from None
@@ -730,7 +731,7 @@ def meta_value(meta: dict, key: str, kind, *, optional: bool = False, file: str 
     if key not in meta:
         if optional:
             return None
-        raise ValueError(f"{file} has no {key!r}")
+        raise InvalidInputError(f"{file} has no {key!r}")
     v = meta[key]
     if v is None and optional:
         return None
@@ -745,7 +746,7 @@ def meta_value(meta: dict, key: str, kind, *, optional: bool = False, file: str 
         what = f"one of {list(kind)}" if isinstance(kind, tuple) else {
             "count": "an integer >= 0", "positive": "an integer >= 1", "int": "an integer",
             "number": "a finite number"}.get(kind, f"a {kind}")
-        raise ValueError(f"{file}: {key!r} must be {what}; got {v!r:.80}")
+        raise InvalidInputError(f"{file}: {key!r} must be {what}; got {v!r:.80}")
     return v
 
 

@@ -12,6 +12,8 @@ link there is refused even if it points at an intact copy: copy the file instead
 
 from __future__ import annotations
 
+from ..errors import InvalidInputError
+
 import os
 import stat
 
@@ -19,7 +21,7 @@ __all__ = ["SavedFileError", "MAX_JSON_BYTES", "open_regular", "read_capped", "c
            "check_folder"]
 
 
-class SavedFileError(ValueError):
+class SavedFileError(InvalidInputError):
     """A saved model, statistics or checkpoint that is truncated, edited or inconsistent."""
 
 

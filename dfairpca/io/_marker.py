@@ -7,6 +7,8 @@ fsspec URLs (copies); both import them from here, so that one rule holds in both
 
 from __future__ import annotations
 
+from ..errors import DfairpcaError
+
 import os
 import re
 import socket
@@ -49,7 +51,7 @@ _KNOWN_MEMBERS = {
 }
 
 
-class OutputPathError(FileExistsError):
+class OutputPathError(DfairpcaError, FileExistsError):
     """dfairpca refuses to write at a path: it would replace or delete what it did not write."""
 
 

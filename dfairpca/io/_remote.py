@@ -46,6 +46,7 @@ from ._marker import (
     ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, marker, marker_attributes, not_ours,
     refusal, running, sibling_name, sibling_pattern, warn_kept, zarr_foreign, zarr_layout,
 )
+from ..errors import InvalidInputError
 
 __all__ = [
     "is_remote", "local_path", "Location", "location", "explained", "zarr_store", "store_url", "read_marker",
@@ -113,12 +114,12 @@ def location(path, storage_options: dict | None = None) -> Location:
     try:
         fs, root = url_to_fs(path, **options)
     except ImportError as exc:  # a missing package is the user's to install: one line
-        raise ValueError(
+        raise InvalidInputError(
             f"{path} needs a package that is not installed ({exc}): pip install "
             "'dfairpca[remote]' for s3://, or the fsspec package of that protocol"
         ) from None
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"cannot open {path!r}: {exc}; check the URL and its storage options") from None
+        raise InvalidInputError(f"cannot open {path!r}: {exc}; check the URL and its storage options") from None
     return Location(fs, root.rstrip("/"), options)
 
 
@@ -194,7 +195,7 @@ def explained(exc: BaseException, url: str, options: dict | None = None) -> Base
         return FileNotFoundError(f"no bucket {bucket!r} for {url}: create it, or correct the URL")
     botocore = any(c.__module__.startswith("botocore") for c in type(exc).__mro__)
     if (isinstance(exc, (TypeError, ValueError, AttributeError)) or botocore) and _making_the_client(exc):
-        return ValueError(
+        return InvalidInputError(
             # names only: the values may hold a secret
             f"the storage options ({', '.join(map(str, options)) or 'none'}) for {url} were refused when "
             f"the storage client was made from them ({type(exc).__name__}: {short}): check each "
@@ -587,7 +588,7 @@ def open_zarr(store, storage_options: dict | None = None):
         try:  # absolute: a worker's working directory is not this process's
             return zarr.open(os.path.abspath(path), mode="r")
         except Exception as exc:  # zarr raises several types for "not a store"
-            raise ValueError(f"{str(path)!r} is not a Zarr store: {exc}") from exc
+            raise InvalidInputError(f"{str(path)!r} is not a Zarr store: {exc}") from exc
     loc = location(store, storage_options)
     with _requests(loc):
         if not _keys(loc):
@@ -596,7 +597,7 @@ def open_zarr(store, storage_options: dict | None = None):
         try:
             return zarr.open(zarr_store(loc), mode="r")
         except (FileNotFoundError, KeyError, ValueError) as exc:  # objects, but no zarr.json
-            raise ValueError(f"{loc.url} is not a Zarr store: {exc}") from None
+            raise InvalidInputError(f"{loc.url} is not a Zarr store: {exc}") from None
 
 
 def zarr_arrays(X) -> list:

@@ -20,6 +20,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
+from ..errors import InvalidInputError
 
 #: an index entry's offset and length for a chunk never written (the sharding spec)
 EMPTY = 2**64 - 1
@@ -178,17 +179,17 @@ def shard_layout(path: str, meta: dict) -> ShardLayout | None:
     fix = ("rewrite it with zarr's default sharding, or open it with "
            "dfairpca.from_zarr(..., missing_chunks='fill') to read it as zarr does, unchecked")
     if names != ["sharding_indexed"]:  # others transpose the chunk grid or encode the index
-        raise ValueError(f"dfairpca cannot check the shards of {where}: its codecs are "
+        raise InvalidInputError(f"dfairpca cannot check the shards of {where}: its codecs are "
                          f"{names}, sharding alone is checked; {fix}")
     config = codecs[0][1]
     index = [_named(c) for c in config.get("index_codecs", [])]
     if [n for n, _ in index] not in (["bytes"], ["bytes", "crc32c"]):
-        raise ValueError(f"dfairpca cannot check the shards of {where}: their index is stored "
+        raise InvalidInputError(f"dfairpca cannot check the shards of {where}: their index is stored "
                          f"with codecs {[n for n, _ in index]}, not bytes and crc32c; {fix}")
     grid = _named(meta.get("chunk_grid", {}))
     encoding, key_config = _named(meta.get("chunk_key_encoding", {"name": "default"}))
     if grid[0] != "regular" or encoding not in ("default", "v2"):
-        raise ValueError(f"dfairpca cannot check the shards of {where}: chunk grid {grid[0]!r}, "
+        raise InvalidInputError(f"dfairpca cannot check the shards of {where}: chunk grid {grid[0]!r}, "
                          f"chunk keys {encoding!r}; {fix}")
     return ShardLayout(
         path=path, shape=tuple(meta["shape"]), shard=tuple(grid[1]["chunk_shape"]),

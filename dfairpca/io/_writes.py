@@ -30,6 +30,7 @@ from ._marker import (
 )
 from ._remote import is_remote
 from ..base._version import code_digest
+from ..errors import InvalidInputError
 
 __all__ = [
     "atomic_directory", "atomic_file", "staged_locally", "stage_folder", "check_stage_dir",
@@ -366,10 +367,10 @@ def stage_folder(url, stage_dir=None) -> Path:
 def check_stage_dir(path, stage_dir) -> None:
     """Refuse a ``stage_dir`` that would be ignored: ``path`` is local, written in place."""
     if stage_dir is not None and not is_remote(path):
-        raise ValueError(f"stage_dir (--stage-dir) is where a store for a URL is staged; {path} "
+        raise InvalidInputError(f"stage_dir (--stage-dir) is where a store for a URL is staged; {path} "
                          "is a local path, written in place (it resumes there): drop stage_dir")
     if stage_dir is not None and is_remote(stage_dir):
-        raise ValueError(f"stage_dir (--stage-dir) {stage_dir} is a URL; a stage is a local "
+        raise InvalidInputError(f"stage_dir (--stage-dir) {stage_dir} is a URL; a stage is a local "
                          "folder (the store is written there, then uploaded): name a local folder")
 
 
@@ -502,7 +503,7 @@ def atomic_file(path, kind: str, *, overwrite: bool = False, protect: dict | Non
     A crash's marked leftover is deleted by :func:`recover`.
     """
     if is_remote(path):
-        raise ValueError(f"{path}: a {kind} is written to a local path; write it there and copy it")
+        raise InvalidInputError(f"{path}: a {kind} is written to a local path; write it there and copy it")
     path = Path(path)
     check_target(path, kind, overwrite=overwrite, protect=protect)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -511,7 +512,7 @@ def atomic_file(path, kind: str, *, overwrite: bool = False, protect: dict | Non
     try:
         yield tmp
         if read_marker(tmp) is None:
-            raise ValueError(f"the {kind} written for {path} carries no dfairpca marker; not "
+            raise InvalidInputError(f"the {kind} written for {path} carries no dfairpca marker; not "
                              "moved into place (a file dfairpca cannot recognise is never its own)")
         move_into_place(tmp, path, kind, overwrite=overwrite)
     finally:

@@ -22,6 +22,7 @@ compared with the paper.  This module imports nothing heavy, so the CLI can buil
 from __future__ import annotations
 
 import argparse
+from ..errors import InvalidInputError
 
 __all__ = ["PARTS", "PROG", "add_arguments", "build_parser", "main"]
 
@@ -64,6 +65,6 @@ def main(argv=None) -> dict:
     from ._run import run
 
     if args.jobs < 1:
-        raise ValueError(f"--jobs must be at least 1; got {args.jobs}")
+        raise InvalidInputError(f"--jobs must be at least 1; got {args.jobs}")
     return run(out=args.out, quick=args.quick, parts=args.only or PARTS, overwrite=args.overwrite,
                jobs=args.jobs)

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..errors import RunError
+
 #: the kind in dfairpca's marker of a report directory: only such a directory is replaced
 KIND = "paper-report"
 
@@ -105,7 +107,7 @@ def _compute(cfg, parts, jobs: int, out) -> tuple[dict, int]:
         finally:  # a Ctrl-C: start nothing more (the running pieces end with their workers)
             pool.shutdown(wait=False, cancel_futures=True)
     if failed:
-        raise RuntimeError(f"{len(failed)} of {len(pieces)} pieces failed (first: {failed[0]}; "
+        raise RunError(f"{len(failed)} of {len(pieces)} pieces failed (first: {failed[0]}; "
                            f"tracebacks above); the others are kept in {_pieces.folder(out)}: "
                            "rerun the same command to compute only what is missing")
     return {p: _merge([done[(q, t)] for q, t in pieces if q == p]) for p in parts}, len(pieces) - len(todo)

@@ -20,6 +20,7 @@ from ..stats._chunk import OVERFLOW_MESSAGE
 from ._fairness import covariance_terms, group_constraints, numeric_constraints
 from ..base._params import is_int
 from ..stats.moments import Moments
+from ..errors import InvalidInputError
 
 __all__ = ["fitted_space", "check_variance", "standard_components", "fair_constraints",
            "fair_components", "fraction_to_k", "mle_rank", "mle_evidence"]
@@ -30,9 +31,9 @@ def fitted_space(m: Moments, center: bool, standardize: bool):
     as ``S * 4**e`` (e is the statistics' ``scatter_exponent``, 0 but for data of
     extreme magnitude; 0 when standardized, which is unit-free), and the true scale."""
     if m.n < 2:
-        raise ValueError(f"need at least 2 samples to fit; got {m.n} (n_samples={m.n})")
+        raise InvalidInputError(f"need at least 2 samples to fit; got {m.n} (n_samples={m.n})")
     if not (np.all(np.isfinite(m.mean)) and np.all(np.isfinite(np.diagonal(m.scatter)))):
-        raise ValueError(OVERFLOW_MESSAGE)
+        raise InvalidInputError(OVERFLOW_MESSAGE)
     e = m.scatter_exponent
     S = m.scatter
     if not center:
@@ -57,7 +58,7 @@ def check_variance(total: float, n: int, mean) -> None:
     if total > 0:
         return
     rows = "zero" if not np.any(mean) else "equal"
-    raise ValueError(
+    raise InvalidInputError(
         f"X has zero total variance: all its {int(n):,} rows are {rows}, so there is no "
         "direction to fit; check the data (a Zarr store whose chunks are absent, read with "
         "missing_chunks='fill', is its fill value throughout)"
@@ -112,7 +113,7 @@ def fraction_to_k(variances, total: float, fraction: float, where: str) -> int:
     cumulative = np.cumsum(np.asarray(variances) / total)
     if not len(cumulative) or cumulative[-1] <= fraction:
         held = float(cumulative[-1]) if len(cumulative) else 0.0
-        raise ValueError(
+        raise InvalidInputError(
             f"n_components={fraction}: {where} holds {held:.2%} of the variance, not more than "
             f"{fraction:.2%}; pass a smaller fraction or an int"
         )

@@ -17,6 +17,7 @@ import numpy as np
 from ..base import _solvers
 from ..base._params import Check, one_of
 from ..stats.moments import Moments
+from ..errors import InvalidInputError
 
 __all__ = ["CONSTRAINTS", "CONSTRAINT_RULES", "fair_k_limit", "check_fair_k", "certify",
            "set_certificate", "fair_feature_names", "group_constraints", "numeric_constraints",
@@ -51,17 +52,17 @@ def check_fair_k(k, size: int, ms, q: int = 0, *, basis: str | None = None,
     terms = f"{size} - {sum(ms)} + {len(ms)}{f' - {q}' if q else ''} = {limit}"
     if basis is None:
         if limit < 1:
-            raise ValueError(
+            raise InvalidInputError(
                 f"no fair projection exists: {size} features cannot absorb "
                 f"{sum(ms) - len(ms) + q} constraints from groups of sizes "
                 f"{list(ms)}{''.join(' and ' + s for s in numeric)}"
             )
         symbols = "d - sum(m) + p - q" if q else "d - sum(m) + p"
-        raise ValueError(f"n_components={k} is too large: with {desc} the largest k is "
+        raise InvalidInputError(f"n_components={k} is too large: with {desc} the largest k is "
                          f"{symbols} = {terms}")
     head = (f"n_components={limit if k is None else k} is too large" if limit >= 1 else
             "no fair representation exists")
-    raise ValueError(f"{head}: with {desc} and {basis} the largest k is {terms}; {fix}")
+    raise InvalidInputError(f"{head}: with {desc} and {basis} the largest k is {terms}; {fix}")
 
 
 def certify(per_group, names, categories, precision: float, estimator: str,
@@ -89,7 +90,7 @@ def certify(per_group, names, categories, precision: float, estimator: str,
     what = (f"the covariance with {name}" if group is None else
             f"the mean deviation of group {group!r} of {name}")
     drop = f"drop {name} from sensitive_feature_ids" if group is None else f"merge or drop group {group!r}"
-    raise ValueError(
+    raise InvalidInputError(
         f"{estimator} could not satisfy its fairness constraint: the components keep "
         f"{worst:.2e} of {what} (tolerance "
         f"{_solvers.FAIRNESS_TOLERANCE:g}); the constraint vectors are too close to "
@@ -176,7 +177,7 @@ def numeric_constraint_rows(C, zz, ff: float, means, n: int, exponent: int, prec
     spread = np.ldexp(np.sqrt(zz / max(n, 1)), exponent)
     for j, name in enumerate(names):
         if spread[j] <= 2 * n * eps * abs(means[j]) or zz[j] == 0:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{name} is constant over the rows fitted, so it tells no one apart; drop it "
                 "from sensitive_feature_ids"
             )
@@ -202,7 +203,7 @@ def covariance_terms(m: Moments, scale, k: int, r: int, equalize):
     if l >= d - r:  # the whole fair subspace: plain fair PCA (the paper's "S(1.0)")
         return None, None
     if not m.has_group_scatter:
-        raise ValueError(
+        raise InvalidInputError(
             "these statistics hold no per-group scatter matrices; fit with "
             "equalize_covariance set so that the pass accumulates them"
         )
@@ -228,17 +229,17 @@ def _check_equalize(est, e) -> None:
     k = est.n_components
     whole = isinstance(k, numbers.Integral) and not isinstance(k, bool)
     if isinstance(e, bool) or not isinstance(e, numbers.Real):
-        raise ValueError(f"equalize_covariance must be None, a fraction in (0, 1] or an int; got {e!r}")
+        raise InvalidInputError(f"equalize_covariance must be None, a fraction in (0, 1] or an int; got {e!r}")
     if isinstance(e, numbers.Integral):
         if whole and e < k:
-            raise ValueError(
+            raise InvalidInputError(
                 f"equalize_covariance={e} directions cannot hold n_components={k}; pass "
                 "l >= k or a fraction in (0, 1]"
             )
     elif not 0.0 < e <= 1.0:
-        raise ValueError(f"equalize_covariance as a fraction must be in (0, 1]; got {e!r}")
+        raise InvalidInputError(f"equalize_covariance as a fraction must be in (0, 1]; got {e!r}")
     if k is not None and not whole:
-        raise ValueError(
+        raise InvalidInputError(
             f"n_components={k} (a fraction of the variance) cannot be combined with "
             "equalize_covariance, whose l depends on k: pass an int k"
         )

@@ -18,6 +18,7 @@ from sklearn.metrics import pairwise
 
 from ..base import _solvers, _system
 from ..inputs._validation import check_finite_input, row_origin
+from ..errors import InvalidInputError
 
 __all__ = ["KERNELS", "BLOCK_BYTES", "kernel_function", "block_rows", "expand", "nystroem_features",
            "numeric_attributes", "kernel_matrix", "centre_in_place", "centred_onehot",
@@ -65,7 +66,7 @@ def _callable_kernel(fn, A, B):
     B = np.asarray(B, dtype=np.float64)
     K = np.asarray(fn(A, B), dtype=np.float64)
     if K.shape != (A.shape[0], B.shape[0]):
-        raise ValueError(
+        raise InvalidInputError(
             f"the kernel callable returned shape {K.shape} for blocks of {A.shape[0]} and "
             f"{B.shape[0]} rows; it must return the ({A.shape[0]}, {B.shape[0]}) kernel matrix"
         )
@@ -139,7 +140,7 @@ def numeric_attributes(values, names) -> np.ndarray:
     Z = np.asarray(values, dtype=np.float64)
     for j, name in enumerate(names):
         if Z.shape[0] and np.ptp(Z[:, j]) == 0:
-            raise ValueError(f"{name} is constant over the rows fitted, so it tells no one "
+            raise InvalidInputError(f"{name} is constant over the rows fitted, so it tells no one "
                              "apart; drop it from sensitive_feature_ids")
     return Z - Z.mean(axis=0)
 
@@ -308,7 +309,7 @@ def inverse_sqrt(K_LL: np.ndarray) -> np.ndarray:
     cut = K_LL.shape[0] * np.finfo(np.float64).eps * max(w.max(), 0.0)
     keep = w > cut
     if not keep.any():
-        raise ValueError("the landmark kernel matrix is zero; check the kernel and gamma")
+        raise InvalidInputError("the landmark kernel matrix is zero; check the kernel and gamma")
     return V[:, keep] / np.sqrt(w[keep])
 
 
@@ -348,7 +349,7 @@ def _entry_moments(x) -> tuple[int, float, float]:
             # (NaN or infinity in X is refused, named, where the rows are read)
             if (not np.isfinite(m2) and np.isfinite(b).all()) or (
                     m2 < np.finfo(np.float64).tiny and np.ptp(b) > 0):
-                raise ValueError(
+                raise InvalidInputError(
                     "X's values are too far from 1 for gamma='scale': their variance "
                     f"{'overflows' if not np.isfinite(m2) else 'underflows'} float64; multiply X "
                     "by a constant (e.g. a power of two) that brings it near 1"
@@ -389,7 +390,7 @@ def check_not_identity(K: np.ndarray, kernel, gamma) -> None:
     off = float(np.abs(K).max())
     np.fill_diagonal(K, diag)
     if off <= 10 * K.shape[0] * np.finfo(np.float64).eps:
-        raise ValueError(
+        raise InvalidInputError(
             f"the rbf kernel matrix is numerically the identity (largest entry off the "
             f"diagonal {off:.1e}): gamma={gamma:.3g} makes distinct points orthogonal, "
             "so every direction has the same variance and no top components exist; pass a "
@@ -423,4 +424,4 @@ def live_components(s: np.ndarray, k: int, nonzero: bool, n_components, kernel, 
                "pass another gamma (or kernel)")
     if kernel == "sigmoid":
         fix += ", or centre X"
-    raise ValueError(f"{what}; {fix}")
+    raise InvalidInputError(f"{what}; {fix}")

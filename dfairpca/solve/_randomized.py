@@ -40,6 +40,7 @@ from ..engine._thin_pass import (
     statistics_state,
 )
 from ..cluster import WorkersLost
+from ..errors import InvalidInputError
 
 __all__ = ["RandomizedFit", "fit_randomized", "resolve_iterated_power", "choose_svd_solver",
            "check_exact_memory", "memory_budget", "needs_dense_message", "N_OVERSAMPLES", "AUTO_RTOL"]
@@ -220,16 +221,16 @@ class RandomizedFit:
 
 def _check(k, n_oversamples, iterated_power) -> None:
     if not (isinstance(k, numbers.Integral) and not isinstance(k, bool) and k >= 1):
-        raise ValueError(f"svd_solver='randomized' needs n_components as an integer >= 1; got "
+        raise InvalidInputError(f"svd_solver='randomized' needs n_components as an integer >= 1; got "
                          f"{k!r} (a fraction of the variance needs the whole spectrum: use "
                          "svd_solver='full')")
     if not (isinstance(n_oversamples, numbers.Integral) and not isinstance(n_oversamples, bool)
             and n_oversamples >= 1):
-        raise ValueError(f"n_oversamples must be an integer >= 1; got {n_oversamples!r}")
+        raise InvalidInputError(f"n_oversamples must be an integer >= 1; got {n_oversamples!r}")
     p = iterated_power
     if not (p == "auto" if isinstance(p, str) else
             isinstance(p, numbers.Integral) and not isinstance(p, bool) and p >= 0):
-        raise ValueError(f"iterated_power must be 'auto' or an integer >= 0; got {p!r}")
+        raise InvalidInputError(f"iterated_power must be 'auto' or an integer >= 0; got {p!r}")
 
 
 def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, numeric=(),
@@ -284,7 +285,7 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
     keep = np.setdiff1d(np.arange(D), numeric)
     d = len(keep)
     if k > d:
-        raise ValueError(f"n_components={k} is too large: X has {d} features, the largest k")
+        raise InvalidInputError(f"n_components={k} is too large: X has {d} features, the largest k")
     dtype = compute_dtype_for(X.dtype) if dtype is None else np.dtype(dtype)
     omega = _random_block(random_state, (d, min(d, k + n_oversamples)))
     ck = None
@@ -346,7 +347,7 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
     Q = _solvers.constraint_basis(C) if len(C) else np.zeros((d, 0))
     r = Q.shape[1]
     if k > d - r:
-        raise ValueError(f"n_components={k} is too large: the {r} constraint directions leave "
+        raise InvalidInputError(f"n_components={k} is too large: the {r} constraint directions leave "
                          f"{d - r} dimensions; the largest k is {d - r}")
 
     def project(A):
@@ -423,11 +424,11 @@ def _check_statistics(full: FirstMoments, k: int, d: int) -> None:
     if not np.all(np.isfinite(full.mean)) or not np.all(np.isfinite(full.sq)):
         from ..stats.moments import OVERFLOW_MESSAGE
 
-        raise ValueError(OVERFLOW_MESSAGE)
+        raise InvalidInputError(OVERFLOW_MESSAGE)
     if n < 2:
-        raise ValueError(f"need at least 2 samples to fit; got {n} (n_samples={n})")
+        raise InvalidInputError(f"need at least 2 samples to fit; got {n} (n_samples={n})")
     if k > n:
-        raise ValueError(f"n_components={k} is too large: X has {n} rows, fewer than k; the "
+        raise InvalidInputError(f"n_components={k} is too large: X has {n} rows, fewer than k; the "
                          f"largest k is {min(n, d)}")
 
 
@@ -589,7 +590,7 @@ def check_exact_memory(d: int, budget: int, instead: str) -> None:
     bytes) exceed ``budget`` (:func:`memory_budget`), naming ``instead``: what to pass."""
     need = EXACT_COPIES * 8 * d * d
     if need > budget:
-        raise ValueError(
+        raise InvalidInputError(
             f"svd_solver='auto' chose the exact fit, whose {EXACT_COPIES} d x d float64 matrices "
             f"need about {need / 1e9:,.1f} GB at d = {d:,}, more than half the memory available "
             f"here or on the smallest worker ({budget / 1e9:,.1f} GB): {instead}, or "

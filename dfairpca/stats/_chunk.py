@@ -24,6 +24,7 @@ import numpy as np
 from ..base._blas import blas_lock, syrk
 from ._sums import MAX_BAD_ROWS_REPORTED, STORED_RANGE_BITS, TRUE_UNITS_BITS, GroupSums, Sums
 from ..base._system import BLOCK_BYTES
+from ..errors import InvalidInputError
 
 __all__ = ["chunk_sums", "OVERFLOW_MESSAGE", "OFFSET_BITS"]
 
@@ -190,7 +191,7 @@ def _scaled_products(x, mean, shifts, dtype):
     with np.errstate(over="ignore", invalid="ignore"):
         spread = np.maximum(x.max(axis=0) - mean, mean - x.min(axis=0))
     if not np.all(np.isfinite(spread)):
-        raise ValueError(OVERFLOW_MESSAGE)
+        raise InvalidInputError(OVERFLOW_MESSAGE)
     f = np.where(spread > 0, np.frexp(spread)[1], 0).astype(np.int64)
     acc, gacc, centres = _products(x, mean, shifts, dtype, exponents=f)
     e = int(f.max())

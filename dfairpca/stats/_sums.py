@@ -24,6 +24,7 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 import scipy.linalg.blas
+from ..errors import InvalidInputError
 
 __all__ = ["Sums", "GroupSums", "Store", "DENSE", "merge_sums", "merged_exponent", "fill_lower", "nbytes",
            "MAX_BAD_ROWS_REPORTED", "STORED_RANGE_BITS", "TRUE_UNITS_BITS"]
@@ -162,14 +163,14 @@ def merge_sums(parts: Sequence, store: Store, *, in_place: bool = False) -> Sums
     """
     parts = list(parts)
     if not parts:
-        raise ValueError("merge() needs at least one Moments")
+        raise InvalidInputError("merge() needs at least one Moments")
     d = parts[0].mean.shape[0]
     p = len(parts[0].attributes)
     for q in parts:
         if q.mean.shape[0] != d:
-            raise ValueError(f"cannot merge statistics of {q.mean.shape[0]} and {d} features")
+            raise InvalidInputError(f"cannot merge statistics of {q.mean.shape[0]} and {d} features")
         if len(q.attributes) != p:
-            raise ValueError(
+            raise InvalidInputError(
                 f"cannot merge statistics of {len(q.attributes)} and {p} protected attributes"
             )
     group_scatter = p > 0 and all(a.scatter is not None for q in parts for a in q.attributes)
@@ -251,7 +252,7 @@ def _check_one_label_type(cats: list, j: int) -> None:
     if text and numbers:
         a, b = numbers[0][0], text[0][0]
         a = a.item() if isinstance(a, np.generic) else a
-        raise ValueError(
+        raise InvalidInputError(
             f"the parts' labels of attribute {j} mix types: {a!r} ({type(a).__name__}) in one "
             f"part, {str(b)!r} (str) in another; give every part the labels of one type, e.g. "
             "labels.astype(str) in each call if they are one group"

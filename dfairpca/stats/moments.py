@@ -27,6 +27,7 @@ import numpy as np
 from ._chunk import OVERFLOW_MESSAGE  # noqa: F401 (the estimators raise it too)
 from ._chunk import chunk_sums
 from ._sums import DENSE, Sums, fill_lower, merge_sums, nbytes
+from ..errors import InvalidInputError
 
 __all__ = ["Moments", "AttributeMoments", "merge", "constraint_matrix", "deviation_floor", "check_finite"]
 
@@ -234,7 +235,7 @@ class Moments:
         names the file and what is wrong); never unpickles."""
         arrays, meta = read_saved(path, _saved_layout)
         if "scatter" not in arrays:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{str(path)!r} holds the running total of an unfinished pass (a checkpoint's "
                 "'total'), not complete statistics: run the same compute_moments_checkpointed "
                 "call again, which finishes the pass and returns them"
@@ -297,7 +298,7 @@ def check_finite(n_nonfinite: int, nonfinite_rows: Sequence[int]) -> None:
     if n_nonfinite:
         rows = ", ".join(map(str, nonfinite_rows))
         more = ", ..." if n_nonfinite > len(nonfinite_rows) else ""
-        raise ValueError(
+        raise InvalidInputError(
             f"X contains NaN or infinity in {n_nonfinite} row(s) (rows {rows}{more}); "
             "drop or impute them before fitting, e.g. with dask.array.nan_to_num or "
             "sklearn.impute.SimpleImputer."
@@ -368,7 +369,7 @@ def saved_group_counts(cats: list, key: str, names: list) -> list[int]:
         try:
             ms.append(len(_categories_from_json(c)))
         except ValueError as exc:
-            raise ValueError(f"meta.json: {key!r} of {name}: {exc}") from None
+            raise InvalidInputError(f"meta.json: {key!r} of {name}: {exc}") from None
     return ms
 
 
@@ -380,7 +381,7 @@ def saved_layout(meta: dict, headers: dict) -> tuple[dict, int]:
     p = meta_value(meta, "n_attributes", "count")
     cats = meta_value(meta, "categories", "list")
     if len(cats) != p:
-        raise ValueError(f"meta.json: 'categories' lists {len(cats)} attributes, not {p}")
+        raise InvalidInputError(f"meta.json: 'categories' lists {len(cats)} attributes, not {p}")
     ms = saved_group_counts(cats, "categories", [f"attribute {j}" for j in range(p)])
     (d,) = header_shape(headers, "mean", 1)
     specs = {"n": ((), "iu"), "mean": ((d,), "f"), "precision": ((), "f"),
@@ -417,7 +418,7 @@ def _categories_to_json(c) -> dict:
     if c.dtype.kind == "O":
         c = _homogeneous_labels(c)
     if c.dtype.kind not in _LABEL_KINDS:
-        raise ValueError(
+        raise InvalidInputError(
             f"group labels of dtype {c.dtype} (e.g. {c[:3].tolist()!r}) cannot be saved: a "
             "saved model holds booleans, integers, floats or strings as labels; convert them "
             "(e.g. labels.astype(str)) and fit again"
@@ -443,7 +444,7 @@ def _homogeneous_labels(c: np.ndarray) -> np.ndarray:
                 pass
     elif len(kinds) == 1 and kinds <= {"str", "bool", "float"}:
         return np.array(values)
-    raise ValueError(
+    raise InvalidInputError(
         f"group labels of types {sorted(kinds)} (e.g. {c[:3].tolist()!r}) cannot be saved so "
         "that they load as the same groups; use labels of one kind (all str, all int, ...) "
         "and fit again"
@@ -457,31 +458,31 @@ def _categories_from_json(obj) -> np.ndarray:
     int64, or uint64 where a label needs it.
     """
     if not isinstance(obj, dict) or not isinstance(obj.get("values"), list):
-        raise ValueError(f"group labels must be {{'kind': ..., 'values': [...]}}; got {obj!r:.80}")
+        raise InvalidInputError(f"group labels must be {{'kind': ..., 'values': [...]}}; got {obj!r:.80}")
     kind, values = obj.get("kind"), obj["values"]
     if kind not in tuple(_LABEL_KINDS):
-        raise ValueError(f"group labels of kind {kind!r} are not one of {list(_LABEL_KINDS)}")
+        raise InvalidInputError(f"group labels of kind {kind!r} are not one of {list(_LABEL_KINDS)}")
     dtype = obj.get("dtype")
     if dtype is None:  # format of the first release
         big = kind in "iu" and any(isinstance(v, int) and v >= 2**63 for v in values)
         dtype = {"b": bool, "i": np.int64, "u": np.uint64 if big else np.int64,
                  "f": np.float64, "U": str}[kind]
     elif not isinstance(dtype, str):
-        raise ValueError(f"group label dtype must be a string; got {dtype!r:.80}")
+        raise InvalidInputError(f"group label dtype must be a string; got {dtype!r:.80}")
     try:
         dtype = np.dtype(dtype)
     except TypeError:
-        raise ValueError(f"group label dtype {dtype!r:.80} is not a numpy dtype") from None
+        raise InvalidInputError(f"group label dtype {dtype!r:.80} is not a numpy dtype") from None
     want = {"b": bool, "i": int, "u": int, "f": float, "U": str}[kind]
     if dtype.kind != kind or any(type(v) is not want and not (
             kind == "f" and type(v) is int) for v in values):
-        raise ValueError(f"group labels {values!r:.80} do not match their dtype {dtype}")
+        raise InvalidInputError(f"group labels {values!r:.80} do not match their dtype {dtype}")
     try:
         c = np.array(values, dtype=dtype)
     except (OverflowError, ValueError) as exc:
-        raise ValueError(f"group labels {values!r:.80} do not fit dtype {dtype}: {exc}") from None
+        raise InvalidInputError(f"group labels {values!r:.80} do not fit dtype {dtype}: {exc}") from None
     if c.tolist() != values or (len(c) > 1 and not (c[1:] > c[:-1]).all()):
-        raise ValueError(f"group labels {values!r:.80} are not distinct, sorted values of {dtype}")
+        raise InvalidInputError(f"group labels {values!r:.80} are not distinct, sorted values of {dtype}")
     return c
 
 

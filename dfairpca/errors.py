@@ -1,0 +1,36 @@
+"""dfairpca's exceptions: one base class, so that a caller can tell what dfairpca refuses
+on purpose (bad input, parameters, storage, a cluster that cannot do the job) from a bug.
+
+Every error dfairpca raises on purpose is a :class:`DfairpcaError` and also the builtin a
+caller would expect (a :class:`ValueError` for a value it cannot use, a
+:class:`TypeError`, :class:`FileExistsError`, :class:`ConnectionError`, ...), so existing
+``except ValueError`` code keeps working.  The command line prints these (and operating
+system errors) as one line; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DfairpcaError", "InvalidInputError", "InvalidTypeError", "NotFoundError", "RunError"]
+
+
+class DfairpcaError(Exception):
+    """Base of every error dfairpca raises on purpose."""
+
+
+class InvalidInputError(DfairpcaError, ValueError):
+    """A value dfairpca cannot use: data, labels, a parameter, a file's content."""
+
+
+class InvalidTypeError(DfairpcaError, TypeError):
+    """An argument of a type dfairpca does not take."""
+
+
+class NotFoundError(DfairpcaError, KeyError):
+    """A name that is not there: an array of a store, a column, an attribute."""
+
+    def __str__(self) -> str:  # the message, not KeyError's quoted repr of it
+        return str(self.args[0]) if self.args else ""
+
+
+class RunError(DfairpcaError, RuntimeError):
+    """A job that cannot run or complete as asked (its message says how to go on)."""
