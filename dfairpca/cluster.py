@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .base._system import cpu_count
-from .errors import DfairpcaError, InvalidInputError
+from .errors import DfairpcaError, InvalidInputError, PathNotFoundError, UnreachableError
 
 __all__ = [
     "SchedulerUnreachable", "NoWorkers", "WorkersLost", "NotShared", "connect", "describe",
@@ -335,7 +335,7 @@ def scheduler_address_from_file(path, timeout: float = 10) -> str:
             break
         time.sleep(0.1)
     if problem is None:
-        raise FileNotFoundError(
+        raise PathNotFoundError(
             f"scheduler file {str(path)!r} does not exist (waited {timeout:g} s); start the "
             f"scheduler with `dask scheduler --scheduler-file {path}` on storage this "
             "machine shares, or give the address with --scheduler tcp://host:8786"
@@ -518,7 +518,7 @@ def check_workers_see(client, path, what: str, *, output: bool = False, shown=No
     failed = sorted((a, e) for a, e in seen.items() if isinstance(e, BaseException))
     if failed:  # not an answer about the path: a worker that cannot run the question
         (address, exc), more = failed[0], len(failed) - 1
-        raise ConnectionError(
+        raise UnreachableError(
             f"cannot ask the Dask worker {address}{f' (and {more} more)' if more else ''} whether "
             f"it sees {str(shown or path)!r} ({type(exc).__name__}: {exc}); every worker needs "
             "the same dfairpca, dask and distributed versions as this process"

@@ -10,7 +10,8 @@ system errors) as one line; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-__all__ = ["DfairpcaError", "InvalidInputError", "InvalidTypeError", "NotFoundError", "RunError"]
+__all__ = ["DfairpcaError", "InvalidInputError", "InvalidTypeError", "NotFoundError", "RunError",
+           "PathNotFoundError", "PathExistsError", "AccessError", "UnreachableError"]
 
 
 class DfairpcaError(Exception):
@@ -34,3 +35,19 @@ class NotFoundError(DfairpcaError, KeyError):
 
 class RunError(DfairpcaError, RuntimeError):
     """A job that cannot run or complete as asked (its message says how to go on)."""
+
+
+class PathNotFoundError(DfairpcaError, FileNotFoundError):
+    """A path (a store, a model, a bucket) that is not there."""
+
+
+class PathExistsError(DfairpcaError, FileExistsError):
+    """A path that is there but should not be."""
+
+
+class AccessError(DfairpcaError, PermissionError):
+    """A folder or object store that refuses to be read or written."""
+
+
+class UnreachableError(DfairpcaError, ConnectionError):
+    """Storage or a cluster that cannot be reached, or does not answer as it must."""

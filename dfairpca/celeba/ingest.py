@@ -17,7 +17,7 @@ from .schema import (
     ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_SIZE, PARTITION, STORE_KIND, check_positive,
     default_chunk_rows, face_shape, image_shape, shape_attributes,
 )
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, PathNotFoundError
 
 __all__ = ["decode_face", "ingest_celeba"]
 
@@ -114,9 +114,9 @@ def ingest_celeba(
     if size != "full":
         image_shape(size)  # a bad size is refused before any file is read
     if not attr_file.is_file():
-        raise FileNotFoundError(f"CelebA attribute file not found: {attr_file}")
+        raise PathNotFoundError(f"CelebA attribute file not found: {attr_file}")
     if not image_dir.is_dir():
-        raise FileNotFoundError(f"CelebA image directory not found: {image_dir}")
+        raise PathNotFoundError(f"CelebA image directory not found: {image_dir}")
     if chunk_rows is not None:
         check_positive(chunk_rows=chunk_rows)
     # the worker processes start (half a second each) while this one reads the lists
@@ -279,7 +279,7 @@ def _check_images_exist(image_dir: Path, files: list[str], attr_file: Path) -> N
     present = set(os.listdir(image_dir))
     missing = [name for name in files if name not in present]
     if missing:
-        raise FileNotFoundError(
+        raise PathNotFoundError(
             f"image file not found: {image_dir / missing[0]} ({len(missing)} of the images "
             f"listed in {attr_file} are missing)"
         )
@@ -331,7 +331,7 @@ def decode_face(path: str, size: tuple[int, int], color: bool) -> np.ndarray:
                 face = face.resize((out_width, out_height), Image.Resampling.LANCZOS)
             return np.asarray(face, dtype=np.uint8)
     except FileNotFoundError:
-        raise FileNotFoundError(f"image file not found: {path}") from None
+        raise PathNotFoundError(f"image file not found: {path}") from None
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise InvalidInputError(f"corrupt or unreadable image {path}: {exc}") from exc
 

@@ -17,6 +17,7 @@ from .pool import run_tasks, split
 from .render import draw_faces
 from .sampling import sample_attributes
 from .schema import ATTRIBUTE_NAMES, check_positive, image_shape, official_like_partition
+from ..errors import PathExistsError
 
 __all__ = ["CELEBA_IMAGE_SIZE", "write_celeba_jpegs"]
 
@@ -58,7 +59,7 @@ def write_celeba_jpegs(
     check_positive(n=n, quality=quality)
     height, width = image_shape(size)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise FileExistsError(f"{folder} exists and is not an empty folder; pass a new path")
+        raise PathExistsError(f"{folder} exists and is not an empty folder; pass a new path")
     images = folder / "img_align_celeba"
     images.mkdir(parents=True)
     blocks = [(str(images), i, start, min(start + _BLOCK, n), seed, (height, width), quality)

@@ -41,7 +41,7 @@ import zarr.errors
 from ..base._system import rows_per_block
 from ..io._writes import MARKER_KEY, marker_attributes
 from ..io import from_zarr, read_checked, strict_group
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, PathNotFoundError
 
 __all__ = [
     "ROW_DIMENSION",
@@ -241,7 +241,7 @@ def open_group(path: str | os.PathLike | zarr.Group) -> zarr.Group:
         return strict_group(path)
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"no such CelebA store: {path}")
+        raise PathNotFoundError(f"no such CelebA store: {path}")
     if not path.is_dir():
         raise InvalidInputError(f"{path} is not a Zarr group (it is a file, not a directory)")
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ._lee2022 import N_SPLITS
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, PathNotFoundError
 
 
 def _binary(col: np.ndarray, what: str, path: Path) -> np.ndarray:
@@ -33,7 +33,7 @@ def convert(source: Path | str, out: Path | str) -> None:
     paths = {(part, i): source / f"{part}_{i}.csv.gz" for i in range(N_SPLITS) for part in ("train", "test")}
     missing = [p.name for p in paths.values() if not p.is_file()]
     if missing:  # before reading anything
-        raise FileNotFoundError(f"{source} lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}: "
+        raise PathNotFoundError(f"{source} lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}: "
                                 f"expected train_i.csv.gz and test_i.csv.gz for i = 0 to {N_SPLITS - 1}")
     arrays = {}
     for part in ("train", "test"):

@@ -23,7 +23,7 @@ from ._writes import (
     intact_copies, marker, marker_attributes, move_into_place, read_marker, recover,
     recover_for_reading, remove_directory, write_marker, writing_every_chunk,
 )
-from ..errors import InvalidInputError, InvalidTypeError, NotFoundError
+from ..errors import InvalidInputError, InvalidTypeError, NotFoundError, PathNotFoundError
 
 __all__ = [
     "from_zarr", "save_arrays", "load_arrays", "atomic_directory", "atomic_file", "move_into_place",
@@ -553,12 +553,12 @@ def load_arrays(path, kind: str | None = None, layout=None, *, storage_options: 
         # .old- sibling: of path itself, or of the folder holding it (a model's "model")
         for target in (path, path.parent):
             if copies := intact_copies(target):
-                raise FileNotFoundError(
+                raise PathNotFoundError(
                     f"{str(target)!r} is missing because a write to it was cut short; its "
                     f"intact copy is {str(copies[-1])!r}: the next write to {str(target)!r} "
                     f"or dfairpca.io.recover({str(target)!r}) puts it back"
                 )
-        raise FileNotFoundError(
+        raise PathNotFoundError(
             f"{str(path)!r} is not a saved dfairpca object (expected meta.json and arrays.npz)"
         )
     try:

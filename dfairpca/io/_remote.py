@@ -46,7 +46,7 @@ from ._marker import (
     ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, marker, marker_attributes, not_ours,
     refusal, running, sibling_name, sibling_pattern, warn_kept, zarr_foreign, zarr_layout,
 )
-from ..errors import InvalidInputError
+from ..errors import AccessError, InvalidInputError, PathNotFoundError, UnreachableError
 
 __all__ = [
     "is_remote", "local_path", "Location", "location", "explained", "zarr_store", "store_url", "read_marker",
@@ -173,26 +173,26 @@ def explained(exc: BaseException, url: str, options: dict | None = None) -> Base
     endpoint = (options.get("endpoint_url") or (options.get("client_kwargs") or {}).get("endpoint_url")
                 or (os.environ.get("AWS_ENDPOINT_URL") if url.startswith("s3") else None))
     if "NoCredentialsError" in names or "Unable to locate credentials" in text:
-        return PermissionError(
+        return AccessError(
             f"no credentials for {url}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or pass "
             "storage_options={'key': ..., 'secret': ...} (--storage-options on the command "
             "line), or {'anon': True} for a public bucket")
     unreachable = {"EndpointConnectionError", "ClientConnectorError", "ConnectTimeoutError",
                    "ConnectionClosedError", "ServerDisconnectedError", "ConnectionRefusedError"}
     if names & unreachable or isinstance(exc, (ConnectionError, TimeoutError)):
-        return ConnectionError(
+        return UnreachableError(
             f"cannot reach the storage of {url}{f' at {endpoint}' if endpoint else ''} ({short}): "
             "check the endpoint (storage_options endpoint_url, or AWS_ENDPOINT_URL) and that "
             "the server is up")
     if ("InvalidAccessKeyId" in text or "SignatureDoesNotMatch" in text or "AccessDenied" in text
             or isinstance(exc, PermissionError)):
-        return PermissionError(
+        return AccessError(
             f"the storage refused access to {url} ({short}): check the credentials "
             "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or key/secret in storage_options) and "
             "the bucket's permissions")
     if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
         bucket = url.split("://", 1)[-1].split("/", 1)[0]
-        return FileNotFoundError(f"no bucket {bucket!r} for {url}: create it, or correct the URL")
+        return PathNotFoundError(f"no bucket {bucket!r} for {url}: create it, or correct the URL")
     botocore = any(c.__module__.startswith("botocore") for c in type(exc).__mro__)
     if (isinstance(exc, (TypeError, ValueError, AttributeError)) or botocore) and _making_the_client(exc):
         return InvalidInputError(
@@ -563,7 +563,7 @@ def local_copy(loc: Location):
         with _requests(loc):
             keys = _keys(loc)
             if not keys:
-                raise FileNotFoundError(f"nothing is stored at {loc.url}")
+                raise PathNotFoundError(f"nothing is stored at {loc.url}")
             for k in keys:
                 (local / k).parent.mkdir(parents=True, exist_ok=True)
                 loc.fs.get_file(f"{loc.path}/{k}", str(local / k))
@@ -584,7 +584,7 @@ def open_zarr(store, storage_options: dict | None = None):
     if not is_remote(store):
         path = local_path(store)
         if not path.exists():
-            raise FileNotFoundError(f"no Zarr store at {str(path)!r}")
+            raise PathNotFoundError(f"no Zarr store at {str(path)!r}")
         try:  # absolute: a worker's working directory is not this process's
             return zarr.open(os.path.abspath(path), mode="r")
         except Exception as exc:  # zarr raises several types for "not a store"
@@ -592,7 +592,7 @@ def open_zarr(store, storage_options: dict | None = None):
     loc = location(store, storage_options)
     with _requests(loc):
         if not _keys(loc):
-            raise FileNotFoundError(f"no Zarr store at {loc.url} (nothing is stored there)")
+            raise PathNotFoundError(f"no Zarr store at {loc.url} (nothing is stored there)")
         check_settled(loc)  # an overwrite cut short mid-copy holds old and new chunks
         try:
             return zarr.open(zarr_store(loc), mode="r")

@@ -30,7 +30,7 @@ from ._marker import (
 )
 from ._remote import is_remote
 from ..base._version import code_digest
-from ..errors import InvalidInputError
+from ..errors import AccessError, InvalidInputError
 
 __all__ = [
     "atomic_directory", "atomic_file", "staged_locally", "stage_folder", "check_stage_dir",
@@ -423,7 +423,7 @@ def _stage_root(folder: Path, loc) -> None:
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise PermissionError(
+        raise AccessError(
             f"cannot make {folder.parent}, where {loc.url} is staged ({exc.strerror}): set "
             f"stage_dir= (--stage-dir) or ${STAGE_ENV} to a writable local folder") from None
 
@@ -709,7 +709,7 @@ def _not_writable(path: Path, folder: Path, exc: OSError) -> PermissionError:
     """The error for an output whose folder cannot be written."""
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
-    return PermissionError(
+    return AccessError(
         f"cannot write {path}: the directory {folder} is not writable ({exc.strerror}); "
         "choose an output path in a writable directory"
     )

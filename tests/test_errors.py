@@ -1,0 +1,35 @@
+"""One exception base: what dfairpca refuses on purpose is a DfairpcaError and the builtin a
+caller expects; the command line prints those as one line and a bug with its traceback."""
+
+import numpy as np
+import pytest
+
+import dfairpca
+from dfairpca import cli
+from dfairpca.errors import DfairpcaError, InvalidInputError
+
+
+def test_refusals_are_dfairpca_errors_and_the_builtin_callers_expect():
+    with pytest.raises(DfairpcaError) as info:
+        dfairpca.PCA(n_components=-1).fit(np.ones((5, 3)))
+    assert isinstance(info.value, ValueError) and isinstance(info.value, InvalidInputError)
+    with pytest.raises(DfairpcaError) as info:
+        dfairpca.load("/nonexistent/model")
+    assert isinstance(info.value, (OSError, ValueError))
+    assert dfairpca.DfairpcaError is DfairpcaError
+
+
+def test_the_command_line_prints_refusals_in_one_line_and_bugs_with_their_traceback(monkeypatch, capsys):
+    def refuses(args):
+        raise InvalidInputError("a refusal, said plainly")
+
+    monkeypatch.setattr(cli, "cmd_show", refuses)
+    assert cli.main(["show", "m", "s.zarr", "--out", "x.png"]) == 2
+    assert capsys.readouterr().err == "dfairpca show: error: a refusal, said plainly\n"
+
+    def bug(args):
+        raise ValueError("an internal invariant broke")
+
+    monkeypatch.setattr(cli, "cmd_show", bug)
+    with pytest.raises(ValueError, match="internal invariant"):  # not swallowed into one line
+        cli.main(["show", "m", "s.zarr", "--out", "x.png"])
