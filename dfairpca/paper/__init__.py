@@ -47,6 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="run the parts side by side in this many processes ")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a report dfairpca wrote at --out (nothing else is replaced)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the summary (the report's path, parts, times, agreement "
+                             "with the paper's tables) as one JSON line on stdout; everything "
+                             "else goes to stderr")
     return parser
 
 

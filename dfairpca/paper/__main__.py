@@ -3,21 +3,27 @@
 Errors are one line and exit status 2, Ctrl-C one line and 130, as ``dfairpca paper``'s.
 """
 
+import contextlib
 import json
 import sys
 
-from . import PROG, main
+from . import PROG, build_parser, main
 
 if __name__ == "__main__":
     from ..cli import EXIT_INTERRUPTED, ONE_LINE_ERRORS, one_line
 
+    args = build_parser().parse_args()
+    stdout = sys.stdout
     try:
-        summary = main()
+        # with --json, stdout holds the JSON line only: the human line goes to stderr
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            summary = main(args)
     except ONE_LINE_ERRORS as exc:
         print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
-    print(json.dumps(summary, indent=1))
+    if args.json:
+        print(json.dumps(summary, allow_nan=False), file=stdout, flush=True)
     sys.exit(0)

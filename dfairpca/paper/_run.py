@@ -185,7 +185,8 @@ def run(out, quick: bool = False, parts=("tables", "synthetic", "tradeoff", "fac
         rep.parts += body.parts
         rep.write()
     _pieces.discard(out)
-    _log(f"wrote {Path(out) / 'README.md'} and its CSV and PNG files ({wall / 60:.1f} min)")
+    # the result, on stdout (progress went to stderr)
+    print(f"wrote {Path(out) / 'README.md'} and its CSV and PNG files ({wall / 60:.1f} min)", flush=True)
     return summary
 
 

@@ -276,3 +276,21 @@ def test_an_interrupted_run_resumes_from_its_finished_pieces(tmp_path, capsys):
     assert (out / "synthetic_by_d.csv").is_file() and not _pieces.folder(out).exists()
     ds = {r["d"] for r in _read(out / "synthetic_by_d.csv")}
     assert ds == {"20", "60"}
+
+
+def test_the_human_line_goes_to_stdout_and_json_only_when_asked(tmp_path):
+    """Like every dfairpca command: the result on stdout, progress on stderr; with --json,
+    stdout is one JSON line and the human line moves to stderr."""
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "dfairpca.paper", "--quick", "--only", "faces"]
+    plain = subprocess.run([*base, "--out", str(tmp_path / "a")], capture_output=True, text=True,
+                           timeout=300)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.startswith("wrote ") and plain.stdout.count("\n") == 1, plain.stdout
+    asked = subprocess.run([*base, "--out", str(tmp_path / "b"), "--json"], capture_output=True,
+                           text=True, timeout=300)
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout)["parts"] == ["faces"] and asked.stdout.count("\n") == 1
+    assert "wrote " in asked.stderr
