@@ -54,6 +54,11 @@ class CLIError(DfairpcaError):
 #: exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it
 EXIT_INTERRUPTED = 130
 
+#: the kind in dfairpca's marker of what ``transform`` writes: another kind than the data
+#: stores of synth and ingest ("store"), so that ``transform --overwrite`` can never replace
+#: a data set (an ingest of hours), nor synth one of its results
+TRANSFORM_KIND = "transform output"
+
 #: the errors a command reports in one line, exit status 2: what dfairpca refuses on purpose
 #: and what the operating system refuses (a file, a permission, a connection); anything
 #: else is a bug and keeps its traceback
@@ -775,9 +780,9 @@ def cmd_transform(args):
     from .io import check_written
 
     start = time.perf_counter()
-    out = _place(args.out, "store", _storage(args))
+    out = _place(args.out, TRANSFORM_KIND, _storage(args))
     protect = {**_input_paths(args), "the model": args.model}
-    _check_out(out, "store", args.overwrite, protect)
+    _check_out(out, TRANSFORM_KIND, args.overwrite, protect)
     model = load(args.model, storage_options=_storage(args))
     data = _data(args)
     X = data.X
@@ -794,14 +799,14 @@ def cmd_transform(args):
         t = time.perf_counter()
         check_inputs_shared(X, client)
         # a URL's result is written by the workers straight to its temporary prefix
-        with atomic_directory(out, "store", overwrite=args.overwrite, protect=protect,
+        with atomic_directory(out, TRANSFORM_KIND, overwrite=args.overwrite, protect=protect,
                               direct=True) as tmp, writing_every_chunk():
             import zarr
 
             check_workers_see(client, tmp, "the output store", output=True, shown=out)
             g = zarr.open_group(zarr_store(tmp, _storage(args)), mode="w", attributes={
                 "model": str(args.model), "source": data.label, "content": name,
-                **marker_attributes("store"),
+                **marker_attributes(TRANSFORM_KIND),
             })
             # created here, not by da.to_zarr, so that it writes every chunk (the setting
             # travels with the array to the workers)

@@ -48,6 +48,7 @@ _KNOWN_ENTRIES = {
 #: CelebA layout's arrays and a representation; a member of another name is a user's
 _KNOWN_MEMBERS = {
     "store": {"images", "attributes", "partition", "representation"},
+    "transform output": {"images", "attributes", "partition", "representation"},
 }
 
 

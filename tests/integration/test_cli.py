@@ -89,7 +89,7 @@ def test_fit_transform_show_round_trip(store, tmp_path, capsys, sched):
         a = g["attributes"][:, names.index(name)]
         assert np.abs(Y[a == 1].mean(0) - Y[a == 0].mean(0)).max() < 1e-4 * np.abs(Y).max()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
-    assert dfairpca.io.read_marker(rep)["kind"] == "store"
+    assert dfairpca.io.read_marker(rep)["kind"] == "transform output"
     # every chunk on disk, the all-zero ones too (the first 256 rows are all "train", 0)
     assert not g["partition"][:256].any()
     for name in ("representation", "attributes", "partition"):
@@ -517,6 +517,20 @@ def test_faces_too_large_to_draw_are_one_line_before_anything_is_written(tmp_pat
                        capsys)
     assert code == 2 and err.count("\n") == 1 and "GiB" in err and "smaller size" in err, err
     assert "Traceback" not in err and list(tmp_path.iterdir()) == []  # nothing left behind
+
+
+def test_transform_never_replaces_a_data_store(store, tmp_path, capsys):
+    """A data set written by synth or ingest (hours of an ingest) is another kind than what
+    transform writes: transform --overwrite refuses it, and synth refuses a transform's."""
+    import shutil
+
+    data = tmp_path / "data.zarr"
+    shutil.copytree(store, data)
+    before = tree(data)
+    code, _, err = run(["transform", tmp_path / "m", store, "--out", data, "--overwrite", *NO_CLUSTER],
+                       capsys)
+    assert code == 2 and "holds a dfairpca store, not a transform output" in err, err
+    assert tree(data) == before
 
 
 def test_a_read_only_output_folder_is_refused_before_any_cluster(store, tmp_path, capsys):

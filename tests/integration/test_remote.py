@@ -243,7 +243,7 @@ def test_cli_fit_with_urls_resumes_an_s3_checkpoint_and_transform_writes_back(
     np.testing.assert_allclose(Y, expected, rtol=1e-6, atol=1e-6)
     g = zarr.open_group("s3://data/out/rep.zarr", mode="r", storage_options=s3)
     np.testing.assert_array_equal(g["attributes"][:, 0], z)  # the labels travel along
-    assert dfairpca.io.read_marker(rep, storage_options=s3)["kind"] == "store"
+    assert dfairpca.io.read_marker(rep, storage_options=s3)["kind"] == "transform output"
     assert sorted(_fs(s3).ls("data/out", detail=False)) == ["data/out/rep.zarr"]
     # its own output is replaced only when asked, and then atomically (no leftovers)
     code, _, err = run(["transform", model, url, "--out", rep, *so], capsys)
