@@ -117,6 +117,17 @@ def test_mle_log_likelihood_of_every_rank_equals_scikit_learns_formula():
     assert mle_rank(spectrum * 1e6, 300) == mle_rank(spectrum, 300)  # any common scale
 
 
+def test_mle_on_exactly_low_rank_data_keeps_the_rank_whatever_the_chunking():
+    """Eigenvalues at the rounding of the covariance are no dimension: k never exceeds the
+    rank, for any chunking or scale."""
+    rng = np.random.default_rng(0)
+    L = rng.standard_normal((500, 3)) @ rng.standard_normal((3, 20))
+    for scale in (1.0, 1e9):
+        for rows in (500, 100, 37, 7):
+            fit = dfairpca.PCA("mle").fit(da.from_array(L * scale, chunks=(rows, 20)))
+            assert fit.n_components_ == 3, (scale, rows)
+
+
 def test_mle_is_refused_where_it_cannot_run():
     X = _data(20, 30)
     with pytest.raises(ValueError, match="mle.*at least as many rows as features"):

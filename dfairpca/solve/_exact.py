@@ -170,5 +170,9 @@ def mle_evidence(spectrum, n: int) -> np.ndarray:
             pairs = k * (d - k) + k * (k - 1) / 2.0
             pa[k - 1] = inner[k] + outer + pairs * np.log(n)
         ll = pu + pl + pv + pp - pa / 2.0 - ranks * np.log(n) / 2.0
-    ll[lam[:-1] < 1e-15] = -np.inf  # a vanishing k-th eigenvalue: that k is ruled out
+    # a vanishing k-th eigenvalue rules k out: scikit-learn's absolute floor, and one
+    # relative to the largest, below which an eigenvalue of the d x d covariance is its
+    # rounding (it then varied with the chunking, and noise directions were chosen)
+    floor = max(1e-15, d * np.finfo(np.float64).eps * max(float(lam[0]), 0.0))
+    ll[lam[:-1] < floor] = -np.inf
     return np.where(np.isnan(ll), -np.inf, ll)
