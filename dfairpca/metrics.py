@@ -174,6 +174,7 @@ def group_reconstruction_error(model, X, sensitive_features=None, *, baseline=No
     import pandas as pd
 
     from .inputs._groups import encode_groups
+    from .inputs._validation import with_known_rows
 
     models = [model] if baseline is None else [model, baseline]
     for m in models:
@@ -185,11 +186,8 @@ def group_reconstruction_error(model, X, sensitive_features=None, *, baseline=No
             )
         if not hasattr(m, "components_"):
             raise InvalidInputError(f"{type(m).__name__} is not fitted: call fit first")
-    if baseline is not None and baseline.n_features_in_ != model.n_features_in_:
-        raise InvalidInputError(
-            f"the baseline takes {baseline.n_features_in_} features, the model "
-            f"{model.n_features_in_}: the baseline must be fitted on the same features"
-        )
+    if isinstance(X, da.Array):  # rows filtered by their values: their count, in one read
+        X, sensitive_features = with_known_rows(X, sensitive_features)
     inp = model._input(X, reset=False)
     if sensitive_features is None:
         if inp.labels is None:
@@ -199,6 +197,14 @@ def group_reconstruction_error(model, X, sensitive_features=None, *, baseline=No
             )
         sensitive_features = inp.labels
     data = inp.data[:, inp.features] if len(inp.numeric) else inp.data
+    # the reconstructed features: X less the model's protected columns; a baseline may take
+    # X as the model does, or those features alone (a PCA fitted without the protected columns)
+    if baseline is not None and baseline.n_features_in_ not in (model.n_features_in_, data.shape[1]):
+        raise InvalidInputError(
+            f"the baseline takes {baseline.n_features_in_} features; the model takes "
+            f"{model.n_features_in_} and reconstructs {data.shape[1]}: fit the baseline on the "
+            "same features (with or without the protected columns)"
+        )
     n = data.shape[0]
     groups = encode_groups(sensitive_features, n, require_two=False)
     # one code per combination of the attributes' groups present
@@ -206,7 +212,8 @@ def group_reconstruction_error(model, X, sensitive_features=None, *, baseline=No
     codes = codes.reshape(-1)
     errors = []
     for m in models:
-        R = m.inverse_transform(m.transform(X))
+        source = X if m is model or m.n_features_in_ == model.n_features_in_ else _without(X, inp.sensitive)
+        R = m.inverse_transform(m.transform(source))
         if R.shape[1] != data.shape[1]:
             raise InvalidInputError(
                 f"{type(m).__name__} reconstructs {R.shape[1]} features, the model "
@@ -229,6 +236,12 @@ def group_reconstruction_error(model, X, sensitive_features=None, *, baseline=No
         out["baseline_error"] = sums[1] / rows
         out["ratio"] = out["error"] / out["baseline_error"]
     return out
+
+
+def _without(X, positions):
+    """X without its columns at ``positions`` (a DataFrame keeps its column names)."""
+    keep = np.setdiff1d(np.arange(X.shape[1]), np.asarray(positions, dtype=np.intp))
+    return X.iloc[:, keep] if hasattr(X, "iloc") else X[:, keep]
 
 
 def _row_errors(X, R):

@@ -153,3 +153,35 @@ def test_group_reconstruction_error_refuses_what_it_cannot_measure():
         metrics.group_reconstruction_error(fair, X)
     with pytest.raises(ValueError, match="same features"):
         metrics.group_reconstruction_error(fair, X, z, baseline=dfairpca.PCA(2).fit(X[:, :4]))
+
+
+def test_group_reconstruction_error_with_protected_columns_and_filtered_dask_rows():
+    """A model fitted with sensitive_feature_ids takes a PCA baseline fitted without those
+    columns; Dask rows filtered by their values (unknown chunk sizes) are counted first."""
+    import warnings
+
+    import pandas as pd
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(400, 6))
+    sex = np.where(rng.random(400) < 0.4, "f", "m")
+    df = pd.DataFrame(X, columns=[f"f{i}" for i in range(6)])
+    df.insert(0, "sex", sex)
+    fair = dfairpca.FairPCA(2, sensitive_feature_ids=["sex"]).fit(df)
+    pca = dfairpca.PCA(2).fit(df.drop(columns="sex"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "X does not have valid feature names"
+        got = metrics.group_reconstruction_error(fair, df, baseline=pca)
+    R = fair.inverse_transform(fair.transform(df))
+    Rb = pca.inverse_transform(pca.transform(df.drop(columns="sex")))
+    for g in ("f", "m"):
+        assert got.loc[g, "error"] == pytest.approx(((X - R) ** 2).sum(1)[sex == g].mean(), rel=1e-12)
+        assert got.loc[g, "baseline_error"] == pytest.approx(((X - Rb) ** 2).sum(1)[sex == g].mean(),
+                                                             rel=1e-12)
+    plain = dfairpca.FairPCA(2).fit(X, sensitive_features=sex)
+    Xd = da.from_array(X, chunks=(100, 6))
+    keep = Xd[:, 0] > 0
+    filtered = metrics.group_reconstruction_error(plain, Xd[keep], da.from_array(sex, chunks=100)[keep])
+    direct = metrics.group_reconstruction_error(plain, X[X[:, 0] > 0], sex[X[:, 0] > 0])
+    np.testing.assert_allclose(filtered["error"], direct["error"], rtol=1e-12)
+    assert filtered["rows"].tolist() == direct["rows"].tolist()
