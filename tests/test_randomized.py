@@ -479,3 +479,15 @@ def test_estimators_resume_a_randomized_checkpoint(tmp_path, stop_after):
     np.testing.assert_allclose(got.components_, ref.components_, atol=1e-6)
     pca = dfairpca.PCA(4, **est).fit(X, checkpoint=ck, keep_checkpoint=True)
     assert pca.fitted_svd_solver_ == "randomized" and (ck / "state.npz").is_file()
+
+
+def test_the_exact_pass_on_workers_with_many_threads_and_little_memory_is_refused():
+    """Each worker thread folds into its own d x d sum: a worker whose threads' sums exceed
+    half its memory limit would be restarted mid-pass (a pass that then never ends)."""
+    from dfairpca.solve._randomized import check_exact_memory
+
+    small = [("tcp://10.0.0.1:1", 16, 500_000_000)]
+    with pytest.raises(ValueError, match="16 threads.*tcp://10.0.0.1:1.*svd_solver='randomized'"):
+        check_exact_memory(2500, 1 << 40, "pass svd_solver='randomized'", workers=small)
+    check_exact_memory(100, 1 << 40, "-", workers=small)  # 16 x 12 x 100^2 bytes: fits
+    check_exact_memory(2500, 1 << 40, "-", workers=[("tcp://x:1", 16, 0)])  # no limit: not checked

@@ -43,7 +43,7 @@ from ..cluster import WorkersLost
 from ..errors import InvalidInputError
 
 __all__ = ["RandomizedFit", "fit_randomized", "resolve_iterated_power", "choose_svd_solver",
-           "check_exact_memory", "memory_budget", "needs_dense_message", "N_OVERSAMPLES", "AUTO_RTOL"]
+           "check_exact_memory", "worker_memory", "memory_budget", "needs_dense_message", "N_OVERSAMPLES", "AUTO_RTOL"]
 
 #: scikit-learn's default oversampling: the block has k + 10 columns
 N_OVERSAMPLES = 10
@@ -585,17 +585,48 @@ def choose_svd_solver(d: int, k: int, n_oversamples: int) -> str:
     return "randomized" if per_row < d else "covariance_eigh"
 
 
-def check_exact_memory(d: int, budget: int, instead: str) -> None:
-    """Raise before the pass if the exact fit's d x d matrices (``EXACT_COPIES * 8 d^2``
-    bytes) exceed ``budget`` (:func:`memory_budget`), naming ``instead``: what to pass."""
+#: what the exact pass holds per worker thread, in bytes per d^2: its running float64 total
+#: and the float32 product of the chunk at hand (a worker runs one chain per thread)
+PASS_BYTES_PER_THREAD = 12
+
+
+def check_exact_memory(d: int, budget: int, instead: str, workers=None) -> None:
+    """Raise before the pass if the exact fit's d x d matrices do not fit: here,
+    ``EXACT_COPIES * 8 d^2`` bytes against ``budget`` (:func:`memory_budget`); on every
+    worker of ``workers`` (``(address, threads, memory limit)``, default the active
+    Client's, :func:`worker_memory`), ``PASS_BYTES_PER_THREAD d^2`` per thread against half
+    its limit.  ``instead``: what to pass."""
     need = EXACT_COPIES * 8 * d * d
+    anyway = "or svd_solver='full' to run the exact fit anyway"
     if need > budget:
         raise InvalidInputError(
             f"svd_solver='auto' chose the exact fit, whose {EXACT_COPIES} d x d float64 matrices "
             f"need about {need / 1e9:,.1f} GB at d = {d:,}, more than half the memory available "
-            f"here or on the smallest worker ({budget / 1e9:,.1f} GB): {instead}, or "
-            "svd_solver='full' to run the exact fit anyway"
+            f"here or on the smallest worker ({budget / 1e9:,.1f} GB): {instead}, {anyway}"
         )
+    for address, threads, limit in worker_memory() if workers is None else workers:
+        held = threads * PASS_BYTES_PER_THREAD * d * d
+        if limit and held > limit // 2:
+            raise InvalidInputError(
+                f"svd_solver='auto' chose the exact fit, whose pass holds a d x d sum and a "
+                f"chunk's d x d product per worker thread: {threads} threads x "
+                f"{PASS_BYTES_PER_THREAD} x {d:,}^2 bytes = {held / 1e9:,.1f} GB on the worker "
+                f"{address}, more than half its memory limit ({limit / 1e9:,.1f} GB); a worker "
+                f"over its limit is restarted and the pass may wait for it for ever: {instead}, "
+                f"fewer threads per worker, {anyway}"
+            )
+
+
+def worker_memory() -> list[tuple[str, int, int]]:
+    """``(address, threads, memory limit in bytes, 0 for none)`` of every worker of the
+    active ``distributed.Client`` ([] without one)."""
+    try:
+        from distributed import get_client
+
+        workers = get_client().scheduler_info()["workers"]
+    except (ImportError, ValueError):
+        return []
+    return [(a, int(w.get("nthreads") or 1), int(w.get("memory_limit") or 0)) for a, w in workers.items()]
 
 
 def memory_budget() -> int:
