@@ -5,9 +5,10 @@ chunked pass over numpy, Dask or Zarr arrays, then a small local eigenproblem.
 """
 
 from .base._version import __version__
-from .errors import DfairpcaError
+from .errors import DfairpcaError, DfairpcaWarning
 
-__all__ = ["PCA", "FairPCA", "FairKernelPCA", "Moments", "merge", "compute_moments", "from_zarr", "load", "DfairpcaError", "__version__"]
+__all__ = ["PCA", "FairPCA", "FairKernelPCA", "Moments", "merge", "compute_moments", "from_zarr", "load", "DfairpcaError", "DfairpcaWarning",
+           "__version__"]
 
 #: where each public name lives, imported on first use (PEP 562): a worker process that
 #: unpickles a function of dfairpca.celeba imports the package, and scikit-learn, SciPy

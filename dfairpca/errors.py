@@ -1,17 +1,24 @@
-"""dfairpca's exceptions: one base class, so that a caller can tell what dfairpca refuses
-on purpose (bad input, parameters, storage, a cluster that cannot do the job) from a bug.
+"""dfairpca's exceptions and warnings: one base class for each, so that a caller can tell
+what dfairpca refuses on purpose (bad input, parameters, storage, a cluster that cannot do
+the job) from a bug, and silence or escalate one kind of warning alone.
 
 Every error dfairpca raises on purpose is a :class:`DfairpcaError` and also the builtin a
 caller would expect (a :class:`ValueError` for a value it cannot use, a
 :class:`TypeError`, :class:`FileExistsError`, :class:`ConnectionError`, ...), so existing
 ``except ValueError`` code keeps working.  The command line prints these (and operating
 system errors) as one line; anything else is a bug and keeps its traceback.
+
+Every warning is a :class:`DfairpcaWarning` (a :class:`UserWarning`); e.g.
+``warnings.simplefilter("error", ConstraintDroppedWarning)`` makes a fit whose groups
+impose no constraint an error.
 """
 
 from __future__ import annotations
 
 __all__ = ["DfairpcaError", "InvalidInputError", "InvalidTypeError", "NotFoundError", "RunError",
-           "PathNotFoundError", "PathExistsError", "AccessError", "UnreachableError"]
+           "PathNotFoundError", "PathExistsError", "AccessError", "UnreachableError",
+           "DfairpcaWarning", "ConstraintDroppedWarning", "NumericAttributeWarning",
+           "DiscardedWriteWarning", "KeptFilesWarning"]
 
 
 class DfairpcaError(Exception):
@@ -51,3 +58,25 @@ class AccessError(DfairpcaError, PermissionError):
 
 class UnreachableError(DfairpcaError, ConnectionError):
     """Storage or a cluster that cannot be reached, or does not answer as it must."""
+
+
+class DfairpcaWarning(UserWarning):
+    """Base of every warning dfairpca gives."""
+
+
+class ConstraintDroppedWarning(DfairpcaWarning):
+    """A group (or numeric attribute) whose mean equals the overall mean (its covariance
+    with the features is zero) to rounding: it imposes no constraint and none is kept."""
+
+
+class NumericAttributeWarning(DfairpcaWarning):
+    """A protected column of a few whole numbers is treated as a number (decorrelated), not
+    as that many groups with equal means."""
+
+
+class DiscardedWriteWarning(DfairpcaWarning):
+    """An interrupted write made with other settings or code was discarded, not resumed."""
+
+
+class KeptFilesWarning(DfairpcaWarning):
+    """A removal of dfairpca's output kept the directory for the user's files in it."""

@@ -33,3 +33,26 @@ def test_the_command_line_prints_refusals_in_one_line_and_bugs_with_their_traceb
     monkeypatch.setattr(cli, "cmd_show", bug)
     with pytest.raises(ValueError, match="internal invariant"):  # not swallowed into one line
         cli.main(["show", "m", "s.zarr", "--out", "x.png"])
+
+
+def test_each_kind_of_warning_can_be_escalated_alone():
+    """Every warning is a DfairpcaWarning (a UserWarning): a user can make one kind an error
+    and leave the others, e.g. a group that imposes no constraint."""
+    import warnings
+
+    from dfairpca.errors import ConstraintDroppedWarning, DfairpcaWarning, NumericAttributeWarning
+
+    rng = np.random.default_rng(12)
+    X = rng.normal(size=(400, 8))
+    z = np.arange(400) % 2
+    X[z == 1] = X[z == 0]  # identical halves: equal group means, exactly
+    with pytest.warns(ConstraintDroppedWarning, match="no constraint") as record:
+        dfairpca.FairPCA(3).fit(X, sensitive_features=z)
+    assert all(issubclass(w.category, DfairpcaWarning) and issubclass(w.category, UserWarning)
+               for w in record)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConstraintDroppedWarning)
+        with pytest.raises(ConstraintDroppedWarning):
+            dfairpca.FairPCA(3).fit(X, sensitive_features=z)
+        warnings.simplefilter("ignore", NumericAttributeWarning)  # others stay as they are
+    assert dfairpca.DfairpcaWarning is DfairpcaWarning

@@ -39,7 +39,7 @@ from ..io._writes import (
     writing_every_chunk,
 )
 from .schema import IMAGES, PARTITION, STORE_KIND, check_positive, create_store
-from ..errors import InvalidInputError, RunError
+from ..errors import DiscardedWriteWarning, InvalidInputError, RunError
 
 __all__ = ["Split", "Workers", "partial_path", "resolve_jobs", "run_tasks", "worker_processes", "write_rows",
            "write_store"]
@@ -139,7 +139,7 @@ def write_store(
                 warnings.warn(f"discarded the interrupted write in {partial}: it was made with other "
                               "settings (source, seed, size, colour, n or chunk rows) or other "
                               "dfairpca code than this call, so its chunks cannot be reused",
-                              UserWarning, stacklevel=3)
+                              DiscardedWriteWarning, stacklevel=3)
             if read_marker(partial) is not None:  # its chunk marks are dfairpca's too
                 shutil.rmtree(partial / DONE_DIR, ignore_errors=True)
                 # a user's file that remove_directory keeps would go with create_store's mode="w"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..base._system import rows_per_block
-from ..errors import InvalidInputError, InvalidTypeError
+from ..errors import InvalidInputError, InvalidTypeError, NumericAttributeWarning
 
 __all__ = [
     "as_data", "compute_dtype_for", "check_n_features", "with_known_rows", "check_finite_output",
@@ -442,7 +442,7 @@ def warn_integer_codes(arr, positions, names) -> None:
                 "it is treated as a number (the representation is made uncorrelated with it), "
                 f"not as {len(values)} groups with equal means; to equalise the group means "
                 "pass it as a categorical or text column, or as sensitive_features=",
-                UserWarning, stacklevel=4,
+                NumericAttributeWarning, stacklevel=4,
             )
 
 

@@ -7,7 +7,7 @@ fsspec URLs (copies); both import them from here, so that one rule holds in both
 
 from __future__ import annotations
 
-from ..errors import DfairpcaError
+from ..errors import DfairpcaError, KeptFilesWarning
 
 import os
 import re
@@ -383,4 +383,4 @@ def warn_kept(where: str, kind: str, foreign) -> None:
     import warnings
 
     warnings.warn(f"removed dfairpca's {kind} from {where} but kept the directory and what "
-                  f"dfairpca did not write in it: {', '.join(foreign)}", UserWarning, stacklevel=3)
+                  f"dfairpca did not write in it: {', '.join(foreign)}", KeptFilesWarning, stacklevel=3)

@@ -30,7 +30,7 @@ from ._marker import (
 )
 from ._remote import is_remote
 from ..base._version import code_digest
-from ..errors import AccessError, InvalidInputError
+from ..errors import AccessError, DiscardedWriteWarning, InvalidInputError
 
 __all__ = [
     "atomic_directory", "atomic_file", "staged_locally", "stage_folder", "check_stage_dir",
@@ -449,7 +449,7 @@ def _open_stage(folder: Path, loc, key: dict, *, overwrite: bool) -> None:
 
             warnings.warn(f"discarded the interrupted write for {loc.url} in {folder}: it was made "
                           "with other settings or other dfairpca code than this call, so it cannot "
-                          "be reused", UserWarning, stacklevel=4)
+                          "be reused", DiscardedWriteWarning, stacklevel=4)
         remove_directory(folder, STAGE_KIND)
     tmp = _sibling(folder, "tmp")  # the stage appears whole: marker, record and work folder
     _ACTIVE.add(tmp.name)

@@ -17,7 +17,7 @@ import numpy as np
 from ..base import _solvers
 from ..base._params import Check, one_of
 from ..stats.moments import Moments
-from ..errors import InvalidInputError
+from ..errors import ConstraintDroppedWarning, InvalidInputError
 
 __all__ = ["CONSTRAINTS", "CONSTRAINT_RULES", "fair_k_limit", "check_fair_k", "certify",
            "set_certificate", "fair_feature_names", "group_constraints", "numeric_constraints",
@@ -142,7 +142,7 @@ def group_constraints(m: Moments, names) -> np.ndarray:
                     "float64 rounding in every feature (within 2 n eps of the feature's root "
                     "mean square, the rounding bound of means of these rows), so they impose "
                     "no constraint and none is kept for them",
-                    UserWarning, stacklevel=4,
+                    ConstraintDroppedWarning, stacklevel=4,
                 )
         C[zero] = 0.0
     return C
@@ -187,7 +187,7 @@ def numeric_constraint_rows(C, zz, ff: float, means, n: int, exponent: int, prec
         warnings.warn(
             f"{names[j]}: its covariance with the features is float64 rounding (below "
             f"{floor[j]:.2e} in the scatter's units), so it imposes no constraint and none is kept",
-            UserWarning, stacklevel=5,
+            ConstraintDroppedWarning, stacklevel=5,
         )
     C[zero] = 0.0
     return C

@@ -18,7 +18,7 @@ from sklearn.metrics import pairwise
 
 from ..base import _solvers, _system
 from ..inputs._validation import check_finite_input, row_origin
-from ..errors import InvalidInputError
+from ..errors import ConstraintDroppedWarning, InvalidInputError
 
 __all__ = ["KERNELS", "BLOCK_BYTES", "kernel_function", "block_rows", "expand", "nystroem_features",
            "numeric_attributes", "kernel_matrix", "centre_in_place", "centred_onehot",
@@ -240,7 +240,7 @@ def zero_groups(C, G, Z, Kc, categories, names):
                     f"group(s) {', '.join(str(c) for c in np.asarray(cats)[zero])} of {name}: "
                     "the mean in the kernel's feature space equals the overall mean to rounding")
             warnings.warn(f"{what}, so they impose no constraint and none is kept",
-                          UserWarning, stacklevel=4)
+                          ConstraintDroppedWarning, stacklevel=4)
             KZ[:, zero], sq[zero] = 0.0, 0.0
         columns.append((KZ, sq))
     return columns
