@@ -333,17 +333,26 @@ def _table(path, columns: list[str], option: str, data: _Data):
                 f"reading the Parquet file {path} needs pyarrow, which is not installed: "
                 "pip install pyarrow, or save the table as CSV"
             ) from None
-        have = pq.read_schema(path).names
+        kind = "Parquet"
+        schema = lambda: pq.read_schema(path).names
         read = lambda: pd.read_parquet(path, columns=columns, engine="pyarrow")
     else:
-        have = [str(c) for c in pd.read_csv(path, nrows=0).columns]
+        kind = "CSV"
+        schema = lambda: [str(c) for c in pd.read_csv(path, nrows=0).columns]
         read = lambda: pd.read_csv(path, usecols=columns)
-    for c in columns:
-        if c not in have:
-            raise CLIError(
-                f"{path} has no column {c!r}{_did_you_mean(c, have)}; its columns: {_shown(have)}"
-            )
-    table = read()[columns]
+    try:
+        have = schema()
+        for c in columns:
+            if c not in have:
+                raise CLIError(
+                    f"{path} has no column {c!r}{_did_you_mean(c, have)}; its columns: {_shown(have)}"
+                )
+        table = read()[columns]
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:  # the reader's, on the file
+        if isinstance(exc, CLIError):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CLIError(f"{option} {path}: cannot read it as {kind} ({first}); check the file") from None
     _check_rows(len(table), f"{option} {path}", data)
     return {c: table[c].to_numpy() for c in columns}
 

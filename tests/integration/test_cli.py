@@ -717,6 +717,8 @@ def test_input_errors_are_one_line_before_any_cluster(data_store, tmp_path, caps
 
     d = data_store
     csv, short = d["root"] / "people.csv", d["root"] / "short.csv"
+    broken = tmp_path / "broken.csv"
+    broken.write_text('sex\nf\n"m\n')  # a quote that never closes
     zarr.create_array(str(tmp_path / "few.zarr"), shape=(N_ROWS - 1,), dtype="i1")[:] = 0
     fit = ["fit", d["store"], "-k", "3", "--out", tmp_path / "m"]
     X = ["--array", "features/X"]
@@ -732,6 +734,8 @@ def test_input_errors_are_one_line_before_any_cluster(data_store, tmp_path, caps
                                                 "arrays: features/X"),
         ([*X, "--sensitive-csv", csv, "--sensitive-column", "sx"],
          "has no column 'sx'; did you mean 'sex'?"),
+        ([*X, "--sensitive-csv", broken, "--sensitive-column", "sex"],
+         "broken.csv: cannot read it as CSV (Error tokenizing data"),
         ([*X, "--sensitive-column", "sex"], "give it with --sensitive-csv FILE"),
         ([*X, "--sensitive-csv", csv], "--sensitive-csv needs --sensitive-column"),
         ([*X, "--sensitive-array", "race", "--sensitive-array", "race"], "'race' is given twice"),
