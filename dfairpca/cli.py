@@ -65,6 +65,14 @@ TRANSFORM_KIND = "transform output"
 ONE_LINE_ERRORS = (DfairpcaError, OSError)
 
 
+def _malformed_file(exc: BaseException) -> bool:
+    """Whether ``exc`` is a reader's refusal of a user's file (a Zarr store's metadata, a
+    JSON file) that reached the command unwrapped: said in one line, as a refusal is."""
+    zarr_errors = sys.modules.get("zarr.errors")  # imported if a store was opened
+    return isinstance(exc, json.JSONDecodeError) or (
+        zarr_errors is not None and isinstance(exc, zarr_errors.BaseZarrError))
+
+
 def one_line(exc: BaseException) -> str:
     """The message of one of :data:`ONE_LINE_ERRORS` (a KeyError's without its quotes)."""
     return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
@@ -1202,6 +1210,14 @@ def main(argv=None) -> int:
                 and getattr(args, "missing_chunks", None) == "error"):
             msg = f"{msg} (here: --missing-chunks fill, for X and label arrays)"
         print(f"dfairpca {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if not _malformed_file(exc):
+            raise  # a bug: its traceback
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"dfairpca {args.command}: error: a Zarr store or JSON file it read is malformed "
+              f"({type(exc).__name__}: {first}); check the stores and files given, or rewrite "
+              "them", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         # a checkpointed pass's PassInterrupted (its module imported if it raised one: not
