@@ -178,7 +178,7 @@ class RunningTotal(Sums):
                     a.scatter[g] = None
             attrs.append(AttributeMoments(a.categories, a.counts, a.deviation, sc))
         return Moments(self.n, self.mean, _full(self.scatter, d), attrs, self.n_nonfinite,
-                       list(self.nonfinite_rows), self.precision, self.scatter_exponent)
+                       list(self.nonfinite_rows), self.precision, self.scatter_exponent, self.n_rows)
 
     def save(self, path, *, overwrite: bool = False) -> None:
         """Save as a checkpoint keeps it: the scatter as its panels (half the bytes), the
