@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import InvalidInputError, InvalidTypeError
 
-__all__ = ["check_sample_weight", "check_total_weight", "ALL_ZERO_MESSAGE"]
+__all__ = ["check_sample_weight", "check_weights", "check_total_weight", "ALL_ZERO_MESSAGE"]
 
 #: what a fit says when every weight is 0 (or every row of positive weight is masked out)
 ALL_ZERO_MESSAGE = ("sample_weight is zero for every row the fit uses: there is nothing to fit; "
@@ -106,3 +106,17 @@ def check_total_weight(m) -> None:
 
 def _known(n) -> bool:
     return n is not None and not (isinstance(n, float) and np.isnan(n))
+
+
+def check_weights(sample_weight, X, mask=None):
+    """:func:`check_sample_weight` for the rows of X (numpy or Dask, rows known), and for
+    in-memory weights also that the rows of ``mask`` (equal opportunity's y == 1) hold
+    some positive weight."""
+    import dask.array as da
+
+    w = check_sample_weight(sample_weight, X.shape[0],
+                            X.chunks[0] if isinstance(X, da.Array) else None)
+    if isinstance(w, np.ndarray) and mask is not None and not (w[np.asarray(mask, bool)] > 0).any():
+        raise InvalidInputError(ALL_ZERO_MESSAGE + " (the rows with y == 1, which equal "
+                                "opportunity fits, all have weight 0)")
+    return w

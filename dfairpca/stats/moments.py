@@ -221,7 +221,8 @@ class Moments:
     def deviation_floor(self) -> np.ndarray:
         """Per feature: the size below which a group-mean deviation is float64 rounding
         (:func:`deviation_floor`)."""
-        return deviation_floor(self.n, self.mean, np.diag(self.scatter), self.scatter_exponent)
+        return deviation_floor(self.n, self.mean, np.diag(self.scatter), self.scatter_exponent,
+                               terms=self.n_rows)
 
     def check_finite(self) -> None:
         """Raise ``ValueError`` naming the rows if any row held NaN or infinity."""
@@ -294,7 +295,8 @@ def constraint_matrix(attributes: Sequence[AttributeMoments], d: int) -> np.ndar
     return np.concatenate(rows)
 
 
-def deviation_floor(n: int, mean: np.ndarray, sq: np.ndarray, exponent: int) -> np.ndarray:
+def deviation_floor(n: int, mean: np.ndarray, sq: np.ndarray, exponent: int,
+                    terms: int | None = None) -> np.ndarray:
     """Per feature: the size below which a group-mean deviation is float64 rounding, from
     the column sums of squares about the mean ``sq`` (stored as ``true * 4**-exponent``).
 
@@ -304,13 +306,16 @@ def deviation_floor(n: int, mean: np.ndarray, sq: np.ndarray, exponent: int) -> 
     mean square ``rms_j``, and a group mean minus the overall mean by ``2 n eps rms_j``.
     Per feature, not over the row norm: a huge constant feature (a timestamp in ns)
     must not hide a real deviation of the others.  A deviation above this in any
-    feature is the data's, not the arithmetic's.
+    feature is the data's, not the arithmetic's.  Weighted statistics: ``n`` is the total
+    weight (the variance's denominator) and ``terms`` the rows summed (the rounding's count).
     """
-    n = max(n, 1)
+    if terms is None:
+        n = max(n, 1)
+        terms = n
     with np.errstate(over="ignore", under="ignore"):
-        sd = np.ldexp(np.sqrt(np.maximum(sq, 0.0) / n), exponent)  # true = stored * 4**exponent
+        sd = np.ldexp(np.sqrt(np.maximum(sq, 0.0) / (n if n > 0 else 1)), exponent)  # true = stored * 4**exponent
         rms = np.hypot(np.abs(mean), sd)
-    return 2.0 * n * float(np.finfo(np.float64).eps) * rms
+    return 2.0 * max(terms, 1) * float(np.finfo(np.float64).eps) * rms
 
 
 def check_finite(n_nonfinite: int, nonfinite_rows: Sequence[int]) -> None:
