@@ -215,17 +215,19 @@ class LinearDecomposition(Estimator):
     def _set_fitted(self, m: Moments, U: np.ndarray, S: np.ndarray, scale, e: int = 0):
         """The fitted attributes of the exact solve U of S (``S * 4**e`` in true units)."""
         self._set_model(m.n, m.mean, U, np.sum((U @ S) * U, axis=1), np.trace(S), scale, e,
-                        rows=m.n_rows)
+                        rows=m.n_rows, rank=m.n_effective)
         self.statistics_ = m
         self.fitted_svd_solver_ = "covariance_eigh"
 
-    def _set_model(self, n, mean, U, captured, total, scale, e: int = 0, rows=None) -> None:
+    def _set_model(self, n, mean, U, captured, total, scale, e: int = 0, rows=None,
+                   rank=None) -> None:
         """The fitted attributes of components U (k, d) of n rows of the given mean that
         capture ``captured`` of the operator's trace ``total`` (``* 4**e`` in true units).
 
         Weighted rows (``rows`` given): n is their total weight, the count in every
         formula (the variances' ``n - 1``), ``n_samples_seen_`` the rows of positive weight
-        and ``sample_weight_sum_`` the total weight."""
+        and ``sample_weight_sum_`` the total weight; ``rank`` bounds the rank (the
+        statistics' ``n_effective``)."""
         d = U.shape[1]
         self.n_features_in_ = d + len(getattr(self, "sensitive_feature_indices_", ()))
         if rows is None:
@@ -243,7 +245,7 @@ class LinearDecomposition(Estimator):
         denom = n - 1
         captured = np.asarray(captured) / denom
         total = total / denom
-        noise = noise_variance(captured, total, min(self.n_samples_seen_, d))
+        noise = noise_variance(captured, total, min(self.n_samples_seen_ if rank is None else rank, d))
         with np.errstate(over="ignore", under="ignore"):  # the true values, as float64 holds them
             self.explained_variance_ = np.ldexp(captured, 2 * e)
             self.singular_values_ = np.ldexp(np.sqrt(np.maximum(captured, 0.0) * denom), e)

@@ -220,7 +220,7 @@ class PCA(LinearDecomposition):
         m = self._pass(Xa, weights=check_weights(w, Xa))
         if hasattr(self, "statistics_"):
             m = merge([self.statistics_, m])
-        if whole(self.n_components) and m.rows < self.n_components:
+        if whole(self.n_components) and m.n_effective < self.n_components:
             self._keep_statistics(m)
             return self
         return self.fit_statistics(m)
@@ -228,10 +228,10 @@ class PCA(LinearDecomposition):
     def fit_statistics(self, statistics: Moments):
         """Solve from precomputed (e.g. merged or loaded) statistics."""
         self._check_params()
-        self._check_k(statistics.n_features, statistics.rows)
+        self._check_k(statistics.n_features, statistics.n_effective)
         S, scale, e = fitted_space(statistics, self.center, self.standardize)
         U = standard_components(S, statistics.n, self.n_components, self.eigen_solver,
-                                rows=statistics.n_rows)
+                                rows=statistics.n_effective if statistics.weighted else None)
         self._set_fitted(statistics, U, S, scale, e)
         return self
 
@@ -534,8 +534,8 @@ class FairPCA(LinearDecomposition):
             m = merge([self.statistics_, m])
         num = self.numeric_sensitive_columns_
         if any(np.sum(a.counts > 0) < 2 for a in m.attributes) or (
-                whole(self.n_components) and m.rows < self.n_components) or (
-                len(num) and m.rows < 2) or np.any(np.diagonal(m.scatter)[num] == 0):
+                whole(self.n_components) and m.n_effective < self.n_components) or (
+                len(num) and m.n_effective < 2) or np.any(np.diagonal(m.scatter)[num] == 0):
             # not solvable yet (a piece may hold a single group, a constant numeric
             # attribute, or fewer than k rows)
             self._keep_statistics(m)
@@ -588,14 +588,14 @@ class FairPCA(LinearDecomposition):
         keep = np.setdiff1d(np.arange(m.n_features), num)
         mf = m.columns(keep) if q else m
         ms = [int(np.sum(a.counts > 0)) for a in mf.attributes]
-        limit = self._check_k_groups(mf.n_features, ms, m.rows, q)
+        limit = self._check_k_groups(mf.n_features, ms, m.n_effective, q)
         if self.equalize_covariance is not None and not p:
             raise InvalidInputError("equalize_covariance equalises the covariances of groups: give the "
                              "protected attribute as group labels, or leave it None")
         S, scale, e = fitted_space(mf, self.center, self.standardize)
         C = fair_constraints(m, mf, num, keep, names, scale)
         Q = _solvers.constraint_basis(C)
-        U = fair_components(S, Q, mf, scale, min(limit, m.rows), self.n_components,
+        U = fair_components(S, Q, mf, scale, min(limit, m.n_effective), self.n_components,
                             self.equalize_covariance, self.eigen_solver)
         k = U.shape[0]
         sizes = [a.n_groups for a in mf.attributes] + [1] * q

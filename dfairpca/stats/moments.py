@@ -184,6 +184,16 @@ class Moments:
         return int(self.n if self.n_rows is None else self.n_rows)
 
     @property
+    def n_effective(self) -> int:
+        """The sample count that bounds the rank (``n_components=None`` keeps
+        ``min(n_effective, d)``): n; for weighted statistics the larger of the rows and the
+        whole part of the total weight, so that integer weights give what the repeated rows
+        give (and weights below 1 still count every row)."""
+        if self.n_rows is None:
+            return int(self.n)
+        return max(int(self.n_rows), int(np.floor(self.n)))
+
+    @property
     def weighted(self) -> bool:
         """Whether these are statistics of weighted rows (``sample_weight``)."""
         return self.n_rows is not None
