@@ -116,6 +116,10 @@ class PCA(LinearDecomposition):
     mean_ : ndarray (d,)
     scale_ : ndarray (d,) or None
     n_features_in_, n_samples_seen_, n_components_ : int
+        (``n_samples_seen_``: of a weighted fit, the rows of positive weight.)
+    sample_weight_sum_ : float
+        Weighted fits only (``sample_weight``): the total weight, which takes the place of
+        the row count in every formula (the variances divide by ``sample_weight_sum_ - 1``).
     feature_names_in_ : ndarray of str
         X's column names when X was a DataFrame with text column names.
     statistics_ : Moments or FirstMoments
@@ -355,7 +359,7 @@ class FairPCA(LinearDecomposition):
     max_components_ : int
         ``d - sum(m_r) + p - q``.
     explained_variance_, singular_values_, mean_, scale_, n_features_in_, feature_names_in_,
-    n_samples_seen_, statistics_, fitted_svd_solver_, n_passes_ : as in :class:`PCA`.
+    n_samples_seen_, sample_weight_sum_, statistics_, fitted_svd_solver_, n_passes_ : as in :class:`PCA`.
 
     Examples
     --------

@@ -387,7 +387,11 @@ def _weighted_total(x, w) -> np.ndarray:
 
 def _weighted_products(x, sw, mean, shifts, dtype, exponents=None):
     """:func:`_products` of the rows ``(x - mean) * sqrt(w)`` (``sw``: the square roots of
-    the weights): upper triangles of ``sum w (x - m)(x - m)^T`` and of every group's."""
+    the weights): upper triangles of ``sum w (x - m)(x - m)^T`` and of every group's.
+
+    As there, values the dtype holds exactly (uint8 pixels into float32) are centred and
+    weighted in the dtype itself, others in float64 first (the centres are then the
+    float64 means)."""
     d, r = x.shape[1], x.shape[0]
     product = syrk(dtype)
     lock = blas_lock()
@@ -396,22 +400,27 @@ def _weighted_products(x, sw, mean, shifts, dtype, exponents=None):
     devs = [att.deviation[g] for att, g, _ in shifts]
     if exponents is not None:
         devs = [np.ldexp(v, -exponents) for v in devs]
-    # the weighted rows are centred in float64 (the weights' square roots are not exact in
-    # any dtype anyway), then cast: the centres are the float64 means
-    back = (lambda v: np.ldexp(v, exponents)) if exponents is not None else (lambda v: v)
-    centres = (mean, [mean + back(v) for v in devs])
-    step = max(64, BLOCK_BYTES // (d * 8))
+    exact = exponents is None and np.can_cast(x.dtype, dtype, "safe")
+    work = dtype if exact else np.dtype(np.float64)  # the dtype the rows are centred in
+    mu = mean.astype(work)
+    devs = [v.astype(work) for v in devs]
+    back = (lambda v: np.ldexp(v.astype(np.float64), exponents)) if exponents is not None else (
+        lambda v: v.astype(np.float64))
+    centre = mu.astype(np.float64)
+    centres = (centre, [centre + back(v) for v in devs])
+    step = max(64, BLOCK_BYTES // (d * work.itemsize))
     for s in range(0, r, step):
-        xc = np.subtract(x[s : s + step], mean, dtype=np.float64)
+        xw = np.subtract(x[s : s + step], mu, dtype=work)
         if exponents is not None:
-            xc = np.ldexp(xc, -exponents)
-        rw = sw[s : s + step, None]
+            xw = np.ldexp(xw, -exponents)
+        rw = sw[s : s + step, None].astype(work)
+        xw *= rw  # (x - m) sqrt(w); a group's rows about its own mean: minus dev sqrt(w)
         with lock:
-            acc = product(acc, (xc * rw).astype(dtype, copy=False))
+            acc = product(acc, xw.astype(dtype, copy=False))
         for i, (_, _, sel) in enumerate(shifts):
             b = sel[s : s + step]
             if b.any():
-                xg = ((xc[b] - devs[i]) * rw[b]).astype(dtype, copy=False)
+                xg = (xw[b] - devs[i] * rw[b]).astype(dtype, copy=False)
                 with lock:
                     gacc[i] = product(gacc[i], xg)
     return acc, gacc, centres
