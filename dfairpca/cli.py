@@ -1143,6 +1143,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--target-csv", metavar="FILE",
                    help="the CSV/Parquet file of --target-column (default: the --sensitive-csv "
                         "file)")
+    g.add_argument("--tradeoff", type=float, default=FitJob.tradeoff,
+                   help="λ in [0, 1]: also output the standard PCA components scaled by λ")
+    g.add_argument("--equalize", type=float, default=FitJob.equalize,
+                   help="fair-s: the fraction f of Fair PCA-S (f)")
     g = p.add_argument_group("sample weights (frequency weights: a row of weight w counts w times)")
     g.add_argument("--sample-weight-array", metavar="ARRAY",
                    help="the rows' weights (finite, >= 0) from a Zarr array of STORE or a path, "
@@ -1152,11 +1156,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sample-weight-csv", metavar="FILE",
                    help="the CSV/Parquet file of --sample-weight-column (default: the "
                         "--sensitive-csv file)")
-    g = p.add_argument_group("constraint (continued)")
-    g.add_argument("--tradeoff", type=float, default=FitJob.tradeoff,
-                   help="λ in [0, 1]: also output the standard PCA components scaled by λ")
-    g.add_argument("--equalize", type=float, default=FitJob.equalize,
-                   help="fair-s: the fraction f of Fair PCA-S (f)")
     g = p.add_argument_group("solver")
     g.add_argument("--svd-solver", choices=["auto", "full", "randomized"], default=FitJob.svd_solver,
                    help="full: the exact one-pass fit (d x d statistics); randomized: block Krylov "

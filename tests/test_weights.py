@@ -158,13 +158,14 @@ def test_pca_and_fair_pca_match_the_weighted_oracle(data):
     lambda: FairPCA(4, equalize_covariance=6),
     lambda: FairPCA(4, constraint="equal_opportunity"),
     lambda: FairPCA(3, tradeoff=0.5),
+    lambda: FairPCA(3, sensitive_feature_ids=[0]),
 ], ids=["pca", "pca-all", "pca-fraction", "standardize", "uncentred", "fair", "fair-s",
-        "equal-opportunity", "tradeoff"])
+        "equal-opportunity", "tradeoff", "numeric-attribute"])
 def test_integer_weights_equal_repeated_rows_and_zero_weights_dropped_rows(data, make):
     X, g, w, _ = data
     y = (X[:, 0] > np.median(X[:, 0])).astype(int)
     codes = np.column_stack(g)
-    fair = isinstance(make(), FairPCA)
+    fair = isinstance(make(), FairPCA) and make().sensitive_feature_ids is None
 
     def fit(X, codes, y, sample_weight=None):
         kw = {"sensitive_features": codes} if fair else {}

@@ -105,8 +105,8 @@ class LinearDecomposition(Estimator):
             return "randomized"
         if self.svd_solver != "auto":
             return "covariance_eigh"
-        # a resumed fit goes on with the solve it began
-        saved = None if checkpoint is None else saved_solver(checkpoint)
+        # a resumed fit goes on with the solve it began (a weighted fit: always the exact one)
+        saved = None if checkpoint is None or weighted else saved_solver(checkpoint)
         if saved is not None:
             return "randomized" if saved == "randomized" else "covariance_eigh"
         if blocker is None and choose_svd_solver(d, self.n_components, self.n_oversamples) == "randomized":
