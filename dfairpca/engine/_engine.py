@@ -157,15 +157,17 @@ def run_pass(
             starts = tqdm(starts, desc="pass", unit="block")
         for s in starts:
             e = min(n, s + rows)
-            wkw = {} if weights is None else {"weights": weights[s:e]}
-            part = _accumulator.chunk(X[s:e], row_slice(codes, s, e), mask=row_slice(mask, s, e),
-                                      row_offset=row_offset + s, **kw, **wkw)
+            args = (X[s:e],) if weights is None else (X[s:e], weights[s:e])
+            step = _accumulator.chunk if weights is None else _accumulator.weighted_chunk
+            part = step(*args, row_slice(codes, s, e), mask=row_slice(mask, s, e),
+                        row_offset=row_offset + s, **kw)
             # the running float64 sum is ours: each block is added into it in place
             total = _accumulator.combine([part] if total is None else [total, part])
         if total is None:  # no rows: the sums of an empty chunk
-            wkw = {} if weights is None else {"weights": weights[:0]}
-            total = _accumulator.combine([_accumulator.chunk(X, None, mask=None,
-                                                              row_offset=row_offset, **kw, **wkw)])
+            empty = (_accumulator.chunk(X, None, mask=None, row_offset=row_offset, **kw)
+                     if weights is None else
+                     _accumulator.weighted_chunk(X, weights[:0], None, mask=None, row_offset=row_offset, **kw))
+            total = _accumulator.combine([empty])
         return total
 
     if X.ndim != 2:
@@ -331,7 +333,7 @@ def _fold(acc, block, codes, mask, offset, kw):
 
 def _fold_weighted(acc, block, codes, mask, offset, kw, weights):
     """:func:`_fold` of weighted rows (``weights``: the chunk's, numpy)."""
-    part = _accumulator.chunk(block, codes, mask=mask, row_offset=offset, weights=weights, **kw)
+    part = _accumulator.weighted_chunk(block, weights, codes, mask=mask, row_offset=offset, **kw)
     return _accumulator.combine([part] if acc is None else [acc, part])
 
 

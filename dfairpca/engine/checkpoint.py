@@ -49,6 +49,7 @@ from ..io._remote import exists, is_remote, local_copy, location, read_text, zar
 from ..io._writes import atomic_directory, check_target
 from ..cluster import WorkersLost
 from ..io import RESAVE_HINT, SavedFileError, meta_value
+from ..inputs._weights import check_total_weight, weights_in_memory
 from ..stats.moments import Moments
 from ..errors import InvalidInputError, InvalidTypeError
 
@@ -201,7 +202,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     for name, a in (("codes", codes), ("mask", mask)):
         if a is not None and len(a) != X.shape[0]:
             raise InvalidInputError(f"{name} has {len(a)} rows but X has {X.shape[0]}")
-    weights = _weights_in_memory(compute_kw.pop("weights", None), X.shape[0])
+    weights = weights_in_memory(compute_kw.pop("weights", None), X.shape[0])
     from ..cluster import check_inputs_shared
 
     check_inputs_shared(X)  # before the workers' first read: the digests come before the pass
@@ -244,24 +245,9 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
         raise exc.saved(path, f"{saved} of {len(X.chunks[0])} chunks") from None
     m = total.finalize()
     if weights is not None:
-        from ..inputs._weights import check_total_weight
-
         check_total_weight(m)
     return m
 
-
-def _weights_in_memory(weights, n):
-    """The sample weights of a checkpointed pass as checked float64 numpy (a Dask array
-    computed: n numbers, whose digest binds the checkpoint to them), or None."""
-    if weights is None:
-        return None
-    from ..inputs._weights import check_sample_weight
-
-    w = check_sample_weight(weights, n)
-    if not isinstance(w, np.ndarray):
-        (w,) = compute(w)
-        w = check_sample_weight(np.asarray(w), n)
-    return w
 
 
 def _chunks_saved(path: Path, X, segments, done: list) -> int:

@@ -4,7 +4,7 @@ A row of weight w counts as w copies of itself (integer weights equal repeated r
 weight 0 a dropped row), so every statistic is the weighted one with the total weight in
 place of the row count (:class:`dfairpca.stats.moments.Moments`).  Weights in memory are
 checked here at once; a Dask array of weights has only its shape checked here, its
-values in the pass, chunk by chunk (:func:`dfairpca.stats._chunk.check_weight_chunk`),
+values in the pass, chunk by chunk (:func:`dfairpca.stats._weighted.check_weight_chunk`),
 and an all-zero total after it (:func:`check_total_weight`).
 """
 
@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import InvalidInputError, InvalidTypeError
 
-__all__ = ["check_sample_weight", "check_weights", "check_total_weight", "ALL_ZERO_MESSAGE"]
+__all__ = ["check_sample_weight", "check_weights", "check_total_weight", "weights_in_memory",
+           "ALL_ZERO_MESSAGE"]
 
 #: what a fit says when every weight is 0 (or every row of positive weight is masked out)
 ALL_ZERO_MESSAGE = ("sample_weight is zero for every row the fit uses: there is nothing to fit; "
@@ -119,4 +120,18 @@ def check_weights(sample_weight, X, mask=None):
     if isinstance(w, np.ndarray) and mask is not None and not (w[np.asarray(mask, bool)] > 0).any():
         raise InvalidInputError(ALL_ZERO_MESSAGE + " (the rows with y == 1, which equal "
                                 "opportunity fits, all have weight 0)")
+    return w
+
+
+def weights_in_memory(weights, n):
+    """Sample weights checked, as float64 numpy (a Dask array computed: n numbers), or None:
+    what a checkpointed pass binds its checkpoint to, by their digest."""
+    if weights is None:
+        return None
+    w = check_sample_weight(weights, n)
+    if not isinstance(w, np.ndarray):
+        from ..cluster import compute
+
+        (w,) = compute(w)
+        w = check_sample_weight(np.asarray(w), n)
     return w

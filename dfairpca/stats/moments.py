@@ -26,6 +26,7 @@ import numpy as np
 
 from ._chunk import OVERFLOW_MESSAGE  # noqa: F401 (the estimators raise it too)
 from ._chunk import chunk_sums
+from ._weighted import weighted_chunk_sums
 from ._sums import DENSE, Sums, fill_lower, merge_sums, nbytes
 from ..errors import InvalidInputError
 
@@ -151,8 +152,9 @@ class Moments:
         sample_weight : array of shape (r,), optional
             Frequency weights (finite, >= 0): weighted statistics (see :attr:`n`).
         """
-        s = chunk_sums(x, codes, categories, mask=mask, row_offset=row_offset, dtype=dtype,
-                       group_scatter=group_scatter, weights=sample_weight)
+        kw = dict(mask=mask, row_offset=row_offset, dtype=dtype, group_scatter=group_scatter)
+        s = (chunk_sums(x, codes, categories, **kw) if sample_weight is None else
+             weighted_chunk_sums(x, sample_weight, codes, categories, **kw))
         # the products are upper triangles in their dtype: complete them in float64
         s.scatter = fill_lower(np.asarray(s.scatter, dtype=np.float64))
         for a in s.attributes:
