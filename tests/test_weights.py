@@ -379,6 +379,11 @@ def test_a_checkpoint_of_other_weights_is_not_resumed(data, tmp_path, stop_after
     # the estimators' checkpointed fit takes the weights too
     est = FairPCA(3).fit(Xd, sensitive_features=g[0], sample_weight=u, checkpoint=tmp_path / "c2")
     assert angle(est, weighted_fair_pca(X, [g[0]], u, 3)) < ANGLE
+    # a randomized fit's checkpoint is never resumed by a weighted fit (which would then
+    # run unweighted passes): svd_solver="auto" takes the exact solve and refuses it
+    PCA(2, svd_solver="randomized").fit(Xd, checkpoint=tmp_path / "c3", keep_checkpoint=True)
+    with pytest.raises(CheckpointMismatch, match="written by the randomized fit"):
+        PCA(2).fit(Xd, sample_weight=u, checkpoint=tmp_path / "c3")
 
 
 # ----------------------------------------------------------------------------- command line
