@@ -521,6 +521,7 @@ class FairPCA(LinearDecomposition):
         """Add the rows of X and refit; a sequence of calls equals one fit on the union.
 
         Always the exact solve (it adds to the d x d statistics); not after a randomized fit.
+        ``sample_weight`` as in :meth:`fit` (a call without weights: weights of 1).
         """
         self._check_partial()
         first = not hasattr(self, "statistics_")
