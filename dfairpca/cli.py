@@ -257,7 +257,8 @@ def _source(args, root):
 def _input_paths(args) -> dict:
     """What this job reads, by role: no output may be, or contain, one of them."""
     paths = {"the input store": args.store}
-    for option in ("array", "sensitive_array", "target_array", "sensitive_csv", "target_csv"):
+    for option in ("array", "sensitive_array", "target_array", "sensitive_csv", "target_csv",
+                   "sample_weight_array", "sample_weight_csv"):
         values = getattr(args, option, None)
         for value in values if isinstance(values, (list, tuple)) else [values]:
             if value is not None and Path(value).exists():  # a path, not a name in STORE
@@ -438,6 +439,30 @@ def _target(args, data: _Data):
     return _table(table, [args.target_column], "--target-csv", data)[args.target_column]
 
 
+def _sample_weight(args, data: _Data):
+    """The rows' frequency weights (``--sample-weight-array ARRAY``, or
+    ``--sample-weight-column COL`` of ``--sample-weight-csv``, by default the
+    ``--sensitive-csv`` file), or None; the estimator checks their values."""
+    array, column = args.sample_weight_array, args.sample_weight_column
+    if array and column:
+        raise CLIError("give the sample weights once: --sample-weight-array or --sample-weight-column")
+    if array:
+        cols = _label_array(args, data, array, "--sample-weight-array")
+        if len(cols) != 1:
+            raise CLIError(f"--sample-weight-array {array} has {len(cols)} columns; the weights are "
+                           "one: (n,) or (n, 1)")
+        return np.asarray(next(iter(cols.values())))
+    table = args.sample_weight_csv or args.sensitive_csv
+    if column and not table:
+        raise CLIError("--sample-weight-column names a column of a table: give it with "
+                       "--sample-weight-csv FILE (or --sensitive-csv FILE)")
+    if column:
+        return np.asarray(_table(table, [column], "--sample-weight-csv", data)[column])
+    if args.sample_weight_csv:
+        raise CLIError("--sample-weight-csv needs --sample-weight-column COL: the column of weights")
+    return None
+
+
 def _describe_groups(groups, celeba_names) -> str:
     """'Eyeglasses: 97 with / 1,403 without' for a CelebA attribute, else 'race: a 500,
     b 300' (label and rows), per attribute."""
@@ -489,6 +514,9 @@ class FitJob:
     target_array: str | None = None
     target_column: str | None = None
     target_csv: str | None = None
+    sample_weight_array: str | None = None
+    sample_weight_column: str | None = None
+    sample_weight_csv: str | None = None
     tradeoff: float = 0.0
     equalize: float = 0.5
     svd_solver: str = "auto"
@@ -628,11 +656,15 @@ def _fit_summary(est, args, data: _Data, fit_seconds: float, wall_seconds: float
         summary["n_constraints"] = int(est.n_constraints_)
         # rows per group among the rows fitted (those with y == 1 for equal opportunity)
         summary["groups"] = {
-            str(name): {str(label): int(count) for label, count in zip(labels, a.counts)}
+            # (a weighted fit's counts are the groups' total weights)
+            str(name): {str(label): int(count) if a.counts.dtype.kind in "iu" else _plain(float(count))
+                        for label, count in zip(labels, a.counts)}
             for name, labels, a in zip(est.attribute_names_, est.groups_,
                                        est.statistics_.attributes)
         }
     summary["n_samples_seen"] = int(est.n_samples_seen_)
+    if hasattr(est, "sample_weight_sum_"):  # a weighted fit
+        summary["sample_weight_sum"] = _plain(float(est.sample_weight_sum_))
     summary["explained_variance_ratio_sum"] = _plain(float(est.explained_variance_ratio_.sum()))
     # the fairness certificate, whatever fields the estimator has (fairness_violation_, ...)
     for attr in sorted(vars(est)):
@@ -745,12 +777,14 @@ def run_fit(args: FitJob) -> dict:
     if groups is not None:
         _check_two_groups(groups)
     y = _target(args, data)
+    w = _sample_weight(args, data)
+    weights = {} if w is None else {"sample_weight": w}
     est = _estimator(args)
     # every parameter error now, before a cluster is found or started
     if groups is None:
-        est.validate_fit(X, y)
+        est.validate_fit(X, y, **weights)
     else:
-        est.validate_fit(X, y, sensitive_features=groups)
+        est.validate_fit(X, y, sensitive_features=groups, **weights)
     n, d = X.shape[0], int(np.prod(X.shape[1:]))
     _note_unused_randomized(args, est, d, ckpt)
     rows = "images" if data.celeba else "rows"
@@ -763,7 +797,7 @@ def run_fit(args: FitJob) -> dict:
 
         t = time.perf_counter()
         # --timeout also bounds the wait for new workers once every worker has left
-        fit = dict(checkpoint=ckpt, keep_checkpoint=True, timeout=args.timeout)
+        fit = dict(checkpoint=ckpt, keep_checkpoint=True, timeout=args.timeout, **weights)
         try:
             if groups is None:
                 est.fit(X, **fit)
@@ -1113,6 +1147,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="λ in [0, 1]: also output the standard PCA components scaled by λ")
     g.add_argument("--equalize", type=float, default=FitJob.equalize,
                    help="fair-s: the fraction f of Fair PCA-S (f)")
+    g = p.add_argument_group("sample weights (frequency weights: a row of weight w counts w times)")
+    g.add_argument("--sample-weight-array", metavar="ARRAY",
+                   help="the rows' weights (finite, >= 0) from a Zarr array of STORE or a path, "
+                        "(n,) (default: none)")
+    g.add_argument("--sample-weight-column", metavar="COL",
+                   help="the rows' weights from column COL of --sample-weight-csv (default: none)")
+    g.add_argument("--sample-weight-csv", metavar="FILE",
+                   help="the CSV/Parquet file of --sample-weight-column (default: the "
+                        "--sensitive-csv file)")
     g = p.add_argument_group("solver")
     g.add_argument("--svd-solver", choices=["auto", "full", "randomized"], default=FitJob.svd_solver,
                    help="full: the exact one-pass fit (d x d statistics); randomized: block Krylov "
