@@ -50,6 +50,7 @@ from ..io._writes import atomic_directory, check_target
 from ..cluster import WorkersLost
 from ..io import RESAVE_HINT, SavedFileError, meta_value
 from ..stats.moments import Moments
+from ..stats._exact import is_exact
 from ..errors import InvalidInputError, InvalidTypeError
 
 __all__ = [
@@ -275,7 +276,7 @@ def job_fingerprint(X, codes=None, categories=(), mask=None, *, dtype=np.float64
         "codes": _digest(codes),
         "categories": _digest(json.dumps([np.asarray(c).tolist() for c in categories]).encode()),
         "mask": _digest(mask),
-        "compute_dtype": str(np.dtype(dtype)),
+        "compute_dtype": dtype if is_exact(dtype) else str(np.dtype(dtype)),
         "group_scatter": bool(group_scatter),
     }
 
@@ -434,7 +435,7 @@ def _load(path: Path) -> dict | None:
             f"checkpoint {str(path)!r} was written by a newer dfairpca; upgrade dfairpca "
             "or pass resume=False to start over"
         )
-    total = RunningTotal.load(path / "total")
+    total = _accumulator.load_total(path / "total")
     check_progress(progress, file, total)
     return {
         "fingerprint": progress["fingerprint"],
