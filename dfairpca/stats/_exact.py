@@ -9,9 +9,10 @@ order gives the same integers, and the centred statistics derived from them
 
 The centring rounds once per entry (:func:`centred`): with ``s_i = n q_i + r_i``
 (``0 <= r_i < n``), ``G_ij - s_i s_j / n = T_ij - r_i r_j / n`` where the integer
-``T_ij = G_ij - n q_i q_j - q_i r_j - r_i q_j`` is formed in int64; only the fraction
-``r_i r_j / n`` (below n) is rounded, so each scatter entry is within one unit in the last
-place of the exact value (for n < 2**31; beyond, two roundings).  A group's mean
+``T_ij = G_ij - n q_i q_j - q_i r_j - r_i q_j`` is formed in int64, and the result is the
+ratio ``(n T_ij - r_i r_j) / n`` of two integers, correctly rounded while the numerator is
+below 2**53; larger entries (above about 2**52 / n) are formed as ``T_ij - r_i r_j / n``,
+within one unit in the last place (n < 2**31; beyond, two roundings of float64).  A group's mean
 deviation ``s_g / n_g - s / n = (n s_g - n_g s) / (n n_g)`` is one division of integers
 (while ``n**2 * max|x|`` fits int64).
 
@@ -312,9 +313,14 @@ def centred(G: np.ndarray, s: np.ndarray, n: int, out: np.ndarray | None = None)
         b = min(d, a + 512)
         T = G[:b, a:b] - n * np.outer(q[:b], q[a:b]) - np.outer(q[:b], r[a:b]) - np.outer(r[:b], q[a:b])
         if small:
-            rr = np.outer(r[:b], r[a:b])
-            whole, frac = np.divmod(rr, n)
-            out[:b, a:b] = (T - whole).astype(np.float64) - frac / n
+            whole, frac = np.divmod(np.outer(r[:b], r[a:b]), n)
+            I = T - whole  # the exact value is I - frac / n, 0 <= frac < n
+            # one rounding: (I n - frac) / n of an exact integer numerator where it is below
+            # 2**53; elsewhere |I| > 2**52 / n, so the rounding of frac / n is far below
+            # the result's last place
+            safe = np.abs(I) < 2 ** 52 // n
+            num = np.where(safe, I, 0) * n - np.where(safe, frac, 0)
+            out[:b, a:b] = np.where(safe, num / n, I.astype(np.float64) - frac / n)
         else:
             out[:b, a:b] = T.astype(np.float64) - np.outer(r[:b] / n, r[a:b].astype(np.float64))
     return fill_lower(out)
