@@ -333,3 +333,14 @@ def test_portable_kernel_blocks_and_flushes_exactly():
     W[:, 0] = -32768
     assert ik._block_plan(np.int16, 5)[0] == np.float64
     assert np.array_equal(ik.portable_gram(W), int64_gram(W))
+
+
+def test_portable_kernel_moves_sums_beyond_2_53_into_int64():
+    """A column of int16 whose sum of squares passes 2**53 (float64 could not hold it) and
+    is odd: the float64 blocks are moved into int64 before they leave the exact range."""
+    n = 8_500_000
+    x = np.full((n, 1), -32768, np.int16)
+    x[:1001] = 1
+    want = (n - 1001) * 2 ** 30 + 1001
+    assert want > 2 ** 53 and want % 2 == 1
+    assert int(ik.portable_gram(x)[0, 0]) == want

@@ -124,7 +124,7 @@ def portable_gram(x: np.ndarray) -> np.ndarray:
     f, step = plan
     c = _shift(x.dtype)
     per_flush = max(1, (2 ** 53 // max_product(x.dtype)) // step)  # blocks float64 holds exactly
-    out = np.zeros((d, d), np.int64, order="F")
+    out = None  # int64, only for chunks beyond float64's exact range (2**39 8-bit rows)
     acc = np.zeros((d, d), np.float64, order="F")
     buf = np.zeros((d, d), f, order="F")  # syrk leaves its strictly lower part 0
     product = _syrk_beta0(f.char)
@@ -137,15 +137,31 @@ def portable_gram(x: np.ndarray) -> np.ndarray:
         _add_upper(acc, buf)
         blocks += 1
         if blocks == per_flush:
-            _add_upper(out, acc.astype(np.int64))
-            acc[...] = 0
+            out = _as_int64(acc) if out is None else _add_int64(out, acc)
+            acc = np.zeros((d, d), np.float64, order="F")
             blocks = 0
-    out += acc.astype(np.int64)
+    del buf
+    out = _as_int64(acc) if out is None else _add_int64(out, acc)
     if c:
         t = x.sum(axis=0, dtype=np.int64) - c * r
         for s, e in _panels(d):
             out[:e, s:e] += c * (t[:e, None] + t[None, s:e]) + c * c * r
         _zero_lower(out)
+    return out
+
+
+def _as_int64(acc: np.ndarray) -> np.ndarray:
+    """The float64 integers of ``acc`` as int64, in acc's own memory (panel by panel: no
+    second d x d array); acc is spent."""
+    G = acc.view(np.int64)
+    for s, e in _panels(acc.shape[0]):
+        G[:, s:e] = acc[:, s:e].astype(np.int64)
+    return G
+
+
+def _add_int64(out: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    for s, e in _panels(acc.shape[0]):
+        out[:, s:e] += acc[:, s:e].astype(np.int64)
     return out
 
 
