@@ -13,7 +13,9 @@ scheduler with one thread per core:
 * ``exact-int8``: ``compute_dtype="exact"`` with the first 8-bit integer kernel that passes
   its self-test here (MKL's ``cblas_gemm_s8u8s32`` with ``dfairpca[mkl]``), if any;
 * ``limit``: bare numpy over the same Zarr chunks: read, centre, float32 ``syrk`` into one
-  accumulator (the float32 machine limit of the pass), no solve.
+  accumulator (the float32 machine limit of the pass), no solve;
+* ``chunk``: one 4,096-row chunk's sums, float32 and exact (portable) alternately
+  ``--chunk-repeat`` times in one thread: on a shared machine the fairest ratio.
 
 A fit is its pass (``compute_moments``, timed) then its local solve (``fit_statistics``,
 timed once per path: the same eigenproblem for all); the passes run interleaved
@@ -92,6 +94,31 @@ def limit(store, n):
     return {"pass_s": t, "gflops": n * D * D / t / 1e9}  # syrk: n d^2 multiply-adds (upper half)
 
 
+def chunk_kernels(store, repeat: int, rows: int = 4096) -> dict:
+    """One chunk's sums (``rows`` x 6,400 uint8, one thread of the pass), float32 and exact
+    alternately ``repeat`` times: the load of a shared machine then hits both alike."""
+    import zarr
+
+    from dfairpca.stats._chunk import chunk_sums
+
+    x = np.asarray(zarr.open_group(str(store), mode="r")["images"][:rows]).reshape(-1, D)
+    codes = (np.arange(len(x)) % 2)[:, None]
+    out: dict = {"rows": len(x), "float32_s": [], "exact_s": []}
+    for dtype in (np.float32, "exact"):  # warm up: the kernels' self-tests run at first use
+        chunk_sums(x[:64], codes[:64], [np.arange(2)], mask=None, row_offset=0, dtype=dtype,
+                   group_scatter=False)
+    for _ in range(repeat):
+        for name, dtype in (("float32_s", np.float32), ("exact_s", "exact")):
+            t0 = time.perf_counter()
+            chunk_sums(x, codes, [np.arange(2)], mask=None, row_offset=0, dtype=dtype, group_scatter=False)
+            out[name].append(time.perf_counter() - t0)
+    if repeat:
+        ratios = [e / f for e, f in zip(out["exact_s"], out["float32_s"])]
+        out["exact_to_float32_median"] = float(np.median(ratios))
+        out["exact_to_float32_of_bests"] = min(out["exact_s"]) / min(out["float32_s"])
+    return out
+
+
 def max_angle_deg(A, B) -> float:
     """Largest principal angle between the row spaces of A and B (degrees)."""
     Qa, _ = np.linalg.qr(A.T)
@@ -106,6 +133,8 @@ def main(argv=None):
     ap.add_argument("--k", type=int, default=400)
     ap.add_argument("--dir", default="/tmp/dfairpca-bench")
     ap.add_argument("--repeat", type=int, default=2, help="interleaved runs of every method (best kept)")
+    ap.add_argument("--chunk-repeat", type=int, default=5,
+                    help="alternations of one chunk's float32 and exact sums (0: none)")
     ap.add_argument("--out", default=None, help="JSON file (default results/exact_<rows>.json)")
     args = ap.parse_args(argv)
 
@@ -124,6 +153,10 @@ def main(argv=None):
               "int8_kernel": ik.int8_kernel_available(), "methods": {}}
     runs = {}
     withdrawn = list(ik._REGISTERED)
+    for kern in withdrawn:  # the chunk comparison: the portable exact path
+        ik.unregister(kern.name)
+    result["chunk"] = chunk_kernels(store, args.chunk_repeat)
+    print(json.dumps({"chunk": result["chunk"]}), flush=True)
 
     def kernels(on: bool):
         """The optional 8-bit kernels offered (on) or withdrawn (the portable path alone)."""

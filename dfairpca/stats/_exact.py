@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._int_kernels import _add_upper as add_upper
 from ._int_kernels import gram, value_range
 from ._sums import GroupSums, Sums, _check_one_label_type, fill_lower
 from ..errors import InvalidInputError
@@ -267,7 +268,7 @@ def merge_exact(parts, in_place: bool = False) -> ExactSums:
     G = first.gram if in_place else first.gram.copy(order="F")
     for q in parts[1:]:
         sums += q.sums
-        G += q.gram
+        add_upper(G, q.gram)  # the lower parts are 0: half the memory traffic
     attrs = [_merged_attribute(parts, j, in_place) for j in range(p)]
     kernels = tuple(sorted({k for q in parts for k in q.kernels}))
     return type(first)(n, sums, G, attrs, kernels)
@@ -297,7 +298,7 @@ def _merged_attribute(parts, j: int, in_place: bool) -> ExactGroups:
                 if grams[g] is None:
                     grams[g] = Gq if (in_place and i == 0) else Gq.copy(order="F")
                 else:
-                    grams[g] += Gq
+                    add_upper(grams[g], Gq)
     return ExactGroups(union, counts, sums, grams)
 
 
