@@ -462,7 +462,7 @@ EQUALIZE = "equalize_covariance must be None, a fraction in (0, 1] or an int; go
      "fraction in (0, 1) of the variance to keep, or None; got 'mle'"),
     ("PCA", {"split_every": 1}, ValueError, "split_every must be an integer >= 2; got 1"),
     ("PCA", {"compute_dtype": "int8"}, ValueError,
-     "compute_dtype must be 'auto', 'float32' or 'float64'; got 'int8'"),
+     "compute_dtype must be 'auto', 'float32', 'float64' or 'exact'; got 'int8'"),
     ("PCA", {"eigen_solver": "arpack"}, ValueError,
      "eigen_solver must be one of ('auto', 'dense', 'randomized'); got 'arpack'"),
     ("PCA", {"whiten": "yes"}, ValueError, "whiten must be True or False; got 'yes'"),

@@ -417,3 +417,21 @@ def test_cli_fit_with_weights_from_an_array_and_a_csv_column(data, tmp_path, cli
     code = main(["fit", str(tmp_path / "data.zarr"), "--array", "X", "--method", "pca",
                  "--sample-weight-array", "neg", "-k", "3", "--out", str(tmp_path / "m8"), *sched])
     assert code == 2 and "negative" in capsys.readouterr().err
+
+
+def test_exact_statistics_of_weighted_rows_are_refused_before_any_pass():
+    """Weighted sums are not integer sums: compute_dtype='exact' with sample_weight is a
+    clear refusal naming the fix, from the estimator and from compute_moments."""
+    import dfairpca
+    from dfairpca.errors import InvalidInputError
+
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 256, size=(40, 6), dtype=np.uint8)
+    w = rng.uniform(0.5, 2.0, size=40)
+    with pytest.raises(InvalidInputError, match="compute_dtype='float64'"):
+        dfairpca.PCA(2, compute_dtype="exact").fit(X, sample_weight=w)
+    with pytest.raises(InvalidInputError, match="compute_dtype='float64'"):
+        dfairpca.compute_moments(X, dtype="exact", sample_weight=w)
+    # the default ("auto") fits weighted integer rows in floating point
+    est = dfairpca.PCA(2).fit(X, sample_weight=w)
+    assert not est.statistics_kernel_.startswith("exact")

@@ -28,6 +28,7 @@ from ..inputs._validation import (
     Input, check_finite_input, check_finite_output, check_input, compute_dtype_for, is_xarray,
     row_origin,
 )
+from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact, kernel_name, statistics_dtype
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
 
@@ -120,6 +121,18 @@ class LinearDecomposition(Estimator):
         and the encoded ``groups`` (None without); ``weighted``: a sample_weight is given."""
         d = X.shape[1] - len(getattr(self, "numeric_sensitive_columns_", ()))
         n_groups = 0 if groups is None else sum(len(c) for c in groups.categories)
+        if is_exact(self.compute_dtype):
+            # exact statistics are the d x d sums: the covariance solve, never matrix-free passes
+            check_exact(X.dtype, 0)
+            if weighted:
+                raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
+            if self.svd_solver == "randomized":
+                raise InvalidInputError(
+                    "compute_dtype='exact' sums the d x d statistics exactly, which the "
+                    "matrix-free svd_solver='randomized' never forms: pass svd_solver='full' "
+                    "(or 'auto'), or compute_dtype='float32' / 'float64'")
+            self._fit_solver(d, groups=n_groups, checkpoint=checkpoint, weighted=weighted)  # its checks only
+            return "covariance_eigh"
         return self._fit_solver(d, groups=n_groups, checkpoint=checkpoint, weighted=weighted)
 
     def _features(self, m) -> np.ndarray:
@@ -175,6 +188,7 @@ class LinearDecomposition(Estimator):
         self._set_model(fit.statistics.n, fit.mean, fit.components, fit.captured, fit.total,
                         fit.scale, fit.exponent)
         self.statistics_ = fit.statistics
+        self.statistics_kernel_ = kernel_name(fit.statistics)
         self.fitted_svd_solver_ = "randomized"
         self.n_passes_ = fit.passes
 
@@ -190,7 +204,10 @@ class LinearDecomposition(Estimator):
         (float32 products would hold them to 1e-7 only) unless compute_dtype says otherwise.
         ``weights``: the rows' sample_weight (checked, :func:`check_weights`), or None."""
         auto = self.compute_dtype in ("auto", None)
-        dtype = np.dtype(np.float64) if numeric and auto else compute_dtype_for(X.dtype, self.compute_dtype)
+        dtype = np.dtype(np.float64) if numeric and auto else statistics_dtype(X.dtype, self.compute_dtype)
+        if weights is not None and is_exact(dtype):
+            # weighted sums are not integer sums: "auto" keeps the float default instead
+            dtype = compute_dtype_for(X.dtype, "auto")
         codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
         kw = dict(
             mask=mask, dtype=dtype, split_every=self.split_every,
@@ -217,6 +234,7 @@ class LinearDecomposition(Estimator):
         self._set_model(m.n, m.mean, U, np.sum((U @ S) * U, axis=1), np.trace(S), scale, e,
                         rows=m.n_rows, rank=m.n_effective)
         self.statistics_ = m
+        self.statistics_kernel_ = kernel_name(m)
         self.fitted_svd_solver_ = "covariance_eigh"
 
     def _set_model(self, n, mean, U, captured, total, scale, e: int = 0, rows=None,

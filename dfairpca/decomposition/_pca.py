@@ -87,9 +87,18 @@ class PCA(LinearDecomposition):
         zero variance are left unscaled), i.e. PCA of the correlation matrix: the same
         components, variances and transform as ``StandardScaler()`` followed by PCA.
         The probabilistic model (``get_covariance``, ``score``) is then in X's own units.
-    compute_dtype : {"auto", "float32", "float64"}, default "auto"
+    compute_dtype : {"auto", "float32", "float64", "exact"}, default "auto"
         Dtype of the per-chunk products and of ``transform``'s output. "auto": float64 for
         float64 (and 32/64-bit integer) input, float32 otherwise.  Sums are always float64.
+        float32 products of uint8 pixels are accurate to about 1e-7 relative, and their
+        last bits depend on the chunking and the order of the merges.  "exact" (integer
+        or boolean X): the sums of values and products are integers, summed without
+        rounding and centred at the end with one rounding per entry, so the statistics
+        and components are bit-identical for numpy, Dask or Zarr input, any chunking,
+        cluster, ``partial_fit`` or merge order (see :doc:`/exact`); float X is refused.
+        "auto" picks "exact" for 8-bit integers only where an 8-bit integer kernel passed
+        its self-test (``statistics_kernel_`` says which ran).  ``transform`` output is as
+        for "auto".
     split_every : int, default 8
         Fan-in of the merges that combine the pass's running sums (one per worker thread;
         each folds its share of the row chunks in place) at the end of a Dask pass.
@@ -127,6 +136,12 @@ class PCA(LinearDecomposition):
         first-order only: :class:`dfairpca.engine._thin_pass.FirstMoments`).
     fitted_svd_solver_ : {"covariance_eigh", "randomized"}
         The solve the fit ran (what ``svd_solver="auto"`` chose).
+    statistics_kernel_ : str
+        What formed the products of the statistics: ``"float32"`` or ``"float64"``
+        (BLAS ``syrk`` in that dtype), or ``"exact:<kernel>"`` for exact integer
+        statistics, the kernel ``"blas-exact-blocks"`` (float BLAS on blocks small enough
+        to be exact) or an 8-bit integer GEMM that passed its self-test, such as
+        ``"mkl-gemm-s8u8s32"`` (several joined by "+" if workers differed).
     n_passes_ : int
         Randomized fits: the passes over X they made.
 
@@ -359,7 +374,8 @@ class FairPCA(LinearDecomposition):
     max_components_ : int
         ``d - sum(m_r) + p - q``.
     explained_variance_, singular_values_, mean_, scale_, n_features_in_, feature_names_in_,
-    n_samples_seen_, sample_weight_sum_, statistics_, fitted_svd_solver_, n_passes_ : as in :class:`PCA`.
+    n_samples_seen_, sample_weight_sum_, statistics_, fitted_svd_solver_, statistics_kernel_,
+    n_passes_ : as in :class:`PCA`.
 
     Examples
     --------

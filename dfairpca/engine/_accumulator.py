@@ -28,12 +28,16 @@ import numpy as np
 import scipy.linalg.blas
 
 from ..stats._chunk import chunk_sums
+from ..stats._exact import ExactSums, merge_exact
+from ..stats._exact import nbytes as exact_nbytes
 from ..stats._weighted import weighted_chunk_sums
 from ..stats._sums import GroupSums, Sums, fill_lower, merge_sums, nbytes
-from ..stats.moments import AttributeMoments, Moments, read_saved, saved_fields, saved_layout, sums_to_arrays
+from ..stats.moments import AttributeMoments, Moments, exact_moments, read_saved, saved_fields, saved_layout, sums_to_arrays
+from ..stats.moments import _categories_from_json as categories_from_json
+from ..stats.moments import _categories_to_json as categories_to_json
 from ..errors import InvalidInputError
 
-__all__ = ["chunk", "weighted_chunk", "combine", "RunningTotal", "UpperPanels"]
+__all__ = ["chunk", "weighted_chunk", "combine", "RunningTotal", "ExactTotal", "UpperPanels", "load_total"]
 
 #: columns per panel of :class:`UpperPanels`
 PANEL_WIDTH = 512
@@ -213,10 +217,73 @@ class RunningTotal(Sums):
         return cls(scatter=scatter, attributes=attrs, **f)
 
 
+@dataclass
+class ExactTotal(ExactSums):
+    """The running total of an exact pass (``compute_dtype="exact"``): the raw integer
+    sums of :class:`~dfairpca.stats._exact.ExactSums`, added in place."""
+
+    def finalize(self) -> Moments:
+        """The complete :class:`~dfairpca.stats.moments.Moments`, keeping these sums."""
+        return exact_moments(self)
+
+    def save(self, path, *, overwrite: bool = False) -> None:
+        """Save as a checkpoint keeps it (meta.json's ``kind`` "ExactSums")."""
+        from ..io import save_arrays
+
+        arrays, meta = self.to_arrays()
+        for j, a in enumerate(self.attributes):
+            arrays[f"exact_counts_{j}"] = a.counts
+        meta.update(n_attributes=len(self.attributes),
+                    categories=[categories_to_json(a.categories) for a in self.attributes])
+        save_arrays(path, arrays, {"kind": "ExactSums", **meta}, overwrite=overwrite)
+
+    @classmethod
+    def load(cls, path) -> "ExactTotal":
+        """Read what :meth:`save` wrote, checked (SavedFileError says what is wrong)."""
+        from ..io import SavedFileError, header_shape, load_arrays, meta_value
+
+        def layout(meta, headers):
+            p = meta_value(meta, "n_attributes", "count")
+            (d,) = header_shape(headers, "exact_sum", 1)
+            specs = {"exact_n": ((), "iu"), "exact_sum": ((d,), "i"), "exact_gram": ((d, d), "i")}
+            for j in range(p):
+                (m,) = header_shape(headers, f"exact_counts_{j}", 1)
+                specs[f"exact_counts_{j}"] = ((m,), "i")
+                specs[f"exact_group_sum_{j}"] = ((m, d), "i")
+                specs[f"exact_group_gram_{j}"] = ((m, d, d), "?i")
+            return specs
+
+        arrays, meta = load_arrays(path, kind="ExactSums", layout=layout)
+        cats = [categories_from_json(c) for c in meta_value(meta, "categories", "list")]
+        counts = [np.asarray(arrays[f"exact_counts_{j}"]) for j in range(len(cats))]
+        out = cls.from_arrays(arrays, meta, cats, counts)
+        if out.n < 0 or any((k < 0).any() or int(k.sum()) != out.n for k in counts):
+            raise SavedFileError(f"cannot load {str(path)!r}: the group counts of the exact sums "
+                                 "do not add up to n; it was edited or not written by dfairpca")
+        return out
+
+
 def combine(parts: list) -> RunningTotal:
-    """The running total of the union of ``parts`` (see the module docstring)."""
+    """The running total of the union of ``parts`` (see the module docstring); of exact
+    integer sums (``compute_dtype="exact"``) their sum, an :class:`ExactSums`."""
+    if isinstance(parts[0], ExactSums):
+        s = merge_exact(parts, in_place=isinstance(parts[0], ExactTotal))
+        return ExactTotal(**{f.name: getattr(s, f.name) for f in fields(ExactSums)})
     s = merge_sums(parts, _PANELS, in_place=isinstance(parts[0], RunningTotal))
     return RunningTotal(**{f.name: getattr(s, f.name) for f in fields(Sums)})
+
+
+def load_total(path):
+    """A running total saved by ``save``: a :class:`RunningTotal`, or the
+    :class:`ExactSums` of an exact pass (told apart by meta.json's kind)."""
+    import json
+    from pathlib import Path
+
+    try:
+        kind = json.loads((Path(path) / "meta.json").read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        kind = None  # RunningTotal.load says what is wrong
+    return ExactTotal.load(path) if kind == "ExactSums" else RunningTotal.load(path)
 
 
 def _full(M, d: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -251,6 +318,7 @@ def _register_sizeof():
     from dask.sizeof import sizeof
 
     sizeof.register(RunningTotal)(nbytes)
+    sizeof.register(ExactSums)(exact_nbytes)
     sizeof.register(UpperPanels)(lambda p: int(p.nbytes))
 
 

@@ -23,6 +23,7 @@ from . import _accumulator
 from ._accumulator import RunningTotal
 from ..base._system import cpu_count, rows_per_block
 from ..cluster import compute, current_timeout, gather_watched, worker_timeout
+from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
 
@@ -60,8 +61,12 @@ def compute_moments(
         :meth:`dfairpca.FairPCA.fit` takes them); a small in-memory array.
     mask : bool array of shape (n,), optional
         Rows to use (equal opportunity keeps only the rows with ``y == 1``).
-    dtype : numpy float dtype, default float64
+    dtype : numpy float dtype or "exact", default float64
         Dtype of the chunks' products (float32 for images); float64 sums regardless.
+        "exact" (integer or boolean X only): integer sums without rounding, centred in
+        float64 at the end with one rounding per entry, bit-identical for any chunking,
+        cluster or merge order (:mod:`dfairpca.stats._exact`); the result keeps the raw
+        sums in :attr:`Moments.exact`.
     split_every : int, default 8
         Fan-in of the merges of the pass's running sums (one per worker thread).
     group_scatter : bool, default False
@@ -139,6 +144,11 @@ def run_pass(
 
     if split_every < 2:
         raise InvalidInputError(f"split_every must be at least 2; got {split_every}")
+    if is_exact(dtype):  # before any work: integer input whose sums fit int64
+        n = X.shape[0]
+        check_exact(X.dtype, int(n) if n == n else 0)
+        if weights is not None:
+            raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
     kw = dict(categories=list(categories), dtype=dtype, group_scatter=group_scatter)
     for name, a in (("codes", codes), ("mask", mask)):
         if a is not None and len(a) != X.shape[0]:

@@ -51,6 +51,7 @@ from ..cluster import WorkersLost
 from ..io import RESAVE_HINT, SavedFileError, meta_value
 from ..inputs._weights import check_total_weight, weights_in_memory
 from ..stats.moments import Moments
+from ..stats._exact import is_exact
 from ..errors import InvalidInputError, InvalidTypeError
 
 __all__ = [
@@ -292,7 +293,7 @@ def job_fingerprint(X, codes=None, categories=(), mask=None, *, dtype=np.float64
         "codes": _digest(codes),
         "categories": _digest(json.dumps([np.asarray(c).tolist() for c in categories]).encode()),
         "mask": _digest(mask),
-        "compute_dtype": str(np.dtype(dtype)),
+        "compute_dtype": dtype if is_exact(dtype) else str(np.dtype(dtype)),
         "group_scatter": bool(group_scatter),
     }
 
@@ -451,7 +452,7 @@ def _load(path: Path) -> dict | None:
             f"checkpoint {str(path)!r} was written by a newer dfairpca; upgrade dfairpca "
             "or pass resume=False to start over"
         )
-    total = RunningTotal.load(path / "total")
+    total = _accumulator.load_total(path / "total")
     check_progress(progress, file, total)
     return {
         "fingerprint": progress["fingerprint"],
@@ -491,7 +492,7 @@ def check_progress(progress, file, total=None) -> None:
         raise bad(f"'done' {done!r:.80} is not a list of distinct segment indices below {len(segments)}")
     if total is not None:
         rows = sum(segments[i][1] - segments[i][0] for i in done)
-        held = total.n if total.n_rows is None else total.n_rows  # weighted: n is a weight
+        held = total.n if getattr(total, "n_rows", None) is None else total.n_rows  # weighted: n is a weight
         if held + total.n_nonfinite > rows:
             raise bad(f"its total counts {held + total.n_nonfinite} rows, more than the "
                       f"{rows} of its finished segments")

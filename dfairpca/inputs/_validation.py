@@ -253,11 +253,20 @@ def check_n_features(estimator, d: int) -> None:
 
 
 def compute_dtype_for(dtype, requested="auto") -> np.dtype:
-    """Dtype of the per-chunk products: float64 for float64/wide ints, else float32."""
+    """Dtype of the per-chunk products: float64 for float64/wide ints, else float32.
+
+    "exact" (integer statistics, :mod:`dfairpca.stats._exact`) is accepted and gives the
+    float dtype of the projections, as "auto" does."""
+    if isinstance(requested, str) and requested == "exact":
+        requested = "auto"
     if requested not in ("auto", None):
-        rd = np.dtype(requested)
+        try:
+            rd = np.dtype(requested)
+        except TypeError:
+            rd = None
         if rd not in (np.float32, np.float64):
-            raise InvalidInputError(f"compute_dtype must be 'auto', 'float32' or 'float64'; got {requested!r}")
+            raise InvalidInputError("compute_dtype must be 'auto', 'float32', 'float64' or 'exact'; "
+                                    f"got {requested!r}")
         return rd
     dtype = np.dtype(dtype)
     if dtype == np.float64 or (dtype.kind in "iu" and dtype.itemsize >= 4):

@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from ..base._blas import blas_lock, syrk
+from ._exact import exact_chunk_sums, is_exact
 from ._sums import MAX_BAD_ROWS_REPORTED, STORED_RANGE_BITS, TRUE_UNITS_BITS, GroupSums, Sums
 from ..base._system import BLOCK_BYTES
 from ..errors import InvalidInputError
@@ -49,6 +50,8 @@ def chunk_sums(x, codes, categories: Sequence[np.ndarray], *, mask, row_offset: 
     undefined) in ``dtype``, or in float64 for a chunk of extreme magnitude; a group
     without rows has None for its scatter.
     """
+    if is_exact(dtype):  # integer data summed exactly (compute_dtype="exact"): its own module
+        return exact_chunk_sums(x, codes, categories, mask=mask, group_scatter=group_scatter)
     x = np.asarray(x)
     if x.ndim > 2:
         x = x.reshape(x.shape[0], -1)

@@ -20,6 +20,7 @@ import numpy as np
 from ..base._blas import blas_lock, syrk
 from ..base._system import BLOCK_BYTES
 from ..errors import InvalidInputError
+from ._exact import WEIGHTED_EXACT_MESSAGE, is_exact
 from ._chunk import _in_range, _offset_is_large, _scaled_products
 from ._sums import MAX_BAD_ROWS_REPORTED, GroupSums, Sums
 
@@ -55,6 +56,8 @@ def weighted_chunk_sums(x, weights, codes, categories: Sequence[np.ndarray], *, 
     x = np.asarray(x)
     if x.ndim > 2:
         x = x.reshape(x.shape[0], -1)
+    if is_exact(dtype):
+        raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
     w = check_weight_chunk(weights, x.shape[0], row_offset)
     dtype = np.dtype(dtype or np.float64)
     d = x.shape[1]

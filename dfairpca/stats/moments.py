@@ -20,17 +20,18 @@ pass keeps its running total in its own form (``dfairpca.engine._accumulator``) 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ._chunk import OVERFLOW_MESSAGE  # noqa: F401 (the estimators raise it too)
 from ._chunk import chunk_sums
+from ._exact import ExactSums, merge_exact
 from ._weighted import weighted_chunk_sums
 from ._sums import DENSE, Sums, fill_lower, merge_sums, nbytes
 from ..errors import InvalidInputError
 
-__all__ = ["Moments", "AttributeMoments", "merge", "constraint_matrix", "deviation_floor", "check_finite"]
+__all__ = ["Moments", "AttributeMoments", "merge", "exact_moments", "constraint_matrix", "deviation_floor", "check_finite"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,11 @@ class Moments:
     n_rows : int or None
         Weighted statistics: the rows of positive weight (:attr:`rows`); None for
         unweighted ones, whose ``n`` counts the rows.
+    exact : ExactSums or None
+        With ``compute_dtype="exact"`` (integer data): the raw integer sums these
+        statistics were derived from (:mod:`dfairpca.stats._exact`), so that merges of
+        exact statistics add integers and stay bit-identical whatever their order.
+        None otherwise (and after a merge with statistics that are not exact).
     """
 
     n: int | float
@@ -108,6 +114,7 @@ class Moments:
     precision: float = float(np.finfo(np.float64).eps)
     scatter_exponent: int = 0
     n_rows: int | None = None
+    exact: Any = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -145,8 +152,9 @@ class Moments:
             Rows to use (equal opportunity keeps only the rows with ``y == 1``).
         row_offset : int
             Global index of the chunk's first row, for the NaN report.
-        dtype : numpy float dtype, optional
+        dtype : numpy float dtype or "exact", optional
             Dtype of the chunk's products; float64 sums regardless.  Defaults to float64.
+            "exact" (integer or boolean x): exact integer sums, see :attr:`exact`.
         group_scatter : bool
             Also keep every group's scatter matrix (needed by Fair PCA-S only).
         sample_weight : array of shape (r,), optional
@@ -155,6 +163,8 @@ class Moments:
         kw = dict(mask=mask, row_offset=row_offset, dtype=dtype, group_scatter=group_scatter)
         s = (chunk_sums(x, codes, categories, **kw) if sample_weight is None else
              weighted_chunk_sums(x, sample_weight, codes, categories, **kw))
+        if isinstance(s, ExactSums):
+            return exact_moments(s)
         # the products are upper triangles in their dtype: complete them in float64
         s.scatter = fill_lower(np.asarray(s.scatter, dtype=np.float64))
         for a in s.attributes:
@@ -220,7 +230,9 @@ class Moments:
         attrs = [replace(a, deviation=a.deviation[:, keep],
                          scatter=None if a.scatter is None else a.scatter[:, keep][:, :, keep])
                  for a in self.attributes]
-        return replace(self, mean=self.mean[keep], scatter=self.scatter[ix], attributes=attrs)
+        exact = None if self.exact is None else self.exact.columns(keep)
+        return replace(self, mean=self.mean[keep], scatter=self.scatter[ix], attributes=attrs,
+                       exact=exact)
 
     def group_means(self, attribute: int = 0) -> np.ndarray:
         """Mean of every group of one attribute, shape (m, d)."""
@@ -245,13 +257,19 @@ class Moments:
         """(arrays, metadata) for saving without pickle; inverse of :meth:`from_arrays`."""
         arrays, meta = sums_to_arrays(self, lambda a: a.scatter)
         arrays["scatter"] = self.scatter
+        if self.exact is not None:  # the raw integer sums travel with them
+            more, extra = self.exact.to_arrays()
+            arrays.update(more)
+            meta.update(extra)
         return arrays, meta
 
     @classmethod
     def from_arrays(cls, arrays, meta) -> "Moments":
         f = saved_fields(arrays, meta)
         attrs = [AttributeMoments(*a) for a in f.pop("attributes")]
-        return cls(scatter=np.asarray(arrays["scatter"]), attributes=attrs, **f)
+        exact = ExactSums.from_arrays(arrays, meta, [a.categories for a in attrs],
+                                      [a.counts for a in attrs])
+        return cls(scatter=np.asarray(arrays["scatter"]), attributes=attrs, exact=exact, **f)
 
     def save(self, path, *, overwrite: bool = False) -> None:
         """Save to a directory (``.npz`` arrays + JSON), atomically; see :mod:`dfairpca.io`.
@@ -282,9 +300,21 @@ def merge(parts: Sequence[Moments]) -> Moments:
 
     Exact (up to rounding) for any split of the rows; parts may have seen different group
     labels, which are aligned onto the sorted union.  Parts with ``n == 0`` contribute
-    only their NaN bookkeeping.  The parts are left as they are.
+    only their NaN bookkeeping.  The parts are left as they are.  When every part holds
+    exact integer sums (``compute_dtype="exact"``) these are added and the result is
+    bit-identical for any order and grouping of the parts; otherwise the pairwise update
+    of :mod:`dfairpca.stats._sums` combines the centred statistics.
     """
+    parts = list(parts)
+    if parts and all(getattr(p, "exact", None) is not None for p in parts):
+        return exact_moments(merge_exact([p.exact for p in parts]))
     return Moments._from_sums(merge_sums(parts, DENSE))
+
+
+def exact_moments(s: ExactSums) -> Moments:
+    """The centred statistics of exact integer sums, keeping them as :attr:`Moments.exact`
+    (so that merges of exact statistics stay exact)."""
+    return replace(Moments._from_sums(s.centred()), exact=s)
 
 
 # ---------------------------------------------------------------------- derived, shared
@@ -445,6 +475,10 @@ def saved_layout(meta: dict, headers: dict) -> tuple[dict, int]:
         specs[f"counts_{j}"] = ((m,), "iuf")
         specs[f"deviation_{j}"] = ((m, d), "f")
         specs[f"group_scatter_{j}"] = ((m, d, d), "?f")
+        specs[f"exact_group_sum_{j}"] = ((m, d), "?i")
+        specs[f"exact_group_gram_{j}"] = ((m, d, d), "?i")
+    # the raw integer sums of exact statistics (Moments.exact)
+    specs.update({"exact_n": ((), "?iu"), "exact_sum": ((d,), "?i"), "exact_gram": ((d, d), "?i")})
     return specs, d
 
 

@@ -1,0 +1,351 @@
+"""Exact statistics of integer data (``compute_dtype="exact"``).
+
+Integer (and boolean) rows can be summed without rounding: :class:`ExactSums` holds the
+raw integer sums, ``n``, the column sums ``s``, the Gram matrix ``G = X^T X`` and per group
+of every attribute its count, sums and optionally its Gram, all int64.  Merging is plain
+addition, which is associative: every chunking, worker count, ``partial_fit`` or merge
+order gives the same integers, and the centred statistics derived from them
+(:meth:`ExactSums.centred`) are bit-identical.
+
+The centring rounds once per entry (:func:`centred`): with ``s_i = n q_i + r_i``
+(``0 <= r_i < n``), ``G_ij - s_i s_j / n = T_ij - r_i r_j / n`` where the integer
+``T_ij = G_ij - n q_i q_j - q_i r_j - r_i q_j`` is formed in int64, and the result is the
+ratio ``(n T_ij - r_i r_j) / n`` of two integers, correctly rounded while the numerator is
+below 2**53; larger entries (above about 2**52 / n) are formed as ``T_ij - r_i r_j / n``,
+within one unit in the last place (n < 2**31; beyond, two roundings of float64).  A group's mean
+deviation ``s_g / n_g - s / n = (n s_g - n_g s) / (n n_g)`` is one division of integers
+(while ``n**2 * max|x|`` fits int64).
+
+The bound: the sums must fit int64, ``n * max x**2 < 2**62`` with max over the dtype's
+range (:func:`check_exact`, before any pass): uint8 data up to 7e13 rows, int16 2**32
+rows; 32-bit integers only hold a handful of rows and are refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._int_kernels import _add_upper as add_upper
+from ._int_kernels import gram, value_range
+from ._sums import GroupSums, Sums, _check_one_label_type, fill_lower
+from ..errors import InvalidInputError
+
+__all__ = ["EXACT", "statistics_dtype", "kernel_name", "ExactGroups", "ExactSums", "exact_chunk_sums", "merge_exact", "check_exact",
+           "is_exact", "centred"]
+
+#: the compute dtype of exact statistics
+EXACT = "exact"
+#: the int64 sums keep this many bits of headroom (the centring's intermediates)
+_INT_BITS = 62
+
+
+#: what a fit or a pass says when asked for exact statistics of weighted rows
+WEIGHTED_EXACT_MESSAGE = (
+    "compute_dtype='exact' sums integer rows exactly, and weighted rows are not integer sums: "
+    "pass compute_dtype='float64' (or 'auto') with sample_weight, or repeat the rows instead "
+    "of weighting them")
+
+
+def is_exact(dtype) -> bool:
+    """Whether a compute dtype asks for exact statistics."""
+    return isinstance(dtype, str) and dtype == EXACT
+
+
+def check_exact(dtype, n: int) -> None:
+    """Refuse exact statistics of ``n`` rows of ``dtype`` (before any work) unless the
+    dtype is integer or boolean and the sums fit int64."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biu":
+        raise InvalidInputError(
+            f"compute_dtype='exact' sums integer data exactly; X is {dtype}: pass "
+            "compute_dtype='float64' (or 'float32') for floating-point data, or convert X to "
+            "an integer dtype if its values are integers"
+        )
+    lo, hi = value_range(dtype)
+    top = max(lo * lo, hi * hi, 1)
+    if n * top >= 2 ** _INT_BITS:
+        raise InvalidInputError(
+            f"compute_dtype='exact' cannot sum {n} rows of {dtype} exactly: products of its values "
+            f"reach {top:.3g}, and int64 sums hold n * {top:.3g} < 2**{_INT_BITS} only for n < "
+            f"{2 ** _INT_BITS // top}; cast X to a narrower integer dtype if its values fit "
+            "(e.g. X.astype('int16')), or pass compute_dtype='float64'"
+        )
+
+
+def statistics_dtype(x_dtype, requested="auto"):
+    """The compute dtype of a fit's pass over X of ``x_dtype`` for the estimators'
+    ``compute_dtype``: "exact" when asked for (refused for float X), and for "auto" on
+    8-bit integers when an 8-bit kernel passed its self-test in this process (the exact
+    pass then costs no more than a float32 one); otherwise the float dtype of
+    :func:`dfairpca.inputs._validation.compute_dtype_for`."""
+    from ..inputs._validation import compute_dtype_for
+
+    if is_exact(requested):
+        check_exact(x_dtype, 0)
+        return EXACT
+    if requested in ("auto", None) and np.dtype(x_dtype) in (np.uint8, np.int8):
+        from ._int_kernels import int8_kernel_available
+
+        if int8_kernel_available():
+            return EXACT
+    return compute_dtype_for(x_dtype, requested)
+
+
+def kernel_name(m) -> str:
+    """What formed the products of statistics ``m``: ``"exact:<kernels>"`` for exact
+    statistics (e.g. ``"exact:blas-exact-blocks"``), else ``"float32"`` or ``"float64"``
+    (the coarsest dtype of the products)."""
+    exact = getattr(m, "exact", None)
+    if exact is not None:
+        return "exact:" + "+".join(exact.kernels or ("none",))
+    eps = getattr(m, "precision", float(np.finfo(np.float64).eps))
+    return "float32" if eps >= float(np.finfo(np.float32).eps) else "float64"
+
+
+@dataclass
+class ExactGroups:
+    """Raw sums of one attribute's groups: counts (m,), sums (m, d) and, for Fair PCA-S,
+    a list of m upper-triangular int64 Grams (None for a group without rows)."""
+
+    categories: np.ndarray
+    counts: np.ndarray
+    sums: np.ndarray
+    grams: list | None = None
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.categories)
+
+
+@dataclass
+class ExactSums:
+    """Raw integer sums of a set of rows (see the module docstring).
+
+    ``gram`` is an F-ordered (d, d) int64 array holding ``X^T X`` on and above the
+    diagonal, 0 below.  ``kernels`` names the Gram kernels that formed it
+    (:mod:`dfairpca.stats._int_kernels`).  A pass's running total of them is
+    ``dfairpca.engine._accumulator.ExactTotal``.
+    """
+
+    n: int
+    sums: np.ndarray
+    gram: np.ndarray
+    attributes: list = field(default_factory=list)
+    kernels: tuple = ()
+    n_nonfinite: int = 0  # integers are always finite: what a pass's bookkeeping reads
+    nonfinite_rows: list = field(default_factory=list)
+
+    @property
+    def n_features(self) -> int:
+        return self.sums.shape[0]
+
+    def centred(self) -> Sums:
+        """The centred statistics (the fields of :class:`~dfairpca.stats.moments.Moments`,
+        complete float64 matrices) of these sums, each entry rounded once."""
+        n = self.n
+        d = self.n_features
+        mean = self.sums / max(n, 1)
+        attrs = []
+        for a in self.attributes:
+            dev = _deviations(n, self.sums, a.counts, a.sums)
+            sc = None
+            if a.grams is not None:
+                sc = np.zeros((a.n_groups, d, d))
+                for g in range(a.n_groups):
+                    if a.counts[g] > 0 and a.grams[g] is not None:
+                        centred(a.grams[g], a.sums[g], int(a.counts[g]), out=sc[g])
+            attrs.append(GroupSums(a.categories, a.counts.copy(), dev, sc))
+        S = centred(self.gram, self.sums, n) if n else np.zeros((d, d))
+        return Sums(n, mean, S, attrs, 0, [], float(np.finfo(np.float64).eps), 0)
+
+    def columns(self, keep) -> "ExactSums":
+        """The sums of the columns ``keep`` (ascending)."""
+        keep = np.asarray(keep)
+        ix = np.ix_(keep, keep)
+        attrs = [ExactGroups(a.categories, a.counts, a.sums[:, keep],
+                             None if a.grams is None else
+                             [None if G is None else np.asfortranarray(G[ix]) for G in a.grams])
+                 for a in self.attributes]
+        return ExactSums(self.n, self.sums[keep], np.asfortranarray(self.gram[ix]), attrs, self.kernels)
+
+    # ------------------------------------------------------------------ saved form
+    def to_arrays(self, prefix: str = "exact_") -> tuple[dict, dict]:
+        """(arrays, meta) of the raw sums, the names prefixed (see :meth:`from_arrays`)."""
+        arrays = {f"{prefix}n": np.asarray(self.n, np.int64), f"{prefix}sum": self.sums,
+                  f"{prefix}gram": self.gram}
+        for j, a in enumerate(self.attributes):
+            arrays[f"{prefix}group_sum_{j}"] = a.sums
+            if a.grams is not None:
+                d = self.n_features
+                arrays[f"{prefix}group_gram_{j}"] = np.stack(
+                    [np.zeros((d, d), np.int64) if G is None else G for G in a.grams])
+        return arrays, {f"{prefix}kernels": list(self.kernels)}
+
+    @classmethod
+    def from_arrays(cls, arrays, meta, categories, counts, prefix: str = "exact_") -> "ExactSums | None":
+        """The raw sums saved by :meth:`to_arrays` (None if there are none); ``categories``
+        and ``counts`` per attribute are the statistics' own."""
+        if f"{prefix}gram" not in arrays:
+            return None
+        attrs = []
+        for j, (c, k) in enumerate(zip(categories, counts)):
+            gg = arrays.get(f"{prefix}group_gram_{j}")
+            grams = None if gg is None else [np.asfortranarray(gg[g], np.int64) if k[g] else None
+                                              for g in range(len(c))]
+            attrs.append(ExactGroups(np.asarray(c), np.asarray(k, np.int64),
+                                     np.asarray(arrays[f"{prefix}group_sum_{j}"], np.int64), grams))
+        return cls(int(arrays[f"{prefix}n"]), np.asarray(arrays[f"{prefix}sum"], np.int64),
+                   np.asfortranarray(arrays[f"{prefix}gram"], np.int64), attrs,
+                   tuple(meta.get(f"{prefix}kernels", ())))
+
+
+def nbytes(s: ExactSums) -> int:
+    """Bytes of the arrays of exact sums (what Dask's ``sizeof`` should count)."""
+    n = s.sums.nbytes + s.gram.nbytes
+    for a in s.attributes:
+        n += a.counts.nbytes + a.sums.nbytes + sum(0 if G is None else G.nbytes for G in a.grams or ())
+    return int(n)
+
+
+# ---------------------------------------------------------------------- one chunk
+def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = False) -> ExactSums:
+    """The raw integer sums of one chunk of rows (arguments as
+    :meth:`dfairpca.Moments.from_chunk`)."""
+    x = np.asarray(x)
+    if x.ndim > 2:
+        x = x.reshape(x.shape[0], -1)
+    check_exact(x.dtype, x.shape[0])
+    if mask is not None:
+        keep = np.asarray(mask, bool)
+        x = x[keep]
+        codes = None if codes is None else np.asarray(codes)[keep]
+    r, d = x.shape
+    if x.dtype.kind == "b":
+        x = x.view(np.uint8)
+    total = x.sum(axis=0, dtype=np.int64)
+    names = set()
+    G, name = gram(x) if r else (np.zeros((d, d), np.int64, order="F"), None)
+    names.add(name)
+    attrs = []
+    if codes is not None:
+        codes = np.asarray(codes).reshape(r, -1)
+    for j, c in enumerate(categories):
+        m = len(c)
+        counts = np.zeros(m, np.int64)
+        sums = np.zeros((m, d), np.int64)
+        grams = [None] * m if group_scatter else None
+        if r:
+            cj = codes[:, j]
+            counts = np.bincount(cj, minlength=m).astype(np.int64)
+            present = np.flatnonzero(counts)
+            largest = present[np.argmax(counts[present])] if present.size else -1
+            for g in present:
+                sel = cj == g
+                if g != largest:  # the largest group's sums are the rest of the total
+                    sums[g] = x[sel].sum(axis=0, dtype=np.int64)
+                if group_scatter:
+                    grams[g], name = gram(x[sel])
+                    names.add(name)
+            if largest >= 0:
+                sums[largest] = total - sums.sum(axis=0)
+        attrs.append(ExactGroups(np.asarray(c), counts, sums, grams))
+    return ExactSums(r, total, G, attrs, tuple(sorted(k for k in names if k)))
+
+
+# ---------------------------------------------------------------------- merging
+def merge_exact(parts, in_place: bool = False) -> ExactSums:
+    """The sums of the union of ``parts`` (same features and attributes; labels aligned
+    onto the sorted union).  With ``in_place`` the first part's arrays are added to where
+    they lie (a pass's running total; that part must not be used again)."""
+    parts = list(parts)
+    if not parts:
+        raise InvalidInputError("merge() needs at least one Moments")
+    d = parts[0].n_features
+    p = len(parts[0].attributes)
+    for q in parts:
+        if q.n_features != d:
+            raise InvalidInputError(f"cannot merge statistics of {q.n_features} and {d} features")
+        if len(q.attributes) != p:
+            raise InvalidInputError(f"cannot merge statistics of {len(q.attributes)} and {p} protected attributes")
+    first = parts[0]
+    n = sum(q.n for q in parts)
+    sums = first.sums if in_place else first.sums.copy()
+    G = first.gram if in_place else first.gram.copy(order="F")
+    for q in parts[1:]:
+        sums += q.sums
+        add_upper(G, q.gram)  # the lower parts are 0: half the memory traffic
+    attrs = [_merged_attribute(parts, j, in_place) for j in range(p)]
+    kernels = tuple(sorted({k for q in parts for k in q.kernels}))
+    return type(first)(n, sums, G, attrs, kernels)
+
+
+def _merged_attribute(parts, j: int, in_place: bool) -> ExactGroups:
+    cats = [q.attributes[j].categories for q in parts]
+    same = all(len(c) == len(cats[0]) and np.array_equal(c, cats[0]) for c in cats)
+    if not same:
+        _check_one_label_type(cats, j)
+    union = cats[0] if same else np.unique(np.concatenate(cats))
+    m, d = len(union), parts[0].n_features
+    with_grams = all(q.attributes[j].grams is not None for q in parts)
+    counts = np.zeros(m, np.int64)
+    sums = np.zeros((m, d), np.int64)
+    grams = [None] * m if with_grams else None
+    for i, q in enumerate(parts):
+        a = q.attributes[j]
+        idx = np.arange(m) if same else np.searchsorted(union, a.categories)
+        counts[idx] += a.counts
+        sums[idx] += a.sums
+        if with_grams:
+            for g_local, g in enumerate(idx):
+                Gq = a.grams[g_local]
+                if Gq is None:
+                    continue
+                if grams[g] is None:
+                    grams[g] = Gq if (in_place and i == 0) else Gq.copy(order="F")
+                else:
+                    add_upper(grams[g], Gq)
+    return ExactGroups(union, counts, sums, grams)
+
+
+# ---------------------------------------------------------------------- centring
+def centred(G: np.ndarray, s: np.ndarray, n: int, out: np.ndarray | None = None) -> np.ndarray:
+    """The symmetric float64 ``G - s s^T / n`` of an upper-triangular int64 Gram, each entry
+    rounded once (see the module docstring), by column panels (no d x d int64 temporary)."""
+    d = s.shape[0]
+    out = np.empty((d, d)) if out is None else out
+    q, r = np.divmod(s, n)  # s = n q + r, 0 <= r < n (also for negative sums)
+    small = n < 2 ** 31  # r_i r_j < n**2 fits int64
+    for a in range(0, d, 512):
+        b = min(d, a + 512)
+        T = G[:b, a:b] - n * np.outer(q[:b], q[a:b]) - np.outer(q[:b], r[a:b]) - np.outer(r[:b], q[a:b])
+        if small:
+            whole, frac = np.divmod(np.outer(r[:b], r[a:b]), n)
+            I = T - whole  # the exact value is I - frac / n, 0 <= frac < n
+            # one rounding: (I n - frac) / n of an exact integer numerator where it is below
+            # 2**53; elsewhere |I| > 2**52 / n, so the rounding of frac / n is far below
+            # the result's last place
+            safe = np.abs(I) < 2 ** 52 // n
+            num = np.where(safe, I, 0) * n - np.where(safe, frac, 0)
+            out[:b, a:b] = np.where(safe, num / n, I.astype(np.float64) - frac / n)
+        else:
+            out[:b, a:b] = T.astype(np.float64) - np.outer(r[:b] / n, r[a:b].astype(np.float64))
+    return fill_lower(out)
+
+
+def _deviations(n: int, s: np.ndarray, counts: np.ndarray, group_sums: np.ndarray) -> np.ndarray:
+    """(m, d) ``s_g / n_g - s / n`` (0 for an empty group), one rounding of an exact integer
+    ratio while ``n**2 * max|s_g / n_g|`` fits int64."""
+    dev = np.zeros(group_sums.shape)
+    live = counts > 0
+    if not live.any():
+        return dev
+    big = max(int(np.abs(group_sums).max(initial=0)), int(np.abs(s).max(initial=0)), 1)
+    k = counts[live, None]
+    if n * big < 2 ** 62:
+        num = n * group_sums[live] - k * s[None, :]  # exact int64
+        dev[live] = num.astype(np.float64) / (float(n) * k.astype(np.float64))
+    else:
+        dev[live] = group_sums[live] / k - s / n
+    return dev

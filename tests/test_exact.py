@@ -1,0 +1,346 @@
+"""compute_dtype="exact": integer statistics equal int64 arithmetic with one final rounding,
+and they and the components are bit-identical (np.array_equal) whatever the input's form,
+chunking, cluster, partial_fit / merge order or a resumed checkpoint; the Gram kernels'
+self-test refuses a saturating 8-bit kernel and the portable path stays exact."""
+
+from fractions import Fraction
+from itertools import permutations
+
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+import dfairpca
+from dfairpca.engine.checkpoint import compute_moments_checkpointed
+from dfairpca.errors import InvalidInputError
+from dfairpca.stats import _int_kernels as ik
+from dfairpca.stats._exact import check_exact, kernel_name
+from dfairpca.stats.moments import Moments
+
+N, D, K = 1200, 12, 3
+
+
+def worst_case_uint8(n=N, d=D, seed=0):
+    """uint8 rows with the extreme columns: all 255, all 0, 0/255 alternating by row,
+    255 where the next is 0, and random values."""
+    rng = np.random.default_rng(seed)
+    X = rng.integers(0, 256, size=(n, d)).astype(np.uint8)
+    X[:, 0] = 255
+    X[:, 1] = 0
+    X[::2, 2] = 255
+    X[1::2, 2] = 0
+    X[:, 3] = np.where(X[:, 2] == 0, 255, 0)
+    return X
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(1)
+    X = worst_case_uint8()
+    X[: N // 2, 4:8] //= 2  # groups that differ in mean and covariance
+    g = np.where(np.arange(N) < N // 2, 0, 1)
+    rng.shuffle(g)
+    g2 = rng.integers(0, 3, N)
+    y = (rng.random(N) < 0.6).astype(int)
+    return X, g, g2, y
+
+
+def exact_scatter(X, rows=None):
+    """G - s s^T / n as Fractions (exact rational)."""
+    Xi = (X if rows is None else X[rows]).astype(np.int64)
+    n = len(Xi)
+    G, s = Xi.T @ Xi, Xi.sum(0)
+    return [[Fraction(int(G[i, j])) - Fraction(int(s[i]) * int(s[j]), n) for j in range(len(s))]
+            for i in range(len(s))]
+
+
+def assert_one_rounding(got, exact):
+    """Every entry within one unit in the last place of the exact rational value."""
+    for i, row in enumerate(exact):
+        for j, v in enumerate(row):
+            g = float(got[i, j])
+            assert abs(Fraction(g) - v) <= Fraction(np.spacing(abs(float(v)))), (i, j, g, float(v))
+
+
+def same_moments(a: Moments, b: Moments):
+    assert a.n == b.n
+    assert np.array_equal(a.mean, b.mean) and np.array_equal(a.scatter, b.scatter)
+    for p, q in zip(a.attributes, b.attributes, strict=True):
+        assert np.array_equal(p.counts, q.counts) and np.array_equal(p.deviation, q.deviation)
+        assert (p.scatter is None) == (q.scatter is None)
+        if p.scatter is not None:
+            assert np.array_equal(p.scatter, q.scatter)
+    assert np.array_equal(a.exact.gram, b.exact.gram) and np.array_equal(a.exact.sums, b.exact.sums)
+
+
+# ---------------------------------------------------------------------- exactness
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int16", "uint16", "bool"])
+def test_statistics_are_integer_arithmetic_rounded_once(dtype):
+    rng = np.random.default_rng(2)
+    lo, hi = ik.value_range(dtype)
+    X = rng.integers(lo, hi, size=(700, 9), endpoint=True).astype(dtype)
+    X[:, 0], X[:, 1] = hi, lo
+    X[::2, 2], X[1::2, 2] = hi, lo
+    g = rng.integers(0, 2, len(X))
+    m = dfairpca.compute_moments(da.from_array(X, chunks=(150, -1)), sensitive_features=g,
+                                 dtype="exact", group_scatter=True)
+    Xi = X.astype(np.int64)
+    assert np.array_equal(np.triu(m.exact.gram), np.triu(Xi.T @ Xi))
+    assert np.array_equal(m.exact.sums, Xi.sum(0))
+    assert_one_rounding(m.scatter, exact_scatter(X))
+    a = m.attributes[0]
+    assert np.array_equal(a.counts, np.bincount(g))
+    for k in (0, 1):
+        rows = g == k
+        assert_one_rounding(a.scatter[k], exact_scatter(X, rows))
+        want = [Fraction(int(s), int(rows.sum())) - Fraction(int(t), len(X))
+                for s, t in zip(Xi[rows].sum(0), Xi.sum(0))]
+        assert_one_rounding(a.deviation[k][None], [want])
+    assert m.precision == np.finfo(np.float64).eps
+
+
+def test_masked_statistics_are_those_of_the_kept_rows(data):
+    X, g, _, y = data
+    m = dfairpca.compute_moments(X, sensitive_features=g, mask=y == 1, dtype="exact",
+                                 group_scatter=True)
+    ref = dfairpca.compute_moments(X[y == 1], sensitive_features=g[y == 1], dtype="exact",
+                                   group_scatter=True)
+    same_moments(m, ref)
+    assert_one_rounding(m.scatter, exact_scatter(X, y == 1))
+
+
+# ---------------------------------------------------------------------- bit-identical
+def _fits(X, g, g2, y, **kw):
+    """(PCA, FairPCA with two attributes, Fair PCA-S, equal opportunity) components."""
+    both = np.column_stack([g, g2])
+    return [
+        dfairpca.PCA(K, compute_dtype="exact", **kw).fit(X),
+        dfairpca.FairPCA(K, compute_dtype="exact", **kw).fit(X, sensitive_features=both),
+        dfairpca.FairPCA(K, compute_dtype="exact", equalize_covariance=0.5, **kw).fit(
+            X, sensitive_features=g),
+        dfairpca.FairPCA(K, compute_dtype="exact", constraint="equal_opportunity", **kw).fit(
+            X, y, sensitive_features=g),
+    ]
+
+
+def _same_fits(a, b):
+    for p, q in zip(a, b, strict=True):
+        same_moments(p.statistics_, q.statistics_)
+        assert np.array_equal(p.components_, q.components_)
+        assert np.array_equal(p.explained_variance_, q.explained_variance_)
+        assert p.statistics_kernel_ == q.statistics_kernel_ == "exact:blas-exact-blocks"
+
+
+@pytest.fixture(scope="module")
+def reference(data):
+    return _fits(*data)
+
+
+def test_fair_fits_are_fitted_and_fair(data, reference):
+    X, g, g2, y = data
+    pca, fair, fair_s, eo = reference
+    assert fair.statistics_.n == N and eo.statistics_.n == int((y == 1).sum())
+    for model, groups, rows in ((fair, np.column_stack([g, g2]), slice(None)),
+                                (eo, g[:, None], y == 1)):
+        for j in range(groups.shape[1]):
+            gj = groups[rows, j]
+            means = np.stack([X[rows][gj == k].mean(0) for k in np.unique(gj)])
+            # the group means coincide on every component (to float64 rounding)
+            assert np.abs((means - means[0]) @ model.components_.T).max() < 1e-9
+    assert fair_s.statistics_.attributes[0].scatter is not None
+
+
+def test_numpy_dask_chunkings_and_zarr_are_bit_identical(data, reference, tmp_path):
+    X, g, g2, y = data
+    z = zarr.open_group(str(tmp_path / "s.zarr"), mode="w")
+    z.create_array("x", shape=X.shape, chunks=(128, D), dtype="u1")[:] = X
+    inputs = [da.from_array(X, chunks=(N, -1)), da.from_array(X, chunks=(97, -1)),
+              da.from_array(X, chunks=(250, 5)),  # column chunks too
+              dfairpca.from_zarr(tmp_path / "s.zarr", "x", rows_per_chunk=256)]
+    for Xd in inputs:
+        _same_fits(reference, _fits(Xd, g, g2, y))
+
+
+def test_a_two_worker_cluster_is_bit_identical(data, reference, client):
+    X, g, g2, y = data
+    _same_fits(reference, _fits(da.from_array(X, chunks=(111, -1)), g, g2, y, split_every=2))
+
+
+def test_partial_fit_and_merge_orders_are_bit_identical(data, reference):
+    X, g, g2, y = data
+    parts = [slice(0, 100), slice(100, 555), slice(555, 1000), slice(1000, N)]
+    for order in [(0, 1, 2, 3), (3, 1, 0, 2), (2, 3, 1, 0)]:
+        est = dfairpca.FairPCA(K, compute_dtype="exact", equalize_covariance=0.5)
+        for i in order:
+            est.partial_fit(X[parts[i]], sensitive_features=g[parts[i]])
+        same_moments(est.statistics_, reference[2].statistics_)
+        assert np.array_equal(est.components_, reference[2].components_)
+    ms = [dfairpca.compute_moments(X[p], sensitive_features=np.column_stack([g, g2])[p],
+                                   dtype="exact") for p in parts]
+    whole = dfairpca.compute_moments(X, sensitive_features=np.column_stack([g, g2]), dtype="exact")
+    for perm in list(permutations(range(4)))[::5]:
+        a, b, c, d = (ms[i] for i in perm)
+        for merged in (a.merge(b, c, d), a.merge(b).merge(c.merge(d)), dfairpca.merge([d, a.merge(c), b])):
+            same_moments(merged, whole)
+
+
+def test_merges_align_labels_and_fall_back_with_float_statistics(data):
+    X, g, *_ = data
+    labels = np.where(g == 0, "a", "b")
+    first = dfairpca.compute_moments(X[:400], sensitive_features=labels[:400], dtype="exact")
+    only_b = labels[400:].copy()
+    only_b[:] = "b"
+    second = dfairpca.compute_moments(X[400:], sensitive_features=only_b, dtype="exact")
+    whole = dfairpca.compute_moments(X, sensitive_features=np.r_[labels[:400], only_b], dtype="exact")
+    same_moments(second.merge(first), whole)
+    mixed = first.merge(dfairpca.compute_moments(X[400:], sensitive_features=only_b))
+    assert mixed.exact is None  # the pairwise update of centred statistics
+    np.testing.assert_allclose(mixed.scatter, whole.scatter, rtol=1e-6)
+
+
+def test_a_resumed_checkpoint_is_bit_identical(data, reference, tmp_path, stop_after):
+    X, g, _, _ = data
+    Xd = da.from_array(X, chunks=(100, -1))
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        compute_moments_checkpointed(Xd, sensitive_features=g, checkpoint=ckpt, segment_rows=300,
+                                     dtype="exact", group_scatter=True, on_segment=stop_after(1))
+    m = compute_moments_checkpointed(Xd, sensitive_features=g, checkpoint=ckpt, dtype="exact",
+                                     group_scatter=True)
+    same_moments(m, reference[2].statistics_)
+    fit = dfairpca.FairPCA(K, equalize_covariance=0.5).fit_statistics(m)
+    assert np.array_equal(fit.components_, reference[2].components_)
+    # and an estimator's checkpointed fit
+    est = dfairpca.FairPCA(K, compute_dtype="exact", equalize_covariance=0.5)
+    est.fit(Xd, sensitive_features=g, checkpoint=tmp_path / "fit-ckpt")
+    assert np.array_equal(est.components_, reference[2].components_)
+
+
+def test_saved_statistics_keep_the_raw_sums(data, tmp_path):
+    X, g, *_ = data
+    m = dfairpca.compute_moments(X[:600], sensitive_features=g[:600], dtype="exact", group_scatter=True)
+    m.save(tmp_path / "m")
+    back = Moments.load(tmp_path / "m")
+    same_moments(back, m)
+    rest = dfairpca.compute_moments(X[600:], sensitive_features=g[600:], dtype="exact", group_scatter=True)
+    same_moments(back.merge(rest), dfairpca.compute_moments(X, sensitive_features=g, dtype="exact",
+                                                            group_scatter=True))
+
+
+# ---------------------------------------------------------------------- refusals
+def test_float_input_is_refused_naming_the_float_dtypes(data):
+    X, g, *_ = data
+    for call in (lambda: dfairpca.PCA(2, compute_dtype="exact").fit(X.astype(np.float32)),
+                 lambda: dfairpca.compute_moments(da.from_array(X.astype(float)), dtype="exact"),
+                 lambda: dfairpca.FairPCA(2, compute_dtype="exact").fit(X / 2.0, sensitive_features=g)):
+        with pytest.raises(InvalidInputError, match="compute_dtype='float64' \\(or 'float32'\\)"):
+            call()
+    with pytest.raises(InvalidInputError, match="svd_solver='full'"):
+        dfairpca.PCA(2, compute_dtype="exact", svd_solver="randomized").fit(X)
+    with pytest.raises(InvalidInputError, match="'exact'"):
+        dfairpca.PCA(2, compute_dtype="int8").fit(X)
+
+
+def test_the_exactness_bound_refuses_sums_beyond_int64():
+    check_exact(np.uint8, 10 ** 12)
+    check_exact(np.int16, 2 ** 31)
+    with pytest.raises(InvalidInputError, match="cannot sum .* rows of int16 exactly"):
+        check_exact(np.int16, 2 ** 33)
+    with pytest.raises(InvalidInputError, match="int32.*narrower integer dtype"):
+        check_exact(np.int32, 2)
+    with pytest.raises(InvalidInputError, match="rows of int32"):  # before any work
+        dfairpca.compute_moments(da.zeros((4, 3), dtype=np.int32, chunks=2), dtype="exact")
+    with pytest.raises(InvalidInputError, match="rows of int64"):
+        dfairpca.PCA(1, compute_dtype="exact").fit(np.ones((4, 3), np.int64))
+
+
+# ---------------------------------------------------------------------- kernels
+def saturating_gram(x):
+    """An 8-bit GEMM as VNNI-less code computes it (``vpmaddubsw``): A = x^T (uint8) times
+    B = x - 128 (int8), each pair of rows' products summed in int16 with saturation, then
+    summed in int32, and the offset undone: wrong exactly where 255 meets -128."""
+    xi = x.astype(np.int32)
+    if len(xi) % 2:
+        xi = np.vstack([xi, np.full((1, xi.shape[1]), 128, np.int32)])  # B = 0: adds nothing
+    a, b = xi, xi - 128
+    pairs = a[0::2, :, None] * b[0::2, None, :] + a[1::2, :, None] * b[1::2, None, :]
+    C = np.clip(pairs, -32768, 32767).sum(axis=0, dtype=np.int32).astype(np.int64)
+    C += 128 * x.astype(np.int64).sum(0)[:, None]
+    return np.asfortranarray(np.triu(C))
+
+
+def int64_gram(x):
+    xi = x.astype(np.int64)
+    return np.asfortranarray(np.triu(xi.T @ xi))
+
+
+@pytest.fixture
+def registered():
+    names = []
+
+    def register(name, fn, dtypes=("uint8", "int8")):
+        ik.register(ik.Kernel(name, fn, dtypes))
+        names.append(name)
+
+    yield register
+    for name in names:
+        ik.unregister(name)
+
+
+def test_the_simulated_saturating_kernel_is_wrong_on_the_worst_case_only():
+    rng = np.random.default_rng(3)
+    small = rng.integers(0, 100, size=(50, 6)).astype(np.uint8)  # pairs stay within int16
+    assert np.array_equal(saturating_gram(small), int64_gram(small))
+    assert not np.array_equal(saturating_gram(worst_case_uint8(64, 6)), int64_gram(worst_case_uint8(64, 6)))
+    assert not ik.self_test(saturating_gram, "uint8")
+    assert ik.self_test(int64_gram, "uint8") and ik.self_test(ik.portable_gram, "uint8")
+
+
+def test_a_saturating_kernel_is_refused_and_the_fallback_is_exact(data, reference, registered):
+    X, g, g2, y = data
+    registered("simulated-vnni-less", saturating_gram)
+    assert ik.kernel_for("uint8")[0] == ik.PORTABLE
+    assert ik.int8_kernel_available() is None
+    fit = dfairpca.FairPCA(K, compute_dtype="exact", equalize_covariance=0.5).fit(X, sensitive_features=g)
+    assert fit.statistics_kernel_ == "exact:blas-exact-blocks"
+    same_moments(fit.statistics_, reference[2].statistics_)
+    # without an 8-bit kernel, "auto" keeps float32 products for uint8
+    assert dfairpca.PCA(K).fit(X).statistics_kernel_ == "float32"
+
+
+def test_a_kernel_that_passes_is_used_and_makes_exact_the_default(data, reference, registered):
+    X, g, g2, y = data
+    registered("test-int64", int64_gram)
+    assert ik.kernel_for("uint8")[0] == "test-int64"
+    assert ik.int8_kernel_available() == "test-int64"
+    fit = dfairpca.FairPCA(K, equalize_covariance=0.5).fit(X, sensitive_features=g)  # "auto"
+    assert fit.statistics_kernel_ == "exact:test-int64"
+    # another kernel, the same integers: bit-identical to the portable path's fit
+    same_moments(fit.statistics_, reference[2].statistics_)
+    assert np.array_equal(fit.components_, reference[2].components_)
+    assert kernel_name(dfairpca.compute_moments(X.astype(np.int16), dtype="exact")) == "exact:blas-exact-blocks"
+
+
+def test_portable_kernel_blocks_and_flushes_exactly():
+    """Many float32 blocks of 1,024 rows (the exact limit for shifted 8-bit values) and
+    int16 values in float64 blocks."""
+    X = worst_case_uint8(5000, 7, seed=4)
+    assert ik._block_plan(np.uint8, 7)[1] == 1024
+    assert np.array_equal(ik.portable_gram(X), int64_gram(X))
+    rng = np.random.default_rng(5)
+    W = rng.integers(-32768, 32767, size=(3000, 5), endpoint=True).astype(np.int16)
+    W[:, 0] = -32768
+    assert ik._block_plan(np.int16, 5)[0] == np.float64
+    assert np.array_equal(ik.portable_gram(W), int64_gram(W))
+
+
+def test_portable_kernel_moves_sums_beyond_2_53_into_int64():
+    """A column of int16 whose sum of squares passes 2**53 (float64 could not hold it) and
+    is odd: the float64 blocks are moved into int64 before they leave the exact range."""
+    n = 8_500_000
+    x = np.full((n, 1), -32768, np.int16)
+    x[:1001] = 1
+    want = (n - 1001) * 2 ** 30 + 1001
+    assert want > 2 ** 53 and want % 2 == 1
+    assert int(ik.portable_gram(x)[0, 0]) == want
