@@ -24,8 +24,11 @@ Commands that compute connect to ``--scheduler tcp://host:port`` or ``--schedule
 when given; otherwise they start a LocalCluster sized to this machine (the library itself
 never starts a cluster: it uses the active Client, the Dask convention).  They check every
 parameter against the data's shape first, so that a mistake is reported at once and not
-after a cluster was found or started.  Errors are one line on stderr and exit status 2;
-Ctrl-C is one line and exit status 130 (``fit`` says how many chunks its checkpoint holds).
+after a cluster was found or started.  Errors are one line on stderr.  The exit status says
+which kind: 0 done; 1 the run failed (a missing or corrupt file, an existing output, lost
+workers, a scheduler that does not answer); 2 the command line was refused before any work
+(argparse's errors, an option or value the command cannot use); 130 Ctrl-C (``fit`` says how
+many chunks its checkpoint holds).  Anything else is a bug: its traceback, exit status 1.
 """
 
 from __future__ import annotations
@@ -35,13 +38,15 @@ import contextlib
 import json
 import sys
 
-from ._errors import EXIT_INTERRUPTED, ONE_LINE_ERRORS, _malformed_file, one_line
+from ._errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, ONE_LINE_ERRORS, _malformed_file,
+                      exit_status, one_line)
 from ._fit import (CLUSTER_TIMEOUT, FitJob, cmd_demo, cmd_fit, cmd_show,
                    cmd_transform)
 from ._inputs import TARGET_OPTIONS
 from ._stores import cmd_ingest, cmd_synth
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "exit_status", "one_line", "ONE_LINE_ERRORS", "EXIT_FAILURE", "EXIT_USAGE",
+           "EXIT_INTERRUPTED"]
 
 
 # ----------------------------------------------------------------------------- parser
@@ -88,6 +93,17 @@ def _positive(kind):
 
     parse.__name__ = f"positive {name}"
     return parse
+
+
+def _seed(text: str) -> int:
+    """An argparse type: an integer >= 0 (a random seed, as numpy takes one)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}")
+    return value
 
 
 def _face_size(full: bool):
@@ -191,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("synth-celeba", help="write a synthetic CelebA-shaped Zarr store")
     p.add_argument("out", metavar="OUT", help="the Zarr store to write (a directory)")
     p.add_argument("--n", type=_positive(int), default=202_599, help="number of faces")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=_seed, default=0,
                    help="random seed (the same seed, the same faces)")
     _add_face_options(p, "faces are SIZE x SIZE pixels, or HxW (218x178: CelebA's aligned faces)",
                       DEFAULT_SIZE, full=False)
@@ -328,7 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Run one command; return its exit status (0, 2 on an error, 130 on Ctrl-C).
+    """Run one command; return its exit status: 0, :data:`EXIT_FAILURE` (1) when the run
+    failed, :data:`EXIT_USAGE` (2) for a command line refused before any work,
+    :data:`EXIT_INTERRUPTED` (130) on Ctrl-C (see :func:`exit_status`).
 
     With ``--json`` the command's summary is printed on stdout as one JSON line, and all
     else that would go to stdout (human summaries, progress bars) goes to stderr.
@@ -337,7 +355,7 @@ def main(argv=None) -> int:
         args = build_parser().parse_args(argv)
     except _UsageError as exc:
         print(exc, file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except SystemExit as exc:  # --help, --version: printed, and done
         return exc.code if isinstance(exc.code, int) else 0
     as_json = getattr(args, "json", False)
@@ -352,7 +370,7 @@ def main(argv=None) -> int:
                 and getattr(args, "missing_chunks", None) == "error"):
             msg = f"{msg} (here: --missing-chunks fill, for X and label arrays)"
         print(f"dfairpca {args.command}: error: {msg}", file=sys.stderr)
-        return 2
+        return exit_status(exc)
     except Exception as exc:
         if not _malformed_file(exc):
             raise  # a bug: its traceback
@@ -360,7 +378,7 @@ def main(argv=None) -> int:
         print(f"dfairpca {args.command}: error: a Zarr store or JSON file it read is malformed "
               f"({type(exc).__name__}: {first}); check the stores and files given, or rewrite "
               "them", file=sys.stderr)
-        return 2
+        return EXIT_FAILURE
     except KeyboardInterrupt as exc:
         # a checkpointed pass's PassInterrupted (its module imported if it raised one: not
         # before, it costs an ingest's start 0.4 s); else outside a pass, or a second Ctrl-C

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass, fields
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._errors import CLIError, _plain
+from ._errors import CLIError, UsageError, _plain, arguments
 from ._inputs import (_Data, _check_out, _client, _data, _describe_groups, _input_paths, _place,
                       _sensitive, _storage, _target, _tuple)
 
@@ -87,7 +88,7 @@ def _check_method_options(args) -> None:
     if args.method == "pca" and given:
         option = "--" + given[0].replace("_", "-")
         needs = "--method fair-s" if given[0] == "equalize" else "--method fair or fair-s"
-        raise CLIError(
+        raise UsageError(
             f"{option} needs {needs}; --method pca (plain PCA, no protected attributes) would "
             f"ignore it: drop {option}, or choose a fair method"
         )
@@ -100,10 +101,10 @@ def _check_method_options(args) -> None:
         option = "--" + odd[0].replace("_", "-")
         fix = ("--svd-solver randomized or auto" if args.method != "fair-s" else
                "--method fair for a randomized fit")
-        raise CLIError(f"{option} sets the randomized solve; {exact} would ignore it: drop "
+        raise UsageError(f"{option} sets the randomized solve; {exact} would ignore it: drop "
                        f"{option}, or use {fix}")
     if args.method != "fair-s" and "equalize" in given:
-        raise CLIError(
+        raise UsageError(
             "--equalize needs --method fair-s (fair PCA that also equalises the group "
             f"covariances); --method {args.method} would ignore it: add --method fair-s, or "
             "drop --equalize"
@@ -140,7 +141,7 @@ def _check_two_groups(groups) -> None:
     for name in groups:
         labels = pd.unique(groups[name])
         if len(labels) == 1:
-            raise CLIError(
+            raise UsageError(
                 f"the protected attribute {name!r} has a single group ({_plain(labels[0])}) in "
                 f"all {len(groups):,} rows; fair PCA needs two or more: name another attribute, "
                 "or fit plain PCA with --method pca"
@@ -243,19 +244,20 @@ def run_fit(args: FitJob) -> dict:
     fair = args.method != "pca"
     groups = _sensitive(args, data) if fair else None
     if fair and groups is None:
-        raise CLIError(
+        raise UsageError(
             "name the protected attribute(s): --attribute NAME (a CelebA attribute, e.g. "
             "Eyeglasses), --sensitive-array ARRAY, or --sensitive-csv FILE --sensitive-column COL"
         )
     if groups is not None:
         _check_two_groups(groups)
     y = _target(args, data)
-    est = _estimator(args)
     # every parameter error now, before a cluster is found or started
-    if groups is None:
-        est.validate_fit(X, y)
-    else:
-        est.validate_fit(X, y, sensitive_features=groups)
+    with arguments():
+        est = _estimator(args)
+        if groups is None:
+            est.validate_fit(X, y)
+        else:
+            est.validate_fit(X, y, sensitive_features=groups)
     n, d = X.shape[0], int(np.prod(X.shape[1:]))
     _note_unused_randomized(args, est, d, ckpt)
     rows = "images" if data.celeba else "rows"
@@ -310,13 +312,14 @@ def cmd_transform(args):
     X = data.X
     # the lazy graph first: a model of another d is refused before any cluster starts
     Xf = X.reshape(X.shape[0], -1)
-    if args.reconstruct:
-        R = model.inverse_transform(model.transform(Xf))
-        Y = _cast_like(R, X.dtype).reshape(data.shape)
-        name = data.name  # under the input's own name: "images" for the CelebA layout
-    else:
-        Y = model.transform(Xf)
-        name = "representation"
+    with arguments():
+        if args.reconstruct:
+            R = model.inverse_transform(model.transform(Xf))
+            Y = _cast_like(R, X.dtype).reshape(data.shape)
+            name = data.name  # under the input's own name: "images" for the CelebA layout
+        else:
+            Y = model.transform(Xf)
+            name = "representation"
     with _client(args) as client:
         t = time.perf_counter()
         check_inputs_shared(X, client)
@@ -366,11 +369,18 @@ def run_show(model_path, store, out, *, n: int | None = None, overwrite: bool = 
     fewer when the store holds fewer.  A number the store cannot fill, or above
     :data:`dfairpca.celeba.figures.MAX_FACES_PER_ROW`, is refused before any face is read."""
     from .. import load
+    from ..celeba import open_celeba
     from ..celeba.figures import DEFAULT_FACES, MAX_FACES_PER_ROW, faces_figure, faces_held
 
     out = Path(out)
     _check_out(out, "figure", overwrite, {"the input store": store, "the model": model_path})
     model = load(model_path)
+    face = open_celeba(store)[0].shape[1:]  # (h, w) grey or (h, w, 3) colour
+    if math.prod(face) != model.n_features_in_:  # two arguments that do not go together
+        raise UsageError(
+            f"the model has {model.n_features_in_:,} features but the images of {store} are "
+            + "x".join(map(str, face)) + f" ({math.prod(face):,}): show it against a store "
+            "of the image size it was fitted on")
     held = faces_held(model, store)
     largest = min(held, MAX_FACES_PER_ROW)
     if n is None:
@@ -378,7 +388,7 @@ def run_show(model_path, store, out, *, n: int | None = None, overwrite: bool = 
     elif n > largest:
         why = (f"a picture shows at most {MAX_FACES_PER_ROW} faces per row" if held > MAX_FACES_PER_ROW
                else f"{store} can fill at most {held:,} per row for this model")
-        raise CLIError(f"--n {n:,}: {why}; use --n {largest} or less")
+        raise UsageError(f"--n {n:,}: {why}; use --n {largest} or less")
     return faces_figure(model, store, out, n=n, overwrite=overwrite)
 
 

@@ -5,20 +5,29 @@ command's outputs checked before any work."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ._errors import CLIError, _did_you_mean, _shown
+from ._errors import CLIError, UsageError, _did_you_mean, _shown, arguments
 
 
 # ----------------------------------------------------------------------------- helpers
+@contextlib.contextmanager
 def _client(args):
+    """The cluster of ``args`` (see :func:`dfairpca.cluster.connect`): a malformed address
+    or scheduler file is a usage error; a scheduler that does not answer, or has no worker,
+    a failure of the run."""
     from ..cluster import connect
 
-    return connect(args.scheduler, args.scheduler_file, timeout=args.timeout)
+    with contextlib.ExitStack() as stack:
+        with arguments():
+            client = stack.enter_context(connect(args.scheduler, args.scheduler_file,
+                                                 timeout=args.timeout))
+        yield client
 
 
 def _check_out(path: Path, kind: str, overwrite: bool, protect: dict | None = None,
@@ -42,9 +51,9 @@ def _storage(args) -> dict | None:
     try:
         options = json.loads(text)
     except ValueError as exc:
-        raise CLIError(f"--storage-options must be a JSON object, e.g. '{{\"anon\": true}}' ({exc})") from None
+        raise UsageError(f"--storage-options must be a JSON object, e.g. '{{\"anon\": true}}' ({exc})") from None
     if not isinstance(options, dict):
-        raise CLIError(f"--storage-options must be a JSON object, e.g. '{{\"anon\": true}}'; got {text!r}")
+        raise UsageError(f"--storage-options must be a JSON object, e.g. '{{\"anon\": true}}'; got {text!r}")
     return options
 
 
@@ -66,7 +75,8 @@ def _attributes(store, names):
 
     from ..celeba.schema import attribute_flags
 
-    return pd.DataFrame(attribute_flags(store, names))
+    with arguments():  # a name that is no CelebA attribute
+        return pd.DataFrame(attribute_flags(store, names))
 
 
 
@@ -116,12 +126,12 @@ def _locate(data_root, store, name: str, option: str):
                       f"{_shown(arrays)})")
         else:
             inside = f"{store} is a single array"
-        raise CLIError(
+        raise UsageError(
             f"{option} {name}: {inside}, and no file or folder {name} exists; name an array "
             "of STORE or give the path of a Zarr array"
         )
     if not isinstance(node, zarr.Array):
-        raise CLIError(
+        raise UsageError(
             f"{option} {name}: {label} is a Zarr group, not an array; name one of its arrays: "
             f"{_shown(f'{name}/{a}' for a in _arrays(node))}"
         )
@@ -145,7 +155,7 @@ def _data(args, rows_per_chunk=None) -> _Data:
     root = _open_zarr(args.store, "STORE", _storage(args))
     if args.array is None and isinstance(root, zarr.Group):
         if IMAGES not in root:
-            raise CLIError(
+            raise UsageError(
                 f"{args.store} is not a CelebA store: it has no {IMAGES!r} array; for another "
                 f"layout name the data with --array NAME, one of {_shown(_arrays(root))}"
             )
@@ -158,7 +168,7 @@ def _data(args, rows_per_chunk=None) -> _Data:
         node, label = _locate(root, args.store, args.array, "--array")
         name = _array_name(args.array)
     if node.ndim < 2 or node.dtype.kind not in "biuf":
-        raise CLIError(
+        raise UsageError(
             f"{label} holds {node.dtype} of shape {node.shape}; X must be numbers (bool, int "
             "or float) with one row per sample: shape (n, d) or (n, ...)"
         )
@@ -190,7 +200,7 @@ def _check_rows(count: int, source: str, data: _Data) -> None:
     """Refuse labels whose row count differs from X's (before any cluster starts)."""
     n = data.X.shape[0]
     if count != n:
-        raise CLIError(
+        raise UsageError(
             f"{source} has {count:,} rows but X ({data.label}) has {n:,}; the labels need one "
             "row per row of X, in the same order"
         )
@@ -214,7 +224,7 @@ def _label_array(args, data: _Data, value: str, option: str):
     """
     node, label = _locate(data.root, args.store, value, option)
     if node.ndim not in (1, 2):
-        raise CLIError(
+        raise UsageError(
             f"{option} {value}: {label} has shape {node.shape}; labels must be (n,) or (n, p)"
         )
     _check_rows(node.shape[0], f"{option} {label}", data)
@@ -242,7 +252,7 @@ def _once(names: list[str], option: str) -> list[str]:
     """``names`` given with ``option``, refused if one is given twice."""
     for name in names:
         if names.count(name) > 1:
-            raise CLIError(f"{option} names {name!r} twice; give it once")
+            raise UsageError(f"{option} names {name!r} twice; give it once")
     return names
 
 
@@ -273,7 +283,7 @@ def _table(path, columns: list[str], option: str, data: _Data):
         have = schema()
         for c in columns:
             if c not in have:
-                raise CLIError(
+                raise UsageError(
                     f"{path} has no column {c!r}{_did_you_mean(c, have)}; its columns: {_shown(have)}"
                 )
         table = read()[columns]
@@ -305,17 +315,17 @@ def _sensitive(args, data: _Data):
         sources.append(_label_array(args, data, value, "--sensitive-array"))
     names = _once(_split(args.sensitive_column), "--sensitive-column")
     if names and not args.sensitive_csv:
-        raise CLIError(
+        raise UsageError(
             "--sensitive-column names columns of a table: give it with --sensitive-csv FILE"
         )
     if args.sensitive_csv and not names and not args.target_column:
-        raise CLIError("--sensitive-csv needs --sensitive-column COL[,COL...]: the columns to use")
+        raise UsageError("--sensitive-csv needs --sensitive-column COL[,COL...]: the columns to use")
     if names:
         sources.append(_table(args.sensitive_csv, names, "--sensitive-csv", data))
     for source in sources:
         for name, values in source.items():
             if name in columns:
-                raise CLIError(f"the protected attribute {name!r} is given twice; give it once")
+                raise UsageError(f"the protected attribute {name!r} is given twice; give it once")
             columns[name] = np.asarray(values)
     return pd.DataFrame(columns) if columns else None
 
@@ -329,7 +339,7 @@ def _target(args, data: _Data):
     given = [o for o in TARGET_OPTIONS if getattr(args, o[2:].replace("-", "_"))]
     if args.constraint != "equal_opportunity":
         if given:
-            raise CLIError(
+            raise UsageError(
                 f"{given[0]} is the task label of --constraint equal_opportunity: add that, or "
                 f"drop {given[0]}"
             )
@@ -337,7 +347,7 @@ def _target(args, data: _Data):
     if len(given) != 1:
         what = ("needs the task label" if not given
                 else f"takes one task label, got {', '.join(given)}")
-        raise CLIError(
+        raise UsageError(
             f"--constraint equal_opportunity {what}: --target NAME (a CelebA attribute), "
             "--target-array ARRAY, or --target-column COL (of --target-csv, by default the "
             "--sensitive-csv file)"
@@ -349,12 +359,12 @@ def _target(args, data: _Data):
     if args.target_array:
         cols = _label_array(args, data, args.target_array, "--target-array")
         if len(cols) != 1:
-            raise CLIError(f"--target-array {args.target_array} has {len(cols)} columns; the task "
+            raise UsageError(f"--target-array {args.target_array} has {len(cols)} columns; the task "
                            "label is one: (n,) or (n, 1)")
         return next(iter(cols.values()))
     table = args.target_csv or args.sensitive_csv
     if not table:
-        raise CLIError("--target-column names a column of a table: give it with --target-csv "
+        raise UsageError("--target-column names a column of a table: give it with --target-csv "
                        "FILE (or --sensitive-csv FILE)")
     return _table(table, [args.target_column], "--target-csv", data)[args.target_column]
 

@@ -6,8 +6,17 @@ import contextlib
 import sys
 import time
 
-from ._errors import CLIError
+from ._errors import CLIError, arguments
 from ._inputs import _check_out, _place, _storage
+
+
+def _check_stage(out, args) -> None:
+    """Refuse a ``--stage-dir`` the write would ignore or cannot use (a usage error)."""
+    from ..io._writes import check_stage_dir
+
+    with arguments():
+        check_stage_dir(out, args.stage_dir)
+
 
 @contextlib.contextmanager
 def _saying_how_to_resume():
@@ -29,6 +38,7 @@ def cmd_synth(args):
     from ..celeba import synth_celeba
 
     out = _place(args.out, "store", _storage(args))
+    _check_stage(out, args)
     _check_out(out, "store", args.overwrite)
     t = time.perf_counter()
     with _saying_how_to_resume():
@@ -42,6 +52,7 @@ def cmd_ingest(args):
     from ..cluster import connect
 
     out = _place(args.out, "store", _storage(args))
+    _check_stage(out, args)
     _check_out(out, "store", args.overwrite, {"the CelebA folder": args.celeba_dir})
     t = time.perf_counter()
     options = dict(size=args.size, color=args.color, overwrite=args.overwrite, stage_dir=args.stage_dir)
@@ -49,7 +60,10 @@ def cmd_ingest(args):
         with _saying_how_to_resume():
             ingest_celeba(args.celeba_dir, out, n_jobs=args.n_jobs, **options)
     else:  # the chunks run as Dask tasks on that cluster's workers
-        with connect(args.scheduler, args.scheduler_file, timeout=args.timeout, local=False) as client, \
-                _saying_how_to_resume():
-            ingest_celeba(args.celeba_dir, out, client=client, **options)
+        with contextlib.ExitStack() as stack:
+            with arguments():  # a malformed address or scheduler file
+                client = stack.enter_context(connect(args.scheduler, args.scheduler_file,
+                                                     timeout=args.timeout, local=False))
+            with _saying_how_to_resume():
+                ingest_celeba(args.celeba_dir, out, client=client, **options)
     print(f"ingested {args.celeba_dir} into {out} in {time.perf_counter() - t:.1f} s")
