@@ -124,7 +124,7 @@ def _note_unused_randomized(args, est, d: int, ckpt) -> None:
     odd = _randomized_options(args)
     if args.svd_solver != "auto" or not odd:
         return
-    if est._fit_solver(d, checkpoint=ckpt if args.resume else None) == "randomized":
+    if est.planned_svd_solver(d, checkpoint=ckpt if args.resume else None) == "randomized":
         return
     given = ", ".join("--" + o.replace("_", "-") for o in odd)
     print(f"note: --svd-solver auto chose the exact one-pass fit for d = {d:,} and k = {args.k} "
@@ -221,8 +221,8 @@ def run_fit(args: FitJob) -> dict:
     Every parameter is checked against the data first, then the pass runs on the cluster
     of ``args`` (see :func:`dfairpca.cluster.connect`) with a checkpoint next to the model.
     """
-    from ..io._remote import is_remote
-    from ..io._writes import read_marker, remove_directory, staged_locally
+    from ..io.storage import is_remote
+    from ..io.writes import read_marker, remove_directory, staged_locally
 
     start = time.perf_counter()
     _check_method_options(args)
@@ -297,8 +297,8 @@ def cmd_transform(args):
     import dask.array as da
 
     from .. import load
-    from ..io._remote import zarr_store
-    from ..io._writes import atomic_directory, marker_attributes, writing_every_chunk
+    from ..io.storage import zarr_store
+    from ..io.writes import atomic_directory, marker_attributes, writing_every_chunk
     from ..celeba.schema import ROW_DIMENSION, copy_labels, dimension_names
     from ..cluster import check_inputs_shared, check_workers_see
     from ..io import check_written

@@ -34,11 +34,11 @@ def _check_out(path: Path, kind: str, overwrite: bool, protect: dict | None = No
                storage_options: dict | None = None):
     """Refuse, before any work or cluster, an output dfairpca may not write.
 
-    See :func:`dfairpca.io.check_target`: a missing path, an empty directory, or with
+    See :func:`dfairpca.io.writes.check_target`: a missing path, an empty directory, or with
     ``--overwrite`` dfairpca's own ``kind``; never the inputs (``protect``) or a folder
     holding them; the folder (for a URL: the bucket, with its credentials) must be writable.
     """
-    from ..io._writes import check_target
+    from ..io.writes import check_target
 
     check_target(path, kind, overwrite=overwrite, protect=protect, storage_options=storage_options)
 
@@ -61,8 +61,8 @@ def _place(value, kind: str, storage_options: dict | None = None):
     """An output path as the write protocol takes it: a Path with a name of its own (the
     checkpoint's is made from it), or for a URL its location, which carries the storage
     options to every read and write (the estimator's checkpoint too)."""
-    from ..io._remote import is_remote, local_path, location
-    from ..io._writes import named
+    from ..io.storage import is_remote, local_path, location
+    from ..io.writes import named
 
     return location(value, storage_options) if is_remote(value) else named(local_path(value), kind)
 
@@ -95,7 +95,7 @@ class _Data:
 
 def _open_zarr(path, option: str, storage_options: dict | None = None):
     """The Zarr array or group at ``path`` (or a URL), opened read-only; a one-line error if none."""
-    from ..io._remote import open_zarr
+    from ..io.storage import open_zarr
 
     try:
         return open_zarr(path, storage_options)
@@ -180,7 +180,7 @@ def _data(args, rows_per_chunk=None) -> _Data:
 def _source(args, root):
     """STORE as the CelebA readers take it: the path, or for a URL the group opened with
     its storage options."""
-    from ..io._remote import is_remote
+    from ..io.storage import is_remote
 
     return root if is_remote(args.store) else args.store
 
