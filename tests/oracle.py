@@ -97,3 +97,36 @@ def fair_kernel_pca(K, groups, k):
     Vr = V[:, live] / np.sqrt(b[live])
     _, L = np.linalg.eigh(Vr.T @ A @ Vr)
     return Kc @ R @ (Vr @ L[:, ::-1][:, :k])
+
+
+# ----------------------------------------------------------------------------- weighted rows
+def weighted_moments(X, w):
+    """(total weight, mean, scatter ``sum w (x - m)(x - m)^T``) of rows of frequency weights w."""
+    X, w = np.asarray(X, dtype=float), np.asarray(w, dtype=float)
+    W = w.sum()
+    mean = w @ X / W
+    Xc = X - mean
+    return W, mean, (Xc * w[:, None]).T @ Xc
+
+
+def weighted_pca(X, w, k):
+    """U (d, k): top-k eigenvectors of the weighted scatter."""
+    _, _, S = weighted_moments(X, w)
+    vals, V = np.linalg.eigh(S)
+    return V[:, np.argsort(vals)[::-1][:k]]
+
+
+def weighted_fair_pca(X, groups, w, k):
+    """U (d, k): top-k eigenvectors of the weighted scatter on the nullspace of the weighted
+    group-mean differences (every group of positive weight minus the weighted mean)."""
+    X, w = np.asarray(X, dtype=float), np.asarray(w, dtype=float)
+    _, mean, S = weighted_moments(X, w)
+    rows = []
+    for g in groups:
+        g = np.asarray(g)
+        for c in np.unique(g[w > 0]):
+            sel = (g == c) & (w > 0)
+            rows.append(w[sel] @ X[sel] / w[sel].sum() - mean)
+    R = scipy.linalg.null_space(np.array(rows))
+    vals, L = np.linalg.eigh(R.T @ S @ R)
+    return R @ L[:, np.argsort(vals)[::-1][:k]]

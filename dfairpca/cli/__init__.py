@@ -270,6 +270,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="λ in [0, 1]: also output the standard PCA components scaled by λ")
     g.add_argument("--equalize", type=float, default=FitJob.equalize,
                    help="fair-s: the fraction f of Fair PCA-S (f)")
+    g = p.add_argument_group("sample weights (frequency weights: a row of weight w counts w times)")
+    g.add_argument("--sample-weight-array", metavar="ARRAY",
+                   help="the rows' weights (finite, >= 0) from a Zarr array of STORE or a path, "
+                        "(n,) (default: none)")
+    g.add_argument("--sample-weight-column", metavar="COL",
+                   help="the rows' weights from column COL of --sample-weight-csv (default: none)")
+    g.add_argument("--sample-weight-csv", metavar="FILE",
+                   help="the CSV/Parquet file of --sample-weight-column (default: the "
+                        "--sensitive-csv file)")
     g = p.add_argument_group("solver")
     g.add_argument("--svd-solver", choices=["auto", "full", "randomized"], default=FitJob.svd_solver,
                    help="full: the exact one-pass fit (d x d statistics); randomized: block Krylov "

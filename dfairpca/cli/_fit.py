@@ -12,7 +12,7 @@ import numpy as np
 
 from ._errors import CLIError, UsageError, _plain, arguments
 from ._inputs import (_Data, _check_out, _client, _data, _describe_groups, _input_paths, _place,
-                      _sensitive, _storage, _target, _tuple)
+                      _sample_weight, _sensitive, _storage, _target, _tuple)
 
 #: the kind in dfairpca's marker of what ``transform`` writes: another kind than the data
 #: stores of synth and ingest ("store"), so that ``transform --overwrite`` can never replace
@@ -54,6 +54,9 @@ class FitJob:
     target_array: str | None = None
     target_column: str | None = None
     target_csv: str | None = None
+    sample_weight_array: str | None = None
+    sample_weight_column: str | None = None
+    sample_weight_csv: str | None = None
     tradeoff: float = 0.0
     equalize: float = 0.5
     svd_solver: str = "auto"
@@ -180,11 +183,15 @@ def _fit_summary(est, args, data: _Data, fit_seconds: float, wall_seconds: float
         summary["n_constraints"] = int(est.n_constraints_)
         # rows per group among the rows fitted (those with y == 1 for equal opportunity)
         summary["groups"] = {
-            str(name): {str(label): int(count) for label, count in zip(labels, a.counts)}
+            # (a weighted fit's counts are the groups' total weights)
+            str(name): {str(label): int(count) if a.counts.dtype.kind in "iu" else _plain(float(count))
+                        for label, count in zip(labels, a.counts)}
             for name, labels, a in zip(est.attribute_names_, est.groups_,
                                        est.statistics_.attributes)
         }
     summary["n_samples_seen"] = int(est.n_samples_seen_)
+    if hasattr(est, "sample_weight_sum_"):  # a weighted fit
+        summary["sample_weight_sum"] = _plain(float(est.sample_weight_sum_))
     summary["explained_variance_ratio_sum"] = _plain(float(est.explained_variance_ratio_.sum()))
     # the fairness certificate, whatever fields the estimator has (fairness_violation_, ...)
     for attr in sorted(vars(est)):
@@ -251,13 +258,15 @@ def run_fit(args: FitJob) -> dict:
     if groups is not None:
         _check_two_groups(groups)
     y = _target(args, data)
+    w = _sample_weight(args, data)
+    weights = {} if w is None else {"sample_weight": w}
     # every parameter error now, before a cluster is found or started
     with arguments():
         est = _estimator(args)
         if groups is None:
-            est.validate_fit(X, y)
+            est.validate_fit(X, y, **weights)
         else:
-            est.validate_fit(X, y, sensitive_features=groups)
+            est.validate_fit(X, y, sensitive_features=groups, **weights)
     n, d = X.shape[0], int(np.prod(X.shape[1:]))
     _note_unused_randomized(args, est, d, ckpt)
     rows = "images" if data.celeba else "rows"
@@ -270,7 +279,7 @@ def run_fit(args: FitJob) -> dict:
 
         t = time.perf_counter()
         # --timeout also bounds the wait for new workers once every worker has left
-        fit = dict(checkpoint=ckpt, keep_checkpoint=True, timeout=args.timeout)
+        fit = dict(checkpoint=ckpt, keep_checkpoint=True, timeout=args.timeout, **weights)
         try:
             if groups is None:
                 est.fit(X, **fit)

@@ -188,7 +188,8 @@ def _source(args, root):
 def _input_paths(args) -> dict:
     """What this job reads, by role: no output may be, or contain, one of them."""
     paths = {"the input store": args.store}
-    for option in ("array", "sensitive_array", "target_array", "sensitive_csv", "target_csv"):
+    for option in ("array", "sensitive_array", "target_array", "sensitive_csv", "target_csv",
+                   "sample_weight_array", "sample_weight_csv"):
         values = getattr(args, option, None)
         for value in values if isinstance(values, (list, tuple)) else [values]:
             if value is not None and Path(value).exists():  # a path, not a name in STORE
@@ -367,6 +368,30 @@ def _target(args, data: _Data):
         raise UsageError("--target-column names a column of a table: give it with --target-csv "
                        "FILE (or --sensitive-csv FILE)")
     return _table(table, [args.target_column], "--target-csv", data)[args.target_column]
+
+
+def _sample_weight(args, data: _Data):
+    """The rows' frequency weights (``--sample-weight-array ARRAY``, or
+    ``--sample-weight-column COL`` of ``--sample-weight-csv``, by default the
+    ``--sensitive-csv`` file), or None; the estimator checks their values."""
+    array, column = args.sample_weight_array, args.sample_weight_column
+    if array and column:
+        raise UsageError("give the sample weights once: --sample-weight-array or --sample-weight-column")
+    if array:
+        cols = _label_array(args, data, array, "--sample-weight-array")
+        if len(cols) != 1:
+            raise UsageError(f"--sample-weight-array {array} has {len(cols)} columns; the weights are "
+                             "one: (n,) or (n, 1)")
+        return np.asarray(next(iter(cols.values())))
+    table = args.sample_weight_csv or args.sensitive_csv
+    if column and not table:
+        raise UsageError("--sample-weight-column names a column of a table: give it with "
+                         "--sample-weight-csv FILE (or --sensitive-csv FILE)")
+    if column:
+        return np.asarray(_table(table, [column], "--sample-weight-csv", data)[column])
+    if args.sample_weight_csv:
+        raise UsageError("--sample-weight-csv needs --sample-weight-column COL: the column of weights")
+    return None
 
 
 def _describe_groups(groups, celeba_names) -> str:

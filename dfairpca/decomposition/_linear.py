@@ -38,6 +38,10 @@ __all__ = ["LinearDecomposition", "LINEAR_RULES", "SVD_SOLVERS", "n_components_o
 #: :mod:`dfairpca.solve._randomized`, "auto" chooses (:meth:`LinearDecomposition._fit_solver`)
 SVD_SOLVERS = ("auto", "full", "covariance_eigh", "randomized")
 
+#: why a weighted fit runs the exact solve (its passes are the one-pass statistics')
+WEIGHTED_BLOCKER = ("svd_solver='randomized' does not take sample_weight (its passes sum "
+                    "unweighted products): use svd_solver='full' or 'auto' for a weighted fit")
+
 
 def n_components_ok(k) -> bool:
     whole = is_int(k)
@@ -75,7 +79,8 @@ class LinearDecomposition(Estimator):
     _fair = False
     _array_attrs = ("components_", "mean_", "scale_", "explained_variance_",
                     "explained_variance_ratio_", "singular_values_")
-    _meta_attrs = ("n_features_in_", "n_samples_seen_", "n_components_", "noise_variance_")
+    _meta_attrs = ("n_features_in_", "n_samples_seen_", "n_components_", "noise_variance_",
+                   "sample_weight_sum_")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -83,7 +88,7 @@ class LinearDecomposition(Estimator):
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
 
-    def planned_svd_solver(self, n_features: int, *, checkpoint=None) -> str:
+    def planned_svd_solver(self, n_features: int, *, checkpoint=None, weighted: bool = False) -> str:
         """The solve a fit of ``n_features`` features runs, known before any pass over X.
 
         What ``svd_solver="auto"`` chooses depends on the data's width, so a caller that
@@ -96,6 +101,8 @@ class LinearDecomposition(Estimator):
             The features of X (its columns, numeric protected attributes excluded).
         checkpoint : str or path-like, optional
             The checkpoint of a fit to resume: a resumed fit goes on with the solve it began.
+        weighted : bool
+            Whether the fit has ``sample_weight`` (always the exact solve).
 
         Returns
         -------
@@ -109,9 +116,9 @@ class LinearDecomposition(Estimator):
             ``svd_solver="randomized"`` where it cannot run, or an exact fit whose d x d
             statistics do not fit in memory.
         """
-        return self._fit_solver(int(n_features), checkpoint=checkpoint)
+        return self._fit_solver(int(n_features), checkpoint=checkpoint, weighted=weighted)
 
-    def _fit_solver(self, d: int, *, groups: int = 0, checkpoint=None) -> str:
+    def _fit_solver(self, d: int, *, groups: int = 0, checkpoint=None, weighted: bool = False) -> str:
         """The solve a fit of d features runs, "covariance_eigh" (the exact eigensolve of
         the d x d covariance from one pass) or "randomized" (matrix-free passes over X):
         what ``svd_solver`` names, "full" being the exact one; for "auto" the cheaper by
@@ -121,15 +128,15 @@ class LinearDecomposition(Estimator):
         from ..solve._randomized import check_exact_memory, choose_svd_solver, memory_budget
         from ..engine.checkpoint import saved_solver
 
-        blocker = self._randomized_blocker(d, groups)
+        blocker = self._randomized_blocker(d, groups) or (WEIGHTED_BLOCKER if weighted else None)
         if self.svd_solver == "randomized":
             if blocker:
                 raise InvalidInputError(blocker)
             return "randomized"
         if self.svd_solver != "auto":
             return "covariance_eigh"
-        # a resumed fit goes on with the solve it began
-        saved = None if checkpoint is None else saved_solver(checkpoint)
+        # a resumed fit goes on with the solve it began (a weighted fit: always the exact one)
+        saved = None if checkpoint is None or weighted else saved_solver(checkpoint)
         if saved is not None:
             return "randomized" if saved == "randomized" else "covariance_eigh"
         if blocker is None and choose_svd_solver(d, self.n_components, self.n_oversamples) == "randomized":
@@ -138,12 +145,12 @@ class LinearDecomposition(Estimator):
                            "O(d (k + p)))" if blocker is None else f"the matrix-free fit cannot run ({blocker})")
         return "covariance_eigh"
 
-    def _solver_of(self, X, groups=None, checkpoint=None) -> str:
+    def _solver_of(self, X, groups=None, checkpoint=None, weighted: bool = False) -> str:
         """:meth:`_fit_solver` for X's features (its columns but the numeric attributes)
-        and the encoded ``groups`` (None without)."""
+        and the encoded ``groups`` (None without); ``weighted``: a sample_weight is given."""
         d = X.shape[1] - len(getattr(self, "numeric_sensitive_columns_", ()))
         n_groups = 0 if groups is None else sum(len(c) for c in groups.categories)
-        return self._fit_solver(d, groups=n_groups, checkpoint=checkpoint)
+        return self._fit_solver(d, groups=n_groups, checkpoint=checkpoint, weighted=weighted)
 
     def _features(self, m) -> np.ndarray:
         """The feature columns of statistics m (all but the numeric attributes)."""
@@ -207,10 +214,11 @@ class LinearDecomposition(Estimator):
         return check_input(self, X, reset=reset, min_samples=min_samples,
                            ids=getattr(self, "sensitive_feature_ids", None))
 
-    def _pass(self, X, groups=None, mask=None, checkpoint=None, numeric: bool = False):
+    def _pass(self, X, groups=None, mask=None, checkpoint=None, numeric: bool = False, weights=None):
         """The statistics of X; ``numeric``: X holds numeric protected attributes, whose
         covariances with the features are the constraint, so the products run in float64
-        (float32 products would hold them to 1e-7 only) unless compute_dtype says otherwise."""
+        (float32 products would hold them to 1e-7 only) unless compute_dtype says otherwise.
+        ``weights``: the rows' sample_weight (checked, :func:`check_weights`), or None."""
         auto = self.compute_dtype in ("auto", None)
         dtype = np.dtype(np.float64) if numeric and auto else compute_dtype_for(X.dtype, self.compute_dtype)
         codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
@@ -219,6 +227,8 @@ class LinearDecomposition(Estimator):
             group_scatter=getattr(self, "equalize_covariance", None) is not None,
             progress=self.progress,
         )
+        if weights is not None:
+            kw["weights"] = weights
         if checkpoint is None:
             m = coded_moments(X, codes, cats, **kw)
         else:
@@ -234,17 +244,30 @@ class LinearDecomposition(Estimator):
 
     def _set_fitted(self, m: Moments, U: np.ndarray, S: np.ndarray, scale, e: int = 0):
         """The fitted attributes of the exact solve U of S (``S * 4**e`` in true units)."""
-        self._set_model(m.n, m.mean, U, np.sum((U @ S) * U, axis=1), np.trace(S), scale, e)
+        self._set_model(m.n, m.mean, U, np.sum((U @ S) * U, axis=1), np.trace(S), scale, e,
+                        rows=m.n_rows, rank=m.n_effective)
         self.statistics_ = m
         self.fitted_svd_solver_ = "covariance_eigh"
 
-    def _set_model(self, n, mean, U, captured, total, scale, e: int = 0) -> None:
+    def _set_model(self, n, mean, U, captured, total, scale, e: int = 0, rows=None,
+                   rank=None) -> None:
         """The fitted attributes of components U (k, d) of n rows of the given mean that
-        capture ``captured`` of the operator's trace ``total`` (``* 4**e`` in true units)."""
+        capture ``captured`` of the operator's trace ``total`` (``* 4**e`` in true units).
+
+        Weighted rows (``rows`` given): n is their total weight, the count in every
+        formula (the variances' ``n - 1``), ``n_samples_seen_`` the rows of positive weight
+        and ``sample_weight_sum_`` the total weight; ``rank`` bounds the rank (the
+        statistics' ``n_effective``)."""
         d = U.shape[1]
-        n = int(n)
         self.n_features_in_ = d + len(getattr(self, "sensitive_feature_indices_", ()))
-        self.n_samples_seen_ = n
+        if rows is None:
+            n = int(n)
+            self.n_samples_seen_ = n
+            self.__dict__.pop("sample_weight_sum_", None)  # from an earlier weighted fit
+        else:
+            n = float(n)
+            self.n_samples_seen_ = int(rows)
+            self.sample_weight_sum_ = n
         self.n_components_ = U.shape[0]
         self.components_ = U
         self.mean_ = mean.copy() if self.center else np.zeros(d)
@@ -252,7 +275,7 @@ class LinearDecomposition(Estimator):
         denom = n - 1
         captured = np.asarray(captured) / denom
         total = total / denom
-        noise = noise_variance(captured, total, min(n, d))
+        noise = noise_variance(captured, total, min(self.n_samples_seen_ if rank is None else rank, d))
         with np.errstate(over="ignore", under="ignore"):  # the true values, as float64 holds them
             self.explained_variance_ = np.ldexp(captured, 2 * e)
             self.singular_values_ = np.ldexp(np.sqrt(np.maximum(captured, 0.0) * denom), e)
@@ -262,7 +285,7 @@ class LinearDecomposition(Estimator):
     def _keep_statistics(self, m: Moments) -> None:
         """Record the statistics of a partial_fit that cannot be solved yet."""
         self.statistics_ = m
-        self.n_samples_seen_ = int(m.n)
+        self.n_samples_seen_ = m.rows
 
     def _check_previous(self, d):
         if hasattr(self, "statistics_") and d != self.statistics_.n_features:

@@ -22,6 +22,7 @@ from ..io._registry import register
 from ._saved import fair_meta, load, restore_fair_meta
 from ..inputs._groups import binary_target, encode_groups, group_labels
 from ..inputs._validation import Input, with_known_rows
+from ..inputs._weights import check_weights
 from ..stats.moments import Moments, merge
 from ..errors import InvalidInputError
 
@@ -115,6 +116,10 @@ class PCA(LinearDecomposition):
     mean_ : ndarray (d,)
     scale_ : ndarray (d,) or None
     n_features_in_, n_samples_seen_, n_components_ : int
+        (``n_samples_seen_``: of a weighted fit, the rows of positive weight.)
+    sample_weight_sum_ : float
+        Weighted fits only (``sample_weight``): the total weight, which takes the place of
+        the row count in every formula (the variances divide by ``sample_weight_sum_ - 1``).
     feature_names_in_ : ndarray of str
         X's column names when X was a DataFrame with text column names.
     statistics_ : Moments or FirstMoments
@@ -154,8 +159,16 @@ class PCA(LinearDecomposition):
         self.progress = progress
         self.eigen_solver = eigen_solver
 
-    def fit(self, X, y=None, *, checkpoint=None, keep_checkpoint=False, timeout=None):
+    def fit(self, X, y=None, *, sample_weight=None, checkpoint=None, keep_checkpoint=False,
+            timeout=None):
         """Fit on X (numpy, pandas, xarray, Dask or Zarr; (n, d) or (n, h, w)) in one pass.
+
+        ``sample_weight``: (n,) frequency weights of the rows (numpy, pandas, Dask or Zarr;
+        finite, >= 0, not all 0): a row of weight w counts as w copies of itself, so integer
+        weights equal repeated rows and weight 0 a dropped row.  The mean, covariance
+        (denominator ``sum(w) - 1``) and every fitted attribute are the weighted ones;
+        ``n_samples_seen_`` counts the rows of positive weight, ``sample_weight_sum_`` is
+        the total weight.  The exact solve only (``svd_solver="randomized"`` is refused).
 
         ``checkpoint``: a directory where the pass saves its running statistics after every
         segment of chunks (a randomized fit: its state after every pass); a fit
@@ -173,16 +186,17 @@ class PCA(LinearDecomposition):
         self._check_params()
         with worker_timeout(timeout):
             inp = self._input(X, reset=True, min_samples=2)
-            (Xa,) = with_known_rows(inp.data)
+            (Xa, w) = with_known_rows(inp.data, sample_weight)
             self._check_k(Xa.shape[1], Xa.shape[0])  # rows now known, also of a filtered Dask X
-            if self._solver_of(Xa, None, checkpoint) == "randomized":
+            w = check_weights(w, Xa)
+            if self._solver_of(Xa, None, checkpoint, weighted=w is not None) == "randomized":
                 self._set_randomized(self._randomized_fit(Xa, checkpoint=checkpoint))
             else:
-                self.fit_statistics(self._pass(Xa, checkpoint=checkpoint))
+                self.fit_statistics(self._pass(Xa, checkpoint=checkpoint, weights=w))
         release(checkpoint, keep_checkpoint)
         return self
 
-    def validate_fit(self, X, y=None):
+    def validate_fit(self, X, y=None, *, sample_weight=None):
         """Raise the error ``fit(X, y)`` would raise for the parameters and X's shape.
 
         Reads no data: the command line calls it before it connects to a cluster.
@@ -190,24 +204,27 @@ class PCA(LinearDecomposition):
         self._check_params()
         inp = self._input(X, reset=None, min_samples=2)
         self._check_k(inp.data.shape[1], inp.data.shape[0])
-        self._solver_of(inp.data, None)
+        w = check_weights(sample_weight, inp.data)
+        self._solver_of(inp.data, None, weighted=w is not None)
 
-    def partial_fit(self, X, y=None):
+    def partial_fit(self, X, y=None, *, sample_weight=None):
         """Add the rows of X to what was seen so far and refit (equals fit on the union).
 
         Until ``n_components`` rows have been seen only the statistics are kept.  Always
         the exact solve (it adds to the d x d statistics); not after a randomized fit.
+        ``sample_weight`` as in :meth:`fit` (calls with and without weights mix: no
+        weights is weight 1).
         """
         self._check_params()
         self._check_partial()
         inp = self._input(X, reset=not hasattr(self, "statistics_"))
-        (Xa,) = with_known_rows(inp.data)
+        (Xa, w) = with_known_rows(inp.data, sample_weight)
         self._check_previous(Xa.shape[1])
         self._check_k(Xa.shape[1])
-        m = self._pass(Xa)
+        m = self._pass(Xa, weights=check_weights(w, Xa))
         if hasattr(self, "statistics_"):
             m = merge([self.statistics_, m])
-        if whole(self.n_components) and m.n < self.n_components:
+        if whole(self.n_components) and m.n_effective < self.n_components:
             self._keep_statistics(m)
             return self
         return self.fit_statistics(m)
@@ -215,9 +232,10 @@ class PCA(LinearDecomposition):
     def fit_statistics(self, statistics: Moments):
         """Solve from precomputed (e.g. merged or loaded) statistics."""
         self._check_params()
-        self._check_k(statistics.n_features, statistics.n)
+        self._check_k(statistics.n_features, statistics.n_effective)
         S, scale, e = fitted_space(statistics, self.center, self.standardize)
-        U = standard_components(S, statistics.n, self.n_components, self.eigen_solver)
+        U = standard_components(S, statistics.n, self.n_components, self.eigen_solver,
+                                rows=statistics.n_effective if statistics.weighted else None)
         self._set_fitted(statistics, U, S, scale, e)
         return self
 
@@ -341,7 +359,7 @@ class FairPCA(LinearDecomposition):
     max_components_ : int
         ``d - sum(m_r) + p - q``.
     explained_variance_, singular_values_, mean_, scale_, n_features_in_, feature_names_in_,
-    n_samples_seen_, statistics_, fitted_svd_solver_, n_passes_ : as in :class:`PCA`.
+    n_samples_seen_, sample_weight_sum_, statistics_, fitted_svd_solver_, n_passes_ : as in :class:`PCA`.
 
     Examples
     --------
@@ -384,16 +402,17 @@ class FairPCA(LinearDecomposition):
         self.progress = progress
         self.eigen_solver = eigen_solver
 
-    def _prepare(self, X, groups, y, partial, reset):
-        """(X's pass columns, encoded group labels or None, y == 1 mask or None), checked,
-        with k checked against the rows unless ``partial``; ``reset`` as in
-        :func:`dfairpca.inputs._validation.check_input`."""
+    def _prepare(self, X, groups, y, partial, reset, sample_weight=None):
+        """(X's pass columns, encoded group labels or None, y == 1 mask or None, checked
+        weights or None), checked, with k checked against the rows unless ``partial``;
+        ``reset`` as in :func:`dfairpca.inputs._validation.check_input`."""
         self._check_params()
         inp = self._input(X, reset=reset, min_samples=1 if partial else 2)
         labels = group_labels(self, inp, groups)
-        Xa, labels, y = with_known_rows(inp.data, labels, y)
+        Xa, labels, y, w = with_known_rows(inp.data, labels, y, sample_weight)
         n, width = Xa.shape
         mask = binary_target(y, n) if self.constraint == "equal_opportunity" else None
+        w = check_weights(w, Xa, mask)
         g = None if labels is None else encode_groups(labels, n, mask=mask, require_two=not partial)
         names = ([] if g is None else list(g.names)) + inp.numeric_names
         if reset:
@@ -406,7 +425,7 @@ class FairPCA(LinearDecomposition):
             fitted = n if mask is None else int(np.count_nonzero(mask))
             ms = [] if g is None else [len(c) for c in g.categories]
             self._check_k_groups(width - len(inp.numeric), ms, fitted, len(inp.numeric))
-        return Xa, g, mask, len(inp.numeric) > 0
+        return Xa, g, mask, len(inp.numeric) > 0, w
 
     def _check_layout_of(self, inp: Input) -> None:
         """Raise unless a later partial_fit's X has its sensitive columns where the first had."""
@@ -417,7 +436,7 @@ class FairPCA(LinearDecomposition):
                 "give the same columns, with the same dtypes"
             )
 
-    def fit(self, X, y=None, *, sensitive_features=None, checkpoint=None,
+    def fit(self, X, y=None, *, sensitive_features=None, sample_weight=None, checkpoint=None,
             keep_checkpoint=False, timeout=None):
         """Fit on X with protected attribute(s) ``sensitive_features`` in one pass over X.
 
@@ -431,6 +450,10 @@ class FairPCA(LinearDecomposition):
             or a pandas/Dask DataFrame (one column per attribute); required unless
             ``sensitive_feature_ids`` names columns of X (keyword only, as in fairlearn,
             so scikit-learn's metadata routing can pass it)
+        sample_weight : (n,) array-like, optional
+            Frequency weights of the rows, as in :meth:`PCA.fit`: the group means, the
+            constraint (equal *weighted* group means) and the certificate are the weighted
+            ones; with ``constraint="equal_opportunity"`` the weights of the y == 1 rows.
         checkpoint : path, optional
             Resumable pass, as in :meth:`PCA.fit`.
         keep_checkpoint : bool, default False
@@ -439,12 +462,13 @@ class FairPCA(LinearDecomposition):
             Seconds to wait once every worker has left, as in :meth:`PCA.fit`.
         """
         with worker_timeout(timeout):
-            Xa, g, mask, numeric = self._prepare(X, sensitive_features, y, partial=False,
-                                                 reset=True)
-            if self._solver_of(Xa, g, checkpoint) == "randomized":
+            Xa, g, mask, numeric, w = self._prepare(X, sensitive_features, y, partial=False,
+                                                    reset=True, sample_weight=sample_weight)
+            if self._solver_of(Xa, g, checkpoint, weighted=w is not None) == "randomized":
                 self._fit_randomized(Xa, g, mask, numeric, checkpoint)
             else:
-                self.fit_statistics(self._pass(Xa, g, mask, checkpoint, numeric=numeric))
+                self.fit_statistics(self._pass(Xa, g, mask, checkpoint, numeric=numeric,
+                                               weights=w))
         release(checkpoint, keep_checkpoint)
         return self
 
@@ -483,23 +507,26 @@ class FairPCA(LinearDecomposition):
         self.attribute_names_ = list(names)
         self.standard_components_, self.standard_explained_variance_ = standard or (None, None)
 
-    def validate_fit(self, X, y=None, *, sensitive_features=None):
+    def validate_fit(self, X, y=None, *, sensitive_features=None, sample_weight=None):
         """Raise the error ``fit`` would raise for the parameters, X's shape and the groups.
 
         Reads no data of X (only the row counts of a Dask array of unknown chunk sizes):
         the command line calls it before it connects to a cluster.
         """
-        Xa, g, _, _ = self._prepare(X, sensitive_features, y, partial=False, reset=None)
-        self._solver_of(Xa, g)
+        Xa, g, _, _, w = self._prepare(X, sensitive_features, y, partial=False, reset=None,
+                                       sample_weight=sample_weight)
+        self._solver_of(Xa, g, weighted=w is not None)
 
-    def partial_fit(self, X, y=None, *, sensitive_features=None):
+    def partial_fit(self, X, y=None, *, sensitive_features=None, sample_weight=None):
         """Add the rows of X and refit; a sequence of calls equals one fit on the union.
 
         Always the exact solve (it adds to the d x d statistics); not after a randomized fit.
+        ``sample_weight`` as in :meth:`fit` (a call without weights: weights of 1).
         """
         self._check_partial()
         first = not hasattr(self, "statistics_")
-        Xa, g, mask, numeric = self._prepare(X, sensitive_features, y, partial=True, reset=first)
+        Xa, g, mask, numeric, w = self._prepare(X, sensitive_features, y, partial=True, reset=first,
+                                                sample_weight=sample_weight)
         self._check_previous(Xa.shape[1])
         p = 0 if g is None else g.n_attributes
         if not first and len(self.statistics_.attributes) != p:
@@ -507,13 +534,13 @@ class FairPCA(LinearDecomposition):
                 f"groups has {p} attribute(s); earlier partial_fit calls had "
                 f"{len(self.statistics_.attributes)}"
             )
-        m = self._pass(Xa, g, mask, numeric=numeric)
+        m = self._pass(Xa, g, mask, numeric=numeric, weights=w)
         if not first:
             m = merge([self.statistics_, m])
         num = self.numeric_sensitive_columns_
         if any(np.sum(a.counts > 0) < 2 for a in m.attributes) or (
-                whole(self.n_components) and m.n < self.n_components) or (
-                len(num) and m.n < 2) or np.any(np.diagonal(m.scatter)[num] == 0):
+                whole(self.n_components) and m.n_effective < self.n_components) or (
+                len(num) and m.n_effective < 2) or np.any(np.diagonal(m.scatter)[num] == 0):
             # not solvable yet (a piece may hold a single group, a constant numeric
             # attribute, or fewer than k rows)
             self._keep_statistics(m)
@@ -566,14 +593,14 @@ class FairPCA(LinearDecomposition):
         keep = np.setdiff1d(np.arange(m.n_features), num)
         mf = m.columns(keep) if q else m
         ms = [int(np.sum(a.counts > 0)) for a in mf.attributes]
-        limit = self._check_k_groups(mf.n_features, ms, m.n, q)
+        limit = self._check_k_groups(mf.n_features, ms, m.n_effective, q)
         if self.equalize_covariance is not None and not p:
             raise InvalidInputError("equalize_covariance equalises the covariances of groups: give the "
                              "protected attribute as group labels, or leave it None")
         S, scale, e = fitted_space(mf, self.center, self.standardize)
         C = fair_constraints(m, mf, num, keep, names, scale)
         Q = _solvers.constraint_basis(C)
-        U = fair_components(S, Q, mf, scale, min(limit, m.n), self.n_components,
+        U = fair_components(S, Q, mf, scale, min(limit, m.n_effective), self.n_components,
                             self.equalize_covariance, self.eigen_solver)
         k = U.shape[0]
         sizes = [a.n_groups for a in mf.attributes] + [1] * q

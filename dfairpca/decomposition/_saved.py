@@ -202,6 +202,9 @@ def linear_layout(cls, meta: dict, fair: bool) -> dict:
     noise = meta_value(meta, "noise_variance_", "number", optional=True)
     if noise is not None and noise < 0:
         raise InvalidInputError(f"meta.json: 'noise_variance_' must be >= 0; got {noise!r}")
+    weight = meta_value(meta, "sample_weight_sum_", "number", optional=True)  # weighted fits
+    if weight is not None and not (np.isfinite(weight) and weight > 0):
+        raise InvalidInputError(f"meta.json: 'sample_weight_sum_' must be a positive number; got {weight!r}")
     if k > d:
         raise InvalidInputError(f"meta.json: 'n_components_' {k} exceeds the {d} projected features")
     specs = {"components_": ((k, d), "f"), "mean_": ((d,), "f"),

@@ -391,7 +391,7 @@ class FairKernelPCA(Estimator):
         return kn.live_components(s, k, nonzero, self.n_components, self.kernel, self.gamma_)
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X, y=None, *, sensitive_features=None, timeout=None):
+    def fit(self, X, y=None, *, sensitive_features=None, sample_weight=None, timeout=None):
         """Fit on X (numpy, pandas, xarray, Dask or Zarr; (n, d) or images (n, h, w)) and
         protected attributes.
 
@@ -403,6 +403,12 @@ class FairKernelPCA(Estimator):
         sensitive_features : (n,) labels, (n, p) array, list of p label vectors, or a
             DataFrame; required unless ``sensitive_feature_ids`` names columns of X,
             keyword only (never taken from y)
+        sample_weight : None
+            Refused (InvalidInputError): the exact solve centres the n x n kernel with equal
+            weights and the Nyström solve draws its landmarks uniformly, so weights would
+            change what the model means, not only its sums.  Weighted fair PCA is
+            :class:`dfairpca.FairPCA`'s ``sample_weight``; here, repeat or resample the rows
+            by their weights instead.
         timeout : float, optional
             Seconds to wait once every worker has left, as in :meth:`dfairpca.PCA.fit`.
 
@@ -410,6 +416,12 @@ class FairKernelPCA(Estimator):
         -------
         self
         """
+        if sample_weight is not None:
+            raise InvalidInputError(
+                "FairKernelPCA does not take sample_weight: its exact solve centres the n x n "
+                "kernel with equal weights and its Nystroem solve draws landmarks uniformly; use "
+                "FairPCA(sample_weight=...) for weighted fair PCA, or repeat/resample the rows "
+                "by their weights (e.g. rng.choice(n, size, p=w / w.sum()))")
         self._check_params()
         with worker_timeout(timeout):
             return self._fit(X, y, sensitive_features)

@@ -5,6 +5,7 @@ The steps are named as :func:`dask.array.reduction` names its callables:
 ``chunk(x, codes, categories, *, mask, row_offset, dtype, group_scatter) -> Sums``
     Applied to every row chunk (arguments as :meth:`dfairpca.Moments.from_chunk`): its
     sums, the products left as upper triangles in the compute dtype (float32 for images).
+    ``weighted_chunk(x, weights, codes, ...)`` is the same for rows of sample weights.
 ``combine(parts: list[RunningTotal | Sums]) -> RunningTotal``
     The intermediate aggregation: the sums of the union of ``parts``, added in place into
     the first part's panels when it is a :class:`RunningTotal` (a chain folds each chunk
@@ -27,17 +28,20 @@ import numpy as np
 import scipy.linalg.blas
 
 from ..stats._chunk import chunk_sums
+from ..stats._weighted import weighted_chunk_sums
 from ..stats._sums import GroupSums, Sums, fill_lower, merge_sums, nbytes
 from ..stats.moments import AttributeMoments, Moments, read_saved, saved_fields, saved_layout, sums_to_arrays
 from ..errors import InvalidInputError
 
-__all__ = ["chunk", "combine", "RunningTotal", "UpperPanels"]
+__all__ = ["chunk", "weighted_chunk", "combine", "RunningTotal", "UpperPanels"]
 
 #: columns per panel of :class:`UpperPanels`
 PANEL_WIDTH = 512
 
 #: the first step: one row chunk's sums (see the module docstring)
 chunk = chunk_sums
+#: the first step for rows of sample weights (``weights`` after x)
+weighted_chunk = weighted_chunk_sums
 
 
 class UpperPanels:
@@ -178,7 +182,7 @@ class RunningTotal(Sums):
                     a.scatter[g] = None
             attrs.append(AttributeMoments(a.categories, a.counts, a.deviation, sc))
         return Moments(self.n, self.mean, _full(self.scatter, d), attrs, self.n_nonfinite,
-                       list(self.nonfinite_rows), self.precision, self.scatter_exponent)
+                       list(self.nonfinite_rows), self.precision, self.scatter_exponent, self.n_rows)
 
     def save(self, path, *, overwrite: bool = False) -> None:
         """Save as a checkpoint keeps it: the scatter as its panels (half the bytes), the

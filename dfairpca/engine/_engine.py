@@ -45,6 +45,7 @@ def compute_moments(
     progress: bool = False,
     row_offset: int = 0,
     timeout: float | None = None,
+    sample_weight=None,
 ) -> Moments:
     """Statistics of all rows of X (numpy or Dask, 2-D) in one chunked pass.
 
@@ -73,6 +74,10 @@ def compute_moments(
         Seconds the pass waits once every worker of the active Client has left, for new
         ones to take over; then it stops with :class:`~dfairpca.cluster.WorkersLost`.
         Default None: it waits as long as it takes.
+    sample_weight : array-like of shape (n,), optional
+        Frequency weights of the rows (finite, >= 0; a Dask array is rechunked to X's row
+        chunks and its values checked in the pass): a row of weight w counts as w copies
+        of itself, and ``n`` and the group counts of the result are totals of weights.
 
     Returns
     -------
@@ -87,13 +92,23 @@ def compute_moments(
     with worker_timeout(timeout):
         return coded_moments(X, codes, categories, mask=mask, dtype=dtype,
                              split_every=split_every, group_scatter=group_scatter,
-                             progress=progress, row_offset=row_offset)
+                             progress=progress, row_offset=row_offset, weights=sample_weight)
 
 
-def coded_moments(X, codes=None, categories=(), **kw) -> Moments:
+def coded_moments(X, codes=None, categories=(), *, weights=None, **kw) -> Moments:
     """:func:`compute_moments` of groups already encoded: ``codes`` (n, p) indices into
     ``categories`` (p label arrays), the estimators' route; ``kw`` as :func:`run_pass`."""
-    return run_pass(X, codes, categories, **kw).finalize()
+    if weights is None:
+        return run_pass(X, codes, categories, **kw).finalize()
+    from ..inputs._weights import check_sample_weight, check_total_weight
+
+    import dask.array as da
+
+    weights = check_sample_weight(weights, X.shape[0],
+                                  X.chunks[0] if isinstance(X, da.Array) else None)
+    m = run_pass(X, codes, categories, weights=weights, **kw).finalize()
+    check_total_weight(m)
+    return m
 
 
 def run_pass(
@@ -108,6 +123,7 @@ def run_pass(
     progress: bool = False,
     row_offset: int = 0,
     n_chains: int | None = None,
+    weights=None,
 ) -> RunningTotal:
     """The pass itself: the running total of all rows of X, for a caller that goes on
     adding to it (the checkpointed pass) or finalizes it.
@@ -115,7 +131,9 @@ def run_pass(
     ``codes`` (n, p) and ``mask`` (n,) are small numpy arrays; they are sliced to each
     chunk.  ``n_chains`` is how many running sums a Dask pass keeps (default: one per
     thread of the active Client's workers, or of Dask's local pool); ``split_every`` is
-    the fan-in of the merges of those sums.  Other arguments as :func:`compute_moments`.
+    the fan-in of the merges of those sums.  ``weights`` (n,): frequency weights,
+    checked (:func:`dfairpca.inputs._weights.check_sample_weight`), numpy or a Dask array
+    with X's row chunks.  Other arguments as :func:`compute_moments`.
     """
     import dask.array as da
 
@@ -125,6 +143,8 @@ def run_pass(
     for name, a in (("codes", codes), ("mask", mask)):
         if a is not None and len(a) != X.shape[0]:
             raise InvalidInputError(f"{name} has {len(a)} rows but X has {X.shape[0]}")
+    if isinstance(weights, da.Array) and not isinstance(X, da.Array):
+        (weights,) = compute(weights)  # n numbers, against X in memory
     if not isinstance(X, da.Array):
         X = np.asarray(X)
         n, d = X.shape
@@ -137,17 +157,26 @@ def run_pass(
             starts = tqdm(starts, desc="pass", unit="block")
         for s in starts:
             e = min(n, s + rows)
-            part = _accumulator.chunk(X[s:e], row_slice(codes, s, e), mask=row_slice(mask, s, e),
-                                      row_offset=row_offset + s, **kw)
+            args = (X[s:e],) if weights is None else (X[s:e], weights[s:e])
+            step = _accumulator.chunk if weights is None else _accumulator.weighted_chunk
+            part = step(*args, row_slice(codes, s, e), mask=row_slice(mask, s, e),
+                        row_offset=row_offset + s, **kw)
             # the running float64 sum is ours: each block is added into it in place
             total = _accumulator.combine([part] if total is None else [total, part])
         if total is None:  # no rows: the sums of an empty chunk
-            total = _accumulator.combine([_accumulator.chunk(X, None, mask=None,
-                                                              row_offset=row_offset, **kw)])
+            empty = (_accumulator.chunk(X, None, mask=None, row_offset=row_offset, **kw)
+                     if weights is None else
+                     _accumulator.weighted_chunk(X, weights[:0], None, mask=None, row_offset=row_offset, **kw))
+            total = _accumulator.combine([empty])
         return total
 
     if X.ndim != 2:
         raise InvalidInputError(f"X must be 2-D (n, d); got shape {X.shape}")
+    if weights is not None:
+        return chain_reduce(
+            X, _fold_weighted, _accumulator.combine,
+            _weighted_args(X, weights, codes, mask, row_offset, kw),
+            split_every=split_every, progress=progress, n_chains=n_chains)
     return chain_reduce(
         X, _fold, _accumulator.combine,
         lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s, kw),
@@ -300,6 +329,29 @@ def _fold(acc, block, codes, mask, offset, kw):
     """Add one chunk's sums to a chain's running total (in place) or start the chain."""
     part = _accumulator.chunk(block, codes, mask=mask, row_offset=offset, **kw)
     return _accumulator.combine([part] if acc is None else [acc, part])
+
+
+def _fold_weighted(acc, block, codes, mask, offset, kw, weights):
+    """:func:`_fold` of weighted rows (``weights``: the chunk's, numpy)."""
+    part = _accumulator.weighted_chunk(block, weights, codes, mask=mask, row_offset=offset, **kw)
+    return _accumulator.combine([part] if acc is None else [acc, part])
+
+
+def _weighted_args(X, weights, codes, mask, row_offset: int, kw):
+    """``chunk_args`` of a weighted pass: numpy weights are sliced into every task like
+    the codes; a Dask array's chunk (its row chunks are X's) is a dependency of the fold
+    of the same rows, so its values are read, and checked, where that fold runs."""
+    import dask.array as da
+
+    if isinstance(weights, da.Array):
+        bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(int)
+        if tuple(weights.chunks[0]) != tuple(X.chunks[0]):
+            raise InvalidInputError(
+                f"sample_weight's row chunks {weights.chunks[0][:4]}... differ from X's "
+                f"{X.chunks[0][:4]}...: rechunk it like X (weights.rechunk({{0: X.chunks[0]}}))")
+        blocks = dict(zip(bounds[:-1].tolist(), weights.to_delayed().ravel()))
+        return lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s, kw, blocks[s])
+    return lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s, kw, weights[s:e])
 
 
 def _compute_with_progress(root):

@@ -49,6 +49,7 @@ from ..io._remote import exists, is_remote, local_copy, location, read_text, zar
 from ..io._writes import atomic_directory, check_target
 from ..cluster import WorkersLost
 from ..io import RESAVE_HINT, SavedFileError, meta_value
+from ..inputs._weights import check_total_weight, weights_in_memory
 from ..stats.moments import Moments
 from ..errors import InvalidInputError, InvalidTypeError
 
@@ -69,7 +70,8 @@ _START_OVER = (
 
 #: fingerprint entries stored as digests, and what to say when they differ
 _DIGESTS = {"chunks": "the chunks differ", "codes": "the group codes differ",
-            "categories": "the group labels differ", "mask": "the row mask differs"}
+            "categories": "the group labels differ", "mask": "the row mask differs",
+            "weights": "the sample weights differ"}
 
 
 class CheckpointMismatch(InvalidInputError):
@@ -102,6 +104,7 @@ def compute_moments_checkpointed(
     on_segment=None,
     storage_options: dict | None = None,
     timeout: float | None = None,
+    sample_weight=None,
     **compute_kw,
 ) -> Moments:
     """:func:`dfairpca.compute_moments` over a Dask array, resumable after an interruption.
@@ -136,6 +139,10 @@ def compute_moments_checkpointed(
         Seconds the pass waits once every worker of the active Client has left, for new
         ones to take over; then it stops with :class:`~dfairpca.cluster.WorkersLost`,
         saying what ``checkpoint`` holds.  Default None: it waits as long as it takes.
+    sample_weight : array-like of shape (n,), optional
+        Frequency weights of the rows, as in :func:`dfairpca.compute_moments` (a Dask
+        array is read once, up front): their digest is part of the job's fingerprint, so
+        a checkpoint of other weights is refused.
     **compute_kw
         ``mask``, ``dtype``, ``split_every``, ``group_scatter``, ``progress`` of
         :func:`dfairpca.compute_moments`; ``mask`` (n,) is sliced per segment.
@@ -165,6 +172,8 @@ def compute_moments_checkpointed(
                           require_two=False)
         codes, categories = g.codes, g.categories
     with worker_timeout(timeout):
+        if sample_weight is not None:
+            compute_kw["weights"] = sample_weight
         return coded_moments_checkpointed(X, codes, categories, checkpoint=checkpoint,
                                           resume=resume, segment_rows=segment_rows,
                                           on_segment=on_segment,
@@ -193,10 +202,13 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     for name, a in (("codes", codes), ("mask", mask)):
         if a is not None and len(a) != X.shape[0]:
             raise InvalidInputError(f"{name} has {len(a)} rows but X has {X.shape[0]}")
+    weights = weights_in_memory(compute_kw.pop("weights", None), X.shape[0])
     from ..cluster import check_inputs_shared
 
     check_inputs_shared(X)  # before the workers' first read: the digests come before the pass
     fingerprint = job_fingerprint(X, codes, categories, mask, **compute_kw)
+    if weights is not None:  # (an unweighted job's fingerprint stays what it was)
+        fingerprint["weights"] = _digest(weights)
     state = _load(path) if resume else None
     if state is None:
         rows = _default_segment_rows(X.chunks[0]) if segment_rows is None else segment_rows
@@ -217,8 +229,9 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
             digests[i] = chunk_digests(X[s:e])
             # the total stays a pass's running total (upper-triangle panels, added in
             # place) and is saved as such: half the bytes, and no d x d copies on the client
+            wkw = {} if weights is None else {"weights": weights[s:e]}
             part = run_pass(X[s:e], row_slice(codes, s, e), categories,
-                            mask=row_slice(mask, s, e), row_offset=s, **compute_kw)
+                            mask=row_slice(mask, s, e), row_offset=s, **compute_kw, **wkw)
             total = part if total is None else _accumulator.combine([total, part])
             _save(path, total, fingerprint, segments, done + [i], digests)
             done = done + [i]  # only once saved: what an interrupt reports is on disk
@@ -230,7 +243,11 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     except WorkersLost as exc:
         saved = _chunks_saved(path, X, segments, done)
         raise exc.saved(path, f"{saved} of {len(X.chunks[0])} chunks") from None
-    return total.finalize()
+    m = total.finalize()
+    if weights is not None:
+        check_total_weight(m)
+    return m
+
 
 
 def _chunks_saved(path: Path, X, segments, done: list) -> int:
@@ -474,8 +491,9 @@ def check_progress(progress, file, total=None) -> None:
         raise bad(f"'done' {done!r:.80} is not a list of distinct segment indices below {len(segments)}")
     if total is not None:
         rows = sum(segments[i][1] - segments[i][0] for i in done)
-        if total.n + total.n_nonfinite > rows:
-            raise bad(f"its total counts {total.n + total.n_nonfinite} rows, more than the "
+        held = total.n if total.n_rows is None else total.n_rows  # weighted: n is a weight
+        if held + total.n_nonfinite > rows:
+            raise bad(f"its total counts {held + total.n_nonfinite} rows, more than the "
                       f"{rows} of its finished segments")
 
 

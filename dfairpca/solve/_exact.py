@@ -65,10 +65,11 @@ def check_variance(total: float, n: int, mean) -> None:
     )
 
 
-def standard_components(S: np.ndarray, n: int, k, eigen_solver: str) -> np.ndarray:
+def standard_components(S: np.ndarray, n: int, k, eigen_solver: str, rows=None) -> np.ndarray:
     """Components (k, d) of standard PCA of S for ``n_components`` k (int, fraction,
-    "mle" or None, scikit-learn's meanings) from n rows."""
-    rank = min(n, S.shape[0])
+    "mle" or None, scikit-learn's meanings) from n rows (weighted rows: n is their total
+    weight and ``rows`` the rows, which bound the rank)."""
+    rank = min(n if rows is None else rows, S.shape[0])
     if k is None:
         return _solvers.pca_components(S, rank, eigen_solver)
     if isinstance(k, numbers.Integral):

@@ -127,7 +127,8 @@ def group_constraints(m: Moments, names) -> np.ndarray:
     floor = m.deviation_floor()
     # a deviation is rounding only if it is within the rounding bound in every feature
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        dev = np.abs(C) / np.maximum(counts, 1.0)[:, None]
+        # (weighted counts may be below 1: divide by the count itself wherever it is not 0)
+        dev = np.abs(C) / np.where(counts > 0, counts, 1.0)[:, None]
     zero = (counts > 0) & np.all(dev <= floor[None, :], axis=1)
     if zero.any():
         start = 0

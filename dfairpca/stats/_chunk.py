@@ -42,7 +42,8 @@ OVERFLOW_MESSAGE = ("X holds values too large for float64 sums (the statistics o
 def chunk_sums(x, codes, categories: Sequence[np.ndarray], *, mask, row_offset: int, dtype,
                group_scatter: bool) -> Sums:
     """Sums of one chunk of rows; the arguments are :meth:`dfairpca.Moments.from_chunk`'s,
-    all given (their defaults are that method's).
+    all given (their defaults are that method's).  Weighted rows have their own:
+    :func:`dfairpca.stats._weighted.weighted_chunk_sums`.
 
     The matrices are F-ordered (d, d) upper triangles (what lies below the diagonal is
     undefined) in ``dtype``, or in float64 for a chunk of extreme magnitude; a group
@@ -179,7 +180,7 @@ def _in_range(x, acc, gacc, shifts, dtype) -> bool:
     return True
 
 
-def _scaled_products(x, mean, shifts, dtype):
+def _scaled_products(x, mean, shifts, dtype, products=None):
     """The products of :func:`_products` for columns scaled by powers of two, as float64
     upper triangles holding ``true * 4**-e``, and e (0 when the true values fit float64's
     :data:`~dfairpca.stats._sums.TRUE_UNITS_BITS`).
@@ -187,13 +188,14 @@ def _scaled_products(x, mean, shifts, dtype):
     Every column j is divided by ``2**f_j`` with ``2**f_j`` just above its largest
     ``|x - mean|``, so every scaled value is at most 1 and the squares cannot overflow or
     underflow (a column's nonzero deviations are at least its spread times the input's eps).
+    ``products`` computes them (default :func:`_products`; weighted rows bring their own).
     """
     with np.errstate(over="ignore", invalid="ignore"):
         spread = np.maximum(x.max(axis=0) - mean, mean - x.min(axis=0))
     if not np.all(np.isfinite(spread)):
         raise InvalidInputError(OVERFLOW_MESSAGE)
     f = np.where(spread > 0, np.frexp(spread)[1], 0).astype(np.int64)
-    acc, gacc, centres = _products(x, mean, shifts, dtype, exponents=f)
+    acc, gacc, centres = (products or _products)(x, mean, shifts, dtype, exponents=f)
     e = int(f.max())
     w = np.ldexp(1.0, f - e)  # <= 1: per column, back to the common exponent e
     if abs(e) <= TRUE_UNITS_BITS // 2:

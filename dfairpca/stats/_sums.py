@@ -67,6 +67,9 @@ class Sums:
     nonfinite_rows: list = field(default_factory=list)
     precision: float = float(np.finfo(np.float64).eps)
     scatter_exponent: int = 0
+    #: rows of positive weight, for sums of weighted rows (whose ``n`` and group ``counts``
+    #: are then float64 totals of the weights); None for unweighted sums, whose n counts rows
+    n_rows: int | None = None
 
 
 class Store(Protocol):
@@ -174,18 +177,24 @@ def merge_sums(parts: Sequence, store: Store, *, in_place: bool = False) -> Sums
                 f"cannot merge statistics of {len(q.attributes)} and {p} protected attributes"
             )
     group_scatter = p > 0 and all(a.scatter is not None for q in parts for a in q.attributes)
-    aligned = [_aligned(parts, j) for j in range(p)]
+    # weighted parts carry float totals of weights in n and the group counts; an unweighted
+    # part merged with them is the same as weights of 1 (its n counts its rows)
+    weighted = any(q.n_rows is not None for q in parts)
+    rows = sum(q.n if q.n_rows is None else q.n_rows for q in parts) if weighted else None
+    count_type = np.float64 if weighted else np.int64
+    aligned = [_aligned(parts, j, count_type) for j in range(p)]
     n_bad = sum(q.n_nonfinite for q in parts)
     bad_rows = sorted(r for q in parts for r in q.nonfinite_rows)[:MAX_BAD_ROWS_REPORTED]
     live = [i for i, q in enumerate(parts) if q.n > 0]
     if not live:
-        attrs = [GroupSums(cats, np.zeros(len(cats), np.int64), np.zeros((len(cats), d)),
+        attrs = [GroupSums(cats, np.zeros(len(cats), count_type), np.zeros((len(cats), d)),
                            store.groups([None] * len(cats), d) if group_scatter else None)
                  for cats, *_ in aligned]
-        return Sums(0, np.zeros(d), store.zeros(d), attrs, n_bad, bad_rows)
+        return Sums(0.0 if weighted else 0, np.zeros(d), store.zeros(d), attrs, n_bad, bad_rows,
+                    n_rows=rows)
     L = [parts[i] for i in live]
     ns = np.array([q.n for q in L], dtype=np.float64)
-    n = int(sum(q.n for q in L))
+    n = float(ns.sum()) if weighted else int(sum(q.n for q in L))
     mean = (ns @ np.stack([q.mean for q in L])) / n
     delta = np.stack([q.mean for q in L]) - mean  # (parts, d): each part's mean minus the new
     own = in_place and live[0] == 0  # the first part's sums are updated in place
@@ -214,11 +223,11 @@ def merge_sums(parts: Sequence, store: Store, *, in_place: bool = False) -> Sums
                 gmats[g] = store.add(ms, dg * np.sqrt(counts_p[has, g].astype(np.float64))[:, None],
                                      own and has[0] == 0)
             gsc = store.groups(gmats, d)
-        attrs.append(GroupSums(cats, counts.astype(np.int64), dev, gsc))
-    return Sums(n, mean, scatter, attrs, n_bad, bad_rows, max(q.precision for q in L), e)
+        attrs.append(GroupSums(cats, counts.astype(count_type), dev, gsc))
+    return Sums(n, mean, scatter, attrs, n_bad, bad_rows, max(q.precision for q in L), e, rows)
 
 
-def _aligned(parts: list, j: int):
+def _aligned(parts: list, j: int, count_type=np.int64):
     """Attribute j of every part over the sorted union of the labels seen:
     ``(labels, counts (P, m), deviation (P, m, d), local (P, m))``, where ``local[i, u]``
     is the index of label u in part i's own (-1 where part i never saw it)."""
@@ -232,7 +241,7 @@ def _aligned(parts: list, j: int):
     _check_one_label_type(cats, j)
     union = np.unique(np.concatenate(cats))
     m = len(union)
-    counts = np.zeros((len(parts), m), np.int64)
+    counts = np.zeros((len(parts), m), count_type)
     dev = np.zeros((len(parts), m, d))
     local = np.full((len(parts), m), -1)
     for i, (q, c) in enumerate(zip(parts, cats)):

@@ -26,6 +26,7 @@ import numpy as np
 
 from ._chunk import OVERFLOW_MESSAGE  # noqa: F401 (the estimators raise it too)
 from ._chunk import chunk_sums
+from ._weighted import weighted_chunk_sums
 from ._sums import DENSE, Sums, fill_lower, merge_sums, nbytes
 from ..errors import InvalidInputError
 
@@ -41,7 +42,7 @@ class AttributeMoments:
     categories : ndarray of shape (m,)
         The group labels, sorted.
     counts : ndarray of int64, shape (m,)
-        Rows per group.
+        Rows per group (weighted statistics: float64 total weight per group).
     deviation : ndarray of float64, shape (m, d)
         ``mean of the group - mean of all rows`` (zero for an empty group).
     scatter : ndarray of float64, shape (m, d, d) or None
@@ -69,11 +70,15 @@ class Moments:
 
     Attributes
     ----------
-    n : int
-        Number of rows.
+    n : int or float
+        Number of rows; for weighted rows (``sample_weight``, frequency weights) the total
+        weight, a float, which takes the place of the count in every formula (a row of
+        weight 2 counts as two copies of itself).
     mean : ndarray of float64, shape (d,)
+        The (weighted) mean.
     scatter : ndarray of float64, shape (d, d)
-        ``sum_i (x_i - mean)(x_i - mean)^T`` (symmetric; see :attr:`scatter_exponent`).
+        ``sum_i w_i (x_i - mean)(x_i - mean)^T`` (``w_i = 1`` without weights; symmetric;
+        see :attr:`scatter_exponent`).
     attributes : list of AttributeMoments
         One entry per protected attribute (empty for plain PCA).
     n_nonfinite : int
@@ -89,9 +94,12 @@ class Moments:
         column spreads are beyond about 1e+-90, as for ``X * 1e-170`` whose true scatter
         float64 cannot hold; :meth:`covariance` is in true units (as far as float64 holds
         them), ratios of the stored values are exact.
+    n_rows : int or None
+        Weighted statistics: the rows of positive weight (:attr:`rows`); None for
+        unweighted ones, whose ``n`` counts the rows.
     """
 
-    n: int
+    n: int | float
     mean: np.ndarray
     scatter: np.ndarray
     attributes: list[AttributeMoments] = field(default_factory=list)
@@ -99,6 +107,7 @@ class Moments:
     nonfinite_rows: list[int] = field(default_factory=list)
     precision: float = float(np.finfo(np.float64).eps)
     scatter_exponent: int = 0
+    n_rows: int | None = None
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -120,6 +129,7 @@ class Moments:
         row_offset: int = 0,
         dtype=None,
         group_scatter: bool = False,
+        sample_weight=None,
     ) -> "Moments":
         """Statistics of one chunk of rows.
 
@@ -139,9 +149,12 @@ class Moments:
             Dtype of the chunk's products; float64 sums regardless.  Defaults to float64.
         group_scatter : bool
             Also keep every group's scatter matrix (needed by Fair PCA-S only).
+        sample_weight : array of shape (r,), optional
+            Frequency weights (finite, >= 0): weighted statistics (see :attr:`n`).
         """
-        s = chunk_sums(x, codes, categories, mask=mask, row_offset=row_offset, dtype=dtype,
-                       group_scatter=group_scatter)
+        kw = dict(mask=mask, row_offset=row_offset, dtype=dtype, group_scatter=group_scatter)
+        s = (chunk_sums(x, codes, categories, **kw) if sample_weight is None else
+             weighted_chunk_sums(x, sample_weight, codes, categories, **kw))
         # the products are upper triangles in their dtype: complete them in float64
         s.scatter = fill_lower(np.asarray(s.scatter, dtype=np.float64))
         for a in s.attributes:
@@ -155,7 +168,7 @@ class Moments:
         """The Moments of complete sums (every matrix a full symmetric float64 array)."""
         attrs = [AttributeMoments(a.categories, a.counts, a.deviation, a.scatter) for a in s.attributes]
         return cls(s.n, s.mean, s.scatter, attrs, s.n_nonfinite, list(s.nonfinite_rows),
-                   s.precision, s.scatter_exponent)
+                   s.precision, s.scatter_exponent, s.n_rows)
 
     # ------------------------------------------------------------------ combining
     def merge(self, *others: "Moments") -> "Moments":
@@ -166,6 +179,26 @@ class Moments:
     @property
     def n_features(self) -> int:
         return self.mean.shape[0]
+
+    @property
+    def rows(self) -> int:
+        """Rows the statistics hold (of positive weight, for weighted ones)."""
+        return int(self.n if self.n_rows is None else self.n_rows)
+
+    @property
+    def n_effective(self) -> int:
+        """The sample count that bounds the rank (``n_components=None`` keeps
+        ``min(n_effective, d)``): n; for weighted statistics the larger of the rows and the
+        whole part of the total weight, so that integer weights give what the repeated rows
+        give (and weights below 1 still count every row)."""
+        if self.n_rows is None:
+            return int(self.n)
+        return max(int(self.n_rows), int(np.floor(self.n)))
+
+    @property
+    def weighted(self) -> bool:
+        """Whether these are statistics of weighted rows (``sample_weight``)."""
+        return self.n_rows is not None
 
     @property
     def has_group_scatter(self) -> bool:
@@ -200,7 +233,8 @@ class Moments:
     def deviation_floor(self) -> np.ndarray:
         """Per feature: the size below which a group-mean deviation is float64 rounding
         (:func:`deviation_floor`)."""
-        return deviation_floor(self.n, self.mean, np.diag(self.scatter), self.scatter_exponent)
+        return deviation_floor(self.n, self.mean, np.diag(self.scatter), self.scatter_exponent,
+                               terms=self.n_rows)
 
     def check_finite(self) -> None:
         """Raise ``ValueError`` naming the rows if any row held NaN or infinity."""
@@ -273,7 +307,8 @@ def constraint_matrix(attributes: Sequence[AttributeMoments], d: int) -> np.ndar
     return np.concatenate(rows)
 
 
-def deviation_floor(n: int, mean: np.ndarray, sq: np.ndarray, exponent: int) -> np.ndarray:
+def deviation_floor(n: int, mean: np.ndarray, sq: np.ndarray, exponent: int,
+                    terms: int | None = None) -> np.ndarray:
     """Per feature: the size below which a group-mean deviation is float64 rounding, from
     the column sums of squares about the mean ``sq`` (stored as ``true * 4**-exponent``).
 
@@ -283,13 +318,16 @@ def deviation_floor(n: int, mean: np.ndarray, sq: np.ndarray, exponent: int) -> 
     mean square ``rms_j``, and a group mean minus the overall mean by ``2 n eps rms_j``.
     Per feature, not over the row norm: a huge constant feature (a timestamp in ns)
     must not hide a real deviation of the others.  A deviation above this in any
-    feature is the data's, not the arithmetic's.
+    feature is the data's, not the arithmetic's.  Weighted statistics: ``n`` is the total
+    weight (the variance's denominator) and ``terms`` the rows summed (the rounding's count).
     """
-    n = max(n, 1)
+    if terms is None:
+        n = max(n, 1)
+        terms = n
     with np.errstate(over="ignore", under="ignore"):
-        sd = np.ldexp(np.sqrt(np.maximum(sq, 0.0) / n), exponent)  # true = stored * 4**exponent
+        sd = np.ldexp(np.sqrt(np.maximum(sq, 0.0) / (n if n > 0 else 1)), exponent)  # true = stored * 4**exponent
         rms = np.hypot(np.abs(mean), sd)
-    return 2.0 * n * float(np.finfo(np.float64).eps) * rms
+    return 2.0 * max(terms, 1) * float(np.finfo(np.float64).eps) * rms
 
 
 def check_finite(n_nonfinite: int, nonfinite_rows: Sequence[int]) -> None:
@@ -314,6 +352,8 @@ def sums_to_arrays(s, group_scatter) -> tuple[dict, dict]:
               "scatter_exponent": np.asarray(s.scatter_exponent),
               "n_nonfinite": np.asarray(s.n_nonfinite),
               "nonfinite_rows": np.asarray(s.nonfinite_rows, np.int64)}
+    if s.n_rows is not None:  # weighted: n and the counts are float totals of weights
+        arrays["n_rows"] = np.asarray(s.n_rows, np.int64)
     meta = {"n_attributes": len(s.attributes), "categories": []}
     for j, a in enumerate(s.attributes):
         arrays[f"counts_{j}"] = a.counts
@@ -332,7 +372,10 @@ def saved_fields(arrays, meta) -> dict:
         sc = arrays.get(f"group_scatter_{j}")
         attrs.append((_categories_from_json(meta["categories"][j]), np.asarray(arrays[f"counts_{j}"]),
                       np.asarray(arrays[f"deviation_{j}"]), None if sc is None else np.asarray(sc)))
-    return dict(n=int(arrays["n"]), mean=np.asarray(arrays["mean"]), attributes=attrs,
+    weighted = "n_rows" in arrays
+    return dict(n=float(arrays["n"]) if weighted else int(arrays["n"]),
+                n_rows=int(arrays["n_rows"]) if weighted else None,
+                mean=np.asarray(arrays["mean"]), attributes=attrs,
                 n_nonfinite=int(arrays["n_nonfinite"]),
                 nonfinite_rows=[int(r) for r in arrays["nonfinite_rows"]],
                 precision=float(arrays["precision"]),
@@ -345,14 +388,26 @@ def read_saved(path, layout) -> tuple[dict, dict]:
     from ..io import SavedFileError, load_arrays
 
     arrays, meta = load_arrays(path, kind="Moments", layout=layout)
-    n = int(arrays["n"])
+    weighted = "n_rows" in arrays
+    n = float(arrays["n"]) if weighted else int(arrays["n"])
+
+    def adds_up(counts) -> bool:  # weighted counts are float sums: to their rounding
+        if not weighted and counts.dtype.kind == "f":
+            return False
+        total = float(counts.sum())
+        return abs(total - n) <= 1e-9 * max(abs(n), 1.0) if weighted else int(total) == n
+
     problem = (
+        "'n' is not a finite number" if not np.isfinite(n) else
+        "'n' is a fraction but 'n_rows' (weighted statistics) is missing" if (
+            not weighted and np.asarray(arrays["n"]).dtype.kind == "f") else
+        "'n_rows' is negative" if weighted and int(arrays["n_rows"]) < 0 else
         "'n' is negative" if n < 0 else
         "'n_nonfinite' is negative" if int(arrays["n_nonfinite"]) < 0 else
         "'precision' is not in (0, 1)" if not 0 < float(arrays["precision"]) < 1 else
         next((f"the group counts 'counts_{j}' do not add up to n = {n}"
               for j in range(meta["n_attributes"])
-              if (arrays[f"counts_{j}"] < 0).any() or int(arrays[f"counts_{j}"].sum()) != n),
+              if (arrays[f"counts_{j}"] < 0).any() or not adds_up(arrays[f"counts_{j}"])),
              None)
     )
     if problem:
@@ -384,10 +439,10 @@ def saved_layout(meta: dict, headers: dict) -> tuple[dict, int]:
         raise InvalidInputError(f"meta.json: 'categories' lists {len(cats)} attributes, not {p}")
     ms = saved_group_counts(cats, "categories", [f"attribute {j}" for j in range(p)])
     (d,) = header_shape(headers, "mean", 1)
-    specs = {"n": ((), "iu"), "mean": ((d,), "f"), "precision": ((), "f"),
-             "n_nonfinite": ((), "iu"), "nonfinite_rows": ((None,), "iu")}
+    specs = {"n": ((), "iuf"), "mean": ((d,), "f"), "precision": ((), "f"),
+             "n_nonfinite": ((), "iu"), "nonfinite_rows": ((None,), "iu"), "n_rows": ((), "?iu")}
     for j, m in enumerate(ms):
-        specs[f"counts_{j}"] = ((m,), "iu")
+        specs[f"counts_{j}"] = ((m,), "iuf")
         specs[f"deviation_{j}"] = ((m, d), "f")
         specs[f"group_scatter_{j}"] = ((m, d, d), "?f")
     return specs, d

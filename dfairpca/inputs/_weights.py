@@ -1,0 +1,137 @@
+"""``sample_weight``: frequency weights of the rows, checked before any pass.
+
+A row of weight w counts as w copies of itself (integer weights equal repeated rows,
+weight 0 a dropped row), so every statistic is the weighted one with the total weight in
+place of the row count (:class:`dfairpca.stats.moments.Moments`).  Weights in memory are
+checked here at once; a Dask array of weights has only its shape checked here, its
+values in the pass, chunk by chunk (:func:`dfairpca.stats._weighted.check_weight_chunk`),
+and an all-zero total after it (:func:`check_total_weight`).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..errors import InvalidInputError, InvalidTypeError
+
+__all__ = ["check_sample_weight", "check_weights", "check_total_weight", "weights_in_memory",
+           "ALL_ZERO_MESSAGE"]
+
+#: what a fit says when every weight is 0 (or every row of positive weight is masked out)
+ALL_ZERO_MESSAGE = ("sample_weight is zero for every row the fit uses: there is nothing to fit; "
+                    "give some rows a positive weight")
+
+
+def check_sample_weight(sample_weight, n, row_chunks=None):
+    """``sample_weight`` as float64 numpy (checked) or, for a Dask array, lazy with the row
+    chunks ``row_chunks`` of X (its values are checked in the pass); None stays None.
+
+    Raises InvalidInputError for weights that are not 1-D, not one per row of X (``n``
+    rows), negative, NaN, infinite or all zero; InvalidTypeError for a scalar or text.
+    """
+    if sample_weight is None:
+        return None
+    w = _as_array(sample_weight)
+    if isinstance(w, numbers.Number) or np.ndim(w) == 0:
+        raise InvalidTypeError(
+            f"sample_weight must be an array with one weight per row; got the scalar {w!r:.40} "
+            "(for equal weights pass none)")
+    if np.ndim(w) != 1:
+        raise InvalidInputError(f"sample_weight must be 1-D (one weight per row); got shape {np.shape(w)}")
+    length = w.shape[0]
+    if _known(length) and _known(n) and int(length) != int(n):
+        raise InvalidInputError(f"sample_weight has {int(length)} weights but X has {int(n)} rows")
+    import dask.array as da
+
+    if isinstance(w, da.Array):
+        if w.dtype.kind not in "biuf":
+            raise InvalidInputError(f"sample_weight must be numbers; got dtype {w.dtype}")
+        if row_chunks is not None and _known(length) and all(_known(c) for c in row_chunks):
+            if tuple(w.chunks[0]) != tuple(row_chunks):
+                # the pass hands every row chunk of X its weights: the same boundaries
+                w = w.rechunk({0: tuple(int(c) for c in row_chunks)})
+        return w
+    w = np.asarray(w)
+    if w.dtype.kind not in "biuf":
+        raise InvalidInputError(f"sample_weight must be numbers; got dtype {w.dtype}")
+    w = _checked(w)
+    if not (w > 0).any():
+        raise InvalidInputError(ALL_ZERO_MESSAGE)
+    return w
+
+
+def _as_array(w):
+    """numpy or Dask array of weights given as a list, numpy, pandas, xarray, Zarr or Dask."""
+    import zarr
+
+    import dask.array as da
+
+    from ._validation import is_dask, is_xarray
+
+    if is_xarray(w):
+        w = w.data
+    if isinstance(w, zarr.Array):
+        return da.from_zarr(w)
+    if isinstance(w, da.Array):
+        return w
+    if is_dask(w) and hasattr(w, "to_dask_array"):  # a Dask Series
+        return w.to_dask_array(lengths=True)
+    if hasattr(w, "to_numpy"):  # pandas
+        return w.to_numpy()
+    if isinstance(w, numbers.Number):
+        return w
+    return np.asarray(w)
+
+
+def _checked(w: np.ndarray) -> np.ndarray:
+    """float64 copy of in-memory weights, or InvalidInputError naming the bad rows."""
+    w = w.astype(np.float64)
+    bad = ~np.isfinite(w) | (w < 0)
+    if bad.any():
+        at = np.flatnonzero(bad)
+        rows = ", ".join(map(str, at[:10].tolist())) + (", ..." if at.size > 10 else "")
+        raise InvalidInputError(
+            f"sample_weight holds {at.size} negative, NaN or infinite weight(s) (rows {rows}, "
+            f"e.g. {float(w[at[0]])!r}); weights must be finite and >= 0 (0 drops a row)")
+    return w
+
+
+def check_total_weight(m) -> None:
+    """Raise InvalidInputError if weighted statistics ``m`` hold no positive weight (Dask
+    weights, whose values only the pass sees)."""
+    if getattr(m, "n_rows", None) is not None and m.n_rows == 0 and not m.n_nonfinite:
+        raise InvalidInputError(ALL_ZERO_MESSAGE)
+
+
+def _known(n) -> bool:
+    return n is not None and not (isinstance(n, float) and np.isnan(n))
+
+
+def check_weights(sample_weight, X, mask=None):
+    """:func:`check_sample_weight` for the rows of X (numpy or Dask, rows known), and for
+    in-memory weights also that the rows of ``mask`` (equal opportunity's y == 1) hold
+    some positive weight."""
+    import dask.array as da
+
+    w = check_sample_weight(sample_weight, X.shape[0],
+                            X.chunks[0] if isinstance(X, da.Array) else None)
+    if isinstance(w, np.ndarray) and mask is not None and not (w[np.asarray(mask, bool)] > 0).any():
+        raise InvalidInputError(ALL_ZERO_MESSAGE + " (the rows with y == 1, which equal "
+                                "opportunity fits, all have weight 0)")
+    return w
+
+
+def weights_in_memory(weights, n):
+    """Sample weights checked, as float64 numpy (a Dask array computed: n numbers), or None:
+    what a checkpointed pass binds its checkpoint to, by their digest."""
+    if weights is None:
+        return None
+    w = check_sample_weight(weights, n)
+    if not isinstance(w, np.ndarray):
+        from ..cluster import compute
+
+        (w,) = compute(w)
+        w = check_sample_weight(np.asarray(w), n)
+    return w
