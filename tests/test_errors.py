@@ -20,12 +20,31 @@ def test_refusals_are_dfairpca_errors_and_the_builtin_callers_expect():
 
 
 def test_the_command_line_prints_refusals_in_one_line_and_bugs_with_their_traceback(monkeypatch, capsys):
+    """A refused argument is exit status 2, a run that fails 1 (the library's own refusal of
+    a value outside the checks of arguments: corrupt data), both in one line."""
+    from dfairpca.cli._errors import UsageError, arguments
+
     def refuses(args):
-        raise InvalidInputError("a refusal, said plainly")
+        raise UsageError("a refusal, said plainly")
 
     monkeypatch.setattr(cli, "cmd_show", refuses)
     assert cli.main(["show", "m", "s.zarr", "--out", "x.png"]) == 2
     assert capsys.readouterr().err == "dfairpca show: error: a refusal, said plainly\n"
+
+    def checks(args):
+        with arguments():  # the library's check of a parameter
+            raise InvalidInputError("k must be at most 3")
+
+    monkeypatch.setattr(cli, "cmd_show", checks)
+    assert cli.main(["show", "m", "s.zarr", "--out", "x.png"]) == 2
+    assert capsys.readouterr().err == "dfairpca show: error: k must be at most 3\n"
+
+    def fails(args):
+        raise InvalidInputError("corrupt or unreadable image 000001.jpg")
+
+    monkeypatch.setattr(cli, "cmd_show", fails)
+    assert cli.main(["show", "m", "s.zarr", "--out", "x.png"]) == 1
+    assert capsys.readouterr().err == "dfairpca show: error: corrupt or unreadable image 000001.jpg\n"
 
     def bug(args):
         raise ValueError("an internal invariant broke")

@@ -491,3 +491,18 @@ def test_the_exact_pass_on_workers_with_many_threads_and_little_memory_is_refuse
         check_exact_memory(2500, 1 << 40, "pass svd_solver='randomized'", workers=small)
     check_exact_memory(100, 1 << 40, "-", workers=small)  # 16 x 12 x 100^2 bytes: fits
     check_exact_memory(2500, 1 << 40, "-", workers=[("tcp://x:1", 16, 0)])  # no limit: not checked
+
+
+def test_planned_svd_solver_is_the_solve_the_fit_runs():
+    """What an application asks before the pass (the CLI's note on unused randomized
+    options) is what the fit then runs: auto takes the randomized solve for a wide X and a
+    small k, the exact one otherwise; Fair PCA-S is always exact."""
+    rng = np.random.default_rng(3)
+    wide, narrow = rng.normal(size=(120, 6400)), rng.normal(size=(120, 40))
+    for est, X in ((dfairpca.PCA(10), wide), (dfairpca.PCA(10), narrow),
+                   (dfairpca.PCA(10, svd_solver="full"), narrow)):
+        planned = est.planned_svd_solver(X.shape[1])
+        assert planned == est.fit(X).fitted_svd_solver_, (est, X.shape)
+    assert dfairpca.PCA(10).planned_svd_solver(6400) == "randomized"
+    assert dfairpca.PCA(10).planned_svd_solver(40) == "covariance_eigh"
+    assert dfairpca.FairPCA(10, equalize_covariance=0.5).planned_svd_solver(6400) == "covariance_eigh"

@@ -251,3 +251,97 @@ def test_at_most_eight_modules_sit_flat_in_the_package():
     the few public modules a user imports by name."""
     flat = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(flat) <= 8, flat
+
+
+#: the applications of LAYERS' top layer: each may import its own private modules, never
+#: the library's (nor another application's), so that the library's internals can move
+APPLICATIONS = LAYERS[0][1]
+
+
+def _private(part: str) -> bool:
+    """A ``_name`` (not a ``__dunder__``)."""
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+def _outside_private(target: str, own: str) -> bool:
+    """Whether the module path ``target`` has a private component and lies outside ``own``."""
+    if target == own or target.startswith(own + "."):
+        return False
+    return any(_private(part) for part in target.split("."))
+
+
+def _private_uses(name: str, path: Path, text: str) -> list[str]:
+    """What the application module ``name`` uses of another package's privates: a module
+    path with a ``_`` component (``import``, ``from``, an ``import_module`` string), a
+    ``_name`` imported from another package, and an attribute ``x._name`` of anything but
+    ``self``, ``cls`` and ``super()``."""
+    own = next(a for a in APPLICATIONS if name == a or name.startswith(a + "."))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def absolute(module: str, level: int) -> str:
+        if not level:
+            return module
+        base = package.split(".")
+        base = base[: len(base) - (level - 1)]
+        return ".".join(base + ([module] if module else []))
+
+    out = []
+    for node in ast.walk(ast.parse(text, str(path))):
+        where = f"{name}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Import):
+            out += [f"{where} import {a.name}" for a in node.names if _outside_private(a.name, own)]
+        elif isinstance(node, ast.ImportFrom):
+            source = absolute(node.module or "", node.level)
+            if _outside_private(source, own):
+                out.append(f"{where} from {source} import ...")
+            elif not (source == own or source.startswith(own + ".")):
+                out += [f"{where} from {source} import {a.name}" for a in node.names
+                        if _private(a.name)]
+        elif isinstance(node, ast.Call) and _is_import_module(node):
+            arg = node.args[0] if node.args else None
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                target = arg.value.lstrip(".")
+                target = absolute(target, len(arg.value) - len(target))
+                if _outside_private(target, own):
+                    out.append(f"{where} import_module({arg.value!r})")
+        elif isinstance(node, ast.Attribute) and _private(node.attr):
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if (isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name)
+                    and owner.func.id == "super"):
+                continue
+            out.append(f"{where} {ast.unparse(node)}")
+    return out
+
+
+def _application_private_uses() -> list[str]:
+    return [use for name, path in sorted(_modules().items()) if _layer(name) == 0
+            for use in _private_uses(name, path, path.read_text())]
+
+
+@pytest.mark.parametrize("module, injected", [
+    ("dfairpca.cli._fit", "from ..io._writes import check_target\n"),
+    ("dfairpca.cli", "def f():\n    import dfairpca.base._version\n"),
+    ("dfairpca.celeba.pool", "from ..io import _remote\n"),
+    ("dfairpca.celeba.schema", "from ..io import _ChunkError\n"),
+    ("dfairpca.paper.tables", "from ..datasets._paper import DIGITS\n"),
+    ("dfairpca.paper._run", "import importlib\nimportlib.import_module('dfairpca.io._files')\n"),
+    ("dfairpca.cli._fit", "def f(est):\n    return est._fit_solver(3)\n"),
+])
+def test_an_injected_private_use_is_caught(module, injected):
+    """Each kind of private use, added to an application module, is found; the module's own
+    privates (``self._x``, its package's ``_modules``) are not."""
+    path = _modules()[module]
+    assert _private_uses(module, path, injected), injected
+    own = ("from ._errors import CLIError\n" if module.startswith("dfairpca.cli") else
+           "from . import _pieces\n" if module.startswith("dfairpca.paper") else "")
+    own += "class A:\n    def f(self):\n        return self._x, super()._y()\n"
+    assert not _private_uses(module, path, own)
+
+
+def test_applications_use_only_the_librarys_public_api():
+    """The command line, celeba, paper and datasets import the library's documented public
+    modules and names only (each may use its own private modules)."""
+    uses = _application_private_uses()
+    assert not uses, "private uses by applications: " + "; ".join(uses)

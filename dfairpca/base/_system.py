@@ -23,6 +23,11 @@ def cpu_count() -> int:
     ``os.cpu_count()`` counts the machine's CPUs, which a container or ``taskset`` may not
     grant; Dask's ``CPU_COUNT`` also honours cgroup quotas.  The smallest of those counts
     is what threads can really use.
+
+    Returns
+    -------
+    int
+        At least 1.
     """
     counts = [os.cpu_count() or 1]
     if hasattr(os, "sched_getaffinity"):
@@ -37,5 +42,18 @@ def cpu_count() -> int:
 
 
 def rows_per_block(row_bytes: int, block_bytes: int = BLOCK_BYTES) -> int:
-    """Rows of ``row_bytes`` each that fit in one block of ``block_bytes`` (at least 1)."""
+    """Rows of ``row_bytes`` each that fit in one block of ``block_bytes``.
+
+    Parameters
+    ----------
+    row_bytes : int
+        Bytes of one row.
+    block_bytes : int
+        Bytes of a block (default :data:`BLOCK_BYTES`).
+
+    Returns
+    -------
+    int
+        At least 1.
+    """
     return max(1, block_bytes // max(1, int(row_bytes)))

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ..io._remote import is_remote
-from ..io._writes import check_stage_dir, check_target, staged_locally
+from ..io.storage import is_remote
+from ..io.writes import check_stage_dir, check_target, staged_locally
 from .pool import worker_processes, write_rows, write_store
 from .schema import (
     ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_SIZE, PARTITION, STORE_KIND, check_positive,
@@ -155,7 +155,7 @@ def ingest_celeba(
 
 def _stage_key(celeba_dir: Path, size, color: bool, chunk_rows) -> dict:
     """What a conversion to a URL is made of, known before any image is read: its stage
-    (:func:`dfairpca.io._writes.staged_locally`) is resumed only by a call of the same key."""
+    (:func:`dfairpca.io.writes.staged_locally`) is resumed only by a call of the same key."""
     if chunk_rows is not None:
         check_positive(chunk_rows=chunk_rows)  # a bad argument is refused before a stage is made
     attr_file = celeba_dir / "list_attr_celeba.txt"

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from ..io._remote import is_remote
-from ..io._writes import check_stage_dir, staged_locally
+from ..io.storage import is_remote
+from ..io.writes import check_stage_dir, staged_locally
 from .pool import write_store
 from .render import draw_faces
 from .sampling import sample_attributes

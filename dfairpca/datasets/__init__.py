@@ -12,12 +12,14 @@ and a 0/1 protected attribute.  Loaded like scikit-learn's ``load_*``::
     >>> fair.transform(b.X_test).shape
     (679, 2)
 
-``PAPER_TABLES`` holds the paper's reported figures on these splits.  Provenance and the
+``PAPER_TABLES`` holds the paper's reported figures on these splits (``PAPER_METHODS``, the
+methods of this package among them; ``PAPER_DIGITS``, the decimals it prints per column).  Provenance and the
 licences (MIT for Lee et al.'s files, CC BY 4.0 for the UCI data) are in each Bunch's
 ``DESCR``.
 """
 
 from ._lee2022 import N_SPLITS, data_files, load_adult, load_compas, load_german
-from ._paper import PAPER_TABLES, PaperFigure
+from ._paper import DIGITS as PAPER_DIGITS, OUR_METHODS as PAPER_METHODS, PAPER_TABLES, PaperFigure
 
-__all__ = ["load_adult", "load_german", "load_compas", "N_SPLITS", "PAPER_TABLES", "PaperFigure", "data_files"]
+__all__ = ["load_adult", "load_german", "load_compas", "N_SPLITS", "PAPER_TABLES", "PAPER_DIGITS",
+           "PAPER_METHODS", "PaperFigure", "data_files"]

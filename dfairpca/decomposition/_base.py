@@ -83,7 +83,7 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
         Loaded back by :func:`dfairpca.load`.  Never pickles.  ``path`` must not exist or
         be an empty directory; ``overwrite=True`` replaces a model saved by dfairpca
-        there, atomically, and nothing else (see :func:`dfairpca.io.atomic_directory`).
+        there, atomically, and nothing else (see :func:`dfairpca.io.writes.atomic_directory`).
         """
         return self._write(path, overwrite)
 

@@ -89,6 +89,36 @@ class LinearDecomposition(Estimator):
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
 
+    def planned_svd_solver(self, n_features: int, *, checkpoint=None, weighted: bool = False) -> str:
+        """The solve a fit of ``n_features`` features runs, known before any pass over X.
+
+        What ``svd_solver="auto"`` chooses depends on the data's width, so a caller that
+        has opened the data can say ahead of the fit which solve runs (the command line
+        notes that the randomized options are unused when auto chooses the exact fit).
+
+        Parameters
+        ----------
+        n_features : int
+            The features of X (its columns, numeric protected attributes excluded).
+        checkpoint : str or path-like, optional
+            The checkpoint of a fit to resume: a resumed fit goes on with the solve it began.
+        weighted : bool
+            Whether the fit has ``sample_weight`` (always the exact solve).
+
+        Returns
+        -------
+        str
+            ``"covariance_eigh"`` (the exact eigensolve of the d x d covariance, from one
+            pass) or ``"randomized"`` (matrix-free passes over X).
+
+        Raises
+        ------
+        dfairpca.errors.InvalidInputError
+            ``svd_solver="randomized"`` where it cannot run, or an exact fit whose d x d
+            statistics do not fit in memory.
+        """
+        return self._fit_solver(int(n_features), checkpoint=checkpoint, weighted=weighted)
+
     def _fit_solver(self, d: int, *, groups: int = 0, checkpoint=None, weighted: bool = False) -> str:
         """The solve a fit of d features runs, "covariance_eigh" (the exact eigensolve of
         the d x d covariance from one pass) or "randomized" (matrix-free passes over X):
@@ -466,7 +496,7 @@ class LinearDecomposition(Estimator):
         d = 6400) so that ``partial_fit`` can continue after :func:`load`.  Never pickles.
         ``path`` must not exist or be an empty directory; ``overwrite=True`` replaces a
         model saved by dfairpca there, atomically, and nothing else (see
-        :func:`dfairpca.io.atomic_directory`).
+        :func:`dfairpca.io.writes.atomic_directory`).
         """
         if statistics and not isinstance(self.statistics_, Moments):
             raise InvalidInputError("this model was fitted by randomized passes, which keep first-order "

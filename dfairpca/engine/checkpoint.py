@@ -121,7 +121,7 @@ def compute_moments_checkpointed(
     checkpoint : str or Path
         Checkpoint directory (created; replaced atomically after every segment).  It is
         left in place at the end, holding the full statistics; delete it once the model
-        is saved (:func:`dfairpca.io.remove_directory`).  Refused before the pass if it
+        is saved (:func:`dfairpca.io.writes.remove_directory`).  Refused before the pass if it
         exists and is not a dfairpca checkpoint, or holds the store the pass reads.  A URL
         (``s3://bucket/run.checkpoint``) or an fsspec mapper works too: the checkpoint is
         uploaded after every segment (see :mod:`dfairpca.io._remote`).

@@ -1,9 +1,10 @@
 """Files: reading Zarr stores as Dask arrays, saving and loading models without pickle.
 
 A saved object is a directory holding ``arrays.npz`` (plain numeric/string arrays, read
-with ``allow_pickle=False``) and ``meta.json``, written through the write protocol of
-:mod:`dfairpca.io._writes` (marker, atomic replacement, crash recovery), whose names this
-module re-exports: ``dfairpca.io`` is where users find them.
+with ``allow_pickle=False``) and ``meta.json``, written through the write protocol
+(marker, atomic replacement, crash recovery) that :mod:`dfairpca.io.writes` documents for
+tools writing dfairpca-compatible outputs; :mod:`dfairpca.io.storage` opens local paths
+and fsspec URLs alike.
 """
 
 from __future__ import annotations
@@ -18,20 +19,20 @@ from ._files import MAX_JSON_BYTES, SavedFileError, open_regular, read_capped  #
 from ._marker import stored_chunks as _store_chunks
 from ._remote import explained, is_remote, local_copy, location, open_zarr, store_url, zarr_roots
 from ..base._system import rows_per_block
-from ._writes import (
-    MARKER, MARKER_KEY, OutputPathError, atomic_directory, atomic_file, check_target, foreign_entries,
-    intact_copies, marker, marker_attributes, move_into_place, read_marker, recover,
-    recover_for_reading, remove_directory, write_marker, writing_every_chunk,
-)
+from ._writes import OutputPathError, atomic_directory, intact_copies, recover_for_reading
+# the write protocol's names, documented in dfairpca.io.writes, stay importable from here
+from ._writes import (MARKER, MARKER_KEY, atomic_file, check_target, foreign_entries,  # noqa: F401
+                      marker, marker_attributes, move_into_place, read_marker, recover,
+                      remove_directory, write_marker, writing_every_chunk)
 from ..errors import InvalidInputError, InvalidTypeError, NotFoundError, PathNotFoundError
 
+# what users call: reading Zarr, saving and loading arrays, the errors a read or a save
+# raises; the write protocol's own names are documented in dfairpca.io.writes (they stay
+# importable here, where older code found them)
 __all__ = [
-    "from_zarr", "save_arrays", "load_arrays", "atomic_directory", "atomic_file", "move_into_place",
-    "check_target", "foreign_entries", "remove_directory", "recover", "recover_for_reading",
-    "read_marker", "write_marker", "marker", "marker_attributes", "writing_every_chunk",
-    "local_zarr_roots", "OutputPathError", "MARKER", "MARKER_KEY", "FORMAT_VERSION",
-    "MissingChunkError", "CorruptChunkError", "SavedFileError", "strict_array", "strict_group",
-    "read_checked", "check_written",
+    "from_zarr", "save_arrays", "load_arrays", "local_zarr_roots", "OutputPathError",
+    "FORMAT_VERSION", "MissingChunkError", "CorruptChunkError", "SavedFileError", "strict_array",
+    "strict_group", "read_checked", "check_written",
 ]
 
 FORMAT_VERSION = 1
@@ -556,7 +557,7 @@ def load_arrays(path, kind: str | None = None, layout=None, *, storage_options: 
                 raise PathNotFoundError(
                     f"{str(target)!r} is missing because a write to it was cut short; its "
                     f"intact copy is {str(copies[-1])!r}: the next write to {str(target)!r} "
-                    f"or dfairpca.io.recover({str(target)!r}) puts it back"
+                    f"or dfairpca.io.writes.recover({str(target)!r}) puts it back"
                 )
         raise PathNotFoundError(
             f"{str(path)!r} is not a saved dfairpca object (expected meta.json and arrays.npz)"

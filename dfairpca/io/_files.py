@@ -68,8 +68,28 @@ def open_regular(file):
 
 
 def read_capped(file, cap: int | None = None) -> bytes:
-    """The bytes of the regular file ``file`` (:func:`open_regular`), at most ``cap``
-    (default :data:`MAX_JSON_BYTES`): :class:`SavedFileError` if it holds more."""
+    """The bytes of the regular file ``file``, at most ``cap``.
+
+    The file is opened without following a link and without blocking, and checked to be
+    a regular file (a named pipe or a device would never end).
+
+    Parameters
+    ----------
+    file : str or path-like
+        The file to read.
+    cap : int, optional
+        The most bytes to read (default :data:`MAX_JSON_BYTES`).
+
+    Returns
+    -------
+    bytes
+        The file's content.
+
+    Raises
+    ------
+    dfairpca.io.SavedFileError
+        The file is not a regular file, or holds more than ``cap`` bytes.
+    """
     with open_regular(file) as f:
         return capped(f.read, os.path.basename(os.fspath(file)), cap)
 

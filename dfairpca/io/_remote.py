@@ -62,14 +62,37 @@ _MARKERS = (MARKER, "zarr.json")
 
 
 def is_remote(path) -> bool:
-    """Whether ``path`` is an fsspec URL (not ``file://``) or an fsspec mapper."""
+    """Whether ``path`` is an fsspec URL (not ``file://``) or an fsspec mapper.
+
+    Parameters
+    ----------
+    path : str, path-like, Location or fsspec mapper
+        A local path, a URL (``s3://bucket/x``) or what :func:`location` returns.
+
+    Returns
+    -------
+    bool
+        True for a URL with a protocol other than ``file://``, a :class:`Location` or a
+        mapper; False for a local path.
+    """
     if isinstance(path, str):
         return bool(_PROTOCOL.match(path)) and not path.startswith("file://")
     return isinstance(path, Location) or (hasattr(path, "fs") and hasattr(path, "root"))
 
 
 def local_path(path) -> Path:
-    """A local path given as a path or a ``file://`` URL."""
+    """A local path given as a path or a ``file://`` URL.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A path, or a ``file://`` URL.
+
+    Returns
+    -------
+    pathlib.Path
+        The path, without the ``file://`` prefix.
+    """
     text = os.fspath(path)
     return Path(text[len("file://"):] if text.startswith("file://") else text)
 
@@ -103,7 +126,28 @@ class Location:
 
 
 def location(path, storage_options: dict | None = None) -> Location:
-    """The :class:`Location` of a URL (with ``storage_options``) or of an fsspec mapper."""
+    """The :class:`Location` of a URL (with ``storage_options``) or of an fsspec mapper.
+
+    Parameters
+    ----------
+    path : str, Location or fsspec mapper
+        A URL (``s3://bucket/prefix``); a mapper carries its own file system and options.
+    storage_options : dict, optional
+        Options of the URL's file system (credentials, ``endpoint_url``); default: what
+        the environment gives (for S3 the AWS_* variables).
+
+    Returns
+    -------
+    Location
+        The file system, the path without protocol, and the options, which travel with it
+        to every read and write.
+
+    Raises
+    ------
+    dfairpca.errors.InvalidInputError
+        A protocol whose fsspec package is not installed, or options the file system
+        cannot be made from.
+    """
     if isinstance(path, Location):
         return path
     if not isinstance(path, str):  # an fsspec mapper carries its file system
@@ -236,7 +280,21 @@ def _requests(where):
 
 def zarr_store(path, storage_options: dict | None = None):
     """What ``zarr.open*`` takes for ``path``: the path itself if local, else an
-    FsspecStore made with the options (which then travel with it to the workers)."""
+    FsspecStore made with the options (which then travel with it to the workers).
+
+    Parameters
+    ----------
+    path : str, path-like or Location
+        A local path or a URL.
+    storage_options : dict, optional
+        Options of a URL's file system (see :func:`location`).
+
+    Returns
+    -------
+    str or zarr.storage.FsspecStore
+        The absolute local path (a worker's working directory is not this process's), or
+        the store of the URL.
+    """
     if not is_remote(path):
         return os.path.abspath(path)  # a worker's working directory is not this process's
     from zarr.storage import FsspecStore
@@ -577,8 +635,27 @@ def local_copy(loc: Location):
 
 # ---------------------------------------------------------------------------- reading Zarr
 def open_zarr(store, storage_options: dict | None = None):
-    """The Zarr array or group at a local path or a URL, opened read-only; a one-line
-    error (naming the fix, for a URL) if there is none."""
+    """The Zarr array or group at a local path or a URL, opened read-only.
+
+    Parameters
+    ----------
+    store : str, path-like, Location or fsspec mapper
+        Where the Zarr store is.
+    storage_options : dict, optional
+        Options of a URL's file system (see :func:`location`).
+
+    Returns
+    -------
+    zarr.Array or zarr.Group
+        The store's root node.
+
+    Raises
+    ------
+    dfairpca.errors.PathNotFoundError
+        Nothing is stored there.
+    dfairpca.errors.InvalidInputError
+        What is there is not a Zarr store (one line, naming the fix for a URL).
+    """
     import zarr
 
     if not is_remote(store):

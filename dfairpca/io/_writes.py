@@ -365,7 +365,21 @@ def stage_folder(url, stage_dir=None) -> Path:
 
 
 def check_stage_dir(path, stage_dir) -> None:
-    """Refuse a ``stage_dir`` that would be ignored: ``path`` is local, written in place."""
+    """Refuse a ``stage_dir`` that would be ignored or cannot be used.
+
+    Parameters
+    ----------
+    path : str, path-like or Location
+        The output a writer stages (a URL) or writes in place (a local path).
+    stage_dir : str or path-like, optional
+        The local folder to stage under (see :func:`staged_locally`).
+
+    Raises
+    ------
+    dfairpca.errors.InvalidInputError
+        ``stage_dir`` given for a local ``path`` (written in place, it resumes there), or
+        ``stage_dir`` is itself a URL.
+    """
     if stage_dir is not None and not is_remote(path):
         raise InvalidInputError(f"stage_dir (--stage-dir) is where a store for a URL is staged; {path} "
                          "is a local path, written in place (it resumes there): drop stage_dir")
@@ -675,6 +689,23 @@ def named(path, kind: str) -> Path:
 
     dfairpca writes an output beside it and renames it into place: ``.``, ``..`` and ``/``
     have no sibling to write and cannot be renamed.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A local output path.
+    kind : str
+        What is written there (``"model"``, ``"store"``, ...): the error suggests a name.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    OutputPathError
+        ``path`` is ``.``, ``..`` or the root.
     """
     path = Path(path)
     if path.name in ("", ".", ".."):

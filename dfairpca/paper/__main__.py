@@ -1,6 +1,7 @@
 """``python -m dfairpca.paper``: see :mod:`dfairpca.paper`.
 
-Errors are one line and exit status 2, Ctrl-C one line and 130, as ``dfairpca paper``'s.
+Errors are one line, Ctrl-C one line and exit status 130, with ``dfairpca paper``'s exit
+statuses (:func:`dfairpca.cli.exit_status`: 1 a failed run, 2 a refused command line).
 """
 
 import contextlib
@@ -10,7 +11,7 @@ import sys
 from . import PROG, build_parser, main
 
 if __name__ == "__main__":
-    from ..cli import EXIT_INTERRUPTED, ONE_LINE_ERRORS, one_line
+    from ..cli import EXIT_INTERRUPTED, ONE_LINE_ERRORS, exit_status, one_line
 
     args = build_parser().parse_args()
     stdout = sys.stdout
@@ -20,7 +21,7 @@ if __name__ == "__main__":
             summary = main(args)
     except ONE_LINE_ERRORS as exc:
         print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(exit_status(exc))
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)

@@ -37,7 +37,7 @@ import warnings
 import numpy as np
 
 from ..datasets import N_SPLITS, PAPER_TABLES, load_adult, load_compas, load_german
-from ..datasets._paper import DIGITS, OUR_METHODS
+from ..datasets import PAPER_DIGITS as DIGITS, PAPER_METHODS as OUR_METHODS
 from ._report import cell, markdown_table
 
 #: data set -> (table number, title, loader)

@@ -53,7 +53,7 @@ def test_fit_of_a_store_of_fill_values_only_is_a_one_line_error(tmp_path, capsys
     zarr.create_array(str(data), shape=(40, 6), chunks=(10, 6), dtype="float64", fill_value=0.0)
     code, out, err = run(["fit", data, "--method", "pca", "-k", "2", "--out", tmp_path / "m",
                           "--missing-chunks", "fill", *sched], capsys)
-    assert code == 2 and "variance kept" not in out and not (tmp_path / "m").exists(), out + err
+    assert code == 1 and "variance kept" not in out and not (tmp_path / "m").exists(), out + err
     assert err.startswith("dfairpca fit: error: X has zero total variance: all its 40 rows are zero")
     assert "missing_chunks='fill'" in err and err.count("\n") == 1, err
 
@@ -72,7 +72,7 @@ def test_fit_transform_show_round_trip(store, tmp_path, capsys, sched):
     # its own model: replaced only when asked
     fit5 = ["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model, *sched]
     code, _, err = run(fit5, capsys)
-    assert code == 2 and "--overwrite" in err and dfairpca.load(model).n_components_ == 20
+    assert code == 1 and "--overwrite" in err and dfairpca.load(model).n_components_ == 20
     code, _, err = run([*fit5, "--overwrite"], capsys)
     assert code == 0 and dfairpca.load(model).n_components_ == 5
     code, _, err = run([*fit20, "--overwrite"], capsys)
@@ -102,7 +102,7 @@ def test_fit_transform_show_round_trip(store, tmp_path, capsys, sched):
     notes.write_text("mine")
     again = ["transform", model, store, "--out", rep, "--overwrite", *sched]
     code, _, err = run(again, capsys)
-    assert code == 2 and "(representation/c/notes.txt)" in err and notes.read_text() == "mine", err
+    assert code == 1 and "(representation/c/notes.txt)" in err and notes.read_text() == "mine", err
     notes.unlink()
     code, _, err = run(again, capsys)  # a clean output: no false positive
     assert code == 0, err
@@ -120,7 +120,7 @@ def test_fit_transform_show_round_trip(store, tmp_path, capsys, sched):
     assert str(png) in out
     assert dfairpca.io.read_marker(png)["kind"] == "figure"
     code, out, err = run(["show", model, store, "--out", png, "--n", "3"], capsys)
-    assert code == 2 and "--overwrite" in err
+    assert code == 1 and "--overwrite" in err
     code, out, err = run(["show", model, store, "--out", png, "--n", "3", "--overwrite"], capsys)
     assert code == 0, err
     with Image.open(png) as im:
@@ -152,7 +152,7 @@ def test_errors(store, tmp_path, capsys, sched):
     (tmp_path / "exists").mkdir()
     (tmp_path / "exists" / "notes.txt").write_text("mine")
     code, _, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", tmp_path / "exists", *sched], capsys)
-    assert code == 2 and "remove it yourself" in err
+    assert code == 1 and "remove it yourself" in err
     bare = zarr.open_group(str(tmp_path / "bare.zarr"), mode="w")
     bare.create_array("pixels", shape=(10, 4, 4), chunks=(5, 4, 4), dtype="uint8")
     code, _, err = run(["fit", tmp_path / "bare.zarr", "--attribute", "Male", "-k", "2", "--out", tmp_path / "m2", *sched], capsys)
@@ -189,7 +189,7 @@ def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched, stop_after)
         compute_moments_checkpointed(X.reshape(len(z), -1), sensitive_features=g, checkpoint=ckpt,
                                      dtype=np.float32, on_segment=stop_after(1), segment_rows=300)
     code, _, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model, *sched], capsys)
-    assert code == 2 and "--resume" in err
+    assert code == 1 and "--resume" in err
     code, out, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model,
                           "--resume", "--rows-per-chunk", "100", *sched], capsys)
     assert code == 0, err
@@ -271,7 +271,7 @@ def test_options_the_method_would_ignore_are_refused_before_any_cluster(store, t
     for extra in (["--method", "pca", "--tradeoff", "0", "--constraint", "demographic_parity"],
                   [*eye, "--method", "fair-s", "--equalize", "0.5"]):
         code, _, err = run(fit + extra + ["--timeout", "0.5"], capsys)
-        assert code == 2 and "needs --method" not in err and "scheduler" in err.lower(), err
+        assert code == 1 and "needs --method" not in err and "scheduler" in err.lower(), err
 
 
 def test_a_single_group_names_its_label_plainly_and_the_cli_fix(store, tmp_path, capsys):
@@ -439,7 +439,7 @@ def test_outputs_never_replace_what_dfairpca_did_not_write(store, tmp_path, caps
     for args, message in cases:
         cluster = NO_CLUSTER if args[0] in ("fit", "transform") else []
         code, out, err = run([*args, *cluster], capsys)
-        assert code == 2 and message in err and "Traceback" not in err, (args, err)
+        assert code == 1 and message in err and "Traceback" not in err, (args, err)
         assert "remove it yourself" in err or "choose another path" in err
         assert {p: tree(p) for p in (store, res)} == before, args
     assert sorted(p.name for p in tmp_path.iterdir()) == ["res"]
@@ -466,7 +466,7 @@ def test_overwrite_keeps_an_array_and_an_attribute_the_user_added_to_dfairpcas_s
                                (transform, rep, "my_clusters")):
         before = tree(path)
         code, _, err = run([*args, "--overwrite"], capsys)
-        assert code == 2 and member in err and "'my_note'" in err and "move your files out" in err, err
+        assert code == 1 and member in err and "'my_note'" in err and "move your files out" in err, err
         assert tree(path) == before, args
         group = zarr.open_group(str(path), mode="r+")
         del group[member]
@@ -506,7 +506,7 @@ def test_an_output_without_a_name_of_its_own_is_refused_before_any_cluster(store
                  ["transform", "m", store, "--out", ".", *NO_CLUSTER],
                  ["synth-celeba", ".", "--n", "10"]):
         code, _, err = run(args, capsys)
-        assert code == 2 and "has no name of its own" in err and "empty name" not in err, (args, err)
+        assert code == 1 and "has no name of its own" in err and "empty name" not in err, (args, err)
         assert err.count("\n") == 1, err
     assert list(tmp_path.iterdir()) == []
 
@@ -515,7 +515,7 @@ def test_faces_too_large_to_draw_are_one_line_before_anything_is_written(tmp_pat
     out = tmp_path / "s.zarr"
     code, _, err = run(["synth-celeba", out, "--n", "10", "--size", "99999x99999", "--n-jobs", "1"],
                        capsys)
-    assert code == 2 and err.count("\n") == 1 and "GiB" in err and "smaller size" in err, err
+    assert code == 1 and err.count("\n") == 1 and "GiB" in err and "smaller size" in err, err
     assert "Traceback" not in err and list(tmp_path.iterdir()) == []  # nothing left behind
 
 
@@ -529,7 +529,7 @@ def test_transform_never_replaces_a_data_store(store, tmp_path, capsys):
     before = tree(data)
     code, _, err = run(["transform", tmp_path / "m", store, "--out", data, "--overwrite", *NO_CLUSTER],
                        capsys)
-    assert code == 2 and "holds a dfairpca store, not a transform output" in err, err
+    assert code == 1 and "holds a dfairpca store, not a transform output" in err, err
     assert tree(data) == before
 
 
@@ -543,7 +543,7 @@ def test_a_store_with_malformed_metadata_is_one_line_and_a_bug_keeps_its_traceba
     (store / "X" / "zarr.json").write_text("{not json")
     code, _, err = run(["fit", store, "--array", "X", "--sensitive-array", "z", "-k", "2", "--out",
                         tmp_path / "m", *NO_CLUSTER], capsys)
-    assert code == 2 and err.count("\n") == 1 and "is malformed (JSONDecodeError" in err, err
+    assert code == 1 and err.count("\n") == 1 and "is malformed (JSONDecodeError" in err, err
 
 
 def test_a_read_only_output_folder_is_refused_before_any_cluster(store, tmp_path, capsys):
@@ -559,7 +559,7 @@ def test_a_read_only_output_folder_is_refused_before_any_cluster(store, tmp_path
                      ["transform", tmp_path / "m", store, "--out", locked / "r.zarr", *NO_CLUSTER],
                      ["synth-celeba", locked / "s.zarr", "--n", "10"]):
             code, _, err = run(args, capsys)
-            assert code == 2 and f"{locked} is not writable" in err, (args, err)
+            assert code == 1 and f"{locked} is not writable" in err, (args, err)
             assert "writable directory" in err
     assert list(locked.iterdir()) == []
 
@@ -574,14 +574,14 @@ def test_checkpoint_overwrite_replaces_only_a_checkpoint(store, tmp_path, capsys
     args = ["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model, "--checkpoint", ckpt,
             *sched]
     code, _, err = run(args, capsys)
-    assert code == 2 and "--overwrite to start over" in err and ckpt.exists()
+    assert code == 1 and "--overwrite to start over" in err and ckpt.exists()
     code, _, err = run([*args, "--overwrite"], capsys)
     assert code == 0, err
     assert not ckpt.exists() and dfairpca.io.read_marker(model)["kind"] == "model"
     # a model is not a checkpoint, even with --overwrite
     code, _, err = run([*args[:6], "--out", tmp_path / "m2", "--checkpoint", model, "--overwrite",
                         *NO_CLUSTER], capsys)
-    assert code == 2 and "holds a dfairpca model, not a checkpoint" in err
+    assert code == 1 and "holds a dfairpca model, not a checkpoint" in err
     assert dfairpca.load(model).n_components_ == 5
 
 
@@ -773,11 +773,14 @@ def test_input_errors_are_one_line_before_any_cluster(data_store, tmp_path, caps
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     cases.append(([*X, "--sensitive-csv", d["root"] / "people.parquet", "--sensitive-column",
                    "race"], "needs pyarrow, which is not installed: pip install pyarrow"))
+    # a file that cannot be read is a failure of the run (1), the rest refused arguments (2)
+    failures = ("broken.csv: cannot read", "needs pyarrow")
     for extra, expected in cases:
         start = time.monotonic()
         code, out, err = run([*fit, *extra, *NO_CLUSTER, "--json"], capsys)
         assert time.monotonic() - start < 20, extra  # no connection is attempted
-        assert code == 2 and expected in err and out == "", (extra, err)
+        status = 1 if expected.startswith(failures) else 2
+        assert code == status and expected in err and out == "", (extra, code, err)
         assert err.startswith("dfairpca fit: error: ") and err.count("\n") == 1, err
     assert not (tmp_path / "m").exists()
     # outputs never replace what the job reads, wherever it lives
@@ -793,7 +796,7 @@ def test_input_errors_are_one_line_before_any_cluster(data_store, tmp_path, caps
          "contains the --array input"),
     ]:
         code, out, err = run(["fit", *extra, "-k", "1", "--overwrite", *NO_CLUSTER], capsys)
-        assert code == 2 and expected in err and "choose another path" in err, (extra, err)
+        assert code == 1 and expected in err and "choose another path" in err, (extra, err)
     assert tree(tmp_path) == before
 
 
@@ -899,7 +902,7 @@ def test_a_missing_chunk_of_x_or_of_labels_is_an_error_unless_fill(tmp_path, cap
     assert not (tmp_path / "s.zarr" / "z" / "c" / "0").exists()
     fit = ["fit", tmp_path / "s.zarr", "--array", "X", "--sensitive-array", "z", "-k", "2"]
     code, _, err = run([*fit, "--out", tmp_path / "m", *NO_CLUSTER], capsys)
-    assert code == 2 and err.count("\n") == 1, err
+    assert code == 1 and err.count("\n") == 1, err
     # the first of the two absent chunks that zarr's concurrent read meets
     assert re.search(r"is missing chunk 'z/c/(0' \(rows 0-199|2' \(rows 400-599)\)", err), err
     assert err.endswith("(here: --missing-chunks fill, for X and label arrays)\n")
@@ -909,7 +912,7 @@ def test_a_missing_chunk_of_x_or_of_labels_is_an_error_unless_fill(tmp_path, cap
     (tmp_path / "s.zarr" / "X" / "c" / "1" / "0").unlink()
     code, _, err = run([*fit, "--out", tmp_path / "m2", "--missing-chunks", "error", *NO_CLUSTER],
                        capsys)
-    assert code == 2 and "is missing chunk 'X/c/1/0' (rows 200-399)" in err, err
+    assert code == 1 and "is missing chunk 'X/c/1/0' (rows 200-399)" in err, err
     assert not (tmp_path / "m2").exists()
 
 
@@ -949,7 +952,7 @@ def test_demo_refuses_a_store_of_other_settings_before_any_cluster(tmp_path, cap
     work = tmp_path / "demo"
     synth_celeba(work / "synthetic_celeba_40.zarr", n=40, seed=1, progress=False, n_jobs=1)
     code, _, err = run(["demo", "--n", "40", "--workdir", work, "--scheduler", _nowhere()], capsys)
-    assert code == 2 and err.count("\n") == 1, err
+    assert code == 1 and err.count("\n") == 1, err
     assert "holds another store: seed 1 (asked 0)" in err and "scheduler" not in err, err
     assert err.rstrip().endswith(f"written with other settings or by an older dfairpca; delete "
                                  f"{work / 'synthetic_celeba_40.zarr'} (the demo writes it again) "

@@ -51,7 +51,7 @@ def test_randomized_fit_resumes_at_the_next_pass(store, tmp_path, capsys, sched,
                        on_pass=stop_after(2))
     fit = ["fit", store, "--attribute", "Eyeglasses", "-k", "8", *SOLVE, *sched]
     code, _, err = run([*fit, "--out", model], capsys)
-    assert code == 2 and "--resume" in err
+    assert code == 1 and "--resume" in err
     code, out, err = run([*fit, "--out", model, "--resume", "--json"], capsys)
     assert code == 0, err
     summary = json.loads(out)

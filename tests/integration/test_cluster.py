@@ -247,7 +247,7 @@ def test_cli_fit_whose_workers_all_die_is_one_line_naming_resume(tmp_path, data)
                 proc.kill()
                 proc.wait()
     last = err.strip().splitlines()[-1]
-    assert proc.returncode == 2, err
+    assert proc.returncode == 1, err
     assert last.startswith("dfairpca fit: error: ") and err.count("error:") == 1, err
     assert f"no workers for {NO_WORKERS_SECONDS} s" in last and "rerun with --resume" in last
     assert f"{ckpt} holds" in last and not model.exists()
@@ -533,7 +533,7 @@ def test_a_scheduler_without_workers_is_a_one_line_error_after_the_timeout(tmp_p
                      str(tmp_path / "m"), "--scheduler", address, "--timeout", "1.5"])
         assert time.monotonic() - start < 1.5 + 10
         err = capsys.readouterr().err.splitlines()
-        assert code == 2 and err == [
+        assert code == 1 and err == [
             f"dfairpca: waiting up to 1.5 s for a worker to join the scheduler at {address}",
             f"dfairpca fit: error: the Dask scheduler at {address} has no workers (waited "
             f"1.5 s); start them with `dask worker {address}` on the machines that should "

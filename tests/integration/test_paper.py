@@ -152,7 +152,7 @@ def test_cli_refuses_a_folder_it_did_not_write(tmp_path):
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    assert main(["paper", "--quick", "--only", "faces", "--out", str(out)]) == 2
+    assert main(["paper", "--quick", "--only", "faces", "--out", str(out)]) == 1
     assert (out / "notes.txt").read_text() == "keep me"
 
 
@@ -165,7 +165,7 @@ def test_python_m_refuses_a_folder_it_did_not_write_in_one_line(tmp_path):
     (out / "notes.txt").write_text("keep me")
     proc = subprocess.run([sys.executable, "-m", "dfairpca.paper", "--quick", "--only", "faces",
                            "--out", str(out)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 1, proc.stderr
     assert proc.stderr.startswith("python -m dfairpca.paper: error: ") and proc.stderr.count("\n") == 1, proc.stderr
     assert str(out) in proc.stderr and proc.stdout == ""
     assert (out / "notes.txt").read_text() == "keep me"

@@ -76,7 +76,7 @@ def test_fit_of_a_store_a_worker_cannot_see_names_it_and_writes_nothing(cluster,
     model = private / f"model-{missing}"
     code, out, err = run(["fit", data, "--array", "X", "--method", "pca", "-k", "3", "--out", model,
                           "--missing-chunks", missing, "--scheduler-file", sched], capsys)
-    assert code == 2, out + err
+    assert code == 1, out + err
     assert_names_the_blind_worker(err, "fit", cluster, f"cannot read the Zarr array '{data}/X'")
     assert "variance kept" not in out and not model.exists()
 
@@ -100,7 +100,7 @@ def test_transform_to_a_folder_a_worker_cannot_see_names_it_and_writes_nothing(c
     out = private / "rep.zarr"
     code, stdout, err = run(["transform", model, data, "--array", "X", "--out", out,
                              "--scheduler-file", sched], capsys)
-    assert code == 2, stdout + err
+    assert code == 1, stdout + err
     assert_names_the_blind_worker(err, "transform", cluster, f"cannot write the output store '{out}'")
     assert "wrote" not in stdout and not out.exists()
     assert not [p.name for p in private.iterdir() if "rep.zarr" in p.name]  # nor its temporary
@@ -117,7 +117,7 @@ def test_a_store_the_workers_wrote_out_of_sight_is_never_called_written(cluster,
     with dask.annotate(workers=[blind], allow_other_workers=False):  # its chunks, out of sight
         code, stdout, err = run(["transform", model, data, "--array", "X", "--out", out,
                                  "--scheduler-file", sched], capsys)
-    assert code == 2 and "wrote" not in stdout and not out.exists(), stdout + err
+    assert code == 1 and "wrote" not in stdout and not out.exists(), stdout + err
     assert err.startswith(f"dfairpca transform: error: '{out}' is not written: "), err
     assert "chunks" in err and "mounts at the same path" in err and err.count("\n") == 1, err
     out = private / "late-synth.zarr"
@@ -158,12 +158,12 @@ def test_synth_and_ingest_on_workers_that_cannot_see_the_folder_name_them(cluste
     celeba = write_celeba_jpegs(shared / "celeba", 24, seed=1, n_jobs=1)
     out = private / "c.zarr"
     code, _, err = run(["ingest-celeba", celeba, out, "--size", "8", "--scheduler-file", sched], capsys)
-    assert code == 2 and not out.exists()
+    assert code == 1 and not out.exists()
     assert_names_the_blind_worker(err, "ingest-celeba", cluster, f"cannot write the store '{out}'")
     hidden = write_celeba_jpegs(private / "celeba", 24, seed=1, n_jobs=1)
     code, _, err = run(["ingest-celeba", hidden, shared / "c.zarr", "--size", "8",
                         "--scheduler-file", sched], capsys)
-    assert code == 2 and not (shared / "c.zarr").exists()
+    assert code == 1 and not (shared / "c.zarr").exists()
     assert_names_the_blind_worker(err, "ingest-celeba", cluster, f"cannot read the CelebA folder '{hidden}'")
 
 

@@ -1,0 +1,426 @@
+"""The commands that fit and use a model: ``fit``, ``transform``, ``show`` and ``demo``."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from ._errors import CLIError, UsageError, _plain, arguments
+from ._inputs import (_Data, _check_out, _client, _data, _describe_groups, _input_paths, _place,
+                      _sample_weight, _sensitive, _storage, _target, _tuple)
+
+#: the kind in dfairpca's marker of what ``transform`` writes: another kind than the data
+#: stores of synth and ingest ("store"), so that ``transform --overwrite`` can never replace
+#: a data set (an ingest of hours), nor synth one of its results
+TRANSFORM_KIND = "transform output"
+
+
+#: fit options only a fair method uses: --method pca would ignore them
+FAIR_ONLY = ("attribute", "sensitive_array", "sensitive_csv", "sensitive_column", "constraint",
+             "target", "target_array", "target_column", "target_csv", "tradeoff", "equalize")
+#: fit options only the randomized solve uses: --svd-solver full would ignore them
+RANDOMIZED_ONLY = ("n_oversamples", "iterated_power", "random_state")
+
+
+#: seconds to wait for a scheduler to answer, then for its first worker
+CLUSTER_TIMEOUT = 60
+
+
+@dataclass(frozen=True)
+class FitJob:
+    """One ``dfairpca fit``: a field per option, each default the command line's own.
+
+    :func:`run_fit` runs it; ``dfairpca fit`` builds it from its options
+    (:meth:`from_args`) and ``dfairpca demo`` from its few.
+    """
+
+    store: str
+    out: str
+    k: int
+    method: str = "fair"
+    array: str | None = None
+    missing_chunks: str = "error"
+    attribute: tuple[str, ...] = ()
+    sensitive_array: tuple[str, ...] = ()
+    sensitive_csv: str | None = None
+    sensitive_column: tuple[str, ...] = ()
+    constraint: str = "demographic_parity"
+    target: str | None = None
+    target_array: str | None = None
+    target_column: str | None = None
+    target_csv: str | None = None
+    sample_weight_array: str | None = None
+    sample_weight_column: str | None = None
+    sample_weight_csv: str | None = None
+    tradeoff: float = 0.0
+    equalize: float = 0.5
+    svd_solver: str = "auto"
+    n_oversamples: int = 10
+    iterated_power: str | int = "auto"
+    random_state: int = 0
+    statistics: bool = False
+    checkpoint: str | None = None
+    resume: bool = False
+    rows_per_chunk: int | None = None
+    overwrite: bool = False
+    scheduler: str | None = None
+    scheduler_file: str | None = None
+    timeout: float = CLUSTER_TIMEOUT
+    storage_options: str | None = None
+
+    @classmethod
+    def from_args(cls, args) -> "FitJob":
+        """The job of parsed ``fit`` options (repeatable options as tuples)."""
+        values = {f.name: getattr(args, f.name) for f in fields(cls)}
+        return cls(**{k: _tuple(v) for k, v in values.items()})
+
+
+def _check_method_options(args) -> None:
+    """Refuse a fit option that ``--method`` would silently ignore.
+
+    Only options the user gave count (a value other than the default), so that writing
+    out a default, e.g. ``--constraint demographic_parity``, stays harmless.
+    """
+    defaults = {f.name: f.default for f in fields(FitJob)}
+    given = [o for o in FAIR_ONLY if _tuple(getattr(args, o)) != defaults[o]]
+    if args.method == "pca" and given:
+        option = "--" + given[0].replace("_", "-")
+        needs = "--method fair-s" if given[0] == "equalize" else "--method fair or fair-s"
+        raise UsageError(
+            f"{option} needs {needs}; --method pca (plain PCA, no protected attributes) would "
+            f"ignore it: drop {option}, or choose a fair method"
+        )
+    odd = _randomized_options(args)
+    exact = (f"--svd-solver {args.svd_solver} (the exact one-pass fit)"
+             if args.svd_solver in ("full", "covariance_eigh") else
+             "--method fair-s (Fair PCA-S needs the exact d x d solve)"
+             if args.method == "fair-s" else None)
+    if exact and odd:
+        option = "--" + odd[0].replace("_", "-")
+        fix = ("--svd-solver randomized or auto" if args.method != "fair-s" else
+               "--method fair for a randomized fit")
+        raise UsageError(f"{option} sets the randomized solve; {exact} would ignore it: drop "
+                       f"{option}, or use {fix}")
+    if args.method != "fair-s" and "equalize" in given:
+        raise UsageError(
+            "--equalize needs --method fair-s (fair PCA that also equalises the group "
+            f"covariances); --method {args.method} would ignore it: add --method fair-s, or "
+            "drop --equalize"
+        )
+
+
+def _randomized_options(args) -> list[str]:
+    """The randomized solve's options the user set (a value other than the default)."""
+    defaults = {f.name: f.default for f in fields(FitJob)}
+    return [o for o in RANDOMIZED_ONLY if getattr(args, o) != defaults[o]]
+
+
+def _note_unused_randomized(args, est, d: int, ckpt) -> None:
+    """Say on stderr, before the pass, that ``--svd-solver auto`` chose the exact fit for
+    this store's width, so that the randomized options given are not used (which solve
+    auto takes needs d, known only once the store is open: hence a note, not an error)."""
+    odd = _randomized_options(args)
+    if args.svd_solver != "auto" or not odd:
+        return
+    if est.planned_svd_solver(d, checkpoint=ckpt if args.resume else None) == "randomized":
+        return
+    given = ", ".join("--" + o.replace("_", "-") for o in odd)
+    print(f"note: --svd-solver auto chose the exact one-pass fit for d = {d:,} and k = {args.k} "
+          f"(its d x d statistics fit in memory and cost less), which does not use {given}: "
+          f"pass --svd-solver randomized to fit with {'them' if len(odd) > 1 else 'it'}",
+          file=sys.stderr)
+
+
+def _check_two_groups(groups) -> None:
+    """Refuse a protected attribute with one label in every row, naming the label plainly
+    (the library's message shows numpy's repr and its Python fix)."""
+    import pandas as pd
+
+    for name in groups:
+        labels = pd.unique(groups[name])
+        if len(labels) == 1:
+            raise UsageError(
+                f"the protected attribute {name!r} has a single group ({_plain(labels[0])}) in "
+                f"all {len(groups):,} rows; fair PCA needs two or more: name another attribute, "
+                "or fit plain PCA with --method pca"
+            )
+
+
+# ----------------------------------------------------------------------------- the model
+def _estimator(args):
+    from .. import FairPCA, PCA
+
+    # a progress bar redraws itself many times a second: only on a terminal, never into the
+    # log file of a batch job (nor into --json's stdout, which then is stderr: see main)
+    progress = sys.stdout.isatty()
+    solve = dict(svd_solver=args.svd_solver, n_oversamples=args.n_oversamples,
+                 iterated_power=args.iterated_power, random_state=args.random_state)
+    if args.method == "pca":
+        return PCA(args.k, progress=progress, **solve)
+    eq = args.equalize if args.method == "fair-s" else None
+    return FairPCA(
+        args.k, constraint=args.constraint, tradeoff=args.tradeoff,
+        equalize_covariance=eq, progress=progress, **solve,
+    )
+
+
+
+def _fit_summary(est, args, data: _Data, fit_seconds: float, wall_seconds: float) -> dict:
+    """What ``fit --json`` prints: sizes, groups, variance kept, certificate, times, path."""
+    summary = {
+        "command": "fit", "n": int(data.X.shape[0]), "d": int(est.n_features_in_),
+        "k": int(est.n_components_), "method": args.method, "estimator": type(est).__name__,
+        "svd_solver": getattr(est, "fitted_svd_solver_", None),  # what "auto" chose
+        "passes": int(getattr(est, "n_passes_", 1)),  # over X
+    }
+    if hasattr(est, "groups_"):
+        summary["constraint"] = est.constraint
+        summary["n_constraints"] = int(est.n_constraints_)
+        # rows per group among the rows fitted (those with y == 1 for equal opportunity)
+        summary["groups"] = {
+            # (a weighted fit's counts are the groups' total weights)
+            str(name): {str(label): int(count) if a.counts.dtype.kind in "iu" else _plain(float(count))
+                        for label, count in zip(labels, a.counts)}
+            for name, labels, a in zip(est.attribute_names_, est.groups_,
+                                       est.statistics_.attributes)
+        }
+    summary["n_samples_seen"] = int(est.n_samples_seen_)
+    if hasattr(est, "sample_weight_sum_"):  # a weighted fit
+        summary["sample_weight_sum"] = _plain(float(est.sample_weight_sum_))
+    summary["explained_variance_ratio_sum"] = _plain(float(est.explained_variance_ratio_.sum()))
+    # the fairness certificate, whatever fields the estimator has (fairness_violation_, ...)
+    for attr in sorted(vars(est)):
+        if attr.startswith("fairness_") and attr.endswith("_"):
+            summary[attr[:-1]] = _plain(getattr(est, attr))
+    summary.update({
+        "fit_seconds": round(fit_seconds, 3), "wall_seconds": round(wall_seconds, 3),
+        "out": str(args.out), "store": str(args.store), "array": data.label,
+    })
+    return summary
+
+
+def _cast_like(R, dtype):
+    """A reconstruction in the input's dtype: integers rounded and clipped to their range."""
+    import dask.array as da
+
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return R > 0.5
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return da.clip(da.round(R), info.min, info.max).astype(dtype)
+    return R.astype(dtype)
+
+
+
+def cmd_fit(args):
+    return run_fit(FitJob.from_args(args))
+
+
+def run_fit(args: FitJob) -> dict:
+    """Fit, save the model, and return the summary ``fit --json`` prints.
+
+    Every parameter is checked against the data first, then the pass runs on the cluster
+    of ``args`` (see :func:`dfairpca.cluster.connect`) with a checkpoint next to the model.
+    """
+    from ..io.storage import is_remote
+    from ..io.writes import read_marker, remove_directory, staged_locally
+
+    start = time.perf_counter()
+    _check_method_options(args)
+    out = _place(args.out, "model", _storage(args))
+    ckpt = (_place(args.checkpoint, "checkpoint", _storage(args)) if args.checkpoint else
+            _place(f"{args.out.rstrip('/')}.checkpoint", "checkpoint", _storage(args)) if is_remote(out) else
+            out.with_name(out.name + ".checkpoint"))
+    inputs = _input_paths(args)
+    _check_out(out, "model", args.overwrite, {**inputs, "the checkpoint": ckpt})
+    # the checkpoint is replaced after every segment: only a dfairpca checkpoint may be there
+    _check_out(ckpt, "checkpoint", True, {**inputs, "the model": out})
+    if read_marker(ckpt) is not None and not args.resume and not args.overwrite:
+        raise CLIError(
+            f"an interrupted fit left its checkpoint at {ckpt}; pass --resume to continue "
+            "it or --overwrite to start over"
+        )
+    data = _data(args, args.rows_per_chunk)
+    X = data.X
+    fair = args.method != "pca"
+    groups = _sensitive(args, data) if fair else None
+    if fair and groups is None:
+        raise UsageError(
+            "name the protected attribute(s): --attribute NAME (a CelebA attribute, e.g. "
+            "Eyeglasses), --sensitive-array ARRAY, or --sensitive-csv FILE --sensitive-column COL"
+        )
+    if groups is not None:
+        _check_two_groups(groups)
+    y = _target(args, data)
+    w = _sample_weight(args, data)
+    weights = {} if w is None else {"sample_weight": w}
+    # every parameter error now, before a cluster is found or started
+    with arguments():
+        est = _estimator(args)
+        if groups is None:
+            est.validate_fit(X, y, **weights)
+        else:
+            est.validate_fit(X, y, sensitive_features=groups, **weights)
+    n, d = X.shape[0], int(np.prod(X.shape[1:]))
+    _note_unused_randomized(args, est, d, ckpt)
+    rows = "images" if data.celeba else "rows"
+    described = "" if groups is None else f"; groups {_describe_groups(groups, args.attribute)}"
+    print(f"n = {n:,} {rows}, d = {d:,} features{described}")
+    if not args.resume and read_marker(ckpt) is not None:
+        remove_directory(ckpt, "checkpoint")  # --overwrite: start over (checked above)
+    with _client(args):
+        from ..cluster import WorkersLost
+
+        t = time.perf_counter()
+        # --timeout also bounds the wait for new workers once every worker has left
+        fit = dict(checkpoint=ckpt, keep_checkpoint=True, timeout=args.timeout, **weights)
+        try:
+            if groups is None:
+                est.fit(X, **fit)
+            else:
+                est.fit(X, y, sensitive_features=groups, **fit)
+        except WorkersLost as exc:
+            raise CLIError(f"{exc.what}; the checkpoint {ckpt} holds {exc.progress}: start "
+                           "workers and rerun with --resume, or wait longer with --timeout") from None
+        dt = time.perf_counter() - t
+    with staged_locally(out, "model", overwrite=args.overwrite) as local:
+        est.save(local, statistics=args.statistics, overwrite=args.overwrite)
+    remove_directory(ckpt, "checkpoint")
+    kept = 100 * est.explained_variance_ratio_.sum()
+    cert = getattr(est, "fairness_violation_", None)  # share of any group's mean gap kept
+    passes = int(getattr(est, "n_passes_", 1))
+    print(f"{type(est).__name__} k = {est.n_components_}: {kept:.2f}% of the variance kept; "
+          + ("" if cert is None else f"fairness certified: group-mean gap kept {cert:.1e}; ")
+          + f"solver {est.fitted_svd_solver_}, {passes} pass{'es' if passes > 1 else ''} over X; "
+          + f"fit in {dt:.1f} s; model written to {out}")
+    return _fit_summary(est, args, data, dt, time.perf_counter() - start)
+
+
+def cmd_transform(args):
+    import dask.array as da
+
+    from .. import load
+    from ..io.storage import zarr_store
+    from ..io.writes import atomic_directory, marker_attributes, writing_every_chunk
+    from ..celeba.schema import ROW_DIMENSION, copy_labels, dimension_names
+    from ..cluster import check_inputs_shared, check_workers_see
+    from ..io import check_written
+
+    start = time.perf_counter()
+    out = _place(args.out, TRANSFORM_KIND, _storage(args))
+    protect = {**_input_paths(args), "the model": args.model}
+    _check_out(out, TRANSFORM_KIND, args.overwrite, protect)
+    model = load(args.model, storage_options=_storage(args))
+    data = _data(args)
+    X = data.X
+    # the lazy graph first: a model of another d is refused before any cluster starts
+    Xf = X.reshape(X.shape[0], -1)
+    with arguments():
+        if args.reconstruct:
+            R = model.inverse_transform(model.transform(Xf))
+            Y = _cast_like(R, X.dtype).reshape(data.shape)
+            name = data.name  # under the input's own name: "images" for the CelebA layout
+        else:
+            Y = model.transform(Xf)
+            name = "representation"
+    with _client(args) as client:
+        t = time.perf_counter()
+        check_inputs_shared(X, client)
+        # a URL's result is written by the workers straight to its temporary prefix
+        with atomic_directory(out, TRANSFORM_KIND, overwrite=args.overwrite, protect=protect,
+                              direct=True) as tmp, writing_every_chunk():
+            import zarr
+
+            check_workers_see(client, tmp, "the output store", output=True, shown=out)
+            g = zarr.open_group(zarr_store(tmp, _storage(args)), mode="w", attributes={
+                "model": str(args.model), "source": data.label, "content": name,
+                **marker_attributes(TRANSFORM_KIND),
+            })
+            # created here, not by da.to_zarr, so that it writes every chunk (the setting
+            # travels with the array to the workers)
+            dims = dimension_names(Y.ndim) if args.reconstruct else (ROW_DIMENSION, "component")
+            arr = g.create_array(name, shape=Y.shape, chunks=Y.chunksize, dtype=Y.dtype,
+                                 dimension_names=dims)
+            da.to_zarr(Y, arr, compute=True)
+            # the CelebA layout's labels travel along (other stores' rows keep X's order)
+            if data.celeba:
+                copy_labels(data.root, g)
+            check_written(g, out)  # the workers' chunks, as this process sees them
+        dt = time.perf_counter() - t
+    print(f"wrote {name} {Y.shape} to {out} in {dt:.1f} s")
+    return {
+        "command": "transform", "n": int(X.shape[0]), "d": int(Xf.shape[1]),
+        "k": int(model.n_components_), "estimator": type(model).__name__, "written": name,
+        "shape": [int(s) for s in Y.shape], "dtype": str(Y.dtype), "seconds": round(dt, 3),
+        "wall_seconds": round(time.perf_counter() - start, 3), "out": str(out),
+        "model": str(args.model), "store": str(args.store), "array": data.label,
+    }
+
+
+def cmd_show(args):
+    from ..celeba.figures import DEFAULT_FACES
+
+    # the default (a few faces) shrinks to what a small store holds; a number asked for is
+    # checked against it
+    path = run_show(args.model, args.store, args.out, n=None if args.n == DEFAULT_FACES else args.n,
+                    overwrite=args.overwrite)
+    print(f"picture written to {path}")
+
+
+def run_show(model_path, store, out, *, n: int | None = None, overwrite: bool = False) -> Path:
+    """Draw the faces picture of a saved model; ``n=None`` is the default number of faces,
+    fewer when the store holds fewer.  A number the store cannot fill, or above
+    :data:`dfairpca.celeba.figures.MAX_FACES_PER_ROW`, is refused before any face is read."""
+    from .. import load
+    from ..celeba import open_celeba
+    from ..celeba.figures import DEFAULT_FACES, MAX_FACES_PER_ROW, faces_figure, faces_held
+
+    out = Path(out)
+    _check_out(out, "figure", overwrite, {"the input store": store, "the model": model_path})
+    model = load(model_path)
+    face = open_celeba(store)[0].shape[1:]  # (h, w) grey or (h, w, 3) colour
+    if math.prod(face) != model.n_features_in_:  # two arguments that do not go together
+        raise UsageError(
+            f"the model has {model.n_features_in_:,} features but the images of {store} are "
+            + "x".join(map(str, face)) + f" ({math.prod(face):,}): show it against a store "
+            "of the image size it was fitted on")
+    held = faces_held(model, store)
+    largest = min(held, MAX_FACES_PER_ROW)
+    if n is None:
+        n = min(DEFAULT_FACES, largest)
+    elif n > largest:
+        why = (f"a picture shows at most {MAX_FACES_PER_ROW} faces per row" if held > MAX_FACES_PER_ROW
+               else f"{store} can fill at most {held:,} per row for this model")
+        raise UsageError(f"--n {n:,}: {why}; use --n {largest} or less")
+    return faces_figure(model, store, out, n=n, overwrite=overwrite)
+
+
+def cmd_demo(args):
+    from ..celeba import ensure_store
+
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    store = work / f"synthetic_celeba_{args.n}.zarr"
+    existed, t = store.exists(), time.perf_counter()
+    try:
+        ensure_store(store, args.n)  # an existing one is checked: the store asked for, or not
+    except ValueError as exc:
+        if "holds another store" not in str(exc):
+            raise CLIError(f"{exc} (here: another --workdir)") from None
+        what = str(exc).split("; pass another path")[0]
+        raise CLIError(f"{what}: it was written with other settings or by an older dfairpca; "
+                       f"delete {store} (the demo writes it again) or pass another --workdir") from None
+    print(f"using the existing store {store}" if existed else
+          f"wrote {args.n:,} synthetic faces to {store} in {time.perf_counter() - t:.1f} s")
+    model = work / f"fair_{args.attribute}_k{args.k}"
+    run_fit(FitJob(str(store), str(model), args.k, attribute=(args.attribute,), overwrite=True,
+                   scheduler=args.scheduler, scheduler_file=args.scheduler_file,
+                   timeout=args.timeout))
+    path = run_show(model, store, work / "faces.png", overwrite=True)
+    print(f"picture written to {path}")

@@ -1,0 +1,106 @@
+"""The exit statuses of the ``dfairpca`` command, run as users run it (``python -m dfairpca``
+in a subprocess): 2 for a command line refused before any work, 1 for a run that failed,
+130 for Ctrl-C, 0 when done; each error one line on stderr."""
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import zarr
+
+from dfairpca.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
+
+#: a port nobody serves: a command that gets as far as connecting fails there at once
+DEAD = ["--scheduler", "tcp://127.0.0.1:9", "--timeout", "1"]
+
+
+def dfairpca(*args, timeout=120):
+    done = subprocess.run([sys.executable, "-m", "dfairpca", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A Zarr group with X (60 x 4 floats) and a 0/1 label array."""
+    path = tmp_path_factory.mktemp("exit") / "data.zarr"
+    g = zarr.open_group(str(path), mode="w")
+    rng = np.random.default_rng(0)
+    g.create_array("X", shape=(60, 4), chunks=(20, 4), dtype="f8")[:] = rng.normal(size=(60, 4))
+    g.create_array("z", shape=(60,), chunks=(60,), dtype="i1")[:] = np.arange(60) % 2
+    return path
+
+
+def test_the_exit_codes_are_constants_of_the_command():
+    assert (EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED) == (1, 2, 130)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["fit"], "the following arguments are required"),  # argparse's own
+    (["no-such-command"], "invalid choice"),
+    (["synth-celeba", "{tmp}/s.zarr", "--seed", "-1"], "--seed: must be an integer >= 0"),
+    (["fit", "{data}", "--array", "X", "-k", "2", "--out", "{tmp}/m", "--method", "pca",
+      "--attribute", "Eyeglasses", *DEAD], "--attribute needs --method fair"),  # the command's
+    (["fit", "{data}", "--array", "Y", "-k", "2", "--out", "{tmp}/m", "--method", "pca", *DEAD],
+     "has no array 'Y'"),
+    (["fit", "{data}", "--array", "X", "-k", "9", "--out", "{tmp}/m", "--method", "pca", *DEAD],
+     "n_components=9 is too large"),  # the library's check of a parameter
+    (["fit", "{data}", "--array", "X", "-k", "2", "--out", "{tmp}/m", "--method", "pca",
+      "--scheduler", "tcp://no such host:0"], "is not a scheduler address"),
+])
+def test_a_refused_command_line_is_exit_2_in_one_line_and_nothing_is_written(
+        args, expected, data, tmp_path):
+    code, out, err = dfairpca(*(a.format(data=data, tmp=tmp_path) for a in args))
+    assert code == EXIT_USAGE and expected in err, (code, err)
+    assert err.count("\n") == 1 and "Traceback" not in err and "error" not in out, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_that_fails_is_exit_1_in_one_line(data, tmp_path):
+    fit = ["-k", "2", "--method", "pca", "--out", tmp_path / "m"]
+    cases = [
+        (["fit", tmp_path / "missing.zarr", "--array", "X", *fit, *DEAD], "missing.zarr"),
+        (["fit", data, "--array", "X", *fit, *DEAD], "cannot reach a Dask scheduler"),
+    ]
+    for args, expected in cases:
+        code, out, err = dfairpca(*args)
+        assert code == EXIT_FAILURE and expected in err, (args, code, err)
+        assert err.count("\n") == 1 and "Traceback" not in err and "error" not in out, err
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "thesis.tex").write_text("x\n")  # an output dfairpca did not write
+    code, _, err = dfairpca("fit", data, "--array", "X", *fit, "--overwrite", *DEAD)
+    assert code == EXIT_FAILURE and "choose another path" in err, err
+    assert (tmp_path / "m" / "thesis.tex").read_text() == "x\n"
+
+
+def test_ctrl_c_is_exit_130_in_one_line(data, tmp_path):
+    """Ctrl-C while the command waits for a scheduler (a socket that accepts and never
+    answers) is one line and exit status 130."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(60)
+        port = server.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dfairpca", "fit", str(data), "--array", "X", "-k", "2",
+             "--method", "pca", "--out", str(tmp_path / "m"), "--scheduler",
+             f"tcp://127.0.0.1:{port}", "--timeout", "60"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            conn, _ = server.accept()  # the command is connecting: past every check
+            with conn:
+                time.sleep(0.5)
+                proc.send_signal(signal.SIGINT)
+                line = proc.stderr.readline()  # said before the exit
+            # closed, the connection no longer holds the probe's thread, and the process ends
+            out, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == EXIT_INTERRUPTED, line + err
+    assert line == "dfairpca fit: interrupted\n" and err == "", line + err
+    assert not (tmp_path / "m").exists()
