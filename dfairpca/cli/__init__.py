@@ -284,6 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="full: the exact one-pass fit (d x d statistics); randomized: block Krylov "
                         "passes over X, memory d x (k + p), for large d or small k; auto: chosen "
                         "by a memory and cost model (the summary says which ran)")
+    g.add_argument("--compute-dtype", choices=["auto", "float32", "float64", "exact"],
+                   default=FitJob.compute_dtype,
+                   help="the dtype of the chunk products: exact sums integer input (uint8 "
+                        "pixels) without rounding, bit-identical whatever the chunking; auto: "
+                        "float32 for 8- and 16-bit input unless an exact 8-bit kernel passed "
+                        "its self-test, float64 otherwise (the summary says which ran)")
     g.add_argument("--n-oversamples", type=_positive(int), default=FitJob.n_oversamples,
                    metavar="P", help="randomized: the blocks have k + P columns")
     g.add_argument("--iterated-power", type=_power, default=FitJob.iterated_power, metavar="Q",

@@ -60,6 +60,7 @@ class FitJob:
     tradeoff: float = 0.0
     equalize: float = 0.5
     svd_solver: str = "auto"
+    compute_dtype: str = "auto"
     n_oversamples: int = 10
     iterated_power: str | int = "auto"
     random_state: int = 0
@@ -159,7 +160,8 @@ def _estimator(args):
     # log file of a batch job (nor into --json's stdout, which then is stderr: see main)
     progress = sys.stdout.isatty()
     solve = dict(svd_solver=args.svd_solver, n_oversamples=args.n_oversamples,
-                 iterated_power=args.iterated_power, random_state=args.random_state)
+                 iterated_power=args.iterated_power, random_state=args.random_state,
+                 compute_dtype=args.compute_dtype)
     if args.method == "pca":
         return PCA(args.k, progress=progress, **solve)
     eq = args.equalize if args.method == "fair-s" else None
@@ -177,6 +179,8 @@ def _fit_summary(est, args, data: _Data, fit_seconds: float, wall_seconds: float
         "k": int(est.n_components_), "method": args.method, "estimator": type(est).__name__,
         "svd_solver": getattr(est, "fitted_svd_solver_", None),  # what "auto" chose
         "passes": int(getattr(est, "n_passes_", 1)),  # over X
+        # what formed the statistics: "float32", "float64" or "exact:<kernel>"
+        "statistics_kernel": getattr(est, "statistics_kernel_", None),
     }
     if hasattr(est, "groups_"):
         summary["constraint"] = est.constraint
@@ -297,7 +301,8 @@ def run_fit(args: FitJob) -> dict:
     passes = int(getattr(est, "n_passes_", 1))
     print(f"{type(est).__name__} k = {est.n_components_}: {kept:.2f}% of the variance kept; "
           + ("" if cert is None else f"fairness certified: group-mean gap kept {cert:.1e}; ")
-          + f"solver {est.fitted_svd_solver_}, {passes} pass{'es' if passes > 1 else ''} over X; "
+          + f"solver {est.fitted_svd_solver_}, {passes} pass{'es' if passes > 1 else ''} over X"
+          + (f" ({est.statistics_kernel_} statistics); " if hasattr(est, "statistics_kernel_") else "; ")
           + f"fit in {dt:.1f} s; model written to {out}")
     return _fit_summary(est, args, data, dt, time.perf_counter() - start)
 

@@ -958,3 +958,27 @@ def test_demo_refuses_a_store_of_other_settings_before_any_cluster(tmp_path, cap
                                  f"{work / 'synthetic_celeba_40.zarr'} (the demo writes it again) "
                                  "or pass another --workdir"), err
     assert sorted(p.name for p in work.iterdir()) == ["synthetic_celeba_40.zarr"]
+
+
+def test_fit_exact_statistics_are_bit_identical_whatever_the_chunks(store, tmp_path, capsys, sched):
+    """--compute-dtype exact: uint8 images summed without rounding, so two fits that read
+    the store in different chunks save the same components, bit for bit, and the summary
+    names the kernel that formed the statistics."""
+    import json
+
+    comps = []
+    for rows in (128, 500):
+        out = tmp_path / f"m{rows}"
+        code, text, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "4", "--json",
+                               "--compute-dtype", "exact", "--rows-per-chunk", str(rows),
+                               "--out", out, *sched], capsys)
+        assert code == 0, err
+        summary = json.loads(text)
+        assert summary["statistics_kernel"].startswith("exact:"), summary
+        assert "exact:" in err
+        comps.append(dfairpca.load(out).components_)
+    assert np.array_equal(comps[0], comps[1])
+    code, text, err = run(["fit", store, "-k", "4", "--method", "pca", "--json", "--out",
+                           tmp_path / "f", *sched], capsys)
+    assert code == 0, err
+    assert json.loads(text)["statistics_kernel"] in ("float32", "float64")
