@@ -5,7 +5,7 @@ import functools
 import hashlib
 from pathlib import Path
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 @functools.lru_cache(maxsize=None)
