@@ -228,6 +228,21 @@ def test_saved_statistics_keep_the_raw_sums(data, tmp_path):
                                                             group_scatter=True))
 
 
+
+def test_a_model_saved_with_its_statistics_resumes_exactly(data, tmp_path):
+    """A FairPCA saved with its exact statistics loads them with their raw sums: it says
+    what formed them, and a partial_fit after loading equals one fit of all the rows."""
+    X, g, *_ = data
+    est = dfairpca.FairPCA(3, compute_dtype="exact").partial_fit(X[:600], sensitive_features=g[:600])
+    est.save(tmp_path / "model", statistics=True)
+    back = dfairpca.load(tmp_path / "model")
+    assert back.statistics_kernel_ == est.statistics_kernel_
+    assert back.statistics_kernel_.startswith("exact:")
+    back.partial_fit(X[600:], sensitive_features=g[600:])
+    whole = dfairpca.FairPCA(3, compute_dtype="exact").fit(X, sensitive_features=g)
+    assert np.array_equal(back.components_, whole.components_)
+
+
 # ---------------------------------------------------------------------- refusals
 def test_float_input_is_refused_naming_the_float_dtypes(data):
     X, g, *_ = data

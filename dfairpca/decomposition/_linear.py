@@ -525,6 +525,8 @@ class LinearDecomposition(Estimator):
 
     def _restore_statistics(self, path: Path) -> None:
         load_statistics(self, path)
+        if getattr(self, "statistics_", None) is not None:  # saved with its statistics
+            self.statistics_kernel_ = kernel_name(self.statistics_)
 
 
 # ---------------------------------------------------------------------------- helpers
