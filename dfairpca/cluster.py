@@ -441,10 +441,11 @@ async def _identity(address: str, timeout: float, security) -> dict:
 
 def _diagnose(exc: BaseException) -> tuple[str, str]:
     """(cause, what to check) of a failed probe, for the one-line message."""
-    chain = []
-    while exc is not None and len(chain) < 10:
-        chain.append(exc)
-        exc = exc.__cause__ or exc.__context__
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and len(chain) < 10:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
     tls = [e for e in chain if isinstance(e, ssl.SSLError)]
     if tls:
         return (f"TLS handshake failed: {tls[-1]}", "check that the CA file and the client "
@@ -531,13 +532,13 @@ def check_workers_see(client, path, what: str, *, output: bool = False, shown=No
             bad[address] = answer if isinstance(answer, str) else "another file is there"
     if bad:
         named = ", ".join(f"{a} ({why})" for a, why in list(bad.items())[:_NAMED_WORKERS])
-        more = f" and {len(bad) - _NAMED_WORKERS} more" if len(bad) > _NAMED_WORKERS else ""
+        rest = f" and {len(bad) - _NAMED_WORKERS} more" if len(bad) > _NAMED_WORKERS else ""
         verb = "write" if output else "read"
         who = f"{len(bad)} of the {len(seen)} Dask workers" if len(seen) > 1 else "the Dask worker"
         raise NotShared(
             f"{who} cannot {verb} {what} "
             f"{str(shown or path)!r} at that path, which they open on their own machines: "
-            f"{named}{more}; {fix}"
+            f"{named}{rest}; {fix}"
         )
 
 

@@ -17,14 +17,21 @@ of this module end instead (:func:`dfairpca.cluster.compute`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+import numpy.typing as npt
 
 from . import _accumulator
 from ._accumulator import RunningTotal
 from ..base._system import cpu_count, rows_per_block
 from ..cluster import compute, current_timeout, gather_watched, worker_timeout
 from ..stats.moments import Moments
+from ..base._typing import ArrayInput
 from ..errors import InvalidInputError
+
+if TYPE_CHECKING:
+    import dask.array
 
 __all__ = ["compute_moments", "chain_reduce"]
 
@@ -35,11 +42,11 @@ SHARED_INLINE_BYTES = 1 << 20
 BAR_END_SECONDS = 2.0
 
 def compute_moments(
-    X,
+    X: npt.ArrayLike | dask.array.Array,
     *,
-    sensitive_features=None,
-    mask=None,
-    dtype=np.float64,
+    sensitive_features: ArrayInput | None = None,
+    mask: npt.ArrayLike | None = None,
+    dtype: npt.DTypeLike = np.float64,
     split_every: int = 8,
     group_scatter: bool = False,
     progress: bool = False,
@@ -78,7 +85,7 @@ def compute_moments(
     -------
     Moments
     """
-    codes, categories = None, ()
+    codes, categories = None, []
     if sensitive_features is not None:
         from ..inputs._groups import encode_groups
 
@@ -227,7 +234,7 @@ def _block_sources(X) -> tuple[list, dict]:
     from dask.optimization import cull
 
     keys = list(flatten(X.__dask_keys__()))
-    fallback = (list(X.to_delayed().ravel()), {})
+    fallback: tuple[list, dict] = (list(X.to_delayed().ravel()), {})
     try:
         dsk = dict(X.__dask_optimize__(X.__dask_graph__(), keys))
         subs = [cull(dsk, k)[0] for k in keys]

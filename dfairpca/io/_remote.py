@@ -40,6 +40,8 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ._files import capped
 from ._marker import (
@@ -56,6 +58,9 @@ __all__ = [
 ]
 
 _PROTOCOL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+#: what a write must stay apart from: ``{"the input store": path}`` or ``(what, path)`` pairs
+Protected = Mapping[str, Any] | Iterable[tuple[str, Any]] | None
 
 #: the objects that mark a prefix as dfairpca's: copied last, deleted last
 _MARKERS = (MARKER, "zarr.json")
@@ -79,7 +84,7 @@ class Location:
     """A prefix of a remote file system: the fs, its path (no protocol) and the options
     it was made with (for zarr, which makes its own)."""
 
-    fs: object
+    fs: Any  # an fsspec AbstractFileSystem (fsspec ships no type information)
     path: str
     options: dict = field(default_factory=dict, compare=False)
 
@@ -230,7 +235,8 @@ def _requests(where):
         better = exc if getattr(exc, "explained", False) else explained(exc, url, options)
         if better is exc:
             raise
-        better.explained = True
+        # an attribute, not a subclass: ``better`` keeps the class the caller catches
+        better.explained = True  # type: ignore[attr-defined]
         raise better from None
 
 
@@ -393,7 +399,7 @@ def foreign(loc: Location, found: dict) -> tuple[list[str], dict]:
 
 
 # ---------------------------------------------------------------------------- the protocol
-def check_target(loc: Location, kind: str, *, overwrite: bool = False, protect=None,
+def check_target(loc: Location, kind: str, *, overwrite: bool = False, protect: Protected = None,
                  probe: bool = True) -> None:
     """:func:`dfairpca.io._writes.check_target` for a URL; the probe writes and deletes an
     object beside ``loc`` (credentials, bucket and endpoint, before any work)."""
@@ -401,7 +407,7 @@ def check_target(loc: Location, kind: str, *, overwrite: bool = False, protect=N
         raise OutputPathError(          # the probe, temporary prefix and journal are siblings
             f"cannot write to {loc.url}, the root of a bucket: dfairpca writes beside its "
             f"output; name a prefix inside it, e.g. {loc.url.rstrip('/')}/{kind}")
-    for what, other in (protect.items() if isinstance(protect, dict) else protect or ()):
+    for what, other in (protect.items() if isinstance(protect, Mapping) else protect or ()):
         other_url, here = normalised(other), normalised(loc)  # s3a:// is s3://
         relation = ("is" if here == other_url else
                     "contains" if other_url.startswith(here + "/") else
@@ -440,7 +446,7 @@ def _temporary(loc: Location):
 
 
 @contextlib.contextmanager
-def atomic_prefix(loc: Location, kind: str, *, overwrite: bool = False, protect=None):
+def atomic_prefix(loc: Location, kind: str, *, overwrite: bool = False, protect: Protected = None):
     """Yield the URL of a temporary prefix that becomes ``loc`` if the block succeeds: for
     a Zarr store the workers write there directly (see the module docstring)."""
     check_target(loc, kind, overwrite=overwrite, protect=protect)
@@ -605,7 +611,7 @@ def zarr_arrays(X) -> list:
     import zarr
 
     graph = X.__dask_graph__()
-    found = {}
+    found: dict[int, Any] = {}
     for layer in getattr(graph, "layers", {"": graph}).values():
         for node in layer.values():
             node = node if isinstance(node, zarr.Array) else getattr(node, "value", None)

@@ -107,8 +107,8 @@ def expand(X, basis, coef, offset, kern, columns=None):
         return _expand(X, basis, coef, offset, kern, columns)
     from dask import delayed
 
-    return X.map_blocks(
-        _expand, delayed(basis), delayed(coef), offset, kern, columns, dtype=np.float64,
+    return da.map_blocks(
+        _expand, X, delayed(basis), delayed(coef), offset, kern, columns, dtype=np.float64,
         chunks=(X.chunks[0], (coef.shape[1],)), meta=np.empty((0, 0)),
     )
 
