@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import difflib
 import json
+import logging
 import math
 import sys
 import time
@@ -1186,6 +1187,24 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+@contextlib.contextmanager
+def _showing_log():
+    """The package's INFO messages (the local cluster and its dashboard, a wait for a
+    worker) on stderr as "dfairpca: ..." lines while a command runs; the logger's level
+    and handlers are restored after."""
+    logger = logging.getLogger("dfairpca")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("dfairpca: %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def main(argv=None) -> int:
     """Run one command; return its exit status (0, 2 on an error, 130 on Ctrl-C).
 
@@ -1202,7 +1221,8 @@ def main(argv=None) -> int:
     as_json = getattr(args, "json", False)
     stdout = sys.stdout
     try:
-        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        with _showing_log(), contextlib.redirect_stdout(sys.stderr) if as_json else \
+                contextlib.nullcontext():
             summary = args.func(args)
     except ONE_LINE_ERRORS as exc:
         msg = one_line(exc)

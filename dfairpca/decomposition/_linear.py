@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..base import _solvers
+from ..cluster import ship
 from ._base import Estimator
 from ..engine._engine import coded_moments
 from ..base._params import BOOL, SPLIT_EVERY, Check, Rule, int_at_least, is_int, one_of
@@ -304,8 +305,9 @@ class LinearDecomposition(Estimator):
         import dask.array as da
 
         if isinstance(Xa, da.Array):
+            # the matrices by key: shipped to a cluster once, not inside the graph
             out = da.map_blocks(
-                _project_block, Xa, mu, Ws, dtype=dtype, chunks=(Xa.chunks[0], (Ws.shape[1],)),
+                _project_block, Xa, ship(mu), ship(Ws), dtype=dtype, chunks=(Xa.chunks[0], (Ws.shape[1],)),
                 meta=np.empty((0, 0), dtype),
             )
             return inp.wrap(out, self.get_feature_names_out())
@@ -342,7 +344,7 @@ class LinearDecomposition(Estimator):
             dtype = Y.dtype if Y.dtype.kind == "f" else np.float64
             Yk = Y[:, :k].rechunk({1: -1})
             return Yk.map_blocks(
-                _reconstruct_block, B.astype(dtype), self.mean_.astype(dtype), dtype=dtype,
+                _reconstruct_block, ship(B.astype(dtype)), ship(self.mean_.astype(dtype)), dtype=dtype,
                 chunks=(Yk.chunks[0], (d,)), meta=np.empty((0, 0), dtype),
             )
         Y = np.asarray(Y)
@@ -411,7 +413,8 @@ class LinearDecomposition(Estimator):
         import dask.array as da
 
         if isinstance(inp.data, da.Array):
-            return da.map_blocks(_loglik_block, inp.data, *args, drop_axis=1, dtype=np.float64,
+            shipped = (*map(ship, args[:3]), const)  # the d x d precision above all
+            return da.map_blocks(_loglik_block, inp.data, *shipped, drop_axis=1, dtype=np.float64,
                                  meta=np.empty((0,), np.float64))
         check_finite_input(inp.data)
         return _loglik_block(inp.data, *args)

@@ -240,6 +240,10 @@ def _block_sources(X) -> tuple[list, dict]:
         subs = [cull(dsk, k)[0] for k in keys]
     except Exception:  # an exotic graph: let Dask schedule it as it stands
         return fallback
+    # a key the graph only refers to (a future: a model's matrix already on the cluster,
+    # see dfairpca.cluster.ship) cannot be computed inside a block: Dask schedules it
+    if any(dep not in dsk for node in dsk.values() for dep in getattr(node, "dependencies", ())):
+        return fallback
     seen: dict = {}
     for sub in subs:
         for k in sub:

@@ -37,6 +37,7 @@ import contextlib
 import json
 import os
 import re
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -604,6 +605,33 @@ def open_zarr(store, storage_options: dict | None = None):
             return zarr.open(zarr_store(loc), mode="r")
         except (FileNotFoundError, KeyError, ValueError) as exc:  # objects, but no zarr.json
             raise InvalidInputError(f"{loc.url} is not a Zarr store: {exc}") from None
+
+
+def close_sessions() -> None:
+    """Close the HTTP sessions of this process's asynchronous s3fs file systems, those
+    zarr opens for ``s3://`` stores, and forget them (a later read makes new ones).
+
+    s3fs closes its synchronous file systems when they are collected, but never an
+    asynchronous one: a worker process that read or wrote an S3 store would end with
+    aiohttp's "Unclosed client session" on stderr.  Called on a local cluster's workers
+    before they close (:func:`dfairpca.cluster.connect`).
+    """
+    s3fs = sys.modules.get("s3fs")
+    if s3fs is None:  # never imported: no session to close
+        return
+    from zarr.core.sync import sync
+
+    cache = s3fs.S3FileSystem._cache
+    for key, fs in list(cache.items()):
+        s3 = getattr(fs, "_s3", None)
+        if not fs.asynchronous or s3 is None:
+            continue
+        del cache[key]
+        fs._s3 = None
+        try:  # on zarr's event loop, which made the session
+            sync(s3.__aexit__(None, None, None), timeout=10)
+        except Exception:  # a session that cannot close is left to the collector
+            pass
 
 
 def zarr_arrays(X) -> list:
