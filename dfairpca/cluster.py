@@ -204,9 +204,12 @@ def connect(
         except KeyboardInterrupt:
             interrupted.on = True
             raise
-        from .io._remote import close_sessions
+        finally:  # the workers end with this block: no unclosed session, also after an error
+            if not interrupted.on:
+                from .io._remote import close_sessions
 
-        client.run(close_sessions)  # the workers end with this block: no unclosed session
+                with contextlib.suppress(Exception):  # workers lost: the error raised stands
+                    client.run(close_sessions)
 
 
 #: the dashboard's port when it is free (Dask's default); else any free port, chosen by
