@@ -4,8 +4,16 @@ Fair PCA (Kleindessner et al., AISTATS 2023) from additive statistics reduced in
 chunked pass over numpy, Dask or Zarr arrays, then a small local eigenproblem.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .base._version import __version__
 from .errors import DfairpcaError, DfairpcaWarning
+
+if TYPE_CHECKING:  # what __getattr__ imports on first use, as type checkers see it
+    from .decomposition import FairKernelPCA, FairPCA, PCA, load
+    from .engine._engine import compute_moments
+    from .io import from_zarr
+    from .stats.moments import Moments, merge
 
 __all__ = ["PCA", "FairPCA", "FairKernelPCA", "Moments", "merge", "compute_moments", "from_zarr", "load", "DfairpcaError", "DfairpcaWarning",
            "__version__"]
@@ -20,7 +28,7 @@ _PUBLIC = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     import importlib
 
     if name not in _PUBLIC:
@@ -30,5 +38,5 @@ def __getattr__(name: str):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted({*globals(), *_PUBLIC})

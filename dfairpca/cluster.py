@@ -39,11 +39,15 @@ from pathlib import Path
 from .base._system import cpu_count
 from .errors import DfairpcaError, InvalidInputError, PathNotFoundError, UnreachableError
 
+#: where the cluster's size, dashboard and waits are told (INFO): the command line shows
+#: them on stderr; a program sees them only if it configures logging to
+log = logging.getLogger(__name__)
+
 __all__ = [
     "SchedulerUnreachable", "NoWorkers", "WorkersLost", "NotShared", "connect", "describe",
     "local_cluster_size", "scheduler_address_from_file", "check_scheduler", "check_workers_see",
     "check_inputs_shared", "active_client", "not_here", "compute", "worker_timeout", "check_timeout",
-    "current_timeout", "gather_watched",
+    "current_timeout", "gather_watched", "ship",
 ]
 
 
@@ -141,8 +145,8 @@ def connect(
     memory_limit : str or int, default "auto"
         Memory limit per local worker; "auto" splits this machine's memory evenly.
     quiet : bool, default False
-        Do not print (to stderr) the local cluster's size and dashboard address, nor that
-        this waits for a worker.
+        Do not log (at INFO, to the ``dfairpca.cluster`` logger) the local cluster's size
+        and dashboard address, nor that this waits for a worker.
     security : distributed.security.Security, optional
         TLS settings for a ``tls://`` scheduler; default: Dask's configuration
         (``distributed.comm.tls.*``), see ``cluster/tls.md``.
@@ -162,7 +166,6 @@ def connect(
     """
     from distributed import Client, LocalCluster
 
-    _drop_abandoned_gathers()
     if scheduler is not None and scheduler_file is not None:
         raise InvalidInputError("give either scheduler (an address) or scheduler_file, not both")
     origin = ""
@@ -171,7 +174,8 @@ def connect(
         origin = f" (read from scheduler file {str(scheduler_file)!r})"
     if scheduler is not None:
         check_scheduler(scheduler, timeout, security, origin)
-        with Client(scheduler, timeout=timeout, security=security) as client:
+        with _dropping("asyncio", _abandoned_gathers), Client(scheduler, timeout=timeout,
+                                                               security=security) as client:
             # without a worker every computation waits forever, silently
             _wait_for_a_worker(client, scheduler, scheduler_file, timeout, quiet)
             yield client
@@ -185,32 +189,70 @@ def connect(
     with _sigint_only_here():
         cluster = LocalCluster(
             n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
-            memory_limit=memory_limit, dashboard_address=":8787",
+            memory_limit=memory_limit, dashboard_address=_dashboard_address(),
         )
-    with cluster, Client(cluster) as client:
-        client.run(_quiet_cancelled_tasks)
+    interrupted = _Switch()
+    # the nanny's warnings are dropped only while the cluster closes after a Ctrl-C
+    with _dropping("asyncio", _abandoned_gathers), \
+            _dropping("distributed.nanny", _nanny_kills(interrupted)), cluster, Client(cluster) as client:
+        client.run(_quiet_cancelled_tasks)  # in the workers this started, not here
         if not quiet:
-            print(f"dfairpca: local Dask cluster, {describe(client)}", file=sys.stderr)
-            print(f"dfairpca: dashboard {_dashboard(client)}", file=sys.stderr)
+            log.info("local Dask cluster, %s", describe(client))
+            log.info("dashboard %s", _dashboard(client))
         try:
             yield client
         except KeyboardInterrupt:
-            _quiet_nanny_kills()
+            interrupted.on = True
             raise
+        finally:  # the workers end with this block: no unclosed session, also after an error
+            if not interrupted.on:
+                from .io._remote import close_sessions
+
+                with contextlib.suppress(Exception):  # workers lost: the error raised stands
+                    client.run(close_sessions)
 
 
-class _AbandonedGatherFilter(logging.Filter):
-    """Drops asyncio's "Task exception was never retrieved" for distributed's ``AllExit``.
+#: the dashboard's port when it is free (Dask's default); else any free port, chosen by
+#: the system rather than by distributed, which would warn "Port 8787 is already in use"
+DASHBOARD_PORT = 8787
+
+
+def _dashboard_address() -> str:
+    """``":8787"`` if nothing listens there (another cluster's dashboard), else ``":0"``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("", DASHBOARD_PORT))
+        except OSError:
+            return ":0"
+    return f":{DASHBOARD_PORT}"
+
+
+class _Switch:
+    """A flag a filter reads: set when the block it guards was interrupted."""
+
+    on = False
+
+
+def _abandoned_gathers(record: logging.LogRecord) -> bool:
+    """asyncio's "Task exception was never retrieved" for distributed's ``AllExit``.
 
     A gather interrupted by Ctrl-C leaves one waiting task per result; when the client
     releases the results each fails with ``AllExit``, which nobody awaits any more, and
-    asyncio would print a traceback for every one of them.  Nothing else is filtered.
+    asyncio would log a traceback for every one of them.
     """
+    exc = record.exc_info[1] if record.exc_info else None
+    return type(exc).__name__ == "AllExit" and type(exc).__module__ == "distributed.client"
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not (type(exc).__name__ == "AllExit"
-                    and type(exc).__module__ == "distributed.client")
+
+def _nanny_kills(interrupted: _Switch):
+    """The nanny's warnings (not its errors) once ``interrupted``: closing the local cluster
+    after Ctrl-C kills a busy worker, which does not stop within the nanny's 4 s grace
+    inside a long BLAS product, and the nanny warns "Worker process still alive after 4.0
+    seconds, killing": the kill is what Ctrl-C asked for."""
+    def dropped(record: logging.LogRecord) -> bool:
+        return interrupted.on and record.levelno < logging.ERROR
+
+    return dropped
 
 
 def _quiet_cancelled_tasks() -> None:
@@ -223,22 +265,24 @@ def _quiet_cancelled_tasks() -> None:
     logging.getLogger("distributed.worker.state_machine").setLevel(logging.ERROR)
 
 
-def _quiet_nanny_kills() -> None:
-    """No warning when the local cluster closes after Ctrl-C and kills a busy worker.
+@contextlib.contextmanager
+def _dropping(name: str, drop):
+    """While the block runs, the records of logger ``name`` that ``drop(record)`` selects
+    are not logged.
 
-    A worker inside a long BLAS product does not stop within the nanny's 4 s grace, and
-    the nanny logs "Worker process still alive after 4.0 seconds, killing": the kill is
-    what Ctrl-C asked for, so that logger's warnings are dropped from then on (its errors
-    still show).
+    The filter sits on that one logger and is removed when the block ends, so that a
+    program's logging is as it was once :func:`connect` returns.
     """
-    logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
+    logger = logging.getLogger(name)
 
+    def keep(record: logging.LogRecord) -> bool:
+        return not drop(record)
 
-def _drop_abandoned_gathers() -> None:
-    """Install :class:`_AbandonedGatherFilter` on the asyncio logger (once)."""
-    log = logging.getLogger("asyncio")
-    if not any(isinstance(f, _AbandonedGatherFilter) for f in log.filters):
-        log.addFilter(_AbandonedGatherFilter())
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 @contextlib.contextmanager
@@ -271,8 +315,7 @@ def _wait_for_a_worker(client, address: str, scheduler_file, timeout: float, qui
     if client.nthreads():
         return
     if not quiet:
-        print(f"dfairpca: waiting up to {timeout:g} s for a worker to join the scheduler at "
-              f"{address}", file=sys.stderr)
+        log.info("waiting up to %g s for a worker to join the scheduler at %s", timeout, address)
     try:
         client.wait_for_workers(1, timeout=timeout)
     except TimeoutError:
@@ -441,10 +484,11 @@ async def _identity(address: str, timeout: float, security) -> dict:
 
 def _diagnose(exc: BaseException) -> tuple[str, str]:
     """(cause, what to check) of a failed probe, for the one-line message."""
-    chain = []
-    while exc is not None and len(chain) < 10:
-        chain.append(exc)
-        exc = exc.__cause__ or exc.__context__
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and len(chain) < 10:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
     tls = [e for e in chain if isinstance(e, ssl.SSLError)]
     if tls:
         return (f"TLS handshake failed: {tls[-1]}", "check that the CA file and the client "
@@ -468,6 +512,24 @@ def active_client():
         return get_client()
     except (ImportError, ValueError):
         return None
+
+
+def ship(value):
+    """``value`` (a model's matrix) as an argument of a lazy graph that holds it by key.
+
+    Under a distributed Client it is scattered to the cluster once and the graph holds its
+    future: the graph sent to the scheduler stays small whatever the matrix (distributed
+    would warn "Sending large graph" and send the bytes with the graph, every time it is
+    computed), and the workers fetch it once each.  The result must then be computed while
+    that client is open.  Without a client it is one ``dask.delayed`` key of the graph (not
+    copied into every chunk's task).
+    """
+    client = active_client()
+    if client is None:
+        import dask
+
+        return dask.delayed(value)
+    return client.scatter(value, hash=True)  # hashed: the same matrix is sent once
 
 
 def check_workers_see(client, path, what: str, *, output: bool = False, shown=None,
@@ -531,13 +593,13 @@ def check_workers_see(client, path, what: str, *, output: bool = False, shown=No
             bad[address] = answer if isinstance(answer, str) else "another file is there"
     if bad:
         named = ", ".join(f"{a} ({why})" for a, why in list(bad.items())[:_NAMED_WORKERS])
-        more = f" and {len(bad) - _NAMED_WORKERS} more" if len(bad) > _NAMED_WORKERS else ""
+        rest = f" and {len(bad) - _NAMED_WORKERS} more" if len(bad) > _NAMED_WORKERS else ""
         verb = "write" if output else "read"
         who = f"{len(bad)} of the {len(seen)} Dask workers" if len(seen) > 1 else "the Dask worker"
         raise NotShared(
             f"{who} cannot {verb} {what} "
             f"{str(shown or path)!r} at that path, which they open on their own machines: "
-            f"{named}{more}; {fix}"
+            f"{named}{rest}; {fix}"
         )
 
 

@@ -25,8 +25,22 @@ and ΔEO) are fairlearn's, which also handles intersectional groups and sample w
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+import numpy.typing as npt
+
+from .base._typing import ArrayInput, Seed
 from .errors import InvalidInputError, InvalidTypeError
+
+if TYPE_CHECKING:
+    import dask.array
+    import pandas as pd
+
+    from .decomposition._linear import LinearDecomposition
+
+    #: a representation Y: numpy or Dask, (n, k)
+    Representation = np.ndarray | dask.array.Array
 
 __all__ = [
     "explained_variance_pct",
@@ -41,7 +55,7 @@ def _dense(a) -> np.ndarray:
     return np.asarray(a.compute() if hasattr(a, "compute") else a, dtype=np.float64)
 
 
-def explained_variance_pct(X, components) -> float:
+def explained_variance_pct(X: ArrayInput, components: npt.ArrayLike) -> float:
     """Percentage of the (centred) variance of X captured by the rows of ``components``.
 
     ``components`` is (k, d) with orthonormal rows, e.g. a fitted model's ``components_``.
@@ -70,7 +84,7 @@ def _sq_dists(A, B):
     return np.maximum(d, 0.0)
 
 
-def mmd_bandwidth(Y, max_samples: int | None = 2000, random_state=0) -> float:
+def mmd_bandwidth(Y: Representation, max_samples: int | None = 2000, random_state: Seed = 0) -> float:
     """Bandwidth rule of Lee et al. (2022): ``sigma = sqrt(median ||y_i - y_j||^2 / 2)``.
 
     The median is over the distinct pairs i < j of (a sample of) Y, typically the training
@@ -83,7 +97,8 @@ def mmd_bandwidth(Y, max_samples: int | None = 2000, random_state=0) -> float:
     return float(np.sqrt(np.median(D[iu]) / 2.0))
 
 
-def mmd2(Y, groups, sigma: float, max_samples: int | None = 2000, random_state=0) -> float:
+def mmd2(Y: Representation, groups: npt.ArrayLike, sigma: float, max_samples: int | None = 2000,
+         random_state: Seed = 0) -> float:
     """Squared MMD between the groups of rows of Y (biased V-statistic).
 
     Parameters
@@ -117,7 +132,8 @@ def mmd2(Y, groups, sigma: float, max_samples: int | None = 2000, random_state=0
     return worst
 
 
-def linear_inseparability(Y_train, g_train, Y_test, g_test, C: float = 1.0) -> float:
+def linear_inseparability(Y_train: Representation, g_train: npt.ArrayLike, Y_test: Representation,
+                          g_test: npt.ArrayLike, C: float = 1.0) -> float:
     """Balanced error of a logistic regression predicting the group (higher is fairer).
 
     With m groups the regression is multinomial and chance level is ``1 - 1/m``.
@@ -129,7 +145,8 @@ def linear_inseparability(Y_train, g_train, Y_test, g_test, C: float = 1.0) -> f
     return float(1.0 - balanced_accuracy_score(np.asarray(g_test), clf.predict(_dense(Y_test))))
 
 
-def group_reconstruction_error(model, X, sensitive_features=None, *, baseline=None):
+def group_reconstruction_error(model: LinearDecomposition, X: ArrayInput, sensitive_features: ArrayInput | None = None,
+                               *, baseline: LinearDecomposition | None = None) -> pd.DataFrame:
     """Per group, the mean squared reconstruction error of ``model`` on X.
 
     The error of a row is ``||x - inverse_transform(transform(x))||^2`` summed over the

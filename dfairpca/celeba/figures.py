@@ -86,12 +86,12 @@ def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool =
     fair = _is_fair(model)
     name = model.attribute_names_[0] if fair else None
     if fair:
-        flags = attribute_column(store, name)
+        flags = attribute_column(store, model.attribute_names_[0])
         rows = np.concatenate([_pick_rows(flags, 1, n), _pick_rows(flags, 0, n)])
     else:
         rows = np.arange(min(2 * n, images.shape[0]))
     rows = np.sort(rows)
-    X = images.get_orthogonal_selection((rows,)).reshape(len(rows), -1).astype(np.float64)
+    X = np.asarray(images.get_orthogonal_selection((rows,))).reshape(len(rows), -1).astype(np.float64)
     if fair:  # attribute-holders first
         order = np.argsort(-flags[rows], kind="stable")
         rows, X = rows[order], X[order]
@@ -107,7 +107,8 @@ def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool =
     fig = Figure(figsize=(1.3 * ncols, 1.45 * n_rows))
     FigureCanvasAgg(fig)  # draws and saves without pyplot or a backend switch
     axes = fig.subplots(n_rows, ncols, squeeze=False)
-    draw_faces(axes, panels, *face[:2], color=len(face) == 3)
+    height, width = face[:2]
+    draw_faces(axes, panels, height, width, color=len(face) == 3)
     if fair:
         n_with = int((flags[rows] == 1).sum())
         axes[0, 0].set_title(f"with {name}", fontsize=8, loc="left")

@@ -35,7 +35,7 @@ def ingest_celeba(
     client=None,
     storage_options: dict | None = None,
     stage_dir: str | os.PathLike | None = None,
-) -> Path:
+) -> Path | str:
     """Convert the official CelebA download into a CelebA store.
 
     ``celeba_dir`` must hold the official layout: ``img_align_celeba/``
@@ -105,7 +105,7 @@ def ingest_celeba(
             if not local.exists():  # else: this call's finished store, its upload cut short
                 ingest_celeba(celeba_dir, local, size=size, color=color, chunk_rows=chunk_rows,
                               progress=progress, n_jobs=n_jobs, client=client)
-        return out
+        return str(out)  # the URL given
     celeba_dir, out = Path(celeba_dir), Path(out)
     protect = {"the CelebA folder": celeba_dir}
     check_target(out, STORE_KIND, overwrite=overwrite, protect=protect)  # before any file is read
@@ -323,7 +323,8 @@ def decode_face(path: str, size: tuple[int, int], color: bool) -> np.ndarray:
             crop_w, crop_h = box[2] - box[0], box[3] - box[1]
             image.draft(mode, (math.ceil(width * out_width / crop_w), math.ceil(height * out_height / crop_h)))
             if image.size != (width, height):  # decoded at 1/f of the size: so is the box
-                box = tuple(round(c * image.size[0] / width) for c in box)
+                left, top, right, bottom = (round(c * image.size[0] / width) for c in box)
+                box = (left, top, right, bottom)
             # no copy where there is nothing to do (CelebA at full size in colour)
             face = image if box == (0, 0, *image.size) else image.crop(box)
             face = face if face.mode == mode else face.convert(mode)

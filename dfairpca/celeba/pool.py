@@ -147,7 +147,9 @@ def write_store(
             with writing_every_chunk():
                 group = create_store(partial, n, shape, chunk_rows, settings, PARTITION in labels)
                 for name, values in labels.items():
-                    group[name][:] = values
+                    array = group[name]
+                    assert isinstance(array, zarr.Array)  # create_store made it an array
+                    array[:] = values
             (partial / DONE_DIR).mkdir()
             (partial / DONE_DIR / CODE_FILE).write_text(code_digest())
         if client is not None:  # its workers write the chunks: first, do they see the store?
@@ -165,7 +167,7 @@ def write_store(
                 if client is None and n_jobs == 1:
                     _write_range(write_chunk, store, pending, args, on_chunk=bar.update)
                 elif pending:
-                    slots = n_jobs if client is None else sum(client.nthreads().values())
+                    slots = sum(client.nthreads().values()) if client is not None else int(n_jobs or 1)
                     # processes take one chunk at a time (a task costs them nothing to send);
                     # Dask tasks, a few ranges of chunks per worker
                     parts = ([[c] for c in pending] if client is None else
@@ -245,8 +247,9 @@ def run_tasks(func: Callable, tasks: list[tuple], *, n_jobs: int | None, client,
     if n_jobs == 1:
         return [func(*task) for task in tasks]
     if workers is None:
-        with worker_processes(n_jobs, None) as workers:
-            return _run_processes(func, tasks, refresh, workers, split)
+        with worker_processes(n_jobs, None) as started:
+            assert started is not None  # n_jobs > 1 and no client: processes were started
+            return _run_processes(func, tasks, refresh, started, split)
     return _run_processes(func, tasks, refresh, workers, split)
 
 
@@ -272,7 +275,7 @@ def worker_processes(n_jobs: int | None, client) -> Iterator[Workers | None]:
     finished alone).
     """
     n_jobs = resolve_jobs(n_jobs, client)
-    if client is not None or n_jobs == 1:
+    if client is not None or n_jobs is None or n_jobs == 1:  # None: only with a client
         yield None
         return
     pool = concurrent.futures.ProcessPoolExecutor(n_jobs - 1, mp_context=multiprocessing.get_context("spawn"))
@@ -321,6 +324,8 @@ def _is_resumable(partial: Path, settings: dict, shape: tuple, chunk_rows: int) 
             return False  # chunks of other code (or of a version before this check)
         group = zarr.open_group(partial, mode="r")
         images = group[IMAGES]
+        if not isinstance(images, zarr.Array):
+            return False
         return (dict(group.attrs) == {**settings, **marker_attributes(STORE_KIND)}
                 and images.shape == shape and images.chunks[0] == chunk_rows)
     except (zarr.errors.BaseZarrError, KeyError, ValueError, OSError):
@@ -401,10 +406,11 @@ def _run_processes(func: Callable, tasks: list[tuple], refresh: Callable[[], Non
                     starting.discard(future)
                     running.discard(future)
                     idle += 1
-                    if future.exception() is not None:
+                    error = future.exception()
+                    if error is not None:
                         failed.set()  # the caller raises it
                         if future not in futures:
-                            errors.append(future.exception())
+                            errors.append(error)
                     elif future in futures and futures[future][1] is not None:  # a part
                         arrived.put((futures[future], future.result()))
         except BaseException as exc:  # pool.submit on a broken pool: raised by the caller
@@ -420,6 +426,7 @@ def _run_processes(func: Callable, tasks: list[tuple], refresh: Callable[[], Non
         pieces.setdefault(index, {})[part[0]] = result
         if len(pieces[index]) == part[1]:
             done = pieces.pop(index)
+            assert split is not None  # a task is in parts only where split says how
             results[index] = split.join(tasks[index], [done[k] for k in range(part[1])])
 
     def take_arrived() -> None:

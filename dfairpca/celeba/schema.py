@@ -123,7 +123,7 @@ CHANNELS = 3
 STORE_KIND = "store"
 
 
-def check_positive(**values: int) -> None:
+def check_positive(**values: object) -> None:
     """Raise ValueError unless every value is a positive integer."""
     for key, value in values.items():
         if not isinstance(value, (int, np.integer)) or value < 1:
@@ -298,17 +298,21 @@ def open_celeba(path: str | os.PathLike | zarr.Group) -> tuple[zarr.Array, zarr.
             f"{describe(path)} is not a CelebA store: it has no {' or '.join(missing)} "
             f"array; it contains {sorted(group.keys()) or 'nothing'}"
         )
-    images, attributes = group[IMAGES], group[ATTRIBUTES]
-    for key, array in ((IMAGES, images), (ATTRIBUTES, attributes)):
+    arrays = []
+    for key in (IMAGES, ATTRIBUTES):
+        array = group[key]
         if not isinstance(array, zarr.Array):
             raise InvalidInputError(f"{describe(path)}: {key!r} is a group, expected an array")
+        arrays.append(array)
+    images, attributes = arrays
     check_images(images, describe(path))
     if attributes.ndim != 2 or attributes.shape[0] != images.shape[0]:
         raise InvalidInputError(
             f"{describe(path)}: attributes must have shape ({images.shape[0]}, k), "
             f"got {attributes.shape}"
         )
-    names = list(attributes.attrs.get("names", []))
+    listed = attributes.attrs.get("names", [])
+    names = [str(name) for name in listed] if isinstance(listed, list) else []
     if len(names) != attributes.shape[1]:
         raise InvalidInputError(
             f"{describe(path)}: attributes.attrs['names'] must list {attributes.shape[1]} "
@@ -396,9 +400,13 @@ def copy_labels(source: zarr.Group, target: zarr.Group) -> list[str]:
         if name not in source:
             continue
         array = source[name]
+        if not isinstance(array, zarr.Array):  # a group of that name holds no labels
+            continue
         out = target.create_array(name, shape=array.shape, chunks=array.chunks, dtype=array.dtype,
                                   dimension_names=LABEL_DIMENSIONS[name])
-        out[:] = read_checked((strict if name == ATTRIBUTES else source)[name], slice(None))
+        stored = strict[name] if name == ATTRIBUTES else array
+        assert isinstance(stored, zarr.Array)  # the strict group holds the same nodes
+        out[:] = read_checked(stored, slice(None))
         out.attrs.update(dict(array.attrs))
         copied.append(name)
     return copied

@@ -39,7 +39,7 @@ def synth_celeba(
     client=None,
     storage_options: dict | None = None,
     stage_dir: str | os.PathLike | None = None,
-) -> Path:
+) -> Path | str:
     """Write a synthetic CelebA-like store of ``n`` faces, grey or colour, of any size.
 
     Each image is a vectorised drawing of a face (oval, eyes, brows, nose,
@@ -142,7 +142,7 @@ def synth_celeba(
             if not local.exists():  # else: this call's finished store, its upload cut short
                 synth_celeba(local, n, seed=seed, size=size, color=color, chunk_rows=chunk_rows,
                              progress=progress, n_jobs=n_jobs, client=client)
-        return out
+        return str(out)  # the URL given
     return write_store(
         Path(out), shape=shape, chunk_rows=chunk_rows,
         chunks=[(i, start, min(start + chunk_rows, n)) for i, start in enumerate(range(0, n, chunk_rows))],
@@ -185,19 +185,19 @@ def ensure_store(path: str | os.PathLike, n: int, seed: int = 0, *, overwrite: b
               # a store of older codecs (zstd) reads slower: it would change every time measured
               "codecs": list(IMAGES_CODECS)}
     if not path.exists() or (path.is_dir() and not any(path.iterdir())):
-        return synth_celeba(path, n, seed=seed, **options)
+        return Path(synth_celeba(path, n, seed=seed, **options))  # a local path's: a Path
     try:
         have = store_settings(path)
     except (ValueError, FileNotFoundError) as exc:
         if overwrite:  # replaces only a store dfairpca wrote (the error says so otherwise)
-            return synth_celeba(path, n, seed=seed, overwrite=True, **options)
+            return Path(synth_celeba(path, n, seed=seed, overwrite=True, **options))
         raise InvalidInputError(f"{path} exists but is not a CelebA store ({exc}); pass another path") from None
     differ = [f"{key} {have.get(key)!r} (asked {value!r})" for key, value in wanted.items()
               if have.get(key) != value]
     if not differ:
         return path
     if overwrite:
-        return synth_celeba(path, n, seed=seed, overwrite=True, **options)
+        return Path(synth_celeba(path, n, seed=seed, overwrite=True, **options))
     raise InvalidInputError(
         f"{path} holds another store: {', '.join(differ)}; pass another path, or "
         "overwrite=True to replace it"
@@ -220,6 +220,7 @@ def _check_drawing_memory(shape: tuple[int, ...], rows: int, n_jobs, client) -> 
     from .pool import resolve_jobs
 
     processes = resolve_jobs(n_jobs, None)
+    assert processes is not None  # without a client, a number
     need = rows * math.prod(shape) * DRAW_BYTES_PER_VALUE
     free = psutil.virtual_memory().available
     if need * processes > free:
@@ -238,6 +239,8 @@ def _synth_chunk(store: str, index: int, start: int, stop: int, seed: int,
     attributes = sample_attributes(rng, stop - start)
     images = draw_faces(rng, attributes, size, color=color)
     group = zarr.open_group(store, mode="r+")
-    group[IMAGES][start:stop] = images
-    group[ATTRIBUTES][start:stop] = attributes
+    for name, rows in ((IMAGES, images), (ATTRIBUTES, attributes)):
+        array = group[name]
+        assert isinstance(array, zarr.Array)  # write_store made it an array
+        array[start:stop] = rows
     return stop - start

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import sys
 
 from ._errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, ONE_LINE_ERRORS, _malformed_file,
@@ -357,6 +358,24 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+@contextlib.contextmanager
+def _showing_log():
+    """The package's INFO messages (the local cluster and its dashboard, a wait for a
+    worker) on stderr as "dfairpca: ..." lines while a command runs; the logger's level
+    and handlers are restored after."""
+    logger = logging.getLogger("dfairpca")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("dfairpca: %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def main(argv=None) -> int:
     """Run one command; return its exit status: 0, :data:`EXIT_FAILURE` (1) when the run
     failed, :data:`EXIT_USAGE` (2) for a command line refused before any work,
@@ -375,7 +394,8 @@ def main(argv=None) -> int:
     as_json = getattr(args, "json", False)
     stdout = sys.stdout
     try:
-        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        with _showing_log(), contextlib.redirect_stdout(sys.stderr) if as_json else \
+                contextlib.nullcontext():
             summary = args.func(args)
     except ONE_LINE_ERRORS as exc:
         msg = one_line(exc)

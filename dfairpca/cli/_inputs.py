@@ -9,6 +9,7 @@ import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -85,12 +86,12 @@ def _attributes(store, names):
 class _Data:
     """What ``fit``/``transform`` read as X: the lazy array and how to name it."""
 
-    X: object  # dask array, rows chunked: (n, d), or CelebA's (n, size, size)
+    X: Any  # dask array, rows chunked: (n, d), or CelebA's (n, size, size)
     shape: tuple  # the stored array's shape
     label: str  # in messages: "faces.zarr/images"
     name: str  # the array's own name ("images" for the CelebA layout)
     celeba: bool  # the CelebA layout (the default)
-    root: object  # STORE opened: a zarr.Group, or the zarr.Array when STORE is one
+    root: Any  # STORE opened: a zarr.Group, or the zarr.Array when STORE is one
 
 
 def _open_zarr(path, option: str, storage_options: dict | None = None):

@@ -114,7 +114,7 @@ def _check_split(split) -> int:
     """The split index as an int, or a one-line error naming the valid range."""
     if isinstance(split, bool) or not isinstance(split, numbers.Integral):
         raise InvalidTypeError(f"split must be an integer from 0 to {N_SPLITS - 1}; got {split!r}")
-    if not 0 <= split < N_SPLITS:
+    if not 0 <= int(split) < N_SPLITS:
         raise InvalidInputError(f"split={split} is out of range: the Lee et al. (2022) data sets have "
                          f"{N_SPLITS} splits, 0 to {N_SPLITS - 1}")
     return int(split)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ def convert(source: Path | str, out: Path | str) -> None:
     if missing:  # before reading anything
         raise PathNotFoundError(f"{source} lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}: "
                                 f"expected train_i.csv.gz and test_i.csv.gz for i = 0 to {N_SPLITS - 1}")
-    arrays = {}
+    arrays: dict[str, Any] = {}  # Any: numpy's stub would match the **dict against allow_pickle
     for part in ("train", "test"):
         rows = [np.loadtxt(paths[part, i], delimiter=",", ndmin=2) for i in range(N_SPLITS)]
         # (d, n) per split: a column's few distinct values sit together and deflate better

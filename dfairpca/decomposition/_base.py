@@ -11,6 +11,9 @@ class declares its parameters, its fit and what it saves.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import numpy.typing as npt
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
@@ -19,6 +22,7 @@ from sklearn.exceptions import NotFittedError
 from ..solve._fairness import fair_feature_names
 from ..base._params import validate_params
 from ._saved import input_meta, restore_input_meta
+from ..base._typing import ArrayInput, ArrayOutput, PathInput
 
 __all__ = ["Estimator"]
 
@@ -67,18 +71,18 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     def _n_features_out(self):
         return self._output_matrix().shape[1]
 
-    def get_feature_names_out(self, input_features=None):
+    def get_feature_names_out(self, input_features: npt.ArrayLike | None = None) -> np.ndarray:
         """"<class>0", ... for the components, then "<class>_standard0", ... for the
         λ-scaled standard ones when ``tradeoff > 0`` (e.g. "fairpca0", "fairpca_standard0")."""
         return fair_feature_names(self, super().get_feature_names_out(input_features))
 
-    def fit_transform(self, X, y=None, **fit_params):
+    def fit_transform(self, X: ArrayInput, y: Any = None, **fit_params: Any) -> ArrayOutput:
         """``fit(X, y, **fit_params).transform(X)``: two passes over X; the keywords of
         ``fit`` (``sensitive_features=``, ``checkpoint=``) go to it."""
         return self.fit(X, y, **fit_params).transform(X)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path, *, overwrite: bool = False) -> Path:
+    def save(self, path: PathInput, *, overwrite: bool = False) -> Path:
         """Save the fitted model to directory ``path`` (arrays in .npz, metadata in JSON).
 
         Loaded back by :func:`dfairpca.load`.  Never pickles.  ``path`` must not exist or

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..base import _solvers
+from ..cluster import ship
 from ._base import Estimator
 from ..engine._engine import coded_moments
 from ..base._params import BOOL, SPLIT_EVERY, Check, Rule, int_at_least, is_int, one_of
@@ -30,6 +31,7 @@ from ..inputs._validation import (
 )
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact, kernel_name, statistics_dtype
 from ..stats.moments import Moments
+from ..base._typing import ArrayInput, ArrayOutput, PathInput
 from ..errors import InvalidInputError
 
 __all__ = ["LinearDecomposition", "LINEAR_RULES", "SVD_SOLVERS", "n_components_ok"]
@@ -78,10 +80,10 @@ class LinearDecomposition(Estimator):
     _fitted_attribute = "components_"
     #: whether the model is fair (saves groups, group means and a constraint basis)
     _fair = False
-    _array_attrs = ("components_", "mean_", "scale_", "explained_variance_",
+    _array_attrs: tuple[str, ...] = ("components_", "mean_", "scale_", "explained_variance_",
                     "explained_variance_ratio_", "singular_values_")
-    _meta_attrs = ("n_features_in_", "n_samples_seen_", "n_components_", "noise_variance_",
-                   "sample_weight_sum_")
+    _meta_attrs: tuple[str, ...] = ("n_features_in_", "n_samples_seen_", "n_components_",
+                                    "noise_variance_", "sample_weight_sum_")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -349,7 +351,7 @@ class LinearDecomposition(Estimator):
         mu[inp.features] = self.mean_
         return mu.astype(dtype), Wf.astype(dtype)
 
-    def transform(self, X):
+    def transform(self, X: ArrayInput) -> ArrayOutput:
         """Project X: ``((X - mean_) / scale_) @ components_.T`` (divided by
         ``sqrt(explained_variance_)`` when ``whiten``).
 
@@ -371,8 +373,9 @@ class LinearDecomposition(Estimator):
         import dask.array as da
 
         if isinstance(Xa, da.Array):
-            out = Xa.map_blocks(
-                _project_block, mu, Ws, dtype=dtype, chunks=(Xa.chunks[0], (Ws.shape[1],)),
+            # the matrices by key: shipped to a cluster once, not inside the graph
+            out = da.map_blocks(
+                _project_block, Xa, ship(mu), ship(Ws), dtype=dtype, chunks=(Xa.chunks[0], (Ws.shape[1],)),
                 meta=np.empty((0, 0), dtype),
             )
             return inp.wrap(out, self.get_feature_names_out())
@@ -383,7 +386,7 @@ class LinearDecomposition(Estimator):
         check_finite_output(out, Xa)  # all rows at once: the error counts every bad row
         return inp.wrap(out, self.get_feature_names_out())
 
-    def inverse_transform(self, Y):
+    def inverse_transform(self, Y: ArrayOutput) -> ArrayOutput:
         """Map representations back to feature space:
         ``Y[:, :k] @ components_ * scale_ + mean_`` (times ``sqrt(explained_variance_)``
         first when ``whiten``).
@@ -409,7 +412,7 @@ class LinearDecomposition(Estimator):
             dtype = Y.dtype if Y.dtype.kind == "f" else np.float64
             Yk = Y[:, :k].rechunk({1: -1})
             return Yk.map_blocks(
-                _reconstruct_block, B.astype(dtype), self.mean_.astype(dtype), dtype=dtype,
+                _reconstruct_block, ship(B.astype(dtype)), ship(self.mean_.astype(dtype)), dtype=dtype,
                 chunks=(Yk.chunks[0], (d,)), meta=np.empty((0, 0), dtype),
             )
         Y = np.asarray(Y)
@@ -417,7 +420,7 @@ class LinearDecomposition(Estimator):
         return _reconstruct_block(Y[:, :k], B.astype(dtype), self.mean_.astype(dtype))
 
     # ------------------------------------------------------------------ probabilistic model
-    def get_covariance(self):
+    def get_covariance(self) -> np.ndarray:
         """Covariance of the features under the probabilistic PCA model (Tipping & Bishop
         1999): ``components_.T @ diag(explained_variance_ - noise_variance_) @ components_
         + noise_variance_ * I``, scikit-learn's formula (also under ``whiten``), in the
@@ -430,7 +433,7 @@ class LinearDecomposition(Estimator):
         cov[np.diag_indices_from(cov)] += noise
         return cov if self.scale_ is None else cov * np.outer(self.scale_, self.scale_)
 
-    def get_precision(self):
+    def get_precision(self) -> np.ndarray:
         """The inverse of :meth:`get_covariance`, by the matrix inversion lemma as in
         scikit-learn (a k x k inverse).  Components whose variance is not above
         ``noise_variance_`` add nothing to the model (scikit-learn's formula gives them
@@ -462,7 +465,7 @@ class LinearDecomposition(Estimator):
             U = U * np.sqrt(ev)[:, None]
         return U, ev, float(self.noise_variance_)
 
-    def score_samples(self, X):
+    def score_samples(self, X: ArrayInput) -> ArrayOutput:
         """Log-likelihood of every row of X under the probabilistic PCA model (Bishop,
         *Pattern Recognition and Machine Learning*, 12.2.1), as scikit-learn's
         ``PCA.score_samples``, of the non-sensitive columns; lazy for Dask input."""
@@ -478,18 +481,19 @@ class LinearDecomposition(Estimator):
         import dask.array as da
 
         if isinstance(inp.data, da.Array):
-            return inp.data.map_blocks(_loglik_block, *args, drop_axis=1, dtype=np.float64,
-                                       meta=np.empty((0,), np.float64))
+            shipped = (*map(ship, args[:3]), const)  # the d x d precision above all
+            return da.map_blocks(_loglik_block, inp.data, *shipped, drop_axis=1, dtype=np.float64,
+                                 meta=np.empty((0,), np.float64))
         check_finite_input(inp.data)
         return _loglik_block(inp.data, *args)
 
-    def score(self, X, y=None):
+    def score(self, X: ArrayInput, y: object = None) -> float:
         """Mean log-likelihood of the rows of X (:meth:`score_samples`); y is ignored."""
         ll = self.score_samples(X)
         return float(ll.mean().compute() if hasattr(ll, "compute") else np.mean(ll))
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path, *, statistics: bool = False, overwrite: bool = False) -> Path:
+    def save(self, path: PathInput, *, statistics: bool = False, overwrite: bool = False) -> Path:
         """Save the fitted model to directory ``path`` (arrays in .npz, metadata in JSON).
 
         ``statistics=True`` also saves :attr:`statistics_` (d x d float64, 330 MB at

@@ -8,7 +8,11 @@ the probabilistic model and the save/load path are the base's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Self
+
 import numpy as np
+import numpy.typing as npt
 
 from ..base import _solvers
 from ..cluster import worker_timeout
@@ -24,6 +28,7 @@ from ..inputs._groups import binary_target, encode_groups, group_labels
 from ..inputs._validation import Input, with_known_rows
 from ..inputs._weights import check_weights
 from ..stats.moments import Moments, merge
+from ..base._typing import ArrayInput, ColumnIds, PathInput, Seed
 from ..errors import InvalidInputError
 
 __all__ = ["PCA", "FairPCA", "load"]  # load: dfairpca.decomposition._saved's, importable from here too
@@ -157,10 +162,11 @@ class PCA(LinearDecomposition):
         lambda k: k == "mle" if isinstance(k, str) else n_components_ok(k),
         "a positive integer, a fraction in (0, 1) of the variance to keep, 'mle' or None")]}
 
-    def __init__(self, n_components=None, *, whiten=False, svd_solver="auto",
-                 iterated_power="auto", n_oversamples=10, random_state=None, center=True,
-                 standardize=False, compute_dtype="auto", split_every=8, progress=False,
-                 eigen_solver="auto"):
+    def __init__(self, n_components: int | float | str | None = None, *, whiten: bool = False,
+                 svd_solver: str = "auto", iterated_power: int | str = "auto", n_oversamples: int = 10,
+                 random_state: Seed = None, center: bool = True, standardize: bool = False,
+                 compute_dtype: npt.DTypeLike = "auto", split_every: int = 8, progress: bool = False,
+                 eigen_solver: str = "auto") -> None:
         self.n_components = n_components
         self.whiten = whiten
         self.svd_solver = svd_solver
@@ -174,8 +180,9 @@ class PCA(LinearDecomposition):
         self.progress = progress
         self.eigen_solver = eigen_solver
 
-    def fit(self, X, y=None, *, sample_weight=None, checkpoint=None, keep_checkpoint=False,
-            timeout=None):
+    def fit(self, X: ArrayInput, y: object = None, *, sample_weight: ArrayInput | None = None,
+            checkpoint: PathInput | None = None,
+            keep_checkpoint: bool = False, timeout: float | None = None) -> Self:
         """Fit on X (numpy, pandas, xarray, Dask or Zarr; (n, d) or (n, h, w)) in one pass.
 
         ``sample_weight``: (n,) frequency weights of the rows (numpy, pandas, Dask or Zarr;
@@ -211,7 +218,8 @@ class PCA(LinearDecomposition):
         release(checkpoint, keep_checkpoint)
         return self
 
-    def validate_fit(self, X, y=None, *, sample_weight=None):
+    def validate_fit(self, X: ArrayInput, y: object = None, *,
+                     sample_weight: ArrayInput | None = None) -> None:
         """Raise the error ``fit(X, y)`` would raise for the parameters and X's shape.
 
         Reads no data: the command line calls it before it connects to a cluster.
@@ -222,7 +230,8 @@ class PCA(LinearDecomposition):
         w = check_weights(sample_weight, inp.data)
         self._solver_of(inp.data, None, weighted=w is not None)
 
-    def partial_fit(self, X, y=None, *, sample_weight=None):
+    def partial_fit(self, X: ArrayInput, y: object = None, *,
+                    sample_weight: ArrayInput | None = None) -> Self:
         """Add the rows of X to what was seen so far and refit (equals fit on the union).
 
         Until ``n_components`` rows have been seen only the statistics are kept.  Always
@@ -244,7 +253,7 @@ class PCA(LinearDecomposition):
             return self
         return self.fit_statistics(m)
 
-    def fit_statistics(self, statistics: Moments):
+    def fit_statistics(self, statistics: Moments) -> Self:
         """Solve from precomputed (e.g. merged or loaded) statistics."""
         self._check_params()
         self._check_k(statistics.n_features, statistics.n_effective)
@@ -396,11 +405,13 @@ class FairPCA(LinearDecomposition):
                         "tradeoff": TRADEOFF, "equalize_covariance": EQUALIZE_RULES}
     _fair = True
 
-    def __init__(self, n_components=None, *, sensitive_feature_ids=None, whiten=False,
-                 svd_solver="auto", iterated_power="auto", n_oversamples=10, random_state=None,
-                 center=True, standardize=False, constraint="demographic_parity", tradeoff=0.0,
-                 equalize_covariance=None, compute_dtype="auto", split_every=8, progress=False,
-                 eigen_solver="auto"):
+    def __init__(self, n_components: int | float | None = None, *,
+                 sensitive_feature_ids: ColumnIds | None = None, whiten: bool = False,
+                 svd_solver: str = "auto", iterated_power: int | str = "auto", n_oversamples: int = 10,
+                 random_state: Seed = None, center: bool = True, standardize: bool = False,
+                 constraint: str = "demographic_parity", tradeoff: float = 0.0,
+                 equalize_covariance: int | float | None = None, compute_dtype: npt.DTypeLike = "auto",
+                 split_every: int = 8, progress: bool = False, eigen_solver: str = "auto") -> None:
         self.n_components = n_components
         self.sensitive_feature_ids = sensitive_feature_ids
         self.whiten = whiten
@@ -452,8 +463,10 @@ class FairPCA(LinearDecomposition):
                 "give the same columns, with the same dtypes"
             )
 
-    def fit(self, X, y=None, *, sensitive_features=None, sample_weight=None, checkpoint=None,
-            keep_checkpoint=False, timeout=None):
+    def fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
+            sensitive_features: ArrayInput | None = None, sample_weight: ArrayInput | None = None,
+            checkpoint: PathInput | None = None,
+            keep_checkpoint: bool = False, timeout: float | None = None) -> Self:
         """Fit on X with protected attribute(s) ``sensitive_features`` in one pass over X.
 
         Parameters
@@ -521,9 +534,13 @@ class FairPCA(LinearDecomposition):
         self.max_components_ = limit
         self.groups_ = [a.categories for a in self.statistics_.attributes]
         self.attribute_names_ = list(names)
+        self.standard_components_: np.ndarray | None
+        self.standard_explained_variance_: np.ndarray | None
         self.standard_components_, self.standard_explained_variance_ = standard or (None, None)
 
-    def validate_fit(self, X, y=None, *, sensitive_features=None, sample_weight=None):
+    def validate_fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
+                     sensitive_features: ArrayInput | None = None,
+                     sample_weight: ArrayInput | None = None) -> None:
         """Raise the error ``fit`` would raise for the parameters, X's shape and the groups.
 
         Reads no data of X (only the row counts of a Dask array of unknown chunk sizes):
@@ -533,7 +550,9 @@ class FairPCA(LinearDecomposition):
                                        sample_weight=sample_weight)
         self._solver_of(Xa, g, weighted=w is not None)
 
-    def partial_fit(self, X, y=None, *, sensitive_features=None, sample_weight=None):
+    def partial_fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
+                    sensitive_features: ArrayInput | None = None,
+                    sample_weight: ArrayInput | None = None) -> Self:
         """Add the rows of X and refit; a sequence of calls equals one fit on the union.
 
         Always the exact solve (it adds to the d x d statistics); not after a randomized fit.
@@ -572,7 +591,8 @@ class FairPCA(LinearDecomposition):
         check_rows(k if whole(k) else None, n, min(limit, n) if known(n) else limit, what)
         return limit
 
-    def fit_statistics(self, statistics: Moments, *, attribute_names=None, numeric_columns=None):
+    def fit_statistics(self, statistics: Moments, *, attribute_names: Sequence[str] | None = None,
+                       numeric_columns: npt.ArrayLike | None = None) -> Self:
         """Solve fair PCA from precomputed (merged, loaded) statistics, and certify it.
 
         The statistics' columns are the features, except the numeric protected attributes

@@ -13,6 +13,7 @@ lack some keys, still load: each check says which keys may be absent.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,14 +21,18 @@ from ..io import _registry
 from ..base import _solvers
 from ..base._params import validate_params
 from ..stats.moments import Moments, _categories_from_json, _categories_to_json, saved_group_counts
+from ..base._typing import PathInput
 from ..errors import InvalidInputError
+
+if TYPE_CHECKING:  # the estimators' base (._base imports this module)
+    from sklearn.base import BaseEstimator
 
 __all__ = ["load", "input_meta", "restore_input_meta", "fair_meta", "restore_fair_meta",
            "saved_params", "saved_input_meta", "saved_certificate", "saved_groups",
            "linear_layout", "kernel_layout", "check_linear_values", "load_statistics"]
 
 
-def load(path, *, storage_options: dict | None = None):
+def load(path: PathInput, *, storage_options: dict | None = None) -> BaseEstimator:
     """Load a model written by ``save``; reads only .npz arrays and JSON, never pickle.
 
     Everything is checked before it is trusted: meta.json's keys and types for the model's
@@ -74,7 +79,7 @@ def _layout(meta: dict, headers: dict) -> dict:
 # ---------------------------------------------------------------------------- what every model keeps
 def input_meta(est) -> dict:
     """What a saved model keeps of the input's layout: column names, sensitive columns."""
-    out = {}
+    out: dict[str, list] = {}
     if hasattr(est, "feature_names_in_"):
         out["feature_names_in_"] = [str(c) for c in est.feature_names_in_]
     for a in ("sensitive_feature_indices_", "numeric_sensitive_columns_"):
@@ -96,7 +101,7 @@ def restore_input_meta(est, meta: dict) -> None:
 def fair_meta(est) -> dict:
     """A fair model's groups (as JSON) and its fairness certificate (which a model loaded
     from before fits were certified lacks)."""
-    out = {"groups_": [_categories_to_json(c) for c in est.groups_]}
+    out: dict[str, Any] = {"groups_": [_categories_to_json(c) for c in est.groups_]}
     if hasattr(est, "fairness_violation_"):
         out["fairness_violation_"] = float(est.fairness_violation_)
     if hasattr(est, "fairness_violation_per_attribute_"):

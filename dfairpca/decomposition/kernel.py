@@ -56,6 +56,9 @@ rows as landmarks it equals the exact method.
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any, Self
 
 import numpy as np
 
@@ -74,6 +77,7 @@ from ..inputs._validation import (
     with_known_rows,
 )
 from ._pca import FairPCA
+from ..base._typing import ArrayInput, ArrayOutput, ColumnIds, PathInput
 from ..errors import InvalidInputError
 
 __all__ = ["FairKernelPCA", "KERNELS", "exact_fit_bytes"]
@@ -284,10 +288,13 @@ class FairKernelPCA(Estimator):
     }
     _fitted_attribute = "dual_coef_"
 
-    def __init__(self, n_components=None, *, sensitive_feature_ids=None, kernel="rbf",
-                 gamma="scale", degree=3, coef0=1.0, n_landmarks=None, landmarks="uniform",
-                 constraint="demographic_parity", tradeoff=0.0, center=True, random_state=0,
-                 max_memory=None, split_every=8):
+    def __init__(self, n_components: int | None = None, *,
+                 sensitive_feature_ids: ColumnIds | None = None, kernel: str | Callable[..., Any] = "rbf",
+                 gamma: float | str = "scale", degree: int = 3, coef0: float = 1.0,
+                 n_landmarks: int | str | None = None, landmarks: str = "uniform",
+                 constraint: str = "demographic_parity", tradeoff: float = 0.0, center: bool = True,
+                 random_state: int | None = 0, max_memory: int | None = None,
+                 split_every: int = 8) -> None:
         self.n_components = n_components
         self.sensitive_feature_ids = sensitive_feature_ids
         self.kernel = kernel
@@ -328,6 +335,7 @@ class FairKernelPCA(Estimator):
                     "n_landmarks='auto'), or raise max_memory"
                 )
             return None
+        m = int(m)  # the parameter rules let only an integer through to here
         if m > n:
             raise InvalidInputError(
                 f"n_landmarks={m} exceeds the {n} fitted rows; pass n_landmarks <= {n}, or "
@@ -391,7 +399,9 @@ class FairKernelPCA(Estimator):
         return kn.live_components(s, k, nonzero, self.n_components, self.kernel, self.gamma_)
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X, y=None, *, sensitive_features=None, sample_weight=None, timeout=None):
+    def fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
+            sensitive_features: ArrayInput | None = None,
+            sample_weight: ArrayInput | None = None, timeout: float | None = None) -> Self:
         """Fit on X (numpy, pandas, xarray, Dask or Zarr; (n, d) or images (n, h, w)) and
         protected attributes.
 
@@ -561,6 +571,7 @@ class FairKernelPCA(Estimator):
                                   fair.n_components_, total > 0)
         P = fair.components_[:k].T
         if self.tradeoff > 0:
+            assert fair.standard_components_ is not None  # a tradeoff fit keeps them
             P = np.hstack([P, self.tradeoff * fair.standard_components_[:k].T])
         self.method_ = "nystroem"
         self.n_landmarks_ = m
@@ -590,7 +601,7 @@ class FairKernelPCA(Estimator):
     _meta_attrs = ("gamma_", "method_", "n_landmarks_", "n_features_in_", "n_samples_seen_",
                    "n_components_", "n_constraints_", "max_components_", "attribute_names_")
 
-    def save(self, path, *, overwrite: bool = False):
+    def save(self, path: PathInput, *, overwrite: bool = False) -> Path:
         """Save the fitted model to directory ``path`` (.npz + JSON, written atomically).
 
         Loaded back by :func:`dfairpca.load`.  Never pickles, so a callable ``kernel``
@@ -627,7 +638,7 @@ class FairKernelPCA(Estimator):
     def _output_matrix(self) -> np.ndarray:
         return self.dual_coef_
 
-    def transform(self, X):
+    def transform(self, X: ArrayInput) -> ArrayOutput:
         """Represent X: ``kernel(X, basis_) @ dual_coef_ - offset_`` (the centred kernel expansion).
 
         numpy or pandas in, numpy out; Dask (or Zarr) in, lazy Dask out with X's row chunks;

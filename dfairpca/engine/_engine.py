@@ -17,7 +17,10 @@ of this module end instead (:func:`dfairpca.cluster.compute`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+import numpy.typing as npt
 
 from . import _accumulator
 from ._accumulator import RunningTotal
@@ -25,7 +28,11 @@ from ..base._system import cpu_count, rows_per_block
 from ..cluster import compute, current_timeout, gather_watched, worker_timeout
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact
 from ..stats.moments import Moments
+from ..base._typing import ArrayInput
 from ..errors import InvalidInputError
+
+if TYPE_CHECKING:
+    import dask.array
 
 __all__ = ["compute_moments", "chain_reduce"]
 
@@ -36,11 +43,11 @@ SHARED_INLINE_BYTES = 1 << 20
 BAR_END_SECONDS = 2.0
 
 def compute_moments(
-    X,
+    X: npt.ArrayLike | dask.array.Array,
     *,
-    sensitive_features=None,
-    mask=None,
-    dtype=np.float64,
+    sensitive_features: ArrayInput | None = None,
+    mask: npt.ArrayLike | None = None,
+    dtype: npt.DTypeLike = np.float64,
     split_every: int = 8,
     group_scatter: bool = False,
     progress: bool = False,
@@ -88,7 +95,7 @@ def compute_moments(
     -------
     Moments
     """
-    codes, categories = None, ()
+    codes, categories = None, []
     if sensitive_features is not None:
         from ..inputs._groups import encode_groups
 
@@ -266,11 +273,15 @@ def _block_sources(X) -> tuple[list, dict]:
     from dask.optimization import cull
 
     keys = list(flatten(X.__dask_keys__()))
-    fallback = (list(X.to_delayed().ravel()), {})
+    fallback: tuple[list, dict] = (list(X.to_delayed().ravel()), {})
     try:
         dsk = dict(X.__dask_optimize__(X.__dask_graph__(), keys))
         subs = [cull(dsk, k)[0] for k in keys]
     except Exception:  # an exotic graph: let Dask schedule it as it stands
+        return fallback
+    # a key the graph only refers to (a future: a model's matrix already on the cluster,
+    # see dfairpca.cluster.ship) cannot be computed inside a block: Dask schedules it
+    if any(dep not in dsk for node in dsk.values() for dep in getattr(node, "dependencies", ())):
         return fallback
     seen: dict = {}
     for sub in subs:

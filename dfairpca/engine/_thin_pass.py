@@ -120,8 +120,10 @@ class _Sums:
 
     def __init__(self, plan: Plan, D: int, w: int):
         d = D if plan.features is None else len(plan.features)
-        self.n, self.n_bad, self.bad_rows = 0, 0, []
-        self.digests = []  # (first row, stop row, sha256) of every chunk read, if asked
+        self.n, self.n_bad = 0, 0
+        self.bad_rows: list[int] = []
+        # (first row, stop row, sha256) of every chunk read, if asked
+        self.digests: list[tuple[int, int, str | None]] = []
         self.G = np.zeros((d, w)) if w else None
         first = plan.first
         q = len(plan.numeric)
@@ -283,7 +285,7 @@ def _chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> _Sums:
 
 
 # ----------------------------------------------------------------------------- the passes
-def _fold(acc, x, plan, V, codes, mask, offset):
+def _fold(acc: _Sums | None, x, plan, V, codes, mask, offset) -> _Sums:
     """Add one chunk's sums to a chain's running sums (in place) or start the chain."""
     part = _chunk_sums(x, plan, V, codes, mask, offset)
     return part if acc is None else acc.add(part)
@@ -313,10 +315,12 @@ def run_pass(X, plan: Plan, V, codes, mask, split_every: int, progress: bool) ->
             from tqdm.auto import tqdm
 
             starts = tqdm(starts, desc="pass", unit="block")
-        acc = None
+        acc: _Sums | None = None
         for s in starts:
             e = min(n, s + rows)
             acc = _fold(acc, X[s:e], plan, V, row_slice(codes, s, e), row_slice(mask, s, e), s)
+        if acc is None:
+            raise InvalidInputError("X has no rows; pass at least one sample")
         return acc
 
     from dask import delayed
@@ -382,6 +386,8 @@ def _shift_and_exponent(x0: np.ndarray, D: int, dtype) -> tuple[np.ndarray, int]
 def _statistics(sums: _Sums, plan: Plan, categories, numeric) -> tuple[FirstMoments, np.ndarray]:
     """(FirstMoments, the mean minus the shift in the products' units) from the first pass."""
     n, e = sums.n, plan.exponent
+    # the first pass keeps the totals (_Sums makes them when plan.first)
+    assert sums.total is not None and sums.sq is not None
     off = sums.total / max(n, 1)
     with np.errstate(over="ignore"):
         mean = plan.shift + np.ldexp(off, e)

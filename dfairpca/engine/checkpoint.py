@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ from ._accumulator import RunningTotal
 from ..cluster import compute, worker_timeout
 from ._engine import row_slice, run_pass, threads
 from ..io._files import open_regular, read_capped
-from ..io._remote import exists, is_remote, local_copy, location, read_text, zarr_arrays, zarr_roots
+from ..io._remote import Location, exists, is_remote, local_copy, location, read_text, zarr_arrays, zarr_roots
 from ..io._writes import atomic_directory, check_target
 from ..cluster import WorkersLost
 from ..io import RESAVE_HINT, SavedFileError, meta_value
@@ -53,6 +54,9 @@ from ..inputs._weights import check_total_weight, weights_in_memory
 from ..stats.moments import Moments
 from ..stats._exact import is_exact
 from ..errors import InvalidInputError, InvalidTypeError
+
+#: a checkpoint: a local folder, or a URL's Location (which carries its storage options)
+Where = Path | Location
 
 __all__ = [
     "compute_moments_checkpointed", "job_fingerprint", "segment_bounds", "chunk_digests",
@@ -85,7 +89,7 @@ class PassInterrupted(KeyboardInterrupt):
     A :class:`KeyboardInterrupt`, so that code which handles an interrupt still does.
     """
 
-    def __init__(self, checkpoint: Path, chunks_done: int, n_chunks: int, unit: str = "chunks"):
+    def __init__(self, checkpoint: Where, chunks_done: int, n_chunks: int, unit: str = "chunks"):
         self.checkpoint, self.chunks_done, self.n_chunks = checkpoint, chunks_done, n_chunks
         #: what is saved, for people: "3 of 120 chunks" (a randomized fit counts passes)
         self.progress = f"{chunks_done} of {n_chunks} {unit}"
@@ -165,7 +169,7 @@ def compute_moments_checkpointed(
     WorkersLost
         No worker for ``timeout`` seconds, saying how many chunks the checkpoint holds.
     """
-    codes, categories = None, ()
+    codes, categories = None, []
     if sensitive_features is not None:
         from ..inputs._groups import encode_groups
 
@@ -214,7 +218,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     if state is None:
         rows = _default_segment_rows(X.chunks[0]) if segment_rows is None else segment_rows
         segments, done, total = segment_bounds(X.chunks[0], rows), [], None
-        digests = [None] * len(segments)
+        digests: list[list[str] | None] = [None] * len(segments)
     else:
         _check_same_job(path, state["fingerprint"], fingerprint)
         segments, done, total = state["segments"], state["done"], state["total"]
@@ -244,6 +248,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     except WorkersLost as exc:
         saved = _chunks_saved(path, X, segments, done)
         raise exc.saved(path, f"{saved} of {len(X.chunks[0])} chunks") from None
+    assert total is not None  # X has a row, hence a segment, which the loop ran or resumed
     m = total.finalize()
     if weights is not None:
         check_total_weight(m)
@@ -251,7 +256,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
 
 
 
-def _chunks_saved(path: Path, X, segments, done: list) -> int:
+def _chunks_saved(path: Where, X, segments, done: list) -> int:
     """How many row chunks of X the checkpoint at ``path`` holds (what is on disk)."""
     done = _saved_done(path, done)
     return sum(len(X[s:e].chunks[0]) for i, (s, e) in enumerate(segments) if i in done)
@@ -318,7 +323,7 @@ def _digest_tasks(X) -> list:
     return [dask.delayed(_digest, pure=False)(b) for b in whole_rows.to_delayed().ravel()]
 
 
-def _check_same_data(path: Path, X, segments, done, digests) -> None:
+def _check_same_data(path: Where, X, segments, done, digests) -> None:
     """Raise :class:`CheckpointMismatch` unless every folded chunk of X has its saved digest.
 
     One read of the finished chunks, without a product (see the module docstring's costs).
@@ -340,7 +345,7 @@ def _check_same_data(path: Path, X, segments, done, digests) -> None:
         )
 
 
-def _saved_done(path: Path, done: list) -> list:
+def _saved_done(path: Where, done: list) -> list:
     """The finished segments as the checkpoint on disk says (an interrupt can land between
     its replacement and our note of it); ``done`` if it cannot be read."""
     try:
@@ -356,7 +361,7 @@ def _progress_text(path) -> str:
     return read_capped(path / "progress.json").decode("utf-8")
 
 
-def _saved_digests(path: Path, digests, segments, done) -> list:
+def _saved_digests(path: Where, digests, segments, done) -> list:
     """The chunk digests saved with the checkpoint (``digests`` of its progress.json), one
     list per finished segment, checked against the segments."""
     if digests is None:
@@ -402,7 +407,7 @@ def _zarr_sources(X) -> list[str]:
     return sorted({str(array.store_path) for array in zarr_arrays(X)})
 
 
-def _check_same_job(path: Path, saved: dict, now: dict) -> None:
+def _check_same_job(path: Where, saved: dict, now: dict) -> None:
     """Raise :class:`CheckpointMismatch` naming every entry of the fingerprint that differs."""
     diffs = []
     for key in sorted(set(saved) | set(now)):
@@ -420,7 +425,7 @@ def _check_same_job(path: Path, saved: dict, now: dict) -> None:
         )
 
 
-def _save(path: Path, total: RunningTotal, fingerprint: dict, segments, done, digests) -> None:
+def _save(path: Where, total: RunningTotal, fingerprint: dict, segments, done, digests) -> None:
     """Atomically replace the checkpoint with the running total and the progress."""
     progress = {
         "kind": "dfairpca checkpoint",
@@ -435,10 +440,10 @@ def _save(path: Path, total: RunningTotal, fingerprint: dict, segments, done, di
         (tmp / "progress.json").write_text(json.dumps(progress, indent=1))
 
 
-def _load(path: Path) -> dict | None:
+def _load(path: Where) -> dict | None:
     """The saved progress and total, or None if there is no checkpoint at ``path`` (a URL's
     is read from a local copy)."""
-    if is_remote(path):
+    if isinstance(path, Location):
         if not exists(path):
             return None
         with local_copy(path) as local:
@@ -509,7 +514,7 @@ _SOLVERS = {"exact": "the exact one-pass fit (svd_solver='full')",
             "randomized": "the randomized fit (svd_solver='randomized')"}
 
 
-def checkpoint_path(checkpoint, storage_options: dict | None = None):
+def checkpoint_path(checkpoint, storage_options: dict | None = None) -> Where:
     """A checkpoint as this module takes it: a local Path, or a URL's Location."""
     return location(checkpoint, storage_options) if is_remote(checkpoint) else Path(checkpoint)
 
@@ -526,7 +531,7 @@ def saved_solver(path) -> str | None:
     return progress.get("solver", "exact")
 
 
-def _check_solver(path: Path, progress: dict, solver: str) -> None:
+def _check_solver(path: Where, progress: dict, solver: str) -> None:
     """Refuse a checkpoint another solve wrote, naming the option that resumes it."""
     saved = progress.get("solver", "exact")
     if saved != solver:
@@ -603,7 +608,9 @@ def save_state(path, fingerprint: dict, solver: str, meta: dict, arrays: dict,
     progress = {"kind": "dfairpca checkpoint", "version": CHECKPOINT_VERSION, "solver": solver,
                 "fingerprint": fingerprint, "state": meta, "digests": list(digests)}
     with atomic_directory(checkpoint_path(path), "checkpoint", overwrite=True) as tmp:
-        np.savez(tmp / "state.npz", **{k: np.asarray(v) for k, v in arrays.items()})
+        # Any values: numpy's stub would match a **dict of arrays against allow_pickle
+        payload: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
+        np.savez(tmp / "state.npz", **payload)
         (tmp / "progress.json").write_text(json.dumps(progress, indent=1))
 
 

@@ -9,6 +9,7 @@ import math
 import numbers
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +61,7 @@ def as_data(X, what: str = "X"):
         X = from_zarr(X)
     if isinstance(X, da.Array):
         _refuse_sparse(X._meta, what, dask=True)
-        arr = X
+        arr: Any = X  # a Dask or a numpy array
     elif is_dask(X):  # dask DataFrame
         arr = X.to_dask_array(lengths=True)
     else:
@@ -76,7 +77,7 @@ def as_data(X, what: str = "X"):
                 arr = arr.rechunk({axis: -1 for axis in range(1, arr.ndim)})
             if np.isnan(n):  # reshape needs the row count: flatten each chunk instead
                 width = math.prod(arr.shape[1:])
-                arr = arr.map_blocks(lambda b: b.reshape(len(b), width),
+                arr = da.map_blocks(lambda b: b.reshape(len(b), width), arr,
                                      drop_axis=tuple(range(2, arr.ndim)),
                                      chunks=(arr.chunks[0], (width,)), dtype=arr.dtype)
         if not (isinstance(arr, da.Array) and np.isnan(n)):
@@ -137,11 +138,11 @@ def with_known_rows(X, *aligned):
 
     if not isinstance(X, da.Array) or not np.isnan(X.shape[0]):
         return (X, *aligned)
-    todo = [(i, None) for i, a in enumerate(aligned) if is_dask(a)]
+    todo: list[tuple[int, int | None]] = [(i, None) for i, a in enumerate(aligned) if is_dask(a)]
     todo += [(i, j) for i, a in enumerate(aligned) if isinstance(a, (list, tuple))
              for j, v in enumerate(a) if is_dask(v)]
-    sizes = X.map_blocks(
-        _n_rows, chunks=((1,) * X.numblocks[0],), drop_axis=1, dtype=np.int64,
+    sizes = da.map_blocks(
+        _n_rows, X, chunks=((1,) * X.numblocks[0],), drop_axis=1, dtype=np.int64,
         meta=np.empty((0,), np.int64),
     )
     sizes, *values = compute(sizes, *[
@@ -289,8 +290,8 @@ class Input:
     rows : ``(dimension, coordinate or None)`` of an xarray DataArray X, else None.
     """
 
-    data: object
-    labels: object
+    data: Any  # a numpy or Dask array
+    labels: Any
     numeric: np.ndarray
     numeric_names: list
     sensitive: np.ndarray
@@ -504,7 +505,7 @@ def sensitive_columns(ids, width: int, columns=None) -> np.ndarray:
     for i in ids:
         if columns is not None and any(_same_label(i, c) for c in columns):
             out.append(next(j for j, c in enumerate(columns) if _same_label(i, c)))
-        elif isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < width:
+        elif isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= int(i) < width:
             out.append(int(i))
         else:
             where = (f"X's columns are {list(columns)[:10]!r}" if columns is not None else

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,7 +26,13 @@ from ._writes import OutputPathError, atomic_directory, intact_copies, recover_f
 from ._writes import (MARKER, MARKER_KEY, atomic_file, check_target, foreign_entries,  # noqa: F401
                       marker, marker_attributes, move_into_place, read_marker, recover,
                       remove_directory, write_marker, writing_every_chunk)
+from ..base._typing import PathInput
 from ..errors import InvalidInputError, InvalidTypeError, NotFoundError, PathNotFoundError
+
+if TYPE_CHECKING:
+    import dask.array
+    import zarr
+
 
 # what users call: reading Zarr, saving and loading arrays, the errors a read or a save
 # raises; the write protocol's own names are documented in dfairpca.io.writes (they stay
@@ -38,8 +46,9 @@ __all__ = [
 FORMAT_VERSION = 1
 
 
-def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None = None,
-              storage_options: dict | None = None, missing_chunks: str = "error"):
+def from_zarr(store: PathInput | zarr.Array | zarr.Group, component: str | None = None, *,
+              rows_per_chunk: int | None = None, storage_options: dict | None = None,
+              missing_chunks: str = "error") -> dask.array.Array:
     """Open a Zarr array lazily as a Dask array chunked along rows only.
 
     Parameters
@@ -81,7 +90,7 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
 
     if missing_chunks not in ("error", "fill"):
         raise InvalidInputError(f"missing_chunks must be 'error' or 'fill', got {missing_chunks!r}")
-    node = store
+    node: Any = store  # a zarr Array or Group once opened
     if is_remote(store) or isinstance(store, (str, os.PathLike)):
         node = open_zarr(store, storage_options)
     if isinstance(node, zarr.Group):
@@ -119,7 +128,7 @@ def from_zarr(store, component: str | None = None, *, rows_per_chunk: int | None
                          meta=np.empty((0,) * len(shape), node.dtype))
 
 
-def local_zarr_roots(X) -> list[Path]:
+def local_zarr_roots(X: dask.array.Array) -> list[Path]:
     """Root folders of the local Zarr stores a Dask array's graph reads (to protect them)."""
     return [root for root in zarr_roots(X) if isinstance(root, Path)]
 
@@ -264,7 +273,7 @@ def _strict_store_class():
     return StrictStore
 
 
-_StrictStore = None
+_StrictStore: type | None = None
 
 
 def _strict_store(store, fill: bool = False, shards: dict | None = None):
@@ -283,7 +292,7 @@ def _metadata_along(root, key: str) -> bool:
                for folder in folders for name in ("zarr.json", ".zarray", ".zgroup"))
 
 
-def strict_array(array, *, fill: bool = False):
+def strict_array(array: zarr.Array, *, fill: bool = False) -> zarr.Array:
     """``array`` reopened on a store that refuses absent chunks (see :func:`from_zarr`);
     with ``fill``, one that reads them as fill values but refuses a store not there."""
     import zarr
@@ -297,7 +306,7 @@ def strict_array(array, *, fill: bool = False):
     return zarr.open_array(store=_strict_store(store, fill), path=array.path, mode="r")
 
 
-def strict_group(group):
+def strict_group(group: zarr.Group) -> zarr.Group:
     """``group`` reopened so that every array read from it refuses absent chunks (and a
     local store not there, see :func:`strict_array`)."""
     import zarr
@@ -308,7 +317,7 @@ def strict_group(group):
     return zarr.open_group(store=_strict_store(group.store), path=group.path, mode="r")
 
 
-def read_checked(array, selection, asarray=True, lock=None):
+def read_checked(array: zarr.Array, selection: Any, asarray: bool = True, lock: Any = None) -> Any:
     """``array[selection]`` (dask's getter), with a failed read named by its chunk and rows.
 
     An absent chunk (on a strict store) raises :class:`MissingChunkError`, an unreadable
@@ -407,10 +416,11 @@ def _where(array, key, coords) -> str:
     return f"chunk {key!r} ({_rows(array, coords)})"
 
 
-def _corrupt_message(array, where: str, reason: str) -> str:
+def _corrupt_message(array, where: str, reason: str | None) -> str:
     """One line naming the array, the damaged object and its rows, why, and the fix."""
+    why = f" ({reason})" if reason else ""
     return (
-        f"{where} of the Zarr array {str(array.store_path)!r} cannot be read ({reason}); "
+        f"{where} of the Zarr array {str(array.store_path)!r} cannot be read{why}; "
         "it is truncated or damaged: restore it or rewrite the store"
     )
 
@@ -469,7 +479,7 @@ def _absent_chunks(array) -> list:
     return [(key, c) for c in _chunk_coords(array) if (key := _chunk_key(array, c)) not in present]
 
 
-def check_written(group, shown, fix: str | None = None) -> None:
+def check_written(group: zarr.Group, shown: object, fix: str | None = None) -> None:
     """Raise :class:`dfairpca.cluster.NotShared` unless every array of the Zarr ``group``
     holds all its chunks, as this process sees the store; ``shown`` names it, ``fix`` is
     what to do (default :data:`dfairpca.cluster.SHARE_FIX`).
@@ -503,20 +513,23 @@ def check_written(group, shown, fix: str | None = None) -> None:
         )
 
 
-def save_arrays(path, arrays: dict, meta: dict, overwrite: bool = False, *,
-                storage_options: dict | None = None):
+def save_arrays(path: PathInput, arrays: dict, meta: dict, overwrite: bool = False, *,
+                storage_options: dict | None = None) -> PathInput:
     """Write ``arrays`` (.npz) and ``meta`` (JSON, with ``meta["kind"]``) to directory
     ``path`` (or a URL) with :func:`atomic_directory`."""
     path = path if is_remote(path) else Path(path)
     with atomic_directory(path, meta["kind"], overwrite=overwrite,
                           storage_options=storage_options) as tmp:
-        np.savez(tmp / "arrays.npz", **{k: np.asarray(v) for k, v in arrays.items()})
+        # Any values: numpy's stub would match a **dict of arrays against allow_pickle
+        payload: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
+        np.savez(tmp / "arrays.npz", **payload)
         with open(tmp / "meta.json", "w") as f:
             json.dump({"format_version": FORMAT_VERSION, **meta}, f, indent=1, default=_jsonable)
     return path
 
 
-def load_arrays(path, kind: str | None = None, layout=None, *, storage_options: dict | None = None):
+def load_arrays(path: PathInput, kind: str | None = None, layout: Callable[[dict, dict], dict] | None = None,
+                *, storage_options: dict | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Read what :func:`save_arrays` wrote, checking it before trusting it; never unpickles.
 
     Parameters
@@ -726,7 +739,8 @@ def _check_finite(arrays: dict, specs: dict) -> None:
 
 
 # helpers for the ``layout`` functions of the classes that load themselves
-def meta_value(meta: dict, key: str, kind, *, optional: bool = False, file: str = "meta.json"):
+def meta_value(meta: dict, key: str, kind: str | tuple, *, optional: bool = False,
+               file: str = "meta.json") -> Any:
     """``meta[key]`` checked to be of ``kind`` ("int", "count" (int >= 0), "positive",
     "number", "str", "list", "dict", "bool" or a tuple of allowed values)."""
     if key not in meta:

@@ -196,7 +196,7 @@ def zarr_foreign(files, layout: dict[str, ZarrNode],
     if isinstance(recorded, dict):
         owned = {path: node for path, node in layout.items() if path in recorded}
     else:
-        known = _KNOWN_MEMBERS.get((found or {}).get("kind"))
+        known = _KNOWN_MEMBERS.get(str((found or {}).get("kind")))
         owned = {path: node for path, node in layout.items()
                  if known is None or path == "" or path.split("/")[0] in known}
     metadata = {path: [f"{path}/{name}".lstrip("/") for name in _ZARR_METADATA.get(node.zarr_format, ())]
@@ -254,7 +254,8 @@ def _in_grid(key: str, node: ZarrNode) -> bool:
     Parsed here, not by zarr's ``decode_chunk_key``: zarr 3.1's "default" decoder misreads
     "c/3/0" (it drops the "c" but not the separator after it).
     """
-    ndim = len(node.grid)
+    grid = node.grid or ()  # an array's (a group's None holds no chunks)
+    ndim = len(grid)
     if node.encoding == "default":
         head, *parts = key.split(node.separator)
         if head != "c":
@@ -265,7 +266,7 @@ def _in_grid(key: str, node: ZarrNode) -> bool:
         return False
     return len(parts) == ndim and all(
         p.isascii() and p.isdigit() and (p[0] != "0" or p == "0") and int(p) < n
-        for p, n in zip(parts, node.grid))
+        for p, n in zip(parts, grid))
 
 
 def kept(name: str, foreign) -> bool:
@@ -286,7 +287,7 @@ def known_entries(found: dict) -> set[str]:
     """The top-level names a non-Zarr directory with marker ``found`` holds as its own."""
     if isinstance(found.get("entries"), list):
         return {e for e in found["entries"] if isinstance(e, str)}
-    return _KNOWN_ENTRIES.get(found.get("kind"), set())
+    return _KNOWN_ENTRIES.get(str(found.get("kind")), set())
 
 
 def _host() -> str:

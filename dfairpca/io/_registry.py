@@ -9,6 +9,8 @@ saved file: a name not registered is refused.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["register", "names", "lookup"]
 
 _CLASSES: dict[str, type] = {}
@@ -25,6 +27,6 @@ def names() -> tuple[str, ...]:
     return tuple(_CLASSES)
 
 
-def lookup(name: str) -> type:
+def lookup(name: str) -> type[Any]:
     """The registered class called ``name`` (KeyError if there is none)."""
     return _CLASSES[name]

@@ -37,9 +37,12 @@ import contextlib
 import json
 import os
 import re
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ._files import capped
 from ._marker import (
@@ -56,6 +59,9 @@ __all__ = [
 ]
 
 _PROTOCOL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+#: what a write must stay apart from: ``{"the input store": path}`` or ``(what, path)`` pairs
+Protected = Mapping[str, Any] | Iterable[tuple[str, Any]] | None
 
 #: the objects that mark a prefix as dfairpca's: copied last, deleted last
 _MARKERS = (MARKER, "zarr.json")
@@ -102,7 +108,7 @@ class Location:
     """A prefix of a remote file system: the fs, its path (no protocol) and the options
     it was made with (for zarr, which makes its own)."""
 
-    fs: object
+    fs: Any  # an fsspec AbstractFileSystem (fsspec ships no type information)
     path: str
     options: dict = field(default_factory=dict, compare=False)
 
@@ -274,7 +280,8 @@ def _requests(where):
         better = exc if getattr(exc, "explained", False) else explained(exc, url, options)
         if better is exc:
             raise
-        better.explained = True
+        # an attribute, not a subclass: ``better`` keeps the class the caller catches
+        better.explained = True  # type: ignore[attr-defined]
         raise better from None
 
 
@@ -451,7 +458,7 @@ def foreign(loc: Location, found: dict) -> tuple[list[str], dict]:
 
 
 # ---------------------------------------------------------------------------- the protocol
-def check_target(loc: Location, kind: str, *, overwrite: bool = False, protect=None,
+def check_target(loc: Location, kind: str, *, overwrite: bool = False, protect: Protected = None,
                  probe: bool = True) -> None:
     """:func:`dfairpca.io._writes.check_target` for a URL; the probe writes and deletes an
     object beside ``loc`` (credentials, bucket and endpoint, before any work)."""
@@ -459,7 +466,7 @@ def check_target(loc: Location, kind: str, *, overwrite: bool = False, protect=N
         raise OutputPathError(          # the probe, temporary prefix and journal are siblings
             f"cannot write to {loc.url}, the root of a bucket: dfairpca writes beside its "
             f"output; name a prefix inside it, e.g. {loc.url.rstrip('/')}/{kind}")
-    for what, other in (protect.items() if isinstance(protect, dict) else protect or ()):
+    for what, other in (protect.items() if isinstance(protect, Mapping) else protect or ()):
         other_url, here = normalised(other), normalised(loc)  # s3a:// is s3://
         relation = ("is" if here == other_url else
                     "contains" if other_url.startswith(here + "/") else
@@ -498,7 +505,7 @@ def _temporary(loc: Location):
 
 
 @contextlib.contextmanager
-def atomic_prefix(loc: Location, kind: str, *, overwrite: bool = False, protect=None):
+def atomic_prefix(loc: Location, kind: str, *, overwrite: bool = False, protect: Protected = None):
     """Yield the URL of a temporary prefix that becomes ``loc`` if the block succeeds: for
     a Zarr store the workers write there directly (see the module docstring)."""
     check_target(loc, kind, overwrite=overwrite, protect=protect)
@@ -677,12 +684,39 @@ def open_zarr(store, storage_options: dict | None = None):
             raise InvalidInputError(f"{loc.url} is not a Zarr store: {exc}") from None
 
 
+def close_sessions() -> None:
+    """Close the HTTP sessions of this process's asynchronous s3fs file systems, those
+    zarr opens for ``s3://`` stores, and forget them (a later read makes new ones).
+
+    s3fs closes its synchronous file systems when they are collected, but never an
+    asynchronous one: a worker process that read or wrote an S3 store would end with
+    aiohttp's "Unclosed client session" on stderr.  Called on a local cluster's workers
+    before they close (:func:`dfairpca.cluster.connect`).
+    """
+    s3fs = sys.modules.get("s3fs")
+    if s3fs is None:  # never imported: no session to close
+        return
+    from zarr.core.sync import sync
+
+    cache = s3fs.S3FileSystem._cache
+    for key, fs in list(cache.items()):
+        s3 = getattr(fs, "_s3", None)
+        if not fs.asynchronous or s3 is None:
+            continue
+        del cache[key]
+        fs._s3 = None
+        try:  # on zarr's event loop, which made the session
+            sync(s3.__aexit__(None, None, None), timeout=10)
+        except Exception:  # a session that cannot close is left to the collector
+            pass
+
+
 def zarr_arrays(X) -> list:
     """The Zarr arrays a Dask array's graph reads (dask's from_array keeps the array)."""
     import zarr
 
     graph = X.__dask_graph__()
-    found = {}
+    found: dict[int, Any] = {}
     for layer in getattr(graph, "layers", {"": graph}).values():
         for node in layer.values():
             node = node if isinstance(node, zarr.Array) else getattr(node, "value", None)

@@ -220,6 +220,7 @@ def layouts_in(path: str, meta: dict) -> dict[str, ShardLayout | str]:
     for node_path, node in nodes.items():
         if not isinstance(node, dict):
             continue
+        layout: ShardLayout | str | None
         try:
             layout = shard_layout(node_path, node)
         except (ValueError, KeyError, TypeError, IndexError) as exc:

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from . import _remote
@@ -28,7 +29,7 @@ from ._marker import (
     marker_attributes, not_ours, refusal, running, sibling_name, sibling_pattern, warn_kept,
     zarr_foreign, zarr_layout,
 )
-from ._remote import is_remote
+from ._remote import Protected, is_remote
 from ..base._version import code_digest
 from ..errors import AccessError, DiscardedWriteWarning, InvalidInputError
 
@@ -111,10 +112,12 @@ def read_marker(path, *, storage_options: dict | None = None) -> dict | None:
             with open(path, "rb") as f:
                 is_png = f.read(8) == _PNG_SIGNATURE
             if is_png:
-                from PIL import Image
+                from PIL import Image, PngImagePlugin
 
                 with Image.open(path) as im:
-                    text = im.text.get(MARKER_KEY)
+                    # a PNG's text chunks, those after the image data too
+                    png = im if isinstance(im, PngImagePlugin.PngImageFile) else None
+                    text = png.text.get(MARKER_KEY) if png is not None else None
                 found = json.loads(text) if text else None
     except Exception:  # an unreadable marker is no marker: the path is then not ours
         return None
@@ -122,7 +125,7 @@ def read_marker(path, *, storage_options: dict | None = None) -> dict | None:
     return found if ok else None
 
 
-def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | None = None,
+def check_target(path, kind: str, *, overwrite: bool = False, protect: Protected = None,
                  probe: bool = True, storage_options: dict | None = None) -> None:
     """Raise unless dfairpca may write a ``kind`` at ``path`` now; call it before any work.
 
@@ -141,7 +144,7 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
         return _remote.check_target(_remote.location(path, storage_options), kind,
                                     overwrite=overwrite, protect=protect, probe=probe)
     path = named(path, kind)
-    for what, other in (protect.items() if isinstance(protect, dict) else protect or ()):
+    for what, other in (protect.items() if isinstance(protect, Mapping) else protect or ()):
         disk = _remote.on_disk(other)  # file:// and local:// URLs name local paths too
         if disk is not None:
             _check_apart(path, disk, what)
@@ -171,7 +174,7 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: dict | No
 
 
 @contextlib.contextmanager
-def atomic_directory(path, kind: str, *, overwrite: bool = False, protect: dict | None = None,
+def atomic_directory(path, kind: str, *, overwrite: bool = False, protect: Protected = None,
                      storage_options: dict | None = None, direct: bool = False):
     """Yield a temporary directory that becomes ``path`` only if the block succeeds.
 
@@ -413,8 +416,8 @@ def staged_locally(path, kind: str, *, overwrite: bool = False, storage_options:
         return
     check_target(path, kind, overwrite=overwrite, storage_options=storage_options)
     if key is None:
-        with tempfile.TemporaryDirectory(prefix=".dfairpca-stage-") as folder:
-            local = Path(folder) / "out"
+        with tempfile.TemporaryDirectory(prefix=".dfairpca-stage-") as scratch:
+            local = Path(scratch) / "out"
             yield local
             move_into_place(local, path, kind, overwrite=overwrite, storage_options=storage_options)
         return
@@ -508,7 +511,7 @@ def _kept(exc: BaseException, folder: Path, loc) -> None:
 
 
 @contextlib.contextmanager
-def atomic_file(path, kind: str, *, overwrite: bool = False, protect: dict | None = None):
+def atomic_file(path, kind: str, *, overwrite: bool = False, protect: Protected = None):
     """Yield a temporary file path that becomes ``path`` only if the block succeeds.
 
     The file form of :func:`atomic_directory` (a figure): the block writes the file, with

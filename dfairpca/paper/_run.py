@@ -82,7 +82,8 @@ def _compute(cfg, parts, jobs: int, out) -> tuple[dict, int]:
     def finish(key, result, error):
         if error is None:
             done[key] = result
-            _pieces.save(out, cfg, *key, result)
+            part, task = key
+            _pieces.save(out, cfg, part, task, result)
         else:  # a failed piece does not stop the others: they are kept for a rerun
             _log(f"{key[0]} {key[1]} failed:\n{error}")
             failed.append(key)

@@ -31,7 +31,7 @@ def inlp_directions(X, z, n_directions: int, random_state: int = 0) -> np.ndarra
         w = clf.coef_.reshape(-1)
         w = w - W.T @ (W @ w)  # already orthogonal up to rounding: Xc has no such part
         norm = np.linalg.norm(w)
-        if norm < 1e-12 * max(1.0, np.linalg.norm(clf.coef_)):
+        if norm < 1e-12 * max(1.0, float(np.linalg.norm(clf.coef_))):
             break
         w /= norm
         W = np.vstack([W, w])

@@ -167,7 +167,7 @@ def _curves(rows, x: str, y: str):
     """{method: (xs, means, stds)} of column y against column x."""
     out = {}
     for m in METHODS:
-        pts = {}
+        pts: dict = {}
         for r in rows:
             if r["method"] == m and r[y] is not None:
                 pts.setdefault(r[x], []).append(r[y])

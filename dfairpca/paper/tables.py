@@ -144,7 +144,8 @@ def split_rows(dataset: str, split: int, *, classify: bool, mlp_max_iter: int) -
 
     b = DATASETS[dataset][2](split=split)
     Xtr, ztr, Xte, yte, zte = b.X_train, b.sensitive_train, b.X_test, b.y_test, b.sensitive_test
-    rows, kernel = [], []
+    rows: list = []
+    kernel: list = []
     for k in KS:
         for method, est in estimators(k).items():
             if method != "Fair Kernel PCA":
@@ -284,7 +285,7 @@ def feature_space_markdown(rows: list[dict]) -> str:
             cols = fs[(dataset, k)]
             paper = PAPER_TABLES[dataset][(k, "Fair Kernel PCA")]
             table.append([f"{num} ({title})", k, cols["fkpca_var"][2]]
-                         + [cell(*cols[c][:2], DIGITS[c.split("_")[1]]) for c in FEATURE_SPACE]
+                         + [cell(cols[c][0], cols[c][1], DIGITS[c.split("_")[1]]) for c in FEATURE_SPACE]
                          + [f"{cell(paper.var, paper.var_std, 2)}, {cell(paper.mmd2, paper.mmd2_std, 3)}"])
     head = ("### Fair Kernel PCA's %Var and MMD²: n/a in the paper, in feature space here\n\n"
             "No cell of ours can match a printed digit here: the paper prints n/a (see the "

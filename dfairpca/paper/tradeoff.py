@@ -193,7 +193,7 @@ def times_of_curves(curves, cfg) -> list[dict]:
 
 
 def _mean_curve(rows, clf_name, goal, method, metric):
-    pts = {}
+    pts: dict = {}
     for r in rows:
         if (r["classifier"], r["goal"], r["method"]) == (clf_name, goal, method):
             pts.setdefault(r["point"], []).append((r[metric], r["accuracy"]))

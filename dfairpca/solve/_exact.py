@@ -73,7 +73,7 @@ def standard_components(S: np.ndarray, n: int, k, eigen_solver: str, rows=None) 
     if k is None:
         return _solvers.pca_components(S, rank, eigen_solver)
     if isinstance(k, numbers.Integral):
-        return _solvers.pca_components(S, k, eigen_solver)
+        return _solvers.pca_components(S, int(k), eigen_solver)
     w, V = _solvers.top_eigh(S, rank, "dense")
     k = mle_rank(w, n) if k == "mle" else fraction_to_k(w, np.trace(S), k, "the data")
     return _solvers.flip_signs(V[:, :k].T)

@@ -74,7 +74,7 @@ def certify(per_group, names, categories, precision: float, estimator: str,
     ``categories`` holds each attribute's group labels, or None for a numeric attribute
     (one vector: its covariance with the features).  ``fix``: the estimator's own remedy,
     in place of the linear estimators' (compute_dtype, standardize)."""
-    worst, where = 0.0, None
+    worst, where = 0.0, ("", None)
     for name, cats, v in zip(names, categories, per_group):
         if len(v) and v.max() > worst:
             worst = float(v.max())
@@ -184,7 +184,7 @@ def numeric_constraint_rows(C, zz, ff: float, means, n: int, exponent: int, prec
             )
     floor = 2.0 * n * precision * np.sqrt(zz * ff)
     zero = _solvers.row_norms(C) <= floor
-    for j in np.flatnonzero(zero):
+    for j in np.flatnonzero(zero).tolist():
         warnings.warn(
             f"{names[j]}: its covariance with the features is float64 rounding (below "
             f"{floor[j]:.2e} in the scatter's units), so it imposes no constraint and none is kept",
@@ -194,7 +194,8 @@ def numeric_constraint_rows(C, zz, ff: float, means, n: int, exponent: int, prec
     return C
 
 
-def covariance_terms(m: Moments, scale, k: int, r: int, equalize):
+def covariance_terms(m: Moments, scale, k: int, r: int,
+                     equalize) -> tuple[list | None, int | None]:
     """(cov_diffs, l) for Fair PCA-S (``equalize``: ``equalize_covariance``), or (None,
     None) where it is plain fair PCA: see :func:`dfairpca.base._solvers.equalizing_basis`."""
     if equalize is None:
@@ -211,6 +212,7 @@ def covariance_terms(m: Moments, scale, k: int, r: int, equalize):
     inv = 1.0 if scale is None else 1.0 / np.outer(scale, scale)
     covs = []  # per attribute: [(n_g, Sigma_g)] of the groups with two or more rows
     for a in m.attributes:
+        assert a.scatter is not None  # has_group_scatter: every attribute has its scatters
         covs.append([(c, a.scatter[g] / (c - 1) * inv) for g, c in enumerate(a.counts) if c > 1])
     if len(covs) == 1 and len(covs[0]) == 2:
         return [(1.0, covs[0][0][1] - covs[0][1][1])], l
@@ -237,7 +239,7 @@ def _check_equalize(est, e) -> None:
                 f"equalize_covariance={e} directions cannot hold n_components={k}; pass "
                 "l >= k or a fraction in (0, 1]"
             )
-    elif not 0.0 < e <= 1.0:
+    elif not 0.0 < float(e) <= 1.0:
         raise InvalidInputError(f"equalize_covariance as a fraction must be in (0, 1]; got {e!r}")
     if k is not None and not whole:
         raise InvalidInputError(

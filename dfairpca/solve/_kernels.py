@@ -105,10 +105,10 @@ def expand(X, basis, coef, offset, kern, columns=None):
 
     if not isinstance(X, da.Array):
         return _expand(X, basis, coef, offset, kern, columns)
-    from dask import delayed
+    from ..cluster import ship
 
-    return X.map_blocks(
-        _expand, delayed(basis), delayed(coef), offset, kern, columns, dtype=np.float64,
+    return da.map_blocks(
+        _expand, X, ship(basis), ship(coef), offset, kern, columns, dtype=np.float64,
         chunks=(X.chunks[0], (coef.shape[1],)), meta=np.empty((0, 0)),
     )
 
@@ -119,6 +119,7 @@ def nystroem_features(X, L, W, kern, features, numeric):
     (their covariances with the features are the constraint)."""
     from dask import delayed
 
+    # one key each, not futures: the pass computes each chunk's graph on its own
     return X.map_blocks(_phi_block, delayed(L), delayed(W), kern, features, numeric,
                         dtype=np.float64, chunks=(X.chunks[0], (W.shape[1] + len(numeric),)),
                         meta=np.empty((0, 0)))

@@ -74,10 +74,11 @@ class _Krylov:
 
     def __init__(self, W: np.ndarray, proj, k: int):
         self.proj, self.k, self.d = proj, k, W.shape[0]
-        self.blocks = []
+        self.blocks: list[np.ndarray] = []
         self.H = np.zeros((0, 0))
-        self.history = []  # the captured variance (top-k Ritz values' sum) after each block
-        self.missing = []  # the share of it still missing, estimated (_missing)
+        # the captured variance (top-k Ritz values' sum) after each block
+        self.history: list[float] = []
+        self.missing: list[float] = []  # the share of it still missing, estimated (_missing)
         self.pending = self._next(W)
 
     def _outside(self, R: np.ndarray) -> np.ndarray:
@@ -98,8 +99,14 @@ class _Krylov:
         # directions of a small residual lost orthogonality in the normalisation: once more
         return _range(self._outside(self.proj(U)), 0.5)
 
+    @property
+    def block(self) -> np.ndarray:
+        """The pending block (asked for only while there is one)."""
+        assert self.pending is not None
+        return self.pending
+
     def extend(self, W: np.ndarray) -> None:
-        B = self.pending
+        B = self.block
         col = np.vstack([Bi.T @ W for Bi in self.blocks] + [B.T @ W])  # (K, B)^T M B
         s = self.H.shape[0]
         top = col[s:]
@@ -177,7 +184,7 @@ def _random_block(random_state, shape) -> np.ndarray:
     if random_state is None:
         random_state = 0
     if isinstance(random_state, numbers.Integral):
-        random_state = np.random.RandomState(random_state)
+        random_state = np.random.RandomState(int(random_state))
     return random_state.standard_normal(shape)
 
 
@@ -220,16 +227,16 @@ class RandomizedFit:
 
 
 def _check(k, n_oversamples, iterated_power) -> None:
-    if not (isinstance(k, numbers.Integral) and not isinstance(k, bool) and k >= 1):
+    if not (isinstance(k, numbers.Integral) and not isinstance(k, bool) and int(k) >= 1):
         raise InvalidInputError(f"svd_solver='randomized' needs n_components as an integer >= 1; got "
                          f"{k!r} (a fraction of the variance needs the whole spectrum: use "
                          "svd_solver='full')")
     if not (isinstance(n_oversamples, numbers.Integral) and not isinstance(n_oversamples, bool)
-            and n_oversamples >= 1):
+            and int(n_oversamples) >= 1):
         raise InvalidInputError(f"n_oversamples must be an integer >= 1; got {n_oversamples!r}")
     p = iterated_power
     if not (p == "auto" if isinstance(p, str) else
-            isinstance(p, numbers.Integral) and not isinstance(p, bool) and p >= 0):
+            isinstance(p, numbers.Integral) and not isinstance(p, bool) and int(p) >= 0):
         raise InvalidInputError(f"iterated_power must be 'auto' or an integer >= 0; got {p!r}")
 
 
@@ -385,7 +392,7 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
         live = [s for s in spaces if s.pending is not None]
         if not live:
             break  # every space is invariant: the answer is exact
-        V = np.hstack([s.pending for s in live])
+        V = np.hstack([s.block for s in live])
         Vin = scaled(V)
         bind = ck is not None and not ck.bound  # a resumed fit's first read checks the data
         sums = run_pass(X, dataclasses.replace(later, digest=bind), Vin, None, mask,
@@ -396,7 +403,7 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
         Wall = operator(sums.G, Vin)
         at = 0
         for s in live:
-            w = s.pending.shape[1]
+            w = s.block.shape[1]
             s.extend(s.proj(Wall[:, at : at + w]))
             at += w
         _after_pass(ck, None, full, off, plan, fair, std, passes, most, on_pass)
@@ -461,6 +468,7 @@ class _Checkpoint:
     def save(self, meta: dict, arrays: dict) -> None:
         from ..engine.checkpoint import save_state
 
+        assert self.digests is not None  # bound by the first pass, before any save
         save_state(self.path, self.fingerprint, "randomized", meta, arrays, self.digests)
 
 

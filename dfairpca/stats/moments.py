@@ -20,15 +20,18 @@ pass keeps its running total in its own form (``dfairpca.engine._accumulator``) 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ._chunk import OVERFLOW_MESSAGE  # noqa: F401 (the estimators raise it too)
 from ._chunk import chunk_sums
 from ._exact import ExactSums, merge_exact
 from ._weighted import weighted_chunk_sums
 from ._sums import DENSE, Sums, fill_lower, merge_sums, nbytes
+from ..base._typing import PathInput
 from ..errors import InvalidInputError
 
 __all__ = ["Moments", "AttributeMoments", "merge", "exact_moments", "constraint_matrix", "deviation_floor", "check_finite"]
@@ -118,7 +121,7 @@ class Moments:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def empty(cls, d: int, categories: Sequence[np.ndarray] = (), group_scatter=False) -> "Moments":
+    def empty(cls, d: int, categories: Sequence[np.ndarray] = (), group_scatter: bool = False) -> "Moments":
         """Statistics of zero rows with ``d`` features."""
         attrs = [AttributeMoments(np.asarray(c), np.zeros(len(c), np.int64), np.zeros((len(c), d)),
                                   np.zeros((len(c), d, d)) if group_scatter else None)
@@ -128,13 +131,13 @@ class Moments:
     @classmethod
     def from_chunk(
         cls,
-        x,
-        codes=None,
+        x: npt.ArrayLike,
+        codes: npt.ArrayLike | None = None,
         categories: Sequence[np.ndarray] = (),
         *,
-        mask=None,
+        mask: npt.ArrayLike | None = None,
         row_offset: int = 0,
-        dtype=None,
+        dtype: npt.DTypeLike | None = None,
         group_scatter: bool = False,
         sample_weight=None,
     ) -> "Moments":
@@ -264,14 +267,14 @@ class Moments:
         return arrays, meta
 
     @classmethod
-    def from_arrays(cls, arrays, meta) -> "Moments":
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], meta: dict[str, Any]) -> "Moments":
         f = saved_fields(arrays, meta)
         attrs = [AttributeMoments(*a) for a in f.pop("attributes")]
         exact = ExactSums.from_arrays(arrays, meta, [a.categories for a in attrs],
                                       [a.counts for a in attrs])
         return cls(scatter=np.asarray(arrays["scatter"]), attributes=attrs, exact=exact, **f)
 
-    def save(self, path, *, overwrite: bool = False) -> None:
+    def save(self, path: PathInput, *, overwrite: bool = False) -> None:
         """Save to a directory (``.npz`` arrays + JSON), atomically; see :mod:`dfairpca.io`.
 
         ``overwrite=True`` replaces statistics saved by dfairpca at ``path``, nothing else.
@@ -282,7 +285,7 @@ class Moments:
         save_arrays(path, arrays, {"kind": "Moments", **meta}, overwrite=overwrite)
 
     @classmethod
-    def load(cls, path) -> "Moments":
+    def load(cls, path: PathInput) -> "Moments":
         """Read what :meth:`save` wrote, checked first (:class:`dfairpca.io.SavedFileError`
         names the file and what is wrong); never unpickles."""
         arrays, meta = read_saved(path, _saved_layout)
@@ -384,7 +387,7 @@ def sums_to_arrays(s, group_scatter) -> tuple[dict, dict]:
               "nonfinite_rows": np.asarray(s.nonfinite_rows, np.int64)}
     if s.n_rows is not None:  # weighted: n and the counts are float totals of weights
         arrays["n_rows"] = np.asarray(s.n_rows, np.int64)
-    meta = {"n_attributes": len(s.attributes), "categories": []}
+    meta: dict[str, Any] = {"n_attributes": len(s.attributes), "categories": []}
     for j, a in enumerate(s.attributes):
         arrays[f"counts_{j}"] = a.counts
         arrays[f"deviation_{j}"] = a.deviation

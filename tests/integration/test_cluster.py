@@ -335,15 +335,60 @@ def test_a_malformed_address_is_refused_before_connecting(address, why, tmp_path
         assert time.monotonic() - start < 5
 
 
-def test_local_cluster_prints_its_dashboard(capsys):
+def _logging_state():
+    """Level, filters, handlers and propagation of the root logger and of every logger
+    that exists now (what a library must leave as it found it).  Not the DequeHandler that
+    a distributed Scheduler or Nanny adds to its own logger (its dashboard's log page):
+    any LocalCluster does that, dfairpca or not."""
+    import logging
+
+    from distributed.utils import DequeHandler
+
+    loggers = {"": logging.getLogger(), **{
+        name: log for name, log in logging.Logger.manager.loggerDict.items()
+        if isinstance(log, logging.Logger)}}
+    return {name: (log.level, list(log.filters),
+                   [h for h in log.handlers if not isinstance(h, DequeHandler)], log.propagate,
+                   log.disabled)
+            for name, log in loggers.items()}
+
+
+def test_local_cluster_logs_its_dashboard_and_prints_nothing(capfd, caplog):
+    import logging
+
     from distributed import get_client
 
-    with connect(n_workers=1, threads_per_worker=1, memory_limit="1GiB") as client:
-        assert get_client() is client
-        assert "1 worker(s), 1 thread(s), 1.00 GiB memory" in describe(client)
-    err = capsys.readouterr().err
-    assert "dfairpca: local Dask cluster, scheduler tcp://127.0.0.1:" in err
-    assert "dfairpca: dashboard http://127.0.0.1:" in err
+    with caplog.at_level(logging.INFO, logger="dfairpca"):
+        with connect(n_workers=1, threads_per_worker=1, memory_limit="1GiB") as client:
+            assert get_client() is client
+            assert "1 worker(s), 1 thread(s), 1.00 GiB memory" in describe(client)
+    told = [r.getMessage() for r in caplog.records if r.name == "dfairpca.cluster"]
+    assert told[0].startswith("local Dask cluster, scheduler tcp://127.0.0.1:"), told
+    assert told[1].startswith("dashboard http://127.0.0.1:"), told
+    assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "dfairpca.cluster")
+    out, err = capfd.readouterr()  # a library logs; only a program prints
+    assert "dfairpca" not in out + err, out + err
+
+
+def test_connect_leaves_the_programs_logging_as_it_was():
+    """connect() quiets distributed and asyncio only inside its block, and on its own
+    workers: levels, filters and handlers of every logger of this process are the same after
+    it as before, also after a Ctrl-C in the block."""
+    import distributed  # noqa: F401 (its loggers exist before the first snapshot)
+
+    before = _logging_state()
+    with connect(n_workers=1, threads_per_worker=1, memory_limit="1GiB", quiet=True) as client:
+        during = _logging_state()
+        assert client.submit(sum, [1, 2]).result() == 3
+    after = _logging_state()
+    assert {name: after[name] for name in before} == before
+    # the block did filter: the check above could see a change
+    assert during["asyncio"][1] != before["asyncio"][1]
+    with pytest.raises(KeyboardInterrupt):
+        with connect(n_workers=1, threads_per_worker=1, memory_limit="1GiB", quiet=True):
+            raise KeyboardInterrupt
+    after = _logging_state()
+    assert {name: after[name] for name in before} == before
 
 
 def test_local_cluster_size_fills_the_cores():

@@ -788,3 +788,37 @@ def test_an_ingest_to_s3_that_fails_on_a_bad_image_resumes_from_its_stage(s3, tm
     assert written == [2, 3] and not stage.exists()
     reference = ingest_celeba(celeba, tmp_path / "reference.zarr", **kwargs)
     assert _objects(s3, "data/ingest-resume/c.zarr") == _files(reference)
+
+
+DROPPED_SESSION = """
+import gc, json, sys
+import s3fs, zarr
+group = zarr.open_group(sys.argv[1], mode="r", storage_options=json.loads(sys.argv[2]))
+group["images"][:1]
+del group
+s3fs.S3FileSystem._cache.clear()
+gc.collect()
+"""
+
+
+def test_a_transform_of_an_s3_store_ends_without_an_unclosed_session(s3, faces, tmp_path):
+    """The command line's transform of an S3 store to S3 on its own local cluster, run as a
+    program (its workers write to its stderr): no aiohttp "Unclosed client session" when
+    the workers close.  A process that drops a session zarr opened on S3 prints it (this
+    test would see it)."""
+    url, local, z = faces
+    model = tmp_path / "m"
+    dfairpca.FairPCA(3).fit(dfairpca.from_zarr(local, "images").reshape(N, -1),
+                            sensitive_features=z).save(model)
+    done = subprocess.run(
+        [sys.executable, "-m", "dfairpca", "transform", str(model), url, "--out",
+         "s3://data/quiet/rep.zarr", "--storage-options", json.dumps(s3)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Unclosed" not in done.stderr, done.stderr
+    assert dfairpca.io.read_marker("s3://data/quiet/rep.zarr", storage_options=s3)["kind"] == (
+        "transform output")
+    dropped = subprocess.run([sys.executable, "-c", DROPPED_SESSION, url, json.dumps(s3)],
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert dropped.returncode == 0, dropped.stderr
+    assert "Unclosed client session" in dropped.stderr, dropped.stderr
