@@ -137,7 +137,7 @@ def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_it
     return w[::-1][:k], V[:, :k]
 
 
-def standard_scale(n: int, mean: np.ndarray, sq: np.ndarray, exponent: int = 0):
+def standard_scale(n: float, mean: np.ndarray, sq: np.ndarray, exponent: int = 0):
     """(sd, scale) of ``standardize``: per feature the population standard deviation
     (ddof=0, as StandardScaler divides by) in the stored units of the sums of squares ``sq``
     (``true * 4**-exponent``), and in true units (``scale``, 1 where it is 0).

@@ -257,18 +257,21 @@ class ExactTotal(ExactSums):
         cats = [categories_from_json(c) for c in meta_value(meta, "categories", "list")]
         counts = [np.asarray(arrays[f"exact_counts_{j}"]) for j in range(len(cats))]
         out = cls.from_arrays(arrays, meta, cats, counts)
+        if out is None:  # the layout above requires the raw sums
+            raise SavedFileError(f"cannot load {str(path)!r}: it holds no exact sums")
         if out.n < 0 or any((k < 0).any() or int(k.sum()) != out.n for k in counts):
             raise SavedFileError(f"cannot load {str(path)!r}: the group counts of the exact sums "
                                  "do not add up to n; it was edited or not written by dfairpca")
+        assert isinstance(out, cls)  # from_arrays builds its own class
         return out
 
 
-def combine(parts: list) -> RunningTotal:
+def combine(parts: list) -> "RunningTotal | ExactTotal":
     """The running total of the union of ``parts`` (see the module docstring); of exact
     integer sums (``compute_dtype="exact"``) their sum, an :class:`ExactSums`."""
     if isinstance(parts[0], ExactSums):
-        s = merge_exact(parts, in_place=isinstance(parts[0], ExactTotal))
-        return ExactTotal(**{f.name: getattr(s, f.name) for f in fields(ExactSums)})
+        exact = merge_exact(parts, in_place=isinstance(parts[0], ExactTotal))
+        return ExactTotal(**{f.name: getattr(exact, f.name) for f in fields(ExactSums)})
     s = merge_sums(parts, _PANELS, in_place=isinstance(parts[0], RunningTotal))
     return RunningTotal(**{f.name: getattr(s, f.name) for f in fields(Sums)})
 

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _accumulator
-from ._accumulator import RunningTotal
+from ._accumulator import ExactTotal, RunningTotal
 from ..base._system import cpu_count, rows_per_block
 from ..cluster import compute, current_timeout, gather_watched, worker_timeout
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact
@@ -136,7 +136,7 @@ def run_pass(
     row_offset: int = 0,
     n_chains: int | None = None,
     weights=None,
-) -> RunningTotal:
+) -> RunningTotal | ExactTotal:
     """The pass itself: the running total of all rows of X, for a caller that goes on
     adding to it (the checkpointed pass) or finalizes it.
 
@@ -174,10 +174,11 @@ def run_pass(
             starts = tqdm(starts, desc="pass", unit="block")
         for s in starts:
             e = min(n, s + rows)
-            args = (X[s:e],) if weights is None else (X[s:e], weights[s:e])
-            step = _accumulator.chunk if weights is None else _accumulator.weighted_chunk
-            part = step(*args, row_slice(codes, s, e), mask=row_slice(mask, s, e),
-                        row_offset=row_offset + s, **kw)
+            rows_kw = dict(mask=row_slice(mask, s, e), row_offset=row_offset + s, **kw)
+            if weights is None:
+                part = _accumulator.chunk(X[s:e], row_slice(codes, s, e), **rows_kw)
+            else:
+                part = _accumulator.weighted_chunk(X[s:e], weights[s:e], row_slice(codes, s, e), **rows_kw)
             # the running float64 sum is ours: each block is added into it in place
             total = _accumulator.combine([part] if total is None else [total, part])
         if total is None:  # no rows: the sums of an empty chunk

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from . import _accumulator
-from ._accumulator import RunningTotal
+from ._accumulator import ExactTotal, RunningTotal
 from ..cluster import compute, worker_timeout
 from ._engine import row_slice, run_pass, threads
 from ..io._files import open_regular, read_capped
@@ -425,7 +425,7 @@ def _check_same_job(path: Where, saved: dict, now: dict) -> None:
         )
 
 
-def _save(path: Where, total: RunningTotal, fingerprint: dict, segments, done, digests) -> None:
+def _save(path: Where, total: RunningTotal | ExactTotal, fingerprint: dict, segments, done, digests) -> None:
     """Atomically replace the checkpoint with the running total and the progress."""
     progress = {
         "kind": "dfairpca checkpoint",

@@ -48,7 +48,7 @@ def fitted_space(m: Moments, center: bool, standardize: bool):
     return S, scale, e
 
 
-def check_variance(total: float, n: int, mean) -> None:
+def check_variance(total: float, n: float, mean) -> None:
     """Refuse data whose total variance (the trace of the fitted operator) is zero: no
     direction holds any of it, and every explained variance ratio would be 0 / 0.
 
@@ -65,7 +65,7 @@ def check_variance(total: float, n: int, mean) -> None:
     )
 
 
-def standard_components(S: np.ndarray, n: int, k, eigen_solver: str, rows=None) -> np.ndarray:
+def standard_components(S: np.ndarray, n: float, k, eigen_solver: str, rows=None) -> np.ndarray:
     """Components (k, d) of standard PCA of S for ``n_components`` k (int, fraction,
     "mle" or None, scikit-learn's meanings) from n rows (weighted rows: n is their total
     weight and ``rows`` the rows, which bound the rank)."""
@@ -121,7 +121,7 @@ def fraction_to_k(variances, total: float, fraction: float, where: str) -> int:
     return int(np.searchsorted(cumulative, fraction, side="right")) + 1
 
 
-def mle_rank(spectrum, n: int) -> int:
+def mle_rank(spectrum, n: float) -> int:
     """Minka's choice of k ("Automatic choice of dimensionality for PCA", NIPS 2000): the
     rank 1 <= k < d maximising the Laplace approximation of the evidence of the
     probabilistic PCA model with k components, given the d covariance eigenvalues
@@ -137,7 +137,7 @@ def mle_rank(spectrum, n: int) -> int:
     return int(np.argmax(mle_evidence(spectrum, n))) + 1
 
 
-def mle_evidence(spectrum, n: int) -> np.ndarray:
+def mle_evidence(spectrum, n: float) -> np.ndarray:
     """The log evidence :func:`mle_rank` maximises, for k = 1, ..., d - 1 (-inf where a
     k is ruled out)."""
     from scipy.special import gammaln

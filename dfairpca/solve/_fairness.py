@@ -159,7 +159,7 @@ def numeric_constraints(m: Moments, num: np.ndarray, keep: np.ndarray, names) ->
                                    m.scatter_exponent, m.precision, names)
 
 
-def numeric_constraint_rows(C, zz, ff: float, means, n: int, exponent: int, precision: float,
+def numeric_constraint_rows(C, zz, ff: float, means, n: float, exponent: int, precision: float,
                             names) -> np.ndarray:
     """The numeric attributes' constraint rows C (their cross sums with the features, in
     stored units ``true * 4**-exponent``), checked against rounding: ``zz`` are the

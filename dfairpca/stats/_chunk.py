@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from ..base._blas import blas_lock, syrk
-from ._exact import exact_chunk_sums, is_exact
+from ._exact import ExactSums, exact_chunk_sums, is_exact
 from ._sums import MAX_BAD_ROWS_REPORTED, STORED_RANGE_BITS, TRUE_UNITS_BITS, GroupSums, Sums
 from ..base._system import BLOCK_BYTES
 from ..errors import InvalidInputError
@@ -41,7 +41,7 @@ OVERFLOW_MESSAGE = ("X holds values too large for float64 sums (the statistics o
 
 
 def chunk_sums(x, codes, categories: Sequence[np.ndarray], *, mask, row_offset: int, dtype,
-               group_scatter: bool) -> Sums:
+               group_scatter: bool) -> Sums | ExactSums:
     """Sums of one chunk of rows; the arguments are :meth:`dfairpca.Moments.from_chunk`'s,
     all given (their defaults are that method's).  Weighted rows have their own:
     :func:`dfairpca.stats._weighted.weighted_chunk_sums`.
@@ -233,7 +233,7 @@ def _group_means(x, cj, counts, total) -> np.ndarray:
     return out / np.maximum(counts, 1)[:, None]
 
 
-def _offset_is_large(mean, acc, rows: int, e: int) -> bool:
+def _offset_is_large(mean, acc, rows: float, e: int) -> bool:
     """Whether some column's mean is more than ``2**OFFSET_BITS`` of its spread from 0.
 
     Then the float64 sums of the raw values, off by up to ``rows * eps * |mean|``, would

@@ -192,7 +192,7 @@ class ExactSums:
         attrs = []
         for j, (c, k) in enumerate(zip(categories, counts)):
             gg = arrays.get(f"{prefix}group_gram_{j}")
-            grams = None if gg is None else [np.asfortranarray(gg[g], np.int64) if k[g] else None
+            grams: list | None = None if gg is None else [np.asfortranarray(gg[g], np.int64) if k[g] else None
                                               for g in range(len(c))]
             attrs.append(ExactGroups(np.asarray(c), np.asarray(k, np.int64),
                                      np.asarray(arrays[f"{prefix}group_sum_{j}"], np.int64), grams))
@@ -235,7 +235,7 @@ def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = F
         m = len(c)
         counts = np.zeros(m, np.int64)
         sums = np.zeros((m, d), np.int64)
-        grams = [None] * m if group_scatter else None
+        grams: list | None = [None] * m if group_scatter else None
         if r:
             cj = codes[:, j]
             counts = np.bincount(cj, minlength=m).astype(np.int64)
@@ -245,7 +245,7 @@ def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = F
                 sel = cj == g
                 if g != largest:  # the largest group's sums are the rest of the total
                     sums[g] = x[sel].sum(axis=0, dtype=np.int64)
-                if group_scatter:
+                if grams is not None:  # group_scatter
                     grams[g], name = gram(x[sel])
                     names.add(name)
             if largest >= 0:
@@ -291,13 +291,13 @@ def _merged_attribute(parts, j: int, in_place: bool) -> ExactGroups:
     with_grams = all(q.attributes[j].grams is not None for q in parts)
     counts = np.zeros(m, np.int64)
     sums = np.zeros((m, d), np.int64)
-    grams = [None] * m if with_grams else None
+    grams: list | None = [None] * m if with_grams else None
     for i, q in enumerate(parts):
         a = q.attributes[j]
         idx = np.arange(m) if same else np.searchsorted(union, a.categories)
         counts[idx] += a.counts
         sums[idx] += a.sums
-        if with_grams:
+        if grams is not None:  # with_grams
             for g_local, g in enumerate(idx):
                 Gq = a.grams[g_local]
                 if Gq is None:

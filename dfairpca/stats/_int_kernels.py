@@ -151,6 +151,7 @@ def portable_gram(x: np.ndarray) -> np.ndarray:
         if out is not None:
             P += out[:e, s:e]
         if c:
+            assert t is not None  # the column sums, taken above whenever c is
             P += c * (t[:e, None] + t[None, s:e]) + c * c * r
         P[s:e] = np.triu(P[s:e])
         G[:e, s:e] = P

@@ -59,7 +59,7 @@ class GroupSums:
 class Sums:
     """The fields of ``Moments``, with the matrices in whatever form a store holds them."""
 
-    n: int
+    n: int | float  # rows, or their total weight for weighted sums
     mean: np.ndarray
     scatter: Any
     attributes: list = field(default_factory=list)

@@ -163,7 +163,7 @@ class Moments:
         sample_weight : array of shape (r,), optional
             Frequency weights (finite, >= 0): weighted statistics (see :attr:`n`).
         """
-        kw = dict(mask=mask, row_offset=row_offset, dtype=dtype, group_scatter=group_scatter)
+        kw: dict[str, Any] = dict(mask=mask, row_offset=row_offset, dtype=dtype, group_scatter=group_scatter)
         s = (chunk_sums(x, codes, categories, **kw) if sample_weight is None else
              weighted_chunk_sums(x, sample_weight, codes, categories, **kw))
         if isinstance(s, ExactSums):
@@ -340,7 +340,7 @@ def constraint_matrix(attributes: Sequence[AttributeMoments], d: int) -> np.ndar
     return np.concatenate(rows)
 
 
-def deviation_floor(n: int, mean: np.ndarray, sq: np.ndarray, exponent: int,
+def deviation_floor(n: float, mean: np.ndarray, sq: np.ndarray, exponent: int,
                     terms: int | None = None) -> np.ndarray:
     """Per feature: the size below which a group-mean deviation is float64 rounding, from
     the column sums of squares about the mean ``sq`` (stored as ``true * 4**-exponent``).
@@ -356,7 +356,7 @@ def deviation_floor(n: int, mean: np.ndarray, sq: np.ndarray, exponent: int,
     """
     if terms is None:
         n = max(n, 1)
-        terms = n
+        terms = int(n)
     with np.errstate(over="ignore", under="ignore"):
         sd = np.ldexp(np.sqrt(np.maximum(sq, 0.0) / (n if n > 0 else 1)), exponent)  # true = stored * 4**exponent
         rms = np.hypot(np.abs(mean), sd)
