@@ -98,8 +98,9 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
         Returns
         -------
-        ndarray, Dask array or xarray.DataArray of shape (n, n_components_)
-            The projection of X, as :meth:`transform` gives it.
+        ndarray, Dask array or xarray.DataArray of shape (n, k)
+            The projection of X, as :meth:`transform` gives it (k columns: see
+            :meth:`get_feature_names_out`).
         """
         return self.fit(X, y, **fit_params).transform(X)
 

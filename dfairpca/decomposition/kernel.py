@@ -654,8 +654,8 @@ class FairKernelPCA(Estimator):
 
         Returns
         -------
-        ndarray, Dask array or xarray.DataArray of float64, shape (n, n_components_)
-            The representations; lazy for Dask input.
+        ndarray, Dask array or xarray.DataArray of float64, shape (n, k)
+            The representations, ``k = n_components_``; lazy for Dask input.
         """
         self._check_fitted()
         inp = check_input(self, X, reset=False, ids=self.sensitive_feature_ids)
