@@ -88,7 +88,20 @@ class WorkersLost(NoWorkers):
         super().__init__(f"{self.what}; {how}")
 
     def saved(self, checkpoint, progress: str) -> "WorkersLost":
-        """The same loss, saying that ``checkpoint`` holds ``progress``."""
+        """The same loss, saying that ``checkpoint`` holds ``progress``.
+
+        Parameters
+        ----------
+        checkpoint : str or os.PathLike
+            The checkpoint of the interrupted pass, named in the message.
+        progress : str
+            What it holds (e.g. "12 of 40 segments"), said in the message.
+
+        Returns
+        -------
+        WorkersLost
+            A new error with the longer message; raise it ``from`` this one.
+        """
         return WorkersLost(self.seconds, self.address, checkpoint, progress)
 
 
@@ -150,6 +163,12 @@ def connect(
     security : distributed.security.Security, optional
         TLS settings for a ``tls://`` scheduler; default: Dask's configuration
         (``distributed.comm.tls.*``), see ``cluster/tls.md``.
+
+    Yields
+    ------
+    distributed.Client
+        The client, active (Dask computes on it) until the block ends; it is closed then,
+        and a local cluster started for it shut down.
 
     Raises
     ------
@@ -335,6 +354,20 @@ def local_cluster_size(n_workers: int | None = None, threads_per_worker: int | N
     one process's fixed cost (Python and the libraries, about 0.3 GB) while their products
     still run side by side (the BLAS call releases the GIL).  Either number, when given,
     is kept and the other fills the cores.
+
+    Parameters
+    ----------
+    n_workers : int, optional
+        Number of worker processes; default: from the cores.
+    threads_per_worker : int, optional
+        Threads per worker; default: from the cores.
+
+    Returns
+    -------
+    n_workers : int
+        Worker processes.
+    threads_per_worker : int
+        Threads in each.
     """
     cores = cpu_count()
     if threads_per_worker is None:
@@ -348,7 +381,18 @@ def local_cluster_size(n_workers: int | None = None, threads_per_worker: int | N
 
 
 def describe(client) -> str:
-    """One line: scheduler address, number of workers, threads and total memory limit."""
+    """One line: scheduler address, number of workers, threads and total memory limit.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The client whose cluster to describe.
+
+    Returns
+    -------
+    str
+        The description, for a log or the command line's summary.
+    """
     from dask.utils import format_bytes
 
     info = client.scheduler_info(n_workers=-1)
@@ -364,6 +408,18 @@ def scheduler_address_from_file(path, timeout: float = 10) -> str:
 
     The scheduler writes the file in place, so a reader can find it empty or half written:
     unreadable content is read again until the deadline, and only then is an error.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file ``dask scheduler --scheduler-file PATH`` writes.
+    timeout : float
+        Seconds to wait for it to appear and hold an address.
+
+    Returns
+    -------
+    str
+        The scheduler's address, e.g. ``"tcp://10.0.0.5:8786"``.
     """
     path = Path(path)
     deadline = time.monotonic() + timeout
@@ -503,7 +559,13 @@ def _diagnose(exc: BaseException) -> tuple[str, str]:
 
 # ---------------------------------------------------------------------------- shared paths
 def active_client():
-    """The active ``distributed.Client`` (the one Dask computes on), or None."""
+    """The active ``distributed.Client`` (the one Dask computes on), or None.
+
+    Returns
+    -------
+    distributed.Client or None
+        The client, or None when Dask computes without one (its local schedulers).
+    """
     if "distributed" not in sys.modules:  # never imported: no client can be active
         return None
     try:
@@ -523,6 +585,16 @@ def ship(value):
     computed), and the workers fetch it once each.  The result must then be computed while
     that client is open.  Without a client it is one ``dask.delayed`` key of the graph (not
     copied into every chunk's task).
+
+    Parameters
+    ----------
+    value : object
+        What the graph's tasks take as an argument (a numpy matrix).
+
+    Returns
+    -------
+    distributed.Future or dask.delayed.Delayed
+        The scattered value's future under a client, else the delayed value.
     """
     client = active_client()
     if client is None:
@@ -545,6 +617,7 @@ def check_workers_see(client, path, what: str, *, output: bool = False, shown=No
     Parameters
     ----------
     client : distributed.Client or None
+        The workers to ask; None: nothing to check.
     path : str or Path
         Input: a file this process reads (a Zarr array's metadata), which every worker must
         find with the same size and first MiB.  ``output``: a folder this process made
@@ -552,6 +625,9 @@ def check_workers_see(client, path, what: str, *, output: bool = False, shown=No
         removed), whose token every worker must read, and where it must be able to write.
     what : str
         What ``path`` is, for the message ("the input store").
+    output : bool
+        Whether ``path`` is a folder the workers write into (see ``path``) rather than an
+        input they read.
     shown : str or Path, optional
         The path the user gave, named in the message (default ``path``).
     fix : str
@@ -605,7 +681,15 @@ def check_workers_see(client, path, what: str, *, output: bool = False, shown=No
 
 def check_inputs_shared(X, client=None) -> None:
     """:func:`check_workers_see` for every local Zarr array the Dask array X's graph reads
-    (its metadata file), on ``client`` (default: the active one, if any)."""
+    (its metadata file).
+
+    Parameters
+    ----------
+    X : dask.array.Array or any
+        The input; anything but a Dask array reading local Zarr stores is not checked.
+    client : distributed.Client, optional
+        The workers to ask (default: the active client, if any).
+    """
     client = client if client is not None else active_client()
     if client is None:
         return
@@ -625,7 +709,22 @@ def check_inputs_shared(X, client=None) -> None:
 
 def not_here(path, what: str, verb: str = "reads") -> NotShared:
     """The error of a process that does not find ``what`` at ``path`` (a worker reading
-    a store that is not there): names this worker and the fix."""
+    a store that is not there): names this worker and the fix.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Where it looked.
+    what : str
+        What it looked for ("the input store").
+    verb : str
+        What it does with it ("reads", "writes"), for the message.
+
+    Returns
+    -------
+    NotShared
+        The error, to raise.
+    """
     try:
         from distributed import get_worker
 
@@ -695,12 +794,24 @@ _WORKER_TIMEOUT: contextvars.ContextVar = contextvars.ContextVar("dfairpca_worke
 
 def current_timeout() -> float | None:
     """The seconds of the innermost :func:`worker_timeout` block around this call (None:
-    none, wait as Dask does)."""
+    none, wait as Dask does).
+
+    Returns
+    -------
+    float or None
+        The seconds, or None outside any block (or in a ``worker_timeout(None)`` one).
+    """
     return _WORKER_TIMEOUT.get()
 
 
 def check_timeout(timeout) -> None:
-    """Refuse a ``timeout`` that is not None or a number of seconds > 0."""
+    """Refuse a ``timeout`` that is not None or a number of seconds > 0.
+
+    Parameters
+    ----------
+    timeout : float or None
+        The value to check.
+    """
     from .base._params import is_real
 
     if timeout is not None and not (is_real(timeout) and timeout > 0):
@@ -713,7 +824,19 @@ def check_timeout(timeout) -> None:
 @contextlib.contextmanager
 def worker_timeout(timeout):
     """Computations of :func:`compute` inside this block end once the active Client has had
-    no worker for ``timeout`` seconds (None: they wait for new workers, as Dask does)."""
+    no worker for ``timeout`` seconds (None: they wait for new workers, as Dask does).
+
+    Parameters
+    ----------
+    timeout : float or None
+        Seconds without a worker after which a computation ends with
+        :class:`WorkersLost`; checked by :func:`check_timeout`.
+
+    Yields
+    ------
+    None
+        The block runs with the timeout in force; blocks nest, the innermost one counts.
+    """
     check_timeout(timeout)
     token = _WORKER_TIMEOUT.set(None if timeout is None else float(timeout))
     try:
@@ -724,7 +847,18 @@ def worker_timeout(timeout):
 
 def compute(*args) -> tuple:
     """``dask.compute(*args)``, ending as :func:`worker_timeout` says on a Client that has
-    lost every worker."""
+    lost every worker.
+
+    Parameters
+    ----------
+    *args : any
+        Dask collections (and other objects, passed through), as ``dask.compute`` takes.
+
+    Returns
+    -------
+    tuple
+        Their computed values, one per argument.
+    """
     import dask
 
     seconds = _WORKER_TIMEOUT.get()
@@ -749,7 +883,22 @@ def _scheduling_client():
 def gather_watched(client, futures: list, seconds: float) -> list:
     """The results of ``futures`` (other items as they are), looking at the Client's workers
     while they run: with none for ``seconds``, :class:`~dfairpca.cluster.WorkersLost`.
-    The futures are released at the end whatever happens, as ``dask.compute`` does."""
+    The futures are released at the end whatever happens, as ``dask.compute`` does.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The client the futures run on.
+    futures : list
+        Futures, and other items to return as they are.
+    seconds : float
+        How long the Client may be without a worker before this gives up.
+
+    Returns
+    -------
+    list
+        The results, in the order of ``futures``.
+    """
     from distributed import Future, wait
 
     pending = [f for f in futures if isinstance(f, Future)]

@@ -58,8 +58,17 @@ def _dense(a) -> np.ndarray:
 def explained_variance_pct(X: ArrayInput, components: npt.ArrayLike) -> float:
     """Percentage of the (centred) variance of X captured by the rows of ``components``.
 
-    ``components`` is (k, d) with orthonormal rows, e.g. a fitted model's ``components_``.
-    X may be numpy, Dask or Zarr; chunked input is reduced in one pass.
+    Parameters
+    ----------
+    X : array-like of shape (n, d)
+        numpy, Dask or Zarr array; chunked input is reduced in one pass.
+    components : array-like of shape (k, d)
+        Orthonormal rows, e.g. a fitted model's ``components_``.
+
+    Returns
+    -------
+    float
+        The share of the trace of X's scatter matrix that the components span, in percent.
     """
     from .engine._engine import compute_moments
     from .inputs._validation import as_data
@@ -87,8 +96,20 @@ def _sq_dists(A, B):
 def mmd_bandwidth(Y: Representation, max_samples: int | None = 2000, random_state: Seed = 0) -> float:
     """Bandwidth rule of Lee et al. (2022): ``sigma = sqrt(median ||y_i - y_j||^2 / 2)``.
 
-    The median is over the distinct pairs i < j of (a sample of) Y, typically the training
-    data projected by standard PCA.
+    Parameters
+    ----------
+    Y : array-like of shape (n, k)
+        numpy or Dask array, typically the training data projected by standard PCA.
+    max_samples : int or None
+        Rows sampled when Y has more (the median is over the distinct pairs i < j of the
+        sample); None: every row (n^2 / 2 distances).
+    random_state : int or numpy.random.Generator
+        Seed of the sample.
+
+    Returns
+    -------
+    float
+        The bandwidth sigma, for :func:`mmd2`.
     """
     rng = np.random.default_rng(random_state)
     S = _sample_rows(Y, np.ones(Y.shape[0], bool), max_samples, rng)
@@ -103,11 +124,23 @@ def mmd2(Y: Representation, groups: npt.ArrayLike, sigma: float, max_samples: in
 
     Parameters
     ----------
-    Y : (n, k) representation (numpy or Dask)
-    groups : (n,) labels with two or more distinct values; with more than two the largest
-        pairwise MMD² is returned (the worst-treated pair, as ΔDP takes max - min)
-    sigma : Gaussian kernel bandwidth (see :func:`mmd_bandwidth`)
-    max_samples : rows sampled per group when a group is larger (None: use all)
+    Y : array-like of shape (n, k)
+        The representation (numpy or Dask).
+    groups : array-like of shape (n,)
+        Labels with two or more distinct values; with more than two the largest pairwise
+        MMD² is returned (the worst-treated pair, as ΔDP takes max - min).
+    sigma : float
+        Gaussian kernel bandwidth (see :func:`mmd_bandwidth`).
+    max_samples : int or None
+        Rows sampled per group when a group is larger (None: use all).
+    random_state : int or numpy.random.Generator
+        Seed of the samples.
+
+    Returns
+    -------
+    float
+        The squared MMD (0 when the groups' samples have the same distribution under
+        the kernel).
     """
     groups = np.asarray(groups)
     if groups.ndim != 1 or groups.shape[0] != Y.shape[0]:
@@ -137,6 +170,24 @@ def linear_inseparability(Y_train: Representation, g_train: npt.ArrayLike, Y_tes
     """Balanced error of a logistic regression predicting the group (higher is fairer).
 
     With m groups the regression is multinomial and chance level is ``1 - 1/m``.
+
+    Parameters
+    ----------
+    Y_train : array-like of shape (n_train, k)
+        Representation the regression is fitted on (numpy or Dask).
+    g_train : array-like of shape (n_train,)
+        The group of each training row.
+    Y_test : array-like of shape (n_test, k)
+        Representation the regression is scored on.
+    g_test : array-like of shape (n_test,)
+        The group of each test row.
+    C : float
+        Inverse regularisation strength of the logistic regression.
+
+    Returns
+    -------
+    float
+        ``1 - balanced accuracy`` on the test rows.
     """
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import balanced_accuracy_score

@@ -106,7 +106,13 @@ _SPECS = {
 
 
 def data_files() -> tuple[str, ...]:
-    """Every file the loaders read, as paths relative to the ``dfairpca.datasets`` package."""
+    """Every file the loaders read, as paths relative to the ``dfairpca.datasets`` package.
+
+    Returns
+    -------
+    tuple of str
+        The data (.npz) and description (.md) of each data set, and the licence.
+    """
     return (*(spec.stem + ext for spec in _SPECS.values() for ext in (".npz", ".md")), _LICENCE)
 
 

@@ -73,21 +73,60 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
     def get_feature_names_out(self, input_features: npt.ArrayLike | None = None) -> np.ndarray:
         """"<class>0", ... for the components, then "<class>_standard0", ... for the
-        λ-scaled standard ones when ``tradeoff > 0`` (e.g. "fairpca0", "fairpca_standard0")."""
+        λ-scaled standard ones when ``tradeoff > 0`` (e.g. "fairpca0", "fairpca_standard0").
+
+        Parameters
+        ----------
+        input_features : array-like of str, optional
+            Checked against ``feature_names_in_`` as in scikit-learn; the output names do
+            not depend on it.
+
+        Returns
+        -------
+        ndarray of str
+            One name per column of :meth:`transform`'s output.
+        """
         return fair_feature_names(self, super().get_feature_names_out(input_features))
 
     def fit_transform(self, X: ArrayInput, y: Any = None, **fit_params: Any) -> ArrayOutput:
-        """``fit(X, y, **fit_params).transform(X)``: two passes over X; the keywords of
-        ``fit`` (``sensitive_features=``, ``checkpoint=``) go to it."""
+        """``fit(X, y, **fit_params).transform(X)``: two passes over X.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d) or (n, h, w)
+            The data, as ``fit`` takes it.
+        y : array-like of shape (n,), optional
+            As ``fit`` takes it.
+        **fit_params
+            The keywords of ``fit`` (``sensitive_features=``, ``checkpoint=``), passed to it.
+
+        Returns
+        -------
+        ndarray, Dask array or xarray.DataArray of shape (n, k)
+            The projection of X, as :meth:`transform` gives it (k columns: see
+            :meth:`get_feature_names_out`).
+        """
         return self.fit(X, y, **fit_params).transform(X)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: PathInput, *, overwrite: bool = False) -> Path:
         """Save the fitted model to directory ``path`` (arrays in .npz, metadata in JSON).
 
-        Loaded back by :func:`dfairpca.load`.  Never pickles.  ``path`` must not exist or
-        be an empty directory; ``overwrite=True`` replaces a model saved by dfairpca
-        there, atomically, and nothing else (see :func:`dfairpca.io.writes.atomic_directory`).
+        Loaded back by :func:`dfairpca.load`.  Never pickles.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The directory (local, or a URL such as ``s3://bucket/key``); it must not exist
+            or be an empty directory, unless ``overwrite``.
+        overwrite : bool
+            Replace a model saved by dfairpca there, atomically, and nothing else (see
+            :func:`dfairpca.io.writes.atomic_directory`).
+
+        Returns
+        -------
+        pathlib.Path or str
+            The directory written: a Path for a local one, the URL as given for a remote one.
         """
         return self._write(path, overwrite)
 

@@ -363,6 +363,18 @@ class LinearDecomposition(Estimator):
         Rows holding NaN or infinity raise ``ValueError`` naming them: at once for numpy
         input, when the chunk is computed for Dask input (integer input is not checked:
         it cannot hold either).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d) or (n, h, w)
+            numpy, pandas, xarray, Dask or Zarr array (or a path to a Zarr array), with all
+            ``n_features_in_`` columns.
+
+        Returns
+        -------
+        ndarray, Dask array or xarray.DataArray of shape (n, n_features_out)
+            The representations: ``n_components_`` columns, then the λ-scaled standard
+            components when ``tradeoff > 0`` (:meth:`get_feature_names_out`).
         """
         self._check_fitted()
         inp = self._input(X, reset=False)
@@ -391,9 +403,17 @@ class LinearDecomposition(Estimator):
         ``Y[:, :k] @ components_ * scale_ + mean_`` (times ``sqrt(explained_variance_)``
         first when ``whiten``).
 
-        With ``tradeoff > 0`` only the first k (fair) columns are used.  The result has the
-        columns of ``components_``: the columns named by ``sensitive_feature_ids`` are not
-        reconstructed.
+        Parameters
+        ----------
+        Y : ndarray, Dask array or xarray.DataArray of shape (n, k) or (n, n_features_out)
+            Representations, as :meth:`transform` gives them.  With ``tradeoff > 0`` only
+            the first k (fair) columns are used.
+
+        Returns
+        -------
+        ndarray or Dask array of shape (n, d)
+            The reconstruction, with the columns of ``components_``: the columns named by
+            ``sensitive_feature_ids`` are not reconstructed.  Lazy for Dask input.
         """
         self._check_fitted()
         import dask.array as da
@@ -424,8 +444,12 @@ class LinearDecomposition(Estimator):
         """Covariance of the features under the probabilistic PCA model (Tipping & Bishop
         1999): ``components_.T @ diag(explained_variance_ - noise_variance_) @ components_
         + noise_variance_ * I``, scikit-learn's formula (also under ``whiten``), in the
-        units of X (rescaled by ``scale_`` when ``standardize``).  Shape (d, d) over the
-        columns of ``components_``.
+        units of X (rescaled by ``scale_`` when ``standardize``).
+
+        Returns
+        -------
+        ndarray of float64, shape (d, d)
+            The covariance, over the columns of ``components_``.
         """
         self._check_fitted()
         U, ev, noise = self._model()
@@ -438,7 +462,13 @@ class LinearDecomposition(Estimator):
         scikit-learn (a k x k inverse).  Components whose variance is not above
         ``noise_variance_`` add nothing to the model (scikit-learn's formula gives them
         weight 0 too) and are left out of the lemma, where they would divide by 0: a fair
-        component may hold less variance than the mean of the directions it leaves."""
+        component may hold less variance than the mean of the directions it leaves.
+
+        Returns
+        -------
+        ndarray of float64, shape (d, d)
+            The precision matrix, over the columns of ``components_``.
+        """
         self._check_fitted()
         import scipy.linalg
 
@@ -468,7 +498,18 @@ class LinearDecomposition(Estimator):
     def score_samples(self, X: ArrayInput) -> ArrayOutput:
         """Log-likelihood of every row of X under the probabilistic PCA model (Bishop,
         *Pattern Recognition and Machine Learning*, 12.2.1), as scikit-learn's
-        ``PCA.score_samples``, of the non-sensitive columns; lazy for Dask input."""
+        ``PCA.score_samples``, of the non-sensitive columns.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d) or (n, h, w)
+            The data, as :meth:`transform` takes it.
+
+        Returns
+        -------
+        ndarray or Dask array of float64, shape (n,)
+            The log-likelihood of each row; lazy for Dask input.
+        """
         self._check_fitted()
         inp = self._input(X, reset=False)
         self._check_layout(inp)
@@ -488,7 +529,20 @@ class LinearDecomposition(Estimator):
         return _loglik_block(inp.data, *args)
 
     def score(self, X: ArrayInput, y: object = None) -> float:
-        """Mean log-likelihood of the rows of X (:meth:`score_samples`); y is ignored."""
+        """Mean log-likelihood of the rows of X (:meth:`score_samples`).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d) or (n, h, w)
+            The data, as :meth:`transform` takes it.
+        y : None
+            Ignored; present for the scikit-learn API.
+
+        Returns
+        -------
+        float
+            The mean of :meth:`score_samples` over the rows.
+        """
         ll = self.score_samples(X)
         return float(ll.mean().compute() if hasattr(ll, "compute") else np.mean(ll))
 
@@ -496,11 +550,24 @@ class LinearDecomposition(Estimator):
     def save(self, path: PathInput, *, statistics: bool = False, overwrite: bool = False) -> Path:
         """Save the fitted model to directory ``path`` (arrays in .npz, metadata in JSON).
 
-        ``statistics=True`` also saves :attr:`statistics_` (d x d float64, 330 MB at
-        d = 6400) so that ``partial_fit`` can continue after :func:`load`.  Never pickles.
-        ``path`` must not exist or be an empty directory; ``overwrite=True`` replaces a
-        model saved by dfairpca there, atomically, and nothing else (see
-        :func:`dfairpca.io.writes.atomic_directory`).
+        Loaded back by :func:`dfairpca.load`.  Never pickles.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The directory (local, or a URL such as ``s3://bucket/key``); it must not exist
+            or be an empty directory, unless ``overwrite``.
+        statistics : bool
+            Also save :attr:`statistics_` (d x d float64, 330 MB at d = 6400) so that
+            ``partial_fit`` can continue after :func:`load`.
+        overwrite : bool
+            Replace a model saved by dfairpca there, atomically, and nothing else (see
+            :func:`dfairpca.io.writes.atomic_directory`).
+
+        Returns
+        -------
+        pathlib.Path or str
+            The directory written: a Path for a local one, the URL as given for a remote one.
         """
         if statistics and not isinstance(self.statistics_, Moments):
             raise InvalidInputError("this model was fitted by randomized passes, which keep first-order "

@@ -183,27 +183,41 @@ class PCA(LinearDecomposition):
     def fit(self, X: ArrayInput, y: object = None, *, sample_weight: ArrayInput | None = None,
             checkpoint: PathInput | None = None,
             keep_checkpoint: bool = False, timeout: float | None = None) -> Self:
-        """Fit on X (numpy, pandas, xarray, Dask or Zarr; (n, d) or (n, h, w)) in one pass.
+        """Fit on X in one pass.
 
-        ``sample_weight``: (n,) frequency weights of the rows (numpy, pandas, Dask or Zarr;
-        finite, >= 0, not all 0): a row of weight w counts as w copies of itself, so integer
-        weights equal repeated rows and weight 0 a dropped row.  The mean, covariance
-        (denominator ``sum(w) - 1``) and every fitted attribute are the weighted ones;
-        ``n_samples_seen_`` counts the rows of positive weight, ``sample_weight_sum_`` is
-        the total weight.  The exact solve only (``svd_solver="randomized"`` is refused).
+        Parameters
+        ----------
+        X : array-like of shape (n, d) or (n, h, w)
+            numpy, pandas, xarray, Dask or Zarr array (or a path to a Zarr array).
+        y : None
+            Ignored; present for the scikit-learn API.
+        sample_weight : array-like of shape (n,), optional
+            Frequency weights of the rows (numpy, pandas, Dask or Zarr; finite, >= 0, not
+            all 0): a row of weight w counts as w copies of itself, so integer weights
+            equal repeated rows and weight 0 a dropped row.  The mean, covariance
+            (denominator ``sum(w) - 1``) and every fitted attribute are the weighted ones;
+            ``n_samples_seen_`` counts the rows of positive weight, ``sample_weight_sum_``
+            is the total weight.  The exact solve only (``svd_solver="randomized"`` is
+            refused).
+        checkpoint : str or os.PathLike, optional
+            A directory where the pass saves its running statistics after every segment of
+            chunks (a randomized fit: its state after every pass); a fit interrupted
+            (Ctrl-C raises :class:`~dfairpca.engine.checkpoint.PassInterrupted`) and run
+            again with the same checkpoint skips the finished segments, after checking that
+            their rows are the ones it folded (see :mod:`dfairpca.engine.checkpoint`; other
+            data is refused with :class:`~dfairpca.engine.checkpoint.CheckpointMismatch`).
+        keep_checkpoint : bool, default False
+            Keep the checkpoint after a successful fit; by default it is deleted then.
+        timeout : float, optional
+            Seconds the fit waits once every worker of the active Client has left (new
+            workers that join within it take over); then it stops with
+            :class:`~dfairpca.cluster.WorkersLost`, which says what ``checkpoint`` holds.
+            Default None: it waits for new workers as long as it takes.
 
-        ``checkpoint``: a directory where the pass saves its running statistics after every
-        segment of chunks (a randomized fit: its state after every pass); a fit
-        interrupted (Ctrl-C raises :class:`~dfairpca.engine.checkpoint.PassInterrupted`) and run
-        again with the same checkpoint skips the finished segments, after checking that
-        their rows are the ones it folded (see :mod:`dfairpca.engine.checkpoint`; other data is refused with
-        :class:`~dfairpca.engine.checkpoint.CheckpointMismatch`).  ``keep_checkpoint``: keep the
-        checkpoint after a successful fit; by default it is deleted then.
-
-        ``timeout``: seconds the fit waits once every worker of the active Client has left
-        (new workers that join within it take over); then it stops with
-        :class:`~dfairpca.cluster.WorkersLost`, which says what ``checkpoint`` holds.
-        Default None: it waits for new workers as long as it takes.
+        Returns
+        -------
+        self : PCA
+            The fitted estimator.
         """
         self._check_params()
         with worker_timeout(timeout):
@@ -223,6 +237,15 @@ class PCA(LinearDecomposition):
         """Raise the error ``fit(X, y)`` would raise for the parameters and X's shape.
 
         Reads no data: the command line calls it before it connects to a cluster.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d) or (n, h, w)
+            The data ``fit`` would be given.
+        y : None
+            Ignored; present for the scikit-learn API.
+        sample_weight : array-like of shape (n,), optional
+            The weights ``fit`` would be given (checked: finite, >= 0, not all 0).
         """
         self._check_params()
         inp = self._input(X, reset=None, min_samples=2)
@@ -236,8 +259,20 @@ class PCA(LinearDecomposition):
 
         Until ``n_components`` rows have been seen only the statistics are kept.  Always
         the exact solve (it adds to the d x d statistics); not after a randomized fit.
-        ``sample_weight`` as in :meth:`fit` (calls with and without weights mix: no
-        weights is weight 1).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d) or (n, h, w)
+            More rows, with the features of the earlier calls.
+        y : None
+            Ignored; present for the scikit-learn API.
+        sample_weight : array-like of shape (n,), optional
+            As in :meth:`fit` (calls with and without weights mix: no weights is weight 1).
+
+        Returns
+        -------
+        self : PCA
+            The fitted estimator.
         """
         self._check_params()
         self._check_partial()
@@ -254,7 +289,19 @@ class PCA(LinearDecomposition):
         return self.fit_statistics(m)
 
     def fit_statistics(self, statistics: Moments) -> Self:
-        """Solve from precomputed (e.g. merged or loaded) statistics."""
+        """Solve from precomputed (e.g. merged or loaded) statistics.
+
+        Parameters
+        ----------
+        statistics : Moments
+            Statistics of the rows to fit (:func:`dfairpca.compute_moments`,
+            :func:`dfairpca.merge`, :meth:`Moments.load`).
+
+        Returns
+        -------
+        self : PCA
+            The fitted estimator.
+        """
         self._check_params()
         self._check_k(statistics.n_features, statistics.n_effective)
         S, scale, e = fitted_space(statistics, self.center, self.standardize)
@@ -489,6 +536,11 @@ class FairPCA(LinearDecomposition):
             Keep ``checkpoint`` after a successful fit (by default it is deleted).
         timeout : float, optional
             Seconds to wait once every worker has left, as in :meth:`PCA.fit`.
+
+        Returns
+        -------
+        self : FairPCA
+            The fitted estimator.
         """
         with worker_timeout(timeout):
             Xa, g, mask, numeric, w = self._prepare(X, sensitive_features, y, partial=False,
@@ -545,6 +597,17 @@ class FairPCA(LinearDecomposition):
 
         Reads no data of X (only the row counts of a Dask array of unknown chunk sizes):
         the command line calls it before it connects to a cluster.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d) or (n, h, w)
+            The data ``fit`` would be given.
+        y : array-like of shape (n,), optional
+            The task label ``fit`` would be given (``constraint="equal_opportunity"``).
+        sensitive_features : array-like, list of arrays or DataFrame, optional
+            The protected attribute(s) ``fit`` would be given.
+        sample_weight : array-like of shape (n,), optional
+            The weights ``fit`` would be given.
         """
         Xa, g, _, _, w = self._prepare(X, sensitive_features, y, partial=False, reset=None,
                                        sample_weight=sample_weight)
@@ -556,7 +619,23 @@ class FairPCA(LinearDecomposition):
         """Add the rows of X and refit; a sequence of calls equals one fit on the union.
 
         Always the exact solve (it adds to the d x d statistics); not after a randomized fit.
-        ``sample_weight`` as in :meth:`fit` (a call without weights: weights of 1).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d) or (n, h, w)
+            More rows, with the features (and sensitive columns) of the earlier calls.
+        y : array-like of shape (n,), optional
+            Binary task label, as in :meth:`fit`.
+        sensitive_features : array-like, list of arrays or DataFrame, optional
+            The rows' protected attribute(s), as in :meth:`fit`; the same attributes in
+            every call (a call may see only some of the groups).
+        sample_weight : array-like of shape (n,), optional
+            As in :meth:`fit` (a call without weights: weights of 1).
+
+        Returns
+        -------
+        self : FairPCA
+            The fitted estimator.
         """
         self._check_partial()
         first = not hasattr(self, "statistics_")
@@ -595,14 +674,28 @@ class FairPCA(LinearDecomposition):
                        numeric_columns: npt.ArrayLike | None = None) -> Self:
         """Solve fair PCA from precomputed (merged, loaded) statistics, and certify it.
 
-        The statistics' columns are the features, except the numeric protected attributes
-        ``numeric_columns`` (default: the ``numeric_sensitive_columns_`` that ``fit`` set;
-        none for statistics computed elsewhere, which then need group labels).
-        ``attribute_names`` name the attributes, labelled ones first, in errors and in
-        ``attribute_names_`` (default: those ``fit`` found, else "attribute 0", ...).
         After the solve, the share of every constraint vector that the components keep is
         measured in float64 (``fairness_violation_``); a fit above
         :data:`~dfairpca.base._solvers.FAIRNESS_TOLERANCE` raises ``ValueError``.
+
+        Parameters
+        ----------
+        statistics : Moments
+            Statistics of the rows to fit, with the groups of every labelled attribute.
+            Their columns are the features, except the numeric protected attributes
+            ``numeric_columns``.
+        attribute_names : list of str, optional
+            Names of the attributes, labelled ones first, used in errors and in
+            ``attribute_names_`` (default: those ``fit`` found, else "attribute 0", ...).
+        numeric_columns : sequence of int, optional
+            Columns of the statistics that are numeric protected attributes (default: the
+            ``numeric_sensitive_columns_`` that ``fit`` set; none for statistics computed
+            elsewhere, which then need group labels).
+
+        Returns
+        -------
+        self : FairPCA
+            The fitted estimator.
         """
         self._check_params()
         m = statistics

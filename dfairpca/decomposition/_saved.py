@@ -40,7 +40,20 @@ def load(path: PathInput, *, storage_options: dict | None = None) -> BaseEstimat
     their values (finite, orthonormal components).  A truncated, edited or inconsistent
     model, or one holding a link, a named pipe or a device where dfairpca wrote a file or a
     folder, raises :class:`dfairpca.io.SavedFileError` naming the file and what is wrong.
-    A URL (with ``storage_options``) or an fsspec mapper is read through a local copy.
+
+    Parameters
+    ----------
+    path : str, os.PathLike or fsspec mapper
+        The directory ``save`` wrote; a URL (with ``storage_options``) or an fsspec mapper
+        is read through a local copy.
+    storage_options : dict, optional
+        fsspec options of a URL (credentials, endpoint).
+
+    Returns
+    -------
+    PCA, FairPCA or FairKernelPCA
+        The fitted estimator, of the class that was saved, with its statistics where they
+        were saved with it.
     """
     from ..io._files import check_folder
     from ..io._remote import is_remote, local_copy, location

@@ -605,8 +605,20 @@ class FairKernelPCA(Estimator):
         """Save the fitted model to directory ``path`` (.npz + JSON, written atomically).
 
         Loaded back by :func:`dfairpca.load`.  Never pickles, so a callable ``kernel``
-        cannot be saved (refit after loading, or use a named kernel).  ``overwrite=True``
-        replaces a model saved by dfairpca at ``path`` and nothing else.
+        cannot be saved (refit after loading, or use a named kernel).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The directory (local, or a URL such as ``s3://bucket/key``); it must not exist
+            or be an empty directory, unless ``overwrite``.
+        overwrite : bool
+            Replace a model saved by dfairpca at ``path``, and nothing else.
+
+        Returns
+        -------
+        pathlib.Path or str
+            The directory written: a Path for a local one, the URL as given for a remote one.
         """
         return self._write(path, overwrite)
 
@@ -645,6 +657,16 @@ class FairKernelPCA(Estimator):
         a DataArray in, a DataArray out (rows and a "component" dimension).  float64.  X
         has all ``n_features_in_`` columns; those named by ``sensitive_feature_ids`` are
         left out of the kernel.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+            numpy, pandas, xarray, Dask or Zarr array (or a path to a Zarr array).
+
+        Returns
+        -------
+        ndarray, Dask array or xarray.DataArray of float64, shape (n, k)
+            The representations, ``k = n_components_``; lazy for Dask input.
         """
         self._check_fitted()
         inp = check_input(self, X, reset=False, ids=self.sensitive_feature_ids)

@@ -129,7 +129,18 @@ def from_zarr(store: PathInput | zarr.Array | zarr.Group, component: str | None 
 
 
 def local_zarr_roots(X: dask.array.Array) -> list[Path]:
-    """Root folders of the local Zarr stores a Dask array's graph reads (to protect them)."""
+    """Root folders of the local Zarr stores a Dask array's graph reads (to protect them).
+
+    Parameters
+    ----------
+    X : dask.array.Array or any
+        The input; anything else reads no store.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The folders, each once; empty for remote stores and in-memory data.
+    """
     return [root for root in zarr_roots(X) if isinstance(root, Path)]
 
 
@@ -294,7 +305,21 @@ def _metadata_along(root, key: str) -> bool:
 
 def strict_array(array: zarr.Array, *, fill: bool = False) -> zarr.Array:
     """``array`` reopened on a store that refuses absent chunks (see :func:`from_zarr`);
-    with ``fill``, one that reads them as fill values but refuses a store not there."""
+    with ``fill``, one that reads them as fill values but refuses a store not there.
+
+    Parameters
+    ----------
+    array : zarr.Array
+        An array opened for reading.
+    fill : bool
+        Read absent chunks as fill values (a sparse store written that way) instead of
+        refusing them.
+
+    Returns
+    -------
+    zarr.Array
+        The same array, read only, on the strict store.
+    """
     import zarr
 
     cls = _strict_store_class()
@@ -308,7 +333,18 @@ def strict_array(array: zarr.Array, *, fill: bool = False) -> zarr.Array:
 
 def strict_group(group: zarr.Group) -> zarr.Group:
     """``group`` reopened so that every array read from it refuses absent chunks (and a
-    local store not there, see :func:`strict_array`)."""
+    local store not there, see :func:`strict_array`).
+
+    Parameters
+    ----------
+    group : zarr.Group
+        A group opened for reading.
+
+    Returns
+    -------
+    zarr.Group
+        The same group, read only, on the strict store.
+    """
     import zarr
 
     cls = _strict_store_class()
@@ -323,6 +359,22 @@ def read_checked(array: zarr.Array, selection: Any, asarray: bool = True, lock: 
     An absent chunk (on a strict store) raises :class:`MissingChunkError`, an unreadable
     one :class:`CorruptChunkError`, a local store not there (where a Dask worker reads it)
     :class:`dfairpca.cluster.NotShared`: one line each instead of a codec traceback.
+
+    Parameters
+    ----------
+    array : zarr.Array
+        The array a Dask task reads.
+    selection : tuple of slice
+        The chunk's region.
+    asarray : bool
+        Convert the result to a numpy array, as dask's getter does.
+    lock : lock, optional
+        Held during the read, as dask's getter takes it.
+
+    Returns
+    -------
+    ndarray
+        The region's values.
     """
     from dask.array.core import getter
 
@@ -481,13 +533,22 @@ def _absent_chunks(array) -> list:
 
 def check_written(group: zarr.Group, shown: object, fix: str | None = None) -> None:
     """Raise :class:`dfairpca.cluster.NotShared` unless every array of the Zarr ``group``
-    holds all its chunks, as this process sees the store; ``shown`` names it, ``fix`` is
-    what to do (default :data:`dfairpca.cluster.SHARE_FIX`).
+    holds all its chunks, as this process sees the store.
 
     What this process checks after Dask workers wrote a store, before calling it written:
     a worker that does not share this machine's files writes its chunks on its own disk,
     and the store here would hold metadata only, read as fill values.  One listing of
     the store; nothing for a store that cannot list.
+
+    Parameters
+    ----------
+    group : zarr.Group
+        The store just written.
+    shown : str or os.PathLike
+        The path the user gave, named in the message.
+    fix : str, optional
+        What to do about it, said at the end of the message (default
+        :data:`dfairpca.cluster.SHARE_FIX`).
     """
     import warnings
 
@@ -515,8 +576,27 @@ def check_written(group: zarr.Group, shown: object, fix: str | None = None) -> N
 
 def save_arrays(path: PathInput, arrays: dict, meta: dict, overwrite: bool = False, *,
                 storage_options: dict | None = None) -> PathInput:
-    """Write ``arrays`` (.npz) and ``meta`` (JSON, with ``meta["kind"]``) to directory
-    ``path`` (or a URL) with :func:`atomic_directory`."""
+    """Write ``arrays`` (.npz) and ``meta`` (JSON) to a directory with :func:`atomic_directory`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The directory, or a URL.
+    arrays : dict of str to array-like
+        Saved in ``arrays.npz``, without pickle.
+    meta : dict
+        Saved in ``meta.json``; ``meta["kind"]`` says what the directory holds (the
+        ``kind`` :func:`load_arrays` checks).
+    overwrite : bool
+        Replace a directory of the same kind written by dfairpca, and nothing else.
+    storage_options : dict, optional
+        fsspec options of a URL.
+
+    Returns
+    -------
+    pathlib.Path or str
+        The directory written: a Path for a local one, the URL as given for a remote one.
+    """
     path = path if is_remote(path) else Path(path)
     with atomic_directory(path, meta["kind"], overwrite=overwrite,
                           storage_options=storage_options) as tmp:
@@ -547,6 +627,15 @@ def load_arrays(path: PathInput, kind: str | None = None, layout: Callable[[dict
         have; a name whose kinds start with ``"?"`` may be absent.  Arrays it does not
         name may be no larger than the largest it names.  Float arrays it names must be
         finite.
+    storage_options : dict, optional
+        fsspec options of a URL.
+
+    Returns
+    -------
+    arrays : dict of str to ndarray
+        The arrays of ``arrays.npz``.
+    meta : dict
+        The content of ``meta.json``.
 
     Raises
     ------

@@ -59,7 +59,20 @@ class OutputPathError(DfairpcaError, FileExistsError):
 def marker(kind: str, files=None) -> dict:
     """The content of dfairpca's marker for an object of ``kind`` ("model", "checkpoint", ...),
     with every file it wrote (``files``: paths relative to it, "/"-separated; what a replace
-    may delete, and nothing else) and their top-level ``entries`` (for older readers)."""
+    may delete, and nothing else) and their top-level ``entries`` (for older readers).
+
+    Parameters
+    ----------
+    kind : str
+        What the object is.
+    files : iterable of str, optional
+        Every file dfairpca wrote there, relative to it and "/"-separated.
+
+    Returns
+    -------
+    dict
+        ``written_by``, ``kind``, ``version`` and, with ``files``, ``entries`` and ``files``.
+    """
     from ..base._version import __version__
 
     found = {"written_by": "dfairpca", "kind": kind, "version": __version__}
@@ -277,7 +290,20 @@ def kept(name: str, foreign) -> bool:
 def marker_attributes(kind: str, layout: dict[str, ZarrNode] | None = None) -> dict:
     """Zarr group attributes that mark a store as written by dfairpca (see :data:`MARKER`);
     given the finished store's ``layout``, they record its members and their attributes
-    (:func:`zarr_contents`): a member or attribute added later is a user's."""
+    (:func:`zarr_contents`): a member or attribute added later is a user's.
+
+    Parameters
+    ----------
+    kind : str
+        What the store is.
+    layout : dict of str to ZarrNode, optional
+        The finished store's members, by path.
+
+    Returns
+    -------
+    dict
+        ``{MARKER_KEY: marker}``, to set on the store's root group.
+    """
     if layout is None:
         return {MARKER_KEY: marker(kind)}
     return {MARKER_KEY: {**marker(kind), "members": zarr_contents(layout)}}

@@ -125,6 +125,18 @@ class Location:
         return Location(self.fs, self.path.rstrip("/").rpartition("/")[0], self.options)
 
     def child(self, name: str) -> "Location":
+        """The location of ``name`` inside this prefix.
+
+        Parameters
+        ----------
+        name : str
+            A relative path ("/"-separated).
+
+        Returns
+        -------
+        Location
+            ``path/name`` on the same file system, with the same options.
+        """
         return Location(self.fs, f"{self.path}/{name}", self.options)
 
     def __str__(self) -> str:

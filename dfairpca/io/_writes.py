@@ -47,7 +47,17 @@ def write_marker(directory, kind: str, *, storage_options: dict | None = None) -
     """Mark ``directory`` as dfairpca's: the attribute of a Zarr group (recording the
     members and attributes it holds now, :func:`dfairpca.io._marker.zarr_contents`), else
     the file (listing the files it holds now).  Call it when dfairpca has finished writing
-    it: what is added afterwards is a user's."""
+    it: what is added afterwards is a user's.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The directory or Zarr store (a URL for a remote one).
+    kind : str
+        What it holds ("model", "checkpoint", "store", ...), checked before a replace.
+    storage_options : dict, optional
+        fsspec options of a URL ``path``.
+    """
     if is_remote(directory):
         return _remote.write_marker(_remote.location(directory, storage_options), kind)
     directory = Path(directory)
@@ -80,6 +90,20 @@ def foreign_entries(path, found: dict, *, storage_options: dict | None = None) -
     metadata that holds an attribute it did not write (:func:`dfairpca.io._marker.zarr_foreign`);
     in a directory the files its marker does not list
     (:func:`dfairpca.io._marker.foreign_files`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        dfairpca's directory or Zarr store (a URL for a remote one).
+    found : dict
+        Its marker (:func:`read_marker`).
+    storage_options : dict, optional
+        fsspec options of a URL ``path``.
+
+    Returns
+    -------
+    list of str
+        The entries, as paths relative to ``path``; empty when it holds only dfairpca's.
     """
     return _foreign(path, found, storage_options=storage_options)[0]
 
@@ -96,7 +120,20 @@ def _foreign(path, found: dict, *, storage_options: dict | None = None) -> tuple
 
 
 def read_marker(path, *, storage_options: dict | None = None) -> dict | None:
-    """dfairpca's marker of ``path`` (a directory, a Zarr store or a PNG), or None if unmarked."""
+    """dfairpca's marker of ``path`` (a directory, a Zarr store or a PNG), or None if unmarked.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The object to look at (a URL for a remote one).
+    storage_options : dict, optional
+        fsspec options of a URL ``path``.
+
+    Returns
+    -------
+    dict or None
+        The marker (``written_by``, ``kind``, ``version``, what it wrote), or None.
+    """
     if is_remote(path):
         return _remote.read_marker(_remote.location(path, storage_options))
     path = Path(path)
@@ -139,6 +176,21 @@ def check_target(path, kind: str, *, overwrite: bool = False, protect: Protected
     writes).  The closest existing folder must be writable (:class:`PermissionError`
     otherwise; ``probe=False`` skips that check for a caller that creates a sibling right
     away).  Leftovers of an earlier crash are recovered first (:func:`recover`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Where the output goes (a URL for a remote one).
+    kind : str
+        What is written ("model", "checkpoint", "store", ...).
+    overwrite : bool
+        Allow replacing dfairpca's own output of the same ``kind``.
+    protect : dict or sequence of (str, path) pairs, optional
+        Paths the output must not be, contain or be inside, by what they are.
+    probe : bool
+        Check that the closest existing folder is writable.
+    storage_options : dict, optional
+        fsspec options of a URL ``path``.
     """
     if is_remote(path):
         return _remote.check_target(_remote.location(path, storage_options), kind,
@@ -197,6 +249,26 @@ def atomic_directory(path, kind: str, *, overwrite: bool = False, protect: Prote
     For a URL (see :mod:`dfairpca.io._remote`) the block gets, with ``direct``, the URL of the
     temporary prefix (a Zarr store that workers write there); otherwise a local folder
     that is uploaded when the block ends (models, statistics, checkpoints: small files).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The directory to write (a URL for a remote one).
+    kind : str
+        What it holds ("model", "checkpoint", "store", ...), recorded in the marker.
+    overwrite : bool
+        Replace dfairpca's own output of the same ``kind`` at ``path``.
+    protect : dict or sequence of (str, path) pairs, optional
+        Paths the output must not be, contain or be inside (see :func:`check_target`).
+    storage_options : dict, optional
+        fsspec options of a URL ``path``.
+    direct : bool
+        For a URL: yield the URL of the temporary prefix rather than a local folder.
+
+    Yields
+    ------
+    pathlib.Path or str
+        The temporary directory to write into (a URL with ``direct``).
     """
     if is_remote(path):
         loc = _remote.location(path, storage_options)
@@ -236,7 +308,24 @@ def move_into_place(src, path, kind: str, *, overwrite: bool = False,
     """Rename the finished, marked directory ``src`` to ``path`` (steps 1, 3 of
     :func:`atomic_directory`), replacing only dfairpca's own ``kind`` there.
 
-    For a URL ``path``, ``src`` is a URL on the same storage, or a local folder (uploaded).
+    Parameters
+    ----------
+    src : str or os.PathLike
+        The finished directory, marked.  For a URL ``path``, a URL on the same storage or
+        a local folder (uploaded).
+    path : str or os.PathLike
+        Where it goes.
+    kind : str
+        What it holds; only dfairpca's output of this kind is replaced.
+    overwrite : bool
+        Allow replacing what is at ``path``.
+    storage_options : dict, optional
+        fsspec options of a URL ``path``.
+
+    Returns
+    -------
+    pathlib.Path or str
+        ``path``.
     """
     if is_remote(path):
         loc = _remote.location(path, storage_options)
@@ -295,6 +384,20 @@ def exclusive(lock: Path, what: str, why: str = "two writers would mix their dat
     done; a file of that name with anything else (a user's) is locked, never changed or
     removed.  A process that opened the file just before its holder removed it finds, once
     it holds it, that the path no longer names it, and tries again.
+
+    Parameters
+    ----------
+    lock : pathlib.Path
+        The lock file.
+    what : str
+        What the holder writes, named in the error.
+    why : str
+        Why a second writer is refused, said in the error.
+
+    Yields
+    ------
+    None
+        The block runs holding the lock.
     """
     import fcntl
 
@@ -409,6 +512,28 @@ def staged_locally(path, kind: str, *, overwrite: bool = False, storage_options:
     Another call, or ``overwrite``, discards it first; a successful upload deletes it.  The
     stage carries dfairpca's marker and names the URL it stages: anything else there is
     refused, never deleted.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The output (a URL for a remote one).
+    kind : str
+        What it holds ("store", "model", ...).
+    overwrite : bool
+        Replace dfairpca's own output of the same ``kind``; discards a stage too.
+    storage_options : dict, optional
+        fsspec options of a URL ``path``.
+    key : dict, optional
+        What determines the output (JSON); given, the stage survives a failure and is
+        resumed by a call with an equal ``key``.
+    stage_dir : str or os.PathLike, optional
+        The local folder stages go in (default: ``$DFAIRPCA_STAGE_DIR``, else the user's
+        cache folder's ``dfairpca/stage``, see :func:`stage_folder`).
+
+    Yields
+    ------
+    pathlib.Path
+        Where to write: ``path`` itself when local, else a local folder to upload.
     """
     check_stage_dir(path, stage_dir)
     if not is_remote(path):
@@ -518,6 +643,22 @@ def atomic_file(path, kind: str, *, overwrite: bool = False, protect: Protected 
     dfairpca's marker inside it (a PNG's text chunk, see :func:`read_marker`), at the
     sibling ``.NAME.tmp-HOST-PID-RANDOM``; one rename then replaces ``path`` atomically.
     A crash's marked leftover is deleted by :func:`recover`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write.
+    kind : str
+        What it holds ("figure"), recorded in its marker.
+    overwrite : bool
+        Replace dfairpca's own file of the same ``kind`` at ``path``.
+    protect : dict or sequence of (str, path) pairs, optional
+        Paths the file must not be or be inside (see :func:`check_target`).
+
+    Yields
+    ------
+    pathlib.Path
+        The temporary path to write the file to, marker included.
     """
     if is_remote(path):
         raise InvalidInputError(f"{path}: a {kind} is written to a local path; write it there and copy it")
@@ -567,6 +708,15 @@ def remove_directory(path, kind: str, *, storage_options: dict | None = None) ->
     A missing path is fine; anything dfairpca did not write raises :class:`OutputPathError`.
     Files a user put inside it are kept, with the directory (and a warning naming them):
     only the entries dfairpca wrote, and then its marker, are deleted.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The directory (a URL for a remote one).
+    kind : str
+        The kind it must be dfairpca's output of.
+    storage_options : dict, optional
+        fsspec options of a URL ``path``.
     """
     if is_remote(path):
         return _remote.remove_directory(_remote.location(path, storage_options), kind)
@@ -605,6 +755,13 @@ def recover(path, *, storage_options: dict | None = None) -> None:
     a replace whose holder died.  Only siblings carrying
     dfairpca's marker (or empty) are touched, and none of a writer still running on this
     host.  For a URL: finishes a move cut short (see :mod:`dfairpca.io._remote`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The output whose siblings to repair (a URL for a remote one).
+    storage_options : dict, optional
+        fsspec options of a URL ``path``.
     """
     if is_remote(path):
         return _remote.recover(_remote.location(path, storage_options))
@@ -662,6 +819,13 @@ def recover_for_reading(path, *, storage_options: dict | None = None) -> None:
     are touched.  Without write permission nothing is repaired; :func:`load_arrays` then
     names the intact copy.  For a URL, a write still under way is an error
     (:func:`dfairpca.io._remote.check_settled`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The output about to be read (a URL for a remote one).
+    storage_options : dict, optional
+        fsspec options of a URL ``path``.
     """
     if is_remote(path):
         return _remote.check_settled(_remote.location(path, storage_options))
@@ -785,6 +949,11 @@ def writing_every_chunk():
     is False), and a reader cannot tell a chunk skipped on purpose from one that was lost;
     dfairpca's stores hold every chunk so that a missing one is always an error.  The
     setting is taken when an array is created or opened, and travels with it when pickled.
+
+    Returns
+    -------
+    context manager
+        Zarr's configuration with ``array.write_empty_chunks`` set, for a ``with`` block.
     """
     import zarr
 

@@ -122,7 +122,22 @@ class Moments:
     # ------------------------------------------------------------------ building
     @classmethod
     def empty(cls, d: int, categories: Sequence[np.ndarray] = (), group_scatter: bool = False) -> "Moments":
-        """Statistics of zero rows with ``d`` features."""
+        """Statistics of zero rows with ``d`` features.
+
+        Parameters
+        ----------
+        d : int
+            Number of features.
+        categories : sequence of arrays
+            Labels of the groups of each protected attribute (one array per attribute).
+        group_scatter : bool
+            Also hold every group's (zero) scatter matrix (Fair PCA-S).
+
+        Returns
+        -------
+        Moments
+            The statistics of no rows: the identity of :func:`merge`.
+        """
         attrs = [AttributeMoments(np.asarray(c), np.zeros(len(c), np.int64), np.zeros((len(c), d)),
                                   np.zeros((len(c), d, d)) if group_scatter else None)
                  for c in categories]
@@ -162,6 +177,11 @@ class Moments:
             Also keep every group's scatter matrix (needed by Fair PCA-S only).
         sample_weight : array of shape (r,), optional
             Frequency weights (finite, >= 0): weighted statistics (see :attr:`n`).
+
+        Returns
+        -------
+        Moments
+            The statistics of the chunk's rows (those of ``mask``, finite ones only).
         """
         kw: dict[str, Any] = dict(mask=mask, row_offset=row_offset, dtype=dtype, group_scatter=group_scatter)
         s = (chunk_sums(x, codes, categories, **kw) if sample_weight is None else
@@ -185,7 +205,18 @@ class Moments:
 
     # ------------------------------------------------------------------ combining
     def merge(self, *others: "Moments") -> "Moments":
-        """Statistics of the union of ``self`` and ``others`` (see :func:`merge`)."""
+        """Statistics of the union of ``self`` and ``others`` (see :func:`merge`).
+
+        Parameters
+        ----------
+        *others : Moments
+            Statistics of other rows.
+
+        Returns
+        -------
+        Moments
+            The statistics of all the rows; ``self`` and ``others`` are left as they are.
+        """
         return merge([self, *others])
 
     # ------------------------------------------------------------------ derived
@@ -218,17 +249,46 @@ class Moments:
         return bool(self.attributes) and all(a.scatter is not None for a in self.attributes)
 
     def covariance(self, ddof: int = 1) -> np.ndarray:
-        """Sample covariance ``scatter / (n - ddof)`` (true units, whatever :attr:`scatter_exponent`)."""
+        """Sample covariance ``scatter / (n - ddof)`` (true units, whatever :attr:`scatter_exponent`).
+
+        Parameters
+        ----------
+        ddof : int
+            Delta degrees of freedom: 1 for the unbiased estimate, 0 for the maximum
+            likelihood one.
+
+        Returns
+        -------
+        ndarray of float64, shape (d, d)
+            The covariance matrix.
+        """
         return np.ldexp(self.scatter / max(self.n - ddof, 1), 2 * self.scatter_exponent)
 
     def second_moment(self) -> np.ndarray:
-        """Uncentred ``X^T X / n`` (the paper's objective without centring)."""
+        """Uncentred ``X^T X / n`` (the paper's objective without centring).
+
+        Returns
+        -------
+        ndarray of float64, shape (d, d)
+            The second moment matrix, in true units.
+        """
         S = np.ldexp(self.scatter / self.n, 2 * self.scatter_exponent)
         return S + np.outer(self.mean, self.mean)
 
     def columns(self, keep: np.ndarray) -> "Moments":
         """The statistics of the columns ``keep`` of the rows these were computed from
-        (every statistic restricts column-wise; the rows, counts and precision stay)."""
+        (every statistic restricts column-wise; the rows, counts and precision stay).
+
+        Parameters
+        ----------
+        keep : int or bool array
+            The columns to keep (indices, or a mask of length d), in the order given.
+
+        Returns
+        -------
+        Moments
+            The statistics of those columns.
+        """
         ix = np.ix_(keep, keep)
         attrs = [replace(a, deviation=a.deviation[:, keep],
                          scatter=None if a.scatter is None else a.scatter[:, keep][:, :, keep])
@@ -238,16 +298,39 @@ class Moments:
                        exact=exact)
 
     def group_means(self, attribute: int = 0) -> np.ndarray:
-        """Mean of every group of one attribute, shape (m, d)."""
+        """Mean of every group of one attribute.
+
+        Parameters
+        ----------
+        attribute : int
+            Index of the protected attribute.
+
+        Returns
+        -------
+        ndarray of float64, shape (m, d)
+            Row g is the mean of group g (``attributes[attribute].categories[g]``).
+        """
         return self.mean + self.attributes[attribute].deviation
 
     def constraint_matrix(self) -> np.ndarray:
-        """``Z_comb^T X`` of the paper (Sec. 3.4/3.5), see :func:`constraint_matrix`."""
+        """``Z_comb^T X`` of the paper (Sec. 3.4/3.5), see :func:`constraint_matrix`.
+
+        Returns
+        -------
+        ndarray of float64, shape (sum of m_r, d)
+            Rows ``n_g (mean_g - mean)``, whose row space fair PCA is orthogonal to.
+        """
         return constraint_matrix(self.attributes, self.n_features)
 
     def deviation_floor(self) -> np.ndarray:
         """Per feature: the size below which a group-mean deviation is float64 rounding
-        (:func:`deviation_floor`)."""
+        (:func:`deviation_floor`).
+
+        Returns
+        -------
+        ndarray of float64, shape (d,)
+            The floor of each feature, in true units.
+        """
         return deviation_floor(self.n, self.mean, np.diag(self.scatter), self.scatter_exponent,
                                terms=self.n_rows)
 
@@ -257,7 +340,15 @@ class Moments:
 
     # ------------------------------------------------------------------ persistence
     def to_arrays(self) -> tuple[dict, dict]:
-        """(arrays, metadata) for saving without pickle; inverse of :meth:`from_arrays`."""
+        """(arrays, metadata) for saving without pickle; inverse of :meth:`from_arrays`.
+
+        Returns
+        -------
+        arrays : dict of str to ndarray
+            Every numeric field, by name.
+        meta : dict
+            The JSON-serialisable rest (labels, counts of non-finite rows, precision).
+        """
         arrays, meta = sums_to_arrays(self, lambda a: a.scatter)
         arrays["scatter"] = self.scatter
         if self.exact is not None:  # the raw integer sums travel with them
@@ -268,6 +359,20 @@ class Moments:
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], meta: dict[str, Any]) -> "Moments":
+        """The statistics that :meth:`to_arrays` gave ``(arrays, meta)`` of.
+
+        Parameters
+        ----------
+        arrays : mapping of str to array
+            The arrays of :meth:`to_arrays`.
+        meta : dict
+            Its metadata.
+
+        Returns
+        -------
+        Moments
+            The statistics, exact integer sums included where they were saved.
+        """
         f = saved_fields(arrays, meta)
         attrs = [AttributeMoments(*a) for a in f.pop("attributes")]
         exact = ExactSums.from_arrays(arrays, meta, [a.categories for a in attrs],
@@ -277,7 +382,12 @@ class Moments:
     def save(self, path: PathInput, *, overwrite: bool = False) -> None:
         """Save to a directory (``.npz`` arrays + JSON), atomically; see :mod:`dfairpca.io`.
 
-        ``overwrite=True`` replaces statistics saved by dfairpca at ``path``, nothing else.
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The directory to write (local, or a URL such as ``s3://bucket/key``).
+        overwrite : bool
+            Replace statistics saved by dfairpca at ``path``; nothing else is replaced.
         """
         from ..io import save_arrays
 
@@ -287,7 +397,18 @@ class Moments:
     @classmethod
     def load(cls, path: PathInput) -> "Moments":
         """Read what :meth:`save` wrote, checked first (:class:`dfairpca.io.SavedFileError`
-        names the file and what is wrong); never unpickles."""
+        names the file and what is wrong); never unpickles.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The directory :meth:`save` wrote.
+
+        Returns
+        -------
+        Moments
+            The saved statistics.
+        """
         arrays, meta = read_saved(path, _saved_layout)
         if "scatter" not in arrays:
             raise InvalidInputError(
@@ -307,6 +428,16 @@ def merge(parts: Sequence[Moments]) -> Moments:
     exact integer sums (``compute_dtype="exact"``) these are added and the result is
     bit-identical for any order and grouping of the parts; otherwise the pairwise update
     of :mod:`dfairpca.stats._sums` combines the centred statistics.
+
+    Parameters
+    ----------
+    parts : sequence of Moments
+        Statistics of disjoint sets of rows, with the same features.
+
+    Returns
+    -------
+    Moments
+        The statistics of all their rows.
     """
     parts = list(parts)
     if parts and all(getattr(p, "exact", None) is not None for p in parts):
@@ -316,7 +447,18 @@ def merge(parts: Sequence[Moments]) -> Moments:
 
 def exact_moments(s: ExactSums) -> Moments:
     """The centred statistics of exact integer sums, keeping them as :attr:`Moments.exact`
-    (so that merges of exact statistics stay exact)."""
+    (so that merges of exact statistics stay exact).
+
+    Parameters
+    ----------
+    s : ExactSums
+        Raw integer sums (``compute_dtype="exact"``).
+
+    Returns
+    -------
+    Moments
+        Their centred float64 statistics, with ``exact=s``.
+    """
     return replace(Moments._from_sums(s.centred()), exact=s)
 
 
@@ -329,6 +471,18 @@ def constraint_matrix(attributes: Sequence[AttributeMoments], d: int) -> np.ndar
     Shape (sum of m_r, d); its row space is what fair PCA must be orthogonal to.  Each
     attribute's rows are re-centred so that they sum to zero exactly (they do in exact
     arithmetic), which keeps the rank at m_r - 1 when the sums ran in float32.
+
+    Parameters
+    ----------
+    attributes : sequence of AttributeMoments
+        The per-group statistics of each protected attribute.
+    d : int
+        Number of features.
+
+    Returns
+    -------
+    ndarray of float64, shape (sum of m_r, d)
+        One row per group; groups without rows give zero rows.
     """
     if not attributes:
         return np.zeros((0, d))
@@ -353,6 +507,24 @@ def deviation_floor(n: float, mean: np.ndarray, sq: np.ndarray, exponent: int,
     must not hide a real deviation of the others.  A deviation above this in any
     feature is the data's, not the arithmetic's.  Weighted statistics: ``n`` is the total
     weight (the variance's denominator) and ``terms`` the rows summed (the rounding's count).
+
+    Parameters
+    ----------
+    n : int or float
+        Number of rows (total weight for weighted statistics).
+    mean : ndarray of shape (d,)
+        The mean.
+    sq : ndarray of shape (d,)
+        Column sums of squares about the mean, stored as ``true * 4**-exponent``.
+    exponent : int
+        The scale exponent of ``sq`` (:attr:`Moments.scatter_exponent`).
+    terms : int, optional
+        Rows summed, where it differs from ``n`` (weighted statistics); defaults to ``n``.
+
+    Returns
+    -------
+    ndarray of float64, shape (d,)
+        The floor of each feature, in true units.
     """
     if terms is None:
         n = max(n, 1)
@@ -365,7 +537,15 @@ def deviation_floor(n: float, mean: np.ndarray, sq: np.ndarray, exponent: int,
 
 def check_finite(n_nonfinite: int, nonfinite_rows: Sequence[int]) -> None:
     """Raise ``ValueError`` naming the rows if ``n_nonfinite`` rows (the first of them
-    ``nonfinite_rows``) held NaN or infinity."""
+    ``nonfinite_rows``) held NaN or infinity.
+
+    Parameters
+    ----------
+    n_nonfinite : int
+        Rows that held NaN or infinity.
+    nonfinite_rows : sequence of int
+        The first few of them, as global row indices (named in the message).
+    """
     if n_nonfinite:
         rows = ", ".join(map(str, nonfinite_rows))
         more = ", ..." if n_nonfinite > len(nonfinite_rows) else ""
