@@ -58,14 +58,7 @@ def chunk_sums(x, codes, categories: Sequence[np.ndarray], *, mask, row_offset: 
     dtype = np.dtype(dtype or np.float64)
     d = x.shape[1]
     keep = np.ones(x.shape[0], bool) if mask is None else np.asarray(mask, bool).copy()
-    n_bad, bad_rows = 0, []
-    if x.dtype.kind in "fc":
-        finite = np.isfinite(x).all(axis=1)
-        if not finite.all():
-            bad = np.flatnonzero(~finite)
-            n_bad = int(bad.size)
-            bad_rows = [int(row_offset + i) for i in bad[:MAX_BAD_ROWS_REPORTED]]
-            keep &= finite
+    n_bad, bad_rows = drop_nonfinite(x, keep, row_offset)
     if not keep.all():
         x = x[keep]
         codes = None if codes is None else np.asarray(codes)[keep]
@@ -101,6 +94,20 @@ def chunk_sums(x, codes, categories: Sequence[np.ndarray], *, mask, row_offset: 
     for i, (att, g, _) in enumerate(shifts):
         att.scatter[g] = gacc[i]
     return out
+
+
+def drop_nonfinite(x, keep: np.ndarray, row_offset: int) -> tuple[int, list[int]]:
+    """Clear ``keep`` (in place) at the rows of float x holding NaN or inf; return their
+    number and the first :data:`MAX_BAD_ROWS_REPORTED` of their global indices (for the
+    error the fit raises, :meth:`dfairpca.Moments.check_finite`)."""
+    if x.dtype.kind not in "fc":
+        return 0, []
+    finite = np.isfinite(x).all(axis=1)
+    if finite.all():
+        return 0, []
+    bad = np.flatnonzero(~finite)
+    keep &= finite
+    return int(bad.size), [int(row_offset + i) for i in bad[:MAX_BAD_ROWS_REPORTED]]
 
 
 def _products(x, mean, shifts, dtype, exponents=None):

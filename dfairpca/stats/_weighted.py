@@ -21,7 +21,7 @@ from ..base._blas import blas_lock, syrk
 from ..base._system import BLOCK_BYTES
 from ..errors import InvalidInputError
 from ._exact import WEIGHTED_EXACT_MESSAGE, is_exact
-from ._chunk import _in_range, _offset_is_large, _scaled_products
+from ._chunk import _in_range, drop_nonfinite, _offset_is_large, _scaled_products
 from ._sums import MAX_BAD_ROWS_REPORTED, GroupSums, Sums
 
 __all__ = ["weighted_chunk_sums", "check_weight_chunk"]
@@ -64,14 +64,7 @@ def weighted_chunk_sums(x, weights, codes, categories: Sequence[np.ndarray], *, 
     keep = w > 0
     if mask is not None:
         keep &= np.asarray(mask, bool)
-    n_bad, bad_rows = 0, []
-    if x.dtype.kind in "fc":
-        finite = np.isfinite(x).all(axis=1)
-        if not finite.all():
-            bad = np.flatnonzero(~finite)
-            n_bad = int(bad.size)
-            bad_rows = [int(row_offset + i) for i in bad[:MAX_BAD_ROWS_REPORTED]]
-            keep &= finite
+    n_bad, bad_rows = drop_nonfinite(x, keep, row_offset)
     if not keep.all():
         x, w = x[keep], w[keep]
         codes = None if codes is None else np.asarray(codes)[keep]
