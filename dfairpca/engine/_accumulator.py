@@ -282,8 +282,10 @@ def load_total(path):
     import json
     from pathlib import Path
 
-    try:
-        kind = json.loads((Path(path) / "meta.json").read_text()).get("kind")
+    from ..io import read_capped
+
+    try:  # a regular file, read to a cap: a pipe or a device in its place never ends
+        kind = json.loads(read_capped(Path(path) / "meta.json")).get("kind")
     except (OSError, ValueError, AttributeError):
         kind = None  # RunningTotal.load says what is wrong
     return ExactTotal.load(path) if kind == "ExactSums" else RunningTotal.load(path)
