@@ -161,14 +161,22 @@ class ExactSums:
         return Sums(n, mean, S, attrs, 0, [], float(np.finfo(np.float64).eps), 0)
 
     def columns(self, keep) -> "ExactSums":
-        """The sums of the columns ``keep`` (ascending)."""
+        """The sums of the columns ``keep`` (indices in any order, or a boolean mask)."""
         keep = np.asarray(keep)
-        ix = np.ix_(keep, keep)
+        if keep.dtype == bool:
+            keep = np.flatnonzero(keep)
+
+        def upper(G):
+            # the Grams hold upper triangles: completed before the columns are taken, so
+            # that a reordering (an index below an earlier one) still reads the right half
+            full = np.triu(G) + np.triu(G, 1).T
+            return np.asfortranarray(np.triu(full[np.ix_(keep, keep)]))
+
         attrs = [ExactGroups(a.categories, a.counts, a.sums[:, keep],
                              None if a.grams is None else
-                             [None if G is None else np.asfortranarray(G[ix]) for G in a.grams])
+                             [None if G is None else upper(G) for G in a.grams])
                  for a in self.attributes]
-        return ExactSums(self.n, self.sums[keep], np.asfortranarray(self.gram[ix]), attrs, self.kernels)
+        return ExactSums(self.n, self.sums[keep], upper(self.gram), attrs, self.kernels)
 
     # ------------------------------------------------------------------ saved form
     def to_arrays(self, prefix: str = "exact_") -> tuple[dict, dict]:
