@@ -435,3 +435,35 @@ def test_exact_statistics_of_weighted_rows_are_refused_before_any_pass():
     # the default ("auto") fits weighted integer rows in floating point
     est = dfairpca.PCA(2).fit(X, sample_weight=w)
     assert not est.statistics_kernel_.startswith("exact")
+
+
+def test_weights_totalling_under_two_are_refused_before_the_pass_naming_frequency_weights():
+    """Weights summing to 1 (probabilities) are frequency weights of one row in all: a fit,
+    and validate_fit, refuse them before any pass, saying to rescale them."""
+    from dfairpca.errors import InvalidInputError
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, 4))
+    g = rng.integers(0, 2, size=40)
+    w = rng.uniform(1, 3, size=40)
+    p = w / w.sum()
+    for call in (lambda: PCA(2).fit(X, sample_weight=p),
+                 lambda: PCA(2).validate_fit(X, sample_weight=p),
+                 lambda: FairPCA(2).fit(X, sensitive_features=g, sample_weight=p),
+                 lambda: FairPCA(2).validate_fit(X, sensitive_features=g, sample_weight=p)):
+        with pytest.raises(InvalidInputError, match="rescaled to sum to the number of rows"):
+            call()
+    PCA(2).fit(X, sample_weight=p * 40)
+
+
+def test_exact_statistics_asked_for_refuse_weights_in_partial_fit_too():
+    from dfairpca.errors import InvalidInputError
+
+    rng = np.random.default_rng(4)
+    X = rng.integers(0, 256, size=(40, 5), dtype=np.uint8)
+    w = rng.uniform(0.5, 2.0, size=40)
+    with pytest.raises(InvalidInputError, match="compute_dtype='float64'"):
+        PCA(2, compute_dtype="exact").partial_fit(X, sample_weight=w)
+    g = rng.integers(0, 2, size=40)
+    with pytest.raises(InvalidInputError, match="compute_dtype='float64'"):
+        FairPCA(2, compute_dtype="exact").partial_fit(X, sensitive_features=g, sample_weight=w)

@@ -238,7 +238,9 @@ class LinearDecomposition(Estimator):
         auto = self.compute_dtype in ("auto", None)
         dtype = np.dtype(np.float64) if numeric and auto else statistics_dtype(X.dtype, self.compute_dtype)
         if weights is not None and is_exact(dtype):
-            # weighted sums are not integer sums: "auto" keeps the float default instead
+            if is_exact(self.compute_dtype):  # asked for: weighted sums are not integer sums
+                raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
+            # chosen by "auto" (an 8-bit kernel passed): the float default instead
             dtype = compute_dtype_for(X.dtype, "auto")
         codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
         kw = dict(

@@ -224,7 +224,7 @@ class PCA(LinearDecomposition):
             inp = self._input(X, reset=True, min_samples=2)
             (Xa, w) = with_known_rows(inp.data, sample_weight)
             self._check_k(Xa.shape[1], Xa.shape[0])  # rows now known, also of a filtered Dask X
-            w = check_weights(w, Xa)
+            w = check_weights(w, Xa, min_total=2)
             if self._solver_of(Xa, None, checkpoint, weighted=w is not None) == "randomized":
                 self._set_randomized(self._randomized_fit(Xa, checkpoint=checkpoint))
             else:
@@ -250,7 +250,7 @@ class PCA(LinearDecomposition):
         self._check_params()
         inp = self._input(X, reset=None, min_samples=2)
         self._check_k(inp.data.shape[1], inp.data.shape[0])
-        w = check_weights(sample_weight, inp.data)
+        w = check_weights(sample_weight, inp.data, min_total=2)
         self._solver_of(inp.data, None, weighted=w is not None)
 
     def partial_fit(self, X: ArrayInput, y: object = None, *,
@@ -486,7 +486,7 @@ class FairPCA(LinearDecomposition):
         Xa, labels, y, w = with_known_rows(inp.data, labels, y, sample_weight)
         n, width = Xa.shape
         mask = binary_target(y, n) if self.constraint == "equal_opportunity" else None
-        w = check_weights(w, Xa, mask)
+        w = check_weights(w, Xa, mask, min_total=0 if partial else 2)
         g = None if labels is None else encode_groups(labels, n, mask=mask, require_two=not partial)
         names = ([] if g is None else list(g.names)) + inp.numeric_names
         if reset:

@@ -109,10 +109,10 @@ def _known(n) -> bool:
     return n is not None and not (isinstance(n, float) and np.isnan(n))
 
 
-def check_weights(sample_weight, X, mask=None):
+def check_weights(sample_weight, X, mask=None, min_total: float = 0):
     """:func:`check_sample_weight` for the rows of X (numpy or Dask, rows known), and for
     in-memory weights also that the rows of ``mask`` (equal opportunity's y == 1) hold
-    some positive weight."""
+    some positive weight, and at least ``min_total`` in all (a fit: 2)."""
     import dask.array as da
 
     w = check_sample_weight(sample_weight, X.shape[0],
@@ -120,6 +120,14 @@ def check_weights(sample_weight, X, mask=None):
     if isinstance(w, np.ndarray) and mask is not None and not (w[np.asarray(mask, bool)] > 0).any():
         raise InvalidInputError(ALL_ZERO_MESSAGE + " (the rows with y == 1, which equal "
                                 "opportunity fits, all have weight 0)")
+    if isinstance(w, np.ndarray) and min_total:
+        total = float(w[np.asarray(mask, bool)].sum() if mask is not None else w.sum())
+        if total < min_total:
+            raise InvalidInputError(
+                f"sample_weight totals {total:.6g} over the rows fitted: frequency weights count "
+                f"rows (a weight of 2 is a row seen twice), and a fit needs a total of at least "
+                f"{min_total:g}; weights that sum to 1 (probabilities) should be rescaled to sum "
+                "to the number of rows")
     return w
 
 
