@@ -44,8 +44,9 @@ def check_weight_chunk(w, rows: int, row_offset: int = 0) -> np.ndarray:
         rows_named = ", ".join(str(row_offset + int(i)) for i in at[:MAX_BAD_ROWS_REPORTED])
         more = ", ..." if at.size > MAX_BAD_ROWS_REPORTED else ""
         raise InvalidInputError(
-            f"sample_weight holds {at.size} negative, NaN or infinite weight(s) (rows "
-            f"{rows_named}{more}, e.g. {float(w[at[0]])!r}); weights must be finite and >= 0 (0 drops a row)")
+            f"sample_weight's rows {row_offset} to {row_offset + rows - 1} hold {at.size} negative, "
+            f"NaN or infinite weight(s) (rows {rows_named}{more}, e.g. {float(w[at[0]])!r}); "
+            "weights must be finite and >= 0 (0 drops a row)")
     return w
 
 
