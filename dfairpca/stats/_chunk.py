@@ -272,8 +272,18 @@ def _refined(x, codes, out: Sums, acc, gacc, shifts, centres):
             cj = codes[s : s + step, j]
             counts = np.bincount(cj, minlength=a.n_groups)
             sums[j] += _group_means(xc, cj, counts, part) * counts[:, None]
-    delta = total / r
-    out.mean = mu + delta
+    return recentred(out, acc, gacc, shifts, centres, total, sums, r,
+                     [int(np.count_nonzero(sel)) for _, _, sel in shifts])
+
+
+def recentred(out: Sums, acc, gacc, shifts, centres, total, sums, n, group_n):
+    """The end of :func:`_refined` (and of its weighted twin): ``out``'s mean and group
+    deviations from the sums of the centred rows ``total`` (d,) and ``sums`` (per attribute,
+    (m, d)) over ``n`` rows (or their weight), and the products moved to those centres
+    (``S -= n (m - c)(m - c)^T``; ``group_n``: the rows or weight of each product in
+    ``shifts``).  Updates ``out`` in place; returns (acc, gacc)."""
+    delta = total / n
+    out.mean = out.mean + delta
     for j, a in enumerate(out.attributes):
         live = a.counts > 0
         a.deviation[live] = sums[j][live] / a.counts[live, None] - delta
@@ -286,7 +296,7 @@ def _refined(x, codes, out: Sums, acc, gacc, shifts, centres):
         G -= rows * np.outer(v, v)  # about the mean m instead of c (the upper half counts)
         return G
 
-    acc = moved(acc, r, centres[0], out.mean)
-    gacc = [moved(G, int(np.count_nonzero(sel)), c, out.mean + att.deviation[g])
-            for G, c, (att, g, sel) in zip(gacc, centres[1], shifts)]
+    acc = moved(acc, n, centres[0], out.mean)
+    gacc = [moved(G, k, c, out.mean + att.deviation[g])
+            for G, k, c, (att, g, _) in zip(gacc, group_n, centres[1], shifts)]
     return acc, gacc

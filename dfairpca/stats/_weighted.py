@@ -21,7 +21,7 @@ from ..base._blas import blas_lock, syrk
 from ..base._system import BLOCK_BYTES
 from ..errors import InvalidInputError
 from ._exact import WEIGHTED_EXACT_MESSAGE, is_exact
-from ._chunk import _in_range, drop_nonfinite, _offset_is_large, _scaled_products
+from ._chunk import _in_range, drop_nonfinite, recentred, _offset_is_large, _scaled_products
 from ._sums import MAX_BAD_ROWS_REPORTED, GroupSums, Sums
 
 __all__ = ["weighted_chunk_sums", "check_weight_chunk"]
@@ -173,20 +173,5 @@ def _weighted_refined(x, w, codes, out: Sums, acc, gacc, shifts, centres):
             cj = codes[s : s + step, j]
             for g in np.unique(cj):
                 sums[j][g] += xc[cj == g].sum(axis=0)
-    delta = total / out.n
-    out.mean = mu + delta
-    for j, a in enumerate(out.attributes):
-        live = a.counts > 0
-        a.deviation[live] = sums[j][live] / a.counts[live, None] - delta
-    e = out.scatter_exponent
-
-    def moved(G, weight, c, m):
-        G = np.array(G, dtype=np.float64, order="F")
-        v = np.ldexp(m - c, -e)
-        G -= weight * np.outer(v, v)
-        return G
-
-    acc = moved(acc, out.n, centres[0], out.mean)
-    gacc = [moved(G, float(w[sel].sum()), c, out.mean + att.deviation[g])
-            for G, c, (att, g, sel) in zip(gacc, centres[1], shifts)]
-    return acc, gacc
+    return recentred(out, acc, gacc, shifts, centres, total, sums, out.n,
+                     [float(w[sel].sum()) for _, _, sel in shifts])
