@@ -42,7 +42,7 @@ import numpy as np
 from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ..cluster import compute, worker_timeout
-from ._engine import row_slice, run_pass, threads
+from ._engine import row_slice, run_moments_pass, threads
 from ..io._remote import Location, exists, is_remote, local_copy, location, zarr_arrays, zarr_roots
 from ..io._writes import atomic_directory, check_target
 from ..cluster import WorkersLost
@@ -215,7 +215,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
             # the total stays a pass's running total (upper-triangle panels, added in
             # place) and is saved as such: half the bytes, and no d x d copies on the client
             wkw = {} if weights is None else {"weights": weights[s:e]}
-            part = run_pass(X[s:e], row_slice(codes, s, e), categories,
+            part = run_moments_pass(X[s:e], row_slice(codes, s, e), categories,
                             mask=row_slice(mask, s, e), row_offset=s, **compute_kw, **wkw)
             total = part if total is None else _accumulator.combine([total, part])
             _save(path, total, fingerprint, segments, done + [i], digests)

@@ -6,8 +6,12 @@ Every estimator in dfairpca depends on the rows of ``X`` only through
 * for every group of every protected attribute: its size and its mean,
 * optionally (Fair PCA-S), for every group: its scatter matrix about its own mean.
 
-:class:`Moments` holds them, always complete: every matrix is a full symmetric float64
-array, and nothing about it changes once built.  It is built from one chunk of rows with
+:class:`Moments` holds them, complete: every matrix is a full symmetric float64 array,
+and nothing about it changes once built.  The randomized fit's first pass
+(``dfairpca.engine._thin_pass``), which never forms a d x d matrix, returns a Moments without
+the scatter (``scatter=None``) that holds its diagonal instead (:attr:`Moments.diagonal`),
+and the numeric attributes' rows of it (:attr:`Moments.cross`); every derived rule reads
+the diagonal through :attr:`Moments.scatter_diagonal`, whichever form it is in.  It is built from one chunk of rows with
 :meth:`Moments.from_chunk` and two of them are combined with :func:`merge`; the statistics
 of a union are exactly the merge of the parts' statistics, which is what lets a fit be a
 single pass over the chunks of a Dask array, a sequence of ``partial_fit`` calls, or a
@@ -85,9 +89,11 @@ class Moments:
         weight 2 counts as two copies of itself).
     mean : ndarray of float64, shape (d,)
         The (weighted) mean.
-    scatter : ndarray of float64, shape (d, d)
+    scatter : ndarray of float64, shape (d, d), or None
         ``sum_i w_i (x_i - mean)(x_i - mean)^T`` (``w_i = 1`` without weights; symmetric;
-        see :attr:`scatter_exponent`).
+        see :attr:`scatter_exponent`).  None for the first-order statistics of a randomized
+        fit (:attr:`diagonal` holds its diagonal), which cannot be merged, saved, nor give a
+        covariance.
     attributes : list of AttributeMoments
         One entry per protected attribute (empty for plain PCA).
     n_nonfinite : int
@@ -111,11 +117,20 @@ class Moments:
         statistics were derived from (:mod:`dfairpca.stats._exact`), so that merges of
         exact statistics add integers and stay bit-identical whatever their order.
         None otherwise (and after a merge with statistics that are not exact).
+    diagonal : ndarray of float64, shape (d,), or None
+        Without :attr:`scatter` only: its diagonal, ``sum (x - mean)^2`` per column (stored
+        units, :attr:`scatter_exponent`); read either form with :attr:`scatter_diagonal`.
+    numeric : ndarray of int, shape (q,)
+        Without :attr:`scatter` only: the columns that are numeric protected attributes
+        (empty otherwise: the scatter holds their rows).
+    cross : ndarray of float64, shape (q, d), or None
+        Without :attr:`scatter` only: the scatter's rows of the :attr:`numeric` columns,
+        ``sum (z - mean z)(x - mean x)`` of each against every column (stored units).
     """
 
     n: int | float
     mean: np.ndarray
-    scatter: np.ndarray
+    scatter: np.ndarray | None
     attributes: list[AttributeMoments] = field(default_factory=list)
     n_nonfinite: int = 0
     nonfinite_rows: list[int] = field(default_factory=list)
@@ -123,6 +138,9 @@ class Moments:
     scatter_exponent: int = 0
     n_rows: int | None = None
     exact: Any = field(default=None, repr=False, compare=False)
+    diagonal: np.ndarray | None = field(default=None, repr=False)
+    numeric: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp), repr=False)
+    cross: np.ndarray | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -250,6 +268,31 @@ class Moments:
         return self.n_rows is not None
 
     @property
+    def scatter_diagonal(self) -> np.ndarray:
+        """``diag(scatter)``, per column ``sum (x - mean)^2`` in stored units (see
+        :attr:`scatter_exponent`), whether the scatter is held or only its diagonal."""
+        if self.scatter is None:
+            assert self.diagonal is not None  # statistics without the scatter hold its diagonal
+            return self.diagonal
+        return np.diag(self.scatter)
+
+    def full_scatter(self) -> np.ndarray:
+        """The d x d scatter; an error naming the fix for the first-order statistics of a
+        randomized fit, which do not hold it.
+
+        Returns
+        -------
+        ndarray of float64, shape (d, d)
+            :attr:`scatter`.
+        """
+        if self.scatter is None:
+            raise InvalidInputError(
+                "these are the first-order statistics of a randomized fit (svd_solver="
+                "'randomized'), which hold no d x d scatter; compute complete ones with "
+                "dfairpca.compute_moments, or fit with svd_solver='full'")
+        return self.scatter
+
+    @property
     def has_group_scatter(self) -> bool:
         return bool(self.attributes) and all(a.scatter is not None for a in self.attributes)
 
@@ -267,7 +310,7 @@ class Moments:
         ndarray of float64, shape (d, d)
             The covariance matrix.
         """
-        return np.ldexp(self.scatter / max(self.n - ddof, 1), 2 * self.scatter_exponent)
+        return np.ldexp(self.full_scatter() / max(self.n - ddof, 1), 2 * self.scatter_exponent)
 
     def second_moment(self) -> np.ndarray:
         """Uncentred ``X^T X / n`` (the paper's objective without centring).
@@ -277,12 +320,13 @@ class Moments:
         ndarray of float64, shape (d, d)
             The second moment matrix, in true units.
         """
-        S = np.ldexp(self.scatter / self.n, 2 * self.scatter_exponent)
+        S = np.ldexp(self.full_scatter() / self.n, 2 * self.scatter_exponent)
         return S + np.outer(self.mean, self.mean)
 
     def columns(self, keep: np.ndarray) -> "Moments":
         """The statistics of the columns ``keep`` of the rows these were computed from
-        (every statistic restricts column-wise; the rows, counts and precision stay).
+        (every statistic restricts column-wise; the rows, counts and precision stay; without
+        the scatter, the numeric attributes' :attr:`cross` sums are dropped).
 
         Parameters
         ----------
@@ -299,6 +343,10 @@ class Moments:
                          scatter=None if a.scatter is None else a.scatter[:, keep][:, :, keep])
                  for a in self.attributes]
         exact = None if self.exact is None else self.exact.columns(keep)
+        if self.scatter is None:
+            assert self.diagonal is not None  # statistics without the scatter hold its diagonal
+            return replace(self, mean=self.mean[keep], diagonal=self.diagonal[keep], attributes=attrs,
+                           exact=exact, numeric=np.zeros(0, np.intp), cross=None)
         return replace(self, mean=self.mean[keep], scatter=self.scatter[ix], attributes=attrs,
                        exact=exact)
 
@@ -336,7 +384,7 @@ class Moments:
         ndarray of float64, shape (d,)
             The floor of each feature, in true units.
         """
-        return deviation_floor(self.n, self.mean, np.diag(self.scatter), self.scatter_exponent,
+        return deviation_floor(self.n, self.mean, self.scatter_diagonal, self.scatter_exponent,
                                terms=self.n_rows)
 
     def check_finite(self) -> None:
@@ -354,8 +402,9 @@ class Moments:
         meta : dict
             The JSON-serialisable rest (labels, counts of non-finite rows, precision).
         """
+        scatter = self.full_scatter()
         arrays, meta = sums_to_arrays(self, lambda a: a.scatter)
-        arrays["scatter"] = self.scatter
+        arrays["scatter"] = scatter
         if self.exact is not None:  # the raw integer sums travel with them
             more, extra = self.exact.to_arrays()
             arrays.update(more)
@@ -445,6 +494,8 @@ def merge(parts: Sequence[Moments]) -> Moments:
         The statistics of all their rows.
     """
     parts = list(parts)
+    for p in parts:
+        p.full_scatter()  # first-order statistics (no scatter) cannot be merged
     if parts and all(getattr(p, "exact", None) is not None for p in parts):
         return exact_moments(merge_exact([p.exact for p in parts]))
     return Moments._from_sums(merge_sums(parts, DENSE))
@@ -467,9 +518,8 @@ def exact_moments(s: ExactSums) -> Moments:
     return replace(Moments._from_sums(s.centred()), exact=s)
 
 
-# ---------------------------------------------------------------------- derived, shared
-# by Moments and the randomized fit's first-order statistics (dfairpca.engine._thin_pass), which
-# hold the same fields but the d x d scatter
+# ---------------------------------------------------------------------- derived: the rules
+# on the fields themselves, which the methods of Moments of either form apply
 def constraint_matrix(attributes: Sequence[AttributeMoments], d: int) -> np.ndarray:
     """``Z_comb^T X`` of the paper (Sec. 3.4/3.5): rows ``n_g (mean_g - mean)``.
 
