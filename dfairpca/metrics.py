@@ -77,7 +77,7 @@ def explained_variance_pct(X: ArrayInput, components: npt.ArrayLike) -> float:
     U = np.asarray(components, dtype=np.float64)
     if U.ndim != 2 or U.shape[1] != Xa.shape[1]:
         raise InvalidInputError(f"components must be (k, {Xa.shape[1]}); got {U.shape}")
-    A = compute_moments(Xa).scatter
+    A = compute_moments(Xa).full_scatter()
     return float(100.0 * np.sum((U @ A) * U) / np.trace(A))
 
 

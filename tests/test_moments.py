@@ -139,3 +139,31 @@ def test_moments_are_complete_and_never_change(tmp_path):
     with pytest.raises(dataclasses.FrozenInstanceError):
         m.scatter = np.zeros((6, 6))
 
+
+
+def test_first_order_moments_hold_the_diagonal_and_follow_the_same_rules(tmp_path):
+    """The randomized fit's first pass returns a Moments without the d x d scatter: its
+    derived rules give what the complete statistics give, and what needs the scatter says so."""
+    from dfairpca.engine._thin_pass import first_moments
+    from dfairpca.errors import InvalidInputError
+
+    X, groups = make_data(500, 7, (3,), seed=4)
+    cats = [np.unique(groups[0])]
+    codes = np.searchsorted(cats[0], groups[0])[:, None]
+    full = Moments.from_chunk(X, codes, cats)
+    thin, _ = first_moments(X, codes=codes, categories=cats, numeric=[2])
+    assert thin.scatter is None and full.diagonal is None
+    np.testing.assert_allclose(full.scatter_diagonal, np.diag(full.scatter))
+    np.testing.assert_allclose(thin.scatter_diagonal, full.scatter_diagonal, rtol=1e-10)
+    np.testing.assert_allclose(thin.cross, full.scatter[[2]], rtol=1e-9, atol=1e-9 * len(X))
+    for rule in ("constraint_matrix", "deviation_floor"):
+        np.testing.assert_allclose(getattr(thin, rule)(), getattr(full, rule)(), rtol=1e-9, atol=1e-12)
+    keep = np.array([0, 3, 5])
+    part = thin.columns(keep)
+    assert part.cross is None and len(part.numeric) == 0
+    np.testing.assert_allclose(part.scatter_diagonal, full.columns(keep).scatter_diagonal, rtol=1e-10)
+    for needs_scatter in (thin.covariance, thin.second_moment, lambda: merge([full, thin]),
+                          lambda: thin.save(tmp_path / "m")):
+        with pytest.raises(InvalidInputError, match="first-order statistics of a randomized fit"):
+            needs_scatter()
+    assert not (tmp_path / "m").exists()

@@ -180,9 +180,9 @@ def test_uint8_images_match_the_exact_solve():
     np.testing.assert_allclose(fit.statistics.group_means(0), np.array(exact.group_means_[0]),
                                rtol=1e-14)
     X64 = X.astype(np.float64)
-    np.testing.assert_allclose(fit.statistics.sq, ((X64 - X64.mean(0)) ** 2).sum(0), rtol=1e-12)
+    np.testing.assert_allclose(fit.statistics.scatter_diagonal, ((X64 - X64.mean(0)) ** 2).sum(0), rtol=1e-12)
     signed = _fit((X.astype(np.int16) - 128).astype(np.int8), [z], 10, random_state=0)
-    np.testing.assert_allclose(signed.statistics.sq, fit.statistics.sq, rtol=1e-12)
+    np.testing.assert_allclose(signed.statistics.scatter_diagonal, fit.statistics.scatter_diagonal, rtol=1e-12)
     assert _angle(fit.components[:3], exact.components_[:3]) < 0.1
     S = exact.statistics_.scatter
     got, best = (np.sum((U @ S) * U) for U in (fit.components, exact.components_))
@@ -298,7 +298,7 @@ def test_first_moments_match_numpy():
     with dask.config.set(scheduler="sync"):
         m, _ = first_moments(Xd, None, codes=codes, categories=cats)
     np.testing.assert_allclose(m.mean, X.mean(0) + 1e6, rtol=1e-15)
-    np.testing.assert_allclose(m.sq, ((X - X.mean(0)) ** 2).sum(0), rtol=1e-8)
+    np.testing.assert_allclose(m.scatter_diagonal, ((X - X.mean(0)) ** 2).sum(0), rtol=1e-8)
     gm = np.array([X[groups[0] == c].mean(0) for c in cats[0]])
     np.testing.assert_allclose(m.group_means(0) - 1e6, gm, atol=1e-8)
     np.testing.assert_array_equal(m.attributes[0].counts, np.bincount(groups[0]))

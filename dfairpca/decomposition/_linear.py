@@ -571,7 +571,7 @@ class LinearDecomposition(Estimator):
         pathlib.Path or str
             The directory written: a Path for a local one, the URL as given for a remote one.
         """
-        if statistics and not isinstance(self.statistics_, Moments):
+        if statistics and self.statistics_.scatter is None:
             raise InvalidInputError("this model was fitted by randomized passes, which keep first-order "
                              "statistics only (no d x d scatter for partial_fit to go on from): "
                              "save it without statistics=True, or fit with svd_solver='full'")

@@ -136,9 +136,9 @@ class PCA(LinearDecomposition):
         the row count in every formula (the variances divide by ``sample_weight_sum_ - 1``).
     feature_names_in_ : ndarray of str
         X's column names when X was a DataFrame with text column names.
-    statistics_ : Moments or FirstMoments
+    statistics_ : Moments
         The additive statistics the model was solved from (a randomized fit's are
-        first-order only: :class:`dfairpca.engine._thin_pass.FirstMoments`).
+        first-order only: ``scatter`` is None, ``diagonal`` holds its diagonal).
     fitted_svd_solver_ : {"covariance_eigh", "randomized"}
         The solve the fit ran (what ``svd_solver="auto"`` chose).
     statistics_kernel_ : str

@@ -32,9 +32,9 @@ from ..stats._exact import ExactSums, merge_exact
 from ..stats._exact import nbytes as exact_nbytes
 from ..stats._weighted import weighted_chunk_sums
 from ..stats._sums import GroupSums, Sums, fill_lower, merge_sums, nbytes
-from ..stats.moments import AttributeMoments, Moments, exact_moments, read_saved, saved_fields, saved_layout, sums_to_arrays
-from ..stats.moments import _categories_from_json as categories_from_json
-from ..stats.moments import _categories_to_json as categories_to_json
+from ..stats.moments import AttributeMoments, Moments, exact_moments
+from ..io._moments_format import (categories_from_json, categories_to_json, read_saved, saved_fields,
+                                  saved_layout, sums_to_arrays)
 from ..errors import InvalidInputError
 
 __all__ = ["chunk", "weighted_chunk", "combine", "RunningTotal", "ExactTotal", "UpperPanels", "load_total"]

@@ -109,21 +109,21 @@ def compute_moments(
 
 def coded_moments(X, codes=None, categories=(), *, weights=None, **kw) -> Moments:
     """:func:`compute_moments` of groups already encoded: ``codes`` (n, p) indices into
-    ``categories`` (p label arrays), the estimators' route; ``kw`` as :func:`run_pass`."""
+    ``categories`` (p label arrays), the estimators' route; ``kw`` as :func:`run_moments_pass`."""
     if weights is None:
-        return run_pass(X, codes, categories, **kw).finalize()
+        return run_moments_pass(X, codes, categories, **kw).finalize()
     from ..inputs._weights import check_sample_weight, check_total_weight
 
     import dask.array as da
 
     weights = check_sample_weight(weights, X.shape[0],
                                   X.chunks[0] if isinstance(X, da.Array) else None)
-    m = run_pass(X, codes, categories, weights=weights, **kw).finalize()
+    m = run_moments_pass(X, codes, categories, weights=weights, **kw).finalize()
     check_total_weight(m)
     return m
 
 
-def run_pass(
+def run_moments_pass(
     X,
     codes=None,
     categories=(),

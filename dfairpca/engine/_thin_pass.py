@@ -3,7 +3,8 @@
 Each pass reads X once, chunk by chunk (numpy and Zarr here, Dask input as the exact pass's
 chains of in-place folds on the workers, :mod:`dfairpca.engine._engine`), and sums per chunk
 ``A^T (A V)`` with A the rows minus a shift s, in the compute dtype, into float64.  The
-first pass also sums the first-order statistics (:class:`FirstMoments`) about s; s is the
+first pass also sums the first-order statistics about s (a
+:class:`~dfairpca.stats.moments.Moments` without the d x d scatter: its diagonal instead); s is the
 first rows' mean, so nothing cancels, and :func:`corrected` moves the sums to the mean:
 with ``a = mu - s`` the wanted ``sum (x - mu)(x - mu)^T V`` is ``G - n a (a^T V)`` (and
 ``G + h (b^T V) + b (h^T V) + n b (b^T V)``, ``h = n a``, ``b = s``, about 0 without
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,82 +24,16 @@ from ..base import _solvers
 from ._engine import chain_reduce, row_slice
 from ..base._system import rows_per_block
 from ..stats._sums import MAX_BAD_ROWS_REPORTED
-from ..stats.moments import AttributeMoments, check_finite, constraint_matrix, deviation_floor
+from ..stats.moments import AttributeMoments, Moments
 from ..errors import InvalidInputError
 
-__all__ = ["FirstMoments", "Plan", "first_moments", "first_pass", "run_pass", "corrected",
+__all__ = ["Plan", "first_moments", "first_pass", "run_thin_pass", "corrected",
            "as_rows", "chunked", "statistics_state", "restore_statistics"]
 
 #: the products of values of rms ``2**+-RANGE_BITS[dtype]`` about the shift stay far from
 #: overflow and the subnormals in that dtype: rows times ``rms^2 sqrt(d)`` with d up to 1e6
 #: and 1e5 rows per block; data beyond it is scaled by a power of two (exact)
 RANGE_BITS = {np.dtype(np.float32): 40, np.dtype(np.float64): 400}
-
-
-# ----------------------------------------------------------------------------- statistics
-@dataclass(frozen=True)
-class FirstMoments:
-    """The first-order statistics of the rows a randomized fit uses (the mask's rows).
-
-    The d x d-free part of :class:`dfairpca.stats.moments.Moments`: ``mean``, the diagonal of the
-    scatter (``sq``), every group's count and mean deviation, and the numeric attributes'
-    cross sums; the derived constraint matrix and rounding floor follow the same rules.
-
-    Attributes
-    ----------
-    n : int
-    mean : ndarray (D,)
-        Over all columns of X (features and numeric attributes), float64.
-    sq : ndarray (D,)
-        ``sum (x - mean)^2`` per column, stored as ``true * 4**-exponent``.
-    attributes : list of AttributeMoments
-        counts and ``deviation`` (group mean - mean, true units); no scatter.
-    numeric : ndarray of int (q,)
-        The columns that are numeric protected attributes.
-    cross : ndarray (q, D)
-        ``sum (z - mean z)(x - mean x)`` of each numeric column z against every column,
-        stored units.
-    exponent : int
-        Power of four of the stored sums of squares (0 but for data of extreme magnitude).
-    """
-
-    n: int
-    mean: np.ndarray
-    sq: np.ndarray
-    attributes: list = field(default_factory=list)
-    numeric: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
-    cross: np.ndarray | None = None
-    exponent: int = 0
-    n_nonfinite: int = 0
-    nonfinite_rows: tuple = ()
-    precision: float = float(np.finfo(np.float64).eps)
-
-    @property
-    def n_features(self) -> int:
-        return self.mean.shape[0]
-
-    def columns(self, keep: np.ndarray) -> "FirstMoments":
-        """The statistics of the columns ``keep`` (the numeric attributes' cross sums dropped)."""
-        attrs = [dataclasses.replace(a, deviation=a.deviation[:, keep]) for a in self.attributes]
-        return dataclasses.replace(self, mean=self.mean[keep], sq=self.sq[keep], attributes=attrs,
-                                   numeric=np.zeros(0, np.intp), cross=None)
-
-    def group_means(self, attribute: int = 0) -> np.ndarray:
-        """Mean of every group of one attribute, shape (m, D)."""
-        return self.mean + self.attributes[attribute].deviation
-
-    def constraint_matrix(self) -> np.ndarray:
-        """Rows ``n_g (mean_g - mean)``: :func:`dfairpca.stats.moments.constraint_matrix`."""
-        return constraint_matrix(self.attributes, self.n_features)
-
-    def deviation_floor(self) -> np.ndarray:
-        """Per column, the size below which a group-mean deviation is float64 rounding:
-        :func:`dfairpca.stats.moments.deviation_floor`."""
-        return deviation_floor(self.n, self.mean, self.sq, self.exponent)
-
-    def check_finite(self) -> None:
-        """Raise ``ValueError`` naming the rows if any row held NaN or infinity."""
-        check_finite(self.n_nonfinite, self.nonfinite_rows)
 
 
 @dataclass(frozen=True)
@@ -115,8 +50,10 @@ class Plan:
     digest: bool = False  # also every chunk's digest (a checkpointed fit binds its data)
 
 
-class _Sums:
-    """Running sums of one chain of chunks (added in place, like the exact pass's folds)."""
+class ThinSums:
+    """Running sums of one chain of chunks (added in place, like the exact pass's folds):
+    ``A^T (A V)`` for a thin V and, in the first pass, the first-order sums; unlike
+    :class:`dfairpca.stats._sums.Sums`, never a d x d matrix."""
 
     def __init__(self, plan: Plan, D: int, w: int):
         d = D if plan.features is None else len(plan.features)
@@ -133,7 +70,7 @@ class _Sums:
         self.gsums = [np.zeros((m, D)) for m in plan.groups] if first else []
         self.cross = np.zeros((q, D)) if first and q else None
 
-    def add(self, other: "_Sums") -> "_Sums":
+    def add(self, other: "ThinSums") -> "ThinSums":
         self.n += other.n
         self.n_bad += other.n_bad
         self.bad_rows = (self.bad_rows + other.bad_rows)[:MAX_BAD_ROWS_REPORTED]
@@ -192,7 +129,7 @@ def _group_sums(a, cj, counts, total) -> np.ndarray:
     return out
 
 
-def _add_first_order(out: _Sums, a, codes, plan: Plan) -> None:
+def _add_first_order(out: ThinSums, a, codes, plan: Plan) -> None:
     """Add a block's first-order sums; a holds the centred rows exactly (any float dtype)."""
     total = a.sum(axis=0, dtype=np.float64)
     out.total += total
@@ -206,7 +143,7 @@ def _add_first_order(out: _Sums, a, codes, plan: Plan) -> None:
         out.cross += np.asarray(a[:, plan.numeric], np.float64).T @ np.asarray(a, np.float64)
 
 
-def _add_byte_sums(out: _Sums, x, codes, plan: Plan) -> None:
+def _add_byte_sums(out: ThinSums, x, codes, plan: Plan) -> None:
     """Add the first-order sums of 8-bit rows (pixels), exactly and cheaply: integer sums of
     x and x^2 (a third of the time of float sums of the centred rows), moved to the integer
     shift in float64, where every term is an integer below 2**53."""
@@ -226,16 +163,17 @@ def _add_byte_sums(out: _Sums, x, codes, plan: Plan) -> None:
             out.gsums[j] += _group_sums(xb, cj, counts, total) - counts[:, None] * s
 
 
-def _chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> _Sums:
-    """The sums of one chunk of rows: the first-order ones (first pass) and ``A^T (A V)``."""
+def thin_chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> ThinSums:
+    """The sums of one chunk of rows: the first-order ones (first pass) and ``A^T (A V)``
+    (where :func:`dfairpca.stats._chunk.chunk_sums` sums the d x d products)."""
     from ..base._blas import blas_lock
 
     x = np.asarray(x)
     if x.ndim > 2:
         x = x.reshape(x.shape[0], -1)
-    out = _Sums(plan, x.shape[1], 0 if V is None else V.shape[1])
+    out = ThinSums(plan, x.shape[1], 0 if V is None else V.shape[1])
     if plan.digest:  # the chunk as read, before any row is masked out
-        from .checkpoint import array_digest
+        from ._checkpoint_files import array_digest
 
         out.digests.append((offset, offset + len(x), array_digest(x)))
     if V is None and not plan.first:
@@ -285,21 +223,22 @@ def _chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> _Sums:
 
 
 # ----------------------------------------------------------------------------- the passes
-def _fold(acc: _Sums | None, x, plan, V, codes, mask, offset) -> _Sums:
+def _fold_thin(acc: ThinSums | None, x, plan, V, codes, mask, offset) -> ThinSums:
     """Add one chunk's sums to a chain's running sums (in place) or start the chain."""
-    part = _chunk_sums(x, plan, V, codes, mask, offset)
+    part = thin_chunk_sums(x, plan, V, codes, mask, offset)
     return part if acc is None else acc.add(part)
 
 
-def _merge_sums(parts):
+def _add_thin_sums(parts):
     first = parts[0]
     for p in parts[1:]:
         first.add(p)
     return first
 
 
-def run_pass(X, plan: Plan, V, codes, mask, split_every: int, progress: bool) -> _Sums:
-    """One pass over X: the chunks' sums, added up.
+def run_thin_pass(X, plan: Plan, V, codes, mask, split_every: int, progress: bool) -> ThinSums:
+    """One pass of the randomized fit over X: the chunks' :class:`ThinSums`, added up (the
+    exact fit's pass, :func:`dfairpca.engine._engine.run_moments_pass`, sums d x d statistics).
 
     numpy (or Zarr) input is read block by block in this process; Dask input is reduced by
     the exact pass's chains (:func:`dfairpca.engine._engine.chain_reduce`), with V and the plan one
@@ -315,10 +254,10 @@ def run_pass(X, plan: Plan, V, codes, mask, split_every: int, progress: bool) ->
             from tqdm.auto import tqdm
 
             starts = tqdm(starts, desc="pass", unit="block")
-        acc: _Sums | None = None
+        acc: ThinSums | None = None
         for s in starts:
             e = min(n, s + rows)
-            acc = _fold(acc, X[s:e], plan, V, row_slice(codes, s, e), row_slice(mask, s, e), s)
+            acc = _fold_thin(acc, X[s:e], plan, V, row_slice(codes, s, e), row_slice(mask, s, e), s)
         if acc is None:
             raise InvalidInputError("X has no rows; pass at least one sample")
         return acc
@@ -329,7 +268,7 @@ def run_pass(X, plan: Plan, V, codes, mask, split_every: int, progress: bool) ->
     plan_k = delayed(plan, pure=True)
     codes = codes if plan.first else None  # only the first pass sums by group
     return chain_reduce(
-        X, _fold, _merge_sums,
+        X, _fold_thin, _add_thin_sums,
         lambda s, e: (plan_k, Vk, row_slice(codes, s, e), row_slice(mask, s, e), s),
         split_every=split_every, progress=progress)
 
@@ -372,7 +311,7 @@ def _shift_and_exponent(x0: np.ndarray, D: int, dtype) -> tuple[np.ndarray, int]
         return np.zeros(D), 0
     shift = x0.mean(axis=0, dtype=np.float64)
     shift = np.where(np.isfinite(shift), shift, 0.0)
-    if x0.dtype.kind in "iub":  # integers minus an integer: exact (see _chunk_sums)
+    if x0.dtype.kind in "iub":  # integers minus an integer: exact (see thin_chunk_sums)
         shift = np.round(shift)
     shift = shift.astype(dtype).astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):  # squares of 1e-170 are 0: row_norms
@@ -383,10 +322,11 @@ def _shift_and_exponent(x0: np.ndarray, D: int, dtype) -> tuple[np.ndarray, int]
     return shift, int(np.frexp(rms)[1])
 
 
-def _statistics(sums: _Sums, plan: Plan, categories, numeric) -> tuple[FirstMoments, np.ndarray]:
-    """(FirstMoments, the mean minus the shift in the products' units) from the first pass."""
+def _statistics(sums: ThinSums, plan: Plan, categories, numeric) -> tuple[Moments, np.ndarray]:
+    """(the first-order Moments, the mean minus the shift in the products' units) from the
+    first pass."""
     n, e = sums.n, plan.exponent
-    # the first pass keeps the totals (_Sums makes them when plan.first)
+    # the first pass keeps the totals (ThinSums makes them when plan.first)
     assert sums.total is not None and sums.sq is not None
     off = sums.total / max(n, 1)
     with np.errstate(over="ignore"):
@@ -399,14 +339,14 @@ def _statistics(sums: _Sums, plan: Plan, categories, numeric) -> tuple[FirstMome
         dev[live] = np.ldexp(gs[live] / counts[live, None] - off, e)
         attrs.append(AttributeMoments(np.asarray(cats), counts, dev))
     cross = None if sums.cross is None else sums.cross - n * np.outer(off[numeric], off)
-    m = FirstMoments(n, mean, sq, attrs, np.asarray(numeric, np.intp), cross, e,
-                     sums.n_bad, tuple(sums.bad_rows))
+    m = Moments(n, mean, None, attrs, sums.n_bad, list(sums.bad_rows), scatter_exponent=e,
+                diagonal=sq, numeric=np.asarray(numeric, np.intp), cross=cross)
     return m, off
 
 
 def first_pass(X, V, codes, categories, mask, numeric, dtype, split_every, progress,
                digest: bool = False):
-    """(FirstMoments, mean - shift in the products' units, the plan, the raw sums: ``G`` of
+    """(first-order Moments, mean - shift in the products' units, the plan, the raw sums: ``G`` of
     V and, if ``digest``, the chunks' ``digests``)."""
     from ..inputs._validation import compute_dtype_for
 
@@ -415,14 +355,14 @@ def first_pass(X, V, codes, categories, mask, numeric, dtype, split_every, progr
     features = np.setdiff1d(np.arange(D), numeric) if len(numeric) else None
     shift, e = _shift_and_exponent(_first_rows(X, mask), D, dtype)
     plan = Plan(shift, e, dtype, features, numeric, tuple(len(c) for c in categories), True, digest)
-    sums = run_pass(X, plan, V, codes, mask, split_every, progress)
+    sums = run_thin_pass(X, plan, V, codes, mask, split_every, progress)
     m, off = _statistics(sums, plan, categories, numeric)
     return m, off, dataclasses.replace(plan, digest=False), sums
 
 
 def first_moments(X, V=None, *, codes=None, categories=(), mask=None, numeric=(), dtype=None,
                   split_every: int = 8, progress: bool = False):
-    """(FirstMoments, ``S V`` or None): the first pass, reading X once.
+    """(first-order Moments, ``S V`` or None): the first pass, reading X once.
 
     ``S V`` is the scatter of the feature columns (numeric attributes left out) about the
     mean, applied to V (d x w).  See :func:`fit_randomized` for the arguments.
@@ -432,7 +372,7 @@ def first_moments(X, V=None, *, codes=None, categories=(), mask=None, numeric=()
     return m, None if V is None else corrected(sums.G, V, m, off, plan, center=True)
 
 
-def corrected(G, V, m: FirstMoments, off, plan: Plan, center: bool) -> np.ndarray:
+def corrected(G, V, m: Moments, off, plan: Plan, center: bool) -> np.ndarray:
     """``sum (x - c)(x - c)^T V`` from ``G = sum (x - s)(x - s)^T V`` (module docstring), in the
     products' units; c is the mean, or 0 without centring."""
     f = slice(None) if plan.features is None else plan.features
@@ -453,10 +393,10 @@ def chunked(X):
     return da.from_array(X, chunks=(rows_per_block(int(np.prod(X.shape[1:])) * X.dtype.itemsize), -1))
 
 
-def statistics_state(full: FirstMoments, off, plan: Plan) -> tuple[dict, dict]:
+def statistics_state(full: Moments, off, plan: Plan) -> tuple[dict, dict]:
     """(JSON meta, arrays) of the first pass's results, as a checkpoint keeps them (the group
     labels are the job's, bound by its fingerprint)."""
-    arrays = {"mean": full.mean, "sq": full.sq, "off": off, "shift": plan.shift}
+    arrays = {"mean": full.mean, "sq": full.scatter_diagonal, "off": off, "shift": plan.shift}
     if full.cross is not None:
         arrays["cross"] = full.cross
     for j, a in enumerate(full.attributes):
@@ -466,14 +406,15 @@ def statistics_state(full: FirstMoments, off, plan: Plan) -> tuple[dict, dict]:
 
 
 def restore_statistics(saved: dict, categories, numeric, dtype):
-    """(FirstMoments, off, plan) as :func:`statistics_state` saved them."""
+    """(first-order Moments, off, plan) as :func:`statistics_state` saved them."""
     meta, a = saved["meta"], saved["arrays"]
     try:
         attrs = [AttributeMoments(np.asarray(c), a[f"counts_{j}"], a[f"deviation_{j}"])
                  for j, c in enumerate(categories)]
         e = int(meta["exponent"])
-        full = FirstMoments(int(meta["n"]), a["mean"], a["sq"], attrs, np.asarray(numeric, np.intp),
-                            a.get("cross"), e, precision=float(meta["precision"]))
+        full = Moments(int(meta["n"]), a["mean"], None, attrs, precision=float(meta["precision"]),
+                       scatter_exponent=e, diagonal=a["sq"], numeric=np.asarray(numeric, np.intp),
+                       cross=a.get("cross"))
         D = len(full.mean)
         features = np.setdiff1d(np.arange(D), numeric) if len(numeric) else None
         plan = Plan(a["shift"], e, np.dtype(dtype), features, np.asarray(numeric, np.intp),

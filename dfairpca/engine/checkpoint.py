@@ -34,19 +34,16 @@ contents.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ..cluster import compute, worker_timeout
-from ._engine import row_slice, run_pass, threads
-from ..io._files import open_regular, read_capped
-from ..io._remote import Location, exists, is_remote, local_copy, location, read_text, zarr_arrays, zarr_roots
+from ._engine import row_slice, run_moments_pass, threads
+from ..io._remote import Location, exists, is_remote, local_copy, location, zarr_arrays, zarr_roots
 from ..io._writes import atomic_directory, check_target
 from ..cluster import WorkersLost
 from ..io import RESAVE_HINT, SavedFileError, meta_value
@@ -54,33 +51,16 @@ from ..inputs._weights import check_total_weight, weights_in_memory
 from ..stats.moments import Moments
 from ..stats._exact import is_exact
 from ..errors import InvalidInputError, InvalidTypeError
+from ._checkpoint_files import (CHECKPOINT_VERSION, _START_OVER, CheckpointMismatch, Where, _check_same_job,  # noqa: F401
+                                _digest, _progress_text, _read_progress, array_digest, check_digests,
+                                checkpoint_path, open_state, save_state, saved_solver, saved_state_meta)
 
-#: a checkpoint: a local folder, or a URL's Location (which carries its storage options)
-Where = Path | Location
 
 __all__ = [
     "compute_moments_checkpointed", "job_fingerprint", "segment_bounds", "chunk_digests",
     "CheckpointMismatch", "PassInterrupted", "array_digest", "open_state", "save_state",
     "check_digests", "saved_solver", "saved_state_meta", "checkpoint_path",
 ]
-
-#: version of the checkpoint layout, checked on resume
-CHECKPOINT_VERSION = 3  # 2: the total is saved as upper-triangle panels; 3: chunk digests
-
-#: how to start over, said by every refusal of a checkpoint
-_START_OVER = (
-    "to start over, delete that directory (dfairpca fit: pass --overwrite instead of --resume; "
-    "compute_moments_checkpointed: resume=False)"
-)
-
-#: fingerprint entries stored as digests, and what to say when they differ
-_DIGESTS = {"chunks": "the chunks differ", "codes": "the group codes differ",
-            "categories": "the group labels differ", "mask": "the row mask differs",
-            "weights": "the sample weights differ"}
-
-
-class CheckpointMismatch(InvalidInputError):
-    """A checkpoint was written for a different job or different data than this one."""
 
 
 class PassInterrupted(KeyboardInterrupt):
@@ -235,7 +215,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
             # the total stays a pass's running total (upper-triangle panels, added in
             # place) and is saved as such: half the bytes, and no d x d copies on the client
             wkw = {} if weights is None else {"weights": weights[s:e]}
-            part = run_pass(X[s:e], row_slice(codes, s, e), categories,
+            part = run_moments_pass(X[s:e], row_slice(codes, s, e), categories,
                             mask=row_slice(mask, s, e), row_offset=s, **compute_kw, **wkw)
             total = part if total is None else _accumulator.combine([total, part])
             _save(path, total, fingerprint, segments, done + [i], digests)
@@ -253,7 +233,6 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     if weights is not None:
         check_total_weight(m)
     return m
-
 
 
 def _chunks_saved(path: Where, X, segments, done: list) -> int:
@@ -354,13 +333,6 @@ def _saved_done(path: Where, done: list) -> list:
         return done
 
 
-def _progress_text(path) -> str:
-    """The checkpoint's progress.json, local or at a URL."""
-    if is_remote(path):
-        return read_text(path.child("progress.json"))
-    return read_capped(path / "progress.json").decode("utf-8")
-
-
 def _saved_digests(path: Where, digests, segments, done) -> list:
     """The chunk digests saved with the checkpoint (``digests`` of its progress.json), one
     list per finished segment, checked against the segments."""
@@ -385,44 +357,9 @@ def _default_segment_rows(row_chunks) -> int:
     return per_segment * int(max(row_chunks))
 
 
-def _digest(a) -> str | None:
-    """sha256 of an array's dtype, shape and bytes (or of raw bytes)."""
-    if a is None:
-        return None
-    h = hashlib.sha256()
-    if not isinstance(a, bytes):
-        a = np.ascontiguousarray(a)
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        a = a.tobytes()
-    h.update(a)
-    return h.hexdigest()
-
-
-#: public: the randomized fit's passes bind their chunks the same way (dfairpca.engine._thin_pass)
-array_digest = _digest
-
-
 def _zarr_sources(X) -> list[str]:
     """URLs of the Zarr arrays X's graph reads from (``file:///...``, ``s3://...``)."""
     return sorted({str(array.store_path) for array in zarr_arrays(X)})
-
-
-def _check_same_job(path: Where, saved: dict, now: dict) -> None:
-    """Raise :class:`CheckpointMismatch` naming every entry of the fingerprint that differs."""
-    diffs = []
-    for key in sorted(set(saved) | set(now)):
-        old, new = saved.get(key), now.get(key)
-        if old == new:
-            continue
-        if key in _DIGESTS:
-            diffs.append(_DIGESTS[key])
-        else:
-            diffs.append(f"{key} {old} in the checkpoint but {new} now")
-    if diffs:
-        raise CheckpointMismatch(
-            f"checkpoint {str(path)!r} was written for a different job ({'; '.join(diffs)}); "
-            f"{_START_OVER}"
-        )
 
 
 def _save(path: Where, total: RunningTotal | ExactTotal, fingerprint: dict, segments, done, digests) -> None:
@@ -508,131 +445,3 @@ def _is_whole(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-# ----------------------------------------------------------------------------- multi-pass fits
-#: what each solve's checkpoint holds, and the option that resumes it
-_SOLVERS = {"exact": "the exact one-pass fit (svd_solver='full')",
-            "randomized": "the randomized fit (svd_solver='randomized')"}
-
-
-def checkpoint_path(checkpoint, storage_options: dict | None = None) -> Where:
-    """A checkpoint as this module takes it: a local Path, or a URL's Location."""
-    return location(checkpoint, storage_options) if is_remote(checkpoint) else Path(checkpoint)
-
-
-def saved_solver(path) -> str | None:
-    """"exact" or "randomized": the solve whose checkpoint ``path`` holds (None if there is
-    none, or it is not one), so that ``svd_solver="auto"`` resumes what it started."""
-    try:
-        progress = json.loads(_progress_text(checkpoint_path(path)))
-    except Exception:  # no checkpoint there (local or remote), or not ours: nothing to follow
-        return None
-    if not isinstance(progress, dict) or progress.get("kind") != "dfairpca checkpoint":
-        return None
-    return progress.get("solver", "exact")
-
-
-def _check_solver(path: Where, progress: dict, solver: str) -> None:
-    """Refuse a checkpoint another solve wrote, naming the option that resumes it."""
-    saved = progress.get("solver", "exact")
-    if saved != solver:
-        raise CheckpointMismatch(
-            f"checkpoint {str(path)!r} was written by {_SOLVERS.get(saved, repr(saved))}, not "
-            f"{_SOLVERS[solver]}: resume it with that svd_solver, or {_START_OVER}"
-        )
-
-
-def open_state(path, X, fingerprint: dict, solver: str, resume: bool = True) -> dict | None:
-    """The saved state of an interrupted multi-pass fit (the randomized one), or None to start.
-
-    Checks first, before any work, that ``path`` may hold a checkpoint (never the store X
-    reads); then, if one is there and ``resume``, that it is this solve's and this job's
-    (``fingerprint``: :func:`job_fingerprint` plus the solve's own options).  Returns
-    ``{"meta": dict, "arrays": {name: ndarray}, "digests": [sha256 of every row chunk],
-    "path": str}``;
-    the caller binds the data with :func:`check_digests` on its next read of X.
-    """
-    path = checkpoint_path(path)
-    check_target(path, "checkpoint", overwrite=True,
-                 protect=[("the input store", root) for root in zarr_roots(X)])
-    if not resume or not (exists(path) if is_remote(path) else path.exists()):
-        return None
-    if is_remote(path):
-        with local_copy(path) as local:
-            return {**_read_state(local, fingerprint, solver), "path": str(path)}
-    return _read_state(path, fingerprint, solver)
-
-
-def _read_progress(path: Path, solver: str) -> tuple[dict, Path]:
-    """(progress.json of the local checkpoint ``path``, its file), refused unless it is a
-    dfairpca checkpoint of ``solver``'s."""
-    file = path / "progress.json"
-    try:
-        progress = json.loads(_progress_text(path))
-        ok = isinstance(progress, dict) and progress.get("kind") == "dfairpca checkpoint"
-    except SavedFileError as exc:  # a pipe, a device or a link where progress.json was
-        raise SavedFileError(f"cannot load checkpoint {str(path)!r}: {exc}{RESAVE_HINT}") from None
-    except (OSError, ValueError):
-        ok = False
-    if not ok:
-        raise InvalidInputError(f"{str(path)!r} exists but is not a dfairpca checkpoint; choose another "
-                         "checkpoint directory")
-    _check_solver(path, progress, solver)
-    return progress, file
-
-
-def _read_state(path: Path, fingerprint: dict, solver: str) -> dict:
-    """:func:`open_state`'s reading of a local checkpoint directory."""
-    progress, file = _read_progress(path, solver)
-    if not isinstance(progress.get("version"), int) or progress["version"] > CHECKPOINT_VERSION:
-        raise InvalidInputError(f"checkpoint {str(path)!r} was written by a newer dfairpca; upgrade "
-                         "dfairpca or pass resume=False to start over")
-    _check_same_job(path, progress.get("fingerprint") or {}, fingerprint)
-    digests, meta = progress.get("digests"), progress.get("state")
-    if not (isinstance(digests, list) and all(isinstance(h, str) for h in digests)
-            and isinstance(meta, dict)):
-        raise SavedFileError(f"cannot load checkpoint {str(file)!r}: its digests or state are "
-                             f"missing or mistyped{RESAVE_HINT}")
-    try:
-        with open_regular(path / "state.npz") as file, np.load(file, allow_pickle=False) as f:
-            arrays = {k: f[k] for k in f.files}  # never unpickles
-    except (OSError, ValueError) as exc:
-        raise SavedFileError(f"cannot load checkpoint {str(path / 'state.npz')!r}: {exc}"
-                             f"{RESAVE_HINT}") from None
-    return {"meta": meta, "arrays": arrays, "digests": digests, "path": str(path)}
-
-
-def save_state(path, fingerprint: dict, solver: str, meta: dict, arrays: dict,
-               digests: list) -> None:
-    """Atomically replace the checkpoint ``path`` with a multi-pass fit's state: ``meta``
-    (JSON), ``arrays`` (.npz, no objects) and the digests of X's row chunks."""
-    progress = {"kind": "dfairpca checkpoint", "version": CHECKPOINT_VERSION, "solver": solver,
-                "fingerprint": fingerprint, "state": meta, "digests": list(digests)}
-    with atomic_directory(checkpoint_path(path), "checkpoint", overwrite=True) as tmp:
-        # Any values: numpy's stub would match a **dict of arrays against allow_pickle
-        payload: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
-        np.savez(tmp / "state.npz", **payload)
-        (tmp / "progress.json").write_text(json.dumps(progress, indent=1))
-
-
-def saved_state_meta(path) -> dict:
-    """The ``meta`` of the state saved at ``path`` ({} if it cannot be read): what an
-    interrupt reports is what is on disk."""
-    try:
-        return dict(json.loads(_progress_text(checkpoint_path(path)))["state"])
-    except Exception:  # unreadable (local or remote): nothing saved to report
-        return {}
-
-
-def check_digests(path, saved: list, read: list) -> None:
-    """Raise :class:`CheckpointMismatch` unless the chunks just read, ``read`` a list of
-    ``(first row, stop row, sha256)``, are those the checkpoint's digests ``saved`` bind."""
-    read = sorted(read)
-    differ = [(s, e) for (s, e, h), old in zip(read, saved) if h != old]
-    if len(read) != len(saved):
-        differ = differ or [(0, read[-1][1] if read else 0)]
-    if differ:
-        more = f" (and {len(differ) - 1} more chunk(s))" if len(differ) > 1 else ""
-        raise CheckpointMismatch(
-            f"checkpoint {str(path)!r} was made from different data: rows {differ[0][0]}-"
-            f"{differ[0][1] - 1} differ{more} from the rows it holds; {_START_OVER}"
-        )

@@ -32,16 +32,16 @@ def fitted_space(m: Moments, center: bool, standardize: bool):
     extreme magnitude; 0 when standardized, which is unit-free), and the true scale."""
     if m.n < 2:
         raise InvalidInputError(f"need at least 2 samples to fit; got {m.n} (n_samples={m.n})")
-    if not (np.all(np.isfinite(m.mean)) and np.all(np.isfinite(np.diagonal(m.scatter)))):
+    if not (np.all(np.isfinite(m.mean)) and np.all(np.isfinite(m.scatter_diagonal))):
         raise InvalidInputError(OVERFLOW_MESSAGE)
     e = m.scatter_exponent
-    S = m.scatter
+    S = m.full_scatter()
     if not center:
         mu = np.ldexp(m.mean, -e)  # in the scatter's units
         S = S + m.n * np.outer(mu, mu)
     scale = None
     if standardize:
-        sd, scale = _solvers.standard_scale(m.n, m.mean, np.diag(m.scatter), e)
+        sd, scale = _solvers.standard_scale(m.n, m.mean, m.scatter_diagonal, e)
         S = S / np.outer(sd, sd)
         e = 0
     check_variance(float(np.trace(S)), m.n, m.mean)

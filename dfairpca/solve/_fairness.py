@@ -153,7 +153,7 @@ def numeric_constraints(m: Moments, num: np.ndarray, keep: np.ndarray, names) ->
     """Rows ``sum_i (z_i - mean z)(x_i - mean x)`` (in the scatter's units) of the numeric
     attributes z (columns ``num`` of m) against the features (``keep``), checked by
     :func:`numeric_constraint_rows`."""
-    S = m.scatter
+    S = m.full_scatter()
     return numeric_constraint_rows(S[np.ix_(num, keep)], np.diagonal(S)[num],
                                    float(np.trace(S[np.ix_(keep, keep)])), m.mean[num], m.n,
                                    m.scatter_exponent, m.precision, names)

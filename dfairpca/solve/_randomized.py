@@ -36,10 +36,11 @@ from ..base import _solvers
 from ._exact import check_variance
 from ._fairness import group_constraints, numeric_constraint_rows
 from ..engine._thin_pass import (
-    FirstMoments, Plan, as_rows, chunked, corrected, first_pass, restore_statistics, run_pass,
+    Plan, as_rows, chunked, corrected, first_pass, restore_statistics, run_thin_pass,
     statistics_state,
 )
 from ..cluster import WorkersLost
+from ..stats.moments import Moments
 from ..errors import InvalidInputError
 
 __all__ = ["RandomizedFit", "fit_randomized", "resolve_iterated_power", "choose_svd_solver",
@@ -211,7 +212,7 @@ class RandomizedFit:
     exponent: int
     mean: np.ndarray
     scale: np.ndarray | None
-    statistics: FirstMoments
+    statistics: Moments
     constraints: np.ndarray
     basis: np.ndarray
     violation: list
@@ -341,16 +342,18 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
     m = full.columns(keep) if len(numeric) else full
 
     # the fitted space: standardisation and the constraint basis
-    sd, scale = _solvers.standard_scale(m.n, m.mean, m.sq, m.exponent) if standardize else (None, None)
+    sd, scale = (_solvers.standard_scale(m.n, m.mean, m.scatter_diagonal, m.scatter_exponent)
+                 if standardize else (None, None))
     total = _trace(m, sd, off, plan, center)
     check_variance(total, n, m.mean)  # before the other passes
-    # the exact fit's rules on the same first-order fields (FirstMoments has Moments' API)
+    # the exact fit's rules on the same first-order fields (what Moments without a scatter holds)
     C = group_constraints(m, names[:p]) if p else np.zeros((0, d))
     if len(numeric):
         num = full.numeric
         C = np.vstack([C, numeric_constraint_rows(
-            full.cross[:, keep], full.sq[num], full.sq[keep].sum(), full.mean[num], n,
-            full.exponent, full.precision, names[p:])])
+            full.cross[:, keep], full.scatter_diagonal[num], full.scatter_diagonal[keep].sum(),
+            full.mean[num], n,
+            full.scatter_exponent, full.precision, names[p:])])
     if scale is not None:
         C = C / scale[None, :]
     Q = _solvers.constraint_basis(C) if len(C) else np.zeros((d, 0))
@@ -397,7 +400,7 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
         V = np.hstack([s.block for s in live])
         Vin = scaled(V)
         bind = ck is not None and not ck.bound  # a resumed fit's first read checks the data
-        sums = run_pass(X, dataclasses.replace(later, digest=bind), Vin, None, mask,
+        sums = run_thin_pass(X, dataclasses.replace(later, digest=bind), Vin, None, mask,
                         split_every, progress)
         if bind:
             ck.bind(sums.digests)
@@ -410,7 +413,7 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
             at += w
         _after_pass(ck, None, full, off, plan, fair, std, passes, most, on_pass)
     if ck is not None and not ck.bound:  # resumed with no pass left: still only this data
-        ck.bind(run_pass(X, dataclasses.replace(later, digest=True), None, None, None,
+        ck.bind(run_thin_pass(X, dataclasses.replace(later, digest=True), None, None, None,
                          split_every, progress).digests)
 
     captured, U = _components(fair, k, project)
@@ -426,11 +429,11 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
     return out
 
 
-def _check_statistics(full: FirstMoments, k: int, d: int) -> None:
+def _check_statistics(full: Moments, k: int, d: int) -> None:
     """The first pass's refusals: non-finite rows, overflow, too few rows for k."""
     full.check_finite()
     n = full.n
-    if not np.all(np.isfinite(full.mean)) or not np.all(np.isfinite(full.sq)):
+    if not np.all(np.isfinite(full.mean)) or not np.all(np.isfinite(full.scatter_diagonal)):
         from ..stats.moments import OVERFLOW_MESSAGE
 
         raise InvalidInputError(OVERFLOW_MESSAGE)
@@ -546,9 +549,9 @@ def _components(space: _Krylov, k: int, project) -> tuple[np.ndarray, np.ndarray
     return theta, _solvers.flip_signs(U.T)
 
 
-def _trace(m: FirstMoments, sd, off, plan: Plan, center: bool) -> float:
+def _trace(m: Moments, sd, off, plan: Plan, center: bool) -> float:
     """trace of the operator (the total variance the ratios refer to)."""
-    diag = m.sq.copy()
+    diag = m.scatter_diagonal.copy()
     if not center:
         f = slice(None) if plan.features is None else plan.features
         mu = np.ldexp(plan.shift[f], -plan.exponent) + off[f]

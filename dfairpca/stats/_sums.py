@@ -292,7 +292,9 @@ def merged_exponent(parts: list, A: np.ndarray, store: Store) -> int:
 
 def nbytes(s) -> int:
     """Bytes of the arrays of sums of any store (what Dask's ``sizeof`` should count)."""
-    n = s.mean.nbytes + s.scatter.nbytes
+    # first-order Moments hold the scatter's diagonal (and its numeric rows) instead of it
+    n = s.mean.nbytes + sum(x.nbytes for x in (s.scatter, getattr(s, "diagonal", None),
+                                               getattr(s, "cross", None)) if x is not None)
     for a in s.attributes:
         n += a.counts.nbytes + a.deviation.nbytes
         if a.scatter is not None:

@@ -6,8 +6,12 @@ Every estimator in dfairpca depends on the rows of ``X`` only through
 * for every group of every protected attribute: its size and its mean,
 * optionally (Fair PCA-S), for every group: its scatter matrix about its own mean.
 
-:class:`Moments` holds them, always complete: every matrix is a full symmetric float64
-array, and nothing about it changes once built.  It is built from one chunk of rows with
+:class:`Moments` holds them, complete: every matrix is a full symmetric float64 array,
+and nothing about it changes once built.  The randomized fit's first pass
+(``dfairpca.engine._thin_pass``), which never forms a d x d matrix, returns a Moments without
+the scatter (``scatter=None``) that holds its diagonal instead (:attr:`Moments.diagonal`),
+and the numeric attributes' rows of it (:attr:`Moments.cross`); every derived rule reads
+the diagonal through :attr:`Moments.scatter_diagonal`, whichever form it is in.  It is built from one chunk of rows with
 :meth:`Moments.from_chunk` and two of them are combined with :func:`merge`; the statistics
 of a union are exactly the merge of the parts' statistics, which is what lets a fit be a
 single pass over the chunks of a Dask array, a sequence of ``partial_fit`` calls, or a
@@ -30,9 +34,15 @@ from ._chunk import OVERFLOW_MESSAGE  # noqa: F401 (the estimators raise it too)
 from ._chunk import chunk_sums
 from ._exact import ExactSums, merge_exact
 from ._weighted import weighted_chunk_sums
+from ._derived import check_finite, constraint_matrix, deviation_floor
 from ._sums import DENSE, Sums, fill_lower, merge_sums, nbytes
 from ..base._typing import PathInput
 from ..errors import InvalidInputError
+from ..io._moments_format import moments_layout, read_saved, saved_fields, sums_to_arrays
+# the saved form's label encoding, by the names the saved models import it under
+from ..io._moments_format import categories_from_json as _categories_from_json  # noqa: F401
+from ..io._moments_format import categories_to_json as _categories_to_json  # noqa: F401
+from ..io._moments_format import saved_group_counts  # noqa: F401
 
 __all__ = ["Moments", "AttributeMoments", "merge", "exact_moments", "constraint_matrix", "deviation_floor", "check_finite"]
 
@@ -80,9 +90,11 @@ class Moments:
         weight 2 counts as two copies of itself).
     mean : ndarray of float64, shape (d,)
         The (weighted) mean.
-    scatter : ndarray of float64, shape (d, d)
+    scatter : ndarray of float64, shape (d, d), or None
         ``sum_i w_i (x_i - mean)(x_i - mean)^T`` (``w_i = 1`` without weights; symmetric;
-        see :attr:`scatter_exponent`).
+        see :attr:`scatter_exponent`).  None for the first-order statistics of a randomized
+        fit (:attr:`diagonal` holds its diagonal), which cannot be merged, saved, nor give a
+        covariance.
     attributes : list of AttributeMoments
         One entry per protected attribute (empty for plain PCA).
     n_nonfinite : int
@@ -106,11 +118,20 @@ class Moments:
         statistics were derived from (:mod:`dfairpca.stats._exact`), so that merges of
         exact statistics add integers and stay bit-identical whatever their order.
         None otherwise (and after a merge with statistics that are not exact).
+    diagonal : ndarray of float64, shape (d,), or None
+        Without :attr:`scatter` only: its diagonal, ``sum (x - mean)^2`` per column (stored
+        units, :attr:`scatter_exponent`); read either form with :attr:`scatter_diagonal`.
+    numeric : ndarray of int, shape (q,)
+        Without :attr:`scatter` only: the columns that are numeric protected attributes
+        (empty otherwise: the scatter holds their rows).
+    cross : ndarray of float64, shape (q, d), or None
+        Without :attr:`scatter` only: the scatter's rows of the :attr:`numeric` columns,
+        ``sum (z - mean z)(x - mean x)`` of each against every column (stored units).
     """
 
     n: int | float
     mean: np.ndarray
-    scatter: np.ndarray
+    scatter: np.ndarray | None
     attributes: list[AttributeMoments] = field(default_factory=list)
     n_nonfinite: int = 0
     nonfinite_rows: list[int] = field(default_factory=list)
@@ -118,6 +139,9 @@ class Moments:
     scatter_exponent: int = 0
     n_rows: int | None = None
     exact: Any = field(default=None, repr=False, compare=False)
+    diagonal: np.ndarray | None = field(default=None, repr=False)
+    numeric: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp), repr=False)
+    cross: np.ndarray | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -245,6 +269,31 @@ class Moments:
         return self.n_rows is not None
 
     @property
+    def scatter_diagonal(self) -> np.ndarray:
+        """``diag(scatter)``, per column ``sum (x - mean)^2`` in stored units (see
+        :attr:`scatter_exponent`), whether the scatter is held or only its diagonal."""
+        if self.scatter is None:
+            assert self.diagonal is not None  # statistics without the scatter hold its diagonal
+            return self.diagonal
+        return np.diag(self.scatter)
+
+    def full_scatter(self) -> np.ndarray:
+        """The d x d scatter; an error naming the fix for the first-order statistics of a
+        randomized fit, which do not hold it.
+
+        Returns
+        -------
+        ndarray of float64, shape (d, d)
+            :attr:`scatter`.
+        """
+        if self.scatter is None:
+            raise InvalidInputError(
+                "these are the first-order statistics of a randomized fit (svd_solver="
+                "'randomized'), which hold no d x d scatter; compute complete ones with "
+                "dfairpca.compute_moments, or fit with svd_solver='full'")
+        return self.scatter
+
+    @property
     def has_group_scatter(self) -> bool:
         return bool(self.attributes) and all(a.scatter is not None for a in self.attributes)
 
@@ -262,7 +311,7 @@ class Moments:
         ndarray of float64, shape (d, d)
             The covariance matrix.
         """
-        return np.ldexp(self.scatter / max(self.n - ddof, 1), 2 * self.scatter_exponent)
+        return np.ldexp(self.full_scatter() / max(self.n - ddof, 1), 2 * self.scatter_exponent)
 
     def second_moment(self) -> np.ndarray:
         """Uncentred ``X^T X / n`` (the paper's objective without centring).
@@ -272,12 +321,13 @@ class Moments:
         ndarray of float64, shape (d, d)
             The second moment matrix, in true units.
         """
-        S = np.ldexp(self.scatter / self.n, 2 * self.scatter_exponent)
+        S = np.ldexp(self.full_scatter() / self.n, 2 * self.scatter_exponent)
         return S + np.outer(self.mean, self.mean)
 
     def columns(self, keep: np.ndarray) -> "Moments":
         """The statistics of the columns ``keep`` of the rows these were computed from
-        (every statistic restricts column-wise; the rows, counts and precision stay).
+        (every statistic restricts column-wise; the rows, counts and precision stay; without
+        the scatter, the numeric attributes' :attr:`cross` sums are dropped).
 
         Parameters
         ----------
@@ -294,6 +344,10 @@ class Moments:
                          scatter=None if a.scatter is None else a.scatter[:, keep][:, :, keep])
                  for a in self.attributes]
         exact = None if self.exact is None else self.exact.columns(keep)
+        if self.scatter is None:
+            assert self.diagonal is not None  # statistics without the scatter hold its diagonal
+            return replace(self, mean=self.mean[keep], diagonal=self.diagonal[keep], attributes=attrs,
+                           exact=exact, numeric=np.zeros(0, np.intp), cross=None)
         return replace(self, mean=self.mean[keep], scatter=self.scatter[ix], attributes=attrs,
                        exact=exact)
 
@@ -331,7 +385,7 @@ class Moments:
         ndarray of float64, shape (d,)
             The floor of each feature, in true units.
         """
-        return deviation_floor(self.n, self.mean, np.diag(self.scatter), self.scatter_exponent,
+        return deviation_floor(self.n, self.mean, self.scatter_diagonal, self.scatter_exponent,
                                terms=self.n_rows)
 
     def check_finite(self) -> None:
@@ -349,8 +403,9 @@ class Moments:
         meta : dict
             The JSON-serialisable rest (labels, counts of non-finite rows, precision).
         """
+        scatter = self.full_scatter()
         arrays, meta = sums_to_arrays(self, lambda a: a.scatter)
-        arrays["scatter"] = self.scatter
+        arrays["scatter"] = scatter
         if self.exact is not None:  # the raw integer sums travel with them
             more, extra = self.exact.to_arrays()
             arrays.update(more)
@@ -409,7 +464,7 @@ class Moments:
         Moments
             The saved statistics.
         """
-        arrays, meta = read_saved(path, _saved_layout)
+        arrays, meta = read_saved(path, moments_layout)
         if "scatter" not in arrays:
             raise InvalidInputError(
                 f"{str(path)!r} holds the running total of an unfinished pass (a checkpoint's "
@@ -440,6 +495,8 @@ def merge(parts: Sequence[Moments]) -> Moments:
         The statistics of all their rows.
     """
     parts = list(parts)
+    for p in parts:
+        p.full_scatter()  # first-order statistics (no scatter) cannot be merged
     if parts and all(getattr(p, "exact", None) is not None for p in parts):
         return exact_moments(merge_exact([p.exact for p in parts]))
     return Moments._from_sums(merge_sums(parts, DENSE))
@@ -460,303 +517,6 @@ def exact_moments(s: ExactSums) -> Moments:
         Their centred float64 statistics, with ``exact=s``.
     """
     return replace(Moments._from_sums(s.centred()), exact=s)
-
-
-# ---------------------------------------------------------------------- derived, shared
-# by Moments and the randomized fit's first-order statistics (dfairpca.engine._thin_pass), which
-# hold the same fields but the d x d scatter
-def constraint_matrix(attributes: Sequence[AttributeMoments], d: int) -> np.ndarray:
-    """``Z_comb^T X`` of the paper (Sec. 3.4/3.5): rows ``n_g (mean_g - mean)``.
-
-    Shape (sum of m_r, d); its row space is what fair PCA must be orthogonal to.  Each
-    attribute's rows are re-centred so that they sum to zero exactly (they do in exact
-    arithmetic), which keeps the rank at m_r - 1 when the sums ran in float32.
-
-    Parameters
-    ----------
-    attributes : sequence of AttributeMoments
-        The per-group statistics of each protected attribute.
-    d : int
-        Number of features.
-
-    Returns
-    -------
-    ndarray of float64, shape (sum of m_r, d)
-        One row per group; groups without rows give zero rows.
-    """
-    if not attributes:
-        return np.zeros((0, d))
-    rows = []
-    for a in attributes:
-        w = a.counts[:, None].astype(np.float64)
-        dev = a.deviation - (w * a.deviation).sum(0) / max(w.sum(), 1)
-        rows.append(np.where(w > 0, w * dev, 0.0))
-    return np.concatenate(rows)
-
-
-def deviation_floor(n: float, mean: np.ndarray, sq: np.ndarray, exponent: int,
-                    terms: int | None = None) -> np.ndarray:
-    """Per feature: the size below which a group-mean deviation is float64 rounding, from
-    the column sums of squares about the mean ``sq`` (stored as ``true * 4**-exponent``).
-
-    The means are float64 sums of the rows (whatever dtype the products ran in), and
-    a sum of n terms is off by at most ``n * eps * sum |x_i|`` (recursive summation, the
-    worst case); so the mean of feature j is off by at most ``n * eps`` times its root
-    mean square ``rms_j``, and a group mean minus the overall mean by ``2 n eps rms_j``.
-    Per feature, not over the row norm: a huge constant feature (a timestamp in ns)
-    must not hide a real deviation of the others.  A deviation above this in any
-    feature is the data's, not the arithmetic's.  Weighted statistics: ``n`` is the total
-    weight (the variance's denominator) and ``terms`` the rows summed (the rounding's count).
-
-    Parameters
-    ----------
-    n : int or float
-        Number of rows (total weight for weighted statistics).
-    mean : ndarray of shape (d,)
-        The mean.
-    sq : ndarray of shape (d,)
-        Column sums of squares about the mean, stored as ``true * 4**-exponent``.
-    exponent : int
-        The scale exponent of ``sq`` (:attr:`Moments.scatter_exponent`).
-    terms : int, optional
-        Rows summed, where it differs from ``n`` (weighted statistics); defaults to ``n``.
-
-    Returns
-    -------
-    ndarray of float64, shape (d,)
-        The floor of each feature, in true units.
-    """
-    if terms is None:
-        n = max(n, 1)
-        terms = int(n)
-    with np.errstate(over="ignore", under="ignore"):
-        sd = np.ldexp(np.sqrt(np.maximum(sq, 0.0) / (n if n > 0 else 1)), exponent)  # true = stored * 4**exponent
-        rms = np.hypot(np.abs(mean), sd)
-    return 2.0 * max(terms, 1) * float(np.finfo(np.float64).eps) * rms
-
-
-def check_finite(n_nonfinite: int, nonfinite_rows: Sequence[int]) -> None:
-    """Raise ``ValueError`` naming the rows if ``n_nonfinite`` rows (the first of them
-    ``nonfinite_rows``) held NaN or infinity.
-
-    Parameters
-    ----------
-    n_nonfinite : int
-        Rows that held NaN or infinity.
-    nonfinite_rows : sequence of int
-        The first few of them, as global row indices (named in the message).
-    """
-    if n_nonfinite:
-        rows = ", ".join(map(str, nonfinite_rows))
-        more = ", ..." if n_nonfinite > len(nonfinite_rows) else ""
-        raise InvalidInputError(
-            f"X contains NaN or infinity in {n_nonfinite} row(s) (rows {rows}{more}); "
-            "drop or impute them before fitting, e.g. with dask.array.nan_to_num or "
-            "sklearn.impute.SimpleImputer."
-        )
-
-
-# ---------------------------------------------------------------------- saved form
-def sums_to_arrays(s, group_scatter) -> tuple[dict, dict]:
-    """(arrays, meta) of everything in sums ``s`` but the overall scatter, whose form is
-    the caller's; ``group_scatter(attribute)`` gives an attribute's (m, d, d) array."""
-    arrays = {"n": np.asarray(s.n), "mean": s.mean,
-              "precision": np.asarray(s.precision),
-              "scatter_exponent": np.asarray(s.scatter_exponent),
-              "n_nonfinite": np.asarray(s.n_nonfinite),
-              "nonfinite_rows": np.asarray(s.nonfinite_rows, np.int64)}
-    if s.n_rows is not None:  # weighted: n and the counts are float totals of weights
-        arrays["n_rows"] = np.asarray(s.n_rows, np.int64)
-    meta: dict[str, Any] = {"n_attributes": len(s.attributes), "categories": []}
-    for j, a in enumerate(s.attributes):
-        arrays[f"counts_{j}"] = a.counts
-        arrays[f"deviation_{j}"] = a.deviation
-        if a.scatter is not None:
-            arrays[f"group_scatter_{j}"] = group_scatter(a)
-        meta["categories"].append(_categories_to_json(a.categories))
-    return arrays, meta
-
-
-def saved_fields(arrays, meta) -> dict:
-    """The fields of saved statistics but the overall scatter; ``attributes`` as tuples
-    (categories, counts, deviation, (m, d, d) group scatter or None)."""
-    attrs = []
-    for j in range(meta["n_attributes"]):
-        sc = arrays.get(f"group_scatter_{j}")
-        attrs.append((_categories_from_json(meta["categories"][j]), np.asarray(arrays[f"counts_{j}"]),
-                      np.asarray(arrays[f"deviation_{j}"]), None if sc is None else np.asarray(sc)))
-    weighted = "n_rows" in arrays
-    return dict(n=float(arrays["n"]) if weighted else int(arrays["n"]),
-                n_rows=int(arrays["n_rows"]) if weighted else None,
-                mean=np.asarray(arrays["mean"]), attributes=attrs,
-                n_nonfinite=int(arrays["n_nonfinite"]),
-                nonfinite_rows=[int(r) for r in arrays["nonfinite_rows"]],
-                precision=float(arrays["precision"]),
-                scatter_exponent=int(arrays["scatter_exponent"]) if "scatter_exponent" in arrays else 0)
-
-
-def read_saved(path, layout) -> tuple[dict, dict]:
-    """The arrays and meta of saved statistics, checked (``layout`` as for
-    :func:`dfairpca.io.load_arrays`) and consistent: ``SavedFileError`` says what is wrong."""
-    from ..io import SavedFileError, load_arrays
-
-    arrays, meta = load_arrays(path, kind="Moments", layout=layout)
-    weighted = "n_rows" in arrays
-    n = float(arrays["n"]) if weighted else int(arrays["n"])
-
-    def adds_up(counts) -> bool:  # weighted counts are float sums: to their rounding
-        if not weighted and counts.dtype.kind == "f":
-            return False
-        total = float(counts.sum())
-        return abs(total - n) <= 1e-9 * max(abs(n), 1.0) if weighted else int(total) == n
-
-    problem = (
-        "'n' is not a finite number" if not np.isfinite(n) else
-        "'n' is a fraction but 'n_rows' (weighted statistics) is missing" if (
-            not weighted and np.asarray(arrays["n"]).dtype.kind == "f") else
-        "'n_rows' is negative" if weighted and int(arrays["n_rows"]) < 0 else
-        "'n' is negative" if n < 0 else
-        "'n_nonfinite' is negative" if int(arrays["n_nonfinite"]) < 0 else
-        "'precision' is not in (0, 1)" if not 0 < float(arrays["precision"]) < 1 else
-        next((f"the group counts 'counts_{j}' do not add up to n = {n}"
-              for j in range(meta["n_attributes"])
-              if (arrays[f"counts_{j}"] < 0).any() or not adds_up(arrays[f"counts_{j}"])),
-             None)
-    )
-    if problem:
-        raise SavedFileError(f"cannot load {str(path)!r}: arrays.npz: {problem}; it was "
-                             "edited or not written by dfairpca: compute it again")
-    return arrays, meta
-
-
-def saved_group_counts(cats: list, key: str, names: list) -> list[int]:
-    """Number of groups of each attribute saved in meta.json's ``key`` (one error naming
-    the attribute whose labels do not decode)."""
-    ms = []
-    for name, c in zip(names, cats):
-        try:
-            ms.append(len(_categories_from_json(c)))
-        except ValueError as exc:
-            raise InvalidInputError(f"meta.json: {key!r} of {name}: {exc}") from None
-    return ms
-
-
-def saved_layout(meta: dict, headers: dict) -> tuple[dict, int]:
-    """Check a saved Moments' meta.json: ``(specs, d)``, the shape and kind of every array
-    it implies but the overall scatter's (see :func:`dfairpca.io.load_arrays`)."""
-    from ..io import header_shape, meta_value
-
-    p = meta_value(meta, "n_attributes", "count")
-    cats = meta_value(meta, "categories", "list")
-    if len(cats) != p:
-        raise InvalidInputError(f"meta.json: 'categories' lists {len(cats)} attributes, not {p}")
-    ms = saved_group_counts(cats, "categories", [f"attribute {j}" for j in range(p)])
-    (d,) = header_shape(headers, "mean", 1)
-    specs = {"n": ((), "iuf"), "mean": ((d,), "f"), "precision": ((), "f"),
-             "n_nonfinite": ((), "iu"), "nonfinite_rows": ((None,), "iu"), "n_rows": ((), "?iu")}
-    for j, m in enumerate(ms):
-        specs[f"counts_{j}"] = ((m,), "iuf")
-        specs[f"deviation_{j}"] = ((m, d), "f")
-        specs[f"group_scatter_{j}"] = ((m, d, d), "?f")
-        specs[f"exact_group_sum_{j}"] = ((m, d), "?i")
-        specs[f"exact_group_gram_{j}"] = ((m, d, d), "?i")
-    # the raw integer sums of exact statistics (Moments.exact)
-    specs.update({"exact_n": ((), "?iu"), "exact_sum": ((d,), "?i"), "exact_gram": ((d, d), "?i")})
-    return specs, d
-
-
-def _saved_layout(meta: dict, headers: dict) -> dict:
-    specs, d = saved_layout(meta, headers)
-    if "scatter_panels" in headers:  # a pass's running total: refused by Moments.load
-        specs["scatter_panels"] = ((None,), "f")
-    else:
-        specs["scatter"] = ((d, d), "f")
-    return specs
-
-
-#: dtype kinds a saved label may have: JSON holds them exactly (a float through its
-#: shortest repr, an integer of any size) and numpy reads them back with their dtype
-_LABEL_KINDS = "biufU"
-
-
-def _categories_to_json(c) -> dict:
-    """JSON form of one attribute's sorted labels that reads back to equal values and dtype.
-
-    Labels held in an object array are kept if they all are of one kind (str, bool, int or
-    float); anything else (mixed kinds, arbitrary objects, bytes, dates) is refused here,
-    at save time, rather than written in a form that loads as different groups.
-    """
-    c = np.asarray(c)
-    if c.dtype.kind == "O":
-        c = _homogeneous_labels(c)
-    if c.dtype.kind not in _LABEL_KINDS:
-        raise InvalidInputError(
-            f"group labels of dtype {c.dtype} (e.g. {c[:3].tolist()!r}) cannot be saved: a "
-            "saved model holds booleans, integers, floats or strings as labels; convert them "
-            "(e.g. labels.astype(str)) and fit again"
-        )
-    return {"kind": c.dtype.kind, "dtype": c.dtype.str, "values": c.tolist()}
-
-
-def _homogeneous_labels(c: np.ndarray) -> np.ndarray:
-    """The labels of an object array as a typed array, or ValueError naming the mix."""
-    values = c.tolist()
-    kinds = {
-        "str" if isinstance(v, str) else
-        "bool" if isinstance(v, (bool, np.bool_)) else
-        "int" if isinstance(v, (int, np.integer)) else
-        "float" if isinstance(v, (float, np.floating)) else type(v).__name__
-        for v in values
-    }
-    if kinds == {"int"}:  # numpy would make float64 of int64 and uint64 values together
-        for dtype in (np.int64, np.uint64):
-            try:
-                return np.array(values, dtype=dtype)
-            except OverflowError:
-                pass
-    elif len(kinds) == 1 and kinds <= {"str", "bool", "float"}:
-        return np.array(values)
-    raise InvalidInputError(
-        f"group labels of types {sorted(kinds)} (e.g. {c[:3].tolist()!r}) cannot be saved so "
-        "that they load as the same groups; use labels of one kind (all str, all int, ...) "
-        "and fit again"
-    )
-
-
-def _categories_from_json(obj) -> np.ndarray:
-    """Inverse of :func:`_categories_to_json`; ValueError saying what is wrong with ``obj``.
-
-    Files written before the dtype was recorded hold only the kind: integers then load as
-    int64, or uint64 where a label needs it.
-    """
-    if not isinstance(obj, dict) or not isinstance(obj.get("values"), list):
-        raise InvalidInputError(f"group labels must be {{'kind': ..., 'values': [...]}}; got {obj!r:.80}")
-    kind, values = obj.get("kind"), obj["values"]
-    if kind not in tuple(_LABEL_KINDS):
-        raise InvalidInputError(f"group labels of kind {kind!r} are not one of {list(_LABEL_KINDS)}")
-    dtype = obj.get("dtype")
-    if dtype is None:  # format of the first release
-        big = kind in "iu" and any(isinstance(v, int) and v >= 2**63 for v in values)
-        dtype = {"b": bool, "i": np.int64, "u": np.uint64 if big else np.int64,
-                 "f": np.float64, "U": str}[kind]
-    elif not isinstance(dtype, str):
-        raise InvalidInputError(f"group label dtype must be a string; got {dtype!r:.80}")
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError:
-        raise InvalidInputError(f"group label dtype {dtype!r:.80} is not a numpy dtype") from None
-    want = {"b": bool, "i": int, "u": int, "f": float, "U": str}[kind]
-    if dtype.kind != kind or any(type(v) is not want and not (
-            kind == "f" and type(v) is int) for v in values):
-        raise InvalidInputError(f"group labels {values!r:.80} do not match their dtype {dtype}")
-    try:
-        c = np.array(values, dtype=dtype)
-    except (OverflowError, ValueError) as exc:
-        raise InvalidInputError(f"group labels {values!r:.80} do not fit dtype {dtype}: {exc}") from None
-    if c.tolist() != values or (len(c) > 1 and not (c[1:] > c[:-1]).all()):
-        raise InvalidInputError(f"group labels {values!r:.80} are not distinct, sorted values of {dtype}")
-    return c
-
 
 
 def _register_sizeof():

@@ -1,0 +1,92 @@
+"""What a local cluster does about Ctrl-C: its worker processes never see SIGINT (this
+process closes them in order), and the warnings that closing them after an interrupt
+would print are dropped while :func:`dfairpca.cluster.connect` runs."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+
+class _Switch:
+    """A flag a filter reads: set when the block it guards was interrupted."""
+
+    on = False
+
+
+def _abandoned_gathers(record: logging.LogRecord) -> bool:
+    """asyncio's "Task exception was never retrieved" for distributed's ``AllExit``.
+
+    A gather interrupted by Ctrl-C leaves one waiting task per result; when the client
+    releases the results each fails with ``AllExit``, which nobody awaits any more, and
+    asyncio would log a traceback for every one of them.
+    """
+    exc = record.exc_info[1] if record.exc_info else None
+    return type(exc).__name__ == "AllExit" and type(exc).__module__ == "distributed.client"
+
+
+def _nanny_kills(interrupted: _Switch):
+    """The nanny's warnings (not its errors) once ``interrupted``: closing the local cluster
+    after Ctrl-C kills a busy worker, which does not stop within the nanny's 4 s grace
+    inside a long BLAS product, and the nanny warns "Worker process still alive after 4.0
+    seconds, killing": the kill is what Ctrl-C asked for."""
+    def dropped(record: logging.LogRecord) -> bool:
+        return interrupted.on and record.levelno < logging.ERROR
+
+    return dropped
+
+
+def _quiet_cancelled_tasks() -> None:
+    """Run on the local workers: no warning for a task cancelled because the cluster closes.
+
+    After Ctrl-C the cluster is closed while a fold is running, and every worker would
+    print "Async instruction ... ended with CancelledError" (the only warning of that
+    logger; its errors still show).
+    """
+    logging.getLogger("distributed.worker.state_machine").setLevel(logging.ERROR)
+
+
+@contextlib.contextmanager
+def _dropping(name: str, drop):
+    """While the block runs, the records of logger ``name`` that ``drop(record)`` selects
+    are not logged.
+
+    The filter sits on that one logger and is removed when the block ends, so that a
+    program's logging is as it was once :func:`connect` returns.
+    """
+    logger = logging.getLogger(name)
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not drop(record)
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
+
+
+@contextlib.contextmanager
+def _sigint_only_here():
+    """Processes and threads started in this block never see SIGINT; this process still does.
+
+    Ctrl-C in a terminal signals every process of the foreground group: local workers
+    would die printing tracebacks while this process closes them in order.  A blocked
+    signal mask is inherited by threads and across fork and exec, and the main thread's
+    is restored at the end, so a Ctrl-C during the block is delivered then, not lost.
+    multiprocessing's resource tracker unblocks SIGINT in the thread that starts it (the
+    one that would go on to start the workers), so it is started first, outside the block.
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+            signal, "pthread_sigmask"):  # only the main thread gets signals; Windows has none
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
