@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding, V2ChunkKeyEncoding
 
 import dfairpca
-from dfairpca.io import _writes
+from dfairpca.io import _local
 from dfairpca import io
 from dfairpca.io._marker import ZarrNode, zarr_foreign_files
 from dfairpca.celeba import ingest_celeba, synth_celeba
@@ -220,7 +220,7 @@ def test_a_failed_rollback_in_this_process_is_recovered_by_the_next_call(models,
 def test_recovery_touches_only_marked_leftovers_of_dead_writers(models, tmp_path):
     path = tmp_path / "model"
     models["PCA"].save(path)
-    host = _writes._sibling(path, "tmp").name.split("-")[1]
+    host = _local._sibling(path, "tmp").name.split("-")[1]
     dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True).stdout.strip()
     # named like a leftover of a dead writer, but without the marker: a user's, never touched
@@ -667,7 +667,7 @@ def test_a_clean_store_of_any_layout_is_overwritten(tmp_path, color):
 # ------------------------------------------------------------------ reading after a crash
 def crashed_between_renames(path: Path) -> Path:
     """``mv m .m.old-HOST-PID-RANDOM`` with a dead writer's PID: the replace's window."""
-    host = _writes._sibling(path, "tmp").name.split("-")[1]
+    host = _local._sibling(path, "tmp").name.split("-")[1]
     dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True).stdout.strip()
     aside = path.parent / f".{path.name}.old-{host}-{dead_pid}-deadbeef"
@@ -741,7 +741,9 @@ def test_ctrl_c_between_the_two_renames_is_held_until_both_are_done(models, tmp_
 
 # ------------------------------------------------------------------ single files (figures)
 def _marked_png(path: Path, shade: int) -> None:
-    """A small PNG carrying dfairpca's figure marker, as a figure does."""
+    """A small PNG carrying dfairpca's figure marker, as a figure does (the reader of a
+    PNG's marker is registered by dfairpca.celeba.figures, where PNGs are drawn)."""
+    import dfairpca.celeba.figures  # noqa: F401
     from PIL import Image, PngImagePlugin
 
     info = PngImagePlugin.PngInfo()
@@ -771,7 +773,7 @@ def test_atomic_file_replaces_its_own_file_whole_or_not_at_all(tmp_path):
 
 def test_recovery_deletes_a_dead_writers_marked_file_and_nothing_else(tmp_path):
     path = tmp_path / "faces.png"
-    host = _writes._sibling(path, "tmp").name.split("-")[1]
+    host = _local._sibling(path, "tmp").name.split("-")[1]
     dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True).stdout.strip()
     dead = tmp_path / f".faces.png.tmp-{host}-{dead_pid}-456789ab"
@@ -780,3 +782,34 @@ def test_recovery_deletes_a_dead_writers_marked_file_and_nothing_else(tmp_path):
     users.write_text("named like a leftover, but not marked: a user's")
     io.recover(path)
     assert not dead.exists() and users.exists()
+
+
+def test_a_single_files_marker_is_read_by_the_reader_registered_for_its_format(tmp_path):
+    """The write protocol knows no file format: a file is dfairpca's only if the reader
+    registered for its first bytes finds the marker; a reader that fails finds none."""
+    from dfairpca.io.writes import register_marked_file
+
+    def reader(path):
+        text = path.read_bytes()[len(b"DFPT"):].decode()
+        if text == "boom":
+            raise ValueError("unreadable")
+        return text or None
+
+    saved = dict(_local._MARKED_FILES)
+    register_marked_file(b"DFPT", reader)
+    try:
+        path = tmp_path / "out.dfpt"
+        with io.atomic_file(path, "table") as tmp:
+            tmp.write_bytes(b"DFPT" + json.dumps(io.marker("table")).encode())
+        assert io.read_marker(path)["kind"] == "table"
+        with pytest.raises(io.OutputPathError, match="already exists"):
+            io.check_target(path, "table")
+        io.check_target(path, "table", overwrite=True)
+        for body in (b"DFPT", b"DFPTboom", b"XXXX" + json.dumps(io.marker("table")).encode()):
+            path.write_bytes(body)
+            assert io.read_marker(path) is None
+            with pytest.raises(io.OutputPathError, match="a file that dfairpca did not write"):
+                io.check_target(path, "table", overwrite=True)
+    finally:
+        _local._MARKED_FILES.clear()
+        _local._MARKED_FILES.update(saved)

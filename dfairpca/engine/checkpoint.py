@@ -45,9 +45,10 @@ from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ..cluster import compute, worker_timeout
 from ._engine import row_slice, run_pass, threads
-from ..io._files import open_regular, read_capped
-from ..io._remote import Location, exists, is_remote, local_copy, location, read_text, zarr_arrays, zarr_roots
+from ..io._files import open_regular
+from ..io._remote import Location, exists, local_copy, zarr_arrays, zarr_roots
 from ..io._writes import atomic_directory, check_target
+from ..io.storage import storage_for
 from ..cluster import WorkersLost
 from ..io import RESAVE_HINT, SavedFileError, meta_value
 from ..inputs._weights import check_total_weight, weights_in_memory
@@ -199,7 +200,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     if X.ndim < 2 or X.shape[0] == 0:
         raise InvalidInputError(f"X must be (n, d) or (n, h, w) with n >= 1; got shape {X.shape}")
     # a URL's Location carries its storage options to every write and read below
-    path = location(checkpoint, storage_options) if is_remote(checkpoint) else Path(checkpoint)
+    path = storage_for(checkpoint, storage_options).target
     # before any work: the checkpoint may replace only a checkpoint, never the data it reads
     check_target(path, "checkpoint", overwrite=True,
                  protect=[("the input store", root) for root in zarr_roots(X)])
@@ -356,9 +357,7 @@ def _saved_done(path: Where, done: list) -> list:
 
 def _progress_text(path) -> str:
     """The checkpoint's progress.json, local or at a URL."""
-    if is_remote(path):
-        return read_text(path.child("progress.json"))
-    return read_capped(path / "progress.json").decode("utf-8")
+    return storage_for(path).read_text("progress.json")
 
 
 def _saved_digests(path: Where, digests, segments, done) -> list:
@@ -516,7 +515,7 @@ _SOLVERS = {"exact": "the exact one-pass fit (svd_solver='full')",
 
 def checkpoint_path(checkpoint, storage_options: dict | None = None) -> Where:
     """A checkpoint as this module takes it: a local Path, or a URL's Location."""
-    return location(checkpoint, storage_options) if is_remote(checkpoint) else Path(checkpoint)
+    return storage_for(checkpoint, storage_options).target
 
 
 def saved_solver(path) -> str | None:
@@ -554,12 +553,11 @@ def open_state(path, X, fingerprint: dict, solver: str, resume: bool = True) -> 
     path = checkpoint_path(path)
     check_target(path, "checkpoint", overwrite=True,
                  protect=[("the input store", root) for root in zarr_roots(X)])
-    if not resume or not (exists(path) if is_remote(path) else path.exists()):
+    storage = storage_for(path)
+    if not resume or not storage.exists():
         return None
-    if is_remote(path):
-        with local_copy(path) as local:
-            return {**_read_state(local, fingerprint, solver), "path": str(path)}
-    return _read_state(path, fingerprint, solver)
+    with storage.local_copy() as local:  # a local checkpoint is its own copy
+        return {**_read_state(local, fingerprint, solver), "path": str(path)}
 
 
 def _read_progress(path: Path, solver: str) -> tuple[dict, Path]:
