@@ -22,8 +22,9 @@ from ._storage import Storage
 from ._urls import Location, explaining, is_remote, local_path, location, zarr_store
 from ..errors import InvalidInputError, PathNotFoundError
 
+# the classes are the interface storage_for returns; what a caller needs of them is that
 __all__ = ["is_remote", "local_path", "Location", "location", "open_zarr", "zarr_store",
-           "read_capped", "MAX_JSON_BYTES", "Storage", "LocalStorage", "FsspecStorage", "storage_for"]
+           "read_capped", "MAX_JSON_BYTES", "storage_for"]
 
 
 def storage_for(path, storage_options: dict | None = None) -> Storage:
