@@ -355,7 +355,7 @@ def named(path, kind: str) -> Path:
     Returns
     -------
     pathlib.Path
-        ``path``.
+        ``path``, as a Path.
 
     Raises
     ------

@@ -406,8 +406,9 @@ def not_ours(where: str, kind: str) -> OutputPathError:
 
 
 def warn_kept(where: str, kind: str, foreign) -> None:
-    """Say that deleting dfairpca's ``kind`` at ``where`` kept the user's ``foreign`` entries."""
+    """Say that deleting dfairpca's ``kind`` at ``where`` kept the user's ``foreign`` entries
+    (to the caller of :func:`dfairpca.io.writes.remove_directory`, through its storage's method)."""
     import warnings
 
     warnings.warn(f"removed dfairpca's {kind} from {where} but kept the directory and what "
-                  f"dfairpca did not write in it: {', '.join(foreign)}", KeptFilesWarning, stacklevel=3)
+                  f"dfairpca did not write in it: {', '.join(foreign)}", KeptFilesWarning, stacklevel=4)
