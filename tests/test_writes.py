@@ -813,3 +813,52 @@ def test_a_single_files_marker_is_read_by_the_reader_registered_for_its_format(t
     finally:
         _local._MARKED_FILES.clear()
         _local._MARKED_FILES.update(saved)
+
+
+# ------------------------------------------------------------------ one interface, two storages
+@pytest.fixture(params=["local", "fsspec"])
+def place(request, tmp_path):
+    """Where an output goes: a local folder, or a prefix of fsspec's in-memory file system
+    (the protocol object storage gets: copies under a journal instead of renames)."""
+    if request.param == "local":
+        return tmp_path / "out"
+    return f"memory://dfairpca-{tmp_path.name}/out"
+
+
+def test_both_storages_keep_the_same_protocol(place):
+    """storage_for picks the storage; every rule holds the same on either: a write appears
+    whole and marked, is refused without overwrite, replaced with it, and removing it keeps
+    a user's file, with a warning."""
+    from dfairpca.io._fsspec import FsspecStorage
+    from dfairpca.io._local import LocalStorage
+    from dfairpca.io.storage import storage_for
+
+    storage = storage_for(place)
+    assert isinstance(storage, LocalStorage if isinstance(place, Path) else FsspecStorage)
+    assert not storage.exists() and io.read_marker(place) is None
+    for n in (1, 2):
+        with io.atomic_directory(place, "report", overwrite=n > 1) as tmp:
+            (Path(tmp) / "table.txt").write_text(f"version {n}")
+        assert io.read_marker(place)["kind"] == "report"
+        assert storage.read_text("table.txt") == f"version {n}"
+        with storage.local_copy() as local:
+            assert sorted(p.name for p in Path(local).iterdir()) == [io.MARKER, "table.txt"]
+        with pytest.raises(io.OutputPathError, match="already exists"):
+            io.check_target(place, "report")
+        with pytest.raises(io.OutputPathError, match="not a checkpoint"):
+            io.check_target(place, "checkpoint", overwrite=True)
+    with pytest.raises(RuntimeError, match="cut short"), io.atomic_directory(place, "report", overwrite=True) as tmp:
+        (Path(tmp) / "table.txt").write_text("never seen")
+        raise RuntimeError("cut short")
+    assert storage.read_text("table.txt") == "version 2"
+    if isinstance(storage, LocalStorage):
+        (place / "mine.txt").write_text("a user's")
+    else:
+        storage.target.fs.pipe_file(storage.target.child("mine.txt").path, b"a user's")
+    with pytest.raises(io.OutputPathError, match="mine.txt"):
+        io.check_target(place, "report", overwrite=True)
+    with pytest.warns(dfairpca.errors.KeptFilesWarning, match="mine.txt"):
+        io.remove_directory(place, "report")
+    assert storage.read_text("mine.txt") == "a user's" and io.read_marker(place) is None
+    with pytest.raises(io.OutputPathError, match="not a report written by dfairpca"):
+        io.remove_directory(place, "report")
