@@ -105,7 +105,7 @@ def test_from_zarr_refuses_a_missing_chunk_before_any_work(store):
 @pytest.fixture
 def unlisted(monkeypatch):
     """Stores too large to list up front: the read tasks alone must find a missing chunk."""
-    monkeypatch.setattr(dio, "LISTING_LIMIT", 0)
+    monkeypatch.setattr(dio._zarr, "LISTING_LIMIT", 0)  # where from_zarr reads it
 
 
 def test_read_tasks_refuse_a_missing_chunk(store, unlisted):

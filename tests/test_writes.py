@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding, V2ChunkKeyEncoding
 
 import dfairpca
-from dfairpca.io import _writes
+from dfairpca.io import _local
 from dfairpca import io
 from dfairpca.io._marker import ZarrNode, zarr_foreign_files
 from dfairpca.celeba import ingest_celeba, synth_celeba
@@ -220,7 +220,7 @@ def test_a_failed_rollback_in_this_process_is_recovered_by_the_next_call(models,
 def test_recovery_touches_only_marked_leftovers_of_dead_writers(models, tmp_path):
     path = tmp_path / "model"
     models["PCA"].save(path)
-    host = _writes._sibling(path, "tmp").name.split("-")[1]
+    host = _local._sibling(path, "tmp").name.split("-")[1]
     dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True).stdout.strip()
     # named like a leftover of a dead writer, but without the marker: a user's, never touched
@@ -667,7 +667,7 @@ def test_a_clean_store_of_any_layout_is_overwritten(tmp_path, color):
 # ------------------------------------------------------------------ reading after a crash
 def crashed_between_renames(path: Path) -> Path:
     """``mv m .m.old-HOST-PID-RANDOM`` with a dead writer's PID: the replace's window."""
-    host = _writes._sibling(path, "tmp").name.split("-")[1]
+    host = _local._sibling(path, "tmp").name.split("-")[1]
     dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True).stdout.strip()
     aside = path.parent / f".{path.name}.old-{host}-{dead_pid}-deadbeef"
@@ -741,7 +741,9 @@ def test_ctrl_c_between_the_two_renames_is_held_until_both_are_done(models, tmp_
 
 # ------------------------------------------------------------------ single files (figures)
 def _marked_png(path: Path, shade: int) -> None:
-    """A small PNG carrying dfairpca's figure marker, as a figure does."""
+    """A small PNG carrying dfairpca's figure marker, as a figure does (the reader of a
+    PNG's marker is registered by dfairpca.celeba.figures, where PNGs are drawn)."""
+    import dfairpca.celeba.figures  # noqa: F401
     from PIL import Image, PngImagePlugin
 
     info = PngImagePlugin.PngInfo()
@@ -771,7 +773,7 @@ def test_atomic_file_replaces_its_own_file_whole_or_not_at_all(tmp_path):
 
 def test_recovery_deletes_a_dead_writers_marked_file_and_nothing_else(tmp_path):
     path = tmp_path / "faces.png"
-    host = _writes._sibling(path, "tmp").name.split("-")[1]
+    host = _local._sibling(path, "tmp").name.split("-")[1]
     dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True).stdout.strip()
     dead = tmp_path / f".faces.png.tmp-{host}-{dead_pid}-456789ab"
@@ -780,3 +782,83 @@ def test_recovery_deletes_a_dead_writers_marked_file_and_nothing_else(tmp_path):
     users.write_text("named like a leftover, but not marked: a user's")
     io.recover(path)
     assert not dead.exists() and users.exists()
+
+
+def test_a_single_files_marker_is_read_by_the_reader_registered_for_its_format(tmp_path):
+    """The write protocol knows no file format: a file is dfairpca's only if the reader
+    registered for its first bytes finds the marker; a reader that fails finds none."""
+    from dfairpca.io.writes import register_marked_file
+
+    def reader(path):
+        text = path.read_bytes()[len(b"DFPT"):].decode()
+        if text == "boom":
+            raise ValueError("unreadable")
+        return text or None
+
+    saved = dict(_local._MARKED_FILES)
+    register_marked_file(b"DFPT", reader)
+    try:
+        path = tmp_path / "out.dfpt"
+        with io.atomic_file(path, "table") as tmp:
+            tmp.write_bytes(b"DFPT" + json.dumps(io.marker("table")).encode())
+        assert io.read_marker(path)["kind"] == "table"
+        with pytest.raises(io.OutputPathError, match="already exists"):
+            io.check_target(path, "table")
+        io.check_target(path, "table", overwrite=True)
+        for body in (b"DFPT", b"DFPTboom", b"XXXX" + json.dumps(io.marker("table")).encode()):
+            path.write_bytes(body)
+            assert io.read_marker(path) is None
+            with pytest.raises(io.OutputPathError, match="a file that dfairpca did not write"):
+                io.check_target(path, "table", overwrite=True)
+    finally:
+        _local._MARKED_FILES.clear()
+        _local._MARKED_FILES.update(saved)
+
+
+# ------------------------------------------------------------------ one interface, two storages
+@pytest.fixture(params=["local", "fsspec"])
+def place(request, tmp_path):
+    """Where an output goes: a local folder, or a prefix of fsspec's in-memory file system
+    (the protocol object storage gets: copies under a journal instead of renames)."""
+    if request.param == "local":
+        return tmp_path / "out"
+    return f"memory://dfairpca-{tmp_path.name}/out"
+
+
+def test_both_storages_keep_the_same_protocol(place):
+    """storage_for picks the storage; every rule holds the same on either: a write appears
+    whole and marked, is refused without overwrite, replaced with it, and removing it keeps
+    a user's file, with a warning."""
+    from dfairpca.io._fsspec import FsspecStorage
+    from dfairpca.io._local import LocalStorage
+    from dfairpca.io.storage import storage_for
+
+    storage = storage_for(place)
+    assert isinstance(storage, LocalStorage if isinstance(place, Path) else FsspecStorage)
+    assert not storage.exists() and io.read_marker(place) is None
+    for n in (1, 2):
+        with io.atomic_directory(place, "report", overwrite=n > 1) as tmp:
+            (Path(tmp) / "table.txt").write_text(f"version {n}")
+        assert io.read_marker(place)["kind"] == "report"
+        assert storage.read_text("table.txt") == f"version {n}"
+        with storage.local_copy() as local:
+            assert sorted(p.name for p in Path(local).iterdir()) == [io.MARKER, "table.txt"]
+        with pytest.raises(io.OutputPathError, match="already exists"):
+            io.check_target(place, "report")
+        with pytest.raises(io.OutputPathError, match="not a checkpoint"):
+            io.check_target(place, "checkpoint", overwrite=True)
+    with pytest.raises(RuntimeError, match="cut short"), io.atomic_directory(place, "report", overwrite=True) as tmp:
+        (Path(tmp) / "table.txt").write_text("never seen")
+        raise RuntimeError("cut short")
+    assert storage.read_text("table.txt") == "version 2"
+    if isinstance(storage, LocalStorage):
+        (place / "mine.txt").write_text("a user's")
+    else:
+        storage.target.fs.pipe_file(storage.target.child("mine.txt").path, b"a user's")
+    with pytest.raises(io.OutputPathError, match="mine.txt"):
+        io.check_target(place, "report", overwrite=True)
+    with pytest.warns(dfairpca.errors.KeptFilesWarning, match="mine.txt"):
+        io.remove_directory(place, "report")
+    assert storage.read_text("mine.txt") == "a user's" and io.read_marker(place) is None
+    with pytest.raises(io.OutputPathError, match="not a report written by dfairpca"):
+        io.remove_directory(place, "report")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io.writes import MARKER_KEY, atomic_file, check_target, marker
+from ..io.writes import MARKER_KEY, atomic_file, check_target, marker, register_marked_file
 from .schema import DEFAULT_FACES, attribute_column, open_celeba
 from ..errors import InvalidInputError
 
@@ -27,6 +27,23 @@ MAX_FACES_PER_ROW = 100
 DPI = 110
 #: what dfairpca's marker calls a picture (see :func:`dfairpca.io.writes.check_target`)
 FIGURE_KIND = "figure"
+#: the first bytes of every PNG file
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_marker(path) -> str | None:
+    """The text of dfairpca's marker in the PNG ``path`` (its text chunk ``MARKER_KEY``,
+    which :func:`faces_figure` writes), or None: how dfairpca recognises its own pictures
+    (:func:`dfairpca.io.writes.register_marked_file`)."""
+    from PIL import Image, PngImagePlugin
+
+    with Image.open(path) as im:
+        # a PNG's text chunks, those after the image data too
+        png = im if isinstance(im, PngImagePlugin.PngImageFile) else None
+        return png.text.get(MARKER_KEY) if png is not None else None
+
+
+register_marked_file(PNG_SIGNATURE, png_marker)
 
 
 def full_fair_projection(model, X: np.ndarray) -> np.ndarray:

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from ..io import RESAVE_HINT, SavedFileError
-from ..io._files import open_regular, read_capped
-from ..io._remote import Location, exists, is_remote, local_copy, location, read_text, zarr_roots
+from ..io._files import open_regular
+from ..io._remote import Location, zarr_roots
 from ..io._writes import atomic_directory, check_target
+from ..io.storage import storage_for
 from ..errors import InvalidInputError
 
 __all__ = ["Where", "CHECKPOINT_VERSION", "CheckpointMismatch", "array_digest", "checkpoint_path",
@@ -53,9 +54,7 @@ class CheckpointMismatch(InvalidInputError):
 
 def _progress_text(path) -> str:
     """The checkpoint's progress.json, local or at a URL."""
-    if is_remote(path):
-        return read_text(path.child("progress.json"))
-    return read_capped(path / "progress.json").decode("utf-8")
+    return storage_for(path).read_text("progress.json")
 
 
 def _digest(a) -> str | None:
@@ -101,7 +100,7 @@ _SOLVERS = {"exact": "the exact one-pass fit (svd_solver='full')",
 
 def checkpoint_path(checkpoint, storage_options: dict | None = None) -> Where:
     """A checkpoint as this module takes it: a local Path, or a URL's Location."""
-    return location(checkpoint, storage_options) if is_remote(checkpoint) else Path(checkpoint)
+    return storage_for(checkpoint, storage_options).target
 
 
 def saved_solver(path) -> str | None:
@@ -139,12 +138,11 @@ def open_state(path, X, fingerprint: dict, solver: str, resume: bool = True) -> 
     path = checkpoint_path(path)
     check_target(path, "checkpoint", overwrite=True,
                  protect=[("the input store", root) for root in zarr_roots(X)])
-    if not resume or not (exists(path) if is_remote(path) else path.exists()):
+    storage = storage_for(path)
+    if not resume or not storage.exists():
         return None
-    if is_remote(path):
-        with local_copy(path) as local:
-            return {**_read_state(local, fingerprint, solver), "path": str(path)}
-    return _read_state(path, fingerprint, solver)
+    with storage.local_copy() as local:  # a local checkpoint is its own copy
+        return {**_read_state(local, fingerprint, solver), "path": str(path)}
 
 
 def _read_progress(path: Path, solver: str) -> tuple[dict, Path]:

@@ -43,8 +43,9 @@ from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ..cluster import compute, worker_timeout
 from ._engine import row_slice, run_moments_pass, threads
-from ..io._remote import Location, exists, is_remote, local_copy, location, zarr_arrays, zarr_roots
+from ..io._remote import Location, exists, local_copy, zarr_arrays, zarr_roots
 from ..io._writes import atomic_directory, check_target
+from ..io.storage import storage_for
 from ..cluster import WorkersLost
 from ..io import RESAVE_HINT, SavedFileError, meta_value
 from ..inputs._weights import check_total_weight, weights_in_memory
@@ -179,7 +180,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     if X.ndim < 2 or X.shape[0] == 0:
         raise InvalidInputError(f"X must be (n, d) or (n, h, w) with n >= 1; got shape {X.shape}")
     # a URL's Location carries its storage options to every write and read below
-    path = location(checkpoint, storage_options) if is_remote(checkpoint) else Path(checkpoint)
+    path = storage_for(checkpoint, storage_options).target
     # before any work: the checkpoint may replace only a checkpoint, never the data it reads
     check_target(path, "checkpoint", overwrite=True,
                  protect=[("the input store", root) for root in zarr_roots(X)])

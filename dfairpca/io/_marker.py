@@ -1,7 +1,7 @@
 """What the write protocol is made of, wherever it writes: the marker, the names of a
 write's temporary siblings, and the rules that refuse a target.
 
-:mod:`dfairpca.io._writes` applies them to local paths (renames), :mod:`dfairpca.io._remote` to
+:mod:`dfairpca.io._local` applies them to local paths (renames), :mod:`dfairpca.io._fsspec` to
 fsspec URLs (copies); both import them from here, so that one rule holds in both places.
 """
 
@@ -25,8 +25,8 @@ __all__ = [
 
 #: dfairpca's marker, :func:`marker` as JSON: the file ``.dfairpca`` in every directory it
 #: writes; in a Zarr store the root group's attribute ``"dfairpca"`` instead (a file in a
-#: store's root makes zarr warn "not recognized as a component" on every listing); in a PNG
-#: the text chunk ``"dfairpca"``.
+#: store's root makes zarr warn "not recognized as a component" on every listing); in a single
+#: file (a figure) the text its format keeps under the name ``"dfairpca"``.
 MARKER = ".dfairpca"
 MARKER_KEY = "dfairpca"
 
@@ -406,8 +406,9 @@ def not_ours(where: str, kind: str) -> OutputPathError:
 
 
 def warn_kept(where: str, kind: str, foreign) -> None:
-    """Say that deleting dfairpca's ``kind`` at ``where`` kept the user's ``foreign`` entries."""
+    """Say that deleting dfairpca's ``kind`` at ``where`` kept the user's ``foreign`` entries
+    (to the caller of :func:`dfairpca.io.writes.remove_directory`, through its storage's method)."""
     import warnings
 
     warnings.warn(f"removed dfairpca's {kind} from {where} but kept the directory and what "
-                  f"dfairpca did not write in it: {', '.join(foreign)}", KeptFilesWarning, stacklevel=3)
+                  f"dfairpca did not write in it: {', '.join(foreign)}", KeptFilesWarning, stacklevel=4)

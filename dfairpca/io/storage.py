@@ -5,12 +5,89 @@ A path with a protocol is opened with fsspec and the ``storage_options`` given, 
 the file system finds itself (for S3: the AWS_* environment variables, ~/.aws, fsspec's
 configuration).  :func:`location` carries the options with the URL, so that every read and
 write of it (and the workers' tasks) reach the same endpoint with the same credentials.
+
+:func:`storage_for` gives the write protocol's operations on a path (:class:`Storage`):
+:class:`LocalStorage` renames on a local disk, :class:`FsspecStorage` copies under a
+journal on object storage; it is the one place that tells the two apart.
 """
 
 from __future__ import annotations
 
-from ._files import MAX_JSON_BYTES, read_capped
-from ._remote import Location, is_remote, local_path, location, open_zarr, zarr_store
+import os
 
+from ._files import MAX_JSON_BYTES, read_capped
+from ._fsspec import FsspecStorage, check_settled, list_keys
+from ._local import LocalStorage
+from ._storage import Storage
+from ._urls import Location, explaining, is_remote, local_path, location, zarr_store
+from ..errors import InvalidInputError, PathNotFoundError
+
+# the classes are the interface storage_for returns; what a caller needs of them is that
 __all__ = ["is_remote", "local_path", "Location", "location", "open_zarr", "zarr_store",
-           "read_capped", "MAX_JSON_BYTES"]
+           "read_capped", "MAX_JSON_BYTES", "storage_for"]
+
+
+def storage_for(path, storage_options: dict | None = None) -> Storage:
+    """The storage of ``path``: :class:`FsspecStorage` for an fsspec URL, a mapper or a
+    :class:`Location`, else :class:`LocalStorage` (a ``file://`` URL names a local path
+    too, and is taken as written, as every local path is).
+
+    Parameters
+    ----------
+    path : str, os.PathLike, Location or fsspec mapper
+        The output.
+    storage_options : dict, optional
+        fsspec options of a URL ``path``.
+
+    Returns
+    -------
+    Storage
+        The write protocol's operations on ``path``.
+    """
+    if is_remote(path):
+        return FsspecStorage(location(path, storage_options))
+    return LocalStorage(path)
+
+
+def open_zarr(store, storage_options: dict | None = None):
+    """The Zarr array or group at a local path or a URL, opened read-only.
+
+    Parameters
+    ----------
+    store : str, path-like, Location or fsspec mapper
+        Where the Zarr store is.
+    storage_options : dict, optional
+        Options of a URL's file system (see :func:`location`).
+
+    Returns
+    -------
+    zarr.Array or zarr.Group
+        The store's root node.
+
+    Raises
+    ------
+    dfairpca.errors.PathNotFoundError
+        Nothing is stored there.
+    dfairpca.errors.InvalidInputError
+        What is there is not a Zarr store (one line, naming the fix for a URL).
+    """
+    import zarr
+
+    storage = storage_for(store, storage_options)
+    if isinstance(storage, LocalStorage):
+        path = local_path(store)
+        if not path.exists():
+            raise PathNotFoundError(f"no Zarr store at {str(path)!r}")
+        try:  # absolute: a worker's working directory is not this process's
+            return zarr.open(os.path.abspath(path), mode="r")
+        except Exception as exc:  # zarr raises several types for "not a store"
+            raise InvalidInputError(f"{str(path)!r} is not a Zarr store: {exc}") from exc
+    loc = storage.target
+    with explaining(loc):
+        if not list_keys(loc):
+            raise PathNotFoundError(f"no Zarr store at {loc.url} (nothing is stored there)")
+        check_settled(loc)  # an overwrite cut short mid-copy holds old and new chunks
+        try:
+            return zarr.open(zarr_store(loc), mode="r")
+        except (FileNotFoundError, KeyError, ValueError) as exc:  # objects, but no zarr.json
+            raise InvalidInputError(f"{loc.url} is not a Zarr store: {exc}") from None

@@ -16,6 +16,10 @@ with ``storage_options``: the same rules, with the copies object storage has ins
 renames; an output the workers cannot write to a URL themselves is written to a local
 folder first and uploaded when complete (:func:`staged_locally`).  Two processes that would
 write the same partial output refuse each other (:func:`exclusive`).
+
+A single-file output (a figure) carries the marker inside the file, where its format keeps
+text; the application that writes the format registers how to read it back
+(:func:`register_marked_file`).
 """
 
 from __future__ import annotations
@@ -23,12 +27,12 @@ from __future__ import annotations
 from ._marker import MARKER, MARKER_KEY, OutputPathError, marker, marker_attributes
 from ._writes import (STAGE_ENV, atomic_directory, atomic_file, check_stage_dir, check_target,
                       exclusive, foreign_entries, move_into_place, named, read_marker, recover,
-                      recover_for_reading, remove_directory, staged_locally, write_marker,
-                      writing_every_chunk)
+                      recover_for_reading, register_marked_file, remove_directory, staged_locally,
+                      write_marker, writing_every_chunk)
 
 __all__ = [
     "atomic_directory", "atomic_file", "staged_locally", "move_into_place", "writing_every_chunk",
     "exclusive", "check_target", "check_stage_dir", "named", "foreign_entries", "remove_directory", "recover",
-    "recover_for_reading", "read_marker", "write_marker", "marker", "marker_attributes",
+    "recover_for_reading", "read_marker", "write_marker", "marker", "marker_attributes", "register_marked_file",
     "OutputPathError", "MARKER", "MARKER_KEY", "STAGE_ENV",
 ]

@@ -6,6 +6,7 @@ import sys
 import textwrap
 
 from dfairpca.celeba import synth_celeba
+import dfairpca.celeba.figures  # noqa: F401 (registers the reader of a PNG's marker, for read_marker)
 from dfairpca.io import read_marker
 
 

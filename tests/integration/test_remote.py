@@ -18,7 +18,7 @@ from scipy.linalg import subspace_angles
 import dfairpca
 import dfairpca.celeba.ingest
 import dfairpca.celeba.synth
-from dfairpca.io import _remote
+from dfairpca.io import _fsspec, _remote
 from dfairpca.io._marker import ACTIVE
 from dfairpca.io._writes import STAGE_ENV, stage_folder
 from dfairpca.celeba import ingest_celeba, synth_celeba, write_celeba_jpegs
@@ -351,24 +351,24 @@ def test_a_prefix_dfairpca_did_not_write_is_never_replaced(s3, faces, capsys, tm
 def test_a_move_cut_short_between_copy_and_delete_is_finished_by_the_next_reader(s3, tmp_path):
     """On S3 a move is a copy then a delete: a crash after the copy leaves the journal, and
     the next read (or write) of the target finishes the move from it."""
-    from dfairpca.io import _remote
+    from dfairpca.io import _fsspec
 
     so = dict(s3)
     arrays, meta = dfairpca.compute_moments(np.random.default_rng(0).normal(size=(50, 4))).to_arrays()
     url = "s3://data/stats/m"
-    real = _remote._remove_tree
+    real = _fsspec._remove_tree
 
     def crash(loc):  # the process dies after the copy, before the delete (and its cleanup)
         if ".tmp-" in loc.path:
             raise KeyboardInterrupt
         return real(loc)
 
-    _remote._remove_tree = crash
+    _fsspec._remove_tree = crash
     try:
         with pytest.raises(KeyboardInterrupt):
             dfairpca.io.save_arrays(url, arrays, {"kind": "Moments", **meta}, storage_options=so)
     finally:
-        _remote._remove_tree = real
+        _fsspec._remove_tree = real
     fs = _fs(so)
     names = [n.rsplit("/", 1)[-1] for n in fs.ls("data/stats", detail=False)]
     journal = [n for n in names if ".move-" in n]
@@ -472,13 +472,13 @@ def test_a_server_lost_during_the_pass_is_named_not_taken_for_damaged_data(clust
 def test_a_zarr_store_whose_overwrite_died_mid_copy_is_read_whole_not_mixed(s3):
     """An overwrite of a store on S3 that died after copying some chunks leaves old and new
     chunks at the target: reading it finishes the move first (or refuses), never mixes."""
-    from dfairpca.io import _remote
+    from dfairpca.io import _fsspec, _remote
     from dfairpca.io._marker import ACTIVE
 
     so = dict(s3)
     url = "s3://data/mixed/z.zarr"
     fs = _remote.location(url, so).fs  # fsspec binds its sync methods to each instance
-    real, real_remove = fs.copy, _remote._remove_tree
+    real, real_remove = fs.copy, _fsspec._remove_tree
 
     def dead(loc):  # a dead process cleans up nothing: its temporary prefix stays
         if ".tmp-" in loc.path:
@@ -494,16 +494,16 @@ def test_a_zarr_store_whose_overwrite_died_mid_copy_is_read_whole_not_mixed(s3):
 
     for value in (1, 2):
         if value == 2:
-            fs.copy, _remote._remove_tree = die, dead
+            fs.copy, _fsspec._remove_tree = die, dead
         try:
-            with _remote.atomic_prefix(_remote.location(url, so), "store", overwrite=True) as tmp:
+            with _fsspec.atomic_prefix(_remote.location(url, so), "store", overwrite=True) as tmp:
                 g = zarr.open_group(_remote.zarr_store(tmp, so), mode="w",
                                     attributes=dfairpca.io.marker_attributes("store"))
                 g.create_array("images", shape=(40, 3), chunks=(10, 3), dtype="int8")[:] = value
         except KeyboardInterrupt:
             assert value == 2
         finally:
-            fs.copy, _remote._remove_tree = real, real_remove
+            fs.copy, _fsspec._remove_tree = real, real_remove
     names = _fs(so).ls("data/mixed", detail=False)
     ACTIVE.difference_update(n.rsplit("/", 1)[-1] for n in names)  # as the next process sees it
     X = dfairpca.from_zarr(url, "images", storage_options=so)
@@ -648,7 +648,7 @@ def test_an_upload_cut_short_is_redone_from_the_finished_stage(s3, tmp_path, mon
     url = "s3://data/upload/faces.zarr"
     stage = stage_folder(url)
     fs = _remote.location(url, s3).fs  # fsspec binds its sync methods to each instance
-    real_put, real_remove = fs.put_file, _remote._remove_tree
+    real_put, real_remove = fs.put_file, _fsspec._remove_tree
     sent = []
 
     def cut(local, remote, *args, **kwargs):  # the process dies after 5 objects
@@ -664,7 +664,7 @@ def test_an_upload_cut_short_is_redone_from_the_finished_stage(s3, tmp_path, mon
 
     with monkeypatch.context() as mp:
         mp.setattr(fs, "put_file", cut)
-        mp.setattr(_remote, "_remove_tree", dead)
+        mp.setattr(_fsspec, "_remove_tree", dead)
         with pytest.raises(KeyboardInterrupt):
             synth_celeba(url, storage_options=s3, **SYNTH)
     (leftover,) = _fs(s3).ls("data/upload", detail=False)

@@ -30,10 +30,10 @@ def test_the_issue_reproduction_in_a_fresh_process(tmp_path):
 
 CRASH = textwrap.dedent("""
     import os, sys, numpy as np, dfairpca
-    from dfairpca.io import _writes
+    from dfairpca.io import _local
     path, step = sys.argv[1], sys.argv[2]
     model = dfairpca.PCA(3).fit(np.random.default_rng(1).normal(size=(200, 6)))
-    real_replace, real_remove = os.replace, _writes._remove_tree
+    real_replace, real_remove = os.replace, _local._remove_tree
     calls = []
 
     def replace(src, dst):
@@ -54,7 +54,7 @@ CRASH = textwrap.dedent("""
             os._exit(3)
         return real_remove(p)
 
-    os.replace, _writes._remove_tree = replace, remove
+    os.replace, _local._remove_tree = replace, remove
     model.save(path, overwrite=True)
     os._exit(0)
 """)
