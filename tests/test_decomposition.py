@@ -414,7 +414,7 @@ def test_zarr_store_without_the_named_array(tmp_path):
     assert X.shape == (10, 4)
 
 
-@pytest.mark.parametrize("solver", ["dense", "randomized"])
+@pytest.mark.parametrize("solver", ["dense", "subspace"])
 def test_eigen_solvers_agree_with_oracle(solver):
     X, g = make_data(2000, 60, (3, 2), seed=31, decay=0.9)
     ref = oracle.fair_pca(X, g, 8)
@@ -430,6 +430,31 @@ def test_eigen_solvers_agree_with_oracle(solver):
     assert max_angle_deg(pca.components_.T, oracle.pca(X, 8)) < tol
     with pytest.raises(ValueError, match="eigen_solver must be one of"):
         dfairpca.PCA(2, eigen_solver="arpack").fit(X)
+
+
+def test_eigen_solver_randomized_is_the_deprecated_name_of_subspace(tmp_path):
+    """Block subspace iteration is "subspace"; its old name "randomized" (which clashed
+    with the randomized SVD of svd_solver) still fits, warning once, and a model saved with
+    it loads quietly as "subspace"."""
+    import json
+    import warnings
+
+    X, g = make_data(400, 12, (2,), seed=3)
+    new = dfairpca.FairPCA(3, eigen_solver="subspace").fit(X, sensitive_features=g[0])
+    with pytest.warns(FutureWarning, match="eigen_solver='subspace'") as record:
+        old = dfairpca.FairPCA(3, eigen_solver="randomized").fit(X, sensitive_features=g[0])
+    assert sum(issubclass(w.category, FutureWarning) for w in record) == 1  # validated once
+    np.testing.assert_array_equal(old.components_, new.components_)
+    with pytest.warns(FutureWarning, match="eigen_solver='subspace'"):
+        pca = dfairpca.PCA(3, eigen_solver="randomized").fit(X)
+    np.testing.assert_array_equal(pca.components_, dfairpca.PCA(3, eigen_solver="subspace").fit(X).components_)
+    old.save(tmp_path / "m")
+    assert json.loads((tmp_path / "m" / "model" / "meta.json").read_text())["params"]["eigen_solver"] == "randomized"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        loaded = dfairpca.load(tmp_path / "m")
+    assert loaded.eigen_solver == "subspace"
+    np.testing.assert_array_equal(loaded.transform(X), old.transform(X))
 
 
 # ----------------------------------------------------------------------------- one base
@@ -464,7 +489,7 @@ EQUALIZE = "equalize_covariance must be None, a fraction in (0, 1] or an int; go
     ("PCA", {"compute_dtype": "int8"}, ValueError,
      "compute_dtype must be 'auto', 'float32', 'float64' or 'exact'; got 'int8'"),
     ("PCA", {"eigen_solver": "arpack"}, ValueError,
-     "eigen_solver must be one of ('auto', 'dense', 'randomized'); got 'arpack'"),
+     "eigen_solver must be one of ('auto', 'dense', 'subspace'); got 'arpack'"),
     ("PCA", {"whiten": "yes"}, ValueError, "whiten must be True or False; got 'yes'"),
     ("PCA", {"svd_solver": "arpak"}, ValueError,
      "svd_solver must be one of ('auto', 'full', 'covariance_eigh', 'randomized'); got 'arpak'"),

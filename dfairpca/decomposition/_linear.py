@@ -13,7 +13,6 @@ numbers where both apply (``tests/test_sklearn.py``).  ``transform`` is lazy on 
 from __future__ import annotations
 
 import math
-import numbers
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,9 @@ from ..base import _solvers
 from ..cluster import ship
 from ._base import Estimator
 from ..engine._engine import coded_moments
-from ..base._params import BOOL, SPLIT_EVERY, Check, Rule, int_at_least, is_int, one_of
+from ..base._params import (
+    BOOL, SPLIT_EVERY, Check, RenamedOneOf, Rule, current, int_at_least, is_int, is_real, one_of,
+)
 from ._saved import check_linear_values, linear_layout, load_statistics
 from ..base._system import rows_per_block
 from ..inputs._validation import (
@@ -47,14 +48,11 @@ WEIGHTED_BLOCKER = ("svd_solver='randomized' does not take sample_weight (its pa
 
 
 def n_components_ok(k) -> bool:
-    whole = is_int(k)
-    fraction = isinstance(k, numbers.Real) and not whole and not isinstance(k, bool)
-    return k is None or (whole and k > 0) or (fraction and 0 < k < 1)
+    return k is None or (is_int(k) and k > 0) or (is_real(k) and not is_int(k) and 0 < k < 1)
 
 
 def _random_state_ok(r) -> bool:
-    return r is None or isinstance(r, (numbers.Integral, np.random.RandomState,
-                                       np.random.Generator)) and not isinstance(r, bool)
+    return r is None or is_int(r) or isinstance(r, (np.random.RandomState, np.random.Generator))
 
 
 #: the parameters PCA and FairPCA share, with their rules, in the order they are checked
@@ -63,7 +61,7 @@ LINEAR_RULES = {
                                             "variance to keep, or None")],
     "split_every": SPLIT_EVERY,
     "compute_dtype": [Check(lambda est, v: compute_dtype_for(np.float64, v))],
-    "eigen_solver": [one_of(_solvers.EIGEN_SOLVERS)],
+    "eigen_solver": [RenamedOneOf(_solvers.EIGEN_SOLVERS)],
     "whiten": BOOL,
     "svd_solver": [one_of(SVD_SOLVERS)],
     "iterated_power": [Rule(lambda p: p == "auto" if isinstance(p, str) else is_int(p) and p >= 0,
@@ -167,6 +165,11 @@ class LinearDecomposition(Estimator):
             return "covariance_eigh"
         return self._fit_solver(d, groups=n_groups, checkpoint=checkpoint, weighted=weighted)
 
+    @property
+    def _eigen_solver(self) -> str:
+        """``eigen_solver`` in its current spelling (a deprecated one mapped)."""
+        return current("eigen_solver", self.eigen_solver)
+
     def _features(self, m) -> np.ndarray:
         """The feature columns of statistics m (all but the numeric attributes)."""
         num = np.asarray(getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
@@ -177,7 +180,7 @@ class LinearDecomposition(Estimator):
         from ..solve._randomized import needs_dense_message
 
         k = self.n_components
-        if not whole(k):
+        if not is_int(k):
             return (f"svd_solver='randomized' needs n_components as an int, got {k!r}: None, "
                     "fractions of the variance and 'mle' need the whole spectrum (svd_solver='full')")
         if getattr(self, "equalize_covariance", None) is not None:
@@ -603,11 +606,6 @@ class LinearDecomposition(Estimator):
 
 
 # ---------------------------------------------------------------------------- helpers
-def whole(k) -> bool:
-    """Whether n_components is an int (not None, not a fraction)."""
-    return is_int(k)
-
-
 def known(n) -> bool:
     """Whether a row count is known (a Dask array of unknown chunk sizes has NaN rows)."""
     return n is not None and not (isinstance(n, float) and np.isnan(n))

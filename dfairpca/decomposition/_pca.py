@@ -19,9 +19,9 @@ from ..cluster import worker_timeout
 from ..solve._exact import fair_components, fair_constraints, fitted_space, standard_components
 from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, certify, check_fair_k, set_certificate
 from ._linear import (
-    LINEAR_RULES, LinearDecomposition, check_rows, known, n_components_ok, release, whitening, whole,
+    LINEAR_RULES, LinearDecomposition, check_rows, known, n_components_ok, release, whitening,
 )
-from ..base._params import TRADEOFF, Rule
+from ..base._params import TRADEOFF, Rule, is_int
 from ..io._registry import register
 from ._saved import fair_meta, load, restore_fair_meta
 from ..inputs._groups import binary_target, encode_groups, group_labels
@@ -109,10 +109,12 @@ class PCA(LinearDecomposition):
         each folds its share of the row chunks in place) at the end of a Dask pass.
     progress : bool, default False
         Show a progress bar during the pass (numpy input: one step per block of rows).
-    eigen_solver : {"auto", "dense", "randomized"}, default "auto"
-        The local d x d solve: LAPACK ``eigh`` (subset by index) or block subspace iteration
-        with Rayleigh-Ritz, stopped when the captured variance changes by < 1e-8 relative;
-        "auto" takes the latter for d >= 2000 and k <= d / 10 (measured faster there).
+    eigen_solver : {"auto", "dense", "subspace"}, default "auto"
+        The local d x d solve: LAPACK ``eigh`` (subset by index, "dense") or block subspace
+        iteration with Rayleigh-Ritz ("subspace"), stopped when the captured variance
+        changes by < 1e-8 relative; "auto" takes the latter for d >= 2000 and k <= d / 10
+        (measured faster there).  "randomized", the old name of "subspace", still works
+        with a FutureWarning (it is not the randomized SVD of ``svd_solver="randomized"``).
 
     Attributes
     ----------
@@ -228,7 +230,7 @@ class PCA(LinearDecomposition):
             if self._solver_of(Xa, None, checkpoint, weighted=w is not None) == "randomized":
                 self._set_randomized(self._randomized_fit(Xa, checkpoint=checkpoint))
             else:
-                self.fit_statistics(self._pass(Xa, checkpoint=checkpoint, weights=w))
+                self._fit_statistics(self._pass(Xa, checkpoint=checkpoint, weights=w))
         release(checkpoint, keep_checkpoint)
         return self
 
@@ -283,10 +285,10 @@ class PCA(LinearDecomposition):
         m = self._pass(Xa, weights=check_weights(w, Xa))
         if hasattr(self, "statistics_"):
             m = merge([self.statistics_, m])
-        if whole(self.n_components) and m.n_effective < self.n_components:
+        if is_int(self.n_components) and m.n_effective < self.n_components:
             self._keep_statistics(m)
             return self
-        return self.fit_statistics(m)
+        return self._fit_statistics(m)
 
     def fit_statistics(self, statistics: Moments) -> Self:
         """Solve from precomputed (e.g. merged or loaded) statistics.
@@ -303,9 +305,13 @@ class PCA(LinearDecomposition):
             The fitted estimator.
         """
         self._check_params()
+        return self._fit_statistics(statistics)
+
+    def _fit_statistics(self, statistics: Moments) -> Self:
+        """:meth:`fit_statistics`, the parameters checked already (by the public call)."""
         self._check_k(statistics.n_features, statistics.n_effective)
         S, scale, e = fitted_space(statistics, self.center, self.standardize)
-        U = standard_components(S, statistics.n, self.n_components, self.eigen_solver,
+        U = standard_components(S, statistics.n, self.n_components, self._eigen_solver,
                                 rows=statistics.n_effective if statistics.weighted else None)
         self._set_fitted(statistics, U, S, scale, e)
         return self
@@ -317,7 +323,7 @@ class PCA(LinearDecomposition):
             raise InvalidInputError(f"n_components='mle' needs at least as many rows as features (Minka's "
                              f"estimate uses the whole spectrum); X has {int(n)} rows and {d} "
                              "features: pass an int, a fraction or None")
-        if not whole(k):
+        if not is_int(k):
             return
         if k > d:
             raise InvalidInputError(f"n_components={k} is too large: X has {d} features")
@@ -548,7 +554,7 @@ class FairPCA(LinearDecomposition):
             if self._solver_of(Xa, g, checkpoint, weighted=w is not None) == "randomized":
                 self._fit_randomized(Xa, g, mask, numeric, checkpoint)
             else:
-                self.fit_statistics(self._pass(Xa, g, mask, checkpoint, numeric=numeric,
+                self._fit_statistics(self._pass(Xa, g, mask, checkpoint, numeric=numeric,
                                                weights=w))
         release(checkpoint, keep_checkpoint)
         return self
@@ -653,13 +659,13 @@ class FairPCA(LinearDecomposition):
             m = merge([self.statistics_, m])
         num = self.numeric_sensitive_columns_
         if any(np.sum(a.counts > 0) < 2 for a in m.attributes) or (
-                whole(self.n_components) and m.n_effective < self.n_components) or (
+                is_int(self.n_components) and m.n_effective < self.n_components) or (
                 len(num) and m.n_effective < 2) or np.any(np.diagonal(m.scatter)[num] == 0):
             # not solvable yet (a piece may hold a single group, a constant numeric
             # attribute, or fewer than k rows)
             self._keep_statistics(m)
             return self
-        return self.fit_statistics(m)
+        return self._fit_statistics(m)
 
     def _check_k_groups(self, d, ms, n=None, q: int = 0):
         """The largest k the attributes allow (:func:`dfairpca.solve._fairness.check_fair_k`);
@@ -667,7 +673,7 @@ class FairPCA(LinearDecomposition):
         limit = check_fair_k(self.n_components, d, ms, q)
         k = self.n_components
         what = "rows with y == 1" if self.constraint == "equal_opportunity" else "rows"
-        check_rows(k if whole(k) else None, n, min(limit, n) if known(n) else limit, what)
+        check_rows(k if is_int(k) else None, n, min(limit, n) if known(n) else limit, what)
         return limit
 
     def fit_statistics(self, statistics: Moments, *, attribute_names: Sequence[str] | None = None,
@@ -698,6 +704,12 @@ class FairPCA(LinearDecomposition):
             The fitted estimator.
         """
         self._check_params()
+        return self._fit_statistics(statistics, attribute_names=attribute_names,
+                                    numeric_columns=numeric_columns)
+
+    def _fit_statistics(self, statistics: Moments, *, attribute_names: Sequence[str] | None = None,
+                        numeric_columns: npt.ArrayLike | None = None) -> Self:
+        """:meth:`fit_statistics`, the parameters checked already (by the public call)."""
         m = statistics
         given = numeric_columns is not None
         num = np.asarray(numeric_columns if given else
@@ -730,7 +742,7 @@ class FairPCA(LinearDecomposition):
         C = fair_constraints(m, mf, num, keep, names, scale)
         Q = _solvers.constraint_basis(C)
         U = fair_components(S, Q, mf, scale, min(limit, m.n_effective), self.n_components,
-                            self.equalize_covariance, self.eigen_solver)
+                            self.equalize_covariance, self._eigen_solver)
         k = U.shape[0]
         sizes = [a.n_groups for a in mf.attributes] + [1] * q
         per_group = np.split(_solvers.constraint_violation(U, C), np.cumsum(sizes)[:-1])
@@ -742,7 +754,7 @@ class FairPCA(LinearDecomposition):
             self.numeric_sensitive_columns_ = num
         standard = None
         if self.tradeoff > 0:
-            V = _solvers.pca_components(S, k, self.eigen_solver)
+            V = _solvers.pca_components(S, k, self._eigen_solver)
             with np.errstate(over="ignore", under="ignore"):
                 standard = (V, np.ldexp(np.sum((V @ S) * V, axis=1) / (m.n - 1), 2 * e))
         self._set_fair(per_group, Q, [mf.group_means(j) for j in range(p)], limit, names, standard)

@@ -563,7 +563,8 @@ class FairKernelPCA(Estimator):
         stats.check_finite()
         fair = FairPCA(self.n_components, center=self.center, constraint=self.constraint,
                        tradeoff=self.tradeoff, split_every=self.split_every)
-        fair.fit_statistics(stats, attribute_names=names, numeric_columns=np.arange(r, r + q))
+        # its parameters are this estimator's, checked by fit: the solve, not the check again
+        fair._fit_statistics(stats, attribute_names=names, numeric_columns=np.arange(r, r + q))
 
         total = float(np.sum(fair.explained_variance_))
         tol = r * np.finfo(np.float64).eps * total

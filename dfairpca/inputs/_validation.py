@@ -6,13 +6,13 @@ Group labels and targets (``sensitive_features``, ``y``) are :mod:`dfairpca.inpu
 from __future__ import annotations
 
 import math
-import numbers
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..base._params import is_int
 from ..base._system import rows_per_block
 from ..errors import InvalidInputError, InvalidTypeError, NumericAttributeWarning
 
@@ -505,7 +505,7 @@ def sensitive_columns(ids, width: int, columns=None) -> np.ndarray:
     for i in ids:
         if columns is not None and any(_same_label(i, c) for c in columns):
             out.append(next(j for j, c in enumerate(columns) if _same_label(i, c)))
-        elif isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= int(i) < width:
+        elif is_int(i) and 0 <= int(i) < width:
             out.append(int(i))
         else:
             where = (f"X's columns are {list(columns)[:10]!r}" if columns is not None else
@@ -522,9 +522,7 @@ def _same_label(a, b) -> bool:
     integer label (an integer matches a position only where no label is an integer)."""
     if isinstance(a, str) or isinstance(b, str):
         return isinstance(a, str) and isinstance(b, str) and a == b
-    whole = (numbers.Integral,)
-    return (isinstance(a, whole) and isinstance(b, whole) and not isinstance(a, bool)
-            and not isinstance(b, bool) and int(a) == int(b))
+    return is_int(a) and is_int(b) and int(a) == int(b)
 
 
 def _column_name(columns, i) -> str:

@@ -9,13 +9,12 @@ of each constraint vector the components keep is measured in float64 and
 
 from __future__ import annotations
 
-import numbers
 import warnings
 
 import numpy as np
 
 from ..base import _solvers
-from ..base._params import Check, one_of
+from ..base._params import Check, is_int, is_real, one_of
 from ..stats.moments import Moments
 from ..errors import ConstraintDroppedWarning, InvalidInputError
 
@@ -44,8 +43,7 @@ def check_fair_k(k, size: int, ms, q: int = 0, *, basis: str | None = None,
     fitted rows") and ``fix`` says how to enlarge.  k None asks for the limit.
     """
     limit = fair_k_limit(size, ms, q)
-    whole = isinstance(k, numbers.Integral) and not isinstance(k, bool)
-    if limit >= 1 and not (whole and k > limit):
+    if limit >= 1 and not (is_int(k) and k > limit):
         return limit
     numeric = [f"{q} numeric attribute(s)"] if q else []
     desc = " and ".join([f"{m} groups" for m in ms] + numeric)
@@ -201,7 +199,7 @@ def covariance_terms(m: Moments, scale, k: int, r: int,
     if equalize is None:
         return None, None
     d = m.n_features
-    l = int(equalize) if isinstance(equalize, numbers.Integral) else max(k, int(np.floor(equalize * d)))
+    l = int(equalize) if is_int(equalize) else max(k, int(np.floor(equalize * d)))
     if l >= d - r:  # the whole fair subspace: plain fair PCA (the paper's "S(1.0)")
         return None, None
     if not m.has_group_scatter:
@@ -230,10 +228,10 @@ def _check_equalize(est, e) -> None:
     if e is None:
         return
     k = est.n_components
-    whole = isinstance(k, numbers.Integral) and not isinstance(k, bool)
-    if isinstance(e, bool) or not isinstance(e, numbers.Real):
+    whole = is_int(k)
+    if not is_real(e):
         raise InvalidInputError(f"equalize_covariance must be None, a fraction in (0, 1] or an int; got {e!r}")
-    if isinstance(e, numbers.Integral):
+    if is_int(e):
         if whole and e < k:
             raise InvalidInputError(
                 f"equalize_covariance={e} directions cannot hold n_components={k}; pass "

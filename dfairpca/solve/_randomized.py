@@ -33,6 +33,7 @@ import numpy as np
 import scipy.linalg
 
 from ..base import _solvers
+from ..base._params import is_int
 from ._exact import check_variance
 from ._fairness import group_constraints, numeric_constraint_rows
 from ..engine._thin_pass import (
@@ -185,7 +186,7 @@ def _random_block(random_state, shape) -> np.ndarray:
     ``svd_solver="auto"`` chose this solve for the user."""
     if random_state is None:
         random_state = 0
-    if isinstance(random_state, numbers.Integral):
+    if is_int(random_state):
         random_state = np.random.RandomState(int(random_state))
     return random_state.standard_normal(shape)
 
@@ -226,20 +227,6 @@ class RandomizedFit:
         """Variance along each component (ddof=1), true units."""
         with np.errstate(over="ignore", under="ignore"):
             return np.ldexp(self.captured / (self.statistics.n - 1), 2 * self.exponent)
-
-
-def _check(k, n_oversamples, iterated_power) -> None:
-    if not (isinstance(k, numbers.Integral) and not isinstance(k, bool) and int(k) >= 1):
-        raise InvalidInputError(f"svd_solver='randomized' needs n_components as an integer >= 1; got "
-                         f"{k!r} (a fraction of the variance needs the whole spectrum: use "
-                         "svd_solver='full')")
-    if not (isinstance(n_oversamples, numbers.Integral) and not isinstance(n_oversamples, bool)
-            and int(n_oversamples) >= 1):
-        raise InvalidInputError(f"n_oversamples must be an integer >= 1; got {n_oversamples!r}")
-    p = iterated_power
-    if not (p == "auto" if isinstance(p, str) else
-            isinstance(p, numbers.Integral) and not isinstance(p, bool) and int(p) >= 0):
-        raise InvalidInputError(f"iterated_power must be 'auto' or an integer >= 0; got {p!r}")
 
 
 def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, numeric=(),
@@ -287,7 +274,6 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
     """
     from ..inputs._validation import compute_dtype_for
 
-    _check(k, n_oversamples, iterated_power)
     X = as_rows(X)
     D = int(np.prod(X.shape[1:]))
     numeric = np.asarray(numeric, np.intp)
