@@ -15,19 +15,18 @@ from typing import Self
 import numpy as np
 import numpy.typing as npt
 
-from ..base import _solvers
 from ..cluster import worker_timeout
-from ..solve._exact import fair_components, fair_constraints, fitted_space
-from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, certify, check_fair_k, set_certificate
+from ..solve._solution import FairSolution, exact_fair_solution, randomized_fair_solution
+from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, check_fair_k, set_certificate
 from ._linear import (
-    LINEAR_RULES, LinearDecomposition, check_rows, known, release, whitening,
+    LINEAR_RULES, LinearDecomposition, release, whitening,
 )
 from ..base._params import TRADEOFF, is_int
 from ..io._registry import register
+from ..solve._limits import check_rows, known
 from ._saved import fair_meta, restore_fair_meta
-from ..inputs._groups import binary_target, encode_groups, group_labels
-from ..inputs._validation import Input, with_known_rows
-from ..inputs._weights import check_weights
+from ..inputs._fair_input import FairInput, fair_input
+from ..inputs._validation import Input
 from ..stats.moments import Moments, merge
 from ..base._typing import ArrayInput, ColumnIds, PathInput, Seed
 from ..errors import InvalidInputError
@@ -187,30 +186,23 @@ class FairPCA(LinearDecomposition):
         self.progress = progress
         self.eigen_solver = eigen_solver
 
-    def _prepare(self, X, groups, y, partial, reset, sample_weight=None):
-        """(X's pass columns, encoded group labels or None, y == 1 mask or None, checked
-        weights or None), checked, with k checked against the rows unless ``partial``;
-        ``reset`` as in :func:`dfairpca.inputs._validation.check_input`."""
+    def _prepare(self, X, groups, y, partial, reset, sample_weight=None) -> FairInput:
+        """The parameters checked (once per public call), then the fair input
+        (:func:`dfairpca.inputs._fair_input.fair_input`) with its column layout kept
+        (``reset``) or compared with the earlier partial_fit calls', and k checked against
+        the fitted rows unless ``partial``."""
         self._check_params()
-        inp = self._input(X, reset=reset, min_samples=1 if partial else 2)
-        labels = group_labels(self, inp, groups)
-        Xa, labels, y, w = with_known_rows(inp.data, labels, y, sample_weight)
-        n, width = Xa.shape
-        mask = binary_target(y, n) if self.constraint == "equal_opportunity" else None
-        w = check_weights(w, Xa, mask, min_total=0 if partial else 2)
-        g = None if labels is None else encode_groups(labels, n, mask=mask, require_two=not partial)
-        names = ([] if g is None else list(g.names)) + inp.numeric_names
+        f = fair_input(self, X, groups, y, reset=reset, min_samples=1 if partial else 2,
+                       sample_weight=sample_weight, partial=partial)
         if reset:
-            self.sensitive_feature_indices_ = inp.sensitive
-            self.numeric_sensitive_columns_ = inp.numeric
-            self.attribute_names_ = names
+            self.sensitive_feature_indices_ = f.checked.sensitive
+            self.numeric_sensitive_columns_ = f.checked.numeric
+            self.attribute_names_ = f.names
         elif reset is False and hasattr(self, "statistics_"):
-            self._check_layout_of(inp)
+            self._check_layout_of(f.checked)
         if not partial:
-            fitted = n if mask is None else int(np.count_nonzero(mask))
-            ms = [] if g is None else [len(c) for c in g.categories]
-            self._check_k_groups(width - len(inp.numeric), ms, fitted, len(inp.numeric))
-        return Xa, g, mask, len(inp.numeric) > 0, w
+            self._check_k_groups(f.n_features, f.group_sizes, f.fitted_rows, f.n_numeric)
+        return f
 
     def _check_layout_of(self, inp: Input) -> None:
         """Raise unless a later partial_fit's X has its sensitive columns where the first had."""
@@ -254,13 +246,14 @@ class FairPCA(LinearDecomposition):
             The fitted estimator.
         """
         with worker_timeout(timeout):
-            Xa, g, mask, numeric, w = self._prepare(X, sensitive_features, y, partial=False,
-                                                    reset=True, sample_weight=sample_weight)
-            if self._solver_of(Xa, g, checkpoint, weighted=w is not None) == "randomized":
-                self._fit_randomized(Xa, g, mask, numeric, checkpoint)
+            f = self._prepare(X, sensitive_features, y, partial=False, reset=True,
+                              sample_weight=sample_weight)
+            numeric = f.n_numeric > 0
+            if self._solver_of(f.data, f.groups, checkpoint, weighted=f.weights is not None) == "randomized":
+                self._fit_randomized(f.data, f.groups, f.mask, numeric, checkpoint)
             else:
-                self._fit_statistics(self._pass(Xa, g, mask, checkpoint, numeric=numeric,
-                                               weights=w))
+                self._fit_statistics(self._pass(f.data, f.groups, f.mask, checkpoint, numeric=numeric,
+                                                weights=f.weights))
         release(checkpoint, keep_checkpoint)
         return self
 
@@ -268,38 +261,31 @@ class FairPCA(LinearDecomposition):
         """Fit by randomized passes (:mod:`dfairpca.solve._randomized`), certify, keep."""
         fit = self._randomized_fit(Xa, g, mask, numeric, checkpoint)
         m = fit.statistics
-        names = self.attribute_names_
-        p, q = len(m.attributes), len(m.numeric)
         ms = [int(np.sum(a.counts > 0)) for a in m.attributes]
-        limit = self._check_k_groups(fit.components.shape[1], ms, m.n, q)
-        categories = [a.categories for a in m.attributes] + [None] * q
-        # the constraint rows are float64 sums whatever the products ran in
-        certify(fit.violation, names, categories, float(np.finfo(np.float64).eps),
-                type(self).__name__)
-        self._set_randomized(fit)
-        standard = None
-        if fit.standard_components is not None:
-            with np.errstate(over="ignore", under="ignore"):
-                standard = (fit.standard_components, np.ldexp(
-                    fit.standard_captured / (m.n - 1), 2 * fit.exponent))
-        self._set_fair(fit.violation, fit.basis, [m.group_means(j)[:, self._features(m)]
-                                                  for j in range(p)],
-                       limit, names, standard)
+        limit = self._check_k_groups(fit.components.shape[1], ms, m.n, len(m.numeric))
+        self._set_solution(randomized_fair_solution(fit, self.attribute_names_, limit,
+                                                    self._features(m), estimator=type(self).__name__))
         return self
 
-    def _set_fair(self, per_group, Q, group_means, limit, names, standard) -> None:
-        """The fair fitted attributes: the certificate, the constraint basis, the groups,
-        and the standard components of ``tradeoff`` ((components, variances) or None)."""
-        set_certificate(self, per_group)
-        self.n_constraints_ = Q.shape[1]
-        self.constraint_basis_ = Q
-        self.group_means_ = group_means
-        self.max_components_ = limit
-        self.groups_ = [a.categories for a in self.statistics_.attributes]
-        self.attribute_names_ = list(names)
+    def _set_solution(self, sol: FairSolution) -> None:
+        """The fitted attributes of a certified fair solve, exact or matrix-free."""
+        self._set_model(sol.n, sol.mean, sol.components, sol.captured, sol.total, sol.scale,
+                        sol.exponent, rows=sol.rows, rank=sol.rank)
+        self.statistics_ = sol.statistics
+        self.statistics_kernel_ = sol.kernel
+        self.fitted_svd_solver_ = sol.solver
+        if sol.passes is not None:
+            self.n_passes_ = sol.passes
+        set_certificate(self, sol.violations)
+        self.n_constraints_ = sol.basis.shape[1]
+        self.constraint_basis_ = sol.basis
+        self.group_means_ = sol.group_means
+        self.max_components_ = sol.max_components
+        self.groups_ = [a.categories for a in sol.statistics.attributes]
+        self.attribute_names_ = sol.names
         self.standard_components_: np.ndarray | None
         self.standard_explained_variance_: np.ndarray | None
-        self.standard_components_, self.standard_explained_variance_ = standard or (None, None)
+        self.standard_components_, self.standard_explained_variance_ = sol.standard or (None, None)
 
     def validate_fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
                      sensitive_features: ArrayInput | None = None,
@@ -320,9 +306,9 @@ class FairPCA(LinearDecomposition):
         sample_weight : array-like of shape (n,), optional
             The weights ``fit`` would be given.
         """
-        Xa, g, _, _, w = self._prepare(X, sensitive_features, y, partial=False, reset=None,
-                                       sample_weight=sample_weight)
-        self._solver_of(Xa, g, weighted=w is not None)
+        f = self._prepare(X, sensitive_features, y, partial=False, reset=None,
+                          sample_weight=sample_weight)
+        self._solver_of(f.data, f.groups, weighted=f.weights is not None)
 
     def partial_fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
                     sensitive_features: ArrayInput | None = None,
@@ -350,16 +336,16 @@ class FairPCA(LinearDecomposition):
         """
         self._check_partial()
         first = not hasattr(self, "statistics_")
-        Xa, g, mask, numeric, w = self._prepare(X, sensitive_features, y, partial=True, reset=first,
-                                                sample_weight=sample_weight)
-        self._check_previous(Xa.shape[1])
-        p = 0 if g is None else g.n_attributes
+        f = self._prepare(X, sensitive_features, y, partial=True, reset=first,
+                          sample_weight=sample_weight)
+        self._check_previous(f.data.shape[1])
+        p = 0 if f.groups is None else f.groups.n_attributes
         if not first and len(self.statistics_.attributes) != p:
             raise InvalidInputError(
                 f"groups has {p} attribute(s); earlier partial_fit calls had "
                 f"{len(self.statistics_.attributes)}"
             )
-        m = self._pass(Xa, g, mask, numeric=numeric, weights=w)
+        m = self._pass(f.data, f.groups, f.mask, numeric=f.n_numeric > 0, weights=f.weights)
         if not first:
             m = merge([self.statistics_, m])
         num = self.numeric_sensitive_columns_
@@ -436,33 +422,15 @@ class FairPCA(LinearDecomposition):
                     f"{name} has {present} non-empty group(s) among the rows seen; fair PCA "
                     "needs at least two"
                 )
-        keep = np.setdiff1d(np.arange(m.n_features), num)
-        mf = m.columns(keep) if q else m
-        ms = [int(np.sum(a.counts > 0)) for a in mf.attributes]
-        limit = self._check_k_groups(mf.n_features, ms, m.n_effective, q)
-        if self.equalize_covariance is not None and not p:
-            raise InvalidInputError("equalize_covariance equalises the covariances of groups: give the "
-                             "protected attribute as group labels, or leave it None")
-        S, scale, e = fitted_space(mf, self.center, self.standardize)
-        C = fair_constraints(m, mf, num, keep, names, scale)
-        Q = _solvers.constraint_basis(C)
-        U = fair_components(S, Q, mf, scale, min(limit, m.n_effective), self.n_components,
-                            self.equalize_covariance, self._eigen_solver)
-        k = U.shape[0]
-        sizes = [a.n_groups for a in mf.attributes] + [1] * q
-        per_group = np.split(_solvers.constraint_violation(U, C), np.cumsum(sizes)[:-1])
-        categories = [a.categories for a in mf.attributes] + [None] * q
-        certify(per_group, names, categories, m.precision, type(self).__name__)
-        self._set_fitted(mf, U, S, scale, e)
-        self.statistics_ = m
+        ms = [int(np.sum(a.counts > 0)) for a in m.attributes]
+        limit = self._check_k_groups(m.n_features - q, ms, m.n_effective, q)
+        solution = exact_fair_solution(
+            m, num, names, limit, k=self.n_components, center=self.center,
+            standardize=self.standardize, equalize=self.equalize_covariance,
+            eigen_solver=self._eigen_solver, tradeoff=self.tradeoff, estimator=type(self).__name__)
+        self._set_solution(solution)
         if given:
             self.numeric_sensitive_columns_ = num
-        standard = None
-        if self.tradeoff > 0:
-            V = _solvers.pca_components(S, k, self._eigen_solver)
-            with np.errstate(over="ignore", under="ignore"):
-                standard = (V, np.ldexp(np.sum((V @ S) * V, axis=1) / (m.n - 1), 2 * e))
-        self._set_fair(per_group, Q, [mf.group_means(j) for j in range(p)], limit, names, standard)
         return self
 
     def _projection(self):

@@ -498,20 +498,6 @@ class LinearDecomposition(ProbabilisticPCA):
 
 
 # ---------------------------------------------------------------------------- helpers
-def known(n) -> bool:
-    """Whether a row count is known (a Dask array of unknown chunk sizes has NaN rows)."""
-    return n is not None and not (isinstance(n, float) and np.isnan(n))
-
-
-def check_rows(k, n, largest: int, what: str) -> None:
-    """Raise if k exceeds the n fitted rows (checked before the pass wherever n is known)."""
-    if k is not None and known(n) and k > n:
-        raise InvalidInputError(
-            f"n_components={k} is too large: X has {int(n)} {what}, fewer than k; the "
-            f"largest k is {int(largest)}"
-        )
-
-
 def whitening(variances) -> np.ndarray:
     """sqrt of the variances, those below float64 eps raised to it (scikit-learn's guard for
     rank-deficient data: whitening must not divide by 0)."""

@@ -15,9 +15,10 @@ import numpy.typing as npt
 from ..cluster import worker_timeout
 from ..solve._exact import fitted_space, standard_components
 from ._linear import (
-    LINEAR_RULES, LinearDecomposition, check_rows, known, n_components_ok, release,
+    LINEAR_RULES, LinearDecomposition, n_components_ok, release,
 )
 from ..base._params import Rule, is_int
+from ..solve._limits import check_rows, known, too_large
 from ..io._registry import register
 from ._saved import load
 from ..inputs._validation import with_known_rows
@@ -321,7 +322,7 @@ class PCA(LinearDecomposition):
         if not is_int(k):
             return
         if k > d:
-            raise InvalidInputError(f"n_components={k} is too large: X has {d} features")
+            raise too_large(k, f"X has {d} features")
         check_rows(k, n, min(d, n) if known(n) else d, "rows")
 
 

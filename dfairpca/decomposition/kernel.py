@@ -74,10 +74,9 @@ from ..solve._fairness import CONSTRAINT_RULES, certify, check_fair_k, set_certi
 from ..base._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
 from ..io._registry import register
 from ._saved import fair_meta, kernel_layout, restore_fair_meta
-from ..inputs._groups import binary_target, encode_groups, group_labels
+from ..inputs._fair_input import fair_input
 from ..inputs._validation import (
     Input, check_finite_input, check_input,
-    with_known_rows,
 )
 from ._fair import FairPCA
 from ..base._typing import ArrayInput, ArrayOutput, ColumnIds, PathInput
@@ -361,16 +360,10 @@ class FairKernelPCA(Estimator):
 
     def _fit(self, X, y, sensitive_features):
         """:meth:`fit`, its parameters checked."""
-        inp = check_input(self, X, reset=True, min_samples=2, ids=self.sensitive_feature_ids)
-        labels = group_labels(self, inp, sensitive_features)
-        Xa, labels, y = with_known_rows(inp.data, labels, y)
-        n = Xa.shape[0]
-        mask = binary_target(y, n) if self.constraint == "equal_opportunity" else None
-        g = None if labels is None else encode_groups(labels, n, mask=mask)
-        fit_rows = np.arange(n) if mask is None else np.flatnonzero(mask)
-        ms = [] if g is None else [len(c) for c in g.categories]
-        q = len(inp.numeric)
-        names = ([] if g is None else list(g.names)) + inp.numeric_names
+        f = fair_input(self, X, sensitive_features, y, reset=True)
+        inp, Xa, g, mask, names = f.checked, f.data, f.groups, f.mask, f.names
+        fit_rows = np.arange(f.n_rows) if mask is None else np.flatnonzero(mask)
+        ms, q = f.group_sizes, f.n_numeric
         m = self._choose_method(len(fit_rows), len(inp.features))
         if m is None:
             limit = check_fair_k(self.n_components, len(fit_rows), ms, q,

@@ -16,6 +16,7 @@ import numpy as np
 from ..base import _solvers
 from ..base._params import Check, is_int, is_real, one_of
 from ..stats.moments import Moments
+from ._limits import too_large
 from ..errors import ConstraintDroppedWarning, InvalidInputError
 
 __all__ = ["CONSTRAINTS", "CONSTRAINT_RULES", "fair_k_limit", "check_fair_k", "certify",
@@ -56,11 +57,11 @@ def check_fair_k(k, size: int, ms, q: int = 0, *, basis: str | None = None,
                 f"{list(ms)}{''.join(' and ' + s for s in numeric)}"
             )
         symbols = "d - sum(m) + p - q" if q else "d - sum(m) + p"
-        raise InvalidInputError(f"n_components={k} is too large: with {desc} the largest k is "
-                         f"{symbols} = {terms}")
-    head = (f"n_components={limit if k is None else k} is too large" if limit >= 1 else
-            "no fair representation exists")
-    raise InvalidInputError(f"{head}: with {desc} and {basis} the largest k is {terms}; {fix}")
+        raise too_large(k, f"with {desc} the largest k is {symbols} = {terms}")
+    why = f"with {desc} and {basis} the largest k is {terms}; {fix}"
+    if limit >= 1:
+        raise too_large(limit if k is None else k, why)
+    raise InvalidInputError(f"no fair representation exists: {why}")
 
 
 def certify(per_group, names, categories, precision: float, estimator: str,

@@ -67,15 +67,12 @@ def choose_method(n_landmarks, n_components, n: int, d: int, max_memory=None) ->
         fits = exact_fit_bytes(n, d) <= fit_budget(max_memory)
         return None if n <= AUTO_EXACT_MAX_ROWS and fits else min(n, AUTO_LANDMARKS)
     if m is None:
-        need, budget = exact_fit_bytes(n, d), fit_budget(max_memory)
-        if need > budget:
-            raise InvalidInputError(
-                f"the exact method needs about {need / 2**30:.1f} GiB ({need} bytes: "
-                f"{EXACT_MATRICES} kernel-sized {n} x {n} float64 matrices) for the {n} "
-                f"fitted rows, more than max_memory = {budget:.0f} bytes; use the Nyström "
-                f"approximation, e.g. n_landmarks={min(n, AUTO_LANDMARKS)} (or "
-                "n_landmarks='auto'), or raise max_memory"
-            )
+        _check_budget("the exact method", exact_fit_bytes(n, d), max_memory,
+                      f"{EXACT_MATRICES} kernel-sized {n} x {n} float64 matrices) for the {n} "
+                      "fitted rows",
+                      lambda budget: f"use the Nyström approximation, e.g. n_landmarks="
+                                     f"{min(n, AUTO_LANDMARKS)} (or n_landmarks='auto'), or "
+                                     "raise max_memory")
         return None
     m = int(m)  # the parameter rules let only an integer through to here
     if m > n:
@@ -88,13 +85,20 @@ def choose_method(n_landmarks, n_components, n: int, d: int, max_memory=None) ->
             f"n_landmarks={m} is smaller than n_components={n_components}; a "
             f"k-dimensional representation needs at least k landmarks"
         )
-    need, budget = nystroem_fit_bytes(m, d), fit_budget(max_memory)
-    if need > budget:
-        raise InvalidInputError(
-            f"n_landmarks={m} needs about {need / 2**30:.1f} GiB ({need} bytes: "
-            f"{NYSTROEM_MATRICES} {m} x {m} float64 matrices, the landmarks' kernel and its "
-            f"eigenvectors), more than max_memory = {budget:.0f} bytes; pass fewer "
-            f"landmarks, e.g. n_landmarks={_most_landmarks(d, budget)} (the most that fit), "
-            "or raise max_memory"
-        )
+    _check_budget(f"n_landmarks={m}", nystroem_fit_bytes(m, d), max_memory,
+                  f"{NYSTROEM_MATRICES} {m} x {m} float64 matrices, the landmarks' kernel and "
+                  "its eigenvectors)",
+                  lambda budget: f"pass fewer landmarks, e.g. n_landmarks="
+                                 f"{_most_landmarks(d, budget)} (the most that fit), or raise "
+                                 "max_memory")
     return m
+
+
+def _check_budget(what: str, need: int, max_memory, held: str, fix) -> None:
+    """Raise if ``need`` bytes exceed the budget: ``what`` needs them for the matrices
+    ``held`` names (with the closing parenthesis and what follows it); ``fix(budget)``
+    says what to pass instead."""
+    budget = fit_budget(max_memory)
+    if need > budget:
+        raise InvalidInputError(f"{what} needs about {need / 2**30:.1f} GiB ({need} bytes: {held}, "
+                                f"more than max_memory = {budget:.0f} bytes; {fix(budget)}")

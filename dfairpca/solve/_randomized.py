@@ -35,6 +35,7 @@ from ..base import _solvers
 from ..base._params import is_int
 from ._exact import check_variance
 from ._krylov import Krylov, ritz_components
+from ._limits import check_features, check_rows, too_large
 # re-exported: the choice between the solves was defined here first
 from ._choice import (  # noqa: F401
     check_exact_memory, choose_svd_solver, memory_budget, needs_dense_message, worker_memory,
@@ -119,6 +120,19 @@ class RandomizedFit:
             return np.ldexp(self.captured / (self.statistics.n - 1), 2 * self.exponent)
 
 
+def _check(k, n_oversamples, iterated_power) -> None:
+    """The arguments of a direct call (the estimators validated theirs already)."""
+    if not (is_int(k) and k >= 1):
+        raise InvalidInputError(f"svd_solver='randomized' needs n_components as an integer >= 1; got "
+                                f"{k!r} (a fraction of the variance needs the whole spectrum: use "
+                                "svd_solver='full')")
+    if not (is_int(n_oversamples) and n_oversamples >= 1):
+        raise InvalidInputError(f"n_oversamples must be an integer >= 1; got {n_oversamples!r}")
+    p = iterated_power
+    if not (p == "auto" if isinstance(p, str) else is_int(p) and p >= 0):
+        raise InvalidInputError(f"iterated_power must be 'auto' or an integer >= 0; got {p!r}")
+
+
 def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, numeric=(),
                    standard: bool = False, center: bool = True, standardize: bool = False,
                    dtype=None, n_oversamples: int = N_OVERSAMPLES, iterated_power="auto",
@@ -164,13 +178,13 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
     """
     from ..inputs._validation import compute_dtype_for
 
+    _check(k, n_oversamples, iterated_power)
     X = as_rows(X)
     D = int(np.prod(X.shape[1:]))
     numeric = np.asarray(numeric, np.intp)
     keep = np.setdiff1d(np.arange(D), numeric)
     d = len(keep)
-    if k > d:
-        raise InvalidInputError(f"n_components={k} is too large: X has {d} features, the largest k")
+    check_features(k, d)
     dtype = compute_dtype_for(X.dtype) if dtype is None else np.dtype(dtype)
     omega = _random_block(random_state, (d, min(d, k + n_oversamples)))
     ck = None
@@ -232,8 +246,8 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
     Q = _solvers.constraint_basis(C) if len(C) else np.zeros((d, 0))
     r = Q.shape[1]
     if k > d - r:
-        raise InvalidInputError(f"n_components={k} is too large: the {r} constraint directions leave "
-                         f"{d - r} dimensions; the largest k is {d - r}")
+        raise too_large(k, f"the {r} constraint directions leave {d - r} dimensions; the largest "
+                           f"k is {d - r}")
 
     def project(A):
         return A - Q @ (Q.T @ A) if r else A
@@ -312,9 +326,7 @@ def _check_statistics(full: FirstMoments, k: int, d: int) -> None:
         raise InvalidInputError(OVERFLOW_MESSAGE)
     if n < 2:
         raise InvalidInputError(f"need at least 2 samples to fit; got {n} (n_samples={n})")
-    if k > n:
-        raise InvalidInputError(f"n_components={k} is too large: X has {n} rows, fewer than k; the "
-                         f"largest k is {min(n, d)}")
+    check_rows(k, n, min(n, d))
 
 
 # ----------------------------------------------------------------------------- checkpoints
