@@ -457,6 +457,33 @@ def test_eigen_solver_randomized_is_the_deprecated_name_of_subspace(tmp_path):
     np.testing.assert_array_equal(loaded.transform(X), old.transform(X))
 
 
+def test_one_fair_input_serves_both_fair_estimators():
+    """FairPCA and FairKernelPCA read X, the attributes, y and the weights through one
+    function: the same rows, groups, numeric columns and names, the same refusals."""
+    from dfairpca.inputs._fair_input import fair_input
+
+    X, g = make_data(90, 5, (3,), seed=2)
+    # the attributes as columns: group labels as text, a numeric one (0/1)
+    Xz = pd.DataFrame(X, columns=[f"x{j}" for j in range(5)]).assign(
+        race=np.array(["a", "b", "c"])[g[0]], z=np.arange(90) % 2)
+    y = (np.arange(90) % 3 == 0).astype(int)
+    w = np.ones(90)
+    read = []
+    for cls in (dfairpca.FairPCA, dfairpca.FairKernelPCA):
+        est = cls(2, sensitive_feature_ids=["race", "z"], constraint="equal_opportunity")
+        f = fair_input(est, Xz, None, y, reset=True, sample_weight=w)
+        assert (f.n_rows, f.fitted_rows, f.n_features, f.n_numeric) == (90, 30, 5, 1)
+        assert f.group_sizes == [3] and f.names == ["race", "z"]
+        np.testing.assert_array_equal(f.mask, y == 1)
+        read.append(f)
+    np.testing.assert_array_equal(read[0].groups.codes, read[1].groups.codes)
+    assert read[0].names == read[1].names
+    for cls in (dfairpca.FairPCA, dfairpca.FairKernelPCA):
+        with pytest.raises(ValueError, match="y == 1"):
+            fair_input(cls(2, constraint="equal_opportunity"), X, g[0], y, reset=True,
+                       sample_weight=np.where(y == 1, 0.0, 1.0))
+
+
 # ----------------------------------------------------------------------------- one base
 def test_pca_and_fair_pca_are_siblings_on_one_base():
     from dfairpca.decomposition._base import Estimator

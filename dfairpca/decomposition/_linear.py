@@ -204,8 +204,7 @@ class LinearDecomposition(ProbabilisticPCA):
         state after every pass to ``checkpoint`` if given."""
         from ..solve._randomized import fit_randomized
 
-        auto = self.compute_dtype in ("auto", None)
-        dtype = np.dtype(np.float64) if numeric and auto else compute_dtype_for(X.dtype, self.compute_dtype)
+        dtype = self._products_dtype(X, numeric, matrix_free=True)
         codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
         return fit_randomized(
             X, self.n_components, codes=codes, categories=cats, mask=mask,
@@ -232,18 +231,32 @@ class LinearDecomposition(ProbabilisticPCA):
         return check_input(self, X, reset=reset, min_samples=min_samples,
                            ids=getattr(self, "sensitive_feature_ids", None))
 
+    def _products_dtype(self, X, numeric: bool, *, weighted: bool = False, matrix_free: bool = False):
+        """What ``compute_dtype`` resolves to for a fit's pass over X, in one place: float64
+        where X holds numeric protected attributes (their covariances with the features are
+        the constraint, which float32 products would hold to 1e-7 only) unless compute_dtype
+        names a dtype; the exact integer sums of :func:`statistics_dtype` for the one-pass
+        statistics (never for weights: refused where asked for, the float default where
+        "auto" chose them); the float dtype for the matrix-free passes."""
+        auto = self.compute_dtype in ("auto", None)
+        if numeric and auto:
+            return np.dtype(np.float64)
+        if matrix_free:
+            return compute_dtype_for(X.dtype, self.compute_dtype)
+        dtype = statistics_dtype(X.dtype, self.compute_dtype)
+        if weighted and is_exact(dtype):
+            if is_exact(self.compute_dtype):  # asked for: weighted sums are not integer sums
+                raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
+            # chosen by "auto" (an 8-bit kernel passed): the float default instead
+            dtype = compute_dtype_for(X.dtype, "auto")
+        return dtype
+
     def _pass(self, X, groups=None, mask=None, checkpoint=None, numeric: bool = False, weights=None):
         """The statistics of X; ``numeric``: X holds numeric protected attributes, whose
         covariances with the features are the constraint, so the products run in float64
         (float32 products would hold them to 1e-7 only) unless compute_dtype says otherwise.
         ``weights``: the rows' sample_weight (checked, :func:`check_weights`), or None."""
-        auto = self.compute_dtype in ("auto", None)
-        dtype = np.dtype(np.float64) if numeric and auto else statistics_dtype(X.dtype, self.compute_dtype)
-        if weights is not None and is_exact(dtype):
-            if is_exact(self.compute_dtype):  # asked for: weighted sums are not integer sums
-                raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
-            # chosen by "auto" (an 8-bit kernel passed): the float default instead
-            dtype = compute_dtype_for(X.dtype, "auto")
+        dtype = self._products_dtype(X, numeric, weighted=weights is not None)
         codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
         kw = dict(
             mask=mask, dtype=dtype, split_every=self.split_every,
