@@ -549,6 +549,12 @@ EQUALIZE = "equalize_covariance must be None, a fraction in (0, 1] or an int; go
     ("FairKernelPCA", {"max_memory": 0}, ValueError,
      "max_memory must be None or a positive number of bytes; got 0"),
     ("FairKernelPCA", {"split_every": 2.5}, ValueError, "split_every must be an integer >= 2; got 2.5"),
+    ("FairKernelPCA", {"random_state": -1}, ValueError,
+     "random_state must be None, an int >= 0 or a numpy Generator; got -1"),
+    ("FairPCA", {"sensitive_feature_ids": "race"}, ValueError,
+     "sensitive_feature_ids must be a list of column names or indices; got 'race': pass ['race']"),
+    ("FairKernelPCA", {"sensitive_feature_ids": 3}, ValueError,
+     "sensitive_feature_ids must be a list of column names or indices; got 3: pass [3]"),
 ])
 def test_one_validator_says_what_each_parameter_must_be(cls, params, error, message):
     """The table of each class, checked by one function, before any data is read."""

@@ -26,7 +26,7 @@ from ..io._registry import register
 from ..solve._limits import check_rows, known
 from ._saved import fair_meta, restore_fair_meta
 from ..inputs._fair_input import FairInput, fair_input
-from ..inputs._validation import Input
+from ..inputs._validation import SENSITIVE_IDS, Input
 from ..stats.moments import Moments, merge
 from ..base._typing import ArrayInput, ColumnIds, PathInput, Seed
 from ..errors import InvalidInputError
@@ -158,7 +158,7 @@ class FairPCA(LinearDecomposition):
     True
     """
 
-    _parameter_rules = {**LINEAR_RULES, "sensitive_feature_ids": [], "constraint": CONSTRAINT_RULES,
+    _parameter_rules = {**LINEAR_RULES, "sensitive_feature_ids": SENSITIVE_IDS, "constraint": CONSTRAINT_RULES,
                         "tradeoff": TRADEOFF, "equalize_covariance": EQUALIZE_RULES}
     _fair = True
 

@@ -75,9 +75,7 @@ from ..base._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_
 from ..io._registry import register
 from ._saved import fair_meta, kernel_layout, restore_fair_meta
 from ..inputs._fair_input import fair_input
-from ..inputs._validation import (
-    Input, check_finite_input, check_input,
-)
+from ..inputs._validation import SENSITIVE_IDS, Input, check_finite_input, check_input
 from ._fair import FairPCA
 from ..base._typing import ArrayInput, ArrayOutput, ColumnIds, PathInput
 from ..errors import InvalidInputError
@@ -88,6 +86,12 @@ KERNELS = kn.KERNELS
 #: what a failed certificate suggests (FairKernelPCA has no standardize or compute_dtype):
 #: a gamma that brings the kernel's entries away from 0 and 1 separates the groups' directions
 KERNEL_CERTIFY_FIX = "another kernel or gamma"
+
+
+def _seed_ok(r) -> bool:
+    """What ``numpy.random.default_rng`` takes as a seed (the landmarks' and Lanczos')."""
+    return r is None or (is_int(r) and r >= 0) or isinstance(
+        r, (np.random.Generator, np.random.BitGenerator, np.random.SeedSequence))
 
 
 def _check_kernel(est, kernel) -> None:
@@ -233,7 +237,7 @@ class FairKernelPCA(Estimator):
     _parameter_rules = {
         "n_components": [Rule(lambda k: k is None or (is_int(k) and k > 0),
                               "a positive integer or None")],
-        "sensitive_feature_ids": [],
+        "sensitive_feature_ids": SENSITIVE_IDS,
         "kernel": [Check(_check_kernel)],
         "gamma": [Rule(lambda g: (isinstance(g, str) and g == "scale") or (is_real(g) and g > 0),
                        "'scale' or a number > 0")],
@@ -245,7 +249,7 @@ class FairKernelPCA(Estimator):
         "constraint": CONSTRAINT_RULES,
         "tradeoff": TRADEOFF,
         "center": BOOL,
-        "random_state": [],
+        "random_state": [Rule(_seed_ok, "None, an int >= 0 or a numpy Generator")],
         "max_memory": [Rule(lambda v: v is None or (is_real(v) and v > 0),
                             "None or a positive number of bytes")],
         "split_every": SPLIT_EVERY,

@@ -12,14 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from ..base._params import is_int
+from ..base._params import Check, is_int
 from ..base._system import rows_per_block
 from ..errors import InvalidInputError, InvalidTypeError, NumericAttributeWarning
 
 __all__ = [
     "as_data", "compute_dtype_for", "check_n_features", "with_known_rows", "check_finite_output",
     "check_finite_input", "row_origin", "check_input", "Input", "is_dask", "is_lazy", "is_xarray",
-    "sensitive_columns", "unique_columns", "MAX_ROWS_SHOWN",
+    "sensitive_columns", "check_ids", "unique_columns", "MAX_ROWS_SHOWN", "SENSITIVE_IDS",
 ]
 
 #: how many offending rows an error message lists
@@ -491,16 +491,27 @@ def _set_or_check_width(estimator, width: int, reset, columns) -> None:
     check_n_features(estimator, width)
 
 
+def check_ids(ids) -> None:
+    """Raise unless ``sensitive_feature_ids`` is None or a list of column names or indices
+    (what can be told without X: a single name is refused, naming the list to pass)."""
+    if ids is not None and (isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__")):
+        raise InvalidInputError(
+            f"sensitive_feature_ids must be a list of column names or indices; got {ids!r}: "
+            f"pass [{ids!r}]"
+        )
+
+
+#: the parameter rule of ``sensitive_feature_ids`` (:mod:`dfairpca.base._params`): its form,
+#: before X is read; :func:`sensitive_columns` finds the columns in X
+SENSITIVE_IDS = [Check(lambda est, ids: check_ids(ids))]
+
+
 def sensitive_columns(ids, width: int, columns=None) -> np.ndarray:
     """Positions in X (``width`` columns, named ``columns`` or unnamed) of the columns that
     ``sensitive_feature_ids`` names: column names, or integer indices ``0 .. width - 1``."""
     if ids is None:
         return np.zeros(0, np.intp)
-    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
-        raise InvalidInputError(
-            f"sensitive_feature_ids must be a list of column names or indices; got {ids!r}: "
-            f"pass [{ids!r}]"
-        )
+    check_ids(ids)
     out = []
     for i in ids:
         if columns is not None and any(_same_label(i, c) for c in columns):
