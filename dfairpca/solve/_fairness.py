@@ -64,6 +64,23 @@ def check_fair_k(k, size: int, ms, q: int = 0, *, basis: str | None = None,
     raise InvalidInputError(f"no fair representation exists: {why}")
 
 
+def stack_constraints(group_rows: np.ndarray, numeric_rows, scale) -> np.ndarray:
+    """The constraint vectors (rows) in the fitted feature space, for the exact and the
+    matrix-free solve alike: every group's mean deviation, then every numeric attribute's
+    covariance with the features (None: there are none), divided by the features'
+    ``scale`` when standardised."""
+    C = group_rows if numeric_rows is None else np.vstack([group_rows, numeric_rows])
+    return C if scale is None else C / scale[None, :]
+
+
+def violations_by_attribute(U: np.ndarray, C: np.ndarray, m, q: int) -> list:
+    """The certificate of components U (k, d) against the constraint rows C, split by
+    attribute: one array per attribute of m's (a row per group), then one of one row per
+    numeric attribute (q of them), as :func:`certify` takes it."""
+    sizes = [a.n_groups for a in m.attributes] + [1] * q
+    return list(np.split(_solvers.constraint_violation(U, C), np.cumsum(sizes)[:-1]))
+
+
 def certify(per_group, names, categories, precision: float, estimator: str,
             fix: str | None = None) -> None:
     """Raise ``ValueError`` if any constraint vector keeps more than ``FAIRNESS_TOLERANCE``

@@ -40,7 +40,9 @@ from ._limits import check_features, check_rows, too_large
 from ._choice import (  # noqa: F401
     check_exact_memory, choose_svd_solver, memory_budget, needs_dense_message, worker_memory,
 )
-from ._fairness import group_constraints, numeric_constraint_rows
+from ._fairness import (
+    group_constraints, numeric_constraint_rows, stack_constraints, violations_by_attribute,
+)
 from ..engine._thin_pass import (
     FirstMoments, Plan, as_rows, chunked, corrected, first_pass, restore_statistics, run_pass,
     statistics_state,
@@ -235,14 +237,13 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
     total = _trace(m, sd, off, plan, center)
     check_variance(total, n, m.mean)  # before the other passes
     # the exact fit's rules on the same first-order fields (FirstMoments has Moments' API)
-    C = group_constraints(m, names[:p]) if p else np.zeros((0, d))
+    groups = group_constraints(m, names[:p]) if p else np.zeros((0, d))
+    rows = None
     if len(numeric):
         num = full.numeric
-        C = np.vstack([C, numeric_constraint_rows(
-            full.cross[:, keep], full.sq[num], full.sq[keep].sum(), full.mean[num], n,
-            full.exponent, full.precision, names[p:])])
-    if scale is not None:
-        C = C / scale[None, :]
+        rows = numeric_constraint_rows(full.cross[:, keep], full.sq[num], full.sq[keep].sum(),
+                                       full.mean[num], n, full.exponent, full.precision, names[p:])
+    C = stack_constraints(groups, rows, scale)
     Q = _solvers.constraint_basis(C) if len(C) else np.zeros((d, 0))
     r = Q.shape[1]
     if k > d - r:
@@ -304,10 +305,9 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
                          split_every, progress).digests)
 
     captured, U = ritz_components(fair, k, project)
-    per = np.split(_solvers.constraint_violation(U, C), np.cumsum(
-        [a.n_groups for a in m.attributes] + [1] * len(numeric))[:-1]) if len(C) else []
+    per = violations_by_attribute(U, C, m, len(numeric)) if len(C) else []
     out = RandomizedFit(U, captured, total, 0 if standardize else plan.exponent, m.mean, scale, full, C, Q,
-                        list(per), passes, list(fair.history), list(fair.missing))
+                        per, passes, list(fair.history), list(fair.missing))
     if standard:
         if std is None:  # no constraint: standard PCA is the fair one
             out.standard_components, out.standard_captured = U.copy(), captured.copy()

@@ -20,7 +20,7 @@ from ..stats._exact import kernel_name
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
 from ._exact import fair_components, fair_constraints, fitted_space
-from ._fairness import certify
+from ._fairness import certify, violations_by_attribute
 
 __all__ = ["FairSolution", "exact_fair_solution", "randomized_fair_solution"]
 
@@ -59,12 +59,6 @@ class FairSolution:
     standard: tuple[np.ndarray, np.ndarray] | None
 
 
-def _split(violation: np.ndarray, sizes) -> list:
-    """The certificate of all constraint vectors, split by attribute (``sizes``: the
-    vectors of each)."""
-    return list(np.split(violation, np.cumsum(sizes)[:-1]))
-
-
 def exact_fair_solution(m: Moments, num: np.ndarray, names, limit: int, *, k, center: bool,
                         standardize: bool, equalize, eigen_solver: str, tradeoff: float,
                         estimator: str) -> FairSolution:
@@ -81,8 +75,7 @@ def exact_fair_solution(m: Moments, num: np.ndarray, names, limit: int, *, k, ce
     C = fair_constraints(m, mf, num, keep, names, scale)
     Q = _solvers.constraint_basis(C)
     U = fair_components(S, Q, mf, scale, min(limit, m.n_effective), k, equalize, eigen_solver)
-    per_group = _split(_solvers.constraint_violation(U, C),
-                       [a.n_groups for a in mf.attributes] + [1] * q)
+    per_group = violations_by_attribute(U, C, mf, q)
     categories = [a.categories for a in mf.attributes] + [None] * q
     certify(per_group, names, categories, m.precision, estimator)
     standard = None
