@@ -103,7 +103,7 @@ def test_certify_names_the_group_and_the_fixes():
     dict(center=False),
     dict(equalize_covariance=0.5),
     dict(tradeoff=0.5),
-    dict(eigen_solver="randomized"),
+    dict(eigen_solver="subspace"),
 ])
 def test_every_fair_fit_is_certified_and_saved(kw, tmp_path):
     X, (z1, z2) = make_data(500, 12, (2, 3), seed=5)

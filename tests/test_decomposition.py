@@ -414,7 +414,7 @@ def test_zarr_store_without_the_named_array(tmp_path):
     assert X.shape == (10, 4)
 
 
-@pytest.mark.parametrize("solver", ["dense", "randomized"])
+@pytest.mark.parametrize("solver", ["dense", "subspace"])
 def test_eigen_solvers_agree_with_oracle(solver):
     X, g = make_data(2000, 60, (3, 2), seed=31, decay=0.9)
     ref = oracle.fair_pca(X, g, 8)
@@ -430,6 +430,58 @@ def test_eigen_solvers_agree_with_oracle(solver):
     assert max_angle_deg(pca.components_.T, oracle.pca(X, 8)) < tol
     with pytest.raises(ValueError, match="eigen_solver must be one of"):
         dfairpca.PCA(2, eigen_solver="arpack").fit(X)
+
+
+def test_eigen_solver_randomized_is_the_deprecated_name_of_subspace(tmp_path):
+    """Block subspace iteration is "subspace"; its old name "randomized" (which clashed
+    with the randomized SVD of svd_solver) still fits, warning once, and a model saved with
+    it loads quietly as "subspace"."""
+    import json
+    import warnings
+
+    X, g = make_data(400, 12, (2,), seed=3)
+    new = dfairpca.FairPCA(3, eigen_solver="subspace").fit(X, sensitive_features=g[0])
+    with pytest.warns(FutureWarning, match="eigen_solver='subspace'") as record:
+        old = dfairpca.FairPCA(3, eigen_solver="randomized").fit(X, sensitive_features=g[0])
+    assert sum(issubclass(w.category, FutureWarning) for w in record) == 1  # validated once
+    np.testing.assert_array_equal(old.components_, new.components_)
+    with pytest.warns(FutureWarning, match="eigen_solver='subspace'"):
+        pca = dfairpca.PCA(3, eigen_solver="randomized").fit(X)
+    np.testing.assert_array_equal(pca.components_, dfairpca.PCA(3, eigen_solver="subspace").fit(X).components_)
+    old.save(tmp_path / "m")
+    assert json.loads((tmp_path / "m" / "model" / "meta.json").read_text())["params"]["eigen_solver"] == "randomized"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        loaded = dfairpca.load(tmp_path / "m")
+    assert loaded.eigen_solver == "subspace"
+    np.testing.assert_array_equal(loaded.transform(X), old.transform(X))
+
+
+def test_one_fair_input_serves_both_fair_estimators():
+    """FairPCA and FairKernelPCA read X, the attributes, y and the weights through one
+    function: the same rows, groups, numeric columns and names, the same refusals."""
+    from dfairpca.inputs._fair_input import fair_input
+
+    X, g = make_data(90, 5, (3,), seed=2)
+    # the attributes as columns: group labels as text, a numeric one (0/1)
+    Xz = pd.DataFrame(X, columns=[f"x{j}" for j in range(5)]).assign(
+        race=np.array(["a", "b", "c"])[g[0]], z=np.arange(90) % 2)
+    y = (np.arange(90) % 3 == 0).astype(int)
+    w = np.ones(90)
+    read = []
+    for cls in (dfairpca.FairPCA, dfairpca.FairKernelPCA):
+        est = cls(2, sensitive_feature_ids=["race", "z"], constraint="equal_opportunity")
+        f = fair_input(est, Xz, None, y, reset=True, sample_weight=w)
+        assert (f.n_rows, f.fitted_rows, f.n_features, f.n_numeric) == (90, 30, 5, 1)
+        assert f.group_sizes == [3] and f.names == ["race", "z"]
+        np.testing.assert_array_equal(f.mask, y == 1)
+        read.append(f)
+    np.testing.assert_array_equal(read[0].groups.codes, read[1].groups.codes)
+    assert read[0].names == read[1].names
+    for cls in (dfairpca.FairPCA, dfairpca.FairKernelPCA):
+        with pytest.raises(ValueError, match="y == 1"):
+            fair_input(cls(2, constraint="equal_opportunity"), X, g[0], y, reset=True,
+                       sample_weight=np.where(y == 1, 0.0, 1.0))
 
 
 # ----------------------------------------------------------------------------- one base
@@ -464,7 +516,7 @@ EQUALIZE = "equalize_covariance must be None, a fraction in (0, 1] or an int; go
     ("PCA", {"compute_dtype": "int8"}, ValueError,
      "compute_dtype must be 'auto', 'float32', 'float64' or 'exact'; got 'int8'"),
     ("PCA", {"eigen_solver": "arpack"}, ValueError,
-     "eigen_solver must be one of ('auto', 'dense', 'randomized'); got 'arpack'"),
+     "eigen_solver must be one of ('auto', 'dense', 'subspace'); got 'arpack'"),
     ("PCA", {"whiten": "yes"}, ValueError, "whiten must be True or False; got 'yes'"),
     ("PCA", {"svd_solver": "arpak"}, ValueError,
      "svd_solver must be one of ('auto', 'full', 'covariance_eigh', 'randomized'); got 'arpak'"),
@@ -497,6 +549,12 @@ EQUALIZE = "equalize_covariance must be None, a fraction in (0, 1] or an int; go
     ("FairKernelPCA", {"max_memory": 0}, ValueError,
      "max_memory must be None or a positive number of bytes; got 0"),
     ("FairKernelPCA", {"split_every": 2.5}, ValueError, "split_every must be an integer >= 2; got 2.5"),
+    ("FairKernelPCA", {"random_state": -1}, ValueError,
+     "random_state must be None, an int >= 0 or a numpy Generator; got -1"),
+    ("FairPCA", {"sensitive_feature_ids": "race"}, ValueError,
+     "sensitive_feature_ids must be a list of column names or indices; got 'race': pass ['race']"),
+    ("FairKernelPCA", {"sensitive_feature_ids": 3}, ValueError,
+     "sensitive_feature_ids must be a list of column names or indices; got 3: pass [3]"),
 ])
 def test_one_validator_says_what_each_parameter_must_be(cls, params, error, message):
     """The table of each class, checked by one function, before any data is read."""

@@ -363,13 +363,13 @@ def test_too_little_memory_for_the_exact_fit_auto_chose_is_an_error_naming_the_f
     """Memory never changes the choice: it is checked before the pass."""
     X = np.random.default_rng(1).normal(size=(200, 30))
     budgets = iter([1 << 40, 1000])  # plenty, then less than 4 x 8 x 30^2 bytes
-    monkeypatch.setattr(dfairpca.solve._randomized, "memory_budget", lambda: next(budgets))
+    monkeypatch.setattr(dfairpca.solve._choice, "memory_budget", lambda: next(budgets))
     assert dfairpca.PCA(3).fit(X).fitted_svd_solver_ == "covariance_eigh"
     with pytest.raises(ValueError, match="exact fit.*0.0 GB.*svd_solver='randomized'.*svd_solver='full'"):
         dfairpca.PCA(3).fit(X)
     assert dfairpca.PCA(3, svd_solver="full").fit(X).fitted_svd_solver_ == "covariance_eigh"  # as asked
     with pytest.raises(ValueError, match="matrix-free fit cannot run.*equalize_covariance"):
-        monkeypatch.setattr(dfairpca.solve._randomized, "memory_budget", lambda: 1000)
+        monkeypatch.setattr(dfairpca.solve._choice, "memory_budget", lambda: 1000)
         FairPCA(3, equalize_covariance=3).fit(X, sensitive_features=np.arange(200) % 2)
 
 
@@ -506,3 +506,34 @@ def test_planned_svd_solver_is_the_solve_the_fit_runs():
     assert dfairpca.PCA(10).planned_svd_solver(6400) == "randomized"
     assert dfairpca.PCA(10).planned_svd_solver(40) == "covariance_eigh"
     assert dfairpca.FairPCA(10, equalize_covariance=0.5).planned_svd_solver(6400) == "covariance_eigh"
+
+
+def test_exact_and_matrix_free_fair_solves_end_in_one_certified_solution(monkeypatch):
+    """Both fair solves return a FairSolution that the estimator only maps: the same
+    fields (certificate per attribute, constraint basis, group means, the largest k), equal
+    to the fitted attributes, and each refuses a failing certificate before it returns."""
+    from dfairpca.solve._solution import FairSolution, exact_fair_solution, randomized_fair_solution
+
+    X, groups = oracle.make_data(400, 12, (3,), seed=4)
+    est = FairPCA(3, svd_solver="full", eigen_solver="dense").fit(X, sensitive_features=groups[0])
+    kw = dict(k=3, center=True, standardize=False, equalize=None, eigen_solver="dense",
+              tradeoff=0.0, estimator="FairPCA")
+    exact = exact_fair_solution(est.statistics_, np.zeros(0, np.intp), ["z"], est.max_components_, **kw)
+    fit = _fit(X, groups, 3, iterated_power=6, random_state=0)
+    matrix_free = randomized_fair_solution(fit, ["z"], est.max_components_, np.arange(12),
+                                           estimator="FairPCA")
+    for sol in (exact, matrix_free):
+        assert isinstance(sol, FairSolution)
+        assert sol.components.shape == (3, 12) and sol.basis.shape == (12, 2)
+        assert len(sol.violations) == 1 and max(v.max() for v in sol.violations) < 1e-12
+        assert sol.max_components == 12 - 3 + 1 and sol.names == ["z"]
+        np.testing.assert_allclose(sol.group_means[0], est.group_means_[0], rtol=1e-10, atol=1e-12)
+    assert (exact.solver, matrix_free.solver) == ("covariance_eigh", "randomized")
+    np.testing.assert_array_equal(exact.components, est.components_)
+    np.testing.assert_array_equal(exact.basis, est.constraint_basis_)
+    assert _angle(matrix_free.components, exact.components) < 1e-3
+    monkeypatch.setattr(_solvers, "FAIRNESS_TOLERANCE", -1.0)
+    with pytest.raises(ValueError, match="fair"):
+        exact_fair_solution(est.statistics_, np.zeros(0, np.intp), ["z"], est.max_components_, **kw)
+    with pytest.raises(ValueError, match="fair"):
+        randomized_fair_solution(fit, ["z"], est.max_components_, np.arange(12), estimator="FairPCA")

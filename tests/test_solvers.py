@@ -67,9 +67,9 @@ def test_top_eigh_exact_equals_full_eigh(lanczos, monkeypatch):
 def test_top_eigh_solvers_equal_full_eigh():
     M = _psd(200, seed=3)
     wf = scipy.linalg.eigh(M, eigvals_only=True)[::-1][:6]
-    for solver in ("dense", "randomized"):
+    for solver in ("dense", "subspace"):
         w, V = _solvers.top_eigh(M, 6, solver)
-        np.testing.assert_allclose(w, wf, rtol=1e-6 if solver == "randomized" else 1e-12)
+        np.testing.assert_allclose(w, wf, rtol=1e-6 if solver == "subspace" else 1e-12)
         np.testing.assert_allclose(V.T @ V, np.eye(6), atol=1e-12)
     with pytest.raises(ValueError, match="eigen_solver must be one of"):
         _solvers.top_eigh(M, 6, "arpack")

@@ -14,12 +14,14 @@ validates or a rule that also reads other parameters.
 from __future__ import annotations
 
 import numbers
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 from ..errors import InvalidInputError
 
 __all__ = ["Rule", "Check", "validate_params", "is_int", "is_real", "is_bool", "one_of",
-           "int_at_least", "BOOL", "SPLIT_EVERY", "TRADEOFF"]
+           "int_at_least", "RenamedOneOf", "current", "current_params", "RENAMED", "BOOL",
+           "SPLIT_EVERY", "TRADEOFF"]
 
 
 def is_int(v) -> bool:
@@ -69,6 +71,39 @@ def one_of(options: tuple) -> Rule:
 def int_at_least(low: int) -> Rule:
     """An integer (not a bool) >= ``low``."""
     return Rule(lambda v: is_int(v) and v >= low, f"an integer >= {low}")
+
+
+#: parameter values that were renamed: ``(parameter, old spelling) -> new spelling``.  The
+#: old spelling still works at fit, with a FutureWarning; a saved model holding it loads
+#: quietly as the new one.  ``eigen_solver="randomized"`` named block subspace iteration,
+#: an algorithm other than the randomized SVD that ``svd_solver="randomized"`` names.
+RENAMED = {("eigen_solver", "randomized"): "subspace"}
+
+
+def current(name: str, value):
+    """``value`` of parameter ``name`` in its current spelling (an old one mapped, quietly)."""
+    return RENAMED.get((name, value), value) if isinstance(value, str) else value
+
+
+def current_params(params: dict) -> dict:
+    """A parameter dict (a saved model's) with every renamed value in its current spelling."""
+    return {name: current(name, v) for name, v in params.items()}
+
+
+@dataclass(frozen=True)
+class RenamedOneOf:
+    """:func:`one_of` for a parameter some of whose values were renamed (:data:`RENAMED`):
+    an old spelling passes with a FutureWarning naming the new one."""
+
+    options: tuple
+
+    def check(self, est, name: str, value) -> None:
+        new = current(name, value)
+        if new is not value:
+            warnings.warn(f"{name}={value!r} is deprecated and will be removed in a future "
+                          f"release: pass {name}={new!r} (the same solver, renamed)",
+                          FutureWarning, stacklevel=2)
+        one_of(self.options).check(est, name, new)
 
 
 #: rules two or more estimators share

@@ -27,7 +27,7 @@ __all__ = ["top_eigh", "top_eigh_exact", "iterative", "subspace_iteration", "con
 
 
 #: the values of the estimators' ``eigen_solver``
-EIGEN_SOLVERS = ("auto", "dense", "randomized")
+EIGEN_SOLVERS = ("auto", "dense", "subspace")
 
 #: the one switch rule of every top-k solve of an n x n symmetric matrix (linear d x d
 #: covariances and exact kernel n x n matrices alike): an iterative solver replaces dense
@@ -58,7 +58,7 @@ def top_eigh(M: np.ndarray, k: int, solver: str = "dense", Q: np.ndarray | None 
              rtol: float = 1e-8, seed: int = 0):
     """Largest k eigenpairs of symmetric M, eigenvalues descending.
 
-    ``solver="dense"`` is LAPACK (``eigh`` with ``subset_by_index``); "randomized" is block
+    ``solver="dense"`` is LAPACK (``eigh`` with ``subset_by_index``); "subspace" is block
     subspace iteration with Rayleigh-Ritz (:func:`subspace_iteration`), for PSD M, which
     captures the variance of the top k to ``rtol`` relative (at d = 6400, k = 400: 1e-9).
     Q (d, r), if given, is an orthonormal basis the eigenvectors must be orthogonal to.
@@ -66,8 +66,8 @@ def top_eigh(M: np.ndarray, k: int, solver: str = "dense", Q: np.ndarray | None 
     """
     d = M.shape[0]
     if solver == "auto":
-        solver = "randomized" if iterative(d, k) else "dense"
-    if solver == "randomized" and k < d:
+        solver = "subspace" if iterative(d, k) else "dense"
+    if solver == "subspace" and k < d:
         return subspace_iteration(M, k, Q=Q, rtol=rtol, seed=seed)
     if solver not in EIGEN_SOLVERS:
         raise InvalidInputError(f"eigen_solver must be one of {EIGEN_SOLVERS}; got {solver!r}")

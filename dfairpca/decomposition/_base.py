@@ -20,7 +20,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.exceptions import NotFittedError
 
 from ..solve._fairness import fair_feature_names
-from ..base._params import validate_params
+from ..base._params import current_params, validate_params
 from ._saved import input_meta, restore_input_meta
 from ..base._typing import ArrayInput, ArrayOutput, PathInput
 
@@ -168,7 +168,7 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     def _from_saved(cls, arrays: dict, meta: dict):
         """The model from what :func:`dfairpca.io.load_arrays` read with
         ``cls._saved_layout``; ValueError saying what is inconsistent."""
-        est = cls(**meta["params"])
+        est = cls(**current_params(meta["params"]))  # an old spelling: quietly the new
         for a in cls._array_attrs:
             setattr(est, a, arrays.get(a))
         for a in cls._meta_attrs:

@@ -12,21 +12,21 @@ numbers where both apply (``tests/test_sklearn.py``).  ``transform`` is lazy on 
 
 from __future__ import annotations
 
-import math
-import numbers
 from pathlib import Path
 
 import numpy as np
 
 from ..base import _solvers
 from ..cluster import ship
-from ._base import Estimator
+from ._probabilistic import ProbabilisticPCA, noise_variance
 from ..engine._engine import coded_moments
-from ..base._params import BOOL, SPLIT_EVERY, Check, Rule, int_at_least, is_int, one_of
+from ..base._params import (
+    BOOL, SPLIT_EVERY, Check, RenamedOneOf, Rule, current, int_at_least, is_int, is_real, one_of,
+)
 from ._saved import check_linear_values, linear_layout, load_statistics
 from ..base._system import rows_per_block
 from ..inputs._validation import (
-    Input, check_finite_input, check_finite_output, check_input, compute_dtype_for, is_xarray,
+    Input, check_finite_output, check_input, compute_dtype_for, is_xarray,
     row_origin,
 )
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact, kernel_name, statistics_dtype
@@ -47,14 +47,11 @@ WEIGHTED_BLOCKER = ("svd_solver='randomized' does not take sample_weight (its pa
 
 
 def n_components_ok(k) -> bool:
-    whole = is_int(k)
-    fraction = isinstance(k, numbers.Real) and not whole and not isinstance(k, bool)
-    return k is None or (whole and k > 0) or (fraction and 0 < k < 1)
+    return k is None or (is_int(k) and k > 0) or (is_real(k) and not is_int(k) and 0 < k < 1)
 
 
 def _random_state_ok(r) -> bool:
-    return r is None or isinstance(r, (numbers.Integral, np.random.RandomState,
-                                       np.random.Generator)) and not isinstance(r, bool)
+    return r is None or is_int(r) or isinstance(r, (np.random.RandomState, np.random.Generator))
 
 
 #: the parameters PCA and FairPCA share, with their rules, in the order they are checked
@@ -63,7 +60,7 @@ LINEAR_RULES = {
                                             "variance to keep, or None")],
     "split_every": SPLIT_EVERY,
     "compute_dtype": [Check(lambda est, v: compute_dtype_for(np.float64, v))],
-    "eigen_solver": [one_of(_solvers.EIGEN_SOLVERS)],
+    "eigen_solver": [RenamedOneOf(_solvers.EIGEN_SOLVERS)],
     "whiten": BOOL,
     "svd_solver": [one_of(SVD_SOLVERS)],
     "iterated_power": [Rule(lambda p: p == "auto" if isinstance(p, str) else is_int(p) and p >= 0,
@@ -74,7 +71,7 @@ LINEAR_RULES = {
 }
 
 
-class LinearDecomposition(Estimator):
+class LinearDecomposition(ProbabilisticPCA):
     """Shared fit-from-statistics, transform, inverse_transform, the probabilistic model, save."""
 
     _fitted_attribute = "components_"
@@ -125,10 +122,10 @@ class LinearDecomposition(Estimator):
         """The solve a fit of d features runs, "covariance_eigh" (the exact eigensolve of
         the d x d covariance from one pass) or "randomized" (matrix-free passes over X):
         what ``svd_solver`` names, "full" being the exact one; for "auto" the cheaper by
-        :func:`dfairpca.solve._randomized.choose_svd_solver` among those that can run.
+        :func:`dfairpca.solve._choice.choose_svd_solver` among those that can run.
         "randomized" where it cannot run raises, naming why (``groups``: the groups of all
         attributes, whose d x d covariances Fair PCA-S needs)."""
-        from ..solve._randomized import check_exact_memory, choose_svd_solver, memory_budget
+        from ..solve._choice import check_exact_memory, choose_svd_solver, memory_budget
         from ..engine.checkpoint import saved_solver
 
         blocker = self._randomized_blocker(d, groups) or (WEIGHTED_BLOCKER if weighted else None)
@@ -167,6 +164,11 @@ class LinearDecomposition(Estimator):
             return "covariance_eigh"
         return self._fit_solver(d, groups=n_groups, checkpoint=checkpoint, weighted=weighted)
 
+    @property
+    def _eigen_solver(self) -> str:
+        """``eigen_solver`` in its current spelling (a deprecated one mapped)."""
+        return current("eigen_solver", self.eigen_solver)
+
     def _features(self, m) -> np.ndarray:
         """The feature columns of statistics m (all but the numeric attributes)."""
         num = np.asarray(getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
@@ -174,10 +176,10 @@ class LinearDecomposition(Estimator):
 
     def _randomized_blocker(self, d: int, groups: int) -> str | None:
         """Why the randomized solve cannot fit (None if it can)."""
-        from ..solve._randomized import needs_dense_message
+        from ..solve._choice import needs_dense_message
 
         k = self.n_components
-        if not whole(k):
+        if not is_int(k):
             return (f"svd_solver='randomized' needs n_components as an int, got {k!r}: None, "
                     "fractions of the variance and 'mle' need the whole spectrum (svd_solver='full')")
         if getattr(self, "equalize_covariance", None) is not None:
@@ -202,8 +204,7 @@ class LinearDecomposition(Estimator):
         state after every pass to ``checkpoint`` if given."""
         from ..solve._randomized import fit_randomized
 
-        auto = self.compute_dtype in ("auto", None)
-        dtype = np.dtype(np.float64) if numeric and auto else compute_dtype_for(X.dtype, self.compute_dtype)
+        dtype = self._products_dtype(X, numeric, matrix_free=True)
         codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
         return fit_randomized(
             X, self.n_components, codes=codes, categories=cats, mask=mask,
@@ -230,18 +231,32 @@ class LinearDecomposition(Estimator):
         return check_input(self, X, reset=reset, min_samples=min_samples,
                            ids=getattr(self, "sensitive_feature_ids", None))
 
+    def _products_dtype(self, X, numeric: bool, *, weighted: bool = False, matrix_free: bool = False):
+        """What ``compute_dtype`` resolves to for a fit's pass over X, in one place: float64
+        where X holds numeric protected attributes (their covariances with the features are
+        the constraint, which float32 products would hold to 1e-7 only) unless compute_dtype
+        names a dtype; the exact integer sums of :func:`statistics_dtype` for the one-pass
+        statistics (never for weights: refused where asked for, the float default where
+        "auto" chose them); the float dtype for the matrix-free passes."""
+        auto = self.compute_dtype in ("auto", None)
+        if numeric and auto:
+            return np.dtype(np.float64)
+        if matrix_free:
+            return compute_dtype_for(X.dtype, self.compute_dtype)
+        dtype = statistics_dtype(X.dtype, self.compute_dtype)
+        if weighted and is_exact(dtype):
+            if is_exact(self.compute_dtype):  # asked for: weighted sums are not integer sums
+                raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
+            # chosen by "auto" (an 8-bit kernel passed): the float default instead
+            dtype = compute_dtype_for(X.dtype, "auto")
+        return dtype
+
     def _pass(self, X, groups=None, mask=None, checkpoint=None, numeric: bool = False, weights=None):
         """The statistics of X; ``numeric``: X holds numeric protected attributes, whose
         covariances with the features are the constraint, so the products run in float64
         (float32 products would hold them to 1e-7 only) unless compute_dtype says otherwise.
         ``weights``: the rows' sample_weight (checked, :func:`check_weights`), or None."""
-        auto = self.compute_dtype in ("auto", None)
-        dtype = np.dtype(np.float64) if numeric and auto else statistics_dtype(X.dtype, self.compute_dtype)
-        if weights is not None and is_exact(dtype):
-            if is_exact(self.compute_dtype):  # asked for: weighted sums are not integer sums
-                raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
-            # chosen by "auto" (an 8-bit kernel passed): the float default instead
-            dtype = compute_dtype_for(X.dtype, "auto")
+        dtype = self._products_dtype(X, numeric, weighted=weights is not None)
         codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
         kw = dict(
             mask=mask, dtype=dtype, split_every=self.split_every,
@@ -441,113 +456,6 @@ class LinearDecomposition(Estimator):
         dtype = Y.dtype if Y.dtype.kind == "f" else np.float64
         return _reconstruct_block(Y[:, :k], B.astype(dtype), self.mean_.astype(dtype))
 
-    # ------------------------------------------------------------------ probabilistic model
-    def get_covariance(self) -> np.ndarray:
-        """Covariance of the features under the probabilistic PCA model (Tipping & Bishop
-        1999): ``components_.T @ diag(explained_variance_ - noise_variance_) @ components_
-        + noise_variance_ * I``, scikit-learn's formula (also under ``whiten``), in the
-        units of X (rescaled by ``scale_`` when ``standardize``).
-
-        Returns
-        -------
-        ndarray of float64, shape (d, d)
-            The covariance, over the columns of ``components_``.
-        """
-        self._check_fitted()
-        U, ev, noise = self._model()
-        cov = (U.T * np.where(ev > noise, ev - noise, 0.0)) @ U
-        cov[np.diag_indices_from(cov)] += noise
-        return cov if self.scale_ is None else cov * np.outer(self.scale_, self.scale_)
-
-    def get_precision(self) -> np.ndarray:
-        """The inverse of :meth:`get_covariance`, by the matrix inversion lemma as in
-        scikit-learn (a k x k inverse).  Components whose variance is not above
-        ``noise_variance_`` add nothing to the model (scikit-learn's formula gives them
-        weight 0 too) and are left out of the lemma, where they would divide by 0: a fair
-        component may hold less variance than the mean of the directions it leaves.
-
-        Returns
-        -------
-        ndarray of float64, shape (d, d)
-            The precision matrix, over the columns of ``components_``.
-        """
-        self._check_fitted()
-        import scipy.linalg
-
-        U, ev, noise = self._model()
-        d = U.shape[1]
-        if noise == 0.0:
-            precision = scipy.linalg.inv(self.get_covariance())
-            return precision
-        live = ev > noise
-        U, diff = U[live], (ev - noise)[live]
-        precision = np.eye(d) / noise
-        if len(diff):
-            inner = U @ U.T / noise
-            inner[np.diag_indices_from(inner)] += 1.0 / diff
-            precision -= U.T @ scipy.linalg.inv(inner) @ U / noise**2
-        return precision if self.scale_ is None else precision / np.outer(self.scale_, self.scale_)
-
-    def _model(self):
-        """(components, explained variances, noise variance) of the fitted space, the way
-        scikit-learn's formulas take them (components scaled by sqrt(variance) when
-        whitening)."""
-        U, ev = self.components_, self.explained_variance_
-        if self.whiten:
-            U = U * np.sqrt(ev)[:, None]
-        return U, ev, float(self.noise_variance_)
-
-    def score_samples(self, X: ArrayInput) -> ArrayOutput:
-        """Log-likelihood of every row of X under the probabilistic PCA model (Bishop,
-        *Pattern Recognition and Machine Learning*, 12.2.1), as scikit-learn's
-        ``PCA.score_samples``, of the non-sensitive columns.
-
-        Parameters
-        ----------
-        X : array-like of shape (n, d) or (n, h, w)
-            The data, as :meth:`transform` takes it.
-
-        Returns
-        -------
-        ndarray or Dask array of float64, shape (n,)
-            The log-likelihood of each row; lazy for Dask input.
-        """
-        self._check_fitted()
-        inp = self._input(X, reset=False)
-        self._check_layout(inp)
-        precision = self.get_precision()
-        from sklearn.utils.extmath import fast_logdet
-
-        d = precision.shape[0]
-        const = -0.5 * (d * math.log(2.0 * np.pi) - fast_logdet(precision))
-        args = (inp.features, self.mean_, precision, const)
-        import dask.array as da
-
-        if isinstance(inp.data, da.Array):
-            shipped = (*map(ship, args[:3]), const)  # the d x d precision above all
-            return da.map_blocks(_loglik_block, inp.data, *shipped, drop_axis=1, dtype=np.float64,
-                                 meta=np.empty((0,), np.float64))
-        check_finite_input(inp.data)
-        return _loglik_block(inp.data, *args)
-
-    def score(self, X: ArrayInput, y: object = None) -> float:
-        """Mean log-likelihood of the rows of X (:meth:`score_samples`).
-
-        Parameters
-        ----------
-        X : array-like of shape (n, d) or (n, h, w)
-            The data, as :meth:`transform` takes it.
-        y : None
-            Ignored; present for the scikit-learn API.
-
-        Returns
-        -------
-        float
-            The mean of :meth:`score_samples` over the rows.
-        """
-        ll = self.score_samples(X)
-        return float(ll.mean().compute() if hasattr(ll, "compute") else np.mean(ll))
-
     # ------------------------------------------------------------------ persistence
     def save(self, path: PathInput, *, statistics: bool = False, overwrite: bool = False) -> Path:
         """Save the fitted model to directory ``path`` (arrays in .npz, metadata in JSON).
@@ -603,25 +511,6 @@ class LinearDecomposition(Estimator):
 
 
 # ---------------------------------------------------------------------------- helpers
-def whole(k) -> bool:
-    """Whether n_components is an int (not None, not a fraction)."""
-    return is_int(k)
-
-
-def known(n) -> bool:
-    """Whether a row count is known (a Dask array of unknown chunk sizes has NaN rows)."""
-    return n is not None and not (isinstance(n, float) and np.isnan(n))
-
-
-def check_rows(k, n, largest: int, what: str) -> None:
-    """Raise if k exceeds the n fitted rows (checked before the pass wherever n is known)."""
-    if k is not None and known(n) and k > n:
-        raise InvalidInputError(
-            f"n_components={k} is too large: X has {int(n)} {what}, fewer than k; the "
-            f"largest k is {int(largest)}"
-        )
-
-
 def whitening(variances) -> np.ndarray:
     """sqrt of the variances, those below float64 eps raised to it (scikit-learn's guard for
     rank-deficient data: whitening must not divide by 0)."""
@@ -637,15 +526,6 @@ def release(checkpoint, keep: bool) -> None:
         remove_directory(checkpoint, "checkpoint")
 
 
-def noise_variance(captured: np.ndarray, total: float, rank: int) -> float:
-    """Mean variance of the ``rank - k`` directions the k components leave (0 if none):
-    scikit-learn's ``noise_variance_``, the probabilistic PCA model's sigma^2."""
-    k = len(captured)
-    if k >= rank:
-        return 0.0
-    return max(float(total - np.sum(captured)), 0.0) / (rank - k)
-
-
 def _project(x, mu, W):
     """``(x - mu) @ W`` in W's dtype."""
     x = np.asarray(x)
@@ -658,14 +538,6 @@ def _project_block(x, mu, W, block_info=None):
     out = _project(x, mu, W)
     check_finite_output(out, x, *row_origin(block_info))
     return out
-
-
-def _loglik_block(x, features, mean, precision, const, block_info=None):
-    """Probabilistic PCA log-likelihood of each row of x (its columns ``features``)."""
-    x = np.asarray(x)
-    check_finite_input(x, *row_origin(block_info))
-    xr = x[:, features].astype(np.float64) - mean
-    return -0.5 * np.sum(xr * (xr @ precision), axis=1) + const
 
 
 def _reconstruct_block(y, B, mu):

@@ -8,27 +8,23 @@ the probabilistic model and the save/load path are the base's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Self
 
-import numpy as np
 import numpy.typing as npt
 
-from ..base import _solvers
 from ..cluster import worker_timeout
-from ..solve._exact import fair_components, fair_constraints, fitted_space, standard_components
-from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, certify, check_fair_k, set_certificate
+from ..solve._exact import fitted_space, standard_components
 from ._linear import (
-    LINEAR_RULES, LinearDecomposition, check_rows, known, n_components_ok, release, whitening, whole,
+    LINEAR_RULES, LinearDecomposition, n_components_ok, release,
 )
-from ..base._params import TRADEOFF, Rule
+from ..base._params import Rule, is_int
+from ..solve._limits import check_rows, known, too_large
 from ..io._registry import register
-from ._saved import fair_meta, load, restore_fair_meta
-from ..inputs._groups import binary_target, encode_groups, group_labels
-from ..inputs._validation import Input, with_known_rows
+from ._saved import load
+from ..inputs._validation import with_known_rows
 from ..inputs._weights import check_weights
 from ..stats.moments import Moments, merge
-from ..base._typing import ArrayInput, ColumnIds, PathInput, Seed
+from ..base._typing import ArrayInput, PathInput, Seed
 from ..errors import InvalidInputError
 
 __all__ = ["PCA", "FairPCA", "load"]  # load: dfairpca.decomposition._saved's, importable from here too
@@ -67,7 +63,7 @@ class PCA(LinearDecomposition):
         machine: "randomized" where its passes cost less than the exact pass by a flop
         and read model (at d = 6,400: k + n_oversamples up to 110; at d = 116,412 always),
         the exact solve otherwise
-        (:func:`dfairpca.solve._randomized.choose_svd_solver`); ``fitted_svd_solver_`` says which.
+        (:func:`dfairpca.solve._choice.choose_svd_solver`); ``fitted_svd_solver_`` says which.
         An exact solve chosen so whose d x d matrices do not fit half the memory available
         (or of a worker) is an error before the pass, naming "randomized"; "full" runs it
         anyway.
@@ -109,10 +105,12 @@ class PCA(LinearDecomposition):
         each folds its share of the row chunks in place) at the end of a Dask pass.
     progress : bool, default False
         Show a progress bar during the pass (numpy input: one step per block of rows).
-    eigen_solver : {"auto", "dense", "randomized"}, default "auto"
-        The local d x d solve: LAPACK ``eigh`` (subset by index) or block subspace iteration
-        with Rayleigh-Ritz, stopped when the captured variance changes by < 1e-8 relative;
-        "auto" takes the latter for d >= 2000 and k <= d / 10 (measured faster there).
+    eigen_solver : {"auto", "dense", "subspace"}, default "auto"
+        The local d x d solve: LAPACK ``eigh`` (subset by index, "dense") or block subspace
+        iteration with Rayleigh-Ritz ("subspace"), stopped when the captured variance
+        changes by < 1e-8 relative; "auto" takes the latter for d >= 2000 and k <= d / 10
+        (measured faster there).  "randomized", the old name of "subspace", still works
+        with a FutureWarning (it is not the randomized SVD of ``svd_solver="randomized"``).
 
     Attributes
     ----------
@@ -228,7 +226,7 @@ class PCA(LinearDecomposition):
             if self._solver_of(Xa, None, checkpoint, weighted=w is not None) == "randomized":
                 self._set_randomized(self._randomized_fit(Xa, checkpoint=checkpoint))
             else:
-                self.fit_statistics(self._pass(Xa, checkpoint=checkpoint, weights=w))
+                self._fit_statistics(self._pass(Xa, checkpoint=checkpoint, weights=w))
         release(checkpoint, keep_checkpoint)
         return self
 
@@ -283,10 +281,10 @@ class PCA(LinearDecomposition):
         m = self._pass(Xa, weights=check_weights(w, Xa))
         if hasattr(self, "statistics_"):
             m = merge([self.statistics_, m])
-        if whole(self.n_components) and m.n_effective < self.n_components:
+        if is_int(self.n_components) and m.n_effective < self.n_components:
             self._keep_statistics(m)
             return self
-        return self.fit_statistics(m)
+        return self._fit_statistics(m)
 
     def fit_statistics(self, statistics: Moments) -> Self:
         """Solve from precomputed (e.g. merged or loaded) statistics.
@@ -303,9 +301,13 @@ class PCA(LinearDecomposition):
             The fitted estimator.
         """
         self._check_params()
+        return self._fit_statistics(statistics)
+
+    def _fit_statistics(self, statistics: Moments) -> Self:
+        """:meth:`fit_statistics`, the parameters checked already (by the public call)."""
         self._check_k(statistics.n_features, statistics.n_effective)
         S, scale, e = fitted_space(statistics, self.center, self.standardize)
-        U = standard_components(S, statistics.n, self.n_components, self.eigen_solver,
+        U = standard_components(S, statistics.n, self.n_components, self._eigen_solver,
                                 rows=statistics.n_effective if statistics.weighted else None)
         self._set_fitted(statistics, U, S, scale, e)
         return self
@@ -317,460 +319,13 @@ class PCA(LinearDecomposition):
             raise InvalidInputError(f"n_components='mle' needs at least as many rows as features (Minka's "
                              f"estimate uses the whole spectrum); X has {int(n)} rows and {d} "
                              "features: pass an int, a fraction or None")
-        if not whole(k):
+        if not is_int(k):
             return
         if k > d:
-            raise InvalidInputError(f"n_components={k} is too large: X has {d} features")
+            raise too_large(k, f"X has {d} features")
         check_rows(k, n, min(d, n) if known(n) else d, "rows")
 
 
-@register
-class FairPCA(LinearDecomposition):
-    """Fair PCA (Kleindessner, Donini, Russell & Zafar, AISTATS 2023).
-
-    The best k-dimensional orthonormal projection under which every group of every
-    protected attribute has the same mean (Alg. 1 for two groups, Alg. 2 for m groups,
-    Sec. 3.5 for several attributes): the top-k eigenvectors of the covariance restricted
-    to the orthogonal complement of the group-mean deviations.  With p attributes of
-    m_1, ..., m_p groups (and q numeric attributes, see ``sensitive_feature_ids``) at most
-    ``d - sum(m_r) + p - q`` components exist.
-
-    Parameters
-    ----------
-    n_components : int, float in (0, 1) or None, default None
-        k; None takes the largest allowed, ``d - sum(m_r) + p - q`` (at most n).  A float
-        keeps the smallest k whose ``explained_variance_ratio_`` (shares of the *total*
-        variance, as scikit-learn's) sums to more than it; a fraction the fair subspace
-        cannot hold is an error naming what it holds.  Not with ``equalize_covariance``.
-    sensitive_feature_ids : list of column names or int, default None
-        The protected attributes as columns of X, as fairlearn's ``CorrelationRemover``
-        takes them: names of a DataFrame's (or a DataArray's feature coordinate's) columns,
-        or integer indices.  They are left out of the projection, in ``fit`` and in
-        ``transform`` (which takes the same full-width X): ``n_features_in_`` counts them,
-        ``components_`` does not.  A column of text or categories is group labels (every
-        group gets the same mean).  A numeric column z is a number, as in
-        CorrelationRemover: the components are made uncorrelated with it
-        (``cov(X U, z) = 0``); for a two-valued column (0/1) that is exactly equal group
-        means, and for one-hot columns exactly equal means of the encoded groups, but
-        integer codes 0, 1, 2, ... of more groups are only decorrelated from the code:
-        one-hot encode them, or give them as text, categories or ``sensitive_features=``.
-        The covariances are then the constraint, so the pass runs its products in float64
-        (``compute_dtype="auto"``).  Giving both this and ``sensitive_features=`` is an
-        error.  Works for numpy, pandas, xarray and Dask input (for Dask nothing is read
-        beyond the pass itself, but text columns of a Dask DataFrame are computed first).
-    whiten, svd_solver, iterated_power, n_oversamples, random_state : as in :class:`PCA`
-    center, standardize, compute_dtype, split_every, progress, eigen_solver : as in :class:`PCA`
-    constraint : {"demographic_parity", "equal_opportunity"}
-        "equal_opportunity" (Sec. 3.2) fits on the rows with ``y == 1`` only, both the
-        covariance and the group means.
-    tradeoff : float in [0, 1], default 0
-        λ of Sec. 3.1.  ``transform`` returns ``[X U_fair, λ X U_pca]`` of shape (n, 2k)
-        when λ > 0 and (n, k) when λ = 0 (named "fairpca0", ... and "fairpca_standard0",
-        ... by ``get_feature_names_out``).  λ enters linearly; the paper's experiments
-        swept λ = (i/10)^3, so pass ``tradeoff=t**3`` to reproduce that grid.  Only the
-        fair half is fair (and certified, see ``fairness_violation_``): the λ-scaled
-        standard half is, by design, not.  ``whiten`` whitens each half by its own
-        variances before λ scales the standard one.
-    equalize_covariance : None, float in (0, 1] or int, default None
-        Fair PCA-S (Sec. 3.6): also (approximately) equalise the group covariances by
-        searching only the l directions of the fair subspace along which they differ least;
-        a float f gives the paper's "Fair PCA-S (f)", ``l = max(k, floor(f d))``, an int is
-        l itself.  Smaller l, fairer covariances, less variance.  Needs per-group d x d
-        statistics, accumulated in the same single pass.  Two groups follow the paper;
-        with more groups (or attributes) the directions minimise
-        ``sum_g (n_g/n) ||R^T (Sigma_g - Sigma_pooled) R v||^2`` (equal to the paper's
-        choice for two groups), see :func:`dfairpca.base._solvers.equalizing_basis`.  Group
-        labels only (numeric attributes have no groups).
-
-    Attributes
-    ----------
-    components_ : ndarray (k, d)
-        The fair projection (rows orthonormal and orthogonal to every group-mean deviation
-        and to the covariance with every numeric attribute), over the non-sensitive columns.
-    standard_components_ : ndarray (k, d) or None
-        Standard PCA from the same statistics, used when ``tradeoff > 0``.
-    standard_explained_variance_ : ndarray (k,) or None
-        Their variances (for ``whiten``), when ``tradeoff > 0``.
-    explained_variance_ratio_ : ndarray (k,)
-        Shares of the total variance of the non-sensitive columns.
-    noise_variance_ : float
-        ``(total variance - sum of explained_variance_) / (min(n, d) - k)``, the mean
-        variance outside the fair components (scikit-learn's definition over the full
-        covariance).  With the components fixed this is the maximum-likelihood noise of the
-        probabilistic PCA model, so ``get_covariance``, ``score`` and ``score_samples`` are
-        that model of the fair components (for ``PCA`` it is scikit-learn's number).
-    groups_ : list of ndarray
-        Labels seen, per attribute given as labels.
-    attribute_names_ : list of str
-        The attributes given as labels, then the numeric ones.
-    sensitive_feature_indices_ : ndarray of int
-        Positions in X of the columns named by ``sensitive_feature_ids`` (empty without).
-    numeric_sensitive_columns_ : ndarray of int
-        Positions, among the columns of ``statistics_``, of the numeric attributes.
-    n_constraints_ : int
-        Rank of the constraint (number of directions removed).  A group whose mean equals
-        the overall mean to float64 rounding (:meth:`Moments.deviation_floor`), or a numeric
-        attribute whose covariance with the features is rounding, imposes none, with a
-        warning naming it.
-    fairness_violation_ : float
-        The fit's certificate: the largest share ``|U^T v| / |v|`` of any constraint vector
-        v that ``components_`` keep, computed in float64 from the statistics after the
-        solve, in the fitted feature space (standardized when ``standardize``; over the
-        ``y == 1`` rows for equal opportunity).  v is a group's mean deviation
-        ``mu_g - mu``, or a numeric attribute's covariance with the features.  A fit above
-        :data:`dfairpca.base._solvers.FAIRNESS_TOLERANCE` (1e-8) raises ``ValueError``; typical
-        values are 1e-16 to 1e-14.
-    fairness_violation_per_attribute_ : ndarray (p + q,)
-        The same, per protected attribute (in the order of ``attribute_names_``).
-    constraint_basis_ : ndarray (d, n_constraints_)
-        Orthonormal basis of the removed directions (in the standardised space when
-        ``standardize``); ``I - Q Q^T`` is fair PCA at the largest k.
-    group_means_ : list of ndarray (m_r, d)
-        Mean of every group of every attribute given as labels, in the training data.
-    max_components_ : int
-        ``d - sum(m_r) + p - q``.
-    explained_variance_, singular_values_, mean_, scale_, n_features_in_, feature_names_in_,
-    n_samples_seen_, sample_weight_sum_, statistics_, fitted_svd_solver_, statistics_kernel_,
-    n_passes_ : as in :class:`PCA`.
-
-    Examples
-    --------
-    >>> import numpy as np, dfairpca
-    >>> rng = np.random.default_rng(0)
-    >>> X, z = rng.normal(size=(200, 6)), rng.integers(0, 2, 200)
-    >>> X[z == 1] += 1.0
-    >>> Y = dfairpca.FairPCA(n_components=2).fit_transform(X, sensitive_features=z)
-    >>> bool(np.allclose(Y[z == 0].mean(0), Y[z == 1].mean(0)))
-    True
-    >>> Xz = np.column_stack([z, X])  # the attribute as column 0 of X, e.g. in a Pipeline
-    >>> Y2 = dfairpca.FairPCA(2, sensitive_feature_ids=[0]).fit_transform(Xz)
-    >>> bool(np.allclose(np.abs(Y2), np.abs(Y)))
-    True
-    """
-
-    _parameter_rules = {**LINEAR_RULES, "sensitive_feature_ids": [], "constraint": CONSTRAINT_RULES,
-                        "tradeoff": TRADEOFF, "equalize_covariance": EQUALIZE_RULES}
-    _fair = True
-
-    def __init__(self, n_components: int | float | None = None, *,
-                 sensitive_feature_ids: ColumnIds | None = None, whiten: bool = False,
-                 svd_solver: str = "auto", iterated_power: int | str = "auto", n_oversamples: int = 10,
-                 random_state: Seed = None, center: bool = True, standardize: bool = False,
-                 constraint: str = "demographic_parity", tradeoff: float = 0.0,
-                 equalize_covariance: int | float | None = None, compute_dtype: npt.DTypeLike = "auto",
-                 split_every: int = 8, progress: bool = False, eigen_solver: str = "auto") -> None:
-        self.n_components = n_components
-        self.sensitive_feature_ids = sensitive_feature_ids
-        self.whiten = whiten
-        self.svd_solver = svd_solver
-        self.iterated_power = iterated_power
-        self.n_oversamples = n_oversamples
-        self.random_state = random_state
-        self.center = center
-        self.standardize = standardize
-        self.constraint = constraint
-        self.tradeoff = tradeoff
-        self.equalize_covariance = equalize_covariance
-        self.compute_dtype = compute_dtype
-        self.split_every = split_every
-        self.progress = progress
-        self.eigen_solver = eigen_solver
-
-    def _prepare(self, X, groups, y, partial, reset, sample_weight=None):
-        """(X's pass columns, encoded group labels or None, y == 1 mask or None, checked
-        weights or None), checked, with k checked against the rows unless ``partial``;
-        ``reset`` as in :func:`dfairpca.inputs._validation.check_input`."""
-        self._check_params()
-        inp = self._input(X, reset=reset, min_samples=1 if partial else 2)
-        labels = group_labels(self, inp, groups)
-        Xa, labels, y, w = with_known_rows(inp.data, labels, y, sample_weight)
-        n, width = Xa.shape
-        mask = binary_target(y, n) if self.constraint == "equal_opportunity" else None
-        w = check_weights(w, Xa, mask, min_total=0 if partial else 2)
-        g = None if labels is None else encode_groups(labels, n, mask=mask, require_two=not partial)
-        names = ([] if g is None else list(g.names)) + inp.numeric_names
-        if reset:
-            self.sensitive_feature_indices_ = inp.sensitive
-            self.numeric_sensitive_columns_ = inp.numeric
-            self.attribute_names_ = names
-        elif reset is False and hasattr(self, "statistics_"):
-            self._check_layout_of(inp)
-        if not partial:
-            fitted = n if mask is None else int(np.count_nonzero(mask))
-            ms = [] if g is None else [len(c) for c in g.categories]
-            self._check_k_groups(width - len(inp.numeric), ms, fitted, len(inp.numeric))
-        return Xa, g, mask, len(inp.numeric) > 0, w
-
-    def _check_layout_of(self, inp: Input) -> None:
-        """Raise unless a later partial_fit's X has its sensitive columns where the first had."""
-        if not (np.array_equal(inp.sensitive, self.sensitive_feature_indices_)
-                and np.array_equal(inp.numeric, self.numeric_sensitive_columns_)):
-            raise InvalidInputError(
-                "X's sensitive columns differ from those of the earlier partial_fit calls: "
-                "give the same columns, with the same dtypes"
-            )
-
-    def fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
-            sensitive_features: ArrayInput | None = None, sample_weight: ArrayInput | None = None,
-            checkpoint: PathInput | None = None,
-            keep_checkpoint: bool = False, timeout: float | None = None) -> Self:
-        """Fit on X with protected attribute(s) ``sensitive_features`` in one pass over X.
-
-        Parameters
-        ----------
-        X : (n, d) or (n, h, w) numpy, pandas, xarray, Dask or Zarr array (or a path to a
-            Zarr array)
-        y : (n,) binary task label, used only by ``constraint="equal_opportunity"``; it is
-            never taken for the protected attribute
-        sensitive_features : (n,) labels of any type, (n, p) array, list of p label vectors,
-            or a pandas/Dask DataFrame (one column per attribute); required unless
-            ``sensitive_feature_ids`` names columns of X (keyword only, as in fairlearn,
-            so scikit-learn's metadata routing can pass it)
-        sample_weight : (n,) array-like, optional
-            Frequency weights of the rows, as in :meth:`PCA.fit`: the group means, the
-            constraint (equal *weighted* group means) and the certificate are the weighted
-            ones; with ``constraint="equal_opportunity"`` the weights of the y == 1 rows.
-        checkpoint : path, optional
-            Resumable pass, as in :meth:`PCA.fit`.
-        keep_checkpoint : bool, default False
-            Keep ``checkpoint`` after a successful fit (by default it is deleted).
-        timeout : float, optional
-            Seconds to wait once every worker has left, as in :meth:`PCA.fit`.
-
-        Returns
-        -------
-        self : FairPCA
-            The fitted estimator.
-        """
-        with worker_timeout(timeout):
-            Xa, g, mask, numeric, w = self._prepare(X, sensitive_features, y, partial=False,
-                                                    reset=True, sample_weight=sample_weight)
-            if self._solver_of(Xa, g, checkpoint, weighted=w is not None) == "randomized":
-                self._fit_randomized(Xa, g, mask, numeric, checkpoint)
-            else:
-                self.fit_statistics(self._pass(Xa, g, mask, checkpoint, numeric=numeric,
-                                               weights=w))
-        release(checkpoint, keep_checkpoint)
-        return self
-
-    def _fit_randomized(self, Xa, g, mask, numeric: bool, checkpoint=None):
-        """Fit by randomized passes (:mod:`dfairpca.solve._randomized`), certify, keep."""
-        fit = self._randomized_fit(Xa, g, mask, numeric, checkpoint)
-        m = fit.statistics
-        names = self.attribute_names_
-        p, q = len(m.attributes), len(m.numeric)
-        ms = [int(np.sum(a.counts > 0)) for a in m.attributes]
-        limit = self._check_k_groups(fit.components.shape[1], ms, m.n, q)
-        categories = [a.categories for a in m.attributes] + [None] * q
-        # the constraint rows are float64 sums whatever the products ran in
-        certify(fit.violation, names, categories, float(np.finfo(np.float64).eps),
-                type(self).__name__)
-        self._set_randomized(fit)
-        standard = None
-        if fit.standard_components is not None:
-            with np.errstate(over="ignore", under="ignore"):
-                standard = (fit.standard_components, np.ldexp(
-                    fit.standard_captured / (m.n - 1), 2 * fit.exponent))
-        self._set_fair(fit.violation, fit.basis, [m.group_means(j)[:, self._features(m)]
-                                                  for j in range(p)],
-                       limit, names, standard)
-        return self
-
-    def _set_fair(self, per_group, Q, group_means, limit, names, standard) -> None:
-        """The fair fitted attributes: the certificate, the constraint basis, the groups,
-        and the standard components of ``tradeoff`` ((components, variances) or None)."""
-        set_certificate(self, per_group)
-        self.n_constraints_ = Q.shape[1]
-        self.constraint_basis_ = Q
-        self.group_means_ = group_means
-        self.max_components_ = limit
-        self.groups_ = [a.categories for a in self.statistics_.attributes]
-        self.attribute_names_ = list(names)
-        self.standard_components_: np.ndarray | None
-        self.standard_explained_variance_: np.ndarray | None
-        self.standard_components_, self.standard_explained_variance_ = standard or (None, None)
-
-    def validate_fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
-                     sensitive_features: ArrayInput | None = None,
-                     sample_weight: ArrayInput | None = None) -> None:
-        """Raise the error ``fit`` would raise for the parameters, X's shape and the groups.
-
-        Reads no data of X (only the row counts of a Dask array of unknown chunk sizes):
-        the command line calls it before it connects to a cluster.
-
-        Parameters
-        ----------
-        X : array-like of shape (n, d) or (n, h, w)
-            The data ``fit`` would be given.
-        y : array-like of shape (n,), optional
-            The task label ``fit`` would be given (``constraint="equal_opportunity"``).
-        sensitive_features : array-like, list of arrays or DataFrame, optional
-            The protected attribute(s) ``fit`` would be given.
-        sample_weight : array-like of shape (n,), optional
-            The weights ``fit`` would be given.
-        """
-        Xa, g, _, _, w = self._prepare(X, sensitive_features, y, partial=False, reset=None,
-                                       sample_weight=sample_weight)
-        self._solver_of(Xa, g, weighted=w is not None)
-
-    def partial_fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
-                    sensitive_features: ArrayInput | None = None,
-                    sample_weight: ArrayInput | None = None) -> Self:
-        """Add the rows of X and refit; a sequence of calls equals one fit on the union.
-
-        Always the exact solve (it adds to the d x d statistics); not after a randomized fit.
-
-        Parameters
-        ----------
-        X : array-like of shape (n, d) or (n, h, w)
-            More rows, with the features (and sensitive columns) of the earlier calls.
-        y : array-like of shape (n,), optional
-            Binary task label, as in :meth:`fit`.
-        sensitive_features : array-like, list of arrays or DataFrame, optional
-            The rows' protected attribute(s), as in :meth:`fit`; the same attributes in
-            every call (a call may see only some of the groups).
-        sample_weight : array-like of shape (n,), optional
-            As in :meth:`fit` (a call without weights: weights of 1).
-
-        Returns
-        -------
-        self : FairPCA
-            The fitted estimator.
-        """
-        self._check_partial()
-        first = not hasattr(self, "statistics_")
-        Xa, g, mask, numeric, w = self._prepare(X, sensitive_features, y, partial=True, reset=first,
-                                                sample_weight=sample_weight)
-        self._check_previous(Xa.shape[1])
-        p = 0 if g is None else g.n_attributes
-        if not first and len(self.statistics_.attributes) != p:
-            raise InvalidInputError(
-                f"groups has {p} attribute(s); earlier partial_fit calls had "
-                f"{len(self.statistics_.attributes)}"
-            )
-        m = self._pass(Xa, g, mask, numeric=numeric, weights=w)
-        if not first:
-            m = merge([self.statistics_, m])
-        num = self.numeric_sensitive_columns_
-        if any(np.sum(a.counts > 0) < 2 for a in m.attributes) or (
-                whole(self.n_components) and m.n_effective < self.n_components) or (
-                len(num) and m.n_effective < 2) or np.any(np.diagonal(m.scatter)[num] == 0):
-            # not solvable yet (a piece may hold a single group, a constant numeric
-            # attribute, or fewer than k rows)
-            self._keep_statistics(m)
-            return self
-        return self.fit_statistics(m)
-
-    def _check_k_groups(self, d, ms, n=None, q: int = 0):
-        """The largest k the attributes allow (:func:`dfairpca.solve._fairness.check_fair_k`);
-        raise if n_components exceeds it or the n fitted rows (when known)."""
-        limit = check_fair_k(self.n_components, d, ms, q)
-        k = self.n_components
-        what = "rows with y == 1" if self.constraint == "equal_opportunity" else "rows"
-        check_rows(k if whole(k) else None, n, min(limit, n) if known(n) else limit, what)
-        return limit
-
-    def fit_statistics(self, statistics: Moments, *, attribute_names: Sequence[str] | None = None,
-                       numeric_columns: npt.ArrayLike | None = None) -> Self:
-        """Solve fair PCA from precomputed (merged, loaded) statistics, and certify it.
-
-        After the solve, the share of every constraint vector that the components keep is
-        measured in float64 (``fairness_violation_``); a fit above
-        :data:`~dfairpca.base._solvers.FAIRNESS_TOLERANCE` raises ``ValueError``.
-
-        Parameters
-        ----------
-        statistics : Moments
-            Statistics of the rows to fit, with the groups of every labelled attribute.
-            Their columns are the features, except the numeric protected attributes
-            ``numeric_columns``.
-        attribute_names : list of str, optional
-            Names of the attributes, labelled ones first, used in errors and in
-            ``attribute_names_`` (default: those ``fit`` found, else "attribute 0", ...).
-        numeric_columns : sequence of int, optional
-            Columns of the statistics that are numeric protected attributes (default: the
-            ``numeric_sensitive_columns_`` that ``fit`` set; none for statistics computed
-            elsewhere, which then need group labels).
-
-        Returns
-        -------
-        self : FairPCA
-            The fitted estimator.
-        """
-        self._check_params()
-        m = statistics
-        given = numeric_columns is not None
-        num = np.asarray(numeric_columns if given else
-                         getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
-        p, q = len(m.attributes), len(num)
-        if p + q == 0:
-            raise InvalidInputError("these statistics carry no groups; FairPCA needs protected attributes")
-        if q and num.max() >= m.n_features:
-            raise InvalidInputError(f"numeric_sensitive_columns_ {num.tolist()} exceed the statistics' "
-                             f"{m.n_features} columns")
-        names = list(attribute_names if attribute_names is not None else
-                     getattr(self, "attribute_names_", None) or [])
-        if len(names) != p + q:
-            names = [f"attribute {j}" for j in range(p + q)]
-        for name, a in zip(names, m.attributes):
-            present = int(np.sum(a.counts > 0))
-            if present < 2:
-                raise InvalidInputError(
-                    f"{name} has {present} non-empty group(s) among the rows seen; fair PCA "
-                    "needs at least two"
-                )
-        keep = np.setdiff1d(np.arange(m.n_features), num)
-        mf = m.columns(keep) if q else m
-        ms = [int(np.sum(a.counts > 0)) for a in mf.attributes]
-        limit = self._check_k_groups(mf.n_features, ms, m.n_effective, q)
-        if self.equalize_covariance is not None and not p:
-            raise InvalidInputError("equalize_covariance equalises the covariances of groups: give the "
-                             "protected attribute as group labels, or leave it None")
-        S, scale, e = fitted_space(mf, self.center, self.standardize)
-        C = fair_constraints(m, mf, num, keep, names, scale)
-        Q = _solvers.constraint_basis(C)
-        U = fair_components(S, Q, mf, scale, min(limit, m.n_effective), self.n_components,
-                            self.equalize_covariance, self.eigen_solver)
-        k = U.shape[0]
-        sizes = [a.n_groups for a in mf.attributes] + [1] * q
-        per_group = np.split(_solvers.constraint_violation(U, C), np.cumsum(sizes)[:-1])
-        categories = [a.categories for a in mf.attributes] + [None] * q
-        certify(per_group, names, categories, m.precision, type(self).__name__)
-        self._set_fitted(mf, U, S, scale, e)
-        self.statistics_ = m
-        if given:
-            self.numeric_sensitive_columns_ = num
-        standard = None
-        if self.tradeoff > 0:
-            V = _solvers.pca_components(S, k, self.eigen_solver)
-            with np.errstate(over="ignore", under="ignore"):
-                standard = (V, np.ldexp(np.sum((V @ S) * V, axis=1) / (m.n - 1), 2 * e))
-        self._set_fair(per_group, Q, [mf.group_means(j) for j in range(p)], limit, names, standard)
-        return self
-
-    def _projection(self):
-        W = super()._projection()
-        V = getattr(self, "standard_components_", None)
-        if self.tradeoff > 0 and V is not None:
-            V = V.T
-            if self.whiten:
-                V = V / whitening(self.standard_explained_variance_)
-            return np.concatenate([W, self.tradeoff * V], axis=1)
-        return W
-
-    # ------------------------------------------------------------------ persistence
-    _array_attrs = LinearDecomposition._array_attrs + (
-        "standard_components_", "constraint_basis_", "standard_explained_variance_")
-    _meta_attrs = LinearDecomposition._meta_attrs + (
-        "n_constraints_", "max_components_", "attribute_names_")
-
-    def _extra_meta(self):
-        return fair_meta(self)
-
-    def _extra_arrays(self):
-        return {f"group_means_{j}": gm for j, gm in enumerate(self.group_means_)}
-
-    def _restore_extra(self, meta, arrays):
-        restore_fair_meta(self, meta)
-        self.group_means_ = [arrays[f"group_means_{j}"] for j in range(len(self.groups_))]
-        super()._restore_extra(meta, arrays)
+# FairPCA was defined here: pickles of it name this module (imported after PCA so that the
+# registry lists PCA first)
+from ._fair import FairPCA  # noqa: E402

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..io import _registry
 from ..base import _solvers
-from ..base._params import validate_params
+from ..base._params import current_params, validate_params
 from ..stats.moments import Moments, _categories_from_json, _categories_to_json, saved_group_counts
 from ..base._typing import PathInput
 from ..errors import InvalidInputError
@@ -142,7 +142,7 @@ def saved_params(cls, meta: dict) -> dict:
     if unknown:
         raise InvalidInputError(f"meta.json: 'params' has keys {unknown} that {cls.__name__} does not take")
     try:
-        validate_params(cls(**params))
+        validate_params(cls(**current_params(params)))
     except (ValueError, TypeError) as exc:
         raise InvalidInputError(f"meta.json: 'params': {exc}") from None
     return params

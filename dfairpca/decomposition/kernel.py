@@ -55,7 +55,6 @@ rows as landmarks it equals the exact method.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any, Self
@@ -63,6 +62,10 @@ from typing import Any, Self
 import numpy as np
 
 from ..solve import _kernels as kn
+from ..solve._kernel_method import (  # noqa: F401  (the sizes were defined here first)
+    AUTO_EXACT_MAX_ROWS, AUTO_LANDMARKS, EXACT_MATRICES, NYSTROEM_MATRICES, choose_method,
+    exact_fit_bytes, nystroem_fit_bytes,
+)
 from ..base import _solvers
 from ._base import Estimator
 from ..cluster import compute, worker_timeout
@@ -71,59 +74,24 @@ from ..solve._fairness import CONSTRAINT_RULES, certify, check_fair_k, set_certi
 from ..base._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
 from ..io._registry import register
 from ._saved import fair_meta, kernel_layout, restore_fair_meta
-from ..inputs._groups import binary_target, encode_groups, group_labels
-from ..inputs._validation import (
-    Input, check_finite_input, check_input,
-    with_known_rows,
-)
-from ._pca import FairPCA
+from ..inputs._fair_input import fair_input
+from ..inputs._validation import SENSITIVE_IDS, Input, check_finite_input, check_input
+from ._fair import FairPCA
 from ..base._typing import ArrayInput, ArrayOutput, ColumnIds, PathInput
 from ..errors import InvalidInputError
 
 __all__ = ["FairKernelPCA", "KERNELS", "exact_fit_bytes"]
 
 KERNELS = kn.KERNELS
-#: "auto" uses the exact method up to this many fitted rows (if it fits in memory) ...
-AUTO_EXACT_MAX_ROWS = 20_000
-#: ... and Nyström with this many landmarks (at most n) beyond
-AUTO_LANDMARKS = 2_000
-#: n x n float64 matrices alive at the peak of an exact fit (the kernel, an eigensolver copy
-#: or the eigenvectors of a clipped kernel, and headroom for the blocks in flight)
-EXACT_MATRICES = 3
 #: what a failed certificate suggests (FairKernelPCA has no standardize or compute_dtype):
 #: a gamma that brings the kernel's entries away from 0 and 1 separates the groups' directions
 KERNEL_CERTIFY_FIX = "another kernel or gamma"
 
 
-def exact_fit_bytes(n: int, d: int) -> int:
-    """Memory the exact method needs for n fitted rows of d features, in bytes.
-
-    ``EXACT_MATRICES`` n x n float64 matrices plus the fitted rows as float64.
-    """
-    return 8 * (EXACT_MATRICES * n * n + n * d)
-
-
-#: m x m float64 matrices alive at the peak of a Nyström fit with m landmarks (the landmark
-#: kernel, its symmetrised copy, the eigensolver's copy and eigenvectors; then the pass's
-#: m x m statistics and their solve, which need no more)
-NYSTROEM_MATRICES = 4
-
-
-def nystroem_fit_bytes(m: int, d: int) -> int:
-    """Memory the Nyström method needs for m landmarks of d features, in bytes.
-
-    ``NYSTROEM_MATRICES`` m x m float64 matrices plus the landmarks as float64.
-    """
-    return 8 * (NYSTROEM_MATRICES * m * m + m * d)
-
-
-def _most_landmarks(d: int, budget: float) -> int:
-    """The largest m whose :func:`nystroem_fit_bytes` is within ``budget`` (at least 1)."""
-    c = NYSTROEM_MATRICES
-    m = int((-d + math.sqrt(d * d + 4 * c * budget / 8)) / (2 * c))
-    while m > 1 and nystroem_fit_bytes(m, d) > budget:
-        m -= 1
-    return max(m, 1)
+def _seed_ok(r) -> bool:
+    """What ``numpy.random.default_rng`` takes as a seed (the landmarks' and Lanczos')."""
+    return r is None or (is_int(r) and r >= 0) or isinstance(
+        r, (np.random.Generator, np.random.BitGenerator, np.random.SeedSequence))
 
 
 def _check_kernel(est, kernel) -> None:
@@ -269,7 +237,7 @@ class FairKernelPCA(Estimator):
     _parameter_rules = {
         "n_components": [Rule(lambda k: k is None or (is_int(k) and k > 0),
                               "a positive integer or None")],
-        "sensitive_feature_ids": [],
+        "sensitive_feature_ids": SENSITIVE_IDS,
         "kernel": [Check(_check_kernel)],
         "gamma": [Rule(lambda g: (isinstance(g, str) and g == "scale") or (is_real(g) and g > 0),
                        "'scale' or a number > 0")],
@@ -281,7 +249,7 @@ class FairKernelPCA(Estimator):
         "constraint": CONSTRAINT_RULES,
         "tradeoff": TRADEOFF,
         "center": BOOL,
-        "random_state": [],
+        "random_state": [Rule(_seed_ok, "None, an int >= 0 or a numpy Generator")],
         "max_memory": [Rule(lambda v: v is None or (is_real(v) and v > 0),
                             "None or a positive number of bytes")],
         "split_every": SPLIT_EVERY,
@@ -311,51 +279,9 @@ class FairKernelPCA(Estimator):
         self.split_every = split_every
 
     # ------------------------------------------------------------------ parameters
-    def _memory_budget(self) -> float:
-        if self.max_memory is not None:
-            return float(self.max_memory)
-        import psutil
-
-        return 0.5 * psutil.virtual_memory().available
-
     def _choose_method(self, n: int, d: int) -> int | None:
-        """Landmark count m for Nyström, or None for the exact method (checked to fit)."""
-        m = self.n_landmarks
-        if m == "auto":
-            fits = exact_fit_bytes(n, d) <= self._memory_budget()
-            return None if n <= AUTO_EXACT_MAX_ROWS and fits else min(n, AUTO_LANDMARKS)
-        if m is None:
-            need, budget = exact_fit_bytes(n, d), self._memory_budget()
-            if need > budget:
-                raise InvalidInputError(
-                    f"the exact method needs about {need / 2**30:.1f} GiB ({need} bytes: "
-                    f"{EXACT_MATRICES} kernel-sized {n} x {n} float64 matrices) for the {n} "
-                    f"fitted rows, more than max_memory = {budget:.0f} bytes; use the Nyström "
-                    f"approximation, e.g. n_landmarks={min(n, AUTO_LANDMARKS)} (or "
-                    "n_landmarks='auto'), or raise max_memory"
-                )
-            return None
-        m = int(m)  # the parameter rules let only an integer through to here
-        if m > n:
-            raise InvalidInputError(
-                f"n_landmarks={m} exceeds the {n} fitted rows; pass n_landmarks <= {n}, or "
-                "n_landmarks=None for the exact method"
-            )
-        if self.n_components is not None and m < self.n_components:
-            raise InvalidInputError(
-                f"n_landmarks={m} is smaller than n_components={self.n_components}; a "
-                f"k-dimensional representation needs at least k landmarks"
-            )
-        need, budget = nystroem_fit_bytes(m, d), self._memory_budget()
-        if need > budget:
-            raise InvalidInputError(
-                f"n_landmarks={m} needs about {need / 2**30:.1f} GiB ({need} bytes: "
-                f"{NYSTROEM_MATRICES} {m} x {m} float64 matrices, the landmarks' kernel and its "
-                f"eigenvectors), more than max_memory = {budget:.0f} bytes; pass fewer "
-                f"landmarks, e.g. n_landmarks={_most_landmarks(d, budget)} (the most that fit), "
-                "or raise max_memory"
-            )
-        return m
+        """:func:`dfairpca.solve._kernel_method.choose_method` for this estimator."""
+        return choose_method(self.n_landmarks, self.n_components, n, d, self.max_memory)
 
     def _kernel_function(self, gamma, shift=None):
         """A picklable ``f(A, B)`` returning the kernel matrix of two row blocks (for
@@ -438,16 +364,10 @@ class FairKernelPCA(Estimator):
 
     def _fit(self, X, y, sensitive_features):
         """:meth:`fit`, its parameters checked."""
-        inp = check_input(self, X, reset=True, min_samples=2, ids=self.sensitive_feature_ids)
-        labels = group_labels(self, inp, sensitive_features)
-        Xa, labels, y = with_known_rows(inp.data, labels, y)
-        n = Xa.shape[0]
-        mask = binary_target(y, n) if self.constraint == "equal_opportunity" else None
-        g = None if labels is None else encode_groups(labels, n, mask=mask)
-        fit_rows = np.arange(n) if mask is None else np.flatnonzero(mask)
-        ms = [] if g is None else [len(c) for c in g.categories]
-        q = len(inp.numeric)
-        names = ([] if g is None else list(g.names)) + inp.numeric_names
+        f = fair_input(self, X, sensitive_features, y, reset=True)
+        inp, Xa, g, mask, names = f.checked, f.data, f.groups, f.mask, f.names
+        fit_rows = np.arange(f.n_rows) if mask is None else np.flatnonzero(mask)
+        ms, q = f.group_sizes, f.n_numeric
         m = self._choose_method(len(fit_rows), len(inp.features))
         if m is None:
             limit = check_fair_k(self.n_components, len(fit_rows), ms, q,
@@ -563,7 +483,8 @@ class FairKernelPCA(Estimator):
         stats.check_finite()
         fair = FairPCA(self.n_components, center=self.center, constraint=self.constraint,
                        tradeoff=self.tradeoff, split_every=self.split_every)
-        fair.fit_statistics(stats, attribute_names=names, numeric_columns=np.arange(r, r + q))
+        # its parameters are this estimator's, checked by fit: the solve, not the check again
+        fair._fit_statistics(stats, attribute_names=names, numeric_columns=np.arange(r, r + q))
 
         total = float(np.sum(fair.explained_variance_))
         tol = r * np.finfo(np.float64).eps * total

@@ -6,20 +6,20 @@ Group labels and targets (``sensitive_features``, ``y``) are :mod:`dfairpca.inpu
 from __future__ import annotations
 
 import math
-import numbers
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..base._params import Check, is_int
 from ..base._system import rows_per_block
 from ..errors import InvalidInputError, InvalidTypeError, NumericAttributeWarning
 
 __all__ = [
     "as_data", "compute_dtype_for", "check_n_features", "with_known_rows", "check_finite_output",
     "check_finite_input", "row_origin", "check_input", "Input", "is_dask", "is_lazy", "is_xarray",
-    "sensitive_columns", "unique_columns", "MAX_ROWS_SHOWN",
+    "sensitive_columns", "check_ids", "unique_columns", "MAX_ROWS_SHOWN", "SENSITIVE_IDS",
 ]
 
 #: how many offending rows an error message lists
@@ -491,21 +491,32 @@ def _set_or_check_width(estimator, width: int, reset, columns) -> None:
     check_n_features(estimator, width)
 
 
+def check_ids(ids) -> None:
+    """Raise unless ``sensitive_feature_ids`` is None or a list of column names or indices
+    (what can be told without X: a single name is refused, naming the list to pass)."""
+    if ids is not None and (isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__")):
+        raise InvalidInputError(
+            f"sensitive_feature_ids must be a list of column names or indices; got {ids!r}: "
+            f"pass [{ids!r}]"
+        )
+
+
+#: the parameter rule of ``sensitive_feature_ids`` (:mod:`dfairpca.base._params`): its form,
+#: before X is read; :func:`sensitive_columns` finds the columns in X
+SENSITIVE_IDS = [Check(lambda est, ids: check_ids(ids))]
+
+
 def sensitive_columns(ids, width: int, columns=None) -> np.ndarray:
     """Positions in X (``width`` columns, named ``columns`` or unnamed) of the columns that
     ``sensitive_feature_ids`` names: column names, or integer indices ``0 .. width - 1``."""
     if ids is None:
         return np.zeros(0, np.intp)
-    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
-        raise InvalidInputError(
-            f"sensitive_feature_ids must be a list of column names or indices; got {ids!r}: "
-            f"pass [{ids!r}]"
-        )
+    check_ids(ids)
     out = []
     for i in ids:
         if columns is not None and any(_same_label(i, c) for c in columns):
             out.append(next(j for j, c in enumerate(columns) if _same_label(i, c)))
-        elif isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= int(i) < width:
+        elif is_int(i) and 0 <= int(i) < width:
             out.append(int(i))
         else:
             where = (f"X's columns are {list(columns)[:10]!r}" if columns is not None else
@@ -522,9 +533,7 @@ def _same_label(a, b) -> bool:
     integer label (an integer matches a position only where no label is an integer)."""
     if isinstance(a, str) or isinstance(b, str):
         return isinstance(a, str) and isinstance(b, str) and a == b
-    whole = (numbers.Integral,)
-    return (isinstance(a, whole) and isinstance(b, whole) and not isinstance(a, bool)
-            and not isinstance(b, bool) and int(a) == int(b))
+    return is_int(a) and is_int(b) and int(a) == int(b)
 
 
 def _column_name(columns, i) -> str:

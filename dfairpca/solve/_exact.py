@@ -17,7 +17,7 @@ import numpy as np
 
 from ..base import _solvers
 from ..stats._chunk import OVERFLOW_MESSAGE
-from ._fairness import covariance_terms, group_constraints, numeric_constraints
+from ._fairness import covariance_terms, group_constraints, numeric_constraints, stack_constraints
 from ..base._params import is_int
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
@@ -86,10 +86,9 @@ def fair_constraints(m: Moments, mf: Moments, num: np.ndarray, keep: np.ndarray,
     numeric attribute's (columns ``num`` of m) covariance with the features; ``names``
     name the attributes in that order for the warnings."""
     p = len(mf.attributes)
-    C = group_constraints(mf, names[:p])
-    if len(num):
-        C = np.vstack([C, numeric_constraints(m, num, keep, names[p:])])
-    return C if scale is None else C / scale[None, :]
+    groups = group_constraints(mf, names[:p])  # first: its warnings come before the numeric ones'
+    numeric = numeric_constraints(m, num, keep, names[p:]) if len(num) else None
+    return stack_constraints(groups, numeric, scale)
 
 
 def fair_components(S, Q, mf: Moments, scale, largest: int, k, equalize,

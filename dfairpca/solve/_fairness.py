@@ -9,14 +9,14 @@ of each constraint vector the components keep is measured in float64 and
 
 from __future__ import annotations
 
-import numbers
 import warnings
 
 import numpy as np
 
 from ..base import _solvers
-from ..base._params import Check, one_of
+from ..base._params import Check, is_int, is_real, one_of
 from ..stats.moments import Moments
+from ._limits import too_large
 from ..errors import ConstraintDroppedWarning, InvalidInputError
 
 __all__ = ["CONSTRAINTS", "CONSTRAINT_RULES", "fair_k_limit", "check_fair_k", "certify",
@@ -44,8 +44,7 @@ def check_fair_k(k, size: int, ms, q: int = 0, *, basis: str | None = None,
     fitted rows") and ``fix`` says how to enlarge.  k None asks for the limit.
     """
     limit = fair_k_limit(size, ms, q)
-    whole = isinstance(k, numbers.Integral) and not isinstance(k, bool)
-    if limit >= 1 and not (whole and k > limit):
+    if limit >= 1 and not (is_int(k) and k > limit):
         return limit
     numeric = [f"{q} numeric attribute(s)"] if q else []
     desc = " and ".join([f"{m} groups" for m in ms] + numeric)
@@ -58,11 +57,28 @@ def check_fair_k(k, size: int, ms, q: int = 0, *, basis: str | None = None,
                 f"{list(ms)}{''.join(' and ' + s for s in numeric)}"
             )
         symbols = "d - sum(m) + p - q" if q else "d - sum(m) + p"
-        raise InvalidInputError(f"n_components={k} is too large: with {desc} the largest k is "
-                         f"{symbols} = {terms}")
-    head = (f"n_components={limit if k is None else k} is too large" if limit >= 1 else
-            "no fair representation exists")
-    raise InvalidInputError(f"{head}: with {desc} and {basis} the largest k is {terms}; {fix}")
+        raise too_large(k, f"with {desc} the largest k is {symbols} = {terms}")
+    why = f"with {desc} and {basis} the largest k is {terms}; {fix}"
+    if limit >= 1:
+        raise too_large(limit if k is None else k, why)
+    raise InvalidInputError(f"no fair representation exists: {why}")
+
+
+def stack_constraints(group_rows: np.ndarray, numeric_rows, scale) -> np.ndarray:
+    """The constraint vectors (rows) in the fitted feature space, for the exact and the
+    matrix-free solve alike: every group's mean deviation, then every numeric attribute's
+    covariance with the features (None: there are none), divided by the features'
+    ``scale`` when standardised."""
+    C = group_rows if numeric_rows is None else np.vstack([group_rows, numeric_rows])
+    return C if scale is None else C / scale[None, :]
+
+
+def violations_by_attribute(U: np.ndarray, C: np.ndarray, m, q: int) -> list:
+    """The certificate of components U (k, d) against the constraint rows C, split by
+    attribute: one array per attribute of m's (a row per group), then one of one row per
+    numeric attribute (q of them), as :func:`certify` takes it."""
+    sizes = [a.n_groups for a in m.attributes] + [1] * q
+    return list(np.split(_solvers.constraint_violation(U, C), np.cumsum(sizes)[:-1]))
 
 
 def certify(per_group, names, categories, precision: float, estimator: str,
@@ -201,7 +217,7 @@ def covariance_terms(m: Moments, scale, k: int, r: int,
     if equalize is None:
         return None, None
     d = m.n_features
-    l = int(equalize) if isinstance(equalize, numbers.Integral) else max(k, int(np.floor(equalize * d)))
+    l = int(equalize) if is_int(equalize) else max(k, int(np.floor(equalize * d)))
     if l >= d - r:  # the whole fair subspace: plain fair PCA (the paper's "S(1.0)")
         return None, None
     if not m.has_group_scatter:
@@ -230,10 +246,10 @@ def _check_equalize(est, e) -> None:
     if e is None:
         return
     k = est.n_components
-    whole = isinstance(k, numbers.Integral) and not isinstance(k, bool)
-    if isinstance(e, bool) or not isinstance(e, numbers.Real):
+    whole = is_int(k)
+    if not is_real(e):
         raise InvalidInputError(f"equalize_covariance must be None, a fraction in (0, 1] or an int; got {e!r}")
-    if isinstance(e, numbers.Integral):
+    if is_int(e):
         if whole and e < k:
             raise InvalidInputError(
                 f"equalize_covariance={e} directions cannot hold n_components={k}; pass "

@@ -30,11 +30,19 @@ import numbers
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 
 from ..base import _solvers
+from ..base._params import is_int
 from ._exact import check_variance
-from ._fairness import group_constraints, numeric_constraint_rows
+from ._krylov import Krylov, ritz_components
+from ._limits import check_features, check_rows, too_large
+# re-exported: the choice between the solves was defined here first
+from ._choice import (  # noqa: F401
+    check_exact_memory, choose_svd_solver, memory_budget, needs_dense_message, worker_memory,
+)
+from ._fairness import (
+    group_constraints, numeric_constraint_rows, stack_constraints, violations_by_attribute,
+)
 from ..engine._thin_pass import (
     Plan, as_rows, chunked, corrected, first_pass, restore_statistics, run_thin_pass,
     statistics_state,
@@ -49,127 +57,13 @@ __all__ = ["RandomizedFit", "fit_randomized", "resolve_iterated_power", "choose_
 #: scikit-learn's default oversampling: the block has k + 10 columns
 N_OVERSAMPLES = 10
 #: ``iterated_power="auto"`` stops after the first pass whose Ritz residuals estimate the
-#: captured variance still missing at most this share of it (:func:`_missing`): the target
+#: captured variance still missing at most this share of it (:mod:`dfairpca.solve._krylov`): the target
 #: is a randomized fit whose captured variance is within 1e-4 (relative) of the exact
 #: solver's, so it can stand in for an exact fit, in as few passes over the data as reach
 #: that.  The estimate is pessimistic where measured:
 #: on the synthetic CelebA at k = 50 it was 1.4 to 18 times the true gap (4.3e-3, 2.1e-4,
 #: 4.1e-6, 2.1e-8 after 2 to 5 passes), so a fit that stops is well inside it.
 AUTO_RTOL = 1e-4
-#: a direction of a new block is kept unless its residual against the blocks before is
-#: below this share of the block's largest column: an exhausted space, or what the Gram
-#: matrix of the block cannot tell from rounding (its eigenvalues are exact to about
-#: ``eps * |W|^2``, so singular values below ``sqrt(eps) |W|`` are noise)
-RANK_RTOL = 1e-7
-
-
-# ----------------------------------------------------------------------------- Krylov
-class _Krylov:
-    """A block Krylov space of a symmetric PSD operator, grown by one block per pass.
-
-    ``pending`` is the newest orthonormal block, waiting for the operator; ``extend(W)``
-    takes ``W = M @ pending``, adds the new entries of ``H = K^T M K`` (each pair of blocks
-    once: ``B_i^T M B_j = B_i^T W_j`` by symmetry) and makes the next block from what W
-    adds to the space.  ``proj`` keeps every block in the constraint's complement.  The
-    blocks are kept apart (``blocks``), never copied into one d x (all) basis: at
-    d = 116,412 each is 56 MB, and the client holds each once.
-    """
-
-    def __init__(self, W: np.ndarray, proj, k: int):
-        self.proj, self.k, self.d = proj, k, W.shape[0]
-        self.blocks: list[np.ndarray] = []
-        self.H = np.zeros((0, 0))
-        # the captured variance (top-k Ritz values' sum) after each block
-        self.history: list[float] = []
-        self.missing: list[float] = []  # the share of it still missing, estimated (_missing)
-        self.pending = self._next(W)
-
-    def _outside(self, R: np.ndarray) -> np.ndarray:
-        """R minus its part in the span of the blocks (one classical Gram-Schmidt sweep)."""
-        coef = [B.T @ R for B in self.blocks]
-        for B, c in zip(self.blocks, coef):
-            R = R - B @ c
-        return R
-
-    def _next(self, W: np.ndarray) -> np.ndarray | None:
-        ref = float(np.sqrt(np.max(np.einsum("ij,ij->j", W, W), initial=0.0)))
-        R = self.proj(W)
-        for _ in range(2):  # twice is enough (Giraud et al. 2005)
-            R = self._outside(R)
-        U = _range(R, RANK_RTOL * ref)
-        if not U.shape[1]:
-            return None  # the space is invariant: nothing new to add
-        # directions of a small residual lost orthogonality in the normalisation: once more
-        return _range(self._outside(self.proj(U)), 0.5)
-
-    @property
-    def block(self) -> np.ndarray:
-        """The pending block (asked for only while there is one)."""
-        assert self.pending is not None
-        return self.pending
-
-    def extend(self, W: np.ndarray) -> None:
-        B = self.block
-        col = np.vstack([Bi.T @ W for Bi in self.blocks] + [B.T @ W])  # (K, B)^T M B
-        s = self.H.shape[0]
-        top = col[s:]
-        H = np.zeros((s + B.shape[1], s + B.shape[1]))
-        H[:s, :s] = self.H
-        H[:s, s:] = col[:s]
-        H[s:, :s] = col[:s].T
-        H[s:, s:] = (top + top.T) / 2
-        self.blocks.append(B)
-        self.H = H
-        R = W  # what M adds outside the space: the Ritz pairs' residuals
-        at = 0
-        for Bi in self.blocks:
-            R = R - Bi @ col[at : at + Bi.shape[1]]
-            at += Bi.shape[1]
-        w, G = scipy.linalg.eigh(H)
-        order = np.argsort(w)[::-1]
-        g = G[s:, order[: self.k]]  # the newest block's share of the top-k Ritz vectors
-        res2 = np.maximum(np.einsum("ij,ij->j", g, (R.T @ R) @ g), 0.0)
-        theta = w[order]
-        captured = float(theta[: self.k].sum())
-        self.history.append(captured)
-        self.missing.append(_missing(theta, res2, self.k, captured))
-        self.pending = self._next(R)
-
-    def state(self, name: str) -> dict:
-        """The arrays that :meth:`restore` continues from (a checkpoint's)."""
-        out = {f"{name}_H": self.H, f"{name}_history": np.asarray(self.history, np.float64),
-               f"{name}_missing": np.asarray(self.missing, np.float64)}
-        out.update({f"{name}_block_{i}": B for i, B in enumerate(self.blocks)})
-        if self.pending is not None:
-            out[f"{name}_pending"] = self.pending
-        return out
-
-    @classmethod
-    def restore(cls, arrays: dict, name: str, proj, k: int, d: int) -> "_Krylov":
-        """The space :meth:`state` saved, to go on growing."""
-        space = cls.__new__(cls)
-        space.proj, space.k, space.d, space.H = proj, k, d, arrays[f"{name}_H"]
-        space.blocks = []
-        while f"{name}_block_{len(space.blocks)}" in arrays:
-            space.blocks.append(arrays[f"{name}_block_{len(space.blocks)}"])
-        if sum(B.shape[1] for B in space.blocks) != space.H.shape[0]:
-            raise KeyError(f"{name}_block_{len(space.blocks)}")  # a block is missing
-        space.history = [float(v) for v in arrays[f"{name}_history"]]
-        space.missing = [float(v) for v in arrays[f"{name}_missing"]]
-        space.pending = arrays.get(f"{name}_pending")
-        return space
-
-    def ritz(self) -> tuple[np.ndarray, np.ndarray]:
-        """The top-k Ritz values (descending) and vectors (d, k) of the blocks so far."""
-        w, G = scipy.linalg.eigh(self.H)
-        top = np.argsort(w)[::-1][: self.k]
-        U, at = np.zeros((self.d, len(top))), 0
-        for B in self.blocks:
-            U = U + B @ G[at : at + B.shape[1], top]
-            at += B.shape[1]
-        return w[top], U
-
-
 def resolve_iterated_power(iterated_power, k: int, n: int, d: int) -> int:
     """Power iterations of a fit: an int as given; "auto" scikit-learn's rule, 7 if
     ``k < 0.1 min(n, d)`` and 4 otherwise (there the most; a fit stops earlier once it
@@ -186,7 +80,7 @@ def _random_block(random_state, shape) -> np.ndarray:
     ``svd_solver="auto"`` chose this solve for the user."""
     if random_state is None:
         random_state = 0
-    if isinstance(random_state, numbers.Integral):
+    if is_int(random_state):
         random_state = np.random.RandomState(int(random_state))
     return random_state.standard_normal(shape)
 
@@ -230,16 +124,15 @@ class RandomizedFit:
 
 
 def _check(k, n_oversamples, iterated_power) -> None:
-    if not (isinstance(k, numbers.Integral) and not isinstance(k, bool) and int(k) >= 1):
+    """The arguments of a direct call (the estimators validated theirs already)."""
+    if not (is_int(k) and k >= 1):
         raise InvalidInputError(f"svd_solver='randomized' needs n_components as an integer >= 1; got "
-                         f"{k!r} (a fraction of the variance needs the whole spectrum: use "
-                         "svd_solver='full')")
-    if not (isinstance(n_oversamples, numbers.Integral) and not isinstance(n_oversamples, bool)
-            and int(n_oversamples) >= 1):
+                                f"{k!r} (a fraction of the variance needs the whole spectrum: use "
+                                "svd_solver='full')")
+    if not (is_int(n_oversamples) and n_oversamples >= 1):
         raise InvalidInputError(f"n_oversamples must be an integer >= 1; got {n_oversamples!r}")
     p = iterated_power
-    if not (p == "auto" if isinstance(p, str) else
-            isinstance(p, numbers.Integral) and not isinstance(p, bool) and int(p) >= 0):
+    if not (p == "auto" if isinstance(p, str) else is_int(p) and p >= 0):
         raise InvalidInputError(f"iterated_power must be 'auto' or an integer >= 0; got {p!r}")
 
 
@@ -294,8 +187,7 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
     numeric = np.asarray(numeric, np.intp)
     keep = np.setdiff1d(np.arange(D), numeric)
     d = len(keep)
-    if k > d:
-        raise InvalidInputError(f"n_components={k} is too large: X has {d} features, the largest k")
+    check_features(k, d)
     dtype = compute_dtype_for(X.dtype) if dtype is None else np.dtype(dtype)
     omega = _random_block(random_state, (d, min(d, k + n_oversamples)))
     ck = None
@@ -347,20 +239,19 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
     total = _trace(m, sd, off, plan, center)
     check_variance(total, n, m.mean)  # before the other passes
     # the exact fit's rules on the same first-order fields (what Moments without a scatter holds)
-    C = group_constraints(m, names[:p]) if p else np.zeros((0, d))
+    groups = group_constraints(m, names[:p]) if p else np.zeros((0, d))
+    rows = None
     if len(numeric):
         num = full.numeric
-        C = np.vstack([C, numeric_constraint_rows(
-            full.cross[:, keep], full.scatter_diagonal[num], full.scatter_diagonal[keep].sum(),
-            full.mean[num], n,
-            full.scatter_exponent, full.precision, names[p:])])
-    if scale is not None:
-        C = C / scale[None, :]
+        rows = numeric_constraint_rows(full.cross[:, keep], full.scatter_diagonal[num],
+                                       full.scatter_diagonal[keep].sum(),
+                                       full.mean[num], n, full.scatter_exponent, full.precision, names[p:])
+    C = stack_constraints(groups, rows, scale)
     Q = _solvers.constraint_basis(C) if len(C) else np.zeros((d, 0))
     r = Q.shape[1]
     if k > d - r:
-        raise InvalidInputError(f"n_components={k} is too large: the {r} constraint directions leave "
-                         f"{d - r} dimensions; the largest k is {d - r}")
+        raise too_large(k, f"the {r} constraint directions leave {d - r} dimensions; the largest "
+                           f"k is {d - r}")
 
     def project(A):
         return A - Q @ (Q.T @ A) if r else A
@@ -377,12 +268,12 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
 
     if saved is None:
         W = operator(sums.G, omega)  # D^-1 S Omega: a start block (S sees no D^-1 on the way in)
-        fair = _Krylov(W, project, k)
-        std = _Krylov(W, unprojected, k) if standard and r else None
+        fair = Krylov(W, project, k)
+        std = Krylov(W, unprojected, k) if standard and r else None
     else:
         try:
-            fair = _Krylov.restore(saved["arrays"], "fair", project, k, d)
-            std = _Krylov.restore(saved["arrays"], "std", unprojected, k, d) if standard and r else None
+            fair = Krylov.restore(saved["arrays"], "fair", project, k, d)
+            std = Krylov.restore(saved["arrays"], "std", unprojected, k, d) if standard and r else None
         except KeyError as exc:
             from ..io import RESAVE_HINT, SavedFileError
 
@@ -416,16 +307,15 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
         ck.bind(run_thin_pass(X, dataclasses.replace(later, digest=True), None, None, None,
                          split_every, progress).digests)
 
-    captured, U = _components(fair, k, project)
-    per = np.split(_solvers.constraint_violation(U, C), np.cumsum(
-        [a.n_groups for a in m.attributes] + [1] * len(numeric))[:-1]) if len(C) else []
+    captured, U = ritz_components(fair, k, project)
+    per = violations_by_attribute(U, C, m, len(numeric)) if len(C) else []
     out = RandomizedFit(U, captured, total, 0 if standardize else plan.exponent, m.mean, scale, full, C, Q,
-                        list(per), passes, list(fair.history), list(fair.missing))
+                        per, passes, list(fair.history), list(fair.missing))
     if standard:
         if std is None:  # no constraint: standard PCA is the fair one
             out.standard_components, out.standard_captured = U.copy(), captured.copy()
         else:
-            out.standard_captured, out.standard_components = _components(std, k, lambda A: A)
+            out.standard_captured, out.standard_components = ritz_components(std, k, lambda A: A)
     return out
 
 
@@ -439,9 +329,7 @@ def _check_statistics(full: Moments, k: int, d: int) -> None:
         raise InvalidInputError(OVERFLOW_MESSAGE)
     if n < 2:
         raise InvalidInputError(f"need at least 2 samples to fit; got {n} (n_samples={n})")
-    if k > n:
-        raise InvalidInputError(f"n_components={k} is too large: X has {n} rows, fewer than k; the "
-                         f"largest k is {min(n, d)}")
+    check_rows(k, n, int(min(n, d)))
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -505,50 +393,6 @@ def _fingerprint(X, codes, categories, mask, dtype, omega, **options) -> dict:
     return fp
 
 
-def _missing(theta, res2, k: int, captured: float) -> float:
-    """The share of the optimal captured variance the top-k Ritz pairs still miss, estimated
-    by the quadratic residual bound ``sum_i |r_i|^2 / (theta_i - lambda_{k+1})`` (Ritz value
-    theta_i, residual ``r_i = M u_i - theta_i u_i``), with the Ritz value theta_{k+1} for the
-    unknown eigenvalue lambda_{k+1}; infinite while the space holds no theta_{k+1} or it
-    ties with theta_k."""
-    if len(theta) <= k or captured <= 0:
-        return float("inf")
-    gaps = theta[:k] - theta[k]
-    if np.any(gaps <= 0):
-        return float("inf")
-    return float(np.sum(res2 / gaps) / captured)
-
-
-def _range(A: np.ndarray, floor: float) -> np.ndarray:
-    """An orthonormal basis (d, r) of the directions of A (d, w) whose singular values exceed
-    ``floor``, largest first, from the w x w Gram matrix: one GEMM, where a d x w SVD or QR
-    (LAPACK's panel factorisation, bound by memory) took 0.9 s at d = 116,412 and w = 60 on
-    one core, 40 times as long.  Orthonormal to ``eps * (|A| / floor)^2``: callers
-    orthonormalise a second time (then exact) unless A's columns are nearly so."""
-    s2, V = scipy.linalg.eigh(A.T @ A)
-    keep = np.flatnonzero(s2 > floor * floor)[::-1] if floor > 0 else np.zeros(0, np.intp)
-    return (A @ V[:, keep]) / np.sqrt(s2[keep])
-
-
-def _components(space: _Krylov, k: int, project) -> tuple[np.ndarray, np.ndarray]:
-    """(captured, components (k, d)): the top-k Ritz pairs, held in the complement to
-    rounding and signs fixed.  Fewer than k directions (data of rank below k) are completed
-    by orthonormal directions of zero variance."""
-    theta, U = space.ritz()
-    if U.shape[1] < k:
-        rng = np.random.default_rng(0)
-        extra = project(rng.standard_normal((U.shape[0], k - U.shape[1])))
-        extra -= U @ (U.T @ extra)
-        U = np.hstack([U, np.linalg.qr(extra)[0]])
-        theta = np.concatenate([theta, np.zeros(k - len(theta))])
-    # Cholesky QR: U is orthonormal to rounding already, so U^T U = L L^T is well conditioned
-    # and U L^-T exact; L's positive diagonal keeps every column's sign (the Ritz vectors')
-    U = project(U)
-    L = np.linalg.cholesky(U.T @ U)
-    U = scipy.linalg.solve_triangular(L, U.T, lower=True).T
-    return theta, _solvers.flip_signs(U.T)
-
-
 def _trace(m: Moments, sd, off, plan: Plan, center: bool) -> float:
     """trace of the operator (the total variance the ratios refer to)."""
     diag = m.scatter_diagonal.copy()
@@ -561,102 +405,5 @@ def _trace(m: Moments, sd, off, plan: Plan, center: bool) -> float:
     return float(diag.sum())
 
 
-def needs_dense_message(what: str, d: int, matrices: int, alternative: str) -> str:
-    """The refusal of a variant that has no matrix-free form: the memory its exact path
-    would need and what to use instead."""
-    gb = matrices * d * d * 8 / 1e9
-    return (f"{what} has no matrix-free form: it needs {matrices} d x d float64 matrices "
-            f"({matrices} x {d:,}^2 x 8 bytes = {gb:,.{0 if gb >= 10 else 2}f} GB); use "
-            f"svd_solver='full' (the exact one-pass solve) where that memory exists, or "
-            f"{alternative}")
-
-
-# ----------------------------------------------------------------------------- svd_solver="auto"
-#: the exact fit holds about this many d x d float64 matrices at its peak (the pass's sum,
-#: its completion, the solve's copy and LAPACK's work): 1.25 GB measured at d = 6,400
-EXACT_COPIES = 4
-#: a pass of the randomized fit costs, per element of X, its decode and conversion (what
-#: about 600 flops of the exact pass's syrk take: 0.7 s against 7.8 s per 20,000 rows of the
-#: Zarr CelebA store at d = 6,400, one thread) plus its two thin products, 4 (k + p) flops at
-#: 1.5 times syrk's time per flop (0.44 s for k + p = 60)
-READ_FLOPS = 600
-PRODUCT_FLOPS = 6
-#: the passes "auto" plans for: iterated_power="auto" stopped after 4 or 5 on the CelebA
-#: benchmark at k = 50
-PLANNED_PASSES = 5
-
-
-def choose_svd_solver(d: int, k: int, n_oversamples: int) -> str:
-    """``svd_solver="auto"``'s choice for an int k, from the shape and parameters only (the
-    same call chooses the same solve on every machine, at every moment): "randomized" when
-    its passes cost less than the exact pass in syrk flops per row of X,
-    ``PLANNED_PASSES * (READ_FLOPS + PRODUCT_FLOPS (k + p)) d < d^2``; else the exact
-    "covariance_eigh" (whose memory :func:`check_exact_memory` then checks).  At d = 6,400
-    that is randomized up to k = 100 (p = 10), exact above; at d = 116,412 (CelebA in
-    colour) randomized always."""
-    per_row = PLANNED_PASSES * (READ_FLOPS + PRODUCT_FLOPS * (k + n_oversamples))
-    return "randomized" if per_row < d else "covariance_eigh"
-
-
-#: what the exact pass holds per worker thread, in bytes per d^2: its running float64 total
-#: and the float32 product of the chunk at hand (a worker runs one chain per thread)
-PASS_BYTES_PER_THREAD = 12
-
-
-def check_exact_memory(d: int, budget: int, instead: str, workers=None) -> None:
-    """Raise before the pass if the exact fit's d x d matrices do not fit: here,
-    ``EXACT_COPIES * 8 d^2`` bytes against ``budget`` (:func:`memory_budget`); on every
-    worker of ``workers`` (``(address, threads, memory limit)``, default the active
-    Client's, :func:`worker_memory`), ``PASS_BYTES_PER_THREAD d^2`` per thread against half
-    its limit.  ``instead``: what to pass."""
-    need = EXACT_COPIES * 8 * d * d
-    anyway = "or svd_solver='full' to run the exact fit anyway"
-    if need > budget:
-        raise InvalidInputError(
-            f"svd_solver='auto' chose the exact fit, whose {EXACT_COPIES} d x d float64 matrices "
-            f"need about {need / 1e9:,.1f} GB at d = {d:,}, more than half the memory available "
-            f"here or on the smallest worker ({budget / 1e9:,.1f} GB): {instead}, {anyway}"
-        )
-    for address, threads, limit in worker_memory() if workers is None else workers:
-        held = threads * PASS_BYTES_PER_THREAD * d * d
-        if limit and held > limit // 2:
-            raise InvalidInputError(
-                f"svd_solver='auto' chose the exact fit, whose pass holds a d x d sum and a "
-                f"chunk's d x d product per worker thread: {threads} threads x "
-                f"{PASS_BYTES_PER_THREAD} x {d:,}^2 bytes = {held / 1e9:,.1f} GB on the worker "
-                f"{address}, more than half its memory limit ({limit / 1e9:,.1f} GB); a worker "
-                f"over its limit is restarted and the pass may wait for it for ever: {instead}, "
-                f"fewer threads per worker, {anyway}"
-            )
-
-
-def worker_memory() -> list[tuple[str, int, int]]:
-    """``(address, threads, memory limit in bytes, 0 for none)`` of every worker of the
-    active ``distributed.Client`` ([] without one)."""
-    try:
-        from distributed import get_client
-
-        workers = get_client().scheduler_info()["workers"]
-    except (ImportError, ValueError):
-        return []
-    return [(a, int(w.get("nthreads") or 1), int(w.get("memory_limit") or 0)) for a, w in workers.items()]
-
-
-def memory_budget() -> int:
-    """Bytes a fit may hold: half the memory available here, and with an active
-    ``distributed.Client`` half the smallest worker's memory limit (the exact pass keeps a
-    d x d sum on every worker)."""
-    import psutil
-
-    budget = psutil.virtual_memory().available // 2
-    try:
-        from distributed import get_client
-
-        limits = [w.get("memory_limit") or 0
-                  for w in get_client().scheduler_info()["workers"].values()]
-    except (ImportError, ValueError):
-        limits = []
-    if limits and min(limits) > 0:
-        budget = min(budget, min(limits) // 2)
-    return int(budget)
-
+#: the name benchmarks/bench_full_resolution.py times the client's Rayleigh-Ritz step by
+_Krylov = Krylov

@@ -1,0 +1,82 @@
+"""The input of a fair fit, read once for :class:`~dfairpca.FairPCA` and
+:class:`~dfairpca.FairKernelPCA` alike: X checked with its sensitive columns found, the
+protected attributes encoded as groups (codes and categories), the numeric attributes
+among X's columns, the y == 1 rows of equal opportunity and the checked sample weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._groups import Groups, binary_target, encode_groups, group_labels
+from ._validation import Input, check_input, with_known_rows
+from ._weights import check_weights
+
+__all__ = ["FairInput", "fair_input"]
+
+
+@dataclass(frozen=True)
+class FairInput:
+    """What a fair fit reads from its arguments before any pass over X."""
+
+    #: X checked (:func:`~dfairpca.inputs._validation.check_input`), its sensitive columns found
+    checked: Input
+    #: X's columns as the pass reads them (features and numeric attributes), rows known
+    data: Any
+    #: the labelled attributes, encoded; None when every attribute is a numeric column
+    groups: Groups | None
+    #: the rows fitted under ``constraint="equal_opportunity"`` (y == 1); None: all rows
+    mask: np.ndarray | None
+    #: the checked sample weights, or None
+    weights: Any
+    #: names of the labelled attributes, then of the numeric ones
+    names: list[str]
+
+    @property
+    def n_rows(self) -> int:
+        """The rows of X."""
+        return self.data.shape[0]
+
+    @property
+    def fitted_rows(self) -> int:
+        """The rows the fit is of: all, or the y == 1 ones of equal opportunity."""
+        return self.n_rows if self.mask is None else int(np.count_nonzero(self.mask))
+
+    @property
+    def n_features(self) -> int:
+        """X's features: its pass columns but the numeric attributes."""
+        return self.data.shape[1] - self.n_numeric
+
+    @property
+    def n_numeric(self) -> int:
+        """The numeric protected attributes among X's columns."""
+        return len(self.checked.numeric)
+
+    @property
+    def group_sizes(self) -> list[int]:
+        """The groups of every labelled attribute, m_1, ..., m_p."""
+        return [] if self.groups is None else [len(c) for c in self.groups.categories]
+
+
+def fair_input(est, X, sensitive_features, y, *, reset, min_samples: int = 2,
+               sample_weight=None, partial: bool = False) -> FairInput:
+    """Check X, the protected attributes, y and the weights of a fair fit by ``est``.
+
+    ``reset`` as in :func:`~dfairpca.inputs._validation.check_input`; ``partial``: one call
+    of ``partial_fit``, which may see a single group and weights totalling under 2.
+    ``est.constraint`` says whether y is read (equal opportunity).
+    """
+    checked = check_input(est, X, reset=reset, min_samples=min_samples,
+                          ids=getattr(est, "sensitive_feature_ids", None))
+    labels = group_labels(est, checked, sensitive_features)
+    data, labels, y, w = with_known_rows(checked.data, labels, y, sample_weight)
+    n = data.shape[0]
+    mask = binary_target(y, n) if est.constraint == "equal_opportunity" else None
+    if w is not None:
+        w = check_weights(w, data, mask, min_total=0 if partial else 2)
+    groups = None if labels is None else encode_groups(labels, n, mask=mask, require_two=not partial)
+    names = ([] if groups is None else list(groups.names)) + checked.numeric_names
+    return FairInput(checked, data, groups, mask, w, names)

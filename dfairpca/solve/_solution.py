@@ -1,0 +1,109 @@
+"""One owner for the fair solve: the exact solve from complete statistics and the matrix-free
+one (:mod:`dfairpca.solve._randomized`) both end in a certified :class:`FairSolution`,
+which the estimator only maps to its fitted attributes.
+
+Each builder assembles the constraint (the group-mean deviations and the numeric
+attributes' covariances, in the fitted feature space), solves, splits the certificate by
+attribute and certifies it (:func:`dfairpca.solve._fairness.certify`) before it returns,
+so a fit that fails the certificate leaves the estimator as it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..base import _solvers
+from ..stats._exact import kernel_name
+from ..stats.moments import Moments
+from ..errors import InvalidInputError
+from ._exact import fair_components, fair_constraints, fitted_space
+from ._fairness import certify, violations_by_attribute
+
+__all__ = ["FairSolution", "exact_fair_solution", "randomized_fair_solution"]
+
+
+@dataclass(frozen=True)
+class FairSolution:
+    """A certified fair PCA solve, exact or matrix-free.
+
+    ``captured`` and ``total`` are ``u^T S u`` of each component and ``trace S`` of the
+    operator S (scatter about the mean, or ``X^T X`` without centring, standardised when
+    asked) in units of ``4**exponent``; ``n`` rows (or total weight) of mean ``mean``,
+    ``rows`` the rows of positive weight of a weighted fit (None otherwise) and ``rank``
+    the count that bounds the rank (None: ``n``).  ``violations``: per attribute, the share
+    of every constraint vector the components keep; ``standard``: the standard components
+    and their variances (true units) for ``tradeoff > 0``, else None.
+    """
+
+    components: np.ndarray
+    captured: np.ndarray
+    total: float
+    exponent: int
+    scale: np.ndarray | None
+    n: float
+    mean: np.ndarray
+    rows: int | None
+    rank: float | None
+    statistics: Moments
+    kernel: str
+    solver: str
+    passes: int | None
+    basis: np.ndarray
+    violations: list
+    group_means: list
+    max_components: int
+    names: list
+    standard: tuple[np.ndarray, np.ndarray] | None
+
+
+def exact_fair_solution(m: Moments, num: np.ndarray, names, limit: int, *, k, center: bool,
+                        standardize: bool, equalize, eigen_solver: str, tradeoff: float,
+                        estimator: str) -> FairSolution:
+    """Fair PCA from complete statistics m, whose columns ``num`` are numeric protected
+    attributes and the others the features; ``limit`` the largest k the attributes allow
+    (checked by the caller), ``k`` the ``n_components`` asked for (int, fraction or None)."""
+    p, q = len(m.attributes), len(num)
+    keep = np.setdiff1d(np.arange(m.n_features), num)
+    mf = m.columns(keep) if q else m
+    if equalize is not None and not p:
+        raise InvalidInputError("equalize_covariance equalises the covariances of groups: give the "
+                                "protected attribute as group labels, or leave it None")
+    S, scale, e = fitted_space(mf, center, standardize)
+    C = fair_constraints(m, mf, num, keep, names, scale)
+    Q = _solvers.constraint_basis(C)
+    U = fair_components(S, Q, mf, scale, min(limit, m.n_effective), k, equalize, eigen_solver)
+    per_group = violations_by_attribute(U, C, mf, q)
+    categories = [a.categories for a in mf.attributes] + [None] * q
+    certify(per_group, names, categories, m.precision, estimator)
+    standard = None
+    if tradeoff > 0:
+        V = _solvers.pca_components(S, U.shape[0], eigen_solver)
+        with np.errstate(over="ignore", under="ignore"):
+            standard = (V, np.ldexp(np.sum((V @ S) * V, axis=1) / (m.n - 1), 2 * e))
+    return FairSolution(
+        U, np.sum((U @ S) * U, axis=1), np.trace(S), e, scale, mf.n, mf.mean, mf.n_rows,
+        mf.n_effective, m, kernel_name(mf), "covariance_eigh", None, Q, per_group,
+        [mf.group_means(j) for j in range(p)], limit, list(names), standard)
+
+
+def randomized_fair_solution(fit, names, limit: int, features: np.ndarray, *,
+                             estimator: str) -> FairSolution:
+    """The certified solution of a matrix-free fit (:class:`dfairpca.solve._randomized.RandomizedFit`)
+    of the statistics' columns ``features``; ``limit`` the largest k (checked by the caller)."""
+    m = fit.statistics
+    q = len(m.numeric)
+    categories = [a.categories for a in m.attributes] + [None] * q
+    # the constraint rows are float64 sums whatever the products ran in
+    certify(fit.violation, names, categories, float(np.finfo(np.float64).eps), estimator)
+    standard = None
+    if fit.standard_components is not None:
+        with np.errstate(over="ignore", under="ignore"):
+            standard = (fit.standard_components,
+                        np.ldexp(fit.standard_captured / (m.n - 1), 2 * fit.exponent))
+    return FairSolution(
+        fit.components, fit.captured, fit.total, fit.exponent, fit.scale, m.n, fit.mean, None,
+        None, m, kernel_name(m), "randomized", fit.passes, fit.basis, fit.violation,
+        [m.group_means(j)[:, features] for j in range(len(m.attributes))], limit, list(names),
+        standard)
