@@ -345,3 +345,22 @@ def test_applications_use_only_the_librarys_public_api():
     modules and names only (each may use its own private modules)."""
     uses = _application_private_uses()
     assert not uses, "private uses by applications: " + "; ".join(uses)
+
+
+def test_the_readme_draws_the_same_layers():
+    """README "Layout" is this table: the same layers in the same order, each with the same
+    folders and modules, so the picture users read cannot drift from what is enforced."""
+    import re
+
+    text = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"## Layout\n.*?```\n(.*?)```", text, re.S)
+    assert block, "README.md has no Layout picture"
+    drawn = []
+    for line in block.group(1).splitlines():
+        layer, _, items = re.split(r"(\s{2,})", line.strip(), maxsplit=1)
+        names = []
+        for item in items.split(" · "):
+            item = item.strip().removesuffix("/").removesuffix(".py")
+            names.append("dfairpca" if item == "__init__" else f"dfairpca.{item}")
+        drawn.append((layer, sorted(names)))
+    assert drawn == [(layer, sorted(names)) for layer, names in LAYERS]
