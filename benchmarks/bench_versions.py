@@ -93,6 +93,10 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=202_599)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--dir", default="/tmp/dfairpca-bench")
+    ap.add_argument("--fits", nargs="*", default=list(FITS), choices=list(FITS),
+                    help="which fits to run (default: all)")
+    ap.add_argument("--first-round", type=int, default=0,
+                    help="number of the first round: an even one runs before first, an odd one after")
     ap.add_argument("--out", type=Path, default=None, help="results/<name> (.md and .json)")
     args = ap.parse_args(argv)
     store = Path(args.dir) / f"synthetic_celeba_{args.n}.zarr"
@@ -101,13 +105,15 @@ def main(argv=None) -> int:
                    env=dict(os.environ, PYTHONPATH=str(args.after)))
     versions = {"before": args.before.resolve(), "after": args.after.resolve()}
     runs: list[dict] = []
-    for r in range(args.rounds):
+    rounds = range(args.first_round, args.first_round + args.rounds)
+    fits = {f: FITS[f] for f in args.fits}
+    for r in rounds:
         order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
         lim = _limit(versions["after"], store, args.n, 400)
         runs.append({"round": r, "version": "limit", "fit": "exact k=400", **lim,
                      "load": os.getloadavg()[0]})
         print(json.dumps(runs[-1]), flush=True)
-        for fit, spec in FITS.items():
+        for fit, spec in fits.items():
             for v in order:
                 comp = Path(args.dir) / f"U_versions_{v}_{spec['k']}.npy"
                 res = _child(versions[v], [str(store), str(spec["k"]), json.dumps(spec["params"]),
@@ -116,8 +122,8 @@ def main(argv=None) -> int:
                              "load": os.getloadavg()[0], "time": time.strftime("%H:%M:%S")})
                 print(json.dumps(runs[-1]), flush=True)
     summary = {}
-    for fit, spec in FITS.items():
-        pairs = [(b["wall_s"], a["wall_s"], b["cpu_s"], a["cpu_s"]) for r in range(args.rounds)
+    for fit, spec in fits.items():
+        pairs = [(b["wall_s"], a["wall_s"], b["cpu_s"], a["cpu_s"]) for r in rounds
                  for b in runs if b["round"] == r and b["fit"] == fit and b["version"] == "before"
                  for a in runs if a["round"] == r and a["fit"] == fit and a["version"] == "after"]
         angle = _max_angle(np.load(Path(args.dir) / f"U_versions_before_{spec['k']}.npy"),

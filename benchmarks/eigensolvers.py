@@ -5,7 +5,7 @@
 Builds the statistics of a synthetic CelebA stack once (float64 products), forms the fair
 problem (constraint: Eyeglasses), and times on the same matrix: LAPACK subset ``eigh``
 (MRRR, ``evr``), full ``eigh`` (divide and conquer, ``evd``), block subspace iteration with
-Rayleigh-Ritz (dfairpca's "randomized"), LOBPCG and Lanczos (ARPACK ``eigsh``).  Accuracy
+Rayleigh-Ritz (dfairpca's eigen_solver="subspace"), LOBPCG and Lanczos (ARPACK ``eigsh``).  Accuracy
 is judged by the captured variance ``trace(U^T S U)`` against the best found and by the
 fairness constraint ``max |U^T Q|``: at k = 400 on image data the eigenvalues around k are
 nearly equal, so the subspace itself is not a meaningful target.
