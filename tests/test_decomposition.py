@@ -444,6 +444,7 @@ def test_eigen_solver_randomized_is_the_deprecated_name_of_subspace(tmp_path):
     with pytest.warns(FutureWarning, match="eigen_solver='subspace'") as record:
         old = dfairpca.FairPCA(3, eigen_solver="randomized").fit(X, sensitive_features=g[0])
     assert sum(issubclass(w.category, FutureWarning) for w in record) == 1  # validated once
+    assert record[0].filename == __file__  # the user's call, not dfairpca's validation
     np.testing.assert_array_equal(old.components_, new.components_)
     with pytest.warns(FutureWarning, match="eigen_solver='subspace'"):
         pca = dfairpca.PCA(3, eigen_solver="randomized").fit(X)
@@ -625,3 +626,15 @@ def test_one_k_limit_for_the_linear_and_both_kernel_methods():
             dfairpca.FairKernelPCA(limit + 1, sensitive_feature_ids=ids, n_landmarks=landmarks).fit(df)
     est = dfairpca.FairKernelPCA(3, sensitive_feature_ids=ids, n_landmarks=40).fit(df)
     assert est.max_components_ == 37
+
+
+def test_fair_kernel_pca_takes_the_seeds_scikit_learn_takes():
+    """random_state as scikit-learn estimators take it (None, an int, a RandomState) and as
+    numpy's default_rng does (a Generator): the same RandomState state, the same fit."""
+    X, g = make_data(120, 6, (2,), seed=4)
+    fits = [dfairpca.FairKernelPCA(3, random_state=r, n_landmarks=40).fit(X, sensitive_features=g[0])
+            for r in (np.random.RandomState(5), np.random.RandomState(5))]
+    np.testing.assert_array_equal(fits[0].transform(X), fits[1].transform(X))
+    dfairpca.FairKernelPCA(3, random_state=np.random.default_rng(5)).fit(X, sensitive_features=g[0])
+    with pytest.raises(ValueError, match="RandomState or Generator"):
+        dfairpca.FairKernelPCA(3, random_state="five").fit(X, sensitive_features=g[0])

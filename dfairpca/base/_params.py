@@ -14,6 +14,8 @@ validates or a rule that also reads other parameters.
 from __future__ import annotations
 
 import numbers
+import os
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -90,6 +92,17 @@ def current_params(params: dict) -> dict:
     return {name: current(name, v) for name, v in params.items()}
 
 
+def outside_stacklevel() -> int:
+    """The ``stacklevel`` that makes a ``warnings.warn`` in the function calling this one
+    name the first frame outside dfairpca: the user's call, however deep the validation sits
+    (Python 3.12's ``skip_file_prefixes``, for 3.11)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 @dataclass(frozen=True)
 class RenamedOneOf:
     """:func:`one_of` for a parameter some of whose values were renamed (:data:`RENAMED`):
@@ -102,7 +115,7 @@ class RenamedOneOf:
         if new is not value:
             warnings.warn(f"{name}={value!r} is deprecated and will be removed in a future "
                           f"release: pass {name}={new!r} (the same solver, renamed)",
-                          FutureWarning, stacklevel=2)
+                          FutureWarning, stacklevel=outside_stacklevel())
         one_of(self.options).check(est, name, new)
 
 

@@ -77,7 +77,7 @@ from ._saved import fair_meta, kernel_layout, restore_fair_meta
 from ..inputs._fair_input import fair_input
 from ..inputs._validation import SENSITIVE_IDS, Input, check_finite_input, check_input
 from ._fair import FairPCA
-from ..base._typing import ArrayInput, ArrayOutput, ColumnIds, PathInput
+from ..base._typing import ArrayInput, ArrayOutput, ColumnIds, PathInput, Seed
 from ..errors import InvalidInputError
 
 __all__ = ["FairKernelPCA", "KERNELS", "exact_fit_bytes"]
@@ -89,9 +89,11 @@ KERNEL_CERTIFY_FIX = "another kernel or gamma"
 
 
 def _seed_ok(r) -> bool:
-    """What ``numpy.random.default_rng`` takes as a seed (the landmarks' and Lanczos')."""
+    """What ``numpy.random.default_rng`` takes as a seed (the landmarks' and Lanczos'):
+    scikit-learn's forms (None, an int, a RandomState) and numpy's newer ones."""
     return r is None or (is_int(r) and r >= 0) or isinstance(
-        r, (np.random.Generator, np.random.BitGenerator, np.random.SeedSequence))
+        r, (np.random.RandomState, np.random.Generator, np.random.BitGenerator,
+            np.random.SeedSequence))
 
 
 def _check_kernel(est, kernel) -> None:
@@ -160,7 +162,7 @@ class FairKernelPCA(Estimator):
     center : bool, default True
         Centre the kernel (in feature space; the exact method as ``KernelCenterer``).
         False uses the uncentred kernel, as the paper's formulas.
-    random_state : int or None, default 0
+    random_state : int, numpy RandomState or Generator, or None, default 0
         Seeds the landmark sample and the Lanczos start vector.
     max_memory : int or None, default None
         Bytes the fit may use; None is 50% of the currently available memory
@@ -249,7 +251,7 @@ class FairKernelPCA(Estimator):
         "constraint": CONSTRAINT_RULES,
         "tradeoff": TRADEOFF,
         "center": BOOL,
-        "random_state": [Rule(_seed_ok, "None, an int >= 0 or a numpy Generator")],
+        "random_state": [Rule(_seed_ok, "None, an int >= 0, a numpy RandomState or Generator")],
         "max_memory": [Rule(lambda v: v is None or (is_real(v) and v > 0),
                             "None or a positive number of bytes")],
         "split_every": SPLIT_EVERY,
@@ -261,7 +263,7 @@ class FairKernelPCA(Estimator):
                  gamma: float | str = "scale", degree: int = 3, coef0: float = 1.0,
                  n_landmarks: int | str | None = None, landmarks: str = "uniform",
                  constraint: str = "demographic_parity", tradeoff: float = 0.0, center: bool = True,
-                 random_state: int | None = 0, max_memory: int | None = None,
+                 random_state: Seed = 0, max_memory: int | None = None,
                  split_every: int = 8) -> None:
         self.n_components = n_components
         self.sensitive_feature_ids = sensitive_feature_ids
