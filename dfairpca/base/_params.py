@@ -16,6 +16,7 @@ from __future__ import annotations
 import numbers
 import os
 import sys
+import types
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -97,7 +98,8 @@ def outside_stacklevel() -> int:
     name the first frame outside dfairpca: the user's call, however deep the validation sits
     (Python 3.12's ``skip_file_prefixes``, for 3.11)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    frame, level = sys._getframe(1), 1
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         frame, level = frame.f_back, level + 1
     return level

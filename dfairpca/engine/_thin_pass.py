@@ -36,6 +36,20 @@ __all__ = ["Plan", "first_moments", "first_pass", "run_thin_pass", "corrected",
 RANGE_BITS = {np.dtype(np.float32): 40, np.dtype(np.float64): 400}
 
 
+class FirstMoments(Moments):
+    """What a randomized fit's ``statistics_`` was up to dfairpca 0.2.0, kept so that models
+    pickled then still unpickle: the state it held (``sq``, ``exponent``) becomes the
+    first-order :class:`Moments` of today (``diagonal``, ``scatter_exponent``, no scatter).
+    Nothing creates one any more."""
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        state["diagonal"] = state.pop("sq", None)
+        state["scatter_exponent"] = state.pop("exponent", 0)
+        state.setdefault("scatter", None)
+        super().__setstate__(state)
+
+
 @dataclass(frozen=True)
 class Plan:
     """What every chunk of one pass needs (one key of the graph, shipped once per worker)."""

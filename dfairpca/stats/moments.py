@@ -23,7 +23,7 @@ pass keeps its running total in its own form (``dfairpca.engine._accumulator``) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -142,6 +142,15 @@ class Moments:
     diagonal: np.ndarray | None = field(default=None, repr=False)
     numeric: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp), repr=False)
     cross: np.ndarray | None = field(default=None, repr=False)
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle, giving the fields an older dfairpca did not have their defaults (a model
+        pickled with its statistics must keep working after an upgrade)."""
+        for f in fields(self):
+            if f.name not in state:
+                state[f.name] = f.default_factory() if f.default is MISSING and \
+                    f.default_factory is not MISSING else f.default
+        self.__dict__.update(state)
 
     # ------------------------------------------------------------------ building
     @classmethod
