@@ -551,11 +551,13 @@ EQUALIZE = "equalize_covariance must be None, a fraction in (0, 1] or an int; go
      "max_memory must be None or a positive number of bytes; got 0"),
     ("FairKernelPCA", {"split_every": 2.5}, ValueError, "split_every must be an integer >= 2; got 2.5"),
     ("FairKernelPCA", {"random_state": -1}, ValueError,
-     "random_state must be None, an int >= 0 or a numpy Generator; got -1"),
+     "random_state must be None, an int >= 0, a numpy RandomState or Generator; got -1"),
     ("FairPCA", {"sensitive_feature_ids": "race"}, ValueError,
      "sensitive_feature_ids must be a list of column names or indices; got 'race': pass ['race']"),
     ("FairKernelPCA", {"sensitive_feature_ids": 3}, ValueError,
      "sensitive_feature_ids must be a list of column names or indices; got 3: pass [3]"),
+    ("FairPCA", {"sensitive_feature_ids": np.array(20)}, ValueError,
+     "sensitive_feature_ids must be a list of column names or indices; got array(20): pass [20]"),
 ])
 def test_one_validator_says_what_each_parameter_must_be(cls, params, error, message):
     """The table of each class, checked by one function, before any data is read."""
@@ -638,3 +640,13 @@ def test_fair_kernel_pca_takes_the_seeds_scikit_learn_takes():
     dfairpca.FairKernelPCA(3, random_state=np.random.default_rng(5)).fit(X, sensitive_features=g[0])
     with pytest.raises(ValueError, match="RandomState or Generator"):
         dfairpca.FairKernelPCA(3, random_state="five").fit(X, sensitive_features=g[0])
+
+
+def test_save_refuses_parameters_that_load_would_refuse(tmp_path):
+    """A parameter changed with set_params after the fit is checked by save, before any
+    write: a saved model that load() refuses would be a file nobody can use."""
+    X, _ = make_data(60, 5, (), seed=1)
+    est = dfairpca.PCA(2).fit(X).set_params(whiten="yes")
+    with pytest.raises(ValueError, match="whiten must be True or False"):
+        est.save(tmp_path / "m")
+    assert not (tmp_path / "m").exists()

@@ -137,6 +137,7 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         from ..io import save_arrays
 
         self._check_fitted()
+        validate_params(self)  # set_params after the fit: a model load() would refuse
         self._check_savable()
         arrays = {a: np.asarray(getattr(self, a)) for a in self._array_attrs
                   if getattr(self, a, None) is not None}

@@ -228,7 +228,7 @@ def binary_target(y, n: int) -> np.ndarray:
     if y is None:
         raise InvalidInputError(
             "constraint='equal_opportunity' fits on the rows with y == 1: pass y, the binary "
-            "target of the downstream task, as fit(X, groups, y)"
+            "target of the downstream task, as fit(X, y, sensitive_features=...)"
         )
     y = _to_numpy(y)
     if y.ndim != 1:

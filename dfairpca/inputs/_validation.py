@@ -494,10 +494,11 @@ def _set_or_check_width(estimator, width: int, reset, columns) -> None:
 def check_ids(ids) -> None:
     """Raise unless ``sensitive_feature_ids`` is None or a list of column names or indices
     (what can be told without X: a single name is refused, naming the list to pass)."""
-    if ids is not None and (isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__")):
+    if ids is not None and (isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__")
+                            or getattr(ids, "ndim", 1) == 0):  # a 0-d array: one value
         raise InvalidInputError(
             f"sensitive_feature_ids must be a list of column names or indices; got {ids!r}: "
-            f"pass [{ids!r}]"
+            f"pass [{ids.item() if getattr(ids, 'ndim', None) == 0 else ids!r}]"
         )
 
 

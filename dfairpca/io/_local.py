@@ -401,7 +401,10 @@ def _exists(path: Path) -> bool:
 
 
 def is_empty_dir(path: Path) -> bool:
-    return path.is_dir() and not path.is_symlink() and next(os.scandir(path), None) is None
+    if not path.is_dir() or path.is_symlink():
+        return False
+    with os.scandir(path) as entries:  # closed at once: no ResourceWarning
+        return next(entries, None) is None
 
 
 def _remove_tree(path: Path) -> None:

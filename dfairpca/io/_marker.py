@@ -361,10 +361,15 @@ def refusal(where: str, kind: str, found: dict | None, *, empty: bool, is_dir: b
     that dfairpca did not write.
     """
     if found is None and not empty:
-        what = "a non-empty directory" if is_dir else "a file"
+        # a directory's marker is a file dfairpca always reads; a single file's is read by
+        # the reader its format registered, which a process may not have imported
+        what = ("a non-empty directory that dfairpca did not write (it has no "
+                f"{MARKER} marker)") if is_dir else (
+                "a file that dfairpca did not write, or whose marker this process cannot read "
+                "(a format whose reader is registered by the code that writes it)")
         return OutputPathError(
-            f"{where} is {what} that dfairpca did not write (it has no {MARKER} marker), "
-            "and dfairpca never replaces those: choose another path or remove it yourself"
+            f"{where} is {what}, and dfairpca never replaces those: choose another path or "
+            "remove it yourself"
         )
     if found is not None and found.get("kind") != kind:
         return OutputPathError(
