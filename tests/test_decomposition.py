@@ -650,3 +650,13 @@ def test_save_refuses_parameters_that_load_would_refuse(tmp_path):
     with pytest.raises(ValueError, match="whiten must be True or False"):
         est.save(tmp_path / "m")
     assert not (tmp_path / "m").exists()
+
+
+def test_partial_fit_continues_a_fair_fit_of_statistics_computed_elsewhere():
+    """fit_statistics of compute_moments' statistics, then partial_fit of more rows with
+    their group labels: the fit of all the rows."""
+    X, g = make_data(300, 6, (2,), seed=5)
+    a = dfairpca.FairPCA(2).fit_statistics(dfairpca.compute_moments(X[:150], sensitive_features=g[0][:150]))
+    a.partial_fit(X[150:], sensitive_features=g[0][150:])
+    b = dfairpca.FairPCA(2).fit(X, sensitive_features=g[0])
+    np.testing.assert_allclose(np.abs(a.components_ @ b.components_.T), np.eye(2), atol=1e-8)

@@ -395,8 +395,14 @@ class FairPCA(LinearDecomposition):
             The fitted estimator.
         """
         self._check_params()
-        return self._fit_statistics(statistics, attribute_names=attribute_names,
-                                    numeric_columns=numeric_columns)
+        self._fit_statistics(statistics, attribute_names=attribute_names,
+                             numeric_columns=numeric_columns)
+        if not hasattr(self, "sensitive_feature_indices_") and numeric_columns is None:
+            # statistics computed elsewhere, their groups given as labels: a later
+            # partial_fit takes X without sensitive columns, its groups as labels too
+            self.sensitive_feature_indices_ = np.zeros(0, np.intp)
+            self.numeric_sensitive_columns_ = np.zeros(0, np.intp)
+        return self
 
     def _fit_statistics(self, statistics: Moments, *, attribute_names: Sequence[str] | None = None,
                         numeric_columns: npt.ArrayLike | None = None) -> Self:
