@@ -121,6 +121,16 @@ def _randomized_options(args) -> list[str]:
     return [o for o in RANDOMIZED_ONLY if getattr(args, o) != defaults[o]]
 
 
+def _check_statistics_saved(args, est, d: int, ckpt) -> None:
+    """Refuse ``--statistics`` before the pass when the fit will be randomized: its
+    statistics have no d x d scatter to save, and the refusal would come after the fit."""
+    if args.statistics and est.planned_svd_solver(
+            d, checkpoint=ckpt if args.resume else None) == "randomized":
+        raise UsageError(f"--statistics saves the d x d statistics, which the randomized fit "
+                         f"(d = {d:,}, k = {args.k}) does not form: drop --statistics, or pass "
+                         "--svd-solver full")
+
+
 def _note_unused_randomized(args, est, d: int, ckpt) -> None:
     """Say on stderr, before the pass, that ``--svd-solver auto`` chose the exact fit for
     this store's width, so that the randomized options given are not used (which solve
@@ -272,6 +282,7 @@ def run_fit(args: FitJob) -> dict:
         else:
             est.validate_fit(X, y, sensitive_features=groups, **weights)
     n, d = X.shape[0], int(np.prod(X.shape[1:]))
+    _check_statistics_saved(args, est, d, ckpt)
     _note_unused_randomized(args, est, d, ckpt)
     rows = "images" if data.celeba else "rows"
     described = "" if groups is None else f"; groups {_describe_groups(groups, args.attribute)}"

@@ -79,6 +79,9 @@ def test_solver_options_are_checked_before_any_work(store, tmp_path, capsys):
           "--random-state", "7"], "--n-oversamples sets the randomized solve; --method fair-s"),
         (["--svd-solver", "full", "--random-state", "7"],
          "--random-state sets the randomized solve; --svd-solver full"),
+        (["--svd-solver", "randomized", "--statistics"],
+         "the randomized fit (d = 576, k = 5) does not form: drop --statistics, or pass "
+         "--svd-solver full"),
     ]:
         code, _, err = run(fit + extra, capsys)
         assert code == 2 and expected in err and "scheduler" not in err, (extra, err)
