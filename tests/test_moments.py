@@ -167,3 +167,16 @@ def test_first_order_moments_hold_the_diagonal_and_follow_the_same_rules(tmp_pat
         with pytest.raises(InvalidInputError, match="first-order statistics of a randomized fit"):
             needs_scatter()
     assert not (tmp_path / "m").exists()
+
+
+def test_merge_takes_a_list_or_the_parts_themselves():
+    """merge([a, b]) and merge(a, b) are the same union; anything but Moments is refused by
+    name."""
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(80, 4))
+    a, b = (dfairpca.compute_moments(X[:30]), dfairpca.compute_moments(X[30:]))
+    whole = dfairpca.compute_moments(X)
+    for m in (dfairpca.merge([a, b]), dfairpca.merge(a, b), dfairpca.merge([a], b)):
+        np.testing.assert_allclose(m.covariance(), whole.covariance(), rtol=1e-12)
+    with pytest.raises(TypeError, match="merge takes Moments.*got ndarray"):
+        dfairpca.merge(a, X)

@@ -37,7 +37,7 @@ from ._weighted import weighted_chunk_sums
 from ._derived import check_finite, constraint_matrix, deviation_floor
 from ._sums import DENSE, Sums, fill_lower, merge_sums, nbytes
 from ..base._typing import PathInput
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, InvalidTypeError
 from ..io._moments_format import moments_layout, read_saved, saved_fields, sums_to_arrays
 # the saved form's label encoding, by the names the saved models import it under
 from ..io._moments_format import categories_from_json as _categories_from_json  # noqa: F401
@@ -483,7 +483,7 @@ class Moments:
         return cls.from_arrays(arrays, meta)
 
 
-def merge(parts: Sequence[Moments]) -> Moments:
+def merge(parts: Sequence[Moments] | Moments, *more: Moments) -> Moments:
     """Statistics of the union of several parts.
 
     Exact (up to rounding) for any split of the rows; parts may have seen different group
@@ -495,15 +495,22 @@ def merge(parts: Sequence[Moments]) -> Moments:
 
     Parameters
     ----------
-    parts : sequence of Moments
-        Statistics of disjoint sets of rows, with the same features.
+    parts : sequence of Moments, or Moments
+        Statistics of disjoint sets of rows, with the same features (``merge([a, b])``;
+        ``merge(a, b)`` reads the same).
+    *more : Moments
+        Further parts, when ``parts`` is one.
 
     Returns
     -------
     Moments
         The statistics of all their rows.
     """
-    parts = list(parts)
+    parts = [parts, *more] if isinstance(parts, Moments) else [*parts, *more]
+    for p in parts:
+        if not isinstance(p, Moments):
+            raise InvalidTypeError(f"merge takes Moments (e.g. from compute_moments); got "
+                                   f"{type(p).__name__}")
     for p in parts:
         p.full_scatter()  # first-order statistics (no scatter) cannot be merged
     if parts and all(getattr(p, "exact", None) is not None for p in parts):
