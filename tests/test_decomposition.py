@@ -449,7 +449,8 @@ def test_eigen_solver_randomized_is_the_deprecated_name_of_subspace(tmp_path):
     with pytest.warns(FutureWarning, match="eigen_solver='subspace'"):
         pca = dfairpca.PCA(3, eigen_solver="randomized").fit(X)
     np.testing.assert_array_equal(pca.components_, dfairpca.PCA(3, eigen_solver="subspace").fit(X).components_)
-    old.save(tmp_path / "m")
+    with pytest.warns(FutureWarning, match="eigen_solver='subspace'"):  # save checks the params
+        old.save(tmp_path / "m")
     assert json.loads((tmp_path / "m" / "model" / "meta.json").read_text())["params"]["eigen_solver"] == "randomized"
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
@@ -660,3 +661,21 @@ def test_partial_fit_continues_a_fair_fit_of_statistics_computed_elsewhere():
     a.partial_fit(X[150:], sensitive_features=g[0][150:])
     b = dfairpca.FairPCA(2).fit(X, sensitive_features=g[0])
     np.testing.assert_allclose(np.abs(a.components_ @ b.components_.T), np.eye(2), atol=1e-8)
+
+
+def test_dfairpca_warnings_name_the_users_line():
+    """A warning about the data (a numeric attribute, a constraint dropped as rounding)
+    points at the fit call that caused it, so that the user can find it and filter it by
+    module, wherever inside dfairpca it was found."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 6))
+    X[:, 0] = rng.integers(1, 5, 200)
+    A = rng.normal(size=(50, 5))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        dfairpca.FairPCA(2, sensitive_feature_ids=[0]).fit(X)
+        dfairpca.FairPCA(2).fit(np.vstack([A, A]), sensitive_features=np.repeat([0, 1], 50))
+    kinds = {w.category.__name__: w.filename for w in record}
+    assert kinds == {"NumericAttributeWarning": __file__, "ConstraintDroppedWarning": __file__}

@@ -121,24 +121,24 @@ def _randomized_options(args) -> list[str]:
     return [o for o in RANDOMIZED_ONLY if getattr(args, o) != defaults[o]]
 
 
-def _check_statistics_saved(args, est, d: int, ckpt) -> None:
-    """Refuse ``--statistics`` before the pass when the fit will be randomized: its
-    statistics have no d x d scatter to save, and the refusal would come after the fit."""
-    if args.statistics and est.planned_svd_solver(
-            d, checkpoint=ckpt if args.resume else None) == "randomized":
+def _check_statistics_saved(args, planned: str | None, d: int) -> None:
+    """Refuse ``--statistics`` before the pass when the fit will be randomized
+    (``planned``): its statistics have no d x d scatter to save, and the refusal would come
+    after the fit."""
+    if args.statistics and planned == "randomized":
         raise UsageError(f"--statistics saves the d x d statistics, which the randomized fit "
                          f"(d = {d:,}, k = {args.k}) does not form: drop --statistics, or pass "
                          "--svd-solver full")
 
 
-def _note_unused_randomized(args, est, d: int, ckpt) -> None:
+def _note_unused_randomized(args, planned: str | None, d: int) -> None:
     """Say on stderr, before the pass, that ``--svd-solver auto`` chose the exact fit for
     this store's width, so that the randomized options given are not used (which solve
     auto takes needs d, known only once the store is open: hence a note, not an error)."""
     odd = _randomized_options(args)
     if args.svd_solver != "auto" or not odd:
         return
-    if est.planned_svd_solver(d, checkpoint=ckpt if args.resume else None) == "randomized":
+    if planned == "randomized":
         return
     given = ", ".join("--" + o.replace("_", "-") for o in odd)
     print(f"note: --svd-solver auto chose the exact one-pass fit for d = {d:,} and k = {args.k} "
@@ -282,8 +282,12 @@ def run_fit(args: FitJob) -> dict:
         else:
             est.validate_fit(X, y, sensitive_features=groups, **weights)
     n, d = X.shape[0], int(np.prod(X.shape[1:]))
-    _check_statistics_saved(args, est, d, ckpt)
-    _note_unused_randomized(args, est, d, ckpt)
+    # the solve the fit will run (a resumed checkpoint's, else auto's choice for this
+    # shape): asked once, and only where a check below needs it
+    needed = args.statistics or (args.svd_solver == "auto" and _randomized_options(args))
+    planned = est.planned_svd_solver(d, checkpoint=ckpt if args.resume else None) if needed else None
+    _check_statistics_saved(args, planned, d)
+    _note_unused_randomized(args, planned, d)
     rows = "images" if data.celeba else "rows"
     described = "" if groups is None else f"; groups {_describe_groups(groups, args.attribute)}"
     print(f"n = {n:,} {rows}, d = {d:,} features{described}")

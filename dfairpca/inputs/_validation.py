@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base._params import Check, is_int
+from ..base._params import Check, is_int, outside_stacklevel
 from ..base._system import rows_per_block
 from ..errors import InvalidInputError, InvalidTypeError, NumericAttributeWarning
 
@@ -452,7 +452,7 @@ def warn_integer_codes(arr, positions, names) -> None:
                 "it is treated as a number (the representation is made uncorrelated with it), "
                 f"not as {len(values)} groups with equal means; to equalise the group means "
                 "pass it as a categorical or text column, or as sensitive_features=",
-                NumericAttributeWarning, stacklevel=4,
+                NumericAttributeWarning, stacklevel=outside_stacklevel(),
             )
 
 

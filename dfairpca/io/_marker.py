@@ -412,8 +412,10 @@ def not_ours(where: str, kind: str) -> OutputPathError:
 
 def warn_kept(where: str, kind: str, foreign) -> None:
     """Say that deleting dfairpca's ``kind`` at ``where`` kept the user's ``foreign`` entries
-    (to the caller of :func:`dfairpca.io.writes.remove_directory`, through its storage's method)."""
+    (to the first caller outside dfairpca)."""
     import warnings
 
+    from ..base._params import outside_stacklevel
+
     warnings.warn(f"removed dfairpca's {kind} from {where} but kept the directory and what "
-                  f"dfairpca did not write in it: {', '.join(foreign)}", KeptFilesWarning, stacklevel=4)
+                  f"dfairpca did not write in it: {', '.join(foreign)}", KeptFilesWarning, stacklevel=outside_stacklevel())

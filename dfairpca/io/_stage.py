@@ -21,6 +21,7 @@ from ._locks import exclusive, not_writable
 from ._marker import MARKER, OutputPathError, marker
 from ._urls import is_remote, normalised
 from .storage import storage_for
+from ..base._params import outside_stacklevel
 from ..base._version import code_digest
 from ..errors import AccessError, DiscardedWriteWarning, InvalidInputError
 
@@ -171,7 +172,7 @@ def _open_stage(folder: Path, loc, key: dict, *, overwrite: bool) -> None:
 
             warnings.warn(f"discarded the interrupted write for {loc.url} in {folder}: it was made "
                           "with other settings or other dfairpca code than this call, so it cannot "
-                          "be reused", DiscardedWriteWarning, stacklevel=4)
+                          "be reused", DiscardedWriteWarning, stacklevel=outside_stacklevel())
         stage.remove_directory(STAGE_KIND)
     with temporary_sibling(folder) as tmp:  # the stage appears whole: marker, record and work folder
         try:

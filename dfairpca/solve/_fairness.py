@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 
 from ..base import _solvers
-from ..base._params import Check, is_int, is_real, one_of
+from ..base._params import Check, is_int, is_real, one_of, outside_stacklevel
 from ..stats.moments import Moments
 from ._limits import too_large
 from ..errors import ConstraintDroppedWarning, InvalidInputError
@@ -159,7 +159,7 @@ def group_constraints(m: Moments, names) -> np.ndarray:
                     "float64 rounding in every feature (within 2 n eps of the feature's root "
                     "mean square, the rounding bound of means of these rows), so they impose "
                     "no constraint and none is kept for them",
-                    ConstraintDroppedWarning, stacklevel=4,
+                    ConstraintDroppedWarning, stacklevel=outside_stacklevel(),
                 )
         C[zero] = 0.0
     return C
@@ -204,7 +204,7 @@ def numeric_constraint_rows(C, zz, ff: float, means, n: float, exponent: int, pr
         warnings.warn(
             f"{names[j]}: its covariance with the features is float64 rounding (below "
             f"{floor[j]:.2e} in the scatter's units), so it imposes no constraint and none is kept",
-            ConstraintDroppedWarning, stacklevel=5,
+            ConstraintDroppedWarning, stacklevel=outside_stacklevel(),
         )
     C[zero] = 0.0
     return C

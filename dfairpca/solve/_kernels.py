@@ -17,6 +17,7 @@ import scipy.linalg
 from sklearn.metrics import pairwise
 
 from ..base import _solvers, _system
+from ..base._params import outside_stacklevel
 from ..inputs._validation import check_finite_input, row_origin
 from ..errors import ConstraintDroppedWarning, InvalidInputError
 
@@ -241,7 +242,7 @@ def zero_groups(C, G, Z, Kc, categories, names):
                     f"group(s) {', '.join(str(c) for c in np.asarray(cats)[zero])} of {name}: "
                     "the mean in the kernel's feature space equals the overall mean to rounding")
             warnings.warn(f"{what}, so they impose no constraint and none is kept",
-                          ConstraintDroppedWarning, stacklevel=4)
+                          ConstraintDroppedWarning, stacklevel=outside_stacklevel())
             KZ[:, zero], sq[zero] = 0.0, 0.0
         columns.append((KZ, sq))
     return columns
