@@ -14,8 +14,9 @@ if TYPE_CHECKING:  # what __getattr__ imports on first use, as type checkers see
     from .engine._engine import compute_moments
     from .io import from_zarr
     from .stats.moments import Moments, merge
+    from ._show_versions import show_versions
 
-__all__ = ["PCA", "FairPCA", "FairKernelPCA", "Moments", "merge", "compute_moments", "from_zarr", "load", "DfairpcaError", "DfairpcaWarning",
+__all__ = ["PCA", "FairPCA", "FairKernelPCA", "Moments", "merge", "compute_moments", "from_zarr", "load", "show_versions", "DfairpcaError", "DfairpcaWarning",
            "__version__"]
 
 #: where each public name lives, imported on first use (PEP 562): a worker process that
@@ -24,7 +25,7 @@ __all__ = ["PCA", "FairPCA", "FairKernelPCA", "Moments", "merge", "compute_momen
 _PUBLIC = {
     "PCA": "decomposition", "FairPCA": "decomposition", "FairKernelPCA": "decomposition",
     "Moments": "stats.moments", "merge": "stats.moments", "compute_moments": "engine._engine",
-    "from_zarr": "io", "load": "decomposition",
+    "from_zarr": "io", "load": "decomposition", "show_versions": "_show_versions",
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["BLOCK_BYTES", "cpu_count", "rows_per_block"]
+__all__ = ["BLOCK_BYTES", "INT8_FLAGS", "cpu_count", "cpu_info", "rows_per_block"]
 
 #: bytes of one float temporary a pass, a reader or a projection makes from a chunk: large
 #: enough that a BLAS product on it runs at full speed, small enough that a few of them per
@@ -57,3 +57,39 @@ def rows_per_block(row_bytes: int, block_bytes: int = BLOCK_BYTES) -> int:
         At least 1.
     """
     return max(1, block_bytes // max(1, int(row_bytes)))
+
+
+#: the CPU flags of 8-bit integer dot products: without one of them an 8-bit GEMM sums
+#: pairs of products in saturating 16-bit registers (and MKL's is refused by its self-test)
+INT8_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")
+
+
+def cpu_info() -> dict:
+    """The CPU's model name, the CPUs this process may use and its 8-bit dot-product flags.
+
+    Read from ``/proc/cpuinfo`` where there is one (Linux); elsewhere the model is
+    ``platform.processor()`` and the flags are unknown (all False).
+
+    Returns
+    -------
+    dict
+        ``{"model_name": str, "cpus": int, "int8_flags": {flag: bool}}`` for the flags of
+        :data:`INT8_FLAGS`.
+    """
+    import platform
+
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() in ("flags", "Features"):
+                    flags = set(value.split())
+                if model and flags and key.strip() == "":
+                    break  # the first processor's block: every core reports the same
+    except OSError:
+        pass
+    return {"model_name": model, "cpus": cpu_count(),
+            "int8_flags": {f: f in flags for f in INT8_FLAGS}}

@@ -8,6 +8,7 @@
     dfairpca transform MODEL STORE.zarr --out OUT.zarr [--array X] [--reconstruct] [--json]
     dfairpca show MODEL STORE.zarr --out faces.png [--n 8]
     dfairpca demo [--n 202599] [--workdir dfairpca-demo]
+    dfairpca info [--json]      (versions, BLAS, CPU, exact kernels: for a bug report)
     dfairpca --version
 
 ``fit`` and ``transform`` read the CelebA layout (``images``, ``attributes``) by default;
@@ -341,6 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace a picture dfairpca drew")
     p.set_defaults(func=cmd_show)
 
+    p = sub.add_parser("info", help="versions, BLAS, CPU and exact kernels of this machine, for a bug report")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.set_defaults(func=cmd_info)
+
     p = sub.add_parser("demo", help="the main job: synth-celeba -> fit -> show")
     p.add_argument("--n", type=_positive(int), default=202_599, help="number of synthetic faces")
     p.add_argument("-k", "--k", type=_positive(int), default=400, help="number of components")
@@ -356,6 +361,16 @@ def build_parser() -> argparse.ArgumentParser:
     paper.add_arguments(p)
     p.set_defaults(func=paper.main)
     return ap
+
+
+def cmd_info(args) -> dict | None:
+    """``dfairpca info``: :func:`dfairpca.show_versions`'s report (its dict with --json)."""
+    from .._show_versions import show_versions, versions_report
+
+    if args.json:
+        return versions_report()
+    show_versions()
+    return None
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ order of the rows can change a bit of it.
 from __future__ import annotations
 
 import ctypes
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -32,7 +33,9 @@ import numpy as np
 from ..base._blas import blas_lock
 from ..base._system import BLOCK_BYTES
 
-__all__ = ["Kernel", "register", "unregister", "kernel_for", "self_test", "portable_gram",
+_log = logging.getLogger("dfairpca")
+
+__all__ = ["Kernel", "register", "kernel_report", "unregister", "kernel_for", "self_test", "portable_gram",
            "value_range", "max_product", "int8_kernel_available", "PORTABLE", "NUMPY"]
 
 #: names of the built-in paths, as ``statistics_kernel_`` reports them
@@ -291,19 +294,46 @@ def int8_kernel_available() -> str | None:
 
 
 _OPTIONAL_LOADED = False
+_OPTIONAL_LOCK = threading.Lock()
 
 
 def _load_optional() -> None:
-    """Register the optional kernels installed (MKL's, ``dfairpca[mkl]``), once."""
+    """Register the optional kernels installed (MKL's, ``dfairpca[mkl]``) and self-test them,
+    once per process, before any thread of a pass asks for a kernel: the threads that come
+    while one of them loads wait for it, so every block of a pass in this process uses the
+    same kernel (the flag is set only once the kernels are registered and judged)."""
     global _OPTIONAL_LOADED
     if _OPTIONAL_LOADED:
         return
-    _OPTIONAL_LOADED = True
-    from ._mkl import mkl_kernel
+    with _OPTIONAL_LOCK:
+        if _OPTIONAL_LOADED:
+            return
+        from ._mkl import mkl_kernel
 
-    k = mkl_kernel()
-    if k is not None:
-        register(Kernel(*k), first=False)
+        k = mkl_kernel()
+        if k is not None:
+            kernel = Kernel(*k)
+            register(kernel, first=False)
+            for dt in kernel.dtypes:
+                if not _passes(kernel.name, kernel.gram, [dt]):
+                    _log.info("%s failed its self-test on this CPU (it saturates 16-bit sums "
+                              "without VNNI or AMX): exact statistics of 8-bit data use the "
+                              "portable kernel %s here", kernel.name, PORTABLE)
+                    break
+        _OPTIONAL_LOADED = True
+
+
+def kernel_report() -> dict[str, bool | None]:
+    """Which exact kernels passed their self-test in this process: ``{name: verdict}`` for
+    the portable kernel and every optional one installed (None: offered, not yet tested)."""
+    _load_optional()
+    for dt in ("uint8", "int8"):
+        kernel_for(dt)
+    with _LOCK:
+        report: dict[str, bool | None] = {k.name: _VERDICTS.get(k.name) for k in _REGISTERED}
+        for name, verdict in _VERDICTS.items():
+            report.setdefault(name, verdict)
+    return report
 
 
 def gram(x: np.ndarray) -> tuple[np.ndarray, str]:

@@ -1,0 +1,166 @@
+"""The 8-bit Gram kernels on every CPU: MKL's binding checked on values where its int8 GEMM
+is exact on any x86 CPU (no pair of products leaves 16 bits), one kernel per process
+however many threads ask at once, a refusal said once, and the machine report."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import dfairpca
+from dfairpca.stats import _int_kernels as ik
+from dfairpca.stats import _mkl
+
+FN = _mkl._library()
+needs_mkl = pytest.mark.skipif(FN is None, reason="MKL is not installed (pip install 'dfairpca[mkl]'; "
+                                                    "x86-64 only): its binding cannot be called here")
+
+
+def int64_gram(x):
+    xi = x.astype(np.int64)
+    return np.asfortranarray(np.triu(xi.T @ xi))
+
+
+def narrow(dtype, shape, seed=0):
+    """Values whose shifted operands stay in [-28, 28] against [100, 156]: a pair of
+    products is at most 2 * 156 * 28 = 8,736, so even a CPU that sums pairs in saturating
+    16-bit registers (no VNNI) computes MKL's int8 GEMM exactly."""
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype) == np.uint8:
+        return rng.integers(100, 156, size=shape, endpoint=True).astype(np.uint8)
+    return rng.integers(-28, 28, size=shape, endpoint=True).astype(np.int8)
+
+
+@needs_mkl
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("shape", [(1, 1), (9, 3), (700, 513), (300, 1100), (0, 4)])
+def test_mkl_binding_is_exact_on_narrow_values_on_any_cpu(dtype, shape):
+    """Offsets, transposes, panels beyond the diagonal and the column-sum correction: a
+    wrong enum (CblasRowOffset for CblasFixOffset) or a wrong pointer fails here even on a
+    CPU whose self-test refuses the kernel for wide values."""
+    x = narrow(dtype, shape)
+    got = _mkl.mkl_gram(FN, x)
+    assert got.dtype == np.int64 and got.flags.f_contiguous
+    assert np.array_equal(got, int64_gram(x))
+
+
+@needs_mkl
+def test_mkl_binding_sums_several_calls_exactly(monkeypatch):
+    """Rows beyond one call's int32 range are summed over calls in int64 (a small call
+    size stands in for 65,000 rows)."""
+    monkeypatch.setattr(_mkl, "ROWS_PER_CALL", 64)
+    for dtype in ("uint8", "int8"):
+        x = narrow(dtype, (1000, 37), seed=1)
+        assert np.array_equal(_mkl.mkl_gram(FN, x), int64_gram(x))
+
+
+@needs_mkl
+def test_the_offset_is_fixed_not_per_row_or_column():
+    assert _mkl._FIX_OFFSET == 173  # MKL's CblasFixOffset (171 is CblasRowOffset)
+
+
+@needs_mkl
+def test_with_avx2_only_mkl_the_statistics_stay_exact(tmp_path):
+    """MKL limited to AVX2 (no VNNI: its int8 GEMM saturates) in a fresh process: the
+    self-test decides, and whichever kernel forms them the statistics are the integers."""
+    code = textwrap.dedent("""
+        import json, numpy as np, dfairpca
+        rng = np.random.default_rng(2)
+        X = rng.integers(0, 256, size=(600, 9)).astype(np.uint8)
+        X[:, 0] = 255; X[::2, 1] = 255; X[1::2, 1] = 0
+        m = dfairpca.compute_moments(X, dtype="exact")
+        Xi = X.astype(np.int64)
+        S = Xi.T @ Xi - np.outer(Xi.sum(0), Xi.sum(0)) / len(X)
+        print(json.dumps({"kernels": list(m.exact.kernels),
+                          "err": float(np.abs(m.scatter - S).max() / np.abs(S).max())}))
+    """)
+    env = dict(os.environ, MKL_ENABLE_INSTRUCTIONS="AVX2")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, check=True, cwd=tmp_path)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["err"] < 1e-15
+    assert len(r["kernels"]) == 1
+
+
+RACE = textwrap.dedent("""
+    import json, threading, time, numpy as np
+    from dfairpca.stats import _int_kernels as ik, _mkl
+
+    def slow_kernel():
+        time.sleep(0.5)  # as long as loading MKL can take: threads arrive meanwhile
+        def gram(x):
+            xi = x.astype(np.int64)
+            return np.asfortranarray(np.triu(xi.T @ xi))
+        return "slow-int64", gram, ("uint8", "int8")
+
+    _mkl.mkl_kernel = slow_kernel
+    x = np.random.default_rng(0).integers(0, 256, size=(50, 6)).astype(np.uint8)
+    start, names = threading.Barrier(8), []
+    def work():
+        start.wait()
+        names.append(ik.gram(x)[1])
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    print(json.dumps(sorted(set(names))))
+""")
+
+
+def test_threads_of_a_fresh_process_all_use_the_kernel_chosen_first(tmp_path):
+    """Eight threads asking for a kernel at once while the optional kernel still loads: all
+    get it (none falls back to the portable kernel because the registry looked loaded)."""
+    out = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, timeout=120,
+                         check=True, cwd=tmp_path)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["slow-int64"]
+
+
+def test_a_refused_optional_kernel_is_said_once_and_reported(monkeypatch, caplog):
+    def wrong_gram(x):  # as a VNNI-less CPU's saturating sums would be, on the self-test's data
+        return int64_gram(x) + 1
+
+    ik._load_optional()
+    installed = list(ik._REGISTERED)
+    for k in installed:
+        ik.unregister(k.name)
+    monkeypatch.setattr(_mkl, "mkl_kernel", lambda: ("fake-vnni-less", wrong_gram, ("uint8",)))
+    monkeypatch.setattr(ik, "_OPTIONAL_LOADED", False)
+    try:
+        with caplog.at_level("INFO", logger="dfairpca"):
+            ik._load_optional()
+            ik._load_optional()
+            x = np.random.default_rng(0).integers(0, 256, size=(40, 5)).astype(np.uint8)
+            assert ik.gram(x)[1] == ik.PORTABLE
+        said = [r for r in caplog.records if "fake-vnni-less failed its self-test" in r.getMessage()]
+        assert len(said) == 1
+        assert ik.kernel_report()["fake-vnni-less"] is False
+        assert ik.int8_kernel_available() is None
+    finally:
+        ik.unregister("fake-vnni-less")
+        for k in installed:
+            ik.register(k, first=False)
+
+
+def test_show_versions_names_the_machine_and_the_kernels(capsys):
+    dfairpca.show_versions()
+    text = capsys.readouterr().out
+    for section in ("dependencies", "threadpools (BLAS, OpenMP)", "cpu", "exact kernels"):
+        assert section in text
+    r = dfairpca._show_versions.versions_report()
+    assert r["dfairpca"] == dfairpca.__version__ and r["packages"]["numpy"] == np.__version__
+    assert set(r["cpu"]["int8_flags"]) == {"amx_int8", "avx512_vnni", "avx_vnni"}
+    for name, verdict in r["exact_kernels"].items():
+        assert f"{name}: " in text and verdict in (True, False, None)
+    if FN is not None:
+        assert "mkl-gemm-s8u8s32" in r["exact_kernels"]
+
+
+def test_dfairpca_info_prints_the_report_as_json(capsys):
+    from dfairpca.cli import main
+
+    assert main(["info", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["dfairpca"] == dfairpca.__version__ and "exact_kernels" in r
