@@ -147,18 +147,21 @@ class LocalStorage(Storage):
                 "or remove it yourself"
             )
         if path.exists():
+            replaced = OutputPathError(
+                f"another dfairpca process on this machine is writing {path} (it was replaced "
+                "while this one checked it); wait for it to finish, then run this again")
             try:
+                before = os.lstat(path)
                 found = self.read_marker()
                 # a figure (a file) holds nothing; a directory may hold a user's files, which
                 # replacing it would delete with it
                 foreign, attributes = self.foreign(found) if found is not None and path.is_dir() else ([], {})
                 error = refusal(str(path), kind, found, empty=is_empty_dir(path), is_dir=path.is_dir(),
                                 overwrite=overwrite, foreign=foreign, attributes=attributes)
+                if error is not None and not _same_entry(before, os.lstat(path)):
+                    raise replaced  # what was judged is not what is there now: a writer's swap
             except FileNotFoundError:  # gone while looked at: another writer between its renames
-                raise OutputPathError(
-                    f"another dfairpca process on this machine is writing {path} (it was replaced "
-                    "while this one checked it); wait for it to finish, then run this again"
-                ) from None
+                raise replaced from None
             if error is not None:
                 raise error
         if probe:
@@ -394,6 +397,13 @@ def _check_writable(path: Path) -> None:
 def _sibling(path: Path, role: str) -> Path:
     """``.NAME.{role}-HOST-PID-RANDOM`` next to ``path``: what recover() looks for."""
     return path.parent / sibling_name(path.name, role)
+
+
+def _same_entry(a: os.stat_result, b: os.stat_result) -> bool:
+    """Whether two ``lstat`` results are of one directory entry, unchanged: a writer's swap
+    (rename the old version away, the new one in) gives the path another inode, and the
+    checks made in between (marker, emptiness, kind) judged neither version whole."""
+    return (a.st_ino, a.st_dev, a.st_mode) == (b.st_ino, b.st_dev, b.st_mode)
 
 
 def _exists(path: Path) -> bool:

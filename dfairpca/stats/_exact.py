@@ -82,12 +82,13 @@ def statistics_dtype(x_dtype, requested="auto"):
     :func:`dfairpca.inputs._validation.compute_dtype_for`."""
     from ..inputs._validation import compute_dtype_for
 
+    from ._int_kernels import int8_kernel_available
+
     if is_exact(requested):
         check_exact(x_dtype, 0)
+        int8_kernel_available()  # the kernels chosen and self-tested here, before the pass
         return EXACT
     if requested in ("auto", None) and np.dtype(x_dtype) in (np.uint8, np.int8):
-        from ._int_kernels import int8_kernel_available
-
         if int8_kernel_available():
             return EXACT
     return compute_dtype_for(x_dtype, requested)

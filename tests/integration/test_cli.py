@@ -178,6 +178,7 @@ def test_console_script_help():
 def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched, stop_after):
     """An interrupted fit leaves a checkpoint; --resume finishes it with the same result."""
     from dfairpca.engine.checkpoint import compute_moments_checkpointed
+    from dfairpca.stats._exact import statistics_dtype
 
     model, ckpt = tmp_path / "m", tmp_path / "m.checkpoint"
     X = dfairpca.from_zarr(store, "images", rows_per_chunk=100)
@@ -187,7 +188,8 @@ def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched, stop_after)
     g = pd.DataFrame({"Eyeglasses": z})
     with pytest.raises(KeyboardInterrupt):  # the same pass the CLI runs, stopped half-way
         compute_moments_checkpointed(X.reshape(len(z), -1), sensitive_features=g, checkpoint=ckpt,
-                                     dtype=np.float32, on_segment=stop_after(1), segment_rows=300)
+                                     dtype=statistics_dtype(np.uint8),  # the CLI's default here
+                                     on_segment=stop_after(1), segment_rows=300)
     code, _, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model, *sched], capsys)
     assert code == 1 and "--resume" in err
     code, out, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model,
@@ -875,7 +877,7 @@ def test_every_option_has_help_with_its_default():
     parser = build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     assert set(commands.choices) == {"synth-celeba", "ingest-celeba", "fit", "transform", "show",
-                                     "demo", "paper"}
+                                     "info", "demo", "paper"}
     for name, sub in [("dfairpca", parser), *commands.choices.items()]:
         text = " ".join(sub.format_help().split())
         for action in sub._actions:
@@ -993,4 +995,8 @@ def test_fit_exact_statistics_are_bit_identical_whatever_the_chunks(store, tmp_p
     code, text, err = run(["fit", store, "-k", "4", "--method", "pca", "--json", "--out",
                            tmp_path / "f", *sched], capsys)
     assert code == 0, err
-    assert json.loads(text)["statistics_kernel"] in ("float32", "float64")
+    from dfairpca.stats._int_kernels import int8_kernel_available
+
+    # the default for uint8: exact where an 8-bit kernel passes its self-test here
+    kernel = int8_kernel_available()
+    assert json.loads(text)["statistics_kernel"] == (f"exact:{kernel}" if kernel else "float32")
