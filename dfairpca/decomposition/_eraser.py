@@ -16,7 +16,6 @@ from typing import Self
 import numpy as np
 import numpy.typing as npt
 from sklearn.base import OneToOneFeatureMixin
-from sklearn.utils._available_if import available_if
 
 from ..base._params import BOOL, SPLIT_EVERY, Check, Rule, is_real, one_of
 from ..base._system import rows_per_block
@@ -26,12 +25,12 @@ from ..engine._engine import coded_moments
 from ..errors import InvalidInputError
 from ..inputs._fair_input import fair_input
 from ..inputs._validation import (
-    SENSITIVE_IDS, Input, check_finite_output, check_input, compute_dtype_for, is_xarray, row_origin,
+    SENSITIVE_IDS, Input, check_finite_input, check_finite_output, check_input, compute_dtype_for, is_xarray, row_origin,
 )
 from ..io._registry import register
 from ..solve._erasure import ERASURE_METHODS, Erasure, fit_erasure
 from ..solve._fairness import set_certificate
-from ..stats._exact import WEIGHTED_EXACT_MESSAGE, is_exact, kernel_name, statistics_dtype
+from ..stats._exact import WEIGHTED_EXACT_MESSAGE, is_exact, statistics_dtype
 from ..stats.moments import Moments
 from ._base import Estimator
 from ._saved import eraser_layout, check_eraser_values, fair_meta, restore_fair_meta
@@ -48,8 +47,14 @@ def _rtol_ok(v) -> bool:
     return v is None or (is_real(v) and 0.0 <= float(v) < 1.0)
 
 
-def _refuse_inverse(est) -> bool:
-    raise AttributeError(NOT_INVERTIBLE)
+class _NotInvertible:
+    """The eraser's ``inverse_transform``: an AttributeError saying why on an instance
+    (scikit-learn's ``available_if`` would replace the message with a generic one)."""
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        raise AttributeError(NOT_INVERTIBLE)
 
 
 @register
@@ -350,37 +355,25 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
         self._check_layout(inp)
         Xa = inp.data
         dtype = compute_dtype_for(Xa.dtype, self.compute_dtype)
-        if len(inp.numeric):
-            Xa = Xa[:, inp.features]
+        # the numeric sensitive columns are left out of the output but still checked: a
+        # NaN there is bad input as anywhere else
+        feats = inp.features if len(inp.numeric) else None
         mu, L, R = (a.astype(dtype) for a in (self.mean_, self.proj_left_, self.proj_right_))
         import dask.array as da
 
         if isinstance(Xa, da.Array):
-            out = da.map_blocks(_erase_block, Xa, ship(mu), ship(L), ship(R), dtype=dtype,
-                                meta=np.empty((0, 0), dtype))
+            out = da.map_blocks(_erase_block, Xa, ship(mu), ship(L), ship(R), feats, dtype=dtype,
+                                chunks=(Xa.chunks[0], (L.shape[0],)), meta=np.empty((0, 0), dtype))
         else:
-            out = np.empty(Xa.shape, dtype)
+            out = np.empty((Xa.shape[0], L.shape[0]), dtype)
             rows = rows_per_block(Xa.shape[1] * dtype.itemsize)
             for s in range(0, Xa.shape[0], rows):
-                out[s : s + rows] = _erase(Xa[s : s + rows], mu, L, R)
-            check_finite_output(out, Xa)
+                out[s : s + rows] = _erase_rows(Xa[s : s + rows], mu, L, R, feats, s)
         return _like(X, out, inp, self.get_feature_names_out() if len(inp.sensitive) else None)
 
-    @available_if(_refuse_inverse)
-    def inverse_transform(self, X: ArrayInput) -> ArrayOutput:
-        """Not offered: erasure is not invertible (accessing it raises AttributeError).
-
-        Parameters
-        ----------
-        X : array-like
-            Unused.
-
-        Returns
-        -------
-        None
-            Never returns.
-        """
-        raise AttributeError(NOT_INVERTIBLE)  # pragma: no cover (available_if raises first)
+    #: not offered: erasure is not invertible (``hasattr(eraser, "inverse_transform")`` is
+    #: False, so a Pipeline knows it cannot invert either; using it raises, saying why)
+    inverse_transform = _NotInvertible()
 
     # ------------------------------------------------------------------ persistence
     def _extra_meta(self):
@@ -409,10 +402,21 @@ def _erase(x, mu, L, R):
         return x - ((x - mu) @ R.T) @ L.T
 
 
-def _erase_block(x, mu, L, R, block_info=None):
-    """:func:`_erase` of one Dask chunk, raising for NaN/inf rows with their row numbers."""
+def _erase_block(x, mu, L, R, features=None, block_info=None):
+    """:func:`_erase_rows` of one Dask chunk."""
+    return _erase_rows(x, mu, L, R, features, *row_origin(block_info))
+
+
+def _erase_rows(x, mu, L, R, features, start, chunk=None):
+    """:func:`_erase` of the ``features`` (None: all) of rows x, the first X's row
+    ``start``, raising for NaN/inf rows with their row numbers, in the columns left out
+    too."""
+    x = np.asarray(x)
+    if features is not None:
+        check_finite_input(np.delete(x, features, axis=1), start, chunk)
+        x = x[:, features]
     out = _erase(x, mu, L, R)
-    check_finite_output(out, x, *row_origin(block_info))
+    check_finite_output(out, x, start, chunk)
     return out
 
 
