@@ -84,7 +84,7 @@ def test_a_linear_probe_cannot_recover_the_groups_after_erasure():
     Y = ConceptEraser().fit(X, sensitive_features=g).transform(X)
     # the training AUC of a linear probe on the erased data is chance (its rows are
     # uncorrelated with g; what is left is fitted noise)
-    assert roc_auc_score(g, probe.fit(Y, g).decision_function(Y)) < 0.56
+    assert abs(roc_auc_score(g, probe.fit(Y, g).decision_function(Y)) - 0.5) < 0.06
 
 
 def test_dask_input_equals_numpy_and_stays_lazy_with_its_chunks():
@@ -113,7 +113,11 @@ def test_a_zarr_store_is_erased_lazily_with_its_chunks(tmp_path):
     assert isinstance(Y, da.Array) and Y.dtype == np.float32
     assert Y.shape == X.shape and Y.chunks == lazy.chunks
     ref = ConceptEraser().fit(X32.astype(float), sensitive_features=g).transform(X32.astype(float))
-    np.testing.assert_allclose(Y.compute(), ref, atol=1e-4 * np.abs(X).max())
+    # written chunk by chunk to another store: never all of X in memory at once
+    Y.to_zarr(str(tmp_path / "erased.zarr"))
+    back = zarr.open_array(str(tmp_path / "erased.zarr"), mode="r")
+    assert back.chunks == (lazy.chunks[0][0], 16)
+    np.testing.assert_allclose(back[:], ref, atol=1e-4 * np.abs(X).max())
 
 
 def test_images_and_xarray_keep_their_shape_dims_and_coords():
@@ -140,6 +144,13 @@ def test_sensitive_columns_of_x_are_left_out_of_the_output():
     assert Y.shape == (400, 6) and list(est.get_feature_names_out()) == [f"x{i}" for i in range(1, 7)]
     np.testing.assert_allclose(Y, ConceptEraser().fit(X, sensitive_features=g).transform(X),
                                atol=1e-9 * np.abs(X).max())
+    Yd = est.transform(da.from_array(Xz, chunks=(100, -1)))
+    assert Yd.chunks == ((100,) * 4, (6,))
+    np.testing.assert_allclose(Yd.compute(), Y, atol=1e-12 * np.abs(X).max())
+    arr = xr.DataArray(Xz, dims=("row", "col"), coords={"col": ["z"] + [f"f{i}" for i in range(6)]})
+    out = ConceptEraser(sensitive_feature_ids=["z"]).fit(arr).transform(arr)
+    assert out.dims == ("row", "col") and list(out["col"].values) == [f"f{i}" for i in range(6)]
+    np.testing.assert_allclose(out.values, Y, atol=1e-12 * np.abs(X).max())
 
 
 def test_a_pipeline_routes_the_groups_and_weights():
@@ -228,3 +239,7 @@ def test_errors_name_the_fix():
     est = ConceptEraser().fit(X, sensitive_features=g)
     with pytest.raises(ValueError, match="X has 3 features"):
         est.transform(X[:, :3])
+    bad = X.copy()
+    bad[7, 2] = np.nan
+    with pytest.raises(ValueError, match=r"NaN or infinity in 1 row\(s\) \(rows 7\)"):
+        est.transform(da.from_array(bad, chunks=(50, 4))).compute()

@@ -445,4 +445,6 @@ def _like(X, out, inp: Input, names):
 
     if names is None:
         return xr.DataArray(out, dims=X.dims, coords=X.coords, name=X.name)
+    if X.dims[1] in X.coords:  # X's own column labels, but the sensitive ones
+        names = np.delete(np.asarray(X.coords[X.dims[1]].data), inp.sensitive)
     return inp.wrap(out, names).rename({"component": X.dims[1]})
