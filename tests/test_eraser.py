@@ -243,3 +243,27 @@ def test_errors_name_the_fix():
     bad[7, 2] = np.nan
     with pytest.raises(ValueError, match=r"NaN or infinity in 1 row\(s\) \(rows 7\)"):
         est.transform(da.from_array(bad, chunks=(50, 4))).compute()
+
+
+@pytest.mark.parametrize("scale, offset", [(1e-150, 0.0), (1e150, 0.0), (1.0, 1e6), (1e-30, 1e-24)])
+def test_erasure_is_equivariant_to_scale_and_shift(scale, offset):
+    """r(cX + b) = c r(X) + b, to float64 rounding of the shifted data, over the range
+    float64 holds (the statistics' exponent keeps the extremes' scatter)."""
+    X, (g, h) = make_data(500, 8, (2, 3), seed=17)
+    ref = ConceptEraser().fit(X, sensitive_features=[g, h]).transform(X)
+    b = offset * X.std() * scale
+    Xs = scale * X + b
+    est = ConceptEraser().fit(Xs, sensitive_features=[g, h])
+    assert est.fairness_violation_ < 1e-12 and np.all(np.isfinite(est.proj_left_))
+    Y = (est.transform(Xs) - b) / scale
+    np.testing.assert_allclose(Y, ref, rtol=0, atol=(1e-12 + 1e-15 * offset) * np.abs(X).max())
+
+
+def test_float32_products_still_erase_and_say_so():
+    X, (g,) = make_data(800, 10, (3,), seed=18)
+    est = ConceptEraser(compute_dtype="float32").fit(X.astype(np.float32), sensitive_features=g)
+    assert est.statistics_kernel_ == "float32" and est.rtol_ == pytest.approx(10 * np.finfo(np.float32).eps)
+    Y = est.transform(X.astype(np.float32))
+    assert Y.dtype == np.float32 and est.fairness_violation_ < 1e-10
+    # the erasure of Sigma_XZ does not depend on Sigma's rounding: float32 output rounding only
+    assert _cross_covariance(Y.astype(np.float64), [g]) < 1e-6
