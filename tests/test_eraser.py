@@ -267,3 +267,20 @@ def test_float32_products_still_erase_and_say_so():
     assert Y.dtype == np.float32 and est.fairness_violation_ < 1e-10
     # the erasure of Sigma_XZ does not depend on Sigma's rounding: float32 output rounding only
     assert _cross_covariance(Y.astype(np.float64), [g]) < 1e-6
+
+
+def test_partial_fit_equals_one_fit_on_the_union():
+    X, (g, h) = make_data(900, 8, (2, 3), seed=19)
+    w = np.random.default_rng(2).uniform(0.5, 2.0, 900)
+    order = np.argsort(g, kind="stable")  # the first piece holds one group of g only
+    X, g, h, w = X[order], g[order], h[order], w[order]
+    est = ConceptEraser()
+    est.partial_fit(X[:200], sensitive_features=[g[:200], h[:200]], sample_weight=w[:200])
+    with pytest.raises(sklearn.exceptions.NotFittedError, match="two groups of every attribute"):
+        est.transform(X)
+    for s in range(200, 900, 350):
+        est.partial_fit(X[s : s + 350], sensitive_features=[g[s : s + 350], h[s : s + 350]],
+                        sample_weight=w[s : s + 350])
+    ref = ConceptEraser().fit(X, sensitive_features=[g, h], sample_weight=w)
+    np.testing.assert_allclose(est.transform(X), ref.transform(X), atol=1e-9 * np.abs(X).max())
+    assert est.n_samples_seen_ == 900 and est.fairness_violation_ < 1e-12

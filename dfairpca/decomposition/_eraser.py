@@ -151,6 +151,7 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
         "progress": BOOL,
     }
     _fitted_attribute = "proj_left_"
+    statistics_: Moments  # the fitted (or, before partial_fit can solve, the gathered) statistics
     _array_attrs = ("proj_left_", "proj_right_", "mean_")
     _meta_attrs = ("n_features_in_", "n_samples_seen_", "sample_weight_sum_", "n_constraints_",
                    "support_rank_", "rtol_", "attribute_names_")
@@ -207,6 +208,65 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
         self.sensitive_feature_indices_ = f.checked.sensitive
         self.numeric_sensitive_columns_ = f.checked.numeric
         return self
+
+    def partial_fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
+                    sensitive_features: ArrayInput | None = None,
+                    sample_weight: ArrayInput | None = None) -> Self:
+        """Add the rows of X to the statistics and refit; a sequence of calls equals one fit
+        on the union (the statistics merge exactly).
+
+        Until every attribute has shown two groups the statistics are kept and the eraser
+        is not fitted yet.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d) or (n, h, w)
+            More rows, with the columns of the earlier calls.
+        y : ignored
+            The task label; never taken for the protected attributes.
+        sensitive_features : array-like, list of arrays or DataFrame, optional
+            The rows' protected attribute(s), the same attributes in every call (a call may
+            see only some of the groups).
+        sample_weight : array-like of shape (n,), optional
+            As in :meth:`fit` (a call without weights: weights of 1).
+
+        Returns
+        -------
+        self : ConceptEraser
+            The eraser, fitted once every attribute has two groups.
+        """
+        from ..stats.moments import merge
+
+        self._check_params()
+        first = not hasattr(self, "statistics_")
+        f = fair_input(self, X, sensitive_features, y, reset=first, min_samples=1,
+                       sample_weight=sample_weight, partial=True)
+        if not first and not (np.array_equal(f.checked.sensitive, self.sensitive_feature_indices_)
+                              and np.array_equal(f.checked.numeric, self.numeric_sensitive_columns_)):
+            raise InvalidInputError("X's sensitive columns differ from those of the earlier "
+                                    "partial_fit calls: give the same columns, with the same dtypes")
+        m = self._pass(f.data, f.groups, f.weights)
+        if not first:
+            before: Moments = self.statistics_
+            if m.n_features != before.n_features or len(m.attributes) != len(before.attributes):
+                raise InvalidInputError(
+                    f"X has {m.n_features} columns and {len(m.attributes)} attribute(s); the "
+                    f"earlier partial_fit calls had {before.n_features} and "
+                    f"{len(before.attributes)}")
+            m = merge([before, m])
+        self.sensitive_feature_indices_ = f.checked.sensitive
+        self.numeric_sensitive_columns_ = f.checked.numeric
+        if m.n < 2 or any(np.sum(a.counts > 0) < 2 for a in m.attributes):
+            self.statistics_ = m  # not solvable yet: a piece may hold a single group
+            self.n_samples_seen_ = m.rows
+            return self
+        self._solve(m, f.checked.numeric, f.names)
+        return self
+
+    def _not_fitted_hint(self) -> str:
+        if hasattr(self, "statistics_"):
+            return " (partial_fit has not yet seen two groups of every attribute)"
+        return ""
 
     def _products_dtype(self, dtype, weighted: bool):
         """The pass's products: for "auto" float64 (or the exact sums of 8-bit data, never
