@@ -10,13 +10,14 @@ from .base._version import __version__
 from .errors import DfairpcaError, DfairpcaWarning
 
 if TYPE_CHECKING:  # what __getattr__ imports on first use, as type checkers see it
-    from .decomposition import FairKernelPCA, FairPCA, PCA, load
+    from .decomposition import ConceptEraser, FairKernelPCA, FairPCA, PCA, load
     from .engine._engine import compute_moments
     from .io import from_zarr
     from .stats.moments import Moments, merge
     from ._show_versions import show_versions
 
-__all__ = ["PCA", "FairPCA", "FairKernelPCA", "Moments", "merge", "compute_moments", "from_zarr", "load", "show_versions", "DfairpcaError", "DfairpcaWarning",
+__all__ = ["PCA", "FairPCA", "FairKernelPCA", "ConceptEraser", "Moments", "merge", "compute_moments",
+           "from_zarr", "load", "show_versions", "DfairpcaError", "DfairpcaWarning",
            "__version__"]
 
 #: where each public name lives, imported on first use (PEP 562): a worker process that
@@ -24,6 +25,7 @@ __all__ = ["PCA", "FairPCA", "FairKernelPCA", "Moments", "merge", "compute_momen
 #: and Dask behind the estimators took 3-7 s of it (the whole cost of a short ingest)
 _PUBLIC = {
     "PCA": "decomposition", "FairPCA": "decomposition", "FairKernelPCA": "decomposition",
+    "ConceptEraser": "decomposition",
     "Moments": "stats.moments", "merge": "stats.moments", "compute_moments": "engine._engine",
     "from_zarr": "io", "load": "decomposition", "show_versions": "_show_versions",
 }

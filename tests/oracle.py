@@ -130,3 +130,31 @@ def weighted_fair_pca(X, groups, w, k):
     R = scipy.linalg.null_space(np.array(rows))
     vals, L = np.linalg.eigh(R.T @ S @ R)
     return R @ L[:, np.argsort(vals)[::-1][:k]]
+
+
+def leace(X, groups, w=None, method="leace", rtol=None):
+    """The eraser ``x -> x - (x - mu) E`` of LEACE's closed form (Belrose et al. 2023,
+    Thm. 4.3), written from the text with dense n x d arrays: Sigma and Sigma_XZ from the
+    centred rows and one-hot indicators of every attribute (frequency weights w), W =
+    Sigma^(-1/2) on the eigenvalues above rtol (default d eps) times the largest, P the
+    projection onto col(W Sigma_XZ); ``method="orth"``: W = I.  Returns (mu, E), E (d, d)."""
+    X = np.asarray(X, dtype=float)
+    n, d = X.shape
+    w = np.ones(n) if w is None else np.asarray(w, dtype=float)
+    mu = w @ X / w.sum()
+    Xc = X - mu
+    Z = np.concatenate([(np.asarray(g)[:, None] == np.unique(g)[None, :]).astype(float)
+                        for g in groups], axis=1)
+    Zc = Z - w @ Z / w.sum()
+    sigma = (Xc * w[:, None]).T @ Xc / (w.sum() - 1)
+    sigma_xz = (Xc * w[:, None]).T @ Zc / (w.sum() - 1)
+    if method == "leace":
+        lam, V = np.linalg.eigh(sigma)
+        keep = lam > (d * np.finfo(float).eps if rtol is None else rtol) * lam[-1]
+        W = V[:, keep] @ np.diag(lam[keep] ** -0.5) @ V[:, keep].T
+        W_pinv = V[:, keep] @ np.diag(lam[keep] ** 0.5) @ V[:, keep].T
+    else:
+        W = W_pinv = np.eye(d)
+    u, s, _ = np.linalg.svd(W @ sigma_xz, full_matrices=False)
+    U = u[:, s > s[0] * 1e-10]
+    return mu, (W_pinv @ U @ U.T @ W).T

@@ -24,7 +24,7 @@ MODULES = ["dfairpca", "dfairpca.metrics", "dfairpca.io", "dfairpca.io.writes", 
 #: the estimators.  Moments is built by from_chunk or compute_moments (its fields are listed
 #: under Attributes), and the exceptions and small records are documented by what they mean:
 #: those are checked for their public methods only
-CONSTRUCTED = {"PCA", "FairPCA", "FairKernelPCA"}
+CONSTRUCTED = {"PCA", "FairPCA", "FairKernelPCA", "ConceptEraser"}
 
 CODES = {"GL08", "SS01", "PR01", "PR02", "RT01", "YD01"}
 

@@ -59,7 +59,7 @@ def test_models_saved_before_the_shared_base_load_and_save_unchanged(name, tmp_p
 
 
 def test_load_finds_every_class_in_the_registry_and_only_there(tmp_path):
-    assert _registry.names() == ("PCA", "FairPCA", "FairKernelPCA")
+    assert _registry.names() == ("PCA", "FairPCA", "FairKernelPCA", "ConceptEraser")
     for name in _registry.names():
         assert getattr(dfairpca, name) is _registry.lookup(name)
     shutil.copytree(SAVED / "pca", tmp_path / "m")
@@ -67,7 +67,7 @@ def test_load_finds_every_class_in_the_registry_and_only_there(tmp_path):
     meta = json.loads(meta_path.read_text())
     meta["class"] = "Moments"  # a dfairpca class, but not a registered estimator
     meta_path.write_text(json.dumps(meta))
-    with pytest.raises(SavedFileError, match=r"'class' must be one of \['PCA', 'FairPCA', 'FairKernelPCA'\]"):
+    with pytest.raises(SavedFileError, match=r"'class' must be one of \['PCA', 'FairPCA', 'FairKernelPCA', 'ConceptEraser'\]"):
         dfairpca.load(tmp_path / "m")
 
 

@@ -50,7 +50,8 @@ EXPECTED_FAILURES = {
 
 
 @parametrize_with_checks(
-    [dfairpca.PCA(), FairPCA(sensitive_feature_ids=[0]), FairKernelPCA(sensitive_feature_ids=[0])],
+    [dfairpca.PCA(), FairPCA(sensitive_feature_ids=[0]), FairKernelPCA(sensitive_feature_ids=[0]),
+     dfairpca.ConceptEraser(sensitive_feature_ids=[0])],
     expected_failed_checks=lambda est: EXPECTED_FAILURES.get(type(est).__name__, {}),
 )
 def test_sklearn_estimator_checks(estimator, check, monkeypatch):

@@ -1,4 +1,4 @@
-"""The ``dfairpca`` command: make or ingest a CelebA store, fit, transform, show, demo.
+"""The ``dfairpca`` command: make or ingest a CelebA store, fit, transform, erase, show, demo.
 
     dfairpca synth-celeba OUT.zarr [--n 202599] [--seed 0] [--size 80|HxW] [--color]
     dfairpca ingest-celeba CELEBA_DIR OUT.zarr [--size 80|HxW|full] [--color] [--scheduler ADDR]
@@ -6,15 +6,16 @@
     dfairpca fit DATA.zarr --array X --sensitive-array groups -k 10 --out MODEL [--json]
     dfairpca fit DATA.zarr --array X --sensitive-csv people.csv --sensitive-column sex,race ...
     dfairpca transform MODEL STORE.zarr --out OUT.zarr [--array X] [--reconstruct] [--json]
+    dfairpca erase STORE.zarr --attribute Eyeglasses --out ERASED.zarr [--method leace] [--model M]
     dfairpca show MODEL STORE.zarr --out faces.png [--n 8]
     dfairpca demo [--n 202599] [--workdir dfairpca-demo]
     dfairpca info [--json]      (versions, BLAS, CPU, exact kernels: for a bug report)
     dfairpca --version
 
-``fit`` and ``transform`` read the CelebA layout (``images``, ``attributes``) by default;
+``fit``, ``transform`` and ``erase`` read the CelebA layout (``images``, ``attributes``) by default;
 ``--array`` names any Zarr array of shape (n, ...) instead: an array of STORE, else the
 path of a Zarr array (a STORE that is itself an array needs no ``--array``).  The
-protected attributes of ``fit`` come from the CelebA attributes (``--attribute``, 0/1 or
+protected attributes of ``fit`` and ``erase`` come from the CelebA attributes (``--attribute``, 0/1 or
 CelebA's -1/1), from Zarr arrays (``--sensitive-array``, shape (n,) or (n, p), labels of
 any type) and from columns of a CSV or Parquet file (``--sensitive-csv FILE
 --sensitive-column COL,...``); row i labels row i of X, and the sources combine.  With
@@ -44,6 +45,7 @@ from ._errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, ONE_LINE_ERROR
                       exit_status, one_line)
 from ._fit import (CLUSTER_TIMEOUT, FitJob, cmd_demo, cmd_fit, cmd_show,
                    cmd_transform)
+from ._erase import add_erase_parser
 from ._inputs import TARGET_OPTIONS
 from ._stores import cmd_ingest, cmd_synth
 
@@ -332,6 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_storage(p)
     _add_cluster(p)
     p.set_defaults(func=cmd_transform)
+
+    add_erase_parser(sub, _add_array, _add_storage, _add_cluster, OVERWRITE_HELP, JSON_HELP)
 
     p = sub.add_parser("show", help="picture of original and fair faces (paper's Figure 5)")
     p.add_argument("model", metavar="MODEL",

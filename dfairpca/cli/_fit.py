@@ -322,15 +322,42 @@ def run_fit(args: FitJob) -> dict:
     return _fit_summary(est, args, data, dt, time.perf_counter() - start)
 
 
-def cmd_transform(args):
+def write_result(args, client, out, protect: dict, data: _Data, Y, name: str, dims, model: str) -> None:
+    """Write the lazy Y (computed on ``client``'s workers) to the Zarr store ``out`` as the
+    array ``name`` with dimension names ``dims``, atomically, with the CelebA layout's
+    labels where X has them; ``model`` is recorded in the store's attributes."""
     import dask.array as da
+    import zarr
 
-    from .. import load
-    from ..io.storage import zarr_store
-    from ..io.writes import atomic_directory, marker_attributes, writing_every_chunk
-    from ..celeba.schema import ROW_DIMENSION, copy_labels, dimension_names
+    from ..celeba.schema import copy_labels
     from ..cluster import check_inputs_shared, check_workers_see
     from ..io import check_written
+    from ..io.storage import zarr_store
+    from ..io.writes import atomic_directory, marker_attributes, writing_every_chunk
+
+    check_inputs_shared(data.X, client)
+    # a URL's result is written by the workers straight to its temporary prefix
+    with atomic_directory(out, TRANSFORM_KIND, overwrite=args.overwrite, protect=protect,
+                          direct=True) as tmp, writing_every_chunk():
+        check_workers_see(client, tmp, "the output store", output=True, shown=out)
+        g = zarr.open_group(zarr_store(tmp, _storage(args)), mode="w", attributes={
+            "model": model, "source": data.label, "content": name,
+            **marker_attributes(TRANSFORM_KIND),
+        })
+        # created here, not by da.to_zarr, so that it writes every chunk (the setting
+        # travels with the array to the workers)
+        arr = g.create_array(name, shape=Y.shape, chunks=Y.chunksize, dtype=Y.dtype,
+                             dimension_names=dims)
+        da.to_zarr(Y, arr, compute=True)
+        # the CelebA layout's labels travel along (other stores' rows keep X's order)
+        if data.celeba:
+            copy_labels(data.root, g)
+        check_written(g, out)  # the workers' chunks, as this process sees them
+
+
+def cmd_transform(args):
+    from .. import load
+    from ..celeba.schema import ROW_DIMENSION, dimension_names
 
     start = time.perf_counter()
     out = _place(args.out, TRANSFORM_KIND, _storage(args))
@@ -351,27 +378,8 @@ def cmd_transform(args):
             name = "representation"
     with _client(args) as client:
         t = time.perf_counter()
-        check_inputs_shared(X, client)
-        # a URL's result is written by the workers straight to its temporary prefix
-        with atomic_directory(out, TRANSFORM_KIND, overwrite=args.overwrite, protect=protect,
-                              direct=True) as tmp, writing_every_chunk():
-            import zarr
-
-            check_workers_see(client, tmp, "the output store", output=True, shown=out)
-            g = zarr.open_group(zarr_store(tmp, _storage(args)), mode="w", attributes={
-                "model": str(args.model), "source": data.label, "content": name,
-                **marker_attributes(TRANSFORM_KIND),
-            })
-            # created here, not by da.to_zarr, so that it writes every chunk (the setting
-            # travels with the array to the workers)
-            dims = dimension_names(Y.ndim) if args.reconstruct else (ROW_DIMENSION, "component")
-            arr = g.create_array(name, shape=Y.shape, chunks=Y.chunksize, dtype=Y.dtype,
-                                 dimension_names=dims)
-            da.to_zarr(Y, arr, compute=True)
-            # the CelebA layout's labels travel along (other stores' rows keep X's order)
-            if data.celeba:
-                copy_labels(data.root, g)
-            check_written(g, out)  # the workers' chunks, as this process sees them
+        dims = dimension_names(Y.ndim) if args.reconstruct else (ROW_DIMENSION, "component")
+        write_result(args, client, out, protect, data, Y, name, dims, str(args.model))
         dt = time.perf_counter() - t
     print(f"wrote {name} {Y.shape} to {out} in {dt:.1f} s")
     return {

@@ -29,7 +29,8 @@ if TYPE_CHECKING:  # the estimators' base (._base imports this module)
 
 __all__ = ["load", "input_meta", "restore_input_meta", "fair_meta", "restore_fair_meta",
            "saved_params", "saved_input_meta", "saved_certificate", "saved_groups",
-           "linear_layout", "kernel_layout", "check_linear_values", "load_statistics"]
+           "linear_layout", "kernel_layout", "eraser_layout", "check_linear_values",
+           "check_eraser_values", "load_statistics"]
 
 
 def load(path: PathInput, *, storage_options: dict | None = None) -> BaseEstimator:
@@ -278,7 +279,63 @@ def kernel_layout(cls, meta: dict, kernels: tuple) -> dict:
             "kernel_shift_": ((d,), "?f")}
 
 
+def eraser_layout(cls, meta: dict) -> dict:
+    """Check a saved ConceptEraser's meta.json; the shape and kind of each array it implies."""
+    from ..io import meta_value
+
+    saved_params(cls, meta)
+    width = meta_value(meta, "n_features_in_", "positive")
+    sensitive, numeric = saved_input_meta(meta, width)
+    d = width - len(sensitive)  # the erased columns
+    meta_value(meta, "n_samples_seen_", "count")
+    r = meta_value(meta, "n_constraints_", "count")
+    s = meta_value(meta, "support_rank_", "count")
+    rtol = meta_value(meta, "rtol_", "number")
+    weight = meta_value(meta, "sample_weight_sum_", "number", optional=True)
+    if weight is not None and not weight > 0:
+        raise InvalidInputError(f"meta.json: 'sample_weight_sum_' must be a positive number; got {weight!r}")
+    if r > d or s > d or not 0 <= rtol < 1:
+        raise InvalidInputError(f"meta.json: 'n_constraints_' {r} and 'support_rank_' {s} must be at "
+                                f"most the {d} features, 'rtol_' {rtol!r} in [0, 1)")
+    ms = saved_groups(meta, len(numeric))
+    saved_certificate(meta, len(ms) + len(numeric))
+    specs = {"proj_left_": ((d, r), "f"), "proj_right_": ((r, d), "f"), "mean_": ((d,), "f")}
+    for j, m in enumerate(ms):
+        specs[f"group_means_{j}"] = ((m, d), "f")
+    return specs
+
+
 # ---------------------------------------------------------------------------- values
+def check_eraser_values(est) -> None:
+    """ValueError if a loaded ConceptEraser's arrays are not finite, or its erasure keeps
+    more of a difference of its saved group means than the certificate's tolerance plus
+    that difference's rounding (the stored certificate is recomputed, not trusted)."""
+    L, R, mu = (np.asarray(a, np.float64) for a in (est.proj_left_, est.proj_right_, est.mean_))
+    if not all(np.all(np.isfinite(a)) for a in (L, R, mu)):
+        raise InvalidInputError("arrays.npz: 'proj_left_', 'proj_right_' and 'mean_' must be finite")
+    eps = float(np.finfo(np.float64).eps)
+    # |L R| bounds how much the rounding of a difference is amplified (1 for orth)
+    gain = max(1.0, float(np.linalg.norm(L, 2) * np.linalg.norm(R, 2))) if L.size else 1.0
+    names = getattr(est, "attribute_names_", None) or []
+    for j, M in enumerate(getattr(est, "group_means_", [])):
+        M = np.asarray(M, np.float64)
+        for g in range(1, len(M)):
+            diff = M[g] - M[0]
+            size = float(_solvers.row_norms(diff[None])[0])
+            if not size > 0:
+                continue
+            unit = diff / size
+            kept = float(_solvers.row_norms((unit - L @ (R @ unit))[None])[0])
+            rounding = 4 * eps * np.sqrt(M.shape[1]) * gain * (
+                float(_solvers.row_norms(M[[0, g]]).sum()) / size)
+            if kept > _solvers.FAIRNESS_TOLERANCE + rounding:
+                name = names[j] if j < len(names) else f"attribute {j}"
+                raise InvalidInputError(
+                    f"arrays.npz: the erasure keeps {kept:.2e} of the difference between the "
+                    f"saved means of two groups of {name} (a fitted eraser keeps at most "
+                    f"{_solvers.FAIRNESS_TOLERANCE:g}): the model does not erase them")
+
+
 def check_linear_values(est) -> None:
     """ValueError if a loaded PCA/FairPCA's values contradict what a fit gives (O(k^2 d))."""
     U, tol = est.components_, 1e-6

@@ -67,14 +67,15 @@ def fair_input(est, X, sensitive_features, y, *, reset, min_samples: int = 2,
 
     ``reset`` as in :func:`~dfairpca.inputs._validation.check_input`; ``partial``: one call
     of ``partial_fit``, which may see a single group and weights totalling under 2.
-    ``est.constraint`` says whether y is read (equal opportunity).
+    ``est.constraint`` says whether y is read (equal opportunity); an estimator without
+    that parameter fits all rows (demographic parity).
     """
     checked = check_input(est, X, reset=reset, min_samples=min_samples,
                           ids=getattr(est, "sensitive_feature_ids", None))
     labels = group_labels(est, checked, sensitive_features)
     data, labels, y, w = with_known_rows(checked.data, labels, y, sample_weight)
     n = data.shape[0]
-    mask = binary_target(y, n) if est.constraint == "equal_opportunity" else None
+    mask = binary_target(y, n) if getattr(est, "constraint", None) == "equal_opportunity" else None
     if w is not None:
         w = check_weights(w, data, mask, min_total=0 if partial else 2)
     groups = None if labels is None else encode_groups(labels, n, mask=mask, require_two=not partial)

@@ -82,14 +82,15 @@ def violations_by_attribute(U: np.ndarray, C: np.ndarray, m, q: int) -> list:
 
 
 def certify(per_group, names, categories, precision: float, estimator: str,
-            fix: str | None = None) -> None:
+            fix: str | None = None, kept_by: str = "the components keep") -> None:
     """Raise ``ValueError`` if any constraint vector keeps more than ``FAIRNESS_TOLERANCE``
     of itself under the fitted components (``per_group``: one array per attribute, from
     :func:`dfairpca.base._solvers.constraint_violation`), naming it and the fixes.
 
     ``categories`` holds each attribute's group labels, or None for a numeric attribute
     (one vector: its covariance with the features).  ``fix``: the estimator's own remedy,
-    in place of the linear estimators' (compute_dtype, standardize)."""
+    in place of the linear estimators' (compute_dtype, standardize); ``kept_by``: what
+    keeps the share, with its verb (an eraser's output, not components)."""
     worst, where = 0.0, ("", None)
     for name, cats, v in zip(names, categories, per_group):
         if len(v) and v.max() > worst:
@@ -107,7 +108,7 @@ def certify(per_group, names, categories, precision: float, estimator: str,
             f"the mean deviation of group {group!r} of {name}")
     drop = f"drop {name} from sensitive_feature_ids" if group is None else f"merge or drop group {group!r}"
     raise InvalidInputError(
-        f"{estimator} could not satisfy its fairness constraint: the components keep "
+        f"{estimator} could not satisfy its fairness constraint: {kept_by} "
         f"{worst:.2e} of {what} (tolerance "
         f"{_solvers.FAIRNESS_TOLERANCE:g}); the constraint vectors are too close to "
         f"linearly dependent or too different in size for float64. Fit with {fix}, "

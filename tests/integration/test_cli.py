@@ -171,7 +171,7 @@ def test_errors(store, tmp_path, capsys, sched):
 def test_console_script_help():
     out = subprocess.run([sys.executable, "-m", "dfairpca.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
-    for cmd in ("synth-celeba", "ingest-celeba", "fit", "transform", "show", "demo"):
+    for cmd in ("synth-celeba", "ingest-celeba", "fit", "transform", "erase", "show", "demo"):
         assert cmd in out.stdout
 
 
@@ -876,8 +876,8 @@ def test_every_option_has_help_with_its_default():
 
     parser = build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    assert set(commands.choices) == {"synth-celeba", "ingest-celeba", "fit", "transform", "show",
-                                     "info", "demo", "paper"}
+    assert set(commands.choices) == {"synth-celeba", "ingest-celeba", "fit", "transform", "erase",
+                                     "show", "info", "demo", "paper"}
     for name, sub in [("dfairpca", parser), *commands.choices.items()]:
         text = " ".join(sub.format_help().split())
         for action in sub._actions:
@@ -1000,3 +1000,33 @@ def test_fit_exact_statistics_are_bit_identical_whatever_the_chunks(store, tmp_p
     # the default for uint8: exact where an 8-bit kernel passes its self-test here
     kernel = int8_kernel_available()
     assert json.loads(text)["statistics_kernel"] == (f"exact:{kernel}" if kernel else "float32")
+
+
+def test_erase_writes_the_erased_store_and_the_model(data_store, tmp_path, capsys, sched):
+    """erase fits a ConceptEraser and writes the erased X under X's name, in X's shape and
+    chunks, equal to the library's; --model saves the eraser for dfairpca.load."""
+    import json
+
+    d = data_store
+    code, out, err = run(["erase", d["store"], "--array", "features/X", "--sensitive-array", "race",
+                          "--out", tmp_path / "erased.zarr", "--model", tmp_path / "eraser",
+                          "--json", *sched], capsys)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["command"] == "erase" and summary["method"] == "leace"
+    assert summary["n_constraints"] == 2 and summary["fairness_violation"] < 1e-12
+    assert summary["shape"] == [N_ROWS, 3, 4] and summary["written"] == "features/X"
+    E = zarr.open_group(str(tmp_path / "erased.zarr"), mode="r")["features/X"]
+    assert E.shape == (N_ROWS, 3, 4) and E.chunks[1:] == (3, 4) and E.dtype == np.float64
+    ref = dfairpca.ConceptEraser().fit(d["X"], sensitive_features=d["race"])
+    np.testing.assert_allclose(E[:].reshape(N_ROWS, -1), ref.transform(d["X"]), atol=1e-9)
+    model = dfairpca.load(tmp_path / "eraser")
+    np.testing.assert_allclose(model.transform(d["X"]), ref.transform(d["X"]), atol=1e-9)
+    # refused at once, before any cluster: no attribute, and an rtol outside [0, 1)
+    code, _, err = run(["erase", d["store"], "--array", "features/X", "--out",
+                        tmp_path / "none.zarr", *NO_CLUSTER], capsys)
+    assert code == 2 and "--attribute NAME" in err and err.count("\n") == 1, err
+    code, _, err = run(["erase", d["store"], "--array", "features/X", "--sensitive-array", "race",
+                        "--rtol", "2", "--out", tmp_path / "none.zarr", *NO_CLUSTER], capsys)
+    assert code == 2 and "--rtol" in err, err
+    assert not (tmp_path / "none.zarr").exists()

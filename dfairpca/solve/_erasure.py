@@ -1,0 +1,167 @@
+"""Concept erasure at full rank from the one-pass statistics: LEACE (Belrose et al.,
+*LEACE: Perfect linear concept erasure in closed form*, NeurIPS 2023) and the orthogonal
+projection that removes the group-mean deviations.
+
+Both erasers are affine maps ``r(x) = x - L R (x - mean)`` of rank r, with L (d, r) and R
+(r, d) the ``proj_left`` and ``proj_right`` of the ``concept-erasure`` package.  They need
+the data only through the covariance Sigma and the cross-covariance Sigma_XZ of the
+features with the concept Z (the one-hot indicators of every group of every attribute,
+and any numeric attribute): the columns of Sigma_XZ are the rows of the fairness
+constraint (:func:`dfairpca.solve._exact.fair_constraints`, ``n_g (mean_g - mean)`` up to
+a common factor), so the statistics of one :class:`~dfairpca.stats.moments.Moments` pass
+serve fair PCA and the erasers alike.
+
+* LEACE: ``W = Sigma^(-1/2)`` on Sigma's support, U an orthonormal basis of the column
+  space of ``W Sigma_XZ``, ``L = W^+ U``, ``R = U^T W``.  After it no linear classifier
+  recovers Z better than a constant, and among all such affine erasers it changes x the
+  least in every norm ``E ||r(x) - x||_M^2`` (M positive semi-definite).
+* orth: ``L = Q``, ``R = Q^T`` with Q an orthonormal basis of the span of the group-mean
+  deviations (fair PCA's projection at full rank, mapped back to the features).
+
+The certificate of either: for every constraint vector v (a column of Sigma_XZ), the
+share ``|v - L R v| / |v|`` that the erased output's covariance with that indicator
+keeps, in float64, refused above :data:`dfairpca.base._solvers.FAIRNESS_TOLERANCE` as
+fair PCA's (:func:`dfairpca.solve._fairness.certify`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..base import _solvers
+from ..stats._exact import kernel_name
+from ..stats.moments import Moments
+from ..errors import InvalidInputError
+from ._exact import fair_constraints
+from ._fairness import certify
+
+__all__ = ["ERASURE_METHODS", "Erasure", "support_whitening", "erasure_maps", "erasure_violation",
+           "fit_erasure", "default_rtol"]
+
+#: the erasers :func:`fit_erasure` builds
+ERASURE_METHODS = ("leace", "orth")
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """A certified eraser ``r(x) = x - proj_left @ proj_right @ (x - mean)``.
+
+    ``support_rank``: the dimension of Sigma's support the whitening kept (d for "orth");
+    ``violations``: per attribute, the share of each constraint vector that survives the
+    erasure; ``n`` rows (total weight of a weighted fit) of which ``rows`` have positive
+    weight (None unweighted).
+    """
+
+    proj_left: np.ndarray
+    proj_right: np.ndarray
+    mean: np.ndarray
+    support_rank: int
+    rtol: float
+    violations: list
+    group_means: list
+    names: list
+    statistics: Moments
+    kernel: str
+    n: float
+    rows: int | None
+
+
+def default_rtol(d: int, precision: float) -> float:
+    """The relative eigenvalue floor of Sigma's support: ``d * eps`` of the products'
+    precision (``torch.linalg.pinv``'s and the ``concept-erasure`` package's rule, with the
+    eps of the dtype the scatter was summed from: float32 products round the small
+    eigenvalues at 1e-7 of the largest, not 1e-16)."""
+    return float(d) * float(precision)
+
+
+def support_whitening(S: np.ndarray, rtol: float):
+    """(V, inv_sqrt, sqrt) of the symmetric positive semi-definite S on its support:
+    the eigenvectors V (d, s) of the eigenvalues above ``rtol`` times the largest, and
+    those eigenvalues' ``lam^(-1/2)`` and ``lam^(1/2)``, so that ``W = V diag(inv_sqrt) V^T``
+    is ``S^(-1/2)`` there and ``W^+ = V diag(sqrt) V^T`` its pseudo-inverse."""
+    lam, V = np.linalg.eigh(np.asarray(S, np.float64))
+    top = float(lam[-1]) if lam.size else 0.0
+    keep = lam > rtol * top if top > 0 else np.zeros(lam.shape, bool)
+    lam, V = lam[keep], V[:, keep]
+    root = np.sqrt(lam)
+    return V, 1.0 / root, root
+
+
+def erasure_maps(S: np.ndarray, C: np.ndarray, method: str, rtol: float, exponent: int = 0):
+    """(L, R, s): the eraser's ``proj_left`` (d, r) and ``proj_right`` (r, d) and the rank s
+    of the support kept, from the covariance ``S * 4**exponent`` (any positive multiple of
+    it: the erasure ``L R`` does not depend on it, only L and R's scaling does) and the
+    constraint rows C (m, d), the columns of Sigma_XZ up to positive factors.
+
+    Never forms W (d x d): ``W C^T``, ``U^T W`` and ``W^+ U`` go through the eigenvectors,
+    O(d^2 r) after the eigendecomposition."""
+    d = S.shape[0]
+    if method == "orth":
+        Q = _solvers.constraint_basis(C)
+        return Q, Q.T.copy(), d
+    if method != "leace":
+        raise InvalidInputError(f"method must be one of {ERASURE_METHODS}; got {method!r}")
+    V, inv_sqrt, root = support_whitening(S, rtol)
+    with np.errstate(over="ignore", under="ignore"):  # true units: the stored ones * 2**exponent
+        inv_sqrt, root = np.ldexp(inv_sqrt, -exponent), np.ldexp(root, exponent)
+    # the rows of C W: every group's deviation whitened (W symmetric)
+    CW = ((np.asarray(C, np.float64) @ V) * inv_sqrt) @ V.T
+    U = _solvers.constraint_basis(CW)  # (d, r): the column space of W Sigma_XZ
+    VU = V.T @ U
+    L = V @ (root[:, None] * VU)
+    R = (VU.T * inv_sqrt) @ V.T
+    return L, R, V.shape[1]
+
+
+def erasure_violation(L: np.ndarray, R: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Per row v of C: ``|v - L R v| / |v|`` (0 for v = 0), the share of v that the
+    covariance of the erased output with v's indicator keeps, in float64, O(d r m)."""
+    C = np.asarray(C, np.float64)
+    norms = _solvers.row_norms(C)
+    out = np.zeros(C.shape[0])
+    live = norms > 0
+    if live.any():
+        unit = C[live] / norms[live, None]
+        out[live] = _solvers.row_norms(unit - (unit @ R.T) @ L.T)
+    return out
+
+
+def fit_erasure(m: Moments, num: np.ndarray, names, *, method: str, rtol: float | None,
+                estimator: str) -> Erasure:
+    """The certified eraser of statistics m (complete: with the d x d scatter), whose
+    columns ``num`` are numeric protected attributes and the others the features.
+
+    ``rtol``: the eigenvalue floor of Sigma's support relative to its largest eigenvalue
+    (None: :func:`default_rtol`).  Raises before it returns an eraser that fails its
+    certificate, naming the group."""
+    if m.n < 2:
+        raise InvalidInputError(f"need at least 2 samples to fit; got {m.n} (n_samples={m.n})")
+    q = len(num)
+    keep = np.setdiff1d(np.arange(m.n_features), num)
+    mf = m.columns(keep) if q else m
+    C = fair_constraints(m, mf, num, keep, names, None)
+    d = mf.n_features
+    tol = default_rtol(d, m.precision) if rtol is None else float(rtol)
+    S = mf.full_scatter() / max(mf.n - 1, 1)  # stored units, 4**scatter_exponent
+    L, R, s = erasure_maps(S, C, method, tol, mf.scatter_exponent)
+    per_group = _by_attribute(erasure_violation(L, R, C), mf, q)
+    categories = [a.categories for a in mf.attributes] + [None] * q
+    fix = ("compute_dtype='float64' (the products ran in float32), "
+           if m.precision > np.finfo(np.float64).eps else "")
+    fix += f"a smaller rtol (the support kept {s} of {d} eigenvalues)" if method == "leace" else \
+        "method='leace'"
+    certify(per_group, names, categories, m.precision, estimator, fix=fix, kept_by="the erased output keeps")
+    return Erasure(L, R, mf.mean.copy(), s, tol, per_group,
+                   [mf.group_means(j) for j in range(len(mf.attributes))], list(names), m,
+                   kernel_name(mf), mf.n, mf.n_rows)
+
+
+def _by_attribute(shares: np.ndarray, m: Moments, q: int) -> list:
+    """``shares`` (one per constraint row) split by attribute, as
+    :func:`dfairpca.solve._fairness.violations_by_attribute` splits a projection's: an
+    array per attribute of m (a row per group), then one per numeric attribute."""
+    sizes = [a.n_groups for a in m.attributes] + [1] * q
+    return list(np.split(shares, np.cumsum(sizes)[:-1]))
+
