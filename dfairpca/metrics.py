@@ -368,7 +368,7 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
     cv : int, default 5
         Folds of the probe's stratified cross-validation (fewer when a group has fewer
         rows of the sample: as many as its smallest group has, at least 2).
-    random_state : int, numpy.random.Generator or None
+    random_state : int, numpy.random.Generator, numpy.random.RandomState or None
         Seed of the probe's sample and folds (None: fresh randomness).
     max_probe_rows : int or None, default :data:`MAX_PROBE_ROWS` (20,000)
         The probe is cross-validated on at most this many rows, a uniform random sample
@@ -465,6 +465,8 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
     else:
         Y = np.hstack([np.asarray(Y) for Y in reps])
 
+    if isinstance(random_state, np.random.RandomState):  # scikit-learn's kind of seed
+        random_state = int(random_state.randint(2**31 - 1))
     rng = np.random.default_rng(random_state)
     if max_probe_rows is None or n <= max_probe_rows:
         rows = np.arange(n)

@@ -364,8 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sensitive-column", action="append", default=[], metavar="COL[,COL...]",
                    help="columns of --sensitive-csv to evaluate; repeatable (default: none)")
     p.add_argument("--baseline-k", type=_positive(int), metavar="K",
-                   help="also report standard PCA with K components, fitted on STORE's rows (one "
-                        "more pass; default: no baseline)")
+                   help="also report standard PCA with K components, fitted on STORE's rows, one "
+                        "more pass (default: no baseline)")
     p.add_argument("--cv", type=_at_least_two, default=5, metavar="FOLDS",
                    help="folds of the linear probe's cross-validation")
     p.add_argument("--random-state", type=_seed, default=0, metavar="SEED",
