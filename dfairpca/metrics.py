@@ -445,25 +445,37 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
     groups = encode_groups(sensitive_features, n, require_two=False)
     names = _attribute_names(sensitive_features, groups.n_attributes, model)
 
-    reps = []
+    drops = []  # per model: the columns of X it does not take (None: it takes X)
     for m in models:
-        source = X
+        drop = None
         if m is not model and m.n_features_in_ != model.n_features_in_:
             if m.n_features_in_ != inp.width - len(inp.sensitive):
                 raise InvalidInputError(
                     f"the baseline takes {m.n_features_in_} features; X has {inp.width}, "
                     f"{inp.width - len(inp.sensitive)} without the model's protected columns: "
                     "fit the baseline on the same features")
-            source = _without(X, inp.sensitive)
-        Y = m.transform(source)
-        reps.append(Y.data if is_xarray(Y) else Y)
-    widths = [int(Y.shape[1]) for Y in reps]
-    if any(isinstance(Y, da.Array) for Y in reps):
-        chunks = next(Y for Y in reps if isinstance(Y, da.Array)).chunks[0]
-        Y = da.concatenate([da.asarray(Y).rechunk({0: chunks, 1: -1}) for Y in reps], axis=1)
-        Y = Y.rechunk({1: -1})
-    else:
-        Y = np.hstack([np.asarray(Y) for Y in reps])
+            drop = np.asarray(inp.sensitive, dtype=np.intp)
+        drops.append(drop)
+    represent = None
+    if (isinstance(inp.data, da.Array) and inp.labels is None and inp.rows is None
+            and all(getattr(m, "feature_names_in_", None) is None for m in models)):
+        # an array: each fold task transforms its own chunk, so X's reads stay inside the
+        # pass's chains (a lazy transform whose matrices live on the cluster would leave
+        # them as separate tasks, which idle workers run far ahead of the folds)
+        Y = inp.data
+        represent = _Representation(models, drops)
+        widths = [len(m.get_feature_names_out()) for m in models]
+    else:  # numpy, DataFrames, DataArrays: the models' own transform
+        reps = []
+        for m, drop in zip(models, drops):
+            out = m.transform(X if drop is None else _without(X, drop))
+            reps.append(out.data if is_xarray(out) else out)
+        widths = [int(r.shape[1]) for r in reps]
+        if any(isinstance(r, da.Array) for r in reps):
+            chunks = next(r for r in reps if isinstance(r, da.Array)).chunks[0]
+            Y = da.concatenate([da.asarray(r).rechunk({0: chunks, 1: -1}) for r in reps], axis=1)
+        else:
+            Y = np.hstack([np.asarray(r) for r in reps])
 
     if isinstance(random_state, np.random.RandomState):  # scikit-learn's kind of seed
         random_state = int(random_state.randint(2**31 - 1))
@@ -473,7 +485,7 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
     else:
         rows = np.sort(rng.choice(n, max_probe_rows, replace=False))
     seed = int(rng.integers(2**31 - 1))  # the folds': the same for every attribute and model
-    stats, sample = moments_and_sample(Y, groups.codes, groups.categories, rows)
+    stats, sample = moments_and_sample(Y, groups.codes, groups.categories, rows, represent=represent)
     stats.check_finite()
 
     out = pd.DataFrame(index=pd.Index(names, name="attribute"))
@@ -501,6 +513,20 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
         if not prefix:
             out["probe_rows"] = len(rows)
     return out
+
+
+class _Representation:
+    """The models' representations of a chunk of rows side by side (a picklable map that
+    travels to the workers with the models): each model takes the chunk less its
+    ``drops`` columns (None: all of them)."""
+
+    def __init__(self, models, drops):
+        self.models, self.drops = list(models), list(drops)
+
+    def __call__(self, x) -> np.ndarray:
+        x = np.asarray(x)
+        return np.hstack([np.asarray(m.transform(x if drop is None else np.delete(x, drop, axis=1)),
+                                     dtype=np.float64) for m, drop in zip(self.models, self.drops)])
 
 
 def _attribute_names(sensitive_features, p: int, model) -> list:

@@ -257,3 +257,18 @@ def test_cli_evaluate_prints_the_report(tmp_path, capsys, client):
     assert len(lines) == 2 and lines[1].startswith("Eyeglasses: 2 groups;") and "p = " in lines[1]
     assert main(["evaluate", *common]) == 2
     assert "--attribute NAME" in capsys.readouterr().err
+
+
+def test_chunked_x_with_a_protected_column_and_a_baseline_without_it(faces):
+    """The fold transforms each chunk (the baseline without the model's protected column):
+    the figures of numpy input, whose models transform X whole."""
+    X, z, _ = faces
+    Xz = np.column_stack([X, z.astype(float)])  # the protected attribute as a numeric column
+    fair = dfairpca.FairPCA(3, sensitive_feature_ids=[X.shape[1]]).fit(Xz)
+    pca = dfairpca.PCA(3).fit(X)
+    kw = dict(baseline=pca, random_state=1, max_probe_rows=900)
+    dense = fairness_report(fair, Xz, z, **kw)
+    lazy = fairness_report(fair, da.from_array(Xz, chunks=(400, 7)), z, **kw)
+    pd.testing.assert_frame_equal(lazy, dense, rtol=1e-9)
+    assert dense.iloc[0].max_mean_gap_sd < 1e-8
+    assert dense.iloc[0].baseline_max_mean_gap_sd == pytest.approx(_dense_gap(pca.transform(X), z), rel=1e-10)
