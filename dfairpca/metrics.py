@@ -30,7 +30,7 @@ and ΔEO) are fairlearn's, which also handles intersectional groups and sample w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -457,6 +457,7 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
             drop = np.asarray(inp.sensitive, dtype=np.intp)
         drops.append(drop)
     represent = None
+    Y: Any  # the rows the pass folds: X itself (mapped in the fold) or the representations
     if (isinstance(inp.data, da.Array) and inp.labels is None and inp.rows is None
             and all(getattr(m, "feature_names_in_", None) is None for m in models)):
         # an array: each fold task transforms its own chunk, so X's reads stay inside the
