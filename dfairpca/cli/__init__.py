@@ -1,4 +1,5 @@
-"""The ``dfairpca`` command: make or ingest a CelebA store, fit, transform, erase, show, demo.
+"""The ``dfairpca`` command: make or ingest a CelebA store, fit, transform, erase, evaluate,
+show, demo.
 
     dfairpca synth-celeba OUT.zarr [--n 202599] [--seed 0] [--size 80|HxW] [--color]
     dfairpca ingest-celeba CELEBA_DIR OUT.zarr [--size 80|HxW|full] [--color] [--scheduler ADDR]
@@ -7,6 +8,7 @@
     dfairpca fit DATA.zarr --array X --sensitive-csv people.csv --sensitive-column sex,race ...
     dfairpca transform MODEL STORE.zarr --out OUT.zarr [--array X] [--reconstruct] [--json]
     dfairpca erase STORE.zarr --attribute Eyeglasses --out ERASED.zarr [--method leace] [--model M]
+    dfairpca evaluate MODEL STORE.zarr --attribute Eyeglasses [--baseline-k 400] [--json]
     dfairpca show MODEL STORE.zarr --out faces.png [--n 8]
     dfairpca demo [--n 202599] [--workdir dfairpca-demo]
     dfairpca info [--json]      (versions, BLAS, CPU, exact kernels: for a bug report)
@@ -46,6 +48,7 @@ from ._errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, ONE_LINE_ERROR
 from ._fit import (CLUSTER_TIMEOUT, FitJob, cmd_demo, cmd_fit, cmd_show,
                    cmd_transform)
 from ._erase import add_erase_parser
+from ._evaluate import cmd_evaluate
 from ._inputs import TARGET_OPTIONS
 from ._stores import cmd_ingest, cmd_synth
 
@@ -107,6 +110,17 @@ def _seed(text: str) -> int:
         value = -1
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}")
+    return value
+
+
+def _at_least_two(text: str) -> int:
+    """An argparse type: an integer >= 2 (the folds of a cross-validation)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 2; got {text!r}")
     return value
 
 
@@ -200,6 +214,7 @@ def _add_array(p):
 def build_parser() -> argparse.ArgumentParser:
     from ..base.runtime import BLOCK_BYTES, __version__
     from ..celeba.schema import DEFAULT_FACES, DEFAULT_SIZE
+    from ..metrics import MAX_PROBE_ROWS
 
     ap = _Parser(prog="dfairpca", description="PCA and fair PCA on Zarr stores, on a Dask "
                  "cluster; run dfairpca COMMAND --help for a command's options")
@@ -336,6 +351,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_transform)
 
     add_erase_parser(sub, _add_array, _add_storage, _add_cluster, OVERWRITE_HELP, JSON_HELP)
+    p = sub.add_parser("evaluate", help="how fair a model's representation is on a store's rows "
+                       "(typically held out): group-mean gap, its test, a linear probe")
+    p.add_argument("model", metavar="MODEL", help="a model written by dfairpca fit")
+    p.add_argument("store", metavar="STORE",
+                   help="a Zarr store: a group (CelebA layout unless --array) or a bare array")
+    _add_array(p)
+    g = p.add_argument_group("protected attributes (the sources combine; one report line each)")
+    g.add_argument("--attribute", action="append", default=[], metavar="NAME",
+                   help="a CelebA attribute of STORE (0/1 or -1/1); repeatable (default: none)")
+    g.add_argument("--sensitive-array", action="append", default=[], metavar="ARRAY",
+                   help="labels of any type from a Zarr array of STORE or a path, (n,) or (n, p); "
+                        "repeatable (default: none)")
+    g.add_argument("--sensitive-csv", metavar="FILE",
+                   help="a CSV (or Parquet) file whose row i labels row i of X (default: none)")
+    g.add_argument("--sensitive-column", action="append", default=[], metavar="COL[,COL...]",
+                   help="columns of --sensitive-csv to evaluate; repeatable (default: none)")
+    p.add_argument("--baseline-k", type=_positive(int), metavar="K",
+                   help="also report standard PCA with K components, fitted on STORE's rows, one "
+                        "more pass (default: no baseline)")
+    p.add_argument("--cv", type=_at_least_two, default=5, metavar="FOLDS",
+                   help="folds of the linear probe's cross-validation")
+    p.add_argument("--random-state", type=_seed, default=0, metavar="SEED",
+                   help=f"seed of the probe's sample (at most {MAX_PROBE_ROWS:,} rows) and folds")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    _add_storage(p)
+    _add_cluster(p)
+    p.set_defaults(func=cmd_evaluate, target_column=None)
 
     p = sub.add_parser("show", help="picture of original and fair faces (paper's Figure 5)")
     p.add_argument("model", metavar="MODEL",

@@ -171,7 +171,7 @@ def test_errors(store, tmp_path, capsys, sched):
 def test_console_script_help():
     out = subprocess.run([sys.executable, "-m", "dfairpca.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
-    for cmd in ("synth-celeba", "ingest-celeba", "fit", "transform", "erase", "show", "demo"):
+    for cmd in ("synth-celeba", "ingest-celeba", "fit", "transform", "erase", "evaluate", "show", "demo"):
         assert cmd in out.stdout
 
 
@@ -877,7 +877,7 @@ def test_every_option_has_help_with_its_default():
     parser = build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     assert set(commands.choices) == {"synth-celeba", "ingest-celeba", "fit", "transform", "erase",
-                                     "show", "info", "demo", "paper"}
+                                     "evaluate", "show", "info", "demo", "paper"}
     for name, sub in [("dfairpca", parser), *commands.choices.items()]:
         text = " ".join(sub.format_help().split())
         for action in sub._actions:

@@ -1,0 +1,93 @@
+"""The pass of :mod:`dfairpca.engine._engine` that also keeps a few chosen rows.
+
+A report on a representation needs the additive statistics of all its rows (the test of
+equal group means) and a bounded random sample of them (a classifier's cross-validation,
+which is not additive).  Drawing the sample in a second pass would read X twice; here each
+fold task, which already holds its chunk, also copies the chosen rows of it, so X is read
+once and what travels back is the statistics plus the sample.  The representation itself can
+be computed in the fold too (``represent``): each task then reads its chunk of X, maps it and
+folds it, so that the reads stay inside the chains, as in the fit's pass, whatever the map.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _accumulator
+from ._engine import chain_reduce, row_slice
+from ..stats.moments import Moments
+
+__all__ = ["moments_and_sample"]
+
+
+def moments_and_sample(Y, codes, categories, rows, *, represent=None,
+                       split_every: int = 8) -> tuple[Moments, np.ndarray]:
+    """The float64 statistics of every row of Y with its groups, and the rows ``rows``.
+
+    Parameters
+    ----------
+    Y : array of shape (n, d), numpy or Dask
+        Dask input is reduced as :func:`dfairpca.compute_moments` reduces it (one chain of
+        folds per worker thread, on the active Client if there is one), each fold also
+        copying its chunk's rows of ``rows``.
+    codes : int array of shape (n, p)
+        Group index of every row for each of p attributes.
+    categories : sequence of p arrays
+        The labels of each attribute's groups.
+    rows : int array
+        Sorted global indices of the rows to keep.
+    represent : callable, optional
+        A picklable map of rows, numpy (r, d) -> (r, k), applied to every chunk before its
+        sums (and the statistics and the sample are those of its output); for Dask input it
+        travels once per worker (:func:`dfairpca.cluster.ship`).  Default: Y as it is.
+    split_every : int
+        Fan-in of the merges of the chains' sums.
+
+    Returns
+    -------
+    Moments
+        The statistics of all rows (products in float64), of ``represent(Y)`` if given.
+    ndarray of float64, shape (len(rows), k)
+        Those rows, in the order of ``rows``.
+    """
+    import dask.array as da
+
+    rows = np.asarray(rows, dtype=np.intp)
+    kw = dict(categories=list(categories), dtype=np.float64, group_scatter=False)
+    if not isinstance(Y, da.Array):
+        from ._engine import coded_moments
+
+        Y = np.asarray(Y) if represent is None else np.asarray(represent(Y))
+        return coded_moments(Y, codes, categories, dtype=np.float64), np.asarray(Y[rows], np.float64)
+    from ..cluster import ship
+
+    shared = None if represent is None else ship(represent)
+
+    def args(s: int, e: int):
+        lo, hi = np.searchsorted(rows, [s, e])
+        return row_slice(codes, s, e), rows[lo:hi] - s, s, kw, shared
+
+    total, picked = chain_reduce(Y, _fold, _combine, args, split_every=split_every)
+    order = np.argsort(np.concatenate([i for i, _ in picked]), kind="stable")
+    sample = np.concatenate([r for _, r in picked])[order]
+    return total.finalize(), sample
+
+
+def _fold(acc, block, codes, local, offset, kw, represent):
+    """Add one chunk's sums (of ``represent(block)`` if given) to the chain's running total
+    (in place) and keep its chosen rows (``local``: their indices in the chunk) with their
+    global indices."""
+    if represent is not None:
+        block = represent(block)
+    part = _accumulator.chunk(block, codes, mask=None, row_offset=offset, **kw)
+    kept = (local + offset, np.asarray(block[local], dtype=np.float64))
+    if acc is None:
+        return _accumulator.combine([part]), [kept]
+    total, picked = acc
+    return _accumulator.combine([total, part]), picked + [kept]
+
+
+def _combine(parts):
+    """The chains' totals merged, their rows gathered."""
+    total = _accumulator.combine([t for t, _ in parts])
+    return total, [k for _, picked in parts for k in picked]
