@@ -65,7 +65,7 @@ def versions_report() -> dict[str, Any]:
     }
 
 
-def show_versions(file: TextIO | None = None) -> None:
+def show_versions(file: TextIO | None = None, *, as_dict: bool = False) -> dict[str, Any] | None:
     """Print the versions, BLAS, CPU and exact kernels of this machine, for a bug report.
 
     The same report as ``dfairpca info`` on the command line.
@@ -74,8 +74,19 @@ def show_versions(file: TextIO | None = None) -> None:
     ----------
     file : file-like, optional
         Where to print (default ``sys.stdout``).
+    as_dict : bool, default False
+        Return the report as a JSON-serialisable dict instead of printing it (``dfairpca
+        info --json``): ``dfairpca``, ``python``, ``platform``, ``packages``, ``blas``,
+        ``cpu`` and ``exact_kernels``.
+
+    Returns
+    -------
+    dict or None
+        The report with ``as_dict=True``, else None.
     """
     r = versions_report()
+    if as_dict:
+        return r
     out = sys.stdout if file is None else file
     lines = ["dfairpca", f"  version: {r['dfairpca']}", f"  python: {r['python']}",
              f"  platform: {r['platform']}", "", "dependencies"]
@@ -98,3 +109,4 @@ def show_versions(file: TextIO | None = None) -> None:
         lines.append("  no 8-bit kernel installed (pip install 'dfairpca[mkl]' on x86-64 with VNNI "
                      "or AMX); exact statistics use the portable kernel")
     print("\n".join(lines), file=out)
+    return None

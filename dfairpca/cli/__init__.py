@@ -411,12 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_info(args) -> dict | None:
     """``dfairpca info``: :func:`dfairpca.show_versions`'s report (its dict with --json)."""
-    from .._show_versions import show_versions, versions_report
+    from .. import show_versions
 
-    if args.json:
-        return versions_report()
-    show_versions()
-    return None
+    return show_versions(as_dict=True) if args.json else show_versions()
 
 
 @contextlib.contextmanager
