@@ -242,7 +242,7 @@ def group_reconstruction_error(model: LinearDecomposition, X: ArrayInput, sensit
     import pandas as pd
 
     from .inputs._groups import encode_groups
-    from .inputs._validation import with_known_rows
+    from .engine._compute import with_known_rows
 
     models = [model] if baseline is None else [model, baseline]
     for m in models:

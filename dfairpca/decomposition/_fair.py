@@ -15,7 +15,7 @@ from typing import Self
 import numpy as np
 import numpy.typing as npt
 
-from ..cluster import worker_timeout
+from ..engine._compute import worker_timeout
 from ..solve._solution import FairSolution, exact_fair_solution, randomized_fair_solution
 from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, check_fair_k, set_certificate
 from ._linear import (
@@ -25,7 +25,7 @@ from ..base._params import TRADEOFF, is_int
 from ..io._registry import register
 from ..solve._limits import check_rows, known
 from ._saved import fair_meta, restore_fair_meta
-from ..inputs._fair_input import FairInput, fair_input
+from ._fair_input import FairInput, fair_input
 from ..inputs._validation import SENSITIVE_IDS, Input
 from ..stats.moments import Moments, merge
 from ..base._typing import ArrayInput, ColumnIds, PathInput, Seed
@@ -188,7 +188,7 @@ class FairPCA(LinearDecomposition):
 
     def _prepare(self, X, groups, y, partial, reset, sample_weight=None) -> FairInput:
         """The parameters checked (once per public call), then the fair input
-        (:func:`dfairpca.inputs._fair_input.fair_input`) with its column layout kept
+        (:func:`dfairpca.decomposition._fair_input.fair_input`) with its column layout kept
         (``reset``) or compared with the earlier partial_fit calls', and k checked against
         the fitted rows unless ``partial``."""
         self._check_params()

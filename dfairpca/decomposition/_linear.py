@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..base import _solvers
-from ..cluster import ship
+from ..engine._compute import ship
 from ._probabilistic import ProbabilisticPCA, noise_variance
 from ..engine._engine import coded_moments
 from ..base._params import (

@@ -12,7 +12,7 @@ from typing import Self
 
 import numpy.typing as npt
 
-from ..cluster import worker_timeout
+from ..engine._compute import worker_timeout
 from ..solve._exact import fitted_space, standard_components
 from ._linear import (
     LINEAR_RULES, LinearDecomposition, n_components_ok, release,
@@ -21,7 +21,7 @@ from ..base._params import Rule, is_int
 from ..solve._limits import check_rows, known, too_large
 from ..io._registry import register
 from ._saved import load
-from ..inputs._validation import with_known_rows
+from ..engine._compute import with_known_rows
 from ..inputs._weights import check_weights
 from ..stats.moments import Moments, merge
 from ..base._typing import ArrayInput, PathInput, Seed

@@ -68,13 +68,13 @@ from ..solve._kernel_method import (  # noqa: F401  (the sizes were defined here
 )
 from ..base import _solvers
 from ._base import Estimator
-from ..cluster import compute, worker_timeout
+from ..engine._compute import compute, worker_timeout
 from ..engine._engine import coded_moments
 from ..solve._fairness import CONSTRAINT_RULES, certify, check_fair_k, set_certificate
 from ..base._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
 from ..io._registry import register
 from ._saved import fair_meta, kernel_layout, restore_fair_meta
-from ..inputs._fair_input import fair_input
+from ._fair_input import fair_input
 from ..inputs._validation import SENSITIVE_IDS, Input, check_finite_input, check_input
 from ._fair import FairPCA
 from ..base._typing import ArrayInput, ArrayOutput, ColumnIds, PathInput, Seed

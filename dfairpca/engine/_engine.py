@@ -11,8 +11,8 @@ ever gathered.  The computation runs on the active ``distributed.Client`` when t
 one (the Dask convention), otherwise on Dask's default scheduler.
 
 When every worker of that Client leaves, the scheduler keeps the tasks and waits for new
-workers, without a limit; inside :func:`dfairpca.cluster.worker_timeout` the computations
-of this module end instead (:func:`dfairpca.cluster.compute`).
+workers, without a limit; inside :func:`dfairpca.engine._compute.worker_timeout` the computations
+of this module end instead (:func:`dfairpca.engine._compute.compute`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy.typing as npt
 from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ..base._system import cpu_count, rows_per_block
-from ..cluster import compute, current_timeout, gather_watched, worker_timeout
+from ._compute import compute, current_timeout, gather_watched, worker_timeout
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput
@@ -218,7 +218,7 @@ def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress
     import dask
     from dask import delayed
 
-    from ..cluster import check_inputs_shared
+    from ..io._shared import check_inputs_shared
 
     check_inputs_shared(X)  # a worker that cannot see a local store: said now, by name
     if len(X.chunks[1]) > 1:  # a fold needs whole rows: merge the column chunks of each row chunk

@@ -41,14 +41,14 @@ import numpy as np
 
 from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
-from ..cluster import compute, worker_timeout
+from ._compute import WorkersLost, compute, worker_timeout
 from ._engine import row_slice, run_moments_pass, threads
 from ..io._remote import Location, exists, local_copy, zarr_arrays, zarr_roots
+from ..io._shared import check_inputs_shared
 from ..io._writes import atomic_directory, check_target
 from ..io.storage import storage_for
-from ..cluster import WorkersLost
 from ..io import RESAVE_HINT, SavedFileError, meta_value
-from ..inputs._weights import check_total_weight, weights_in_memory
+from ..inputs._weights import check_sample_weight, check_total_weight
 from ..stats.moments import Moments
 from ..stats._exact import is_exact
 from ..errors import InvalidInputError, InvalidTypeError
@@ -188,9 +188,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     for name, a in (("codes", codes), ("mask", mask)):
         if a is not None and len(a) != X.shape[0]:
             raise InvalidInputError(f"{name} has {len(a)} rows but X has {X.shape[0]}")
-    weights = weights_in_memory(compute_kw.pop("weights", None), X.shape[0])
-    from ..cluster import check_inputs_shared
-
+    weights = _weights_in_memory(compute_kw.pop("weights", None), X.shape[0])
     check_inputs_shared(X)  # before the workers' first read: the digests come before the pass
     fingerprint = job_fingerprint(X, codes, categories, mask, **compute_kw)
     if weights is not None:  # (an unweighted job's fingerprint stays what it was)
@@ -446,3 +444,13 @@ def _is_whole(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _weights_in_memory(weights, n):
+    """Sample weights checked, as float64 numpy (a Dask array computed: n numbers), or None:
+    what a checkpointed pass binds its checkpoint to, by their digest."""
+    if weights is None:
+        return None
+    w = check_sample_weight(weights, n)
+    if not isinstance(w, np.ndarray):
+        (w,) = compute(w)
+        w = check_sample_weight(np.asarray(w), n)
+    return w

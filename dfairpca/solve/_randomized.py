@@ -47,7 +47,7 @@ from ..engine._thin_pass import (
     Plan, as_rows, chunked, corrected, first_pass, restore_statistics, run_thin_pass,
     statistics_state,
 )
-from ..cluster import WorkersLost
+from ..engine._compute import WorkersLost
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
 
