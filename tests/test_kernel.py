@@ -416,7 +416,7 @@ def test_rank_deficient_kernel_names_the_largest_k(two_groups):
 
 def test_certification_message_names_only_fair_kernel_pca_options(monkeypatch, two_groups):
     X, z = two_groups(300, 4)
-    monkeypatch.setattr(dfairpca.base._solvers, "FAIRNESS_TOLERANCE", -1.0)
+    monkeypatch.setattr(dfairpca.solve._fairness, "FAIRNESS_TOLERANCE", -1.0)
     with pytest.raises(ValueError, match="could not satisfy") as info:
         FairKernelPCA(2).fit(X, sensitive_features=z)
     assert "standardize" not in str(info.value) and "compute_dtype" not in str(info.value)

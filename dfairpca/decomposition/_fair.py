@@ -89,7 +89,7 @@ class FairPCA(LinearDecomposition):
         statistics, accumulated in the same single pass.  Two groups follow the paper;
         with more groups (or attributes) the directions minimise
         ``sum_g (n_g/n) ||R^T (Sigma_g - Sigma_pooled) R v||^2`` (equal to the paper's
-        choice for two groups), see :func:`dfairpca.base._solvers.equalizing_basis`.  Group
+        choice for two groups), see :func:`dfairpca.solve._fairness.equalizing_basis`.  Group
         labels only (numeric attributes have no groups).
 
     Attributes
@@ -128,7 +128,7 @@ class FairPCA(LinearDecomposition):
         solve, in the fitted feature space (standardized when ``standardize``; over the
         ``y == 1`` rows for equal opportunity).  v is a group's mean deviation
         ``mu_g - mu``, or a numeric attribute's covariance with the features.  A fit above
-        :data:`dfairpca.base._solvers.FAIRNESS_TOLERANCE` (1e-8) raises ``ValueError``; typical
+        :data:`dfairpca.solve._fairness.FAIRNESS_TOLERANCE` (1e-8) raises ``ValueError``; typical
         values are 1e-16 to 1e-14.
     fairness_violation_per_attribute_ : ndarray (p + q,)
         The same, per protected attribute (in the order of ``attribute_names_``).
@@ -373,7 +373,7 @@ class FairPCA(LinearDecomposition):
 
         After the solve, the share of every constraint vector that the components keep is
         measured in float64 (``fairness_violation_``); a fit above
-        :data:`~dfairpca.base._solvers.FAIRNESS_TOLERANCE` raises ``ValueError``.
+        :data:`~dfairpca.solve._fairness.FAIRNESS_TOLERANCE` raises ``ValueError``.
 
         Parameters
         ----------

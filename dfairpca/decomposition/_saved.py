@@ -19,6 +19,7 @@ import numpy as np
 
 from ..io import _registry
 from ..base import _solvers
+from ..solve import _fairness
 from ..base._params import current_params, validate_params
 from ..stats.moments import Moments, _categories_from_json, _categories_to_json, saved_group_counts
 from ..base._typing import PathInput
@@ -188,9 +189,9 @@ def saved_certificate(meta: dict, p: int) -> None:
         raise InvalidInputError(f"meta.json: 'fairness_violation_' {total!r:.40} and "
                          f"'fairness_violation_per_attribute_' {per!r:.80} must be a number >= 0 "
                          f"and {p} numbers between 0 and it")
-    if total > _solvers.FAIRNESS_TOLERANCE:  # a fit above it raises: no model carries one
+    if total > _fairness.FAIRNESS_TOLERANCE:  # a fit above it raises: no model carries one
         raise InvalidInputError(f"meta.json: 'fairness_violation_' {total:g} is above the tolerance "
-                         f"{_solvers.FAIRNESS_TOLERANCE:g} that every fit is certified to")
+                         f"{_fairness.FAIRNESS_TOLERANCE:g} that every fit is certified to")
 
 
 def saved_groups(meta: dict, q: int = 0) -> list[int]:
@@ -322,11 +323,11 @@ def _saved_unfairness(est) -> str | None:
             kept = float(_solvers.row_norms((U @ (diff / size))[None])[0])
             rounding = 4 * eps * np.sqrt(M.shape[1]) * (
                 float(_solvers.row_norms(M[[0, g]]).sum()) / size)
-            if kept > _solvers.FAIRNESS_TOLERANCE + rounding:
+            if kept > _fairness.FAIRNESS_TOLERANCE + rounding:
                 name = names[j] if j < len(names) else f"attribute {j}"
                 return (f"'components_' keep {kept:.2e} of the difference between the saved "
                         f"means of two groups of {name} (a fair model keeps at most "
-                        f"{_solvers.FAIRNESS_TOLERANCE:g}): the model is not fair")
+                        f"{_fairness.FAIRNESS_TOLERANCE:g}): the model is not fair")
     return None
 
 

@@ -207,7 +207,7 @@ class FairKernelPCA(Estimator):
         largest share ``|U^T delta_g| / |delta_g|`` of any group's mean deviation delta_g
         (in the kernel's feature space: exact, from the kernel's group means; Nyström, in
         the Nyström feature space) that the k fair components keep; a fit above
-        :data:`dfairpca.base._solvers.FAIRNESS_TOLERANCE` raises ``ValueError``.  With
+        :data:`dfairpca.solve._fairness.FAIRNESS_TOLERANCE` raises ``ValueError``.  With
         ``tradeoff > 0`` it certifies the fair half; the λ-scaled standard half is by
         design not fair.
     fairness_violation_per_attribute_ : ndarray (p,)

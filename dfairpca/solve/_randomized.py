@@ -8,10 +8,10 @@ threads' running sums of the same size and the chunks at hand; the client the Kr
 d x w per pass (float64: 140 MB at d = 116,412, w = 60 and 4 passes); neither depends on n.
 
 Fair PCA is the top-k eigenspace of ``M = P S P`` with ``P = I - Q Q^T`` and Q (d x r) an
-orthonormal basis of the group-mean deviations (:func:`dfairpca.base._solvers.constraint_basis`,
+orthonormal basis of the group-mean deviations (:func:`dfairpca.solve._fairness.constraint_basis`,
 the exact solve's basis).  P is applied exactly to every block, so the components are
 orthogonal to Q to rounding however far the iteration has converged: the fit passes the
-exact solve's certificate (:func:`dfairpca.base._solvers.constraint_violation`).
+exact solve's certificate (:func:`dfairpca.solve._fairness.constraint_violation`).
 
 The passes (:mod:`dfairpca.engine._thin_pass`): the first reads the first-order statistics
 (n, column sums and squares, per group of every attribute its count and sum, the numeric
@@ -31,9 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..base import _solvers
 from ..base._params import is_int
-from ._exact import check_variance
+from ._exact import check_variance, standard_scale
 from ._krylov import Krylov, ritz_components
 from ._limits import check_features, check_rows, too_large
 # re-exported: the choice between the solves was defined here first
@@ -41,7 +40,7 @@ from ._choice import (  # noqa: F401
     check_exact_memory, choose_svd_solver, memory_budget, needs_dense_message, worker_memory,
 )
 from ._fairness import (
-    group_constraints, numeric_constraint_rows, stack_constraints, violations_by_attribute,
+    constraint_basis, group_constraints, numeric_constraint_rows, stack_constraints, violations_by_attribute,
 )
 from ..engine._thin_pass import (
     Plan, as_rows, chunked, corrected, first_pass, restore_statistics, run_thin_pass,
@@ -94,7 +93,7 @@ class RandomizedFit:
     about the mean, or ``X^T X`` without centring, standardised when asked), stored as
     ``true * 4**-exponent`` (0 when standardised); ``violation`` holds, per attribute, the
     share ``|U v| / |v|`` of every constraint vector that the components keep (the exact
-    fit's certificate, :func:`dfairpca.base._solvers.constraint_violation`).  ``history`` is the
+    fit's certificate, :func:`dfairpca.solve._fairness.constraint_violation`).  ``history`` is the
     captured variance after each pass but the first, ``missing`` the share of the optimum
     still missing then, as estimated from the Ritz residuals (``iterated_power="auto"``
     stops on it).
@@ -234,7 +233,7 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
     m = full.columns(keep) if len(numeric) else full
 
     # the fitted space: standardisation and the constraint basis
-    sd, scale = (_solvers.standard_scale(m.n, m.mean, m.scatter_diagonal, m.scatter_exponent)
+    sd, scale = (standard_scale(m.n, m.mean, m.scatter_diagonal, m.scatter_exponent)
                  if standardize else (None, None))
     total = _trace(m, sd, off, plan, center)
     check_variance(total, n, m.mean)  # before the other passes
@@ -247,7 +246,7 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
                                        full.scatter_diagonal[keep].sum(),
                                        full.mean[num], n, full.scatter_exponent, full.precision, names[p:])
     C = stack_constraints(groups, rows, scale)
-    Q = _solvers.constraint_basis(C) if len(C) else np.zeros((d, 0))
+    Q = constraint_basis(C) if len(C) else np.zeros((d, 0))
     r = Q.shape[1]
     if k > d - r:
         raise too_large(k, f"the {r} constraint directions leave {d - r} dimensions; the largest "
