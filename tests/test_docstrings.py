@@ -17,7 +17,7 @@ from numpydoc.validate import validate
 
 #: the modules whose ``__all__`` is the public API
 MODULES = ["dfairpca", "dfairpca.metrics", "dfairpca.io", "dfairpca.io.writes", "dfairpca.io.storage",
-           "dfairpca.base.runtime", "dfairpca.cluster", "dfairpca.datasets", "dfairpca.stats.moments",
+           "dfairpca.base", "dfairpca.cluster", "dfairpca.datasets", "dfairpca.stats.moments",
            "dfairpca.errors"]
 
 #: the classes whose docstring documents the constructor (a Parameters section for __init__):

@@ -13,9 +13,8 @@ import scipy.linalg
 import dfairpca
 import oracle
 from dfairpca.solve import _fairness
-from dfairpca.solve._randomized import (
-    AUTO_RTOL, choose_svd_solver, fit_randomized, needs_dense_message, resolve_iterated_power,
-)
+from dfairpca.solve._choice import choose_svd_solver, needs_dense_message
+from dfairpca.solve._randomized import AUTO_RTOL, fit_randomized, resolve_iterated_power
 from dfairpca.engine._thin_pass import first_moments
 from dfairpca.inputs._groups import encode_groups
 from dfairpca.decomposition import FairPCA
@@ -484,7 +483,7 @@ def test_estimators_resume_a_randomized_checkpoint(tmp_path, stop_after):
 def test_the_exact_pass_on_workers_with_many_threads_and_little_memory_is_refused():
     """Each worker thread folds into its own d x d sum: a worker whose threads' sums exceed
     half its memory limit would be restarted mid-pass (a pass that then never ends)."""
-    from dfairpca.solve._randomized import check_exact_memory
+    from dfairpca.solve._choice import check_exact_memory
 
     small = [("tcp://10.0.0.1:1", 16, 500_000_000)]
     with pytest.raises(ValueError, match="16 threads.*tcp://10.0.0.1:1.*svd_solver='randomized'"):

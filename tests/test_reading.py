@@ -438,7 +438,7 @@ def test_labels_that_cannot_round_trip_are_refused_at_save(labels, reason, tmp_p
 
 
 def test_object_labels_are_kept_only_if_of_one_kind():
-    from dfairpca.stats.moments import _categories_from_json, _categories_to_json
+    from dfairpca.io._moments_format import categories_from_json as _categories_from_json, categories_to_json as _categories_to_json
 
     for values, kind in [(["a", "b"], "U"), ([1, 2**64 - 1], "u"), ([-1, 5], "i"),
                          ([False, True], "b"), ([0.5, 2.0], "f")]:
@@ -453,7 +453,7 @@ def test_object_labels_are_kept_only_if_of_one_kind():
 
 def test_labels_of_the_first_format_still_load():
     """Files written before the dtype was recorded: uint64 labels load without overflow."""
-    from dfairpca.stats.moments import _categories_from_json
+    from dfairpca.io._moments_format import categories_from_json as _categories_from_json
 
     got = _categories_from_json({"kind": "u", "values": [3, 2**64 - 1]})
     assert got.dtype == np.uint64 and got[1] == 2**64 - 1

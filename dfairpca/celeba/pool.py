@@ -7,7 +7,7 @@ decodes them) and writes them to the store itself, marking each chunk done with 
 file ``.done/INDEX``: only a count comes back, never pixels.  At the end the partial store
 is moved into place (:func:`dfairpca.io.writes.move_into_place`), so ``NAME`` never holds a
 half-written store.  An interrupted run keeps its finished chunks: the same call again, by
-the same dfairpca code (``.done/code``, :func:`dfairpca.base.runtime.code_digest`), converts
+the same dfairpca code (``.done/code``, :func:`dfairpca.base.code_digest`), converts
 only the others.
 """
 
@@ -32,7 +32,7 @@ import zarr.errors
 from tqdm import tqdm
 
 from ..io.storage import read_capped
-from ..base.runtime import code_digest, cpu_count
+from ..base import code_digest, cpu_count
 from ..io.writes import (
     check_target, exclusive, marker_attributes, move_into_place, read_marker, remove_directory, write_marker,
     writing_every_chunk,
@@ -46,7 +46,7 @@ __all__ = ["Split", "Workers", "partial_path", "resolve_jobs", "run_tasks", "wor
 #: folder of a partial store holding one empty file per finished chunk
 DONE_DIR = ".done"
 #: file in :data:`DONE_DIR` holding the digest of the code that wrote the chunks
-#: (:func:`dfairpca.base.runtime.code_digest`): other code, even of the same version, starts over
+#: (:func:`dfairpca.base.code_digest`): other code, even of the same version, starts over
 CODE_FILE = "code"
 #: ranges of chunks per Dask worker: several, so that a worker slowed by other load does not
 #: leave the rest idle at the end (the tail is at most one range), few, so that a range is

@@ -38,7 +38,7 @@ import zarr
 import zarr.codecs
 import zarr.errors
 
-from ..base.runtime import rows_per_block
+from ..base import rows_per_block
 from ..io.writes import MARKER_KEY, marker_attributes
 from ..io import from_zarr, read_checked, strict_group
 from ..errors import InvalidInputError, PathNotFoundError
@@ -163,7 +163,7 @@ def shape_attributes(size, color: bool) -> dict:
 
 def default_chunk_rows(shape: tuple[int, ...]) -> int:
     """Images of ``shape`` per chunk unless asked: :data:`DEFAULT_CHUNK_ROWS`, or fewer so
-    that a chunk holds at most one block of :data:`dfairpca.base.runtime.BLOCK_BYTES`."""
+    that a chunk holds at most one block of :data:`dfairpca.base.BLOCK_BYTES`."""
     return min(DEFAULT_CHUNK_ROWS, rows_per_block(math.prod(shape)))
 
 

@@ -195,7 +195,7 @@ def _add_array(p):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..base.runtime import BLOCK_BYTES, __version__
+    from ..base import BLOCK_BYTES, __version__
     from ..celeba.schema import DEFAULT_FACES, DEFAULT_SIZE
 
     ap = _Parser(prog="dfairpca", description="PCA and fair PCA on Zarr stores, on a Dask "

@@ -126,7 +126,7 @@ class LinearDecomposition(ProbabilisticPCA):
         "randomized" where it cannot run raises, naming why (``groups``: the groups of all
         attributes, whose d x d covariances Fair PCA-S needs)."""
         from ..solve._choice import check_exact_memory, choose_svd_solver, memory_budget
-        from ..engine.checkpoint import saved_solver
+        from ..engine._checkpoint_files import saved_solver
 
         blocker = self._randomized_blocker(d, groups) or (WEIGHTED_BLOCKER if weighted else None)
         if self.svd_solver == "randomized":

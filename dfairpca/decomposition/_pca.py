@@ -1,8 +1,9 @@
-"""Estimators: :class:`PCA` and :class:`FairPCA` on numpy, pandas, xarray, Dask and Zarr arrays.
+"""The estimator :class:`PCA` on numpy, pandas, xarray, Dask and Zarr arrays; its fair
+sibling :class:`~dfairpca.FairPCA` is :mod:`dfairpca.decomposition._fair`'.
 
-They are thin siblings on one base (:class:`dfairpca.decomposition._linear.LinearDecomposition`): check
-the input, run the one-pass statistics (:mod:`dfairpca.engine._engine`), solve the small
-eigenproblem (:mod:`dfairpca.base._solvers`) and keep the fitted attributes.  The transform,
+Both are thin siblings on one base (:class:`dfairpca.decomposition._linear.LinearDecomposition`): check
+the input, run the one-pass statistics (:mod:`dfairpca.engine._engine`), ask
+:mod:`dfairpca.solve` for the solution and keep the fitted attributes.  The transform,
 the probabilistic model and the save/load path are the base's.
 """
 

@@ -21,7 +21,8 @@ from ..io import _registry
 from ..base import _solvers
 from ..solve import _fairness
 from ..base._params import current_params, validate_params
-from ..stats.moments import Moments, _categories_from_json, _categories_to_json, saved_group_counts
+from ..io._moments_format import categories_from_json, categories_to_json, saved_group_counts
+from ..stats.moments import Moments
 from ..base._typing import PathInput
 from ..errors import InvalidInputError
 
@@ -115,7 +116,7 @@ def restore_input_meta(est, meta: dict) -> None:
 def fair_meta(est) -> dict:
     """A fair model's groups (as JSON) and its fairness certificate (which a model loaded
     from before fits were certified lacks)."""
-    out: dict[str, Any] = {"groups_": [_categories_to_json(c) for c in est.groups_]}
+    out: dict[str, Any] = {"groups_": [categories_to_json(c) for c in est.groups_]}
     if hasattr(est, "fairness_violation_"):
         out["fairness_violation_"] = float(est.fairness_violation_)
     if hasattr(est, "fairness_violation_per_attribute_"):
@@ -126,7 +127,7 @@ def fair_meta(est) -> dict:
 def restore_fair_meta(est, meta: dict) -> None:
     """Set what :func:`fair_meta` saved (models saved before fits were certified lack the
     certificate)."""
-    est.groups_ = [_categories_from_json(c) for c in meta["groups_"]]
+    est.groups_ = [categories_from_json(c) for c in meta["groups_"]]
     if "fairness_violation_" in meta:
         est.fairness_violation_ = float(meta["fairness_violation_"])
     if "fairness_violation_per_attribute_" in meta:

@@ -62,10 +62,7 @@ from typing import Any, Self
 import numpy as np
 
 from ..solve import _kernels as kn
-from ..solve._kernel_method import (  # noqa: F401  (the sizes were defined here first)
-    AUTO_EXACT_MAX_ROWS, AUTO_LANDMARKS, EXACT_MATRICES, NYSTROEM_MATRICES, choose_method,
-    exact_fit_bytes, nystroem_fit_bytes,
-)
+from ..solve._kernel_method import choose_method, exact_fit_bytes
 from ..base import _solvers
 from ._base import Estimator
 from ..engine._compute import compute, worker_timeout

@@ -29,7 +29,7 @@ class Storage(abc.ABC):
     marker) is ever replaced or deleted, and an output appears whole or not at all.
     """
 
-    #: the output: a :class:`pathlib.Path` or a :class:`dfairpca.io._remote.Location`
+    #: the output: a :class:`pathlib.Path` or a :class:`dfairpca.io._urls.Location`
     target: Any
 
     def __str__(self) -> str:

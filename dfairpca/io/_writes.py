@@ -151,7 +151,7 @@ def atomic_directory(path, kind: str, *, overwrite: bool = False, protect: Prote
     One writer per path at a time: a process whose replace finds another's under way on
     this host fails naming it (:func:`exclusive`), and never loses the version that was there.
 
-    For a URL (see :mod:`dfairpca.io._remote`) the block gets, with ``direct``, the URL of the
+    For a URL (see :mod:`dfairpca.io._urls`) the block gets, with ``direct``, the URL of the
     temporary prefix (a Zarr store that workers write there); otherwise a local folder
     that is uploaded when the block ends (models, statistics, checkpoints: small files).
 
@@ -276,7 +276,7 @@ def recover(path, *, storage_options: dict | None = None) -> None:
     wins), and deleted otherwise; a ``.tmp-`` sibling is deleted, and so is the lock file of
     a replace whose holder died.  Only siblings carrying
     dfairpca's marker (or empty) are touched, and none of a writer still running on this
-    host.  For a URL: finishes a move cut short (see :mod:`dfairpca.io._remote`).
+    host.  For a URL: finishes a move cut short (see :mod:`dfairpca.io._fsspec`).
 
     Parameters
     ----------
@@ -294,7 +294,7 @@ def recover_for_reading(path, *, storage_options: dict | None = None) -> None:
     Safe in a reader for the same reason as in a writer: only a dead writer's leftovers
     are touched.  Without write permission nothing is repaired; :func:`load_arrays` then
     names the intact copy.  For a URL, a write still under way is an error
-    (:func:`dfairpca.io._remote.check_settled`).
+    (:func:`dfairpca.io._fsspec.check_settled`).
 
     Parameters
     ----------

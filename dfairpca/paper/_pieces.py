@@ -5,7 +5,7 @@ Each piece (one data set of Tables 1-3, one d of the synthetic sweep, ...; see t
 report: one JSON file per piece, written to a temporary name and renamed, so a crash or a
 Ctrl-C leaves only whole pieces.  Rerunning the same command skips the pieces found there
 that were made with the same sizes (:class:`dfairpca.paper._config.Config`), dfairpca
-version and code (:func:`dfairpca.base.runtime.code_digest`); when the report is written the directory is removed.  It carries dfairpca's marker:
+version and code (:func:`dfairpca.base.code_digest`); when the report is written the directory is removed.  It carries dfairpca's marker:
 dfairpca uses or removes only a directory it wrote.
 """
 
@@ -65,7 +65,7 @@ def _name(part: str, task) -> str:
 
 
 def _stamp(cfg) -> dict:
-    from ..base.runtime import __version__, code_digest
+    from ..base import __version__, code_digest
 
     return {"config": _encode(dataclasses.asdict(cfg)), "version": __version__, "code": code_digest()}
 

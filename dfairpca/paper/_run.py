@@ -126,8 +126,8 @@ def run(out, quick: bool = False, parts=("tables", "synthetic", "tradeoff", "fac
     Finished pieces are kept in ``OUT.partial`` until then (:mod:`._pieces`): rerunning the
     same command after a crash or Ctrl-C skips them.
     """
-    from ..base.runtime import __version__
-    from ..base.runtime import cpu_count
+    from ..base import __version__
+    from ..base import cpu_count
     from ..io.writes import atomic_directory
     from . import _pieces, faces, synthetic, tables, tradeoff
     from ._config import config

@@ -35,10 +35,6 @@ from ..base._params import is_int
 from ._exact import check_variance, standard_scale
 from ._krylov import Krylov, ritz_components
 from ._limits import check_features, check_rows, too_large
-# re-exported: the choice between the solves was defined here first
-from ._choice import (  # noqa: F401
-    check_exact_memory, choose_svd_solver, memory_budget, needs_dense_message, worker_memory,
-)
 from ._fairness import (
     constraint_basis, group_constraints, numeric_constraint_rows, stack_constraints, violations_by_attribute,
 )
@@ -50,8 +46,7 @@ from ..engine._compute import WorkersLost
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
 
-__all__ = ["RandomizedFit", "fit_randomized", "resolve_iterated_power", "choose_svd_solver",
-           "check_exact_memory", "worker_memory", "memory_budget", "needs_dense_message", "N_OVERSAMPLES", "AUTO_RTOL"]
+__all__ = ["RandomizedFit", "fit_randomized", "resolve_iterated_power", "N_OVERSAMPLES", "AUTO_RTOL"]
 
 #: scikit-learn's default oversampling: the block has k + 10 columns
 N_OVERSAMPLES = 10
@@ -202,7 +197,8 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
     except (KeyboardInterrupt, WorkersLost) as exc:
         if ck is None:
             raise
-        from ..engine.checkpoint import PassInterrupted, saved_state_meta
+        from ..engine._checkpoint_files import saved_state_meta
+        from ..engine.checkpoint import PassInterrupted
 
         saved = saved_state_meta(ck.path)  # what an interrupt reports is what is on disk
         most = saved.get("most", resolve_iterated_power(iterated_power, k, X.shape[0], d) + 2)
@@ -323,7 +319,7 @@ def _check_statistics(full: Moments, k: int, d: int) -> None:
     full.check_finite()
     n = full.n
     if not np.all(np.isfinite(full.mean)) or not np.all(np.isfinite(full.scatter_diagonal)):
-        from ..stats.moments import OVERFLOW_MESSAGE
+        from ..stats._chunk import OVERFLOW_MESSAGE
 
         raise InvalidInputError(OVERFLOW_MESSAGE)
     if n < 2:
@@ -340,7 +336,7 @@ class _Checkpoint:
     """
 
     def __init__(self, path, X, fingerprint: dict, resume: bool):
-        from ..engine.checkpoint import checkpoint_path, open_state
+        from ..engine._checkpoint_files import checkpoint_path, open_state
 
         self.path, self.fingerprint = checkpoint_path(path), fingerprint
         self.saved = open_state(self.path, X, fingerprint, "randomized", resume)
@@ -349,7 +345,7 @@ class _Checkpoint:
 
     def bind(self, read: list) -> None:
         """Take (a fresh fit) or check (a resumed one) the digests of the chunks just read."""
-        from ..engine.checkpoint import check_digests
+        from ..engine._checkpoint_files import check_digests
 
         if self.digests is None:
             self.digests = [h for _, _, h in sorted(read)]
@@ -358,7 +354,7 @@ class _Checkpoint:
         self.bound = True
 
     def save(self, meta: dict, arrays: dict) -> None:
-        from ..engine.checkpoint import save_state
+        from ..engine._checkpoint_files import save_state
 
         assert self.digests is not None  # bound by the first pass, before any save
         save_state(self.path, self.fingerprint, "randomized", meta, arrays, self.digests)
@@ -382,7 +378,8 @@ def _fingerprint(X, codes, categories, mask, dtype, omega, **options) -> dict:
     """What a randomized fit's checkpoint is for: the pass's job (X's shape, chunks and
     stores, the groups, the mask, the compute dtype), the options that change the result
     and the start block itself (whatever random_state drew it)."""
-    from ..engine.checkpoint import array_digest, job_fingerprint
+    from ..engine._checkpoint_files import array_digest
+    from ..engine.checkpoint import job_fingerprint
 
     fp = job_fingerprint(X, codes, categories, mask, dtype=dtype)
     for key, v in options.items():
@@ -402,7 +399,3 @@ def _trace(m: Moments, sd, off, plan: Plan, center: bool) -> float:
     if sd is not None:
         diag /= sd * sd
     return float(diag.sum())
-
-
-#: the name benchmarks/bench_full_resolution.py times the client's Rayleigh-Ritz step by
-_Krylov = Krylov

@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._chunk import OVERFLOW_MESSAGE  # noqa: F401 (the estimators raise it too)
 from ._chunk import chunk_sums
 from ._exact import ExactSums, merge_exact
 from ._weighted import weighted_chunk_sums
@@ -40,9 +39,6 @@ from ..base._typing import PathInput
 from ..errors import InvalidInputError, InvalidTypeError
 from ..io._moments_format import moments_layout, read_saved, saved_fields, sums_to_arrays
 # the saved form's label encoding, by the names the saved models import it under
-from ..io._moments_format import categories_from_json as _categories_from_json  # noqa: F401
-from ..io._moments_format import categories_to_json as _categories_to_json  # noqa: F401
-from ..io._moments_format import saved_group_counts  # noqa: F401
 
 __all__ = ["Moments", "AttributeMoments", "merge", "exact_moments", "constraint_matrix", "deviation_floor", "check_finite"]
 
