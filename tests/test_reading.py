@@ -820,7 +820,7 @@ def test_saved_json_is_read_up_to_a_cap(tmp_path, monkeypatch):
     import fsspec
 
     import dfairpca.io._files
-    from dfairpca.io import _remote
+    from dfairpca.io import _fsspec
 
     path, _ = _fair_model(tmp_path)
     size = len((path / "model" / "meta.json").read_bytes())
@@ -832,9 +832,9 @@ def test_saved_json_is_read_up_to_a_cap(tmp_path, monkeypatch):
     fsspec.filesystem("memory").pipe_file("/capped/progress.json", b"{}" + b" " * 100)
     monkeypatch.setattr(dfairpca.io._files, "MAX_JSON_BYTES", 101)
     with pytest.raises(SavedFileError, match="progress.json holds more than 101 bytes"):
-        _remote.read_text("memory://capped/progress.json")
+        _fsspec.read_text("memory://capped/progress.json")
     monkeypatch.setattr(dfairpca.io._files, "MAX_JSON_BYTES", 102)
-    assert _remote.read_text("memory://capped/progress.json").strip() == "{}"
+    assert _fsspec.read_text("memory://capped/progress.json").strip() == "{}"
 
 
 def test_cli_names_a_damaged_model(faces, tmp_path, capsys):

@@ -7,9 +7,11 @@ their worker pools with :func:`cpu_count` and key resumable work on :data:`__ver
 :func:`code_digest`, so that pieces made by other code are made again, never mixed in.
 """
 
-from __future__ import annotations
-
+from ._compat import alias_moved_modules as _alias
 from ._system import BLOCK_BYTES, cpu_count, rows_per_block
 from ._version import __version__, code_digest
 
 __all__ = ["cpu_count", "BLOCK_BYTES", "rows_per_block", "__version__", "code_digest"]
+
+_alias(__name__)  # dfairpca.base.runtime of 0.2.0 imports as this package (until 0.4.0)
+del _alias

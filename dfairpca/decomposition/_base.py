@@ -20,7 +20,8 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.exceptions import NotFittedError
 
 from ..solve._fairness import fair_feature_names
-from ..base._params import current_params, validate_params
+from ..base._compat import current_params
+from ..base._params import validate_params
 from ._saved import input_meta, restore_input_meta
 from ..base._typing import ArrayInput, ArrayOutput, PathInput
 
@@ -121,7 +122,7 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             or be an empty directory, unless ``overwrite``.
         overwrite : bool
             Replace a model saved by dfairpca there, atomically, and nothing else (see
-            :func:`dfairpca.io.writes.atomic_directory`).
+            :func:`dfairpca.io.atomic_directory`).
 
         Returns
         -------
@@ -132,7 +133,7 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
     def _write(self, path, overwrite: bool, statistics=None) -> Path:
         """Write the model (and ``statistics``, a Moments, beside it) atomically."""
-        from ..io._remote import is_remote
+        from ..io import storage_for
         from ..io._writes import atomic_directory
         from ..io import save_arrays
 
@@ -154,7 +155,7 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             save_arrays(tmp / "model", arrays, meta)
             if statistics is not None:
                 statistics.save(tmp / "statistics")
-        return path if is_remote(path) else Path(path)
+        return path if storage_for(path).remote else Path(path)
 
     def _check_savable(self) -> None:
         """Raise if the fitted model cannot be written as arrays and JSON."""

@@ -20,8 +20,9 @@ from ..base import _solvers
 from ..engine._compute import ship
 from ._probabilistic import ProbabilisticPCA, noise_variance
 from ..engine._engine import coded_moments
+from ..base._compat import current
 from ..base._params import (
-    BOOL, SPLIT_EVERY, Check, RenamedOneOf, Rule, current, int_at_least, is_int, is_real, one_of,
+    BOOL, SPLIT_EVERY, Check, RenamedOneOf, Rule, int_at_least, is_int, is_real, one_of,
 )
 from ._saved import check_linear_values, linear_layout, load_statistics
 from ..base._system import rows_per_block
@@ -472,7 +473,7 @@ class LinearDecomposition(ProbabilisticPCA):
             ``partial_fit`` can continue after :func:`load`.
         overwrite : bool
             Replace a model saved by dfairpca there, atomically, and nothing else (see
-            :func:`dfairpca.io.writes.atomic_directory`).
+            :func:`dfairpca.io.atomic_directory`).
 
         Returns
         -------

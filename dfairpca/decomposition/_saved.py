@@ -20,7 +20,8 @@ import numpy as np
 from ..io import _registry
 from ..base import _solvers
 from ..solve import _fairness
-from ..base._params import current_params, validate_params
+from ..base._compat import current_params
+from ..base._params import validate_params
 from ..io._moments_format import categories_from_json, categories_to_json, saved_group_counts
 from ..stats.moments import Moments
 from ..base._typing import PathInput
@@ -58,12 +59,14 @@ def load(path: PathInput, *, storage_options: dict | None = None) -> BaseEstimat
         were saved with it.
     """
     from ..io._files import check_folder
-    from ..io._remote import is_remote, local_copy, location
+    from ..io._fsspec import local_copy
     from ..io._writes import recover_for_reading
-    from ..io import RESAVE_HINT, SavedFileError, load_arrays
+    from ..io import SavedFileError, load_arrays, storage_for
+    from ..io._arrays import RESAVE_HINT
 
-    if is_remote(path):
-        with local_copy(location(path, storage_options)) as local:
+    storage = storage_for(path, storage_options)
+    if storage.remote:
+        with local_copy(storage.target) as local:
             return load(local)
     path = Path(path)
     recover_for_reading(path)  # a replace cut short: put the intact old version back
@@ -85,7 +88,7 @@ def load(path: PathInput, *, storage_options: dict | None = None) -> BaseEstimat
 
 def _layout(meta: dict, headers: dict) -> dict:
     """Check meta.json's class against the registry, then the rest for that class."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     name = meta_value(meta, "class", _registry.names())
     return _registry.lookup(name)._saved_layout(meta, headers)
@@ -137,7 +140,7 @@ def restore_fair_meta(est, meta: dict) -> None:
 # ---------------------------------------------------------------------------- meta.json checks
 def saved_params(cls, meta: dict) -> dict:
     """meta.json's ``params``, checked to be ``cls``'s parameters with valid values."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     params = meta_value(meta, "params", "dict")
     unknown = sorted(set(params) - set(cls._get_param_names()))
@@ -154,7 +157,7 @@ def saved_input_meta(meta: dict, width: int) -> tuple[list, list]:
     """Check meta.json's ``feature_names_in_`` (width strings), ``sensitive_feature_indices_``
     (distinct columns of X) and ``numeric_sensitive_columns_`` (as many or fewer columns of
     the statistics); all optional.  Returns the last two."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     names = meta_value(meta, "feature_names_in_", "list", optional=True)
     if names is not None and (len(names) != width or not all(isinstance(c, str) for c in names)):
@@ -177,7 +180,7 @@ def saved_certificate(meta: dict, p: int) -> None:
     """Check meta.json's fairness certificate: ``fairness_violation_`` a number >= 0 and
     ``fairness_violation_per_attribute_`` p of them (both absent in models saved before
     fits were certified)."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     total = meta_value(meta, "fairness_violation_", "number", optional=True)
     per = meta_value(meta, "fairness_violation_per_attribute_", "list", optional=True)
@@ -198,7 +201,7 @@ def saved_certificate(meta: dict, p: int) -> None:
 def saved_groups(meta: dict, q: int = 0) -> list[int]:
     """Group counts of each attribute from meta.json's ``groups_`` and ``attribute_names_``
     (which also names the q numeric attributes, after the labelled ones)."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     groups = meta_value(meta, "groups_", "list")
     names = meta_value(meta, "attribute_names_", "list")
@@ -211,7 +214,7 @@ def saved_groups(meta: dict, q: int = 0) -> list[int]:
 
 def linear_layout(cls, meta: dict, fair: bool) -> dict:
     """Check a saved PCA's (``fair``: FairPCA's) meta.json; the arrays it implies."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     saved_params(cls, meta)
     width = meta_value(meta, "n_features_in_", "positive")
@@ -251,7 +254,7 @@ def linear_layout(cls, meta: dict, fair: bool) -> dict:
 def kernel_layout(cls, meta: dict, kernels: tuple) -> dict:
     """Check a saved FairKernelPCA's meta.json (its kernel one of ``kernels``: a saved
     kernel is a name, never code); the shape and kind of each array it implies."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     kernel = meta_value(meta, "params", "dict").get("kernel", "rbf")
     if kernel not in kernels:

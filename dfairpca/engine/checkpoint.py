@@ -43,22 +43,29 @@ from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ._compute import WorkersLost, compute, worker_timeout
 from ._engine import checked_request, row_slice, run_moments_pass, threads
-from ..io._remote import Location, exists, local_copy, zarr_arrays, zarr_roots
+from ..io._fsspec import exists, local_copy
+from ..io._remote import zarr_arrays, zarr_roots
+from ..io._urls import Location
 from ..io._shared import check_inputs_shared
 from ..io._writes import atomic_directory, check_target
-from ..io.storage import storage_for
-from ..io import RESAVE_HINT, SavedFileError, meta_value
+from ..io._where import storage_for
+from ..io import SavedFileError
+from ..io._arrays import RESAVE_HINT, meta_value
 from ..inputs._weights import check_sample_weight, check_total_weight
 from ..stats.moments import Moments
 from ..stats._exact import is_exact
 from ..errors import InvalidInputError, InvalidTypeError
 from ._checkpoint_files import (CHECKPOINT_VERSION, _START_OVER, CheckpointMismatch, Where,
                                 _check_same_job, _digest, _progress_text, _read_progress)
+# the checkpoint files' public names are this module's interface (docs/api.rst)
+from ._checkpoint_files import (array_digest, check_digests, checkpoint_path, open_state, save_state,
+                                saved_solver, saved_state_meta)
 
 
 __all__ = [
     "compute_moments_checkpointed", "job_fingerprint", "segment_bounds", "chunk_digests",
-    "CheckpointMismatch", "PassInterrupted",
+    "CheckpointMismatch", "PassInterrupted", "array_digest", "open_state", "save_state",
+    "check_digests", "saved_solver", "saved_state_meta", "checkpoint_path",
 ]
 
 
@@ -104,7 +111,7 @@ def compute_moments_checkpointed(
     checkpoint : str or Path
         Checkpoint directory (created; replaced atomically after every segment).  It is
         left in place at the end, holding the full statistics; delete it once the model
-        is saved (:func:`dfairpca.io.writes.remove_directory`).  Refused before the pass if it
+        is saved (:func:`dfairpca.io.remove_directory`).  Refused before the pass if it
         exists and is not a dfairpca checkpoint, or holds the store the pass reads.  A URL
         (``s3://bucket/run.checkpoint``) or an fsspec mapper works too: the checkpoint is
         uploaded after every segment (see :mod:`dfairpca.io._fsspec`).

@@ -13,7 +13,7 @@ import sys
 
 from ..errors import DfairpcaError, UnreachableError
 from ._remote import zarr_arrays
-from ._urls import is_remote
+from ._where import storage_for
 
 
 class NotShared(DfairpcaError, FileNotFoundError):
@@ -86,7 +86,7 @@ def check_workers_see(client, path, what: str, *, output: bool = False, shown=No
     fix : str
         What to do about it, said at the end of the message.
     """
-    if client is None or is_remote(path):
+    if client is None or storage_for(path).remote:
         return
     path = os.path.abspath(path)
     if output:

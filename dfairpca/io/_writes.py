@@ -4,11 +4,11 @@ Every directory dfairpca writes (models, statistics, checkpoints, Zarr stores) g
 :func:`atomic_directory`: it carries dfairpca's marker (:data:`MARKER`), is written to a
 temporary sibling and moved into place only when complete, and replaces only a directory
 carrying the same marker -- dfairpca never deletes or overwrites what it did not write.
-Users reach these names through :mod:`dfairpca.io.writes`, which re-exports them.
+Users reach these names through :mod:`dfairpca.io`, whose interface they are.
 
 Every function also takes an fsspec URL (``s3://bucket/x``) or mapper with
 ``storage_options``: each is one call of the operation of the path's storage
-(:func:`dfairpca.io.storage.storage_for`): renames on a local disk
+(:func:`dfairpca.io.storage_for`): renames on a local disk
 (:mod:`dfairpca.io._local`), copies under a journal on object storage
 (:mod:`dfairpca.io._fsspec`).
 """
@@ -23,7 +23,7 @@ from ._locks import LOCK_MARK, REPLACE_LOCK, exclusive
 from ._marker import MARKER, MARKER_KEY, OutputPathError, marker, marker_attributes
 from ._stage import STAGE_ENV, STAGE_KIND, check_stage_dir, stage_folder, staged_locally
 from ._storage import Protected
-from .storage import storage_for
+from ._where import storage_for
 from ..errors import InvalidInputError
 
 __all__ = [

@@ -14,7 +14,7 @@ import numpy as np
 from ._marker import stored_chunks as _store_chunks
 from ._remote import zarr_roots
 from ._urls import explained, is_remote, store_url
-from .storage import open_zarr
+from ._where import open_zarr
 from ..base._system import rows_per_block
 from ..base._typing import PathInput
 from ..errors import InvalidInputError, NotFoundError

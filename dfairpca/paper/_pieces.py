@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io.storage import read_capped
+from ..io import read_capped
 
 #: the kind in the marker of the pieces' directory
 KIND = "paper-pieces"
@@ -72,7 +72,7 @@ def _stamp(cfg) -> dict:
 
 def _own(path: Path) -> bool:
     """Whether ``path`` is a pieces' directory dfairpca wrote (else it is never touched)."""
-    from ..io.writes import read_marker
+    from ..io import read_marker
 
     found = read_marker(path)
     return path.is_dir() and not path.is_symlink() and found is not None and found.get("kind") == KIND
@@ -95,7 +95,7 @@ def load(out, cfg, part: str, task):
 
 def save(out, cfg, part: str, task, result) -> None:
     """Write the result of piece (part, task): whole, or not at all."""
-    from ..io.writes import OutputPathError, write_marker
+    from ..io import OutputPathError, write_marker
 
     path = folder(out)
     if path.exists() and not _own(path):
@@ -113,7 +113,7 @@ def save(out, cfg, part: str, task, result) -> None:
 
 def discard(out) -> None:
     """Remove the pieces' directory of ``out`` once the report is written (if dfairpca's)."""
-    from ..io.writes import remove_directory
+    from ..io import remove_directory
 
     path = folder(out)
     if _own(path):

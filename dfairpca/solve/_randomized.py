@@ -270,7 +270,8 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
             fair = Krylov.restore(saved["arrays"], "fair", project, k, d)
             std = Krylov.restore(saved["arrays"], "std", unprojected, k, d) if standard and r else None
         except KeyError as exc:
-            from ..io import RESAVE_HINT, SavedFileError
+            from ..io import SavedFileError
+            from ..io._arrays import RESAVE_HINT
 
             raise SavedFileError(f"cannot load checkpoint {saved['path']!r}: its state lacks "
                                  f"{exc}{RESAVE_HINT}") from None

@@ -23,7 +23,7 @@ pass keeps its running total in its own form (``dfairpca.engine._accumulator``) 
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,6 +35,7 @@ from ._exact import ExactSums, merge_exact
 from ._weighted import weighted_chunk_sums
 from ._derived import check_finite, constraint_matrix, deviation_floor
 from ._sums import DENSE, Sums, fill_lower, merge_sums, nbytes
+from ..base._compat import fill_new_fields
 from ..base._typing import PathInput
 from ..errors import InvalidInputError, InvalidTypeError
 from ..io._moments_format import moments_layout, read_saved, saved_fields, sums_to_arrays
@@ -142,11 +143,7 @@ class Moments:
     def __setstate__(self, state: dict) -> None:
         """Unpickle, giving the fields an older dfairpca did not have their defaults (a model
         pickled with its statistics must keep working after an upgrade)."""
-        for f in fields(self):
-            if f.name not in state:
-                state[f.name] = f.default_factory() if f.default is MISSING and \
-                    f.default_factory is not MISSING else f.default
-        self.__dict__.update(state)
+        self.__dict__.update(fill_new_fields(self, state))
 
     # ------------------------------------------------------------------ building
     @classmethod
