@@ -49,7 +49,7 @@ def save_arrays(path: PathInput, arrays: dict, meta: dict, overwrite: bool = Fal
         The directory written: a Path for a local one, the URL as given for a remote one.
     """
     storage = storage_for(path, storage_options)
-    path = storage.target if isinstance(storage, LocalStorage) else path
+    path = path if storage.remote else storage.target
     with storage.atomic_directory(meta["kind"], overwrite=overwrite) as tmp:
         # Any values: numpy's stub would match a **dict of arrays against allow_pickle
         payload: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
@@ -98,7 +98,7 @@ def load_arrays(path: PathInput, kind: str | None = None, layout: Callable[[dict
         other arrays, a truncated archive.
     """
     storage = storage_for(path, storage_options)
-    if not isinstance(storage, LocalStorage):
+    if storage.remote:
         with storage.local_copy() as local:
             return load_arrays(local, kind, layout)
     path = Path(storage.target)

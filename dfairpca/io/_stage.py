@@ -116,7 +116,7 @@ def staged_locally(path, kind: str, *, overwrite: bool = False, storage_options:
     """
     check_stage_dir(path, stage_dir)
     storage = storage_for(path, storage_options)
-    if isinstance(storage, LocalStorage):
+    if not storage.remote:
         yield Path(path)
         return
     storage.check_target(kind, overwrite=overwrite)

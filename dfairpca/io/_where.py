@@ -66,7 +66,7 @@ def open_zarr(store, storage_options: dict | None = None):
     import zarr
 
     storage = storage_for(store, storage_options)
-    if isinstance(storage, LocalStorage):
+    if not storage.remote:
         path = local_path(store)
         if not path.exists():
             raise PathNotFoundError(f"no Zarr store at {str(path)!r}")

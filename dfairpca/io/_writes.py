@@ -207,7 +207,7 @@ def move_into_place(src, path, kind: str, *, overwrite: bool = False,
     source = storage_for(src, storage_options).target  # a Location on the same storage, or a Path
     storage = storage_for(path, storage_options)
     storage.move_into_place(source, kind, overwrite=overwrite)
-    return storage.target if isinstance(storage, LocalStorage) else path
+    return path if storage.remote else storage.target
 
 
 @contextlib.contextmanager
@@ -237,7 +237,7 @@ def atomic_file(path, kind: str, *, overwrite: bool = False, protect: Protected 
         The temporary path to write the file to, marker included.
     """
     storage = storage_for(path)
-    if not isinstance(storage, LocalStorage):
+    if storage.remote:
         raise InvalidInputError(f"{path}: a {kind} is written to a local path; write it there and copy it")
     path = storage.target
     storage.check_target(kind, overwrite=overwrite, protect=protect)
