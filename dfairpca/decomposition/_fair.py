@@ -17,7 +17,8 @@ import numpy.typing as npt
 
 from ..engine._compute import worker_timeout
 from ..solve._solution import FairSolution, exact_fair_solution, randomized_fair_solution
-from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, check_fair_k, set_certificate
+from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, check_fair_k
+from ._base import set_certificate
 from ._linear import (
     LINEAR_RULES, LinearDecomposition, release, whitening,
 )

@@ -64,10 +64,10 @@ import numpy as np
 from ..solve import _kernels as kn
 from ..solve._kernel_method import choose_method, exact_fit_bytes
 from ..base import _solvers
-from ._base import Estimator
+from ._base import Estimator, set_certificate
 from ..engine._compute import compute, worker_timeout
 from ..engine._engine import coded_moments
-from ..solve._fairness import CONSTRAINT_RULES, certify, check_fair_k, set_certificate
+from ..solve._fairness import CONSTRAINT_RULES, certify, check_fair_k
 from ..base._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
 from ..io._registry import register
 from ._saved import fair_meta, kernel_layout, restore_fair_meta

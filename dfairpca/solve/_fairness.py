@@ -36,7 +36,7 @@ from ._limits import too_large
 from ..errors import ConstraintDroppedWarning, InvalidInputError
 
 __all__ = ["CONSTRAINTS", "CONSTRAINT_RULES", "fair_k_limit", "check_fair_k", "certify",
-           "set_certificate", "fair_feature_names", "group_constraints", "numeric_constraints",
+           "group_constraints", "numeric_constraints",
            "numeric_constraint_rows",
            "covariance_terms", "EQUALIZE_RULES", "FAIRNESS_TOLERANCE", "constraint_basis",
            "constraint_violation", "equalizing_basis", "fair_constraints", "fair_components"]
@@ -139,24 +139,6 @@ def certify(per_group, names, categories, precision: float, estimator: str,
         f"linearly dependent or too different in size for float64. Fit with {fix}, "
         f"or {drop}"
     )
-
-
-def set_certificate(est, per_group) -> None:
-    """Record a certified fit's ``fairness_violation_per_attribute_`` (the worst share per
-    attribute) and ``fairness_violation_`` (the worst of all) on ``est``."""
-    est.fairness_violation_per_attribute_ = np.array([float(v.max(initial=0.0)) for v in per_group])
-    est.fairness_violation_ = float(est.fairness_violation_per_attribute_.max())
-
-
-def fair_feature_names(est, names) -> np.ndarray:
-    """``names`` ("<class>0", ...) with the λ-scaled standard half of a ``tradeoff > 0``
-    model named "<class>_standard0", ... (the first k stay the fair ones)."""
-    k = est.n_components_
-    if len(names) == k:
-        return names
-    prefix = type(est).__name__.lower()
-    return np.asarray([f"{prefix}{i}" for i in range(k)] + [f"{prefix}_standard{i}" for i in range(k)],
-                      dtype=object)
 
 
 def group_constraints(m: Moments, names) -> np.ndarray:
