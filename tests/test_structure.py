@@ -282,6 +282,44 @@ def test_the_subpackage_graph_sees_a_cycle_through_different_modules():
     assert _cycles(graph) == [["dfairpca.cluster", "dfairpca.io"]]
 
 
+def _defines_something(tree: ast.Module) -> bool:
+    """Whether a module's top level defines a function, class or name besides ``__all__``."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.AnnAssign)):
+            return True
+        if isinstance(node, ast.Assign) and not any(getattr(t, "id", None) == "__all__"
+                                                    for t in node.targets):
+            return True
+    return False
+
+
+def test_only_a_package_init_only_re_exports():
+    """A module that only imports names for others to import from it is a second front door
+    (a package's ``__init__`` is the one); and no ``noqa: F401`` keeps an unused import alive
+    for an old path outside an ``__init__``."""
+    hollow, kept = [], []
+    for name, path in sorted(_modules().items()):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        text = path.read_text()
+        if not _defines_something(ast.parse(text)):
+            hollow.append(name)
+        kept += [f"{name}:{i}" for i, line in enumerate(text.splitlines(), 1) if "noqa: F401" in line]
+    assert not hollow, f"modules that only re-export: {hollow}"
+    assert not kept, f"re-export lines outside __init__ files: {kept}"
+
+
+def test_only_io_tells_a_url_from_a_local_path():
+    """Outside io, code asks ``storage_for(path)`` (its ``remote`` and ``target``) where data
+    lives; a call of ``is_remote`` there would be a second place that decides it."""
+    calls = [f"{name}:{node.lineno}" for name, path in sorted(_modules().items())
+             if not name.startswith("dfairpca.io")
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None))
+             == "is_remote"]
+    assert not calls, f"is_remote asked outside io: {calls}"
+
+
 def test_at_most_eight_modules_sit_flat_in_the_package():
     """The layers are folders: what is left flat is the package root, its command line and
     the few public modules a user imports by name."""
