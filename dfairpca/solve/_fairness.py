@@ -111,7 +111,7 @@ def certify(per_group, names, categories, precision: float, estimator: str,
             fix: str | None = None) -> None:
     """Raise ``ValueError`` if any constraint vector keeps more than ``FAIRNESS_TOLERANCE``
     of itself under the fitted components (``per_group``: one array per attribute, from
-    :func:`dfairpca.base._solvers.constraint_violation`), naming it and the fixes.
+    :func:`constraint_violation`), naming it and the fixes.
 
     ``categories`` holds each attribute's group labels, or None for a numeric attribute
     (one vector: its covariance with the features).  ``fix``: the estimator's own remedy,
