@@ -192,12 +192,12 @@ def client_costs(d: int, w: int, k: int, passes: int) -> list[float]:
     one thread: multi-threaded BLAS on a loaded machine measured 5 to 10 times slower."""
     from threadpoolctl import threadpool_limits
 
-    from dfairpca.solve._randomized import _Krylov
+    from dfairpca.solve._krylov import Krylov
 
     rng = np.random.default_rng(0)
     out = []
     with threadpool_limits(1):
-        space = _Krylov(rng.normal(size=(d, w)), lambda A: A, k)
+        space = Krylov(rng.normal(size=(d, w)), lambda A: A, k)
         for _ in range(passes - 1):
             W = rng.normal(size=(d, w))
             t = time.perf_counter()

@@ -44,7 +44,7 @@ def problem(store, n):
 def solvers(S, Q, k):
     d = S.shape[0]
     c = -(abs(np.trace(S)) + 1.0)
-    M = _solvers._deflated(S, Q, c)
+    M = _solvers.deflated(S, Q, c)
     P = lambda A: A - Q @ (Q.T @ A)
     op = scipy.sparse.linalg.LinearOperator((d, d), matvec=lambda v: P(S @ P(v)),
                                             matmat=lambda V: P(S @ P(V)), dtype=np.float64)

@@ -29,9 +29,9 @@ def _version(dist: str) -> str | None:
 
 
 def _blas() -> list[dict[str, Any]]:
-    """The BLAS and OpenMP libraries loaded in this process, as threadpoolctl sees them."""
+    """The BLAS and OpenMP libraries loaded in this process, as threadpoolctl sees them
+    (numpy's and MKL's are loaded by then: :func:`versions_report` asks the kernels first)."""
     try:
-        import numpy  # noqa: F401  (loads numpy's BLAS, so that threadpoolctl finds it)
         from threadpoolctl import threadpool_info
     except ImportError:
         return []

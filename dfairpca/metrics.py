@@ -255,7 +255,7 @@ def group_reconstruction_error(model: LinearDecomposition, X: ArrayInput, sensit
     import pandas as pd
 
     from .inputs._groups import encode_groups
-    from .inputs._validation import with_known_rows
+    from .engine._compute import with_known_rows
 
     models = [model] if baseline is None else [model, baseline]
     for m in models:
@@ -416,7 +416,8 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
 
     from .engine.sampled import moments_and_sample
     from .inputs._groups import encode_groups
-    from .inputs._validation import check_input, with_known_rows, is_xarray
+    from .engine._compute import with_known_rows
+    from .inputs._validation import check_input, is_xarray
     from .stats.equal_means import group_mean_test
 
     models = [model] if baseline is None else [model, baseline]

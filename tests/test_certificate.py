@@ -11,7 +11,7 @@ import pytest
 
 import dfairpca
 import dfairpca.solve._kernels as kernels
-from dfairpca.base._solvers import constraint_violation
+from dfairpca.solve._fairness import constraint_violation
 from dfairpca.solve._fairness import certify
 from dfairpca.decomposition.kernel import FairKernelPCA
 from dfairpca.stats.moments import Moments

@@ -13,7 +13,6 @@ from dfairpca.engine.checkpoint import (
     segment_bounds,
 )
 from dfairpca.engine._accumulator import RunningTotal, UpperPanels
-from dfairpca.engine.checkpoint import coded_moments_checkpointed
 from oracle import make_data, max_angle_deg
 
 N, D, CHUNK = 2400, 24, 100
@@ -199,10 +198,14 @@ def test_bad_inputs(data, tmp_path):
     with pytest.raises(TypeError, match="Dask array"):
         compute_moments_checkpointed(X, sensitive_features=codes, checkpoint=tmp_path / "c")
     Xd = da.from_array(X, chunks=(CHUNK, D))
-    with pytest.raises(ValueError, match="codes has 100 rows but X has 2400"):
-        coded_moments_checkpointed(Xd, codes[:100], cats, checkpoint=tmp_path / "c")
     with pytest.raises(ValueError, match="attribute 0 has 100 labels but X has 2400 rows"):
         compute_moments_checkpointed(Xd, sensitive_features=codes[:100], checkpoint=tmp_path / "c")
+    with pytest.raises(ValueError, match="mask has 100 rows but X has 2400"):
+        compute_moments_checkpointed(Xd, mask=np.ones(100, bool), checkpoint=tmp_path / "c")
+    with pytest.raises(ValueError, match="sample_weight has 100 weights but X has 2400 rows"):
+        compute_moments_checkpointed(Xd, sample_weight=np.ones(100), checkpoint=tmp_path / "c")
+    with pytest.raises(ValueError, match="split_every must be at least 2; got 1"):
+        compute_moments_checkpointed(Xd, split_every=1, checkpoint=tmp_path / "c")
     with pytest.raises(ValueError, match="positive"):
         compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=tmp_path / "c", segment_rows=0)
     (tmp_path / "not_a_ckpt").mkdir()

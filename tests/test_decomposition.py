@@ -462,7 +462,7 @@ def test_eigen_solver_randomized_is_the_deprecated_name_of_subspace(tmp_path):
 def test_one_fair_input_serves_both_fair_estimators():
     """FairPCA and FairKernelPCA read X, the attributes, y and the weights through one
     function: the same rows, groups, numeric columns and names, the same refusals."""
-    from dfairpca.inputs._fair_input import fair_input
+    from dfairpca.decomposition._fair_input import fair_input
 
     X, g = make_data(90, 5, (3,), seed=2)
     # the attributes as columns: group labels as text, a numeric one (0/1)

@@ -6,7 +6,7 @@ import pytest
 
 import dfairpca
 import oracle
-from dfairpca.base import _solvers
+from dfairpca.solve import _fairness
 from oracle import make_data, max_angle_deg
 
 
@@ -51,12 +51,12 @@ def test_fraction_one_is_fair_pca():
 def test_more_groups_generalisation_reduces_to_paper_for_two():
     X, z = two_gaussians(d=10)
     Xc = X - X.mean(0)
-    Q = _solvers.constraint_basis((np.stack([Xc[z == 0].mean(0), Xc[z == 1].mean(0)])))
+    Q = _fairness.constraint_basis((np.stack([Xc[z == 0].mean(0), Xc[z == 1].mean(0)])))
     S0, S1 = np.cov(X[z == 0].T), np.cov(X[z == 1].T)
     n0, n1 = (z == 0).sum(), (z == 1).sum()
     pooled = (n0 * S0 + n1 * S1) / (n0 + n1)
-    paper = _solvers.equalizing_basis([(1.0, S0 - S1)], Q, 5)
-    general = _solvers.equalizing_basis([(n0 / len(z), S0 - pooled), (n1 / len(z), S1 - pooled)], Q, 5)
+    paper = _fairness.equalizing_basis([(1.0, S0 - S1)], Q, 5)
+    general = _fairness.equalizing_basis([(n0 / len(z), S0 - pooled), (n1 / len(z), S1 - pooled)], Q, 5)
     assert max_angle_deg(paper, general) < 1e-6
     assert np.abs(Q.T @ paper).max() < 1e-12
 

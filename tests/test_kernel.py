@@ -308,10 +308,11 @@ def test_nystroem_memory_is_checked_before_any_work(xz, monkeypatch):
     """Too many landmarks: one line naming the bytes and the most landmarks that fit, not
     a MemoryError from the landmarks' m x m kernel matrix."""
     from dfairpca.decomposition import kernel
+    from dfairpca.solve._kernel_method import nystroem_fit_bytes
 
     X, z = xz
-    need = kernel.nystroem_fit_bytes(150, 6)
-    most = kernel.nystroem_fit_bytes(100, 6)
+    need = nystroem_fit_bytes(150, 6)
+    most = nystroem_fit_bytes(100, 6)
     monkeypatch.setattr(kernel.kn, "take_rows", lambda *a: pytest.fail("read X"))
     with pytest.raises(ValueError, match=rf"n_landmarks=150 needs about .* GiB \({need} bytes.*"
                                          r"e\.g\. n_landmarks=100 \(the most that fit\)"):
@@ -416,7 +417,7 @@ def test_rank_deficient_kernel_names_the_largest_k(two_groups):
 
 def test_certification_message_names_only_fair_kernel_pca_options(monkeypatch, two_groups):
     X, z = two_groups(300, 4)
-    monkeypatch.setattr(dfairpca.base._solvers, "FAIRNESS_TOLERANCE", -1.0)
+    monkeypatch.setattr(dfairpca.solve._fairness, "FAIRNESS_TOLERANCE", -1.0)
     with pytest.raises(ValueError, match="could not satisfy") as info:
         FairKernelPCA(2).fit(X, sensitive_features=z)
     assert "standardize" not in str(info.value) and "compute_dtype" not in str(info.value)

@@ -12,10 +12,9 @@ import scipy.linalg
 
 import dfairpca
 import oracle
-from dfairpca.base import _solvers
-from dfairpca.solve._randomized import (
-    AUTO_RTOL, choose_svd_solver, fit_randomized, needs_dense_message, resolve_iterated_power,
-)
+from dfairpca.solve import _fairness
+from dfairpca.solve._choice import choose_svd_solver, needs_dense_message
+from dfairpca.solve._randomized import AUTO_RTOL, fit_randomized, resolve_iterated_power
 from dfairpca.engine._thin_pass import first_moments
 from dfairpca.inputs._groups import encode_groups
 from dfairpca.decomposition import FairPCA
@@ -52,7 +51,7 @@ def test_fair_subspace_matches_dense_oracle(groups_per_attr):
     fit = _fit(X, groups, k, iterated_power=4, random_state=0)  # converged: the same subspace
     ref = oracle.fair_pca(X, groups, k)
     assert _angle(fit.components, ref.T) < 1e-5
-    assert max(float(v.max()) for v in fit.violation) <= _solvers.FAIRNESS_TOLERANCE
+    assert max(float(v.max()) for v in fit.violation) <= _fairness.FAIRNESS_TOLERANCE
     # equal group means after the projection, every group of every attribute
     Y = (X - fit.mean) @ fit.components.T
     spread = np.abs(Y).max()
@@ -144,7 +143,7 @@ def test_captured_variance_gap_on_an_image_like_spectrum():
     gap = (best - got) / best
     assert gap <= 1e-4, gap
     assert got <= best * (1 + 1e-6)  # no component is more than the optimum allows
-    assert max(float(v.max()) for v in fit.violation) <= _solvers.FAIRNESS_TOLERANCE
+    assert max(float(v.max()) for v in fit.violation) <= _fairness.FAIRNESS_TOLERANCE
     # the history is the captured variance after every Rayleigh-Ritz step, non-decreasing
     h = np.asarray(fit.history)
     assert len(h) == fit.passes - 1 and np.all(np.diff(h) >= -1e-6 * h[-1])
@@ -316,7 +315,7 @@ def test_fairpca_randomized_is_the_exact_fit(kw):
     est = FairPCA(5, svd_solver="randomized", iterated_power=5, random_state=0, **kw).fit(X, y, **args)
     assert est.fitted_svd_solver_ == "randomized" and exact.fitted_svd_solver_ == "covariance_eigh"
     assert est.n_passes_ <= 7
-    assert est.fairness_violation_ <= _solvers.FAIRNESS_TOLERANCE
+    assert est.fairness_violation_ <= _fairness.FAIRNESS_TOLERANCE
     np.testing.assert_allclose(est.components_, exact.components_, atol=1e-8)
     np.testing.assert_allclose(est.transform(X), exact.transform(X), rtol=1e-7, atol=1e-7)
     for a in ("explained_variance_", "explained_variance_ratio_", "singular_values_",
@@ -423,7 +422,7 @@ def test_checkpoint_resumes_at_the_next_pass_and_equals_an_uninterrupted_fit(tmp
     assert got.history == ref.history and got.missing == ref.missing
     plain = fit_randomized(X, 4, **kw)  # no checkpoint: numpy blocks, another order of sums
     np.testing.assert_allclose(got.components, plain.components, atol=1e-6)
-    assert max(float(v.max()) for v in got.violation) <= _solvers.FAIRNESS_TOLERANCE
+    assert max(float(v.max()) for v in got.violation) <= _fairness.FAIRNESS_TOLERANCE
 
 
 def test_a_checkpoint_resumes_only_its_own_data_and_options(tmp_path, stop_after):
@@ -484,7 +483,7 @@ def test_estimators_resume_a_randomized_checkpoint(tmp_path, stop_after):
 def test_the_exact_pass_on_workers_with_many_threads_and_little_memory_is_refused():
     """Each worker thread folds into its own d x d sum: a worker whose threads' sums exceed
     half its memory limit would be restarted mid-pass (a pass that then never ends)."""
-    from dfairpca.solve._randomized import check_exact_memory
+    from dfairpca.solve._choice import check_exact_memory
 
     small = [("tcp://10.0.0.1:1", 16, 500_000_000)]
     with pytest.raises(ValueError, match="16 threads.*tcp://10.0.0.1:1.*svd_solver='randomized'"):
@@ -532,7 +531,7 @@ def test_exact_and_matrix_free_fair_solves_end_in_one_certified_solution(monkeyp
     np.testing.assert_array_equal(exact.components, est.components_)
     np.testing.assert_array_equal(exact.basis, est.constraint_basis_)
     assert _angle(matrix_free.components, exact.components) < 1e-3
-    monkeypatch.setattr(_solvers, "FAIRNESS_TOLERANCE", -1.0)
+    monkeypatch.setattr(_fairness, "FAIRNESS_TOLERANCE", -1.0)
     with pytest.raises(ValueError, match="fair"):
         exact_fair_solution(est.statistics_, np.zeros(0, np.intp), ["z"], est.max_components_, **kw)
     with pytest.raises(ValueError, match="fair"):

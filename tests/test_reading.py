@@ -438,7 +438,7 @@ def test_labels_that_cannot_round_trip_are_refused_at_save(labels, reason, tmp_p
 
 
 def test_object_labels_are_kept_only_if_of_one_kind():
-    from dfairpca.stats.moments import _categories_from_json, _categories_to_json
+    from dfairpca.io._moments_format import categories_from_json as _categories_from_json, categories_to_json as _categories_to_json
 
     for values, kind in [(["a", "b"], "U"), ([1, 2**64 - 1], "u"), ([-1, 5], "i"),
                          ([False, True], "b"), ([0.5, 2.0], "f")]:
@@ -453,7 +453,7 @@ def test_object_labels_are_kept_only_if_of_one_kind():
 
 def test_labels_of_the_first_format_still_load():
     """Files written before the dtype was recorded: uint64 labels load without overflow."""
-    from dfairpca.stats.moments import _categories_from_json
+    from dfairpca.io._moments_format import categories_from_json as _categories_from_json
 
     got = _categories_from_json({"kind": "u", "values": [3, 2**64 - 1]})
     assert got.dtype == np.uint64 and got[1] == 2**64 - 1
@@ -820,7 +820,7 @@ def test_saved_json_is_read_up_to_a_cap(tmp_path, monkeypatch):
     import fsspec
 
     import dfairpca.io._files
-    from dfairpca.io import _remote
+    from dfairpca.io import _fsspec
 
     path, _ = _fair_model(tmp_path)
     size = len((path / "model" / "meta.json").read_bytes())
@@ -832,9 +832,9 @@ def test_saved_json_is_read_up_to_a_cap(tmp_path, monkeypatch):
     fsspec.filesystem("memory").pipe_file("/capped/progress.json", b"{}" + b" " * 100)
     monkeypatch.setattr(dfairpca.io._files, "MAX_JSON_BYTES", 101)
     with pytest.raises(SavedFileError, match="progress.json holds more than 101 bytes"):
-        _remote.read_text("memory://capped/progress.json")
+        _fsspec.read_text("memory://capped/progress.json")
     monkeypatch.setattr(dfairpca.io._files, "MAX_JSON_BYTES", 102)
-    assert _remote.read_text("memory://capped/progress.json").strip() == "{}"
+    assert _fsspec.read_text("memory://capped/progress.json").strip() == "{}"
 
 
 def test_cli_names_a_damaged_model(faces, tmp_path, capsys):

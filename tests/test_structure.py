@@ -167,12 +167,13 @@ LAYERS = [
     ("applications", ["dfairpca.__main__", "dfairpca.cli", "dfairpca.celeba", "dfairpca.paper",
                       "dfairpca.datasets"]),
     ("public API", ["dfairpca"]),  # the package root: its names, imported on first use
+    ("the cluster", ["dfairpca.cluster"]),  # connect, local cluster: an edge the CLI and users call
     ("estimators", ["dfairpca.decomposition", "dfairpca.metrics"]),
     ("solvers", ["dfairpca.solve"]),
     ("the pass", ["dfairpca.engine"]),
     ("statistics", ["dfairpca.stats"]),
     ("input", ["dfairpca.inputs"]),
-    ("edges", ["dfairpca.io", "dfairpca.cluster"]),  # storage, Zarr, reaching the cluster
+    ("edges", ["dfairpca.io"]),  # storage, Zarr, the paths the workers share
     ("foundations", ["dfairpca.base", "dfairpca.errors"]),
 ]
 
@@ -244,6 +245,79 @@ def test_no_import_cycle_among_dfairpca_modules():
     graph = _graph()
     cycles = [" -> ".join(_shortest_cycle(graph, c)) for c in _cycles(graph)]
     assert not cycles, "import cycles, e.g. " + "; ".join(cycles)
+
+
+def _subpackage(module: str) -> str:
+    """The subpackage (or flat module) of ``module``: ``dfairpca.io._zarr`` -> ``dfairpca.io``.
+    A ``__main__`` is a node of its own: a script ``python -m`` runs, which nothing imports,
+    so it closes no cycle."""
+    if module.endswith(".__main__"):
+        return module
+    return ".".join(module.split(".")[:2])
+
+
+def _subpackage_graph(graph) -> dict[str, set[str]]:
+    """The imports between subpackages (and flat modules): one edge for any import between
+    two of their modules."""
+    out: dict[str, set[str]] = {}
+    for a, targets in graph.items():
+        out.setdefault(_subpackage(a), set())
+        out[_subpackage(a)] |= {_subpackage(b) for b in targets} - {_subpackage(a)}
+    return out
+
+
+def test_no_import_cycle_among_subpackages():
+    """Acyclic modules can still make cyclic folders (io -> cluster -> io through different
+    modules): the subpackages, each taken as one node, import one another without a cycle."""
+    graph = _subpackage_graph(_graph())
+    graph = {a: targets & set(graph) for a, targets in graph.items()}
+    cycles = [" -> ".join(_shortest_cycle(graph, c)) for c in _cycles(graph)]
+    assert not cycles, "subpackage import cycles, e.g. " + "; ".join(cycles)
+
+
+def test_the_subpackage_graph_sees_a_cycle_through_different_modules():
+    graph = _subpackage_graph({"dfairpca.io._zarr": {"dfairpca.cluster._shared"},
+                               "dfairpca.cluster._shared": {"dfairpca.io._remote"},
+                               "dfairpca.io._remote": set()})
+    assert _cycles(graph) == [["dfairpca.cluster", "dfairpca.io"]]
+
+
+def _defines_something(tree: ast.Module) -> bool:
+    """Whether a module's top level defines a function, class or name besides ``__all__``."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.AnnAssign)):
+            return True
+        if isinstance(node, ast.Assign) and not any(getattr(t, "id", None) == "__all__"
+                                                    for t in node.targets):
+            return True
+    return False
+
+
+def test_only_a_package_init_only_re_exports():
+    """A module that only imports names for others to import from it is a second front door
+    (a package's ``__init__`` is the one); and no ``noqa: F401`` keeps an unused import alive
+    for an old path outside an ``__init__``."""
+    hollow, kept = [], []
+    for name, path in sorted(_modules().items()):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        text = path.read_text()
+        if not _defines_something(ast.parse(text)):
+            hollow.append(name)
+        kept += [f"{name}:{i}" for i, line in enumerate(text.splitlines(), 1) if "noqa: F401" in line]
+    assert not hollow, f"modules that only re-export: {hollow}"
+    assert not kept, f"re-export lines outside __init__ files: {kept}"
+
+
+def test_only_io_tells_a_url_from_a_local_path():
+    """Outside io, code asks ``storage_for(path)`` (its ``remote`` and ``target``) where data
+    lives; a call of ``is_remote`` there would be a second place that decides it."""
+    calls = [f"{name}:{node.lineno}" for name, path in sorted(_modules().items())
+             if not name.startswith("dfairpca.io")
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None))
+             == "is_remote"]
+    assert not calls, f"is_remote asked outside io: {calls}"
 
 
 def test_at_most_eight_modules_sit_flat_in_the_package():

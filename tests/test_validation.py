@@ -13,7 +13,7 @@ import scipy.sparse as sp
 import zarr
 
 import dfairpca
-from dfairpca.inputs._validation import with_known_rows
+from dfairpca.engine._compute import with_known_rows
 from dfairpca.celeba import synth_celeba
 from dfairpca.cli import main
 

@@ -17,8 +17,7 @@ import dask.array as da
 import numpy as np
 import pytest
 import zarr
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding, V2ChunkKeyEncoding
 
 import dfairpca
@@ -787,7 +786,7 @@ def test_recovery_deletes_a_dead_writers_marked_file_and_nothing_else(tmp_path):
 def test_a_single_files_marker_is_read_by_the_reader_registered_for_its_format(tmp_path):
     """The write protocol knows no file format: a file is dfairpca's only if the reader
     registered for its first bytes finds the marker; a reader that fails finds none."""
-    from dfairpca.io.writes import register_marked_file
+    from dfairpca.io import register_marked_file
 
     def reader(path):
         text = path.read_bytes()[len(b"DFPT"):].decode()
@@ -831,7 +830,7 @@ def test_both_storages_keep_the_same_protocol(place):
     a user's file, with a warning."""
     from dfairpca.io._fsspec import FsspecStorage
     from dfairpca.io._local import LocalStorage
-    from dfairpca.io.storage import storage_for
+    from dfairpca.io import storage_for
 
     storage = storage_for(place)
     assert isinstance(storage, LocalStorage if isinstance(place, Path) else FsspecStorage)

@@ -21,9 +21,10 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 from ..errors import InvalidInputError
+from ._compat import current
 
 __all__ = ["Rule", "Check", "validate_params", "is_int", "is_real", "is_bool", "one_of",
-           "int_at_least", "RenamedOneOf", "current", "current_params", "RENAMED", "BOOL",
+           "int_at_least", "RenamedOneOf", "BOOL",
            "SPLIT_EVERY", "TRADEOFF"]
 
 
@@ -76,23 +77,6 @@ def int_at_least(low: int) -> Rule:
     return Rule(lambda v: is_int(v) and v >= low, f"an integer >= {low}")
 
 
-#: parameter values that were renamed: ``(parameter, old spelling) -> new spelling``.  The
-#: old spelling still works at fit, with a FutureWarning; a saved model holding it loads
-#: quietly as the new one.  ``eigen_solver="randomized"`` named block subspace iteration,
-#: an algorithm other than the randomized SVD that ``svd_solver="randomized"`` names.
-RENAMED = {("eigen_solver", "randomized"): "subspace"}
-
-
-def current(name: str, value):
-    """``value`` of parameter ``name`` in its current spelling (an old one mapped, quietly)."""
-    return RENAMED.get((name, value), value) if isinstance(value, str) else value
-
-
-def current_params(params: dict) -> dict:
-    """A parameter dict (a saved model's) with every renamed value in its current spelling."""
-    return {name: current(name, v) for name, v in params.items()}
-
-
 def outside_stacklevel() -> int:
     """The ``stacklevel`` that makes a ``warnings.warn`` in the function calling this one
     name the first frame outside dfairpca: the user's call, however deep the validation sits
@@ -107,7 +91,7 @@ def outside_stacklevel() -> int:
 
 @dataclass(frozen=True)
 class RenamedOneOf:
-    """:func:`one_of` for a parameter some of whose values were renamed (:data:`RENAMED`):
+    """:func:`one_of` for a parameter some of whose values were renamed (:data:`dfairpca.base._compat.RENAMED`):
     an old spelling passes with a FutureWarning naming the new one."""
 
     options: tuple

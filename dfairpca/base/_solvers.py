@@ -1,16 +1,11 @@
-"""The small local solve: eigenvectors of d x d matrices built from :class:`Moments`.
+"""Eigensolvers of symmetric matrices, the linear algebra every solve above uses: the top
+k eigenpairs by LAPACK or block subspace iteration (one switch rule, :func:`iterative`),
+optionally outside the span of an orthonormal Q (:func:`deflated`), and deterministic signs.
 
-Fair PCA (Kleindessner et al. 2023, Alg. 1/2, Sec. 3.5) maximises ``trace(U^T S U)`` over
-orthonormal U subject to ``Z^T X U = 0``.  The paper builds an explicit basis R of the
-nullspace of ``Z^T X`` (d x (d - r)) and solves ``R^T S R``.  Here R is never formed: with
-Q an orthonormal basis of the r constraint directions (the group-mean deviations) and
-``P = I - Q Q^T``, the top-k eigenvectors of ``P S P - c Q Q^T`` (c > 0 pushes the
-constraint directions below every admissible eigenvalue) span the same subspace ``R Lambda``.
-A final projection and Rayleigh-Ritz step make ``Q^T U = 0`` hold to rounding, and
-:func:`constraint_violation` measures what is left, in float64, after every solve.
-
-Every threshold and shift here is relative to the matrix it applies to, so that the
-solution of ``c * S`` is that of S for any c > 0 the dtype can hold.
+The fair PCA algebra built on them (constraint basis, certificate, Fair PCA-S's equalising
+basis, the fair eigenproblem) is :mod:`dfairpca.solve._fairness`'.  Every threshold and
+shift here is relative to the matrix it applies to, so that the solution of ``c * S`` is
+that of S for any c > 0 the dtype can hold.
 """
 
 from __future__ import annotations
@@ -20,10 +15,8 @@ import scipy.linalg
 import scipy.sparse.linalg
 from ..errors import InvalidInputError
 
-__all__ = ["top_eigh", "top_eigh_exact", "iterative", "subspace_iteration", "constraint_basis",
-           "fair_components", "equalizing_basis", "pca_components", "flip_signs", "row_norms",
-           "constraint_violation", "standard_scale", "EIGEN_SOLVERS", "ITERATIVE_MIN_SIZE",
-           "FAIRNESS_TOLERANCE"]
+__all__ = ["top_eigh", "top_eigh_exact", "iterative", "subspace_iteration", "deflated",
+           "pca_components", "flip_signs", "row_norms", "EIGEN_SOLVERS", "ITERATIVE_MIN_SIZE"]
 
 
 #: the values of the estimators' ``eigen_solver``
@@ -38,14 +31,6 @@ EIGEN_SOLVERS = ("auto", "dense", "subspace")
 #: 1500 x 1500 kernel, k = 10: 0.3 s against 1.0 s, one thread)
 ITERATIVE_MIN_SIZE = 2000
 
-#: the largest ``|U^T v| / |v|`` a fitted fair model may leave of any group-mean deviation v
-#: (its certificate, :func:`constraint_violation`).  What rounding leaves is far smaller:
-#: v is in the span of the constraint basis Q to ``10 max(m, d) sqrt(m) eps`` (the SVD's
-#: backward error plus the rank cut of :func:`constraint_basis`, on unit rows) and U is
-#: orthogonal to Q to a few eps after its projection and QR, together about 1e-10 at
-#: d = 6,400 and m = 40 groups.  1e-8 leaves a hundredfold margin for that, and a
-#: projected gap of 1e-8 of the raw gap is far below any sampling error of a group mean.
-FAIRNESS_TOLERANCE = 1e-8
 
 
 def iterative(n: int, k: int) -> bool:
@@ -73,7 +58,7 @@ def top_eigh(M: np.ndarray, k: int, solver: str = "dense", Q: np.ndarray | None 
         raise InvalidInputError(f"eigen_solver must be one of {EIGEN_SOLVERS}; got {solver!r}")
     if Q is not None and Q.shape[1]:
         # below every eigenvalue of the PSD M (all in [0, trace]), at M's own scale
-        M = _deflated(M, Q, -(abs(np.trace(M)) or 1.0))
+        M = deflated(M, Q, -(abs(np.trace(M)) or 1.0))
     if k >= d:
         w, V = scipy.linalg.eigh(M)
     else:
@@ -137,24 +122,6 @@ def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_it
     return w[::-1][:k], V[:, :k]
 
 
-def standard_scale(n: float, mean: np.ndarray, sq: np.ndarray, exponent: int = 0):
-    """(sd, scale) of ``standardize``: per feature the population standard deviation
-    (ddof=0, as StandardScaler divides by) in the stored units of the sums of squares ``sq``
-    (``true * 4**-exponent``), and in true units (``scale``, 1 where it is 0).
-
-    A feature whose variance is within the rounding of its mean is constant (as
-    StandardScaler's test): left unscaled (sd 1), not divided by noise.
-    """
-    var = np.maximum(np.asarray(sq, np.float64) / n, 0.0)  # rounding may leave it < 0
-    with np.errstate(over="ignore", under="ignore"):
-        noise = (2.0 * n * np.finfo(np.float64).eps * np.ldexp(mean, -exponent)) ** 2
-    sd = np.sqrt(var)
-    sd[var <= noise] = 1.0
-    scale = np.ldexp(sd, exponent)
-    scale[scale == 0] = 1.0
-    return sd, scale
-
-
 def row_norms(A: np.ndarray) -> np.ndarray:
     """Euclidean norms of the rows of A without underflow or overflow (each row scaled by
     its largest entry first: ``np.linalg.norm`` of a row of 1e-170s is 0)."""
@@ -164,110 +131,33 @@ def row_norms(A: np.ndarray) -> np.ndarray:
     return top * np.linalg.norm(A / safe[:, None], axis=1)
 
 
-def constraint_basis(C: np.ndarray, rtol: float | None = None) -> np.ndarray:
-    """Orthonormal basis (d, r) of the row space of C (the constraint directions).
-
-    Zero rows (groups without signal, see ``FairPCA.fit_statistics``) are dropped, and the
-    others scaled to unit length: the basis then holds every group's direction to the
-    same relative accuracy, however the groups' deviations differ in size (a small
-    group's direction is not lost in the rounding of a large one's).  Singular values
-    below ``rtol * s_max`` count as rank deficiency, i.e. directions that are
-    combinations of the others (default ``10 * max(C.shape) * eps``, the rule of
-    ``scipy.linalg.null_space``).
-    """
-    d = C.shape[1]
-    norms = row_norms(C)
-    C = C[norms > 0] / norms[norms > 0, None]
-    if C.shape[0] == 0:
-        return np.zeros((d, 0))
-    U, s, _ = scipy.linalg.svd(C.T, full_matrices=False)
-    if rtol is None:
-        rtol = max(C.shape) * np.finfo(np.float64).eps * 10
-    r = int(np.sum(s > rtol * s[0]))
-    return U[:, :r]
-
-
-def constraint_violation(U: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """Per row v of C: ``|U v| / |v|``, the share of v that the rows of U keep (0 for v = 0).
-
-    U (k, d) has orthonormal rows (the fitted components); the rows of C are group-mean
-    deviations (any positive multiples).  In float64, O(k d m).
-    """
-    C = np.asarray(C, dtype=np.float64)
-    norms = row_norms(C)
-    out = np.zeros(C.shape[0])
-    live = norms > 0
-    if live.any():
-        out[live] = row_norms((C[live] / norms[live, None]) @ np.asarray(U, np.float64).T)
-    return out
-
-
 def pca_components(S: np.ndarray, k: int, solver: str = "dense") -> np.ndarray:
     """Top-k eigenvectors of S as rows (k, d), signs fixed."""
     _, V = top_eigh(S, k, solver)
     return flip_signs(V.T)
 
 
-def _deflated(A: np.ndarray, Q: np.ndarray, c: float) -> np.ndarray:
-    """``P A P + c Q Q^T`` with ``P = I - Q Q^T``, by rank-r updates (no d x d projector)."""
+def deflated(A: np.ndarray, Q: np.ndarray, c: float) -> np.ndarray:
+    """``P A P + c Q Q^T`` with ``P = I - Q Q^T``, by rank-r updates (no d x d projector):
+    with c outside A's spectrum, Q's directions leave the top (or bottom) eigenpairs.
+
+    Parameters
+    ----------
+    A : ndarray (d, d)
+        A symmetric matrix.
+    Q : ndarray (d, r)
+        Orthonormal columns.
+    c : float
+        The eigenvalue given to Q's directions.
+
+    Returns
+    -------
+    ndarray (d, d)
+        The symmetric result.
+    """
     AQ = A @ Q
     M = A - Q @ AQ.T - AQ @ Q.T + Q @ (Q.T @ AQ + c * np.eye(Q.shape[1])) @ Q.T
     return (M + M.T) / 2
-
-
-def fair_components(S: np.ndarray, Q: np.ndarray, k: int, cov_diffs=None, l=None,
-                    solver: str = "dense") -> np.ndarray:
-    """Top-k eigenvectors of S restricted to the orthogonal complement of Q's columns.
-
-    Returns (k, d) orthonormal rows U with ``U Q = 0``; equivalent to Alg. 2's ``R Lambda``.
-    With ``cov_diffs`` (Fair PCA-S, Sec. 3.6) the search is further restricted to the l
-    directions of the complement along which the group covariances differ least, see
-    :func:`equalizing_basis`.
-    """
-    if cov_diffs is not None:
-        W = equalizing_basis(cov_diffs, Q, l)
-        _, V = top_eigh(W.T @ S @ W, k, solver)
-        U = W @ V
-    else:
-        _, U = top_eigh(S, k, solver, Q=Q)
-    # enforce the constraint to rounding and re-diagonalise (Rayleigh-Ritz on span U)
-    U = U - Q @ (Q.T @ U)
-    U, _ = np.linalg.qr(U)
-    _, G = np.linalg.eigh(U.T @ S @ U)
-    return flip_signs((U @ G[:, ::-1]).T)
-
-
-def equalizing_basis(cov_diffs, Q: np.ndarray, l: int) -> np.ndarray:
-    """Orthonormal (d, l) basis, orthogonal to Q, where the group covariances agree most.
-
-    ``cov_diffs`` is a list of (weight, D_g) pairs.  With a single ``D = Sigma_0 - Sigma_1``
-    (two groups, the paper's Sec. 3.6) these are the eigenvectors of ``R^T D R`` with the l
-    smallest |eigenvalues|.  With more groups (``D_g = Sigma_g - Sigma_pooled``) they are the
-    l smallest eigenvectors of ``sum_g w_g (R^T D_g R)^2``, i.e. the directions v minimising
-    ``sum_g w_g ||R^T D_g R v||^2``; for two groups this is the same subspace as the paper's
-    (the sum is proportional to ``(R^T D R)^2``).
-    """
-    d = Q.shape[0]
-    # one power of two for all differences (exact; the order of the eigenvalues is that
-    # of c D for any c > 0): they become O(1), so their squares below neither underflow
-    # nor overflow and the shift that parks Q's directions is relative
-    top = max((float(np.abs(D).max()) for _, D in cov_diffs), default=0.0)
-    e = int(np.frexp(top)[1]) if top > 0 else 0
-    if len(cov_diffs) == 1:
-        (_, D), = cov_diffs
-        D = np.ldexp(D, -e)
-        big = 2.0 * np.abs(D).sum(1).max() + 1.0  # above every |eigenvalue| of P D P
-        w, V = scipy.linalg.eigh(_deflated(D, Q, big))
-        order = np.argsort(np.abs(w), kind="stable")
-    else:
-        T = np.zeros((d, d))
-        for wt, D in cov_diffs:
-            A = _deflated(np.ldexp(D, -e), Q, 0.0)
-            T += wt * (A @ A)
-        big = 2.0 * np.abs(T).sum(1).max() + 1.0
-        w, V = scipy.linalg.eigh(_deflated(T, Q, big))
-        order = np.argsort(w, kind="stable")
-    return V[:, order[:l]]
 
 
 def flip_signs(U: np.ndarray) -> np.ndarray:

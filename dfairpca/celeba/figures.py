@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io.writes import MARKER_KEY, atomic_file, check_target, marker, register_marked_file
+from ..io import MARKER_KEY, atomic_file, check_target, marker, register_marked_file
 from .schema import DEFAULT_FACES, attribute_column, open_celeba
 from ..errors import InvalidInputError
 
@@ -25,7 +25,7 @@ __all__ = ["DEFAULT_FACES", "MAX_FACES_PER_ROW", "draw_faces", "faces_figure", "
 MAX_FACES_PER_ROW = 100
 #: resolution of the PNG: a 16 x 16 face is drawn on about 140 x 160 pixels
 DPI = 110
-#: what dfairpca's marker calls a picture (see :func:`dfairpca.io.writes.check_target`)
+#: what dfairpca's marker calls a picture (see :func:`dfairpca.io.check_target`)
 FIGURE_KIND = "figure"
 #: the first bytes of every PNG file
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -34,7 +34,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def png_marker(path) -> str | None:
     """The text of dfairpca's marker in the PNG ``path`` (its text chunk ``MARKER_KEY``,
     which :func:`faces_figure` writes), or None: how dfairpca recognises its own pictures
-    (:func:`dfairpca.io.writes.register_marked_file`)."""
+    (:func:`dfairpca.io.register_marked_file`)."""
     from PIL import Image, PngImagePlugin
 
     with Image.open(path) as im:
@@ -83,7 +83,7 @@ def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool =
     """Write a PNG: originals, fair PCA at the largest k, fair PCA at the model's k.
 
     ``overwrite=True`` replaces a picture dfairpca drew at ``out``, never another file; the
-    PNG is written whole or not at all (:func:`dfairpca.io.writes.atomic_file`).
+    PNG is written whole or not at all (:func:`dfairpca.io.atomic_file`).
 
     Columns show ``n`` faces with and ``n`` without the model's first protected attribute
     (read from the store's ``attributes``).  A second panel shows the group-mean images of

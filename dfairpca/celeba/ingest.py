@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ..io.storage import is_remote
-from ..io.writes import check_stage_dir, check_target, staged_locally
+from ..io import check_stage_dir, check_target, staged_locally, storage_for
 from .pool import worker_processes, write_rows, write_store
 from .schema import (
     ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_SIZE, PARTITION, STORE_KIND, check_positive,
@@ -98,7 +97,7 @@ def ingest_celeba(
         image cannot be decoded; the message names the file.
     """
     check_stage_dir(out, stage_dir)
-    if is_remote(out):
+    if storage_for(out, storage_options).remote:
         key = _stage_key(Path(celeba_dir), size, color, chunk_rows)
         with staged_locally(out, STORE_KIND, overwrite=overwrite, storage_options=storage_options,
                             key=key, stage_dir=stage_dir) as local:
@@ -155,7 +154,7 @@ def ingest_celeba(
 
 def _stage_key(celeba_dir: Path, size, color: bool, chunk_rows) -> dict:
     """What a conversion to a URL is made of, known before any image is read: its stage
-    (:func:`dfairpca.io.writes.staged_locally`) is resumed only by a call of the same key."""
+    (:func:`dfairpca.io.staged_locally`) is resumed only by a call of the same key."""
     if chunk_rows is not None:
         check_positive(chunk_rows=chunk_rows)  # a bad argument is refused before a stage is made
     attr_file = celeba_dir / "list_attr_celeba.txt"

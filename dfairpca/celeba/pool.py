@@ -5,9 +5,9 @@ The one write path of the store writers (:func:`.synth.synth_celeba`,
 as dfairpca's; each worker gets a few ranges of whole chunks, produces their rows (draws or
 decodes them) and writes them to the store itself, marking each chunk done with an empty
 file ``.done/INDEX``: only a count comes back, never pixels.  At the end the partial store
-is moved into place (:func:`dfairpca.io.writes.move_into_place`), so ``NAME`` never holds a
+is moved into place (:func:`dfairpca.io.move_into_place`), so ``NAME`` never holds a
 half-written store.  An interrupted run keeps its finished chunks: the same call again, by
-the same dfairpca code (``.done/code``, :func:`dfairpca.base.runtime.code_digest`), converts
+the same dfairpca code (``.done/code``, :func:`dfairpca.base.code_digest`), converts
 only the others.
 """
 
@@ -31,12 +31,9 @@ import zarr
 import zarr.errors
 from tqdm import tqdm
 
-from ..io.storage import read_capped
-from ..base.runtime import code_digest, cpu_count
-from ..io.writes import (
-    check_target, exclusive, marker_attributes, move_into_place, read_marker, remove_directory, write_marker,
-    writing_every_chunk,
-)
+from ..base import code_digest, cpu_count
+from ..io import (check_target, exclusive, marker_attributes, move_into_place, read_capped, read_marker,
+                  remove_directory, write_marker, writing_every_chunk)
 from .schema import IMAGES, PARTITION, STORE_KIND, check_positive, create_store
 from ..errors import DiscardedWriteWarning, InvalidInputError, RunError
 
@@ -46,7 +43,7 @@ __all__ = ["Split", "Workers", "partial_path", "resolve_jobs", "run_tasks", "wor
 #: folder of a partial store holding one empty file per finished chunk
 DONE_DIR = ".done"
 #: file in :data:`DONE_DIR` holding the digest of the code that wrote the chunks
-#: (:func:`dfairpca.base.runtime.code_digest`): other code, even of the same version, starts over
+#: (:func:`dfairpca.base.code_digest`): other code, even of the same version, starts over
 CODE_FILE = "code"
 #: ranges of chunks per Dask worker: several, so that a worker slowed by other load does not
 #: leave the rest idle at the end (the tail is at most one range), few, so that a range is
@@ -111,7 +108,7 @@ def write_store(
     overwrite : bool
         Replace a store dfairpca wrote at ``out`` and discard a partial one.
     protect : dict, optional
-        Paths ``out`` must stay apart from (see :func:`dfairpca.io.writes.check_target`).
+        Paths ``out`` must stay apart from (see :func:`dfairpca.io.check_target`).
     workers : Workers, optional
         The ``n_jobs - 1`` worker processes, started by the caller with
         :func:`worker_processes` before it read its inputs; by default started here.

@@ -38,9 +38,8 @@ import zarr
 import zarr.codecs
 import zarr.errors
 
-from ..base.runtime import rows_per_block
-from ..io.writes import MARKER_KEY, marker_attributes
-from ..io import from_zarr, read_checked, strict_group
+from ..base import rows_per_block
+from ..io import MARKER_KEY, from_zarr, marker_attributes, read_checked, strict_group
 from ..errors import InvalidInputError, PathNotFoundError
 
 __all__ = [
@@ -119,7 +118,7 @@ IMAGES_COMPRESSORS = (zarr.codecs.Crc32cCodec(),)
 IMAGES_CODECS = ("bytes", "crc32c")
 #: Channels of a colour face (RGB), its last axis.
 CHANNELS = 3
-#: The kind of dfairpca's marker on a store it writes (see :data:`dfairpca.io.writes.MARKER`).
+#: The kind of dfairpca's marker on a store it writes (see :data:`dfairpca.io.MARKER`).
 STORE_KIND = "store"
 
 
@@ -163,7 +162,7 @@ def shape_attributes(size, color: bool) -> dict:
 
 def default_chunk_rows(shape: tuple[int, ...]) -> int:
     """Images of ``shape`` per chunk unless asked: :data:`DEFAULT_CHUNK_ROWS`, or fewer so
-    that a chunk holds at most one block of :data:`dfairpca.base.runtime.BLOCK_BYTES`."""
+    that a chunk holds at most one block of :data:`dfairpca.base.BLOCK_BYTES`."""
     return min(DEFAULT_CHUNK_ROWS, rows_per_block(math.prod(shape)))
 
 
@@ -174,7 +173,7 @@ def create_store(
     """Create an empty CelebA store at ``path`` of ``n`` faces of ``shape``
     (:func:`face_shape`), marked as dfairpca's, and return its group.
 
-    Call it, and write through the group, inside :func:`dfairpca.io.writes.writing_every_chunk`:
+    Call it, and write through the group, inside :func:`dfairpca.io.writing_every_chunk`:
     Zarr takes that setting when an array is opened, and ``group[name]`` opens it anew.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -392,7 +391,7 @@ def copy_labels(source: zarr.Group, target: zarr.Group) -> list[str]:
 
     The attributes are read whole or not at all; the partition as Zarr reads it: stores of
     dfairpca that predate writing every chunk lack its all-train (all-zero) chunks.  Call
-    it inside :func:`dfairpca.io.writes.writing_every_chunk`.  Returns the names copied.
+    it inside :func:`dfairpca.io.writing_every_chunk`.  Returns the names copied.
     """
     strict = strict_group(source)
     copied = []

@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from ..io.storage import is_remote
-from ..io.writes import check_stage_dir, staged_locally
+from ..io import check_stage_dir, staged_locally, storage_for
 from .pool import write_store
 from .render import draw_faces
 from .sampling import sample_attributes
@@ -135,7 +134,7 @@ def synth_celeba(
     _check_drawing_memory(shape, min(chunk_rows, n), n_jobs, client)
     check_stage_dir(out, stage_dir)
     settings = {"source": "synthetic", "seed": int(seed), **shape_attributes(size, color)}
-    if is_remote(out):
+    if storage_for(out, storage_options).remote:
         key = {**settings, "n": int(n), "chunk_rows": int(chunk_rows)}  # what the store is made of
         with staged_locally(out, STORE_KIND, overwrite=overwrite, storage_options=storage_options,
                             key=key, stage_dir=stage_dir) as local:

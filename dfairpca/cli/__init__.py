@@ -212,7 +212,7 @@ def _add_array(p):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..base.runtime import BLOCK_BYTES, __version__
+    from ..base import BLOCK_BYTES, __version__
     from ..celeba.schema import DEFAULT_FACES, DEFAULT_SIZE
     from ..metrics import MAX_PROBE_ROWS
 

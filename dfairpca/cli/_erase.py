@@ -18,7 +18,7 @@ def cmd_erase(args) -> dict:
     the summary ``erase --json`` prints."""
     from .. import ConceptEraser
     from ..celeba.schema import dimension_names
-    from ..io.writes import staged_locally
+    from ..io import staged_locally
 
     start = time.perf_counter()
     storage = _storage(args)

@@ -242,14 +242,13 @@ def run_fit(args: FitJob) -> dict:
     Every parameter is checked against the data first, then the pass runs on the cluster
     of ``args`` (see :func:`dfairpca.cluster.connect`) with a checkpoint next to the model.
     """
-    from ..io.storage import is_remote
-    from ..io.writes import read_marker, remove_directory, staged_locally
+    from ..io import read_marker, remove_directory, staged_locally, storage_for
 
     start = time.perf_counter()
     _check_method_options(args)
     out = _place(args.out, "model", _storage(args))
     ckpt = (_place(args.checkpoint, "checkpoint", _storage(args)) if args.checkpoint else
-            _place(f"{args.out.rstrip('/')}.checkpoint", "checkpoint", _storage(args)) if is_remote(out) else
+            _place(f"{args.out.rstrip('/')}.checkpoint", "checkpoint", _storage(args)) if storage_for(out).remote else
             out.with_name(out.name + ".checkpoint"))
     inputs = _input_paths(args)
     _check_out(out, "model", args.overwrite, {**inputs, "the checkpoint": ckpt})
@@ -331,9 +330,7 @@ def write_result(args, client, out, protect: dict, data: _Data, Y, name: str, di
 
     from ..celeba.schema import copy_labels
     from ..cluster import check_inputs_shared, check_workers_see
-    from ..io import check_written
-    from ..io.storage import zarr_store
-    from ..io.writes import atomic_directory, marker_attributes, writing_every_chunk
+    from ..io import atomic_directory, check_written, marker_attributes, writing_every_chunk, zarr_store
 
     check_inputs_shared(data.X, client)
     # a URL's result is written by the workers straight to its temporary prefix

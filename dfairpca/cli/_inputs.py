@@ -35,11 +35,11 @@ def _check_out(path: Path, kind: str, overwrite: bool, protect: dict | None = No
                storage_options: dict | None = None):
     """Refuse, before any work or cluster, an output dfairpca may not write.
 
-    See :func:`dfairpca.io.writes.check_target`: a missing path, an empty directory, or with
+    See :func:`dfairpca.io.check_target`: a missing path, an empty directory, or with
     ``--overwrite`` dfairpca's own ``kind``; never the inputs (``protect``) or a folder
     holding them; the folder (for a URL: the bucket, with its credentials) must be writable.
     """
-    from ..io.writes import check_target
+    from ..io import check_target
 
     check_target(path, kind, overwrite=overwrite, protect=protect, storage_options=storage_options)
 
@@ -62,10 +62,10 @@ def _place(value, kind: str, storage_options: dict | None = None):
     """An output path as the write protocol takes it: a Path with a name of its own (the
     checkpoint's is made from it), or for a URL its location, which carries the storage
     options to every read and write (the estimator's checkpoint too)."""
-    from ..io.storage import is_remote, local_path, location
-    from ..io.writes import named
+    from ..io import local_path, named, storage_for
 
-    return location(value, storage_options) if is_remote(value) else named(local_path(value), kind)
+    storage = storage_for(value, storage_options)
+    return storage.target if storage.remote else named(local_path(value), kind)
 
 
 
@@ -96,7 +96,7 @@ class _Data:
 
 def _open_zarr(path, option: str, storage_options: dict | None = None):
     """The Zarr array or group at ``path`` (or a URL), opened read-only; a one-line error if none."""
-    from ..io.storage import open_zarr
+    from ..io import open_zarr
 
     try:
         return open_zarr(path, storage_options)
@@ -181,9 +181,9 @@ def _data(args, rows_per_chunk=None) -> _Data:
 def _source(args, root):
     """STORE as the CelebA readers take it: the path, or for a URL the group opened with
     its storage options."""
-    from ..io.storage import is_remote
+    from ..io import storage_for
 
-    return root if is_remote(args.store) else args.store
+    return root if storage_for(args.store).remote else args.store
 
 
 def _input_paths(args) -> dict:

@@ -12,7 +12,7 @@ from ._inputs import _check_out, _place, _storage
 
 def _check_stage(out, args) -> None:
     """Refuse a ``--stage-dir`` the write would ignore or cannot use (a usage error)."""
-    from ..io.writes import check_stage_dir
+    from ..io import check_stage_dir
 
     with arguments():
         check_stage_dir(out, args.stage_dir)

@@ -14,26 +14,30 @@ there what this process sees, and :class:`NotShared` names those that do not.
 When every worker leaves, Dask's scheduler waits for new ones without a limit; the
 computations of a fit go through :func:`compute`, which inside :func:`worker_timeout`
 ends with :class:`WorkersLost` once the Client has had no worker for that many seconds.
+
+This package is an edge that the command line and users call; the library's core never
+imports it.  Computing on the active client with a time limit is the engine's
+(:mod:`dfairpca.engine._compute`), the checks of paths the workers share are io's
+(:mod:`dfairpca.io._shared`); both are offered here under the names they are documented by.
+(The repository's top-level ``cluster/`` folder is not this package: it holds recipes for
+starting Dask schedulers and workers.)
 """
 
 from __future__ import annotations
 
-from ._connect import (DASHBOARD_PORT, check_scheduler, connect, describe, local_cluster_size, log,  # noqa: F401
+from ..engine._compute import (WORKER_POLL_SECONDS, NoWorkers, WorkersLost, check_timeout, compute,
+                               current_timeout, gather_watched, ship, worker_timeout)
+from ..io._shared import (SHARE_FIX, SHARE_FIX_LOCAL, NotShared, active_client, check_inputs_shared,
+                          check_workers_see, not_here)
+from ._connect import (DASHBOARD_PORT, check_scheduler, connect, describe, local_cluster_size, log,
                        scheduler_address_from_file)
-from ._errors import SHARE_FIX, SHARE_FIX_LOCAL  # noqa: F401 (the fixes other messages name)
-from ._errors import NoWorkers, NotShared, SchedulerUnreachable, WorkersLost
-from ._shared import active_client, check_inputs_shared, check_workers_see, not_here, ship
-from ._timeout import WORKER_POLL_SECONDS, check_timeout, compute, current_timeout, gather_watched, worker_timeout  # noqa: F401
+from ._errors import SchedulerUnreachable
 
 __all__ = [
     "SchedulerUnreachable", "NoWorkers", "WorkersLost", "NotShared", "connect", "describe",
     "local_cluster_size", "scheduler_address_from_file", "check_scheduler", "check_workers_see",
     "check_inputs_shared", "active_client", "not_here", "compute", "worker_timeout", "check_timeout",
     "current_timeout", "gather_watched", "ship",
+    # the fixes other messages name, the poll of a timed computation, the log and its port
+    "SHARE_FIX", "SHARE_FIX_LOCAL", "WORKER_POLL_SECONDS", "DASHBOARD_PORT", "log",
 ]
-
-# the errors keep the name they are documented, raised and caught under (a traceback's
-# "dfairpca.cluster.NotShared"); pickling finds them here as well
-for _error in (SchedulerUnreachable, NoWorkers, WorkersLost, NotShared):
-    _error.__module__ = __name__
-del _error

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from ..base._system import cpu_count
 from ..errors import InvalidInputError, PathNotFoundError
-from ._errors import _CHECK_RUNNING, NoWorkers, SchedulerUnreachable
+from ..engine._compute import NoWorkers
+from ._errors import _CHECK_RUNNING, SchedulerUnreachable
 from ._signals import _abandoned_gathers, _dropping, _nanny_kills, _quiet_cancelled_tasks, _sigint_only_here, _Switch
 
 #: where the cluster's size, dashboard and waits are told (INFO): the command line shows

@@ -19,12 +19,12 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import NotFittedError
 
-from ..solve._fairness import fair_feature_names
-from ..base._params import current_params, validate_params
+from ..base._compat import current_params
+from ..base._params import validate_params
 from ._saved import input_meta, restore_input_meta
 from ..base._typing import ArrayInput, ArrayOutput, PathInput
 
-__all__ = ["Estimator"]
+__all__ = ["Estimator", "set_certificate", "fair_feature_names"]
 
 
 class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -121,7 +121,7 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             or be an empty directory, unless ``overwrite``.
         overwrite : bool
             Replace a model saved by dfairpca there, atomically, and nothing else (see
-            :func:`dfairpca.io.writes.atomic_directory`).
+            :func:`dfairpca.io.atomic_directory`).
 
         Returns
         -------
@@ -132,7 +132,7 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
     def _write(self, path, overwrite: bool, statistics=None) -> Path:
         """Write the model (and ``statistics``, a Moments, beside it) atomically."""
-        from ..io._remote import is_remote
+        from ..io import storage_for
         from ..io._writes import atomic_directory
         from ..io import save_arrays
 
@@ -154,7 +154,7 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             save_arrays(tmp / "model", arrays, meta)
             if statistics is not None:
                 statistics.save(tmp / "statistics")
-        return path if is_remote(path) else Path(path)
+        return path if storage_for(path).remote else Path(path)
 
     def _check_savable(self) -> None:
         """Raise if the fitted model cannot be written as arrays and JSON."""
@@ -197,3 +197,21 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
         raise SavedFileError(f"cannot load {str(path)!r}: a {type(self).__name__} saves no "
                              "statistics/, so it was not written by dfairpca: save the model again")
+
+
+def set_certificate(est, per_group) -> None:
+    """Record a certified fit's ``fairness_violation_per_attribute_`` (the worst share per
+    attribute) and ``fairness_violation_`` (the worst of all) on ``est``."""
+    est.fairness_violation_per_attribute_ = np.array([float(v.max(initial=0.0)) for v in per_group])
+    est.fairness_violation_ = float(est.fairness_violation_per_attribute_.max())
+
+
+def fair_feature_names(est, names) -> np.ndarray:
+    """``names`` ("<class>0", ...) with the λ-scaled standard half of a ``tradeoff > 0``
+    model named "<class>_standard0", ... (the first k stay the fair ones)."""
+    k = est.n_components_
+    if len(names) == k:
+        return names
+    prefix = type(est).__name__.lower()
+    return np.asarray([f"{prefix}{i}" for i in range(k)] + [f"{prefix}_standard{i}" for i in range(k)],
+                      dtype=object)

@@ -3,7 +3,7 @@ full rank (LEACE, or the orthogonal projection of the group-mean deviations), fi
 the same one-pass statistics as :class:`~dfairpca.FairPCA`.
 
 It checks the input and its protected attributes as FairPCA does
-(:func:`dfairpca.inputs._fair_input.fair_input`), runs the one Moments pass, and keeps what
+(:func:`dfairpca.decomposition._fair_input.fair_input`), runs the one Moments pass, and keeps what
 the certified solve (:func:`dfairpca.solve._erasure.fit_erasure`) found.
 """
 
@@ -20,19 +20,18 @@ from sklearn.base import OneToOneFeatureMixin
 from ..base._params import BOOL, SPLIT_EVERY, Check, Rule, is_real, one_of
 from ..base._system import rows_per_block
 from ..base._typing import ArrayInput, ArrayOutput, ColumnIds
-from ..cluster import ship, worker_timeout
+from ..engine._compute import ship, worker_timeout
 from ..engine._engine import coded_moments
 from ..errors import InvalidInputError
-from ..inputs._fair_input import fair_input
 from ..inputs._validation import (
     SENSITIVE_IDS, Input, check_finite_input, check_finite_output, check_input, compute_dtype_for, is_xarray, row_origin,
 )
 from ..io._registry import register
 from ..solve._erasure import ERASURE_METHODS, Erasure, fit_erasure
-from ..solve._fairness import set_certificate
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, is_exact, statistics_dtype
 from ..stats.moments import Moments
-from ._base import Estimator
+from ._base import Estimator, set_certificate
+from ._fair_input import fair_input
 from ._saved import eraser_layout, check_eraser_values, fair_meta, restore_fair_meta
 
 __all__ = ["ConceptEraser"]

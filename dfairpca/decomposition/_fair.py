@@ -15,9 +15,10 @@ from typing import Self
 import numpy as np
 import numpy.typing as npt
 
-from ..cluster import worker_timeout
+from ..engine._compute import worker_timeout
 from ..solve._solution import FairSolution, exact_fair_solution, randomized_fair_solution
-from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, check_fair_k, set_certificate
+from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, check_fair_k
+from ._base import set_certificate
 from ._linear import (
     LINEAR_RULES, LinearDecomposition, release, whitening,
 )
@@ -25,7 +26,7 @@ from ..base._params import TRADEOFF, is_int
 from ..io._registry import register
 from ..solve._limits import check_rows, known
 from ._saved import fair_meta, restore_fair_meta
-from ..inputs._fair_input import FairInput, fair_input
+from ._fair_input import FairInput, fair_input
 from ..inputs._validation import SENSITIVE_IDS, Input
 from ..stats.moments import Moments, merge
 from ..base._typing import ArrayInput, ColumnIds, PathInput, Seed
@@ -89,7 +90,7 @@ class FairPCA(LinearDecomposition):
         statistics, accumulated in the same single pass.  Two groups follow the paper;
         with more groups (or attributes) the directions minimise
         ``sum_g (n_g/n) ||R^T (Sigma_g - Sigma_pooled) R v||^2`` (equal to the paper's
-        choice for two groups), see :func:`dfairpca.base._solvers.equalizing_basis`.  Group
+        choice for two groups), see :func:`dfairpca.solve._fairness.equalizing_basis`.  Group
         labels only (numeric attributes have no groups).
 
     Attributes
@@ -128,7 +129,7 @@ class FairPCA(LinearDecomposition):
         solve, in the fitted feature space (standardized when ``standardize``; over the
         ``y == 1`` rows for equal opportunity).  v is a group's mean deviation
         ``mu_g - mu``, or a numeric attribute's covariance with the features.  A fit above
-        :data:`dfairpca.base._solvers.FAIRNESS_TOLERANCE` (1e-8) raises ``ValueError``; typical
+        :data:`dfairpca.solve._fairness.FAIRNESS_TOLERANCE` (1e-8) raises ``ValueError``; typical
         values are 1e-16 to 1e-14.
     fairness_violation_per_attribute_ : ndarray (p + q,)
         The same, per protected attribute (in the order of ``attribute_names_``).
@@ -188,7 +189,7 @@ class FairPCA(LinearDecomposition):
 
     def _prepare(self, X, groups, y, partial, reset, sample_weight=None) -> FairInput:
         """The parameters checked (once per public call), then the fair input
-        (:func:`dfairpca.inputs._fair_input.fair_input`) with its column layout kept
+        (:func:`dfairpca.decomposition._fair_input.fair_input`) with its column layout kept
         (``reset``) or compared with the earlier partial_fit calls', and k checked against
         the fitted rows unless ``partial``."""
         self._check_params()
@@ -373,7 +374,7 @@ class FairPCA(LinearDecomposition):
 
         After the solve, the share of every constraint vector that the components keep is
         measured in float64 (``fairness_violation_``); a fit above
-        :data:`~dfairpca.base._solvers.FAIRNESS_TOLERANCE` raises ``ValueError``.
+        :data:`~dfairpca.solve._fairness.FAIRNESS_TOLERANCE` raises ``ValueError``.
 
         Parameters
         ----------

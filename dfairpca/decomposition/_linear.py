@@ -17,11 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from ..base import _solvers
-from ..cluster import ship
+from ..engine._compute import ship
 from ._probabilistic import ProbabilisticPCA, noise_variance
 from ..engine._engine import coded_moments
+from ..base._compat import current
 from ..base._params import (
-    BOOL, SPLIT_EVERY, Check, RenamedOneOf, Rule, current, int_at_least, is_int, is_real, one_of,
+    BOOL, SPLIT_EVERY, Check, RenamedOneOf, Rule, int_at_least, is_int, is_real, one_of,
 )
 from ._saved import check_linear_values, linear_layout, load_statistics
 from ..base._system import rows_per_block
@@ -126,7 +127,7 @@ class LinearDecomposition(ProbabilisticPCA):
         "randomized" where it cannot run raises, naming why (``groups``: the groups of all
         attributes, whose d x d covariances Fair PCA-S needs)."""
         from ..solve._choice import check_exact_memory, choose_svd_solver, memory_budget
-        from ..engine.checkpoint import saved_solver
+        from ..engine._checkpoint_files import saved_solver
 
         blocker = self._randomized_blocker(d, groups) or (WEIGHTED_BLOCKER if weighted else None)
         if self.svd_solver == "randomized":
@@ -472,7 +473,7 @@ class LinearDecomposition(ProbabilisticPCA):
             ``partial_fit`` can continue after :func:`load`.
         overwrite : bool
             Replace a model saved by dfairpca there, atomically, and nothing else (see
-            :func:`dfairpca.io.writes.atomic_directory`).
+            :func:`dfairpca.io.atomic_directory`).
 
         Returns
         -------

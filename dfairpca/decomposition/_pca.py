@@ -1,8 +1,9 @@
-"""Estimators: :class:`PCA` and :class:`FairPCA` on numpy, pandas, xarray, Dask and Zarr arrays.
+"""The estimator :class:`PCA` on numpy, pandas, xarray, Dask and Zarr arrays; its fair
+sibling :class:`~dfairpca.FairPCA` is :mod:`dfairpca.decomposition._fair`'.
 
-They are thin siblings on one base (:class:`dfairpca.decomposition._linear.LinearDecomposition`): check
-the input, run the one-pass statistics (:mod:`dfairpca.engine._engine`), solve the small
-eigenproblem (:mod:`dfairpca.base._solvers`) and keep the fitted attributes.  The transform,
+Both are thin siblings on one base (:class:`dfairpca.decomposition._linear.LinearDecomposition`): check
+the input, run the one-pass statistics (:mod:`dfairpca.engine._engine`), ask
+:mod:`dfairpca.solve` for the solution and keep the fitted attributes.  The transform,
 the probabilistic model and the save/load path are the base's.
 """
 
@@ -12,7 +13,7 @@ from typing import Self
 
 import numpy.typing as npt
 
-from ..cluster import worker_timeout
+from ..engine._compute import worker_timeout
 from ..solve._exact import fitted_space, standard_components
 from ._linear import (
     LINEAR_RULES, LinearDecomposition, n_components_ok, release,
@@ -21,7 +22,7 @@ from ..base._params import Rule, is_int
 from ..solve._limits import check_rows, known, too_large
 from ..io._registry import register
 from ._saved import load
-from ..inputs._validation import with_known_rows
+from ..engine._compute import with_known_rows
 from ..inputs._weights import check_weights
 from ..stats.moments import Moments, merge
 from ..base._typing import ArrayInput, PathInput, Seed

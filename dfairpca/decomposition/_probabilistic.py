@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ..cluster import ship
+from ..engine._compute import ship
 from ..inputs._validation import Input, check_finite_input, row_origin
 from ..base._typing import ArrayInput, ArrayOutput
 from ._base import Estimator

@@ -19,8 +19,11 @@ import numpy as np
 
 from ..io import _registry
 from ..base import _solvers
-from ..base._params import current_params, validate_params
-from ..stats.moments import Moments, _categories_from_json, _categories_to_json, saved_group_counts
+from ..solve import _fairness
+from ..base._compat import current_params
+from ..base._params import validate_params
+from ..io._moments_format import categories_from_json, categories_to_json, saved_group_counts
+from ..stats.moments import Moments
 from ..base._typing import PathInput
 from ..errors import InvalidInputError
 
@@ -57,12 +60,14 @@ def load(path: PathInput, *, storage_options: dict | None = None) -> BaseEstimat
         were saved with it.
     """
     from ..io._files import check_folder
-    from ..io._remote import is_remote, local_copy, location
+    from ..io._fsspec import local_copy
     from ..io._writes import recover_for_reading
-    from ..io import RESAVE_HINT, SavedFileError, load_arrays
+    from ..io import SavedFileError, load_arrays, storage_for
+    from ..io._arrays import RESAVE_HINT
 
-    if is_remote(path):
-        with local_copy(location(path, storage_options)) as local:
+    storage = storage_for(path, storage_options)
+    if storage.remote:
+        with local_copy(storage.target) as local:
             return load(local)
     path = Path(path)
     recover_for_reading(path)  # a replace cut short: put the intact old version back
@@ -84,7 +89,7 @@ def load(path: PathInput, *, storage_options: dict | None = None) -> BaseEstimat
 
 def _layout(meta: dict, headers: dict) -> dict:
     """Check meta.json's class against the registry, then the rest for that class."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     name = meta_value(meta, "class", _registry.names())
     return _registry.lookup(name)._saved_layout(meta, headers)
@@ -115,7 +120,7 @@ def restore_input_meta(est, meta: dict) -> None:
 def fair_meta(est) -> dict:
     """A fair model's groups (as JSON) and its fairness certificate (which a model loaded
     from before fits were certified lacks)."""
-    out: dict[str, Any] = {"groups_": [_categories_to_json(c) for c in est.groups_]}
+    out: dict[str, Any] = {"groups_": [categories_to_json(c) for c in est.groups_]}
     if hasattr(est, "fairness_violation_"):
         out["fairness_violation_"] = float(est.fairness_violation_)
     if hasattr(est, "fairness_violation_per_attribute_"):
@@ -126,7 +131,7 @@ def fair_meta(est) -> dict:
 def restore_fair_meta(est, meta: dict) -> None:
     """Set what :func:`fair_meta` saved (models saved before fits were certified lack the
     certificate)."""
-    est.groups_ = [_categories_from_json(c) for c in meta["groups_"]]
+    est.groups_ = [categories_from_json(c) for c in meta["groups_"]]
     if "fairness_violation_" in meta:
         est.fairness_violation_ = float(meta["fairness_violation_"])
     if "fairness_violation_per_attribute_" in meta:
@@ -136,7 +141,7 @@ def restore_fair_meta(est, meta: dict) -> None:
 # ---------------------------------------------------------------------------- meta.json checks
 def saved_params(cls, meta: dict) -> dict:
     """meta.json's ``params``, checked to be ``cls``'s parameters with valid values."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     params = meta_value(meta, "params", "dict")
     unknown = sorted(set(params) - set(cls._get_param_names()))
@@ -153,7 +158,7 @@ def saved_input_meta(meta: dict, width: int) -> tuple[list, list]:
     """Check meta.json's ``feature_names_in_`` (width strings), ``sensitive_feature_indices_``
     (distinct columns of X) and ``numeric_sensitive_columns_`` (as many or fewer columns of
     the statistics); all optional.  Returns the last two."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     names = meta_value(meta, "feature_names_in_", "list", optional=True)
     if names is not None and (len(names) != width or not all(isinstance(c, str) for c in names)):
@@ -176,7 +181,7 @@ def saved_certificate(meta: dict, p: int) -> None:
     """Check meta.json's fairness certificate: ``fairness_violation_`` a number >= 0 and
     ``fairness_violation_per_attribute_`` p of them (both absent in models saved before
     fits were certified)."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     total = meta_value(meta, "fairness_violation_", "number", optional=True)
     per = meta_value(meta, "fairness_violation_per_attribute_", "list", optional=True)
@@ -189,15 +194,15 @@ def saved_certificate(meta: dict, p: int) -> None:
         raise InvalidInputError(f"meta.json: 'fairness_violation_' {total!r:.40} and "
                          f"'fairness_violation_per_attribute_' {per!r:.80} must be a number >= 0 "
                          f"and {p} numbers between 0 and it")
-    if total > _solvers.FAIRNESS_TOLERANCE:  # a fit above it raises: no model carries one
+    if total > _fairness.FAIRNESS_TOLERANCE:  # a fit above it raises: no model carries one
         raise InvalidInputError(f"meta.json: 'fairness_violation_' {total:g} is above the tolerance "
-                         f"{_solvers.FAIRNESS_TOLERANCE:g} that every fit is certified to")
+                         f"{_fairness.FAIRNESS_TOLERANCE:g} that every fit is certified to")
 
 
 def saved_groups(meta: dict, q: int = 0) -> list[int]:
     """Group counts of each attribute from meta.json's ``groups_`` and ``attribute_names_``
     (which also names the q numeric attributes, after the labelled ones)."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     groups = meta_value(meta, "groups_", "list")
     names = meta_value(meta, "attribute_names_", "list")
@@ -210,7 +215,7 @@ def saved_groups(meta: dict, q: int = 0) -> list[int]:
 
 def linear_layout(cls, meta: dict, fair: bool) -> dict:
     """Check a saved PCA's (``fair``: FairPCA's) meta.json; the arrays it implies."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     saved_params(cls, meta)
     width = meta_value(meta, "n_features_in_", "positive")
@@ -250,7 +255,7 @@ def linear_layout(cls, meta: dict, fair: bool) -> dict:
 def kernel_layout(cls, meta: dict, kernels: tuple) -> dict:
     """Check a saved FairKernelPCA's meta.json (its kernel one of ``kernels``: a saved
     kernel is a name, never code); the shape and kind of each array it implies."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     kernel = meta_value(meta, "params", "dict").get("kernel", "rbf")
     if kernel not in kernels:
@@ -281,7 +286,7 @@ def kernel_layout(cls, meta: dict, kernels: tuple) -> dict:
 
 def eraser_layout(cls, meta: dict) -> dict:
     """Check a saved ConceptEraser's meta.json; the shape and kind of each array it implies."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     saved_params(cls, meta)
     width = meta_value(meta, "n_features_in_", "positive")
@@ -328,12 +333,12 @@ def check_eraser_values(est) -> None:
             kept = float(_solvers.row_norms((unit - L @ (R @ unit))[None])[0])
             rounding = 4 * eps * np.sqrt(M.shape[1]) * gain * (
                 float(_solvers.row_norms(M[[0, g]]).sum()) / size)
-            if kept > _solvers.FAIRNESS_TOLERANCE + rounding:
+            if kept > _fairness.FAIRNESS_TOLERANCE + rounding:
                 name = names[j] if j < len(names) else f"attribute {j}"
                 raise InvalidInputError(
                     f"arrays.npz: the erasure keeps {kept:.2e} of the difference between the "
                     f"saved means of two groups of {name} (a fitted eraser keeps at most "
-                    f"{_solvers.FAIRNESS_TOLERANCE:g}): the model does not erase them")
+                    f"{_fairness.FAIRNESS_TOLERANCE:g}): the model does not erase them")
 
 
 def check_linear_values(est) -> None:
@@ -379,11 +384,11 @@ def _saved_unfairness(est) -> str | None:
             kept = float(_solvers.row_norms((U @ (diff / size))[None])[0])
             rounding = 4 * eps * np.sqrt(M.shape[1]) * (
                 float(_solvers.row_norms(M[[0, g]]).sum()) / size)
-            if kept > _solvers.FAIRNESS_TOLERANCE + rounding:
+            if kept > _fairness.FAIRNESS_TOLERANCE + rounding:
                 name = names[j] if j < len(names) else f"attribute {j}"
                 return (f"'components_' keep {kept:.2e} of the difference between the saved "
                         f"means of two groups of {name} (a fair model keeps at most "
-                        f"{_solvers.FAIRNESS_TOLERANCE:g}): the model is not fair")
+                        f"{_fairness.FAIRNESS_TOLERANCE:g}): the model is not fair")
     return None
 
 

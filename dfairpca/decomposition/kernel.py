@@ -62,19 +62,16 @@ from typing import Any, Self
 import numpy as np
 
 from ..solve import _kernels as kn
-from ..solve._kernel_method import (  # noqa: F401  (the sizes were defined here first)
-    AUTO_EXACT_MAX_ROWS, AUTO_LANDMARKS, EXACT_MATRICES, NYSTROEM_MATRICES, choose_method,
-    exact_fit_bytes, nystroem_fit_bytes,
-)
+from ..solve._kernel_method import choose_method, exact_fit_bytes
 from ..base import _solvers
-from ._base import Estimator
-from ..cluster import compute, worker_timeout
+from ._base import Estimator, set_certificate
+from ..engine._compute import compute, worker_timeout
 from ..engine._engine import coded_moments
-from ..solve._fairness import CONSTRAINT_RULES, certify, check_fair_k, set_certificate
+from ..solve._fairness import CONSTRAINT_RULES, certify, check_fair_k
 from ..base._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
 from ..io._registry import register
 from ._saved import fair_meta, kernel_layout, restore_fair_meta
-from ..inputs._fair_input import fair_input
+from ._fair_input import fair_input
 from ..inputs._validation import SENSITIVE_IDS, Input, check_finite_input, check_input
 from ._fair import FairPCA
 from ..base._typing import ArrayInput, ArrayOutput, ColumnIds, PathInput, Seed
@@ -207,7 +204,7 @@ class FairKernelPCA(Estimator):
         largest share ``|U^T delta_g| / |delta_g|`` of any group's mean deviation delta_g
         (in the kernel's feature space: exact, from the kernel's group means; Nyström, in
         the Nyström feature space) that the k fair components keep; a fit above
-        :data:`dfairpca.base._solvers.FAIRNESS_TOLERANCE` raises ``ValueError``.  With
+        :data:`dfairpca.solve._fairness.FAIRNESS_TOLERANCE` raises ``ValueError``.  With
         ``tradeoff > 0`` it certifies the fair half; the λ-scaled standard half is by
         design not fair.
     fairness_violation_per_attribute_ : ndarray (p,)

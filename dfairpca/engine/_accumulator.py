@@ -28,8 +28,7 @@ import numpy as np
 import scipy.linalg.blas
 
 from ..stats._chunk import chunk_sums
-from ..stats._exact import ExactSums, merge_exact
-from ..stats._exact import nbytes as exact_nbytes
+from ..stats._exact import ExactSums, merge_exact, nbytes as exact_nbytes
 from ..stats._weighted import weighted_chunk_sums
 from ..stats._sums import GroupSums, Sums, fill_lower, merge_sums, nbytes
 from ..stats.moments import AttributeMoments, Moments, exact_moments
@@ -240,7 +239,8 @@ class ExactTotal(ExactSums):
     @classmethod
     def load(cls, path) -> "ExactTotal":
         """Read what :meth:`save` wrote, checked (SavedFileError says what is wrong)."""
-        from ..io import SavedFileError, header_shape, load_arrays, meta_value
+        from ..io import SavedFileError, load_arrays
+        from ..io._arrays import header_shape, meta_value
 
         def layout(meta, headers):
             p = meta_value(meta, "n_attributes", "count")
@@ -306,7 +306,7 @@ def _full(M, d: int, out: np.ndarray | None = None) -> np.ndarray:
 
 def _saved_layout(meta: dict, headers: dict) -> dict:
     """The saved form of a running total (see :func:`dfairpca.io.load_arrays`)."""
-    from ..io import meta_value
+    from ..io._arrays import meta_value
 
     specs, d = saved_layout(meta, headers)
     if "scatter_panels" in headers:

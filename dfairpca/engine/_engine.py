@@ -11,8 +11,8 @@ ever gathered.  The computation runs on the active ``distributed.Client`` when t
 one (the Dask convention), otherwise on Dask's default scheduler.
 
 When every worker of that Client leaves, the scheduler keeps the tasks and waits for new
-workers, without a limit; inside :func:`dfairpca.cluster.worker_timeout` the computations
-of this module end instead (:func:`dfairpca.cluster.compute`).
+workers, without a limit; inside :func:`dfairpca.engine._compute.worker_timeout` the computations
+of this module end instead (:func:`dfairpca.engine._compute.compute`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy.typing as npt
 from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ..base._system import cpu_count, rows_per_block
-from ..cluster import compute, current_timeout, gather_watched, worker_timeout
+from ._compute import compute, current_timeout, gather_watched, worker_timeout
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput
@@ -34,7 +34,7 @@ from ..errors import InvalidInputError
 if TYPE_CHECKING:
     import dask.array
 
-__all__ = ["compute_moments", "chain_reduce"]
+__all__ = ["compute_moments", "checked_request", "coded_moments", "run_moments_pass", "chain_reduce"]
 
 #: data shared by every chunk (pickled size) up to which it is copied into each fold task
 SHARED_INLINE_BYTES = 1 << 20
@@ -95,29 +95,57 @@ def compute_moments(
     -------
     Moments
     """
-    codes, categories = None, []
-    if sensitive_features is not None:
-        from ..inputs._groups import encode_groups
-
-        g = encode_groups(sensitive_features, np.shape(X)[0], mask=mask, require_two=False)
-        codes, categories = g.codes, g.categories
+    codes, categories, sample_weight = checked_request(X, sensitive_features, mask, split_every,
+                                                       sample_weight)
     with worker_timeout(timeout):
         return coded_moments(X, codes, categories, mask=mask, dtype=dtype,
                              split_every=split_every, group_scatter=group_scatter,
                              progress=progress, row_offset=row_offset, weights=sample_weight)
 
 
-def coded_moments(X, codes=None, categories=(), *, weights=None, **kw) -> Moments:
-    """:func:`compute_moments` of groups already encoded: ``codes`` (n, p) indices into
-    ``categories`` (p label arrays), the estimators' route; ``kw`` as :func:`run_moments_pass`."""
-    if weights is None:
-        return run_moments_pass(X, codes, categories, **kw).finalize()
-    from ..inputs._weights import check_sample_weight, check_total_weight
+def checked_request(X, sensitive_features, mask, split_every, sample_weight):
+    """What the public functions of a pass check once, before any work, as the estimators
+    do for theirs: the groups encoded (codes, categories), ``mask`` one per row,
+    ``split_every`` >= 2, and the sample weights checked (a Dask array rechunked to X's
+    row chunks).  Below this boundary the engine trusts what it is handed.
 
+    Returns
+    -------
+    tuple
+        (codes or None, categories, the checked weights or None).
+    """
     import dask.array as da
 
-    weights = check_sample_weight(weights, X.shape[0],
-                                  X.chunks[0] if isinstance(X, da.Array) else None)
+    from ..base._params import is_int
+    from ..inputs._weights import check_sample_weight
+
+    n = np.shape(X)[0]
+    if not (is_int(split_every) and split_every >= 2):
+        raise InvalidInputError(f"split_every must be at least 2; got {split_every}")
+    if mask is not None and len(mask) != n:
+        raise InvalidInputError(f"mask has {len(mask)} rows but X has {n}")
+    codes, categories = None, []
+    if sensitive_features is not None:
+        from ..inputs._groups import encode_groups
+
+        g = encode_groups(sensitive_features, n, mask=mask, require_two=False)
+        codes, categories = g.codes, g.categories
+    weights = check_sample_weight(sample_weight, n, X.chunks[0] if isinstance(X, da.Array) else None)
+    return codes, categories, weights
+
+
+def coded_moments(X, codes=None, categories=(), *, weights=None, **kw) -> Moments:
+    """:func:`compute_moments` of groups already encoded: ``codes`` (n, p) indices into
+    ``categories`` (p label arrays), the estimators' route; ``kw`` as :func:`run_moments_pass`.
+
+    It trusts its arguments as the estimators and :func:`compute_moments` check them
+    (:func:`checked_request`): codes and mask one per row, weights checked and chunked
+    like X's rows.  A weighted pass is still refused when no row has a positive weight, which
+    only the pass sees of Dask weights."""
+    if weights is None:
+        return run_moments_pass(X, codes, categories, **kw).finalize()
+    from ..inputs._weights import check_total_weight
+
     m = run_moments_pass(X, codes, categories, weights=weights, **kw).finalize()
     check_total_weight(m)
     return m
@@ -145,21 +173,17 @@ def run_moments_pass(
     thread of the active Client's workers, or of Dask's local pool); ``split_every`` is
     the fan-in of the merges of those sums.  ``weights`` (n,): frequency weights,
     checked (:func:`dfairpca.inputs._weights.check_sample_weight`), numpy or a Dask array
-    with X's row chunks.  Other arguments as :func:`compute_moments`.
+    with X's row chunks.  Other arguments as :func:`compute_moments`; they are trusted as
+    checked there (:func:`checked_request`) or by the estimators.
     """
     import dask.array as da
 
-    if split_every < 2:
-        raise InvalidInputError(f"split_every must be at least 2; got {split_every}")
     if is_exact(dtype):  # before any work: integer input whose sums fit int64
         n = X.shape[0]
         check_exact(X.dtype, int(n) if n == n else 0)
         if weights is not None:
             raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
     kw = dict(categories=list(categories), dtype=dtype, group_scatter=group_scatter)
-    for name, a in (("codes", codes), ("mask", mask)):
-        if a is not None and len(a) != X.shape[0]:
-            raise InvalidInputError(f"{name} has {len(a)} rows but X has {X.shape[0]}")
     if isinstance(weights, da.Array) and not isinstance(X, da.Array):
         (weights,) = compute(weights)  # n numbers, against X in memory
     if not isinstance(X, da.Array):
@@ -218,7 +242,7 @@ def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress
     import dask
     from dask import delayed
 
-    from ..cluster import check_inputs_shared
+    from ..io._shared import check_inputs_shared
 
     check_inputs_shared(X)  # a worker that cannot see a local store: said now, by name
     if len(X.chunks[1]) > 1:  # a fold needs whole rows: merge the column chunks of each row chunk

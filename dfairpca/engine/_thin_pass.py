@@ -22,6 +22,7 @@ import numpy as np
 
 from ..base import _solvers
 from ._engine import chain_reduce, row_slice
+from ..base._compat import first_moments_state
 from ..base._system import rows_per_block
 from ..stats._sums import MAX_BAD_ROWS_REPORTED
 from ..stats.moments import AttributeMoments, Moments
@@ -43,11 +44,7 @@ class FirstMoments(Moments):
     Nothing creates one any more."""
 
     def __setstate__(self, state: dict) -> None:
-        state = dict(state)
-        state["diagonal"] = state.pop("sq", None)
-        state["scatter_exponent"] = state.pop("exponent", 0)
-        state.setdefault("scatter", None)
-        super().__setstate__(state)
+        super().__setstate__(first_moments_state(state))
 
 
 @dataclass(frozen=True)
@@ -435,7 +432,8 @@ def restore_statistics(saved: dict, categories, numeric, dtype):
                     tuple(len(c) for c in categories), True)
         return full, a["off"], plan
     except (KeyError, TypeError, ValueError) as exc:
-        from ..io import RESAVE_HINT, SavedFileError
+        from ..io import SavedFileError
+        from ..io._arrays import RESAVE_HINT
 
         raise SavedFileError(f"cannot load checkpoint {saved['path']!r}: its state lacks "
                              f"{exc}{RESAVE_HINT}") from None

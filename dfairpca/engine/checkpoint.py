@@ -41,20 +41,25 @@ import numpy as np
 
 from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
-from ..cluster import compute, worker_timeout
-from ._engine import row_slice, run_moments_pass, threads
-from ..io._remote import Location, exists, local_copy, zarr_arrays, zarr_roots
+from ._compute import WorkersLost, compute, worker_timeout
+from ._engine import checked_request, row_slice, run_moments_pass, threads
+from ..io._fsspec import exists, local_copy
+from ..io._remote import zarr_arrays, zarr_roots
+from ..io._urls import Location
+from ..io._shared import check_inputs_shared
 from ..io._writes import atomic_directory, check_target
-from ..io.storage import storage_for
-from ..cluster import WorkersLost
-from ..io import RESAVE_HINT, SavedFileError, meta_value
-from ..inputs._weights import check_total_weight, weights_in_memory
+from ..io._where import storage_for
+from ..io import SavedFileError
+from ..io._arrays import RESAVE_HINT, meta_value
+from ..inputs._weights import check_sample_weight, check_total_weight
 from ..stats.moments import Moments
 from ..stats._exact import is_exact
 from ..errors import InvalidInputError, InvalidTypeError
-from ._checkpoint_files import (CHECKPOINT_VERSION, _START_OVER, CheckpointMismatch, Where, _check_same_job,  # noqa: F401
-                                _digest, _progress_text, _read_progress, array_digest, check_digests,
-                                checkpoint_path, open_state, save_state, saved_solver, saved_state_meta)
+from ._checkpoint_files import (CHECKPOINT_VERSION, _START_OVER, CheckpointMismatch, Where,
+                                _check_same_job, _digest, _progress_text, _read_progress)
+# the checkpoint files' public names are this module's interface (docs/api.rst)
+from ._checkpoint_files import (array_digest, check_digests, checkpoint_path, open_state, save_state,
+                                saved_solver, saved_state_meta)
 
 
 __all__ = [
@@ -106,10 +111,10 @@ def compute_moments_checkpointed(
     checkpoint : str or Path
         Checkpoint directory (created; replaced atomically after every segment).  It is
         left in place at the end, holding the full statistics; delete it once the model
-        is saved (:func:`dfairpca.io.writes.remove_directory`).  Refused before the pass if it
+        is saved (:func:`dfairpca.io.remove_directory`).  Refused before the pass if it
         exists and is not a dfairpca checkpoint, or holds the store the pass reads.  A URL
         (``s3://bucket/run.checkpoint``) or an fsspec mapper works too: the checkpoint is
-        uploaded after every segment (see :mod:`dfairpca.io._remote`).
+        uploaded after every segment (see :mod:`dfairpca.io._fsspec`).
     resume : bool, default True
         Continue from ``checkpoint`` if it exists; False starts over and overwrites it.
     segment_rows : int, optional
@@ -150,13 +155,8 @@ def compute_moments_checkpointed(
     WorkersLost
         No worker for ``timeout`` seconds, saying how many chunks the checkpoint holds.
     """
-    codes, categories = None, []
-    if sensitive_features is not None:
-        from ..inputs._groups import encode_groups
-
-        g = encode_groups(sensitive_features, np.shape(X)[0], mask=compute_kw.get("mask"),
-                          require_two=False)
-        codes, categories = g.codes, g.categories
+    codes, categories, sample_weight = checked_request(
+        X, sensitive_features, compute_kw.get("mask"), compute_kw.get("split_every", 8), sample_weight)
     with worker_timeout(timeout):
         if sample_weight is not None:
             compute_kw["weights"] = sample_weight
@@ -170,7 +170,10 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
                                segment_rows: int | None = None, on_segment=None,
                                storage_options: dict | None = None, **compute_kw) -> Moments:
     """:func:`compute_moments_checkpointed` of groups already encoded: ``codes`` (n, p)
-    indices into ``categories`` (p label arrays), the estimators' route."""
+    indices into ``categories`` (p label arrays), the estimators' route.  Like
+    :func:`~dfairpca.engine._engine.coded_moments` it trusts codes, mask and weights as
+    checked by the estimators or :func:`compute_moments_checkpointed`; it checks what only a
+    checkpoint needs (a Dask X, the checkpoint's place)."""
     import dask.array as da
 
     if not isinstance(X, da.Array):
@@ -185,12 +188,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     check_target(path, "checkpoint", overwrite=True,
                  protect=[("the input store", root) for root in zarr_roots(X)])
     mask = compute_kw.pop("mask", None)
-    for name, a in (("codes", codes), ("mask", mask)):
-        if a is not None and len(a) != X.shape[0]:
-            raise InvalidInputError(f"{name} has {len(a)} rows but X has {X.shape[0]}")
-    weights = weights_in_memory(compute_kw.pop("weights", None), X.shape[0])
-    from ..cluster import check_inputs_shared
-
+    weights = _weights_in_memory(compute_kw.pop("weights", None))
     check_inputs_shared(X)  # before the workers' first read: the digests come before the pass
     fingerprint = job_fingerprint(X, codes, categories, mask, **compute_kw)
     if weights is not None:  # (an unweighted job's fingerprint stays what it was)
@@ -446,3 +444,11 @@ def _is_whole(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _weights_in_memory(weights):
+    """Checked sample weights as float64 numpy (a Dask array computed: n numbers), or None:
+    what a checkpointed pass binds its checkpoint to, by their digest.  A Dask array's
+    values are checked here, once read (the check of the array itself saw its shape)."""
+    if weights is None or isinstance(weights, np.ndarray):
+        return weights
+    (w,) = compute(weights)
+    return check_sample_weight(np.asarray(w), len(w))

@@ -59,7 +59,7 @@ def moments_and_sample(Y, codes, categories, rows, *, represent=None,
 
         Y = np.asarray(Y) if represent is None else np.asarray(represent(Y))
         return coded_moments(Y, codes, categories, dtype=np.float64), np.asarray(Y[rows], np.float64)
-    from ..cluster import ship
+    from ._compute import ship
 
     shared = None if represent is None else ship(represent)
 

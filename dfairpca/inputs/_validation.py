@@ -17,7 +17,7 @@ from ..base._system import rows_per_block
 from ..errors import InvalidInputError, InvalidTypeError, NumericAttributeWarning
 
 __all__ = [
-    "as_data", "compute_dtype_for", "check_n_features", "with_known_rows", "check_finite_output",
+    "as_data", "compute_dtype_for", "check_n_features", "check_finite_output",
     "check_finite_input", "row_origin", "check_input", "Input", "is_dask", "is_lazy", "is_xarray",
     "sensitive_columns", "check_ids", "unique_columns", "MAX_ROWS_SHOWN", "SENSITIVE_IDS",
 ]
@@ -121,48 +121,6 @@ def _refuse_sparse(X, what: str, dask: bool = False) -> None:
     )
 
 
-def with_known_rows(X, *aligned):
-    """``(X, *aligned)`` with X's row-chunk sizes known and Dask label inputs computed.
-
-    A Dask array filtered by its own values (``X[X[:, 0] > 0]``) has unknown chunk sizes,
-    but pairing rows with their labels, checkpoints and row numbers in errors need them.
-    They are computed together with the Dask collections among ``aligned`` (the groups,
-    y: typically filtered by the same mask) in one ``dask.compute``, so the reads and the
-    mask they share run once; nothing but the sizes and the labels is kept.  A pass that
-    multiplies each chunk by itself (O(n d^2)) costs far more than this read (O(n d)).
-    Inputs other than such a Dask array come back unchanged.
-    """
-    import dask.array as da
-
-    from ..cluster import compute
-
-    if not isinstance(X, da.Array) or not np.isnan(X.shape[0]):
-        return (X, *aligned)
-    todo: list[tuple[int, int | None]] = [(i, None) for i, a in enumerate(aligned) if is_dask(a)]
-    todo += [(i, j) for i, a in enumerate(aligned) if isinstance(a, (list, tuple))
-             for j, v in enumerate(a) if is_dask(v)]
-    sizes = da.map_blocks(
-        _n_rows, X, chunks=((1,) * X.numblocks[0],), drop_axis=1, dtype=np.int64,
-        meta=np.empty((0,), np.int64),
-    )
-    sizes, *values = compute(sizes, *[
-        aligned[i] if j is None else aligned[i][j] for i, j in todo
-    ])
-    out = list(aligned)
-    for (i, j), v in zip(todo, values):
-        if j is None:
-            out[i] = v
-        else:
-            out[i] = list(out[i])
-            out[i][j] = v
-    known = da.Array(X.dask, X.name, (tuple(int(c) for c in sizes), X.chunks[1]), dtype=X.dtype,
-                     meta=np.empty((0, 0), X.dtype))
-    return (known, *out)
-
-
-def _n_rows(block):
-    """The row count of one chunk, as a 1-element array (one entry per chunk)."""
-    return np.array([np.shape(block)[0]], np.int64)
 
 
 def row_origin(block_info, row_offset: int = 0) -> tuple[int | None, int | None]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import InvalidInputError, InvalidTypeError
 
-__all__ = ["check_sample_weight", "check_weights", "check_total_weight", "weights_in_memory",
+__all__ = ["check_sample_weight", "check_weights", "check_total_weight",
            "ALL_ZERO_MESSAGE"]
 
 #: what a fit says when every weight is 0 (or every row of positive weight is masked out)
@@ -128,18 +128,4 @@ def check_weights(sample_weight, X, mask=None, min_total: float = 0):
                 f"rows (a weight of 2 is a row seen twice), and a fit needs a total of at least "
                 f"{min_total:g}; weights that sum to 1 (probabilities) should be rescaled to sum "
                 "to the number of rows")
-    return w
-
-
-def weights_in_memory(weights, n):
-    """Sample weights checked, as float64 numpy (a Dask array computed: n numbers), or None:
-    what a checkpointed pass binds its checkpoint to, by their digest."""
-    if weights is None:
-        return None
-    w = check_sample_weight(weights, n)
-    if not isinstance(w, np.ndarray):
-        from ..cluster import compute
-
-        (w,) = compute(w)
-        w = check_sample_weight(np.asarray(w), n)
     return w

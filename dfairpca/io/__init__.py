@@ -1,34 +1,67 @@
-"""Files: reading Zarr stores as Dask arrays, saving and loading models without pickle.
+"""Files: reading Zarr stores as Dask arrays, saving and loading models without pickle, and
+the write protocol every output of dfairpca follows.  This package's ``__all__`` is its
+interface; its ``_`` modules are private.
 
 A saved object is a directory holding ``arrays.npz`` (plain numeric/string arrays, read
-with ``allow_pickle=False``) and ``meta.json``, written through the write protocol
-(marker, atomic replacement, crash recovery) that :mod:`dfairpca.io.writes` documents for
-tools writing dfairpca-compatible outputs; :mod:`dfairpca.io.storage` opens local paths
-and fsspec URLs alike.
+with ``allow_pickle=False``) and ``meta.json`` (:func:`save_arrays`, :func:`load_arrays`).
+
+**The write protocol**, for dfairpca and for a tool that writes dfairpca-compatible outputs
+(or an application of dfairpca, such as its command line).  Every directory dfairpca writes
+(models, statistics, checkpoints, Zarr stores, reports) carries dfairpca's marker
+(:data:`MARKER`, in a Zarr store the root attribute :data:`MARKER_KEY`), is written to a
+temporary sibling and moved into place only when complete (:func:`atomic_directory`,
+:func:`atomic_file`, :func:`move_into_place`), and replaces only an output that carries the
+marker of the same kind: dfairpca never deletes or overwrites what it did not write
+(:func:`check_target` says why before any work, with :class:`OutputPathError`).  A crash
+leaves a state the next write or read finishes (:func:`recover`, :func:`recover_for_reading`).
+A single-file output (a figure) carries the marker inside the file, where its format keeps
+text; the application that writes the format registers how to read it back
+(:func:`register_marked_file`).
+
+**Where data lives**: a local path or an fsspec URL (``s3://bucket/faces.zarr``,
+``gs://...``, any fsspec protocol), opened the same way.  A path with a protocol is opened
+with fsspec and the ``storage_options`` given, else what the file system finds itself (for
+S3: the AWS_* environment variables, ~/.aws, fsspec's configuration).  :func:`location`
+carries the options with the URL, so that every read and write of it (and the workers'
+tasks) reach the same endpoint with the same credentials.  Every function of the write
+protocol also takes such a URL with ``storage_options``: the same rules, with the copies
+object storage has instead of renames (:func:`storage_for`, the one place that tells the two
+apart); an output the workers cannot write to a URL themselves is written to a local folder
+first and uploaded when complete (:func:`staged_locally`).  Two processes that would write
+the same partial output refuse each other (:func:`exclusive`).
 """
 
-from __future__ import annotations
-
-from ._arrays import FORMAT_VERSION, RESAVE_HINT, header_shape, load_arrays, meta_value, save_arrays  # noqa: F401
-from ._files import MAX_JSON_BYTES, SavedFileError, open_regular, read_capped  # noqa: F401 (re-exported)
-from ._marker import OutputPathError
-from ._zarr import (CorruptChunkError, MissingChunkError, check_written, from_zarr, local_zarr_roots,
-                    read_checked, strict_array, strict_group)
-from ._zarr import LISTING_LIMIT  # noqa: F401 (read it here; from_zarr reads dfairpca.io._zarr's)
-# the write protocol's names, documented in dfairpca.io.writes, stay importable from here
-from ._writes import (MARKER, MARKER_KEY, atomic_directory, atomic_file, check_target,  # noqa: F401
-                      foreign_entries, intact_copies, marker, marker_attributes, move_into_place,
+from ._arrays import FORMAT_VERSION, load_arrays, save_arrays
+from ._files import MAX_JSON_BYTES, SavedFileError, read_capped
+from ._local import named, register_marked_file
+from ._locks import exclusive
+from ._marker import MARKER, MARKER_KEY, OutputPathError, marker, marker_attributes
+from ._stage import STAGE_ENV, check_stage_dir, staged_locally
+from ._urls import Location, is_remote, local_path, location, zarr_store
+from ._where import open_zarr, storage_for
+from ._writes import (atomic_directory, atomic_file, check_target, foreign_entries, move_into_place,
                       read_marker, recover, recover_for_reading, remove_directory, write_marker,
                       writing_every_chunk)
-# where data lives, documented in dfairpca.io.storage, as importable here as before
-from ._remote import explained, is_remote, local_copy, location, store_url, zarr_roots  # noqa: F401
-from .storage import open_zarr  # noqa: F401
+from ._zarr import (CorruptChunkError, MissingChunkError, check_written, from_zarr, local_zarr_roots,
+                    read_checked, strict_array, strict_group)
 
-# what users call: reading Zarr, saving and loading arrays, the errors a read or a save
-# raises; the write protocol's own names are documented in dfairpca.io.writes (they stay
-# importable here, where older code found them)
 __all__ = [
+    # reading Zarr, saving and loading arrays, the errors a read or a save raises
     "from_zarr", "save_arrays", "load_arrays", "local_zarr_roots", "OutputPathError",
     "FORMAT_VERSION", "MissingChunkError", "CorruptChunkError", "SavedFileError", "strict_array",
     "strict_group", "read_checked", "check_written",
+    # the write protocol
+    "atomic_directory", "atomic_file", "staged_locally", "move_into_place", "writing_every_chunk",
+    "exclusive", "check_target", "check_stage_dir", "named", "foreign_entries", "remove_directory",
+    "recover", "recover_for_reading", "read_marker", "write_marker", "marker", "marker_attributes",
+    "register_marked_file", "MARKER", "MARKER_KEY", "STAGE_ENV",
+    # where data lives
+    "is_remote", "local_path", "Location", "location", "open_zarr", "zarr_store", "read_capped",
+    "MAX_JSON_BYTES", "storage_for",
 ]
+
+# the public modules of 0.2.0 that held these names import as this package (until 0.4.0)
+from ..base._compat import alias_moved_modules as _alias  # noqa: E402
+
+_alias(__name__)
+del _alias

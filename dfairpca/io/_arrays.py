@@ -1,6 +1,6 @@
 """Saving and loading arrays without pickle: a directory holding ``arrays.npz`` (plain
 numeric/string arrays, read with ``allow_pickle=False``) and ``meta.json``, written through
-the write protocol (:func:`dfairpca.io.writes.atomic_directory`) and checked before it is
+the write protocol (:func:`dfairpca.io.atomic_directory`) and checked before it is
 trusted (:func:`load_arrays`).
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 
 from ._files import SavedFileError, open_regular, read_capped
 from ._local import LocalStorage
-from .storage import storage_for
+from ._where import storage_for
 from ..base._params import is_int
 from ..base._typing import PathInput
 from ..errors import InvalidInputError, InvalidTypeError, PathNotFoundError
@@ -49,7 +49,7 @@ def save_arrays(path: PathInput, arrays: dict, meta: dict, overwrite: bool = Fal
         The directory written: a Path for a local one, the URL as given for a remote one.
     """
     storage = storage_for(path, storage_options)
-    path = storage.target if isinstance(storage, LocalStorage) else path
+    path = path if storage.remote else storage.target
     with storage.atomic_directory(meta["kind"], overwrite=overwrite) as tmp:
         # Any values: numpy's stub would match a **dict of arrays against allow_pickle
         payload: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
@@ -98,7 +98,7 @@ def load_arrays(path: PathInput, kind: str | None = None, layout: Callable[[dict
         other arrays, a truncated archive.
     """
     storage = storage_for(path, storage_options)
-    if not isinstance(storage, LocalStorage):
+    if storage.remote:
         with storage.local_copy() as local:
             return load_arrays(local, kind, layout)
     path = Path(storage.target)
@@ -111,7 +111,7 @@ def load_arrays(path: PathInput, kind: str | None = None, layout: Callable[[dict
                 raise PathNotFoundError(
                     f"{str(target)!r} is missing because a write to it was cut short; its "
                     f"intact copy is {str(copies[-1])!r}: the next write to {str(target)!r} "
-                    f"or dfairpca.io.writes.recover({str(target)!r}) puts it back"
+                    f"or dfairpca.io.recover({str(target)!r}) puts it back"
                 )
         raise PathNotFoundError(
             f"{str(path)!r} is not a saved dfairpca object (expected meta.json and arrays.npz)"

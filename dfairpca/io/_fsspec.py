@@ -384,6 +384,8 @@ class FsspecStorage(Storage):
         The output's prefix, with the file system and the options it was made with.
     """
 
+    remote = True
+
     def __init__(self, target: Location):
         self.target = target
 

@@ -42,9 +42,9 @@ _MARKED_FILES: dict[bytes, Callable[[Path], str | None]] = {}
 def register_marked_file(signature: bytes, reader: Callable[[Path], str | None]) -> None:
     """Let dfairpca recognise its own single files that start with ``signature``.
 
-    A single-file output (written with :func:`dfairpca.io.writes.atomic_file`) carries
-    dfairpca's marker (:func:`dfairpca.io.writes.marker` as JSON) where its format keeps
-    text, under the name :data:`dfairpca.io.writes.MARKER_KEY`; the application that
+    A single-file output (written with :func:`dfairpca.io.atomic_file`) carries
+    dfairpca's marker (:func:`dfairpca.io.marker` as JSON) where its format keeps
+    text, under the name :data:`dfairpca.io.MARKER_KEY`; the application that
     writes the format registers how to read it back, so that a later write may replace
     the file and recovery may delete a crash's leftover of it.  A file no registered
     reader recognises is never dfairpca's.

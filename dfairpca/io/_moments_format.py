@@ -59,7 +59,8 @@ def saved_fields(arrays, meta) -> dict:
 def read_saved(path, layout) -> tuple[dict, dict]:
     """The arrays and meta of saved statistics, checked (``layout`` as for
     :func:`dfairpca.io.load_arrays`) and consistent: ``SavedFileError`` says what is wrong."""
-    from . import SavedFileError, load_arrays
+    from ._arrays import load_arrays
+    from ._files import SavedFileError
 
     arrays, meta = load_arrays(path, kind="Moments", layout=layout)
     weighted = "n_rows" in arrays
@@ -105,7 +106,7 @@ def saved_group_counts(cats: list, key: str, names: list) -> list[int]:
 def saved_layout(meta: dict, headers: dict) -> tuple[dict, int]:
     """Check a saved Moments' meta.json: ``(specs, d)``, the shape and kind of every array
     it implies but the overall scatter's (see :func:`dfairpca.io.load_arrays`)."""
-    from . import header_shape, meta_value
+    from ._arrays import header_shape, meta_value
 
     p = meta_value(meta, "n_attributes", "count")
     cats = meta_value(meta, "categories", "list")

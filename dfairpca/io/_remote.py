@@ -1,10 +1,6 @@
-"""Remote stores, as the rest of dfairpca reaches them: fsspec URLs and the Zarr arrays a
-Dask graph reads.
-
-Where a URL leads is :mod:`dfairpca.io._urls`; the write protocol on object storage is
-:mod:`dfairpca.io._fsspec` (:class:`~dfairpca.io._fsspec.FsspecStorage`), both named here for
-the layers above, together with what a cluster and a checkpoint ask of the stores a graph
-reads.
+"""The stores a Dask graph reads (what a cluster and a checkpoint ask of them), and the
+sessions a process's reads of object storage leave open.  Where a URL leads is
+:mod:`dfairpca.io._urls`; the write protocol on object storage is :mod:`dfairpca.io._fsspec`.
 """
 
 from __future__ import annotations
@@ -13,15 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._fsspec import check_settled, exists, local_copy, read_text
-from ._storage import Protected
-from ._urls import Location, explained, is_remote, local_path, location, on_disk, normalised, store_url, zarr_store
+from ._urls import store_url
 
-__all__ = [
-    "is_remote", "local_path", "Location", "location", "on_disk", "normalised", "explained",
-    "zarr_store", "store_url", "exists", "read_text", "local_copy", "check_settled", "Protected",
-    "close_sessions", "zarr_arrays", "zarr_roots",
-]
+__all__ = ["close_sessions", "zarr_arrays", "zarr_roots"]
 
 
 def close_sessions() -> None:

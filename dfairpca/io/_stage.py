@@ -19,8 +19,8 @@ from ._files import read_capped
 from ._local import LocalStorage, is_empty_dir, temporary_sibling
 from ._locks import exclusive, not_writable
 from ._marker import MARKER, OutputPathError, marker
-from ._urls import is_remote, normalised
-from .storage import storage_for
+from ._urls import normalised
+from ._where import storage_for
 from ..base._params import outside_stacklevel
 from ..base._version import code_digest
 from ..errors import AccessError, DiscardedWriteWarning, InvalidInputError
@@ -65,10 +65,10 @@ def check_stage_dir(path, stage_dir) -> None:
         ``stage_dir`` given for a local ``path`` (written in place, it resumes there), or
         ``stage_dir`` is itself a URL.
     """
-    if stage_dir is not None and not is_remote(path):
+    if stage_dir is not None and not storage_for(path).remote:
         raise InvalidInputError(f"stage_dir (--stage-dir) is where a store for a URL is staged; {path} "
                          "is a local path, written in place (it resumes there): drop stage_dir")
-    if stage_dir is not None and is_remote(stage_dir):
+    if stage_dir is not None and storage_for(stage_dir).remote:
         raise InvalidInputError(f"stage_dir (--stage-dir) {stage_dir} is a URL; a stage is a local "
                          "folder (the store is written there, then uploaded): name a local folder")
 
@@ -116,7 +116,7 @@ def staged_locally(path, kind: str, *, overwrite: bool = False, storage_options:
     """
     check_stage_dir(path, stage_dir)
     storage = storage_for(path, storage_options)
-    if isinstance(storage, LocalStorage):
+    if not storage.remote:
         yield Path(path)
         return
     storage.check_target(kind, overwrite=overwrite)

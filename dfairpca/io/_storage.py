@@ -5,7 +5,7 @@ recovery) is the same rules on two kinds of storage: a local disk, where a direc
 renamed into place, and object storage reached through fsspec, where it is copied under a
 journal.  :class:`Storage` names the operations the protocol needs; :class:`LocalStorage`
 (:mod:`dfairpca.io._local`) and :class:`FsspecStorage` (:mod:`dfairpca.io._fsspec`) implement
-them, and :func:`dfairpca.io.storage.storage_for` is the one place that tells a URL from
+them, and :func:`dfairpca.io.storage_for` is the one place that tells a URL from
 a local path.
 """
 
@@ -29,8 +29,11 @@ class Storage(abc.ABC):
     marker) is ever replaced or deleted, and an output appears whole or not at all.
     """
 
-    #: the output: a :class:`pathlib.Path` or a :class:`dfairpca.io._remote.Location`
+    #: the output: a :class:`pathlib.Path` or a :class:`dfairpca.io._urls.Location`
     target: Any
+    #: whether the target is reached through fsspec (a URL or a mapper), not a local disk:
+    #: what callers ask instead of telling a URL from a path themselves
+    remote: bool = False
 
     def __str__(self) -> str:
         return str(self.target)

@@ -4,11 +4,11 @@ Every directory dfairpca writes (models, statistics, checkpoints, Zarr stores) g
 :func:`atomic_directory`: it carries dfairpca's marker (:data:`MARKER`), is written to a
 temporary sibling and moved into place only when complete, and replaces only a directory
 carrying the same marker -- dfairpca never deletes or overwrites what it did not write.
-Users reach these names through :mod:`dfairpca.io.writes`, which re-exports them.
+Users reach these names through :mod:`dfairpca.io`, whose interface they are.
 
 Every function also takes an fsspec URL (``s3://bucket/x``) or mapper with
 ``storage_options``: each is one call of the operation of the path's storage
-(:func:`dfairpca.io.storage.storage_for`): renames on a local disk
+(:func:`dfairpca.io.storage_for`): renames on a local disk
 (:mod:`dfairpca.io._local`), copies under a journal on object storage
 (:mod:`dfairpca.io._fsspec`).
 """
@@ -23,7 +23,7 @@ from ._locks import LOCK_MARK, REPLACE_LOCK, exclusive
 from ._marker import MARKER, MARKER_KEY, OutputPathError, marker, marker_attributes
 from ._stage import STAGE_ENV, STAGE_KIND, check_stage_dir, stage_folder, staged_locally
 from ._storage import Protected
-from .storage import storage_for
+from ._where import storage_for
 from ..errors import InvalidInputError
 
 __all__ = [
@@ -151,7 +151,7 @@ def atomic_directory(path, kind: str, *, overwrite: bool = False, protect: Prote
     One writer per path at a time: a process whose replace finds another's under way on
     this host fails naming it (:func:`exclusive`), and never loses the version that was there.
 
-    For a URL (see :mod:`dfairpca.io._remote`) the block gets, with ``direct``, the URL of the
+    For a URL (see :mod:`dfairpca.io._urls`) the block gets, with ``direct``, the URL of the
     temporary prefix (a Zarr store that workers write there); otherwise a local folder
     that is uploaded when the block ends (models, statistics, checkpoints: small files).
 
@@ -207,7 +207,7 @@ def move_into_place(src, path, kind: str, *, overwrite: bool = False,
     source = storage_for(src, storage_options).target  # a Location on the same storage, or a Path
     storage = storage_for(path, storage_options)
     storage.move_into_place(source, kind, overwrite=overwrite)
-    return storage.target if isinstance(storage, LocalStorage) else path
+    return path if storage.remote else storage.target
 
 
 @contextlib.contextmanager
@@ -237,7 +237,7 @@ def atomic_file(path, kind: str, *, overwrite: bool = False, protect: Protected 
         The temporary path to write the file to, marker included.
     """
     storage = storage_for(path)
-    if not isinstance(storage, LocalStorage):
+    if storage.remote:
         raise InvalidInputError(f"{path}: a {kind} is written to a local path; write it there and copy it")
     path = storage.target
     storage.check_target(kind, overwrite=overwrite, protect=protect)
@@ -276,7 +276,7 @@ def recover(path, *, storage_options: dict | None = None) -> None:
     wins), and deleted otherwise; a ``.tmp-`` sibling is deleted, and so is the lock file of
     a replace whose holder died.  Only siblings carrying
     dfairpca's marker (or empty) are touched, and none of a writer still running on this
-    host.  For a URL: finishes a move cut short (see :mod:`dfairpca.io._remote`).
+    host.  For a URL: finishes a move cut short (see :mod:`dfairpca.io._fsspec`).
 
     Parameters
     ----------
@@ -294,7 +294,7 @@ def recover_for_reading(path, *, storage_options: dict | None = None) -> None:
     Safe in a reader for the same reason as in a writer: only a dead writer's leftovers
     are touched.  Without write permission nothing is repaired; :func:`load_arrays` then
     names the intact copy.  For a URL, a write still under way is an error
-    (:func:`dfairpca.io._remote.check_settled`).
+    (:func:`dfairpca.io._fsspec.check_settled`).
 
     Parameters
     ----------

@@ -14,7 +14,7 @@ import numpy as np
 from ._marker import stored_chunks as _store_chunks
 from ._remote import zarr_roots
 from ._urls import explained, is_remote, store_url
-from .storage import open_zarr
+from ._where import open_zarr
 from ..base._system import rows_per_block
 from ..base._typing import PathInput
 from ..errors import InvalidInputError, NotFoundError
@@ -204,7 +204,7 @@ def _strict_store_class():
             if value is None:
                 root = getattr(self._store, "root", None)
                 if root is not None and not _metadata_along(root, key):
-                    from ..cluster import not_here
+                    from ._shared import not_here
 
                     raise not_here(root, "the Zarr store")
                 if not self.fill:
@@ -373,7 +373,7 @@ def read_checked(array: zarr.Array, selection: Any, asarray: bool = True, lock: 
     except _UncheckableShards:
         raise
     except Exception as exc:
-        from ..cluster import NotShared
+        from ._shared import NotShared
 
         if isinstance(exc, NotShared):  # the store is not there at all: said as it is
             raise
@@ -535,7 +535,7 @@ def check_written(group: zarr.Group, shown: object, fix: str | None = None) -> N
 
     import zarr
 
-    from ..cluster import SHARE_FIX, NotShared
+    from ._shared import SHARE_FIX, NotShared
 
     if not group.store.supports_listing:
         return

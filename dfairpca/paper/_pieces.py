@@ -5,7 +5,7 @@ Each piece (one data set of Tables 1-3, one d of the synthetic sweep, ...; see t
 report: one JSON file per piece, written to a temporary name and renamed, so a crash or a
 Ctrl-C leaves only whole pieces.  Rerunning the same command skips the pieces found there
 that were made with the same sizes (:class:`dfairpca.paper._config.Config`), dfairpca
-version and code (:func:`dfairpca.base.runtime.code_digest`); when the report is written the directory is removed.  It carries dfairpca's marker:
+version and code (:func:`dfairpca.base.code_digest`); when the report is written the directory is removed.  It carries dfairpca's marker:
 dfairpca uses or removes only a directory it wrote.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io.storage import read_capped
+from ..io import read_capped
 
 #: the kind in the marker of the pieces' directory
 KIND = "paper-pieces"
@@ -65,14 +65,14 @@ def _name(part: str, task) -> str:
 
 
 def _stamp(cfg) -> dict:
-    from ..base.runtime import __version__, code_digest
+    from ..base import __version__, code_digest
 
     return {"config": _encode(dataclasses.asdict(cfg)), "version": __version__, "code": code_digest()}
 
 
 def _own(path: Path) -> bool:
     """Whether ``path`` is a pieces' directory dfairpca wrote (else it is never touched)."""
-    from ..io.writes import read_marker
+    from ..io import read_marker
 
     found = read_marker(path)
     return path.is_dir() and not path.is_symlink() and found is not None and found.get("kind") == KIND
@@ -95,7 +95,7 @@ def load(out, cfg, part: str, task):
 
 def save(out, cfg, part: str, task, result) -> None:
     """Write the result of piece (part, task): whole, or not at all."""
-    from ..io.writes import OutputPathError, write_marker
+    from ..io import OutputPathError, write_marker
 
     path = folder(out)
     if path.exists() and not _own(path):
@@ -113,7 +113,7 @@ def save(out, cfg, part: str, task, result) -> None:
 
 def discard(out) -> None:
     """Remove the pieces' directory of ``out`` once the report is written (if dfairpca's)."""
-    from ..io.writes import remove_directory
+    from ..io import remove_directory
 
     path = folder(out)
     if _own(path):

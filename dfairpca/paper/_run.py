@@ -121,14 +121,13 @@ def run(out, quick: bool = False, parts=("tables", "synthetic", "tradeoff", "fac
     ``jobs`` > 1 runs the parts in that many processes side by side (their running times
     then include each other's load).
 
-    The directory is written whole or not at all (:func:`dfairpca.io.writes.atomic_directory`):
+    The directory is written whole or not at all (:func:`dfairpca.io.atomic_directory`):
     an existing ``out`` is replaced only with ``overwrite`` and only if dfairpca wrote it.
     Finished pieces are kept in ``OUT.partial`` until then (:mod:`._pieces`): rerunning the
     same command after a crash or Ctrl-C skips them.
     """
-    from ..base.runtime import __version__
-    from ..base.runtime import cpu_count
-    from ..io.writes import atomic_directory
+    from ..base import __version__, cpu_count
+    from ..io import atomic_directory
     from . import _pieces, faces, synthetic, tables, tradeoff
     from ._config import config
     from ._report import Report, pyplot

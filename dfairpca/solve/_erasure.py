@@ -7,7 +7,7 @@ Both erasers are affine maps ``r(x) = x - L R (x - mean)`` of rank r, with L (d,
 the data only through the covariance Sigma and the cross-covariance Sigma_XZ of the
 features with the concept Z (the one-hot indicators of every group of every attribute,
 and any numeric attribute): the columns of Sigma_XZ are the rows of the fairness
-constraint (:func:`dfairpca.solve._exact.fair_constraints`, ``n_g (mean_g - mean)`` up to
+constraint (:func:`dfairpca.solve._fairness.fair_constraints`, ``n_g (mean_g - mean)`` up to
 a common factor), so the statistics of one :class:`~dfairpca.stats.moments.Moments` pass
 serve fair PCA and the erasers alike.
 
@@ -20,7 +20,7 @@ serve fair PCA and the erasers alike.
 
 The certificate of either: for every constraint vector v (a column of Sigma_XZ), the
 share ``|v - L R v| / |v|`` that the erased output's covariance with that indicator
-keeps, in float64, refused above :data:`dfairpca.base._solvers.FAIRNESS_TOLERANCE` as
+keeps, in float64, refused above :data:`dfairpca.solve._fairness.FAIRNESS_TOLERANCE` as
 fair PCA's (:func:`dfairpca.solve._fairness.certify`).
 """
 
@@ -34,8 +34,7 @@ from ..base import _solvers
 from ..stats._exact import kernel_name
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
-from ._exact import fair_constraints
-from ._fairness import certify
+from ._fairness import certify, constraint_basis, fair_constraints
 
 __all__ = ["ERASURE_METHODS", "Erasure", "support_whitening", "erasure_maps", "erasure_violation",
            "fit_erasure", "default_rtol"]
@@ -99,7 +98,7 @@ def erasure_maps(S: np.ndarray, C: np.ndarray, method: str, rtol: float, exponen
     O(d^2 r) after the eigendecomposition."""
     d = S.shape[0]
     if method == "orth":
-        Q = _solvers.constraint_basis(C)
+        Q = constraint_basis(C)
         return Q, Q.T.copy(), d
     if method != "leace":
         raise InvalidInputError(f"method must be one of {ERASURE_METHODS}; got {method!r}")
@@ -108,7 +107,7 @@ def erasure_maps(S: np.ndarray, C: np.ndarray, method: str, rtol: float, exponen
         inv_sqrt, root = np.ldexp(inv_sqrt, -exponent), np.ldexp(root, exponent)
     # the rows of C W: every group's deviation whitened (W symmetric)
     CW = ((np.asarray(C, np.float64) @ V) * inv_sqrt) @ V.T
-    U = _solvers.constraint_basis(CW)  # (d, r): the column space of W Sigma_XZ
+    U = constraint_basis(CW)  # (d, r): the column space of W Sigma_XZ
     VU = V.T @ U
     L = V @ (root[:, None] * VU)
     R = (VU.T * inv_sqrt) @ V.T

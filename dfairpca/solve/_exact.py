@@ -4,9 +4,8 @@
 The one-pass statistics give the d x d matrix whose eigenvectors are wanted
 (:func:`fitted_space`); the components are its top eigenvectors for ``n_components`` as an
 int, None or a fraction of the variance (scikit-learn's meanings), standard
-(:func:`standard_components`) or restricted to the complement of the fairness constraints
-(:func:`fair_constraints`, :func:`fair_components`, with Fair PCA-S's equalising
-directions).  Every eigensolve is :mod:`dfairpca.base._solvers`'.
+(:func:`standard_components`) or, by :mod:`dfairpca.solve._fairness`, restricted to the
+complement of the fairness constraints.  Every eigensolve is :mod:`dfairpca.base._solvers`'.
 """
 
 from __future__ import annotations
@@ -17,13 +16,11 @@ import numpy as np
 
 from ..base import _solvers
 from ..stats._chunk import OVERFLOW_MESSAGE
-from ._fairness import covariance_terms, group_constraints, numeric_constraints, stack_constraints
-from ..base._params import is_int
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
 
-__all__ = ["fitted_space", "check_variance", "standard_components", "fair_constraints",
-           "fair_components", "fraction_to_k", "mle_rank", "mle_evidence"]
+__all__ = ["fitted_space", "standard_scale", "check_variance", "standard_components",
+           "fraction_to_k", "mle_rank", "mle_evidence"]
 
 
 def fitted_space(m: Moments, center: bool, standardize: bool):
@@ -41,11 +38,29 @@ def fitted_space(m: Moments, center: bool, standardize: bool):
         S = S + m.n * np.outer(mu, mu)
     scale = None
     if standardize:
-        sd, scale = _solvers.standard_scale(m.n, m.mean, m.scatter_diagonal, e)
+        sd, scale = standard_scale(m.n, m.mean, m.scatter_diagonal, e)
         S = S / np.outer(sd, sd)
         e = 0
     check_variance(float(np.trace(S)), m.n, m.mean)
     return S, scale, e
+
+
+def standard_scale(n: float, mean: np.ndarray, sq: np.ndarray, exponent: int = 0):
+    """(sd, scale) of ``standardize``: per feature the population standard deviation
+    (ddof=0, as StandardScaler divides by) in the stored units of the sums of squares ``sq``
+    (``true * 4**-exponent``), and in true units (``scale``, 1 where it is 0).
+
+    A feature whose variance is within the rounding of its mean is constant (as
+    StandardScaler's test): left unscaled (sd 1), not divided by noise.
+    """
+    var = np.maximum(np.asarray(sq, np.float64) / n, 0.0)  # rounding may leave it < 0
+    with np.errstate(over="ignore", under="ignore"):
+        noise = (2.0 * n * np.finfo(np.float64).eps * np.ldexp(mean, -exponent)) ** 2
+    sd = np.sqrt(var)
+    sd[var <= noise] = 1.0
+    scale = np.ldexp(sd, exponent)
+    scale[scale == 0] = 1.0
+    return sd, scale
 
 
 def check_variance(total: float, n: float, mean) -> None:
@@ -77,33 +92,6 @@ def standard_components(S: np.ndarray, n: float, k, eigen_solver: str, rows=None
     w, V = _solvers.top_eigh(S, rank, "dense")
     k = mle_rank(w, n) if k == "mle" else fraction_to_k(w, np.trace(S), k, "the data")
     return _solvers.flip_signs(V[:, :k].T)
-
-
-def fair_constraints(m: Moments, mf: Moments, num: np.ndarray, keep: np.ndarray, names,
-                     scale) -> np.ndarray:
-    """The constraint vectors (rows) in the fitted feature space: every group's mean
-    deviation (of ``mf``, the statistics of the feature columns ``keep`` of m), then every
-    numeric attribute's (columns ``num`` of m) covariance with the features; ``names``
-    name the attributes in that order for the warnings."""
-    p = len(mf.attributes)
-    groups = group_constraints(mf, names[:p])  # first: its warnings come before the numeric ones'
-    numeric = numeric_constraints(m, num, keep, names[p:]) if len(num) else None
-    return stack_constraints(groups, numeric, scale)
-
-
-def fair_components(S, Q, mf: Moments, scale, largest: int, k, equalize,
-                    eigen_solver: str) -> np.ndarray:
-    """Fair components (k, d) of S outside Q's columns for ``n_components`` k (int,
-    fraction or None; None and a fraction consider the ``largest`` allowed), with Fair
-    PCA-S's equalising directions for ``equalize_covariance`` (from mf's group scatters)."""
-    r = Q.shape[1]
-    if k is None or is_int(k):
-        k = largest if k is None else k
-        terms = covariance_terms(mf, scale, k, r, equalize)
-        return _solvers.fair_components(S, Q, k, *terms, solver=eigen_solver)
-    U = _solvers.fair_components(S, Q, largest, solver="dense")
-    captured = np.sum((U @ S) * U, axis=1)
-    return U[: fraction_to_k(captured, np.trace(S), k, "the fair subspace")]
 
 
 def fraction_to_k(variances, total: float, fraction: float, where: str) -> int:

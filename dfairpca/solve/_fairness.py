@@ -1,10 +1,23 @@
-"""What the fair estimators share: the k limit, the constraint vectors, the certificate.
+"""The fair PCA algebra, which the fair estimators share: the k limit, the constraint vectors
+and their orthonormal basis, the certificate, Fair PCA-S's equalising basis and the fair
+eigenproblem.
+
+Fair PCA (Kleindessner et al. 2023, Alg. 1/2, Sec. 3.5) maximises ``trace(U^T S U)`` over
+orthonormal U subject to ``Z^T X U = 0``.  The paper builds an explicit basis R of the
+nullspace of ``Z^T X`` (d x (d - r)) and solves ``R^T S R``.  Here R is never formed: with
+Q an orthonormal basis of the r constraint directions (the group-mean deviations,
+:func:`constraint_basis`) and ``P = I - Q Q^T``, the top-k eigenvectors of ``P S P - c Q Q^T``
+(c > 0 pushes the constraint directions below every admissible eigenvalue) span the same
+subspace ``R Lambda`` (:func:`fair_components`).  A final projection and Rayleigh-Ritz step
+make ``Q^T U = 0`` hold to rounding, and :func:`constraint_violation` measures what is left,
+in float64, after every solve.
+
 
 :class:`~dfairpca.FairPCA` and :class:`~dfairpca.FairKernelPCA` (exact and Nyström) remove
 ``sum(m_r) - p`` directions for p attributes of m_1, ..., m_p groups and one for each of q
 numeric attributes; :func:`check_fair_k` is that rule, once.  After every solve the share
 of each constraint vector the components keep is measured in float64 and
-:func:`certify` refuses a fit above :data:`~dfairpca.base._solvers.FAIRNESS_TOLERANCE`.
+:func:`certify` refuses a fit above :data:`~dfairpca.base.FAIRNESS_TOLERANCE`.
 """
 
 from __future__ import annotations
@@ -13,20 +26,33 @@ import warnings
 
 import numpy as np
 
+import scipy.linalg
+
 from ..base import _solvers
 from ..base._params import Check, is_int, is_real, one_of, outside_stacklevel
 from ..stats.moments import Moments
+from ._exact import fraction_to_k
 from ._limits import too_large
 from ..errors import ConstraintDroppedWarning, InvalidInputError
 
 __all__ = ["CONSTRAINTS", "CONSTRAINT_RULES", "fair_k_limit", "check_fair_k", "certify",
-           "set_certificate", "fair_feature_names", "group_constraints", "numeric_constraints",
+           "group_constraints", "numeric_constraints",
            "numeric_constraint_rows",
-           "covariance_terms", "EQUALIZE_RULES"]
+           "covariance_terms", "EQUALIZE_RULES", "FAIRNESS_TOLERANCE", "constraint_basis",
+           "constraint_violation", "equalizing_basis", "fair_constraints", "fair_components"]
 
 #: the fairness notions of Sec. 3.2: equal group means over all rows, or over the y == 1 rows
 CONSTRAINTS = ("demographic_parity", "equal_opportunity")
 CONSTRAINT_RULES = [one_of(CONSTRAINTS)]
+
+#: the largest ``|U^T v| / |v|`` a fitted fair model may leave of any group-mean deviation v
+#: (its certificate, :func:`constraint_violation`).  What rounding leaves is far smaller:
+#: v is in the span of the constraint basis Q to ``10 max(m, d) sqrt(m) eps`` (the SVD's
+#: backward error plus the rank cut of :func:`constraint_basis`, on unit rows) and U is
+#: orthogonal to Q to a few eps after its projection and QR, together about 1e-10 at
+#: d = 6,400 and m = 40 groups.  1e-8 leaves a hundredfold margin for that, and a
+#: projected gap of 1e-8 of the raw gap is far below any sampling error of a group mean.
+FAIRNESS_TOLERANCE = 1e-8
 
 
 def fair_k_limit(size: int, ms, q: int = 0) -> int:
@@ -78,14 +104,14 @@ def violations_by_attribute(U: np.ndarray, C: np.ndarray, m, q: int) -> list:
     attribute: one array per attribute of m's (a row per group), then one of one row per
     numeric attribute (q of them), as :func:`certify` takes it."""
     sizes = [a.n_groups for a in m.attributes] + [1] * q
-    return list(np.split(_solvers.constraint_violation(U, C), np.cumsum(sizes)[:-1]))
+    return list(np.split(constraint_violation(U, C), np.cumsum(sizes)[:-1]))
 
 
 def certify(per_group, names, categories, precision: float, estimator: str,
             fix: str | None = None, kept_by: str = "the components keep") -> None:
     """Raise ``ValueError`` if any constraint vector keeps more than ``FAIRNESS_TOLERANCE``
     of itself under the fitted components (``per_group``: one array per attribute, from
-    :func:`dfairpca.base._solvers.constraint_violation`), naming it and the fixes.
+    :func:`constraint_violation`), naming it and the fixes.
 
     ``categories`` holds each attribute's group labels, or None for a numeric attribute
     (one vector: its covariance with the features).  ``fix``: the estimator's own remedy,
@@ -96,7 +122,7 @@ def certify(per_group, names, categories, precision: float, estimator: str,
         if len(v) and v.max() > worst:
             worst = float(v.max())
             where = (name, None if cats is None else cats[int(np.argmax(v))])
-    if worst <= _solvers.FAIRNESS_TOLERANCE:
+    if worst <= FAIRNESS_TOLERANCE:
         return
     name, group = where
     if isinstance(group, np.generic):  # 0, not np.int64(0)
@@ -110,28 +136,10 @@ def certify(per_group, names, categories, precision: float, estimator: str,
     raise InvalidInputError(
         f"{estimator} could not satisfy its fairness constraint: {kept_by} "
         f"{worst:.2e} of {what} (tolerance "
-        f"{_solvers.FAIRNESS_TOLERANCE:g}); the constraint vectors are too close to "
+        f"{FAIRNESS_TOLERANCE:g}); the constraint vectors are too close to "
         f"linearly dependent or too different in size for float64. Fit with {fix}, "
         f"or {drop}"
     )
-
-
-def set_certificate(est, per_group) -> None:
-    """Record a certified fit's ``fairness_violation_per_attribute_`` (the worst share per
-    attribute) and ``fairness_violation_`` (the worst of all) on ``est``."""
-    est.fairness_violation_per_attribute_ = np.array([float(v.max(initial=0.0)) for v in per_group])
-    est.fairness_violation_ = float(est.fairness_violation_per_attribute_.max())
-
-
-def fair_feature_names(est, names) -> np.ndarray:
-    """``names`` ("<class>0", ...) with the λ-scaled standard half of a ``tradeoff > 0``
-    model named "<class>_standard0", ... (the first k stay the fair ones)."""
-    k = est.n_components_
-    if len(names) == k:
-        return names
-    prefix = type(est).__name__.lower()
-    return np.asarray([f"{prefix}{i}" for i in range(k)] + [f"{prefix}_standard{i}" for i in range(k)],
-                      dtype=object)
 
 
 def group_constraints(m: Moments, names) -> np.ndarray:
@@ -214,7 +222,7 @@ def numeric_constraint_rows(C, zz, ff: float, means, n: float, exponent: int, pr
 def covariance_terms(m: Moments, scale, k: int, r: int,
                      equalize) -> tuple[list | None, int | None]:
     """(cov_diffs, l) for Fair PCA-S (``equalize``: ``equalize_covariance``), or (None,
-    None) where it is plain fair PCA: see :func:`dfairpca.base._solvers.equalizing_basis`."""
+    None) where it is plain fair PCA: see :func:`dfairpca.base.equalizing_basis`."""
     if equalize is None:
         return None, None
     d = m.n_features
@@ -266,3 +274,123 @@ def _check_equalize(est, e) -> None:
 
 
 EQUALIZE_RULES = [Check(_check_equalize)]
+
+
+def constraint_basis(C: np.ndarray, rtol: float | None = None) -> np.ndarray:
+    """Orthonormal basis (d, r) of the row space of C (the constraint directions).
+
+    Zero rows (groups without signal, see ``FairPCA.fit_statistics``) are dropped, and the
+    others scaled to unit length: the basis then holds every group's direction to the
+    same relative accuracy, however the groups' deviations differ in size (a small
+    group's direction is not lost in the rounding of a large one's).  Singular values
+    below ``rtol * s_max`` count as rank deficiency, i.e. directions that are
+    combinations of the others (default ``10 * max(C.shape) * eps``, the rule of
+    ``scipy.linalg.null_space``).
+    """
+    d = C.shape[1]
+    norms = _solvers.row_norms(C)
+    C = C[norms > 0] / norms[norms > 0, None]
+    if C.shape[0] == 0:
+        return np.zeros((d, 0))
+    U, s, _ = scipy.linalg.svd(C.T, full_matrices=False)
+    if rtol is None:
+        rtol = max(C.shape) * np.finfo(np.float64).eps * 10
+    r = int(np.sum(s > rtol * s[0]))
+    return U[:, :r]
+
+
+def constraint_violation(U: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Per row v of C: ``|U v| / |v|``, the share of v that the rows of U keep (0 for v = 0).
+
+    U (k, d) has orthonormal rows (the fitted components); the rows of C are group-mean
+    deviations (any positive multiples).  In float64, O(k d m).
+    """
+    C = np.asarray(C, dtype=np.float64)
+    norms = _solvers.row_norms(C)
+    out = np.zeros(C.shape[0])
+    live = norms > 0
+    if live.any():
+        out[live] = _solvers.row_norms((C[live] / norms[live, None]) @ np.asarray(U, np.float64).T)
+    return out
+
+
+def fair_constraints(m: Moments, mf: Moments, num: np.ndarray, keep: np.ndarray, names,
+                     scale) -> np.ndarray:
+    """The constraint vectors (rows) in the fitted feature space: every group's mean
+    deviation (of ``mf``, the statistics of the feature columns ``keep`` of m), then every
+    numeric attribute's (columns ``num`` of m) covariance with the features; ``names``
+    name the attributes in that order for the warnings."""
+    p = len(mf.attributes)
+    groups = group_constraints(mf, names[:p])  # first: its warnings come before the numeric ones'
+    numeric = numeric_constraints(m, num, keep, names[p:]) if len(num) else None
+    return stack_constraints(groups, numeric, scale)
+
+
+def fair_components(S, Q, mf: Moments, scale, largest: int, k, equalize,
+                    eigen_solver: str) -> np.ndarray:
+    """Fair components (k, d) of S outside Q's columns for ``n_components`` k (int,
+    fraction or None; None and a fraction consider the ``largest`` allowed), with Fair
+    PCA-S's equalising directions for ``equalize_covariance`` (from mf's group scatters)."""
+    r = Q.shape[1]
+    if k is None or is_int(k):
+        k = largest if k is None else k
+        terms = covariance_terms(mf, scale, k, r, equalize)
+        return _restricted_top(S, Q, k, *terms, solver=eigen_solver)
+    U = _restricted_top(S, Q, largest, solver="dense")
+    captured = np.sum((U @ S) * U, axis=1)
+    return U[: fraction_to_k(captured, np.trace(S), k, "the fair subspace")]
+
+
+def _restricted_top(S: np.ndarray, Q: np.ndarray, k: int, cov_diffs=None, l=None,
+                    solver: str = "dense") -> np.ndarray:
+    """Top-k eigenvectors of S restricted to the orthogonal complement of Q's columns.
+
+    Returns (k, d) orthonormal rows U with ``U Q = 0``; equivalent to Alg. 2's ``R Lambda``.
+    With ``cov_diffs`` (Fair PCA-S, Sec. 3.6) the search is further restricted to the l
+    directions of the complement along which the group covariances differ least, see
+    :func:`equalizing_basis`.
+    """
+    if cov_diffs is not None:
+        W = equalizing_basis(cov_diffs, Q, l)
+        _, V = _solvers.top_eigh(W.T @ S @ W, k, solver)
+        U = W @ V
+    else:
+        _, U = _solvers.top_eigh(S, k, solver, Q=Q)
+    # enforce the constraint to rounding and re-diagonalise (Rayleigh-Ritz on span U)
+    U = U - Q @ (Q.T @ U)
+    U, _ = np.linalg.qr(U)
+    _, G = np.linalg.eigh(U.T @ S @ U)
+    return _solvers.flip_signs((U @ G[:, ::-1]).T)
+
+
+def equalizing_basis(cov_diffs, Q: np.ndarray, l: int) -> np.ndarray:
+    """Orthonormal (d, l) basis, orthogonal to Q, where the group covariances agree most.
+
+    ``cov_diffs`` is a list of (weight, D_g) pairs.  With a single ``D = Sigma_0 - Sigma_1``
+    (two groups, the paper's Sec. 3.6) these are the eigenvectors of ``R^T D R`` with the l
+    smallest |eigenvalues|.  With more groups (``D_g = Sigma_g - Sigma_pooled``) they are the
+    l smallest eigenvectors of ``sum_g w_g (R^T D_g R)^2``, i.e. the directions v minimising
+    ``sum_g w_g ||R^T D_g R v||^2``; for two groups this is the same subspace as the paper's
+    (the sum is proportional to ``(R^T D R)^2``).
+    """
+    d = Q.shape[0]
+    # one power of two for all differences (exact; the order of the eigenvalues is that
+    # of c D for any c > 0): they become O(1), so their squares below neither underflow
+    # nor overflow and the shift that parks Q's directions is relative
+    top = max((float(np.abs(D).max()) for _, D in cov_diffs), default=0.0)
+    e = int(np.frexp(top)[1]) if top > 0 else 0
+    if len(cov_diffs) == 1:
+        (_, D), = cov_diffs
+        D = np.ldexp(D, -e)
+        big = 2.0 * np.abs(D).sum(1).max() + 1.0  # above every |eigenvalue| of P D P
+        w, V = scipy.linalg.eigh(_solvers.deflated(D, Q, big))
+        order = np.argsort(np.abs(w), kind="stable")
+    else:
+        T = np.zeros((d, d))
+        for wt, D in cov_diffs:
+            A = _solvers.deflated(np.ldexp(D, -e), Q, 0.0)
+            T += wt * (A @ A)
+        big = 2.0 * np.abs(T).sum(1).max() + 1.0
+        w, V = scipy.linalg.eigh(_solvers.deflated(T, Q, big))
+        order = np.argsort(w, kind="stable")
+    return V[:, order[:l]]

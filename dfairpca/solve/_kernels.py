@@ -106,7 +106,7 @@ def expand(X, basis, coef, offset, kern, columns=None):
 
     if not isinstance(X, da.Array):
         return _expand(X, basis, coef, offset, kern, columns)
-    from ..cluster import ship
+    from ..engine._compute import ship
 
     return da.map_blocks(
         _expand, X, ship(basis), ship(coef), offset, kern, columns, dtype=np.float64,

@@ -8,10 +8,10 @@ threads' running sums of the same size and the chunks at hand; the client the Kr
 d x w per pass (float64: 140 MB at d = 116,412, w = 60 and 4 passes); neither depends on n.
 
 Fair PCA is the top-k eigenspace of ``M = P S P`` with ``P = I - Q Q^T`` and Q (d x r) an
-orthonormal basis of the group-mean deviations (:func:`dfairpca.base._solvers.constraint_basis`,
+orthonormal basis of the group-mean deviations (:func:`dfairpca.solve._fairness.constraint_basis`,
 the exact solve's basis).  P is applied exactly to every block, so the components are
 orthogonal to Q to rounding however far the iteration has converged: the fit passes the
-exact solve's certificate (:func:`dfairpca.base._solvers.constraint_violation`).
+exact solve's certificate (:func:`dfairpca.solve._fairness.constraint_violation`).
 
 The passes (:mod:`dfairpca.engine._thin_pass`): the first reads the first-order statistics
 (n, column sums and squares, per group of every attribute its count and sum, the numeric
@@ -31,28 +31,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..base import _solvers
 from ..base._params import is_int
-from ._exact import check_variance
+from ._exact import check_variance, standard_scale
 from ._krylov import Krylov, ritz_components
 from ._limits import check_features, check_rows, too_large
-# re-exported: the choice between the solves was defined here first
-from ._choice import (  # noqa: F401
-    check_exact_memory, choose_svd_solver, memory_budget, needs_dense_message, worker_memory,
-)
 from ._fairness import (
-    group_constraints, numeric_constraint_rows, stack_constraints, violations_by_attribute,
+    constraint_basis, group_constraints, numeric_constraint_rows, stack_constraints, violations_by_attribute,
 )
 from ..engine._thin_pass import (
     Plan, as_rows, chunked, corrected, first_pass, restore_statistics, run_thin_pass,
     statistics_state,
 )
-from ..cluster import WorkersLost
+from ..engine._compute import WorkersLost
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
 
-__all__ = ["RandomizedFit", "fit_randomized", "resolve_iterated_power", "choose_svd_solver",
-           "check_exact_memory", "worker_memory", "memory_budget", "needs_dense_message", "N_OVERSAMPLES", "AUTO_RTOL"]
+__all__ = ["RandomizedFit", "fit_randomized", "resolve_iterated_power", "N_OVERSAMPLES", "AUTO_RTOL"]
 
 #: scikit-learn's default oversampling: the block has k + 10 columns
 N_OVERSAMPLES = 10
@@ -94,7 +88,7 @@ class RandomizedFit:
     about the mean, or ``X^T X`` without centring, standardised when asked), stored as
     ``true * 4**-exponent`` (0 when standardised); ``violation`` holds, per attribute, the
     share ``|U v| / |v|`` of every constraint vector that the components keep (the exact
-    fit's certificate, :func:`dfairpca.base._solvers.constraint_violation`).  ``history`` is the
+    fit's certificate, :func:`dfairpca.solve._fairness.constraint_violation`).  ``history`` is the
     captured variance after each pass but the first, ``missing`` the share of the optimum
     still missing then, as estimated from the Ritz residuals (``iterated_power="auto"``
     stops on it).
@@ -203,7 +197,8 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
     except (KeyboardInterrupt, WorkersLost) as exc:
         if ck is None:
             raise
-        from ..engine.checkpoint import PassInterrupted, saved_state_meta
+        from ..engine._checkpoint_files import saved_state_meta
+        from ..engine.checkpoint import PassInterrupted
 
         saved = saved_state_meta(ck.path)  # what an interrupt reports is what is on disk
         most = saved.get("most", resolve_iterated_power(iterated_power, k, X.shape[0], d) + 2)
@@ -234,7 +229,7 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
     m = full.columns(keep) if len(numeric) else full
 
     # the fitted space: standardisation and the constraint basis
-    sd, scale = (_solvers.standard_scale(m.n, m.mean, m.scatter_diagonal, m.scatter_exponent)
+    sd, scale = (standard_scale(m.n, m.mean, m.scatter_diagonal, m.scatter_exponent)
                  if standardize else (None, None))
     total = _trace(m, sd, off, plan, center)
     check_variance(total, n, m.mean)  # before the other passes
@@ -247,7 +242,7 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
                                        full.scatter_diagonal[keep].sum(),
                                        full.mean[num], n, full.scatter_exponent, full.precision, names[p:])
     C = stack_constraints(groups, rows, scale)
-    Q = _solvers.constraint_basis(C) if len(C) else np.zeros((d, 0))
+    Q = constraint_basis(C) if len(C) else np.zeros((d, 0))
     r = Q.shape[1]
     if k > d - r:
         raise too_large(k, f"the {r} constraint directions leave {d - r} dimensions; the largest "
@@ -275,7 +270,8 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
             fair = Krylov.restore(saved["arrays"], "fair", project, k, d)
             std = Krylov.restore(saved["arrays"], "std", unprojected, k, d) if standard and r else None
         except KeyError as exc:
-            from ..io import RESAVE_HINT, SavedFileError
+            from ..io import SavedFileError
+            from ..io._arrays import RESAVE_HINT
 
             raise SavedFileError(f"cannot load checkpoint {saved['path']!r}: its state lacks "
                                  f"{exc}{RESAVE_HINT}") from None
@@ -324,7 +320,7 @@ def _check_statistics(full: Moments, k: int, d: int) -> None:
     full.check_finite()
     n = full.n
     if not np.all(np.isfinite(full.mean)) or not np.all(np.isfinite(full.scatter_diagonal)):
-        from ..stats.moments import OVERFLOW_MESSAGE
+        from ..stats._chunk import OVERFLOW_MESSAGE
 
         raise InvalidInputError(OVERFLOW_MESSAGE)
     if n < 2:
@@ -341,7 +337,7 @@ class _Checkpoint:
     """
 
     def __init__(self, path, X, fingerprint: dict, resume: bool):
-        from ..engine.checkpoint import checkpoint_path, open_state
+        from ..engine._checkpoint_files import checkpoint_path, open_state
 
         self.path, self.fingerprint = checkpoint_path(path), fingerprint
         self.saved = open_state(self.path, X, fingerprint, "randomized", resume)
@@ -350,7 +346,7 @@ class _Checkpoint:
 
     def bind(self, read: list) -> None:
         """Take (a fresh fit) or check (a resumed one) the digests of the chunks just read."""
-        from ..engine.checkpoint import check_digests
+        from ..engine._checkpoint_files import check_digests
 
         if self.digests is None:
             self.digests = [h for _, _, h in sorted(read)]
@@ -359,7 +355,7 @@ class _Checkpoint:
         self.bound = True
 
     def save(self, meta: dict, arrays: dict) -> None:
-        from ..engine.checkpoint import save_state
+        from ..engine._checkpoint_files import save_state
 
         assert self.digests is not None  # bound by the first pass, before any save
         save_state(self.path, self.fingerprint, "randomized", meta, arrays, self.digests)
@@ -383,7 +379,8 @@ def _fingerprint(X, codes, categories, mask, dtype, omega, **options) -> dict:
     """What a randomized fit's checkpoint is for: the pass's job (X's shape, chunks and
     stores, the groups, the mask, the compute dtype), the options that change the result
     and the start block itself (whatever random_state drew it)."""
-    from ..engine.checkpoint import array_digest, job_fingerprint
+    from ..engine._checkpoint_files import array_digest
+    from ..engine.checkpoint import job_fingerprint
 
     fp = job_fingerprint(X, codes, categories, mask, dtype=dtype)
     for key, v in options.items():
@@ -403,7 +400,3 @@ def _trace(m: Moments, sd, off, plan: Plan, center: bool) -> float:
     if sd is not None:
         diag /= sd * sd
     return float(diag.sum())
-
-
-#: the name benchmarks/bench_full_resolution.py times the client's Rayleigh-Ritz step by
-_Krylov = Krylov

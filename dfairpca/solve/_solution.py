@@ -18,8 +18,8 @@ from ..base import _solvers
 from ..stats._exact import kernel_name
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
-from ._exact import fair_components, fair_constraints, fitted_space
-from ._fairness import certify, violations_by_attribute
+from ._exact import fitted_space
+from ._fairness import certify, constraint_basis, fair_components, fair_constraints, violations_by_attribute
 
 __all__ = ["FairSolution", "exact_fair_solution", "randomized_fair_solution"]
 
@@ -72,7 +72,7 @@ def exact_fair_solution(m: Moments, num: np.ndarray, names, limit: int, *, k, ce
                                 "protected attribute as group labels, or leave it None")
     S, scale, e = fitted_space(mf, center, standardize)
     C = fair_constraints(m, mf, num, keep, names, scale)
-    Q = _solvers.constraint_basis(C)
+    Q = constraint_basis(C)
     U = fair_components(S, Q, mf, scale, min(limit, m.n_effective), k, equalize, eigen_solver)
     per_group = violations_by_attribute(U, C, mf, q)
     categories = [a.categories for a in mf.attributes] + [None] * q

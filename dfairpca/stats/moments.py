@@ -23,26 +23,23 @@ pass keeps its running total in its own form (``dfairpca.engine._accumulator``) 
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ._chunk import OVERFLOW_MESSAGE  # noqa: F401 (the estimators raise it too)
 from ._chunk import chunk_sums
 from ._exact import ExactSums, merge_exact
 from ._weighted import weighted_chunk_sums
 from ._derived import check_finite, constraint_matrix, deviation_floor
 from ._sums import DENSE, Sums, fill_lower, merge_sums, nbytes
+from ..base._compat import fill_new_fields
 from ..base._typing import PathInput
 from ..errors import InvalidInputError, InvalidTypeError
 from ..io._moments_format import moments_layout, read_saved, saved_fields, sums_to_arrays
 # the saved form's label encoding, by the names the saved models import it under
-from ..io._moments_format import categories_from_json as _categories_from_json  # noqa: F401
-from ..io._moments_format import categories_to_json as _categories_to_json  # noqa: F401
-from ..io._moments_format import saved_group_counts  # noqa: F401
 
 __all__ = ["Moments", "AttributeMoments", "merge", "exact_moments", "constraint_matrix", "deviation_floor", "check_finite"]
 
@@ -146,11 +143,7 @@ class Moments:
     def __setstate__(self, state: dict) -> None:
         """Unpickle, giving the fields an older dfairpca did not have their defaults (a model
         pickled with its statistics must keep working after an upgrade)."""
-        for f in fields(self):
-            if f.name not in state:
-                state[f.name] = f.default_factory() if f.default is MISSING and \
-                    f.default_factory is not MISSING else f.default
-        self.__dict__.update(state)
+        self.__dict__.update(fill_new_fields(self, state))
 
     # ------------------------------------------------------------------ building
     @classmethod

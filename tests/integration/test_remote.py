@@ -18,7 +18,7 @@ from scipy.linalg import subspace_angles
 import dfairpca
 import dfairpca.celeba.ingest
 import dfairpca.celeba.synth
-from dfairpca.io import _fsspec, _remote
+from dfairpca.io import _fsspec, _urls
 from dfairpca.io._marker import ACTIVE
 from dfairpca.io._writes import STAGE_ENV, stage_folder
 from dfairpca.celeba import ingest_celeba, synth_celeba, write_celeba_jpegs
@@ -472,12 +472,12 @@ def test_a_server_lost_during_the_pass_is_named_not_taken_for_damaged_data(clust
 def test_a_zarr_store_whose_overwrite_died_mid_copy_is_read_whole_not_mixed(s3):
     """An overwrite of a store on S3 that died after copying some chunks leaves old and new
     chunks at the target: reading it finishes the move first (or refuses), never mixes."""
-    from dfairpca.io import _fsspec, _remote
+    from dfairpca.io import _fsspec, _urls
     from dfairpca.io._marker import ACTIVE
 
     so = dict(s3)
     url = "s3://data/mixed/z.zarr"
-    fs = _remote.location(url, so).fs  # fsspec binds its sync methods to each instance
+    fs = _urls.location(url, so).fs  # fsspec binds its sync methods to each instance
     real, real_remove = fs.copy, _fsspec._remove_tree
 
     def dead(loc):  # a dead process cleans up nothing: its temporary prefix stays
@@ -496,8 +496,8 @@ def test_a_zarr_store_whose_overwrite_died_mid_copy_is_read_whole_not_mixed(s3):
         if value == 2:
             fs.copy, _fsspec._remove_tree = die, dead
         try:
-            with _fsspec.atomic_prefix(_remote.location(url, so), "store", overwrite=True) as tmp:
-                g = zarr.open_group(_remote.zarr_store(tmp, so), mode="w",
+            with _fsspec.atomic_prefix(_urls.location(url, so), "store", overwrite=True) as tmp:
+                g = zarr.open_group(_urls.zarr_store(tmp, so), mode="w",
                                     attributes=dfairpca.io.marker_attributes("store"))
                 g.create_array("images", shape=(40, 3), chunks=(10, 3), dtype="int8")[:] = value
         except KeyboardInterrupt:
@@ -566,12 +566,12 @@ def test_an_overwrite_on_s3_refuses_a_users_object_inside_a_zarr_array(s3, capsy
         fs.rm(f"{prefix}/{name}")
     # an array and an attribute the user added with zarr are named and kept
 
-    group = zarr.open_group(dfairpca.io._remote.zarr_store(url, s3), mode="r+")
+    group = zarr.open_group(dfairpca.io.zarr_store(url, s3), mode="r+")
     group.create_array("my_hand_labels", data=np.arange(40))
     group.attrs["my_note"] = "hello"
     code, _, err = run([*synth, "--overwrite"], capsys)
     assert code == 1 and "my_hand_labels" in err and "'my_note'" in err, err
-    group = zarr.open_group(dfairpca.io._remote.zarr_store(url, s3), mode="r+")
+    group = zarr.open_group(dfairpca.io.zarr_store(url, s3), mode="r+")
     assert group["my_hand_labels"][:].tolist() == list(range(40)) and group.attrs["my_note"] == "hello"
     del group["my_hand_labels"]
     del group.attrs["my_note"]
@@ -647,7 +647,7 @@ def test_an_upload_cut_short_is_redone_from_the_finished_stage(s3, tmp_path, mon
     other, drawing nothing again."""
     url = "s3://data/upload/faces.zarr"
     stage = stage_folder(url)
-    fs = _remote.location(url, s3).fs  # fsspec binds its sync methods to each instance
+    fs = _urls.location(url, s3).fs  # fsspec binds its sync methods to each instance
     real_put, real_remove = fs.put_file, _fsspec._remove_tree
     sent = []
 

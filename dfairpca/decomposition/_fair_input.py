@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from ._groups import Groups, binary_target, encode_groups, group_labels
-from ._validation import Input, check_input, with_known_rows
-from ._weights import check_weights
+from ..engine._compute import with_known_rows
+from ..inputs._groups import Groups, binary_target, encode_groups, group_labels
+from ..inputs._validation import Input, check_input
+from ..inputs._weights import check_weights
 
 __all__ = ["FairInput", "fair_input"]
 

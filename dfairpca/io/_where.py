@@ -1,30 +1,22 @@
-"""Where data lives: a local path or an fsspec URL (``s3://bucket/faces.zarr``, ``gs://...``,
-any fsspec protocol), opened the same way.
-
-A path with a protocol is opened with fsspec and the ``storage_options`` given, else what
-the file system finds itself (for S3: the AWS_* environment variables, ~/.aws, fsspec's
-configuration).  :func:`location` carries the options with the URL, so that every read and
-write of it (and the workers' tasks) reach the same endpoint with the same credentials.
-
-:func:`storage_for` gives the write protocol's operations on a path (:class:`Storage`):
-:class:`LocalStorage` renames on a local disk, :class:`FsspecStorage` copies under a
-journal on object storage; it is the one place that tells the two apart.
+"""Where data lives, opened the same way whether a local path or an fsspec URL:
+:func:`storage_for` gives the write protocol's operations on a path
+(:class:`~dfairpca.io._storage.Storage`): :class:`~dfairpca.io._local.LocalStorage` renames on
+a local disk, :class:`~dfairpca.io._fsspec.FsspecStorage` copies under a journal on object
+storage; it is the one place that tells the two apart.  :func:`open_zarr` opens a Zarr store
+at either.
 """
 
 from __future__ import annotations
 
 import os
 
-from ._files import MAX_JSON_BYTES, read_capped
 from ._fsspec import FsspecStorage, check_settled, list_keys
 from ._local import LocalStorage
 from ._storage import Storage
-from ._urls import Location, explaining, is_remote, local_path, location, zarr_store
+from ._urls import explaining, is_remote, local_path, location, zarr_store
 from ..errors import InvalidInputError, PathNotFoundError
 
-# the classes are the interface storage_for returns; what a caller needs of them is that
-__all__ = ["is_remote", "local_path", "Location", "location", "open_zarr", "zarr_store",
-           "read_capped", "MAX_JSON_BYTES", "storage_for"]
+__all__ = ["storage_for", "open_zarr"]
 
 
 def storage_for(path, storage_options: dict | None = None) -> Storage:
@@ -74,7 +66,7 @@ def open_zarr(store, storage_options: dict | None = None):
     import zarr
 
     storage = storage_for(store, storage_options)
-    if isinstance(storage, LocalStorage):
+    if not storage.remote:
         path = local_path(store)
         if not path.exists():
             raise PathNotFoundError(f"no Zarr store at {str(path)!r}")

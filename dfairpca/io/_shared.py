@@ -1,5 +1,7 @@
 """Paths the workers open on their own machines: whether every worker sees what this
-process sees there (:func:`check_workers_see`), and values a graph holds by key (:func:`ship`)."""
+process sees there (:func:`check_workers_see`), the error of one that does not
+(:class:`~dfairpca.cluster.NotShared`) and the fixes its messages name, and the active client
+whose workers are asked."""
 
 from __future__ import annotations
 
@@ -9,8 +11,26 @@ import secrets
 import socket
 import sys
 
-from ..errors import UnreachableError
-from ._errors import SHARE_FIX, NotShared
+from ..errors import DfairpcaError, UnreachableError
+from ._remote import zarr_arrays
+from ._where import storage_for
+
+
+class NotShared(DfairpcaError, FileNotFoundError):
+    """A local path this process reads or writes is not the same on some of the cluster's
+    workers: they run on machines that do not share this machine's files there."""
+
+    # documented, raised and pickled under the public name dfairpca.cluster.NotShared
+    __module__ = "dfairpca.cluster"
+
+
+#: what to do about a path the workers do not share, said by every :class:`NotShared`
+SHARE_FIX = ("put it on a file system that every worker mounts at the same path, give an "
+             "object-store URL instead (s3://..., with storage_options / --storage-options), or "
+             "compute on this machine (a local cluster: no --scheduler)")
+#: the same without the URL, for an input that only a local folder can be (CelebA's JPEGs)
+SHARE_FIX_LOCAL = ("put it on a file system that every worker mounts at the same path, or "
+                   "compute on this machine (no --scheduler)")
 
 #: bytes of an input file compared between this process and the workers (its size, whole)
 _HEAD_BYTES = 1 << 20
@@ -35,33 +55,6 @@ def active_client():
     except (ImportError, ValueError):
         return None
 
-
-def ship(value):
-    """``value`` (a model's matrix) as an argument of a lazy graph that holds it by key.
-
-    Under a distributed Client it is scattered to the cluster once and the graph holds its
-    future: the graph sent to the scheduler stays small whatever the matrix (distributed
-    would warn "Sending large graph" and send the bytes with the graph, every time it is
-    computed), and the workers fetch it once each.  The result must then be computed while
-    that client is open.  Without a client it is one ``dask.delayed`` key of the graph (not
-    copied into every chunk's task).
-
-    Parameters
-    ----------
-    value : object
-        What the graph's tasks take as an argument (a numpy matrix).
-
-    Returns
-    -------
-    distributed.Future or dask.delayed.Delayed
-        The scattered value's future under a client, else the delayed value.
-    """
-    client = active_client()
-    if client is None:
-        import dask
-
-        return dask.delayed(value)
-    return client.scatter(value, hash=True)  # hashed: the same matrix is sent once
 
 
 def check_workers_see(client, path, what: str, *, output: bool = False, shown=None,
@@ -93,9 +86,7 @@ def check_workers_see(client, path, what: str, *, output: bool = False, shown=No
     fix : str
         What to do about it, said at the end of the message.
     """
-    from ..io._remote import is_remote
-
-    if client is None or is_remote(path):
+    if client is None or storage_for(path).remote:
         return
     path = os.path.abspath(path)
     if output:
@@ -153,8 +144,6 @@ def check_inputs_shared(X, client=None) -> None:
     client = client if client is not None else active_client()
     if client is None:
         return
-    from ..io._remote import zarr_arrays
-
     seen = set()
     for array in zarr_arrays(X):
         root = getattr(array.store, "root", None)  # a local store's folder
