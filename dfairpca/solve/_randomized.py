@@ -237,7 +237,8 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
     sd, scale = (_solvers.standard_scale(m.n, m.mean, m.scatter_diagonal, m.scatter_exponent)
                  if standardize else (None, None))
     total = _trace(m, sd, off, plan, center)
-    check_variance(total, n, m.mean)  # before the other passes
+    mu = np.ldexp(m.mean, -m.scatter_exponent) if center else np.zeros(len(m.mean))
+    check_variance(total, n, mu if sd is None else mu / sd, m.rows)  # before the other passes
     # the exact fit's rules on the same first-order fields (what Moments without a scatter holds)
     groups = group_constraints(m, names[:p]) if p else np.zeros((0, d))
     rows = None
