@@ -60,7 +60,8 @@ def test_a_randomized_checkpoint_of_the_earlier_format_resumes_to_the_same_fit(e
         done = fit_randomized(X, 3, checkpoint=_copy("randomized-done", tmp_path), on_pass=seen, **kw)
     assert seen.seen[0] == 2  # pass 1 (the first-order statistics) was read from the checkpoint
     assert resumed.passes == done.passes == int(expected["passes"])
-    np.testing.assert_array_equal(done.components, expected["components"])  # the saved answer
+    # the saved answer, to rounding (the statistics' merge may round differently since)
+    np.testing.assert_allclose(done.components, expected["components"], rtol=0, atol=1e-12)
     np.testing.assert_allclose(resumed.components, expected["components"], atol=1e-6)
     # the restored first-order statistics: a Moments without the scatter, its diagonal kept
     m = resumed.statistics

@@ -116,6 +116,13 @@ def _locate(data_root, store, name: str, option: str):
     path, else the Zarr array at the path ``name`` (a bare array or ``group.zarr/array``)."""
     import zarr
 
+    from ..io.storage import check_member_path
+
+    if not Path(name).exists():  # a path inside STORE, not one on disk
+        try:
+            check_member_path(name, str(store))
+        except ValueError as exc:
+            raise UsageError(f"{option} {name}: {exc}") from None
     if isinstance(data_root, zarr.Group) and name in data_root:
         node, label = data_root[name], f"{store}/{name}"
     elif Path(name).exists():

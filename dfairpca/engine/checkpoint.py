@@ -54,7 +54,8 @@ from ..stats._exact import is_exact
 from ..errors import InvalidInputError, InvalidTypeError
 from ._checkpoint_files import (CHECKPOINT_VERSION, _START_OVER, CheckpointMismatch, Where, _check_same_job,  # noqa: F401
                                 _digest, _progress_text, _read_progress, array_digest, check_digests,
-                                checkpoint_path, open_state, save_state, saved_solver, saved_state_meta)
+                                checkpoint_path, open_state, save_state, saved_solver, saved_state_meta,
+                                check_saved_digest, files_digest)
 
 
 __all__ = [
@@ -375,6 +376,7 @@ def _save(path: Where, total: RunningTotal | ExactTotal, fingerprint: dict, segm
     }
     with atomic_directory(path, "checkpoint", overwrite=True) as tmp:
         total.save(tmp / "total")
+        progress["total_digest"] = files_digest(tmp / "total")
         (tmp / "progress.json").write_text(json.dumps(progress, indent=1))
 
 
@@ -395,6 +397,7 @@ def _load(path: Where) -> dict | None:
             f"checkpoint {str(path)!r} was written by a newer dfairpca; upgrade dfairpca "
             "or pass resume=False to start over"
         )
+    check_saved_digest(path, progress, "total_digest", path / "total", "total (total/)")
     total = _accumulator.load_total(path / "total")
     check_progress(progress, file, total)
     return {

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ._arrays import FORMAT_VERSION, RESAVE_HINT, header_shape, load_arrays, meta_value, save_arrays  # noqa: F401
 from ._files import MAX_JSON_BYTES, SavedFileError, open_regular, read_capped  # noqa: F401 (re-exported)
 from ._marker import OutputPathError
+from ._metadata import MalformedStoreError
 from ._zarr import (CorruptChunkError, MissingChunkError, check_written, from_zarr, local_zarr_roots,
                     read_checked, strict_array, strict_group)
 from ._zarr import LISTING_LIMIT  # noqa: F401 (read it here; from_zarr reads dfairpca.io._zarr's)
@@ -30,5 +31,5 @@ from .storage import open_zarr  # noqa: F401
 __all__ = [
     "from_zarr", "save_arrays", "load_arrays", "local_zarr_roots", "OutputPathError",
     "FORMAT_VERSION", "MissingChunkError", "CorruptChunkError", "SavedFileError", "strict_array",
-    "strict_group", "read_checked", "check_written",
+    "strict_group", "read_checked", "check_written", "MalformedStoreError",
 ]
