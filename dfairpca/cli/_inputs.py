@@ -346,6 +346,11 @@ TARGET_OPTIONS = ("--target", "--target-array", "--target-column")
 def _target(args, data: _Data):
     """The task label of equal opportunity, or None; given without it, an error."""
     given = [o for o in TARGET_OPTIONS if getattr(args, o[2:].replace("-", "_"))]
+    if getattr(args, "target_csv", None) and not args.target_column:
+        raise UsageError(
+            "--target-csv is read only for --target-column COL, equal opportunity's task label: "
+            "add --constraint equal_opportunity --target-column COL, or drop --target-csv"
+        )
     if args.constraint != "equal_opportunity":
         if given:
             raise UsageError(

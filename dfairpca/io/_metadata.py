@@ -15,6 +15,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import TypeGuard
 
 from ..errors import InvalidInputError
 from ._files import MAX_JSON_BYTES
@@ -136,7 +137,7 @@ def _check_array(where: str, key: str, doc) -> None:
         raise _bad(where, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
 
 
-def _ints(values, low: int) -> bool:
+def _ints(values, low: int) -> TypeGuard[list[int]]:
     return isinstance(values, list) and all(
         isinstance(v, int) and not isinstance(v, bool) and v >= low for v in values)
 

@@ -21,6 +21,7 @@ from ._fairness import covariance_terms, group_constraints, numeric_constraints,
 from ..base._params import is_int
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
+from ..inputs._weights import too_few_samples
 
 __all__ = ["fitted_space", "check_variance", "row_variance", "standard_components", "fair_constraints",
            "fair_components", "fraction_to_k", "mle_rank", "mle_evidence"]
@@ -31,7 +32,7 @@ def fitted_space(m: Moments, center: bool, standardize: bool):
     as ``S * 4**e`` (e is the statistics' ``scatter_exponent``, 0 but for data of
     extreme magnitude; 0 when standardized, which is unit-free), and the true scale."""
     if m.n < 2:
-        raise InvalidInputError(f"need at least 2 samples to fit; got {m.n} (n_samples={m.n})")
+        raise InvalidInputError(too_few_samples(m.n, m.n_rows))
     if not (np.all(np.isfinite(m.mean)) and np.all(np.isfinite(m.scatter_diagonal))):
         raise InvalidInputError(OVERFLOW_MESSAGE)
     e = m.scatter_exponent

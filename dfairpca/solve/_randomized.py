@@ -50,6 +50,7 @@ from ..engine._thin_pass import (
 from ..cluster import WorkersLost
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
+from ..inputs._weights import too_few_samples
 
 __all__ = ["RandomizedFit", "fit_randomized", "resolve_iterated_power", "choose_svd_solver",
            "check_exact_memory", "worker_memory", "memory_budget", "needs_dense_message", "N_OVERSAMPLES", "AUTO_RTOL"]
@@ -329,7 +330,7 @@ def _check_statistics(full: Moments, k: int, d: int) -> None:
 
         raise InvalidInputError(OVERFLOW_MESSAGE)
     if n < 2:
-        raise InvalidInputError(f"need at least 2 samples to fit; got {n} (n_samples={n})")
+        raise InvalidInputError(too_few_samples(n, full.n_rows))
     check_rows(k, n, int(min(n, d)))
 
 

@@ -755,6 +755,10 @@ def test_input_errors_are_one_line_before_any_cluster(data_store, tmp_path, caps
         ([*X, "--sensitive-array", "race", "--constraint", "equal_opportunity", "--target-csv",
           short, "--target-column", "y"], "short.csv has 599 rows"),
         ([*X, "--sensitive-array", "rcae"], "has no array 'rcae'; did you mean 'race'?"),
+        ([*X, "--sensitive-array", "race", "--target-csv", csv],
+         "--target-csv is read only for --target-column COL"),
+        ([*X, "--sensitive-array", "race", "--constraint", "equal_opportunity", "--target-array", "y",
+          "--target-csv", csv], "--target-csv is read only for --target-column COL"),
         ([*X, "--sensitive-array", "features"], "is a Zarr group, not an array; name one of its "
                                                 "arrays: features/X"),
         ([*X, "--sensitive-csv", csv, "--sensitive-column", "sx"],
