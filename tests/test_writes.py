@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -267,6 +268,47 @@ def test_a_reader_in_another_pid_namespace_never_deletes_a_live_write(models, tm
                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
         assert out.returncode == 0 and out.stdout.strip() == "PCA", out.stderr
         assert tmp.exists() and io.read_marker(tmp) is not None
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux's unshare")
+def test_saves_all_succeed_while_a_reader_in_another_pid_and_mount_namespace_loads(models, tmp_path):
+    """Two containers on one volume: a reader in its own PID and mount namespace (the
+    folder bind-mounted at another path, where this writer's PID does not exist) loads a
+    model again and again, running recovery each time, while this process replaces it;
+    every save succeeds."""
+    probe = subprocess.run(["unshare", "-m", "-p", "-f", "--mount-proc", "true"], capture_output=True)
+    if probe.returncode:
+        pytest.skip(f"cannot make PID and mount namespaces here: {probe.stderr.decode().strip()}")
+    shared, view, stop = tmp_path / "shared", tmp_path / "view", tmp_path / "stop"
+    shared.mkdir()
+    view.mkdir()
+    models["PCA"].save(shared / "model")
+    reader = textwrap.dedent(f"""
+        import contextlib, os, sys
+        import dfairpca
+        assert not os.path.exists('/proc/{os.getpid()}')  # the writer's PID: nothing here
+        loads = 0
+        while not os.path.exists({str(stop)!r}):
+            with contextlib.suppress(Exception):  # a load may meet a replace: not the point
+                dfairpca.load(sys.argv[1])
+                loads += 1
+        print(loads)
+    """)
+    script = tmp_path / "reader.py"
+    script.write_text(reader)
+    cmd = f"mount --bind {shared} {view} && exec {sys.executable} {script} {view / 'model'}"
+    proc = subprocess.Popen(["unshare", "-m", "-p", "-f", "--mount-proc", "sh", "-c", cmd],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        time.sleep(2)  # the reader is loading
+        for i in range(20):
+            models["PCA" if i % 2 else "FairPCA"].save(shared / "model", overwrite=True)
+    finally:
+        stop.touch()
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and int(out.strip()) > 0, err
+    assert type(dfairpca.load(shared / "model")) is dfairpca.PCA  # the last one saved
 
 
 def test_a_writers_heartbeat_keeps_its_lease_and_its_death_ends_it(tmp_path):
