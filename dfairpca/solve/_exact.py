@@ -49,38 +49,42 @@ def fitted_space(m: Moments, center: bool, standardize: bool):
     mu = np.zeros(len(m.mean)) if not center else np.ldexp(m.mean, -m.scatter_exponent)
     if standardize and center:
         mu = mu / sd
-    check_variance(float(np.trace(S)), m.n, mu, m.rows)
+    check_variance(np.diagonal(S), m.n, mu, m.rows)
     return S, scale, e
 
 
-#: the relative variance below which data counts as having none: the total variance
-#: (trace of the centred scatter) over the raw sum of squares (that trace plus n |mean|^2).
-#: Equal rows leave a scatter of rounding only: their means round by a few eps relative,
-#: so that ratio is at most a small multiple of eps**2 (measured over numpy and Dask
-#: passes of 400 random repeated rows, weighted or not, float32 and float64, offsets
-#: 1e-200 to 1e200, up to 4 million rows: under 1e-13 * eps**2).  (64 eps)**2 leaves
-#: that a wide margin while a column whose spread is 1e-13 of its magnitude (a thousand
-#: ulps and more) is still data: the spread the format can hold, not rounding.
+#: the relative variance below which a feature counts as having none: its variance (its
+#: diagonal entry of the centred scatter) over its raw sum of squares (that entry plus
+#: n mean**2).  Equal rows leave a scatter of rounding only: their means round by a few eps
+#: relative, so that ratio is at most a small multiple of eps**2 (measured over numpy and
+#: Dask passes of 400 random repeated rows, weighted or not, float32 and float64, offsets
+#: 1e-200 to 1e200, up to 4 million rows: under 1e-13 * eps**2 in all).  (64 eps)**2 leaves
+#: that a wide margin while a feature whose spread is 1e-13 of its magnitude (a thousand
+#: ulps and more) is still data: the spread the format can hold, not rounding.  Per
+#: feature, so that a huge constant column (a timestamp of 1.7e18) hides no other's.
 ZERO_VARIANCE_RTOL = (64 * float(np.finfo(np.float64).eps)) ** 2
 
 
-def check_variance(total: float, n: float, mean, rows: int | None = None) -> None:
-    """Refuse data whose total variance (the trace of the fitted operator) is zero within
-    rounding: no direction holds any of it, and every explained variance ratio would be
-    0 / 0, or rounding noise over rounding noise (arbitrary components, a ratio of 1).
+def check_variance(diagonal, n: float, mean, rows: int | None = None) -> None:
+    """Refuse data whose variance is zero within rounding in every feature: no direction
+    holds any of it, and every explained variance ratio would be 0 / 0, or rounding noise
+    over rounding noise (arbitrary components, a ratio of 1).
 
-    ``mean`` is in the units of ``total`` (zeros where the operator is uncentred: it then
-    holds the means itself); ``rows`` counts the rows (n is their total weight when
-    weighted).  The total counts as zero when it is at most
-    :data:`ZERO_VARIANCE_RTOL` of the raw sum of squares ``total + n |mean|**2``.
+    ``diagonal`` is the fitted operator's diagonal and ``mean`` the means in its units
+    (zeros where the operator is uncentred: it then holds the means itself); ``rows``
+    counts the rows (n is their total weight when weighted).  A feature's variance counts
+    as zero when it is at most :data:`ZERO_VARIANCE_RTOL` of its raw sum of squares
+    ``diagonal + n mean**2``.
 
     All rows equal is the cause; all of them zero (``mean`` zero too) is also what a store
     read as fill values looks like, which the message says.
     """
-    with np.errstate(over="ignore", under="ignore"):
-        raw = total + n * float(np.sum(np.square(np.asarray(mean, np.float64))))
-    if total > ZERO_VARIANCE_RTOL * raw:
-        return
+    diagonal = np.asarray(diagonal, np.float64)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        raw = diagonal + n * np.square(np.asarray(mean, np.float64))
+        if np.any(diagonal > ZERO_VARIANCE_RTOL * raw):
+            return
+    total = float(diagonal.sum())
     alike = "zero" if not np.any(mean) and total == 0 else "equal"
     within = "" if total == 0 else " within rounding"
     count = int(n) if rows is None else int(rows)
@@ -100,7 +104,7 @@ def row_variance(X) -> None:
     X = np.asarray(X, dtype=np.float64)
     mean = X.mean(axis=0)
     mean += (X - mean).mean(axis=0)
-    check_variance(float(np.square(X - mean).sum()), X.shape[0], mean)
+    check_variance(np.square(X - mean).sum(axis=0), X.shape[0], mean)
 
 
 def standard_components(S: np.ndarray, n: float, k, eigen_solver: str, rows=None) -> np.ndarray:

@@ -237,9 +237,10 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
     # the fitted space: standardisation and the constraint basis
     sd, scale = (_solvers.standard_scale(m.n, m.mean, m.scatter_diagonal, m.scatter_exponent)
                  if standardize else (None, None))
-    total = _trace(m, sd, off, plan, center)
+    diagonal = _diagonal(m, sd, off, plan, center)
+    total = float(diagonal.sum())
     mu = np.ldexp(m.mean, -m.scatter_exponent) if center else np.zeros(len(m.mean))
-    check_variance(total, n, mu if sd is None else mu / sd, m.rows)  # before the other passes
+    check_variance(diagonal, n, mu if sd is None else mu / sd, m.rows)  # before the other passes
     # the exact fit's rules on the same first-order fields (what Moments without a scatter holds)
     groups = group_constraints(m, names[:p]) if p else np.zeros((0, d))
     rows = None
@@ -395,8 +396,8 @@ def _fingerprint(X, codes, categories, mask, dtype, omega, **options) -> dict:
     return fp
 
 
-def _trace(m: Moments, sd, off, plan: Plan, center: bool) -> float:
-    """trace of the operator (the total variance the ratios refer to)."""
+def _diagonal(m: Moments, sd, off, plan: Plan, center: bool) -> np.ndarray:
+    """The operator's diagonal (its trace is the total variance the ratios refer to)."""
     diag = m.scatter_diagonal.copy()
     if not center:
         f = slice(None) if plan.features is None else plan.features
@@ -404,7 +405,7 @@ def _trace(m: Moments, sd, off, plan: Plan, center: bool) -> float:
         diag += m.n * mu * mu
     if sd is not None:
         diag /= sd * sd
-    return float(diag.sum())
+    return diag
 
 
 #: the name benchmarks/bench_full_resolution.py times the client's Rayleigh-Ritz step by
