@@ -311,6 +311,22 @@ def test_saves_all_succeed_while_a_reader_in_another_pid_and_mount_namespace_loa
     assert type(dfairpca.load(shared / "model")) is dfairpca.PCA  # the last one saved
 
 
+def test_a_forked_child_renews_none_of_its_parents_leases(tmp_path):
+    """A child that outlived a crashed parent must not keep the parent's temporary alive."""
+    from dfairpca.io import _marker
+
+    with _local.temporary_sibling(tmp_path / "model") as tmp:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report what it would renew, then leave at once
+            os.write(w, str(len(_marker._RENEWALS)).encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert os.read(r, 16) == b"0" and tmp.name in _marker._RENEWALS
+        os.close(r)
+        os.close(w)
+
+
 def test_a_writers_heartbeat_keeps_its_lease_and_its_death_ends_it(tmp_path):
     """A real writer in another process renews its lease (the temporary's mtime, set back
     here as if the write had run for long) until it is killed; then recovery removes it."""

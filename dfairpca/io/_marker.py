@@ -352,6 +352,19 @@ _RENEWING = threading.Lock()
 _heartbeat: threading.Thread | None = None
 
 
+def _forget_after_fork() -> None:
+    """A forked child holds none of its parent's leases (renewing them would keep a
+    crashed parent's temporaries alive) and starts its own heartbeat when it needs one."""
+    global _RENEWING, _heartbeat
+    _RENEWALS.clear()
+    _RENEWING = threading.Lock()
+    _heartbeat = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def _renew_forever() -> None:
     """The heartbeat: renew every lease this process holds, every :data:`LEASE_REFRESH_S`."""
     while True:
