@@ -108,6 +108,9 @@ def test_resume_of_fair_pca_s_statistics_and_of_a_full_matrix_total(data, tmp_pa
         if full:
             total = RunningTotal.load(ckpt / "total")
             total.finalize().save(ckpt / "total", overwrite=True)  # as version 1 wrote it
+            progress = json.loads((ckpt / "progress.json").read_text())  # (without a digest)
+            progress["version"] = 3
+            (ckpt / "progress.json").write_text(json.dumps(progress))
             assert dfairpca.Moments.load(ckpt / "total").n == 1200
         m = compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt, group_scatter=True)
         assert isinstance(m.scatter, np.ndarray) and np.array_equal(m.scatter, m.scatter.T)
@@ -318,3 +321,24 @@ def test_an_interrupt_says_how_many_chunks_are_saved(data, tmp_path, stop_after)
     assert (exc.chunks_done, exc.n_chunks, exc.checkpoint) == (10, 24, ckpt)
     assert str(exc) == (f"interrupted after 10 of 24 chunks; the checkpoint {str(ckpt)!r} "
                         "holds them: run the same call again to continue")
+
+
+def test_an_edited_saved_total_is_refused_naming_the_checkpoint(data, tmp_path, interrupt):
+    """The total carries a digest as the chunks do: an edit of it (here its scatter scaled
+    by 1.3, which resumed silently into a 23% error) is refused with how to start over."""
+    X, codes, cats = data
+    ckpt = tmp_path / "ckpt"
+    Xd = da.from_array(X, chunks=(CHUNK, D))
+    interrupt(Xd, codes, ckpt, after=1, segment_rows=500)
+    npz = ckpt / "total" / "arrays.npz"
+    with np.load(npz, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    arrays["scatter_panels"] = arrays["scatter_panels"] * 1.3
+    np.savez(npz, **arrays)
+    with pytest.raises(CheckpointMismatch, match=rf"checkpoint '{ckpt}': its saved total \(total/\) does "
+                                                 r"not match the digest.*to start over, delete that directory"):
+        compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=ckpt)
+    # unedited, it resumes to the one-pass statistics
+    interrupt(Xd, codes, tmp_path / "again", after=1, segment_rows=500)
+    m = compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=tmp_path / "again")
+    assert_same_moments(m, dfairpca.compute_moments(X, sensitive_features=codes))

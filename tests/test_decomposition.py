@@ -391,6 +391,64 @@ def test_data_without_variance_is_an_error_naming_the_cause(xg, solver, value):
     assert dfairpca.PCA(1, center=False).fit(X + 1).explained_variance_ratio_[0] == pytest.approx(1)
 
 
+def test_identical_rows_are_the_zero_variance_error_within_rounding():
+    """Their means round (0.1 + 0.1 + 0.1 != 0.3), leaving a scatter of about 1e-33:
+    judged against 0 alone, that was a fit of arbitrary components and a ratio of 1."""
+    X = np.tile([0.1, 0.2, 0.3], (3, 1))
+    z = np.array([0, 1, 0])
+    msg = "zero total variance: all its 3 rows are equal"
+    for est, kw in [(dfairpca.PCA(1), {}), (dfairpca.PCA(1, svd_solver="randomized"), {}),
+                    (dfairpca.PCA(1, standardize=True), {}),
+                    (dfairpca.FairPCA(1), {"sensitive_features": z}),
+                    (dfairpca.FairKernelPCA(1), {"sensitive_features": z})]:
+        with pytest.raises(ValueError, match=msg):
+            est.fit(X, **kw)
+    # one row of positive weight is no variance either, whatever the others hold
+    rng = np.random.default_rng(3)
+    Y = rng.standard_normal((40, 5)) + 1e6
+    w = np.zeros(40)
+    w[7] = 3.3
+    with pytest.raises(ValueError, match="zero total variance: its one row of positive weight"):
+        dfairpca.PCA(2).fit(Y, sample_weight=w)
+    with pytest.raises(ValueError, match="zero total variance"):
+        dfairpca.PCA(2).fit(da.from_array(Y, chunks=(7, 5)), sample_weight=da.from_array(w, chunks=7))
+    # fair: two equal rows of positive weight, one per group
+    Y[8], w[8] = Y[7], 0.4
+    with pytest.raises(ValueError, match="zero total variance: all its 2 rows are equal"):
+        dfairpca.FairPCA(1).fit(Y, sensitive_features=np.arange(40) % 2, sample_weight=w)
+
+
+@given(seed=st.integers(0, 2**31), n=st.integers(2, 400), d=st.integers(1, 12),
+       offset=st.sampled_from([0.0, 1.0, -3e-4, 1e6, -1e12]),
+       dtype=st.sampled_from([np.float64, np.float32]),
+       weights=st.sampled_from([None, "random", "one"]))
+def test_repeated_rows_are_always_refused_and_tiny_variance_is_fitted(seed, n, d, offset, dtype,
+                                                                      weights):
+    rng = np.random.default_rng(seed)
+    row = rng.standard_normal(d) * 10.0 ** rng.uniform(-4, 4) + offset
+    X = np.tile(row, (n, 1)).astype(dtype)
+    w = None if weights is None else rng.uniform(1.0, 3.0, n)  # a total of at least 2
+    if weights == "one":
+        w = np.zeros(n)
+        w[rng.integers(n)] = rng.uniform(2.0, 9.0)
+    chunk = int(rng.integers(1, n + 1))
+    Xd = da.from_array(X, chunks=(chunk, d))
+    wd = None if w is None else da.from_array(w, chunks=chunk)
+    z = np.arange(n) % 2
+    for est, kw in [(dfairpca.PCA(1), {}), (dfairpca.FairPCA(1), {"sensitive_features": z})]:
+        if est.__class__ is dfairpca.FairPCA and (n < 3 or d < 2 or weights == "one"):
+            continue  # other errors: a group without rows of positive weight, no room for a constraint
+        for data, ws in [(X, w), (Xd, wd)]:
+            with pytest.raises(ValueError, match="zero total variance"):
+                est.fit(data, sample_weight=ws, **kw)
+    # a genuine spread 1e-10 of the magnitude (a million ulps in float64) is data, not rounding
+    if dtype is np.float64 and weights != "one" and n >= 4:
+        scale = np.abs(row).max()
+        Y = X + rng.standard_normal(X.shape) * 1e-10 * scale
+        for data in [Y, da.from_array(Y, chunks=(chunk, d))]:
+            assert dfairpca.PCA(1).fit(data, sample_weight=w).explained_variance_[0] > 0
+
+
 def test_transform_errors(xg):
     X, z = xg
     with pytest.raises(NotFittedError, match="not fitted yet"):

@@ -536,3 +536,23 @@ def test_exact_and_matrix_free_fair_solves_end_in_one_certified_solution(monkeyp
         exact_fair_solution(est.statistics_, np.zeros(0, np.intp), ["z"], est.max_components_, **kw)
     with pytest.raises(ValueError, match="fair"):
         randomized_fair_solution(fit, ["z"], est.max_components_, np.arange(12), estimator="FairPCA")
+
+
+def test_an_edited_saved_state_is_refused_naming_the_checkpoint(tmp_path, stop_after):
+    """The randomized fit's state carries a digest, as the exact pass's total does."""
+    from dfairpca.engine.checkpoint import CheckpointMismatch
+
+    X, kw = _resumable_data()
+    ck = tmp_path / "ck"
+    with dask.config.set(scheduler="sync"):
+        with pytest.raises(KeyboardInterrupt):
+            fit_randomized(X, 4, checkpoint=ck, on_pass=stop_after(2), **kw)
+        npz = ck / "state.npz"
+        with np.load(npz, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in f.files}
+        name = next(k for k, v in arrays.items() if v.dtype.kind == "f" and v.size > 1)
+        arrays[name] = arrays[name] * 1.3
+        np.savez(npz, **arrays)
+        with pytest.raises(CheckpointMismatch, match=rf"checkpoint '{ck}': its saved state \(state.npz\) "
+                                                     r"does not match the digest.*to start over"):
+            fit_randomized(X, 4, checkpoint=ck, **kw)

@@ -5,6 +5,7 @@ chunks deleted or damaged with the file system, saved models edited byte by byte
 """
 
 import contextlib
+import json
 import os
 import shutil
 import sys
@@ -529,7 +530,7 @@ def test_truncated_files_are_named(tmp_path):
     (lambda m: m.update(attribute_names_=[]), "'attribute_names_' must name each of the 1"),
     (lambda m: m.update(n_constraints_=5), "components and 5 constraints exceed 6 features"),
     (lambda m: m.update({"class": "Pipeline"}), "'class' must be one of ['PCA', 'FairPCA', "
-                                                "'FairKernelPCA']"),
+                                                "'FairKernelPCA', 'ConceptEraser']"),
     (lambda m: m["params"].update(n_components=-1), "'params': n_components must be a positive"),
     (lambda m: m["params"].update(solver="x"), "'params' has keys ['solver'] that FairPCA "
                                                "does not take"),
@@ -689,6 +690,15 @@ def test_checkpoint_total_is_checked(checkpoint):
     path, X = checkpoint
     npz = path / "total" / "arrays.npz"
     npz.write_bytes(npz.read_bytes()[:-100])
+    from dfairpca.engine.checkpoint import CheckpointMismatch
+
+    # its digest finds it before the archive is opened
+    with pytest.raises(CheckpointMismatch, match=r"its saved total \(total/\) does not match the digest"):
+        _resume(path, X)
+    # a checkpoint of version 3 (no digest of its total) is still read whole or refused
+    progress = json.loads((path / "progress.json").read_text())
+    progress["version"] = 3
+    (path / "progress.json").write_text(json.dumps(progress))
     with pytest.raises(SavedFileError, match=r"total.*arrays.npz is not a complete zip"):
         _resume(path, X)
 
@@ -843,3 +853,73 @@ def test_cli_names_a_damaged_model(faces, tmp_path, capsys):
     code, out, err = run(["transform", path, faces, "--out", tmp_path / "r.zarr"], capsys)
     assert code == 1
     assert "'components_' has shape (2, 6)" in one_line(err)
+
+
+# ------------------------------------------------------------------ malformed metadata
+def _store_with(tmp_path, name: str, edit=None, text: str | None = None, root: bool = False):
+    """A real store with one array X whose zarr.json (the root's with ``root``) is edited."""
+    import json
+
+    path = tmp_path / f"{name}.zarr"
+    g = zarr.open_group(str(path), mode="w")
+    g.create_array("X", shape=(20, 4), chunks=(5, 4), dtype="f8")[:] = np.arange(80.0).reshape(20, 4)
+    meta = path / ("zarr.json" if root else "X/zarr.json")
+    if text is not None:
+        meta.write_text(text)
+    else:
+        doc = json.loads(meta.read_text())
+        edit(doc)
+        meta.write_text(json.dumps(doc))
+    return path
+
+
+def _grid(doc, chunks):
+    doc["chunk_grid"]["configuration"]["chunk_shape"] = chunks
+
+
+MALFORMED = [
+    ("deep", {"text": "[" * 100_000 + "]" * 100_000}, "nested too deeply"),
+    ("deep_root", {"text": '{"a":' * 100_000 + "1" + "}" * 100_000, "root": True}, "nested too deeply"),
+    ("huge", {"edit": lambda d: d.update(shape=[10**12, 10**6])}, "chunks, over the 1,073,741,824"),
+    ("dtype", {"edit": lambda d: d.update(data_type="|O")}, "No Zarr data type found"),
+    ("codec", {"edit": lambda d: d.update(codecs=[{"name": "pickle"}])}, "Unknown codec: 'pickle'"),
+    ("zero", {"edit": lambda d: _grid(d, [0, 4])}, "chunk shape [0, 4] is not 2 integers >= 1"),
+    ("shape", {"edit": lambda d: d.update(shape=[20, "4"])}, "is not a list of integers"),
+]
+
+
+@pytest.mark.parametrize("name, how, why", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_metadata_is_one_line_before_any_work(tmp_path, capsys, name, how, why):
+    """Checked before zarr parses it: a RecursionError, MemoryError, ZeroDivisionError or
+    zarr's ValueError with a traceback was what these stores gave."""
+    import time
+
+    path = _store_with(tmp_path, name, **how)
+    doc = "zarr.json" if how.get("root") else "X/zarr.json"
+    t = time.perf_counter()
+    with pytest.raises(dio.MalformedStoreError, match="is not valid Zarr metadata") as e:
+        dfairpca.from_zarr(path, "X")
+    assert why in str(e.value) and f"{name}.zarr/{doc}" in str(e.value) and "\n" not in str(e.value)
+    code, out, err = run(["fit", path, "--array", "X", "-k", "1", "--out", tmp_path / "m"], capsys)
+    assert code == 1 and why in one_line(err) and not (tmp_path / "m").exists()
+    assert time.perf_counter() - t < 10  # bounded: nothing read beyond the metadata
+
+
+def test_oversized_metadata_is_refused_unread(tmp_path, monkeypatch):
+    from dfairpca.io import _metadata
+
+    path = _store_with(tmp_path, "big", edit=lambda d: d.update(attributes={"pad": "x" * 5000}))
+    monkeypatch.setattr(_metadata, "MAX_METADATA_BYTES", 4096)
+    with pytest.raises(_metadata.MalformedStoreError, match=r"over the 4,096 a metadata document may"):
+        dfairpca.from_zarr(path, "X")
+
+
+def test_an_array_path_with_dot_parts_is_one_line(tmp_path, capsys):
+    path = _store_with(tmp_path, "dots", edit=lambda d: None)
+    with pytest.raises(ValueError, match=r"without '\.' or '\.\.' parts"):
+        dfairpca.from_zarr(path, "sub/../X")
+    code, out, err = run(["fit", path, "--array", "sub/../sub/X", "-k", "1", "--out", tmp_path / "m"],
+                         capsys)
+    assert code == 2 and "without '.' or '..' parts" in one_line(err)
+    # and a well-formed store still reads as before
+    np.testing.assert_array_equal(dfairpca.from_zarr(path, "X").compute(), np.arange(80.0).reshape(20, 4))

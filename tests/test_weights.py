@@ -467,3 +467,22 @@ def test_exact_statistics_asked_for_refuse_weights_in_partial_fit_too():
     g = rng.integers(0, 2, size=40)
     with pytest.raises(InvalidInputError, match="compute_dtype='float64'"):
         FairPCA(2, compute_dtype="exact").partial_fit(X, sensitive_features=g, sample_weight=w)
+
+
+def test_too_little_weight_says_frequency_weights_may_be_rescaled(data):
+    """Weights scaled by 1e-10 total under 2: the message says what they are and the fix;
+    a total of 1.0000000000000002 is shown as a person writes it."""
+    X = data[0]
+    w = np.full(len(X), 1e-10)
+    for Xi, wi in [(X, w), (da.from_array(X, chunks=(100, X.shape[1])), da.from_array(w, chunks=100))]:
+        with pytest.raises(InvalidInputError, match=rf"totals {len(X) * 1e-10:.6g} .*frequency weights.*may be rescaled "
+                                                    r"to sum to the number of rows") as e:
+            PCA(2).fit(Xi, sample_weight=wi)
+        assert "changes no component" in str(e.value)
+    w = np.array([1.0, 2.220446049250313e-16])
+    assert w.sum() == 1.0000000000000002
+    for wi in (w, da.from_array(w, chunks=1)):
+        with pytest.raises(InvalidInputError, match=r"sample_weight totals 1 over") as e:
+            PCA(1).fit(X[:2] if isinstance(wi, np.ndarray) else da.from_array(X[:2], chunks=(1, X.shape[1])),
+                       sample_weight=wi)
+        assert "1.0000000000000002" not in str(e.value)

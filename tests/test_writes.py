@@ -11,6 +11,8 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 import dask.array as da
@@ -23,7 +25,7 @@ from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding, V2ChunkKeyEnc
 import dfairpca
 from dfairpca.io import _local
 from dfairpca import io
-from dfairpca.io._marker import ZarrNode, zarr_foreign_files
+from dfairpca.io._marker import LEASE_STALE_S, MARKER, ZarrNode, marker, zarr_foreign_files
 from dfairpca.celeba import ingest_celeba, synth_celeba
 from dfairpca.engine.checkpoint import compute_moments_checkpointed
 from test_celeba import celeba_dir  # noqa: F401  (a fixture: a CelebA download of 50 images)
@@ -216,6 +218,178 @@ def test_a_failed_rollback_in_this_process_is_recovered_by_the_next_call(models,
     assert type(dfairpca.load(path)) is dfairpca.FairPCA and siblings(path) == []
 
 
+def expire(*paths):
+    """Make the leases of these temporary siblings (their mtimes) older than the timeout."""
+    t = time.time() - LEASE_STALE_S - 1
+    for p in paths:
+        os.utime(p, (t, t))
+
+
+def _marked_sibling(path: Path, pid) -> Path:
+    host = _local._sibling(path, "tmp").name.split("-")[1]
+    tmp = path.parent / f".{path.name}.tmp-{host}-{pid}-0badcafe"
+    tmp.mkdir()
+    io.write_marker(tmp, "model")
+    (tmp / "half.npz").write_bytes(b"12")
+    return tmp
+
+
+def test_a_temporary_lives_while_its_lease_does_whatever_its_pid(models, tmp_path):
+    """A PID seen from elsewhere (another PID namespace or host) says nothing: a
+    temporary whose lease is fresh is a live write; once expired, a dead one's."""
+    path = tmp_path / "model"
+    models["PCA"].save(path)
+    gone = _marked_sibling(path, 2**22 + 12345)  # above pid_max: no such process, anywhere
+    io.recover(path)
+    dfairpca.load(path)
+    assert gone.exists()
+    expire(gone)
+    io.recover(path)
+    assert not gone.exists()
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux's unshare")
+def test_a_reader_in_another_pid_namespace_never_deletes_a_live_write(models, tmp_path):
+    """The writer is this process, invisible from a new PID namespace (where os.kill of
+    its PID finds nothing): the reader there loads the model and leaves the write alone."""
+    path = tmp_path / "model"
+    models["PCA"].save(path)
+    probe = subprocess.run(["unshare", "-p", "-f", "--mount-proc", "true"], capture_output=True)
+    if probe.returncode:
+        pytest.skip(f"cannot make a PID namespace here: {probe.stderr.decode().strip()}")
+    with _local.temporary_sibling(path) as tmp:
+        tmp.mkdir()
+        io.write_marker(tmp, "model")
+        code = (f"import os, dfairpca; m = dfairpca.load({str(path)!r}); "
+                f"assert not os.path.exists('/proc/{os.getpid()}'); "  # os.kill would say: dead
+                "print(type(m).__name__)")
+        out = subprocess.run(["unshare", "-p", "-f", "--mount-proc", sys.executable, "-c", code],
+                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+        assert out.returncode == 0 and out.stdout.strip() == "PCA", out.stderr
+        assert tmp.exists() and io.read_marker(tmp) is not None
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux's unshare")
+def test_saves_all_succeed_while_a_reader_in_another_pid_and_mount_namespace_loads(models, tmp_path):
+    """Two containers on one volume: a reader in its own PID and mount namespace (the
+    folder bind-mounted at another path, where this writer's PID does not exist) loads a
+    model again and again, running recovery each time, while this process replaces it;
+    every save succeeds."""
+    probe = subprocess.run(["unshare", "-m", "-p", "-f", "--mount-proc", "true"], capture_output=True)
+    if probe.returncode:
+        pytest.skip(f"cannot make PID and mount namespaces here: {probe.stderr.decode().strip()}")
+    shared, view, stop = tmp_path / "shared", tmp_path / "view", tmp_path / "stop"
+    shared.mkdir()
+    view.mkdir()
+    models["PCA"].save(shared / "model")
+    reader = textwrap.dedent(f"""
+        import contextlib, os, sys
+        import dfairpca
+        assert not os.path.exists('/proc/{os.getpid()}')  # the writer's PID: nothing here
+        loads = 0
+        while not os.path.exists({str(stop)!r}):
+            with contextlib.suppress(Exception):  # a load may meet a replace: not the point
+                dfairpca.load(sys.argv[1])
+                loads += 1
+        print(loads)
+    """)
+    script = tmp_path / "reader.py"
+    script.write_text(reader)
+    cmd = f"mount --bind {shared} {view} && exec {sys.executable} {script} {view / 'model'}"
+    proc = subprocess.Popen(["unshare", "-m", "-p", "-f", "--mount-proc", "sh", "-c", cmd],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        time.sleep(2)  # the reader is loading
+        for i in range(20):
+            models["PCA" if i % 2 else "FairPCA"].save(shared / "model", overwrite=True)
+    finally:
+        stop.touch()
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and int(out.strip()) > 0, err
+    assert type(dfairpca.load(shared / "model")) is dfairpca.PCA  # the last one saved
+
+
+def test_a_forked_child_renews_none_of_its_parents_leases(tmp_path):
+    """A child that outlived a crashed parent must not keep the parent's temporary alive."""
+    from dfairpca.io import _marker
+
+    with _local.temporary_sibling(tmp_path / "model") as tmp:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report what it would renew, then leave at once
+            os.write(w, str(len(_marker._RENEWALS)).encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert os.read(r, 16) == b"0" and tmp.name in _marker._RENEWALS
+        os.close(r)
+        os.close(w)
+
+
+def test_a_writers_heartbeat_keeps_its_lease_and_its_death_ends_it(tmp_path):
+    """A real writer in another process renews its lease (the temporary's mtime, set back
+    here as if the write had run for long) until it is killed; then recovery removes it."""
+    path = tmp_path / "model"
+    ready = tmp_path / "ready"
+    code = f"""
+import time
+from pathlib import Path
+from dfairpca.io import _local, _marker
+_marker.LEASE_REFRESH_S = 0.1
+with _local.temporary_sibling(Path({str(path)!r})) as tmp:
+    tmp.mkdir()
+    _local.LocalStorage(tmp).write_marker("model")
+    Path({str(ready)!r}).write_text(tmp.name)
+    time.sleep(60)
+"""
+    writer = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        for _ in range(300):
+            if ready.exists() and ready.read_text():
+                break
+            time.sleep(0.05)
+        tmp = tmp_path / ready.read_text()
+        expire(tmp)
+        time.sleep(0.5)  # a few renewals
+        io.recover(path)
+        assert tmp.exists()
+    finally:
+        writer.kill()
+        writer.wait()
+    expire(tmp)
+    io.recover(path)
+    assert not tmp.exists()
+
+
+def test_object_storage_temporaries_live_while_their_lease_objects_do(models, tmp_path):
+    """On fsspec storage the lease is an object beside the temporary prefix that its
+    writer rewrites; a temporary of a writer without one is judged by its marker's age."""
+    import fsspec
+
+    url = f"memory://lease-{tmp_path.name}/model"
+    models["PCA"].save(url)
+    fs = fsspec.filesystem("memory")
+    root = f"/lease-{tmp_path.name}"
+    host = _local._sibling(tmp_path / "model", "tmp").name.split("-")[1]
+    leased = f"{root}/.model.tmp-{host}-{2**22 + 7}-0badcafe"
+    legacy = f"{root}/.model.tmp-otherhost-{2**22 + 8}-0badbeef"
+    for tmp in (leased, legacy):
+        fs.pipe_file(f"{tmp}/{MARKER}", json.dumps(marker("model")).encode())
+        fs.pipe_file(f"{tmp}/half.npz", b"12")
+    fs.pipe_file(f"{leased}.lease", b"{}")
+    io.recover(url)
+    assert fs.exists(f"{leased}/half.npz") and fs.exists(f"{legacy}/half.npz")
+    old = fs.store[f"{leased}.lease"].modified - __import__("datetime").timedelta(seconds=LEASE_STALE_S + 1)
+    fs.store[f"{leased}.lease"].modified = old
+    for key in fs.find(legacy):
+        fs.store[key].modified = old
+    io.recover(url)
+    assert not fs.exists(f"{leased}/half.npz") and not fs.exists(f"{leased}.lease")
+    assert not fs.exists(f"{legacy}/half.npz")
+    assert type(dfairpca.load(url)) is dfairpca.PCA
+    fs.rm(root, recursive=True)
+
+
 def test_recovery_touches_only_marked_leftovers_of_dead_writers(models, tmp_path):
     path = tmp_path / "model"
     models["PCA"].save(path)
@@ -230,11 +404,12 @@ def test_recovery_touches_only_marked_leftovers_of_dead_writers(models, tmp_path
     live = tmp_path / f".model.tmp-{host}-{os.getppid()}-89abcdef"
     live.mkdir()
     io.write_marker(live, "model")
-    # a marked leftover of a process that is gone
+    # a marked leftover of a process that is gone, its lease long expired
     dead = tmp_path / f".model.tmp-{host}-{dead_pid}-456789ab"
     dead.mkdir()
     io.write_marker(dead, "model")
     (dead / "half.npz").write_bytes(b"12")
+    expire(dead)
     io.recover(path)
     assert users.exists() and (users / "data.csv").read_text() == "1,2\n"
     assert live.exists() and not dead.exists()
@@ -779,6 +954,7 @@ def test_recovery_deletes_a_dead_writers_marked_file_and_nothing_else(tmp_path):
     _marked_png(dead, 1)
     users = tmp_path / f".faces.png.tmp-{host}-{dead_pid}-0123abcd"
     users.write_text("named like a leftover, but not marked: a user's")
+    expire(dead, users)
     io.recover(path)
     assert not dead.exists() and users.exists()
 

@@ -116,6 +116,13 @@ def _locate(data_root, store, name: str, option: str):
     path, else the Zarr array at the path ``name`` (a bare array or ``group.zarr/array``)."""
     import zarr
 
+    from ..io import check_member_path
+
+    if not Path(name).exists():  # a path inside STORE, not one on disk
+        try:
+            check_member_path(name, str(store))
+        except ValueError as exc:
+            raise UsageError(f"{option} {name}: {exc}") from None
     if isinstance(data_root, zarr.Group) and name in data_root:
         node, label = data_root[name], f"{store}/{name}"
     elif Path(name).exists():
@@ -339,6 +346,11 @@ TARGET_OPTIONS = ("--target", "--target-array", "--target-column")
 def _target(args, data: _Data):
     """The task label of equal opportunity, or None; given without it, an error."""
     given = [o for o in TARGET_OPTIONS if getattr(args, o[2:].replace("-", "_"))]
+    if getattr(args, "target_csv", None) and not args.target_column:
+        raise UsageError(
+            "--target-csv is read only for --target-column COL, equal opportunity's task label: "
+            "add --constraint equal_opportunity --target-column COL, or drop --target-csv"
+        )
     if args.constraint != "equal_opportunity":
         if given:
             raise UsageError(

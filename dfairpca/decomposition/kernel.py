@@ -67,6 +67,7 @@ from ..base import _solvers
 from ._base import Estimator, set_certificate
 from ..engine._compute import compute, worker_timeout
 from ..engine._engine import coded_moments
+from ..solve._exact import row_variance
 from ..solve._fairness import CONSTRAINT_RULES, certify, check_fair_k
 from ..base._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
 from ..io._registry import register
@@ -393,6 +394,8 @@ class FairKernelPCA(Estimator):
         Xr, var = compute(Xr, var)
         check_finite_input(Xr, index=fit_rows)
         Xf = Xr[:, inp.features] if len(inp.numeric) else Xr
+        if self.center:  # equal rows: a centred kernel of zeros (uncentred, they hold a direction)
+            row_variance(Xf)
         Zn = kn.numeric_attributes(Xr[:, inp.numeric], inp.numeric_names)
         n = Xf.shape[0]
         k = limit if self.n_components is None else self.n_components

@@ -26,7 +26,8 @@ from ..io._where import storage_for
 from ..errors import InvalidInputError
 
 __all__ = ["Where", "CHECKPOINT_VERSION", "CheckpointMismatch", "array_digest", "checkpoint_path",
-           "saved_solver", "open_state", "save_state", "saved_state_meta", "check_digests"]
+           "saved_solver", "open_state", "save_state", "saved_state_meta", "check_digests",
+           "files_digest", "check_saved_digest"]
 
 
 #: a checkpoint: a local folder, or a URL's Location (which carries its storage options)
@@ -34,7 +35,8 @@ Where = Path | Location
 
 
 #: version of the checkpoint layout, checked on resume
-CHECKPOINT_VERSION = 3  # 2: the total is saved as upper-triangle panels; 3: chunk digests
+CHECKPOINT_VERSION = 4  # 2: the total is saved as upper-triangle panels; 3: chunk digests;
+# 4: a digest of the saved total (or state), as the chunks have
 
 
 #: how to start over, said by every refusal of a checkpoint
@@ -91,6 +93,41 @@ def _check_same_job(path: Where, saved: dict, now: dict) -> None:
         raise CheckpointMismatch(
             f"checkpoint {str(path)!r} was written for a different job ({'; '.join(diffs)}); "
             f"{_START_OVER}"
+        )
+
+
+def files_digest(folder: Path, names=None) -> str:
+    """sha256 of the regular files under the local ``folder`` (or of ``names`` in it): each
+    one's path relative to it and its bytes, in sorted order."""
+    h = hashlib.sha256()
+    # everything but folders: a pipe or a link put there is refused by open_regular
+    files = sorted(p for p in folder.rglob("*") if p.is_symlink() or not p.is_dir()) \
+        if names is None else [folder / n for n in sorted(names)]
+    for f in files:
+        h.update(f.relative_to(folder).as_posix().encode() + b"\0")
+        with open_regular(f) as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def check_saved_digest(path: Where, progress: dict, key: str, folder: Path, what: str,
+                       names=None) -> None:
+    """Raise :class:`CheckpointMismatch` unless the files of ``what`` (the saved total or
+    state, under the local ``folder``) hash to the digest ``progress[key]`` records; a
+    checkpoint written before version 4 has none, and is read as it was."""
+    if progress.get("version", 0) < 4:
+        return
+    saved = progress.get(key)
+    try:
+        now = files_digest(folder, names)
+    except SavedFileError as exc:  # a pipe, a device or a link where a file was
+        raise SavedFileError(f"cannot load checkpoint {str(folder)!r}: {exc}{RESAVE_HINT}") from None
+    if not isinstance(saved, str) or saved != now:
+        raise CheckpointMismatch(
+            f"checkpoint {str(path)!r}: its saved {what} does not match the digest its "
+            f"progress.json records (edited or damaged since it was saved), so resuming "
+            f"would fit wrong statistics; {_START_OVER}"
         )
 
 
@@ -177,6 +214,7 @@ def _read_state(path: Path, fingerprint: dict, solver: str) -> dict:
             and isinstance(meta, dict)):
         raise SavedFileError(f"cannot load checkpoint {str(file)!r}: its digests or state are "
                              f"missing or mistyped{RESAVE_HINT}")
+    check_saved_digest(path, progress, "state_digest", path, "state (state.npz)", ["state.npz"])
     try:
         with open_regular(path / "state.npz") as file, np.load(file, allow_pickle=False) as f:
             arrays = {k: f[k] for k in f.files}  # never unpickles
@@ -196,6 +234,7 @@ def save_state(path, fingerprint: dict, solver: str, meta: dict, arrays: dict,
         # Any values: numpy's stub would match a **dict of arrays against allow_pickle
         payload: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
         np.savez(tmp / "state.npz", **payload)
+        progress["state_digest"] = files_digest(tmp, ["state.npz"])
         (tmp / "progress.json").write_text(json.dumps(progress, indent=1))
 
 

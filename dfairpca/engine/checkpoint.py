@@ -56,7 +56,8 @@ from ..stats.moments import Moments
 from ..stats._exact import is_exact
 from ..errors import InvalidInputError, InvalidTypeError
 from ._checkpoint_files import (CHECKPOINT_VERSION, _START_OVER, CheckpointMismatch, Where,
-                                _check_same_job, _digest, _progress_text, _read_progress)
+                                _check_same_job, _digest,
+                                check_saved_digest, files_digest, _progress_text, _read_progress)
 # the checkpoint files' public names are this module's interface (docs/api.rst)
 from ._checkpoint_files import (array_digest, check_digests, checkpoint_path, open_state, save_state,
                                 saved_solver, saved_state_meta)
@@ -373,6 +374,7 @@ def _save(path: Where, total: RunningTotal | ExactTotal, fingerprint: dict, segm
     }
     with atomic_directory(path, "checkpoint", overwrite=True) as tmp:
         total.save(tmp / "total")
+        progress["total_digest"] = files_digest(tmp / "total")
         (tmp / "progress.json").write_text(json.dumps(progress, indent=1))
 
 
@@ -393,6 +395,7 @@ def _load(path: Where) -> dict | None:
             f"checkpoint {str(path)!r} was written by a newer dfairpca; upgrade dfairpca "
             "or pass resume=False to start over"
         )
+    check_saved_digest(path, progress, "total_digest", path / "total", "total (total/)")
     total = _accumulator.load_total(path / "total")
     check_progress(progress, file, total)
     return {

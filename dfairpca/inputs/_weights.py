@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import InvalidInputError, InvalidTypeError
 
 __all__ = ["check_sample_weight", "check_weights", "check_total_weight",
-           "ALL_ZERO_MESSAGE"]
+           "ALL_ZERO_MESSAGE", "too_few_samples"]
 
 #: what a fit says when every weight is 0 (or every row of positive weight is masked out)
 ALL_ZERO_MESSAGE = ("sample_weight is zero for every row the fit uses: there is nothing to fit; "
@@ -123,9 +123,20 @@ def check_weights(sample_weight, X, mask=None, min_total: float = 0):
     if isinstance(w, np.ndarray) and min_total:
         total = float(w[np.asarray(mask, bool)].sum() if mask is not None else w.sum())
         if total < min_total:
-            raise InvalidInputError(
-                f"sample_weight totals {total:.6g} over the rows fitted: frequency weights count "
-                f"rows (a weight of 2 is a row seen twice), and a fit needs a total of at least "
-                f"{min_total:g}; weights that sum to 1 (probabilities) should be rescaled to sum "
-                "to the number of rows")
+            raise InvalidInputError(too_few_samples(total, None, min_total))
     return w
+
+
+def too_few_samples(n, rows: int | None, least: float = 2) -> str:
+    """The message of a fit given fewer than ``least`` samples: ``n`` rows, or for weighted
+    statistics (``rows`` not None, or ``n`` a float) a total weight of ``n`` over ``rows``
+    rows of positive weight, shown as a person writes it (``1``, not ``1.0000000000000002``)."""
+    if rows is None and not isinstance(n, float):
+        return f"need at least {least:g} samples to fit; got {n} (n_samples={n})"
+    over = "over the rows fitted" if rows is None else f"over {rows} row(s) of positive weight"
+    return (f"sample_weight totals {float(n):.6g} {over}: these are frequency weights, which count "
+            f"rows (a weight of 2 is a row seen twice), and a fit needs a total of at least "
+            f"{least:g}; weights that are not counts (probabilities, or scaled by any factor) may "
+            "be rescaled to sum to the number of rows (sample_weight * n / sample_weight.sum()): "
+            "that changes no component, only the n - 1 the variances are divided by")
+

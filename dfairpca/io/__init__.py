@@ -35,6 +35,7 @@ from ._arrays import FORMAT_VERSION, load_arrays, save_arrays
 from ._files import MAX_JSON_BYTES, SavedFileError, read_capped
 from ._local import named, register_marked_file
 from ._locks import exclusive
+from ._metadata import MalformedStoreError, check_member_path
 from ._marker import MARKER, MARKER_KEY, OutputPathError, marker, marker_attributes
 from ._stage import STAGE_ENV, check_stage_dir, staged_locally
 from ._urls import Location, is_remote, local_path, location, zarr_store
@@ -49,7 +50,7 @@ __all__ = [
     # reading Zarr, saving and loading arrays, the errors a read or a save raises
     "from_zarr", "save_arrays", "load_arrays", "local_zarr_roots", "OutputPathError",
     "FORMAT_VERSION", "MissingChunkError", "CorruptChunkError", "SavedFileError", "strict_array",
-    "strict_group", "read_checked", "check_written",
+    "strict_group", "read_checked", "check_written", "MalformedStoreError", "check_member_path",
     # the write protocol
     "atomic_directory", "atomic_file", "staged_locally", "move_into_place", "writing_every_chunk",
     "exclusive", "check_target", "check_stage_dir", "named", "foreign_entries", "remove_directory",

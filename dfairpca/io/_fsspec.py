@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,8 +36,8 @@ from pathlib import Path
 from ._files import capped
 from ._local import LocalStorage, remove_tree as _remove_local_tree
 from ._marker import (
-    ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, marker, marker_attributes, not_ours,
-    refusal, running, sibling_name, sibling_pattern, warn_kept, zarr_foreign, zarr_layout,
+    MARKER, MARKER_KEY, OutputPathError, apart, expired, foreign_files, kept, lease_age, leased, marker, marker_attributes,
+    not_ours, refusal, running, sibling_name, sibling_pattern, warn_kept, zarr_foreign, zarr_layout,
 )
 from ._storage import Protected, Storage, each_protected
 from ._urls import Location, explaining, location, normalised, zarr_store
@@ -142,6 +143,52 @@ def _remove_tree(loc: Location) -> None:
     _delete(loc, [k for k in keys if k in _MARKERS])
 
 
+# ---------------------------------------------------------------------------- leases
+#: the suffix of the object beside a temporary sibling (a prefix or a journal) that its
+#: writer rewrites every LEASE_REFRESH_S (object storage has no mtime to touch)
+LEASE_SUFFIX = ".lease"
+
+
+def _lease(sibling: Location) -> Location:
+    return sibling.parent.child(sibling.name + LEASE_SUFFIX)
+
+
+def _renew(sibling: Location) -> None:
+    """Renew the lease of this process's ``sibling``: rewrite its lease object."""
+    _write_json(_lease(sibling), {**marker("lease"), "sibling": sibling.name})
+
+
+def _modified(loc: Location) -> float | None:
+    """The POSIX time the object ``loc`` was last written, or None (absent, or a store
+    that does not say)."""
+    try:
+        return loc.fs.modified(loc.path).timestamp()
+    except Exception:  # FileNotFoundError, NotImplementedError, a store's own
+        return None
+
+
+def _age(sibling: Location) -> float | None:
+    """Seconds since ``sibling``'s lease was renewed: its lease object's time, or for a
+    writer without leases, the sibling's own (a journal or probe object, a prefix's
+    marker, which is written first and again at the end); None if none can be read."""
+    for where in (_lease(sibling), sibling, sibling.child(MARKER)):
+        t = _modified(where)
+        if t is not None:
+            return lease_age(t)
+    return None
+
+
+@contextlib.contextmanager
+def _leased(sibling: Location) -> Iterator[None]:
+    """Hold ``sibling``'s lease while the block runs; its lease object is deleted after."""
+    with leased(sibling.name, lambda: _renew(sibling)):
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                sibling.fs.rm(_lease(sibling).path)
+
+
 # ---------------------------------------------------------------------------- marker
 def read_marker(loc: Location) -> dict | None:
     """dfairpca's marker of the prefix ``loc`` (its ``.dfairpca`` object, or a Zarr store's
@@ -222,14 +269,13 @@ def _temporary(loc: Location):
     """The temporary sibling prefix of ``loc`` for this write, deleted when the block ends
     (a crash's is deleted by :func:`recover`: it is marked)."""
     tmp = loc.parent.child(sibling_name(loc.name, "tmp"))
-    ACTIVE.add(tmp.name)
-    try:
-        yield tmp
-    finally:
-        with explaining(tmp):
-            if _keys(tmp):
-                _remove_tree(tmp)
-        ACTIVE.discard(tmp.name)
+    with _leased(tmp):
+        try:
+            yield tmp
+        finally:
+            with explaining(tmp):
+                if _keys(tmp):
+                    _remove_tree(tmp)
 
 
 @contextlib.contextmanager
@@ -261,14 +307,10 @@ def move_into_place(src: Location, loc: Location, kind: str, *, overwrite: bool 
     journal that lets :func:`recover` finish a move cut short between the two."""
     check_target(loc, kind, overwrite=overwrite, probe=False)
     journal = loc.parent.child(sibling_name(loc.name, "move"))
-    ACTIVE.add(journal.name)
-    try:
-        with explaining(loc):
-            state = {**marker(kind), "source": src.name, "copied": False}
-            _write_json(journal, state)
-            _finish_move(src, loc, journal, state)
-    finally:
-        ACTIVE.discard(journal.name)
+    with _leased(journal), explaining(loc):
+        state = {**marker(kind), "source": src.name, "copied": False}
+        _write_json(journal, state)
+        _finish_move(src, loc, journal, state)
 
 
 def _finish_move(src: Location, loc: Location, journal: Location, state: dict) -> None:
@@ -293,8 +335,10 @@ def recover(loc: Location) -> None:
     parent = loc.parent
     pattern = sibling_pattern(loc.name, "tmp|move|probe")
     with explaining(loc):
-        leftovers = [(m.group(1), parent.child(name)) for name in _names(parent)
-                     if (m := pattern.fullmatch(name)) and not running(name, m.group(2), int(m.group(3)))]
+        names = _names(parent)
+        leftovers = [(m.group(1), parent.child(name)) for name in names
+                     if (m := pattern.fullmatch(name))
+                     and not running(name, m.group(2), int(m.group(3)), _age(parent.child(name)))]
         for role, journal in leftovers:  # moves first: their sources are temporary prefixes
             state = _read_json(journal) if role == "move" else None
             if state is None or state.get("written_by") != "dfairpca":
@@ -310,6 +354,15 @@ def recover(loc: Location) -> None:
                 _remove_tree(tmp)
             elif role == "probe" and _is_object(tmp) and tmp.fs.size(tmp.path) == 0:
                 tmp.fs.rm(tmp.path)  # check_target's empty probe, left by a crash
+        # the lease objects of dead writers whose siblings are gone (those just removed too)
+        leases = re.compile(pattern.pattern + re.escape(LEASE_SUFFIX))
+        for name in names:
+            if leases.fullmatch(name) and not _keys(parent.child(name[: -len(LEASE_SUFFIX)])) \
+                    and not _is_object(parent.child(name[: -len(LEASE_SUFFIX)])):
+                lease = parent.child(name)
+                t = _modified(lease)
+                if t is None or expired(lease_age(t)):
+                    lease.fs.rm(lease.path)
 
 
 def check_settled(loc: Location) -> None:

@@ -23,10 +23,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ._files import read_capped
-from ._locks import REPLACE_LOCK, drop_stale_lock, exclusive, not_writable
+from ._locks import REPLACE_LOCK, drop_stale_lock, exclusive, is_held, not_writable
 from ._marker import (
-    ACTIVE, MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, marker, marker_attributes,
-    not_ours, refusal, running, sibling_name, sibling_pattern, warn_kept, zarr_foreign, zarr_layout,
+    MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, lease_age, leased, marker,
+    marker_attributes, not_ours, refusal, running, sibling_name, sibling_pattern, warn_kept, zarr_foreign,
+    zarr_layout,
 )
 from ._storage import Protected, Storage, each_protected
 from ._urls import on_disk
@@ -198,18 +199,14 @@ class LocalStorage(Storage):
             os.replace(src, path)
             return
         old = _sibling(path, "old")
-        ACTIVE.add(old.name)
-        try:
-            with _interrupts_deferred():  # a Ctrl-C between the renames would leave no `path`
-                os.replace(path, old)
-                try:
-                    os.replace(src, path)
-                except BaseException:
-                    os.replace(old, path)  # put the old version back; if this fails, recover() will
-                    raise
-            _remove_tree(old)
-        finally:
-            ACTIVE.discard(old.name)
+        with _interrupts_deferred():  # a Ctrl-C between the renames would leave no `path`
+            os.replace(path, old)
+            try:
+                os.replace(src, path)
+            except BaseException:
+                os.replace(old, path)  # put the old version back; if this fails, recover() will
+                raise
+        _remove_tree(old)
 
     def remove_directory(self, kind: str) -> None:
         path = self.target
@@ -245,10 +242,15 @@ class LocalStorage(Storage):
             return
         drop_stale_lock(parent / f".{path.name}{REPLACE_LOCK}")
         pattern = sibling_pattern(path.name, "old|tmp")
+        # an `.old-` sibling is live while a replace holds the lock (it exists only between
+        # two renames made under it; its mtime is the old version's, no lease); a `.tmp-`
+        # one while its writer renews its lease
+        renaming = is_held(parent / f".{path.name}{REPLACE_LOCK}")
         leftovers = []
         for entry in parent.iterdir():
             m = pattern.fullmatch(entry.name)
-            if m is None or running(entry.name, m.group(2), int(m.group(3))):
+            if m is None or (renaming if m.group(1) == "old" else running(
+                    entry.name, m.group(2), int(m.group(3)), _age(entry))):
                 continue
             if entry.is_symlink() or not (entry.is_dir() or m.group(1) == "tmp" and entry.is_file()):
                 continue  # a file is only ever an atomic_file's temporary
@@ -296,13 +298,12 @@ def temporary_file(path: Path) -> Iterator[Path]:
     """The temporary sibling of the file ``path`` for this write, deleted if it is still
     there when the block ends."""
     tmp = _sibling(path, "tmp")
-    ACTIVE.add(tmp.name)
-    try:
-        yield tmp
-    finally:
-        if tmp.is_file():
-            tmp.unlink()
-        ACTIVE.discard(tmp.name)
+    with leased(tmp.name, lambda: _renew(tmp)):
+        try:
+            yield tmp
+        finally:
+            if tmp.is_file():
+                tmp.unlink()
 
 
 @contextlib.contextmanager
@@ -310,13 +311,12 @@ def temporary_sibling(path: Path) -> Iterator[Path]:
     """The temporary sibling directory of ``path`` for this write, deleted if it is still
     there when the block ends (a crash's is deleted by recover(): it is marked)."""
     tmp = _sibling(path, "tmp")
-    ACTIVE.add(tmp.name)
-    try:
-        yield tmp
-    finally:
-        if _exists(tmp):
-            _remove_tree(tmp)
-        ACTIVE.discard(tmp.name)
+    with leased(tmp.name, lambda: _renew(tmp)):
+        try:
+            yield tmp
+        finally:
+            if _exists(tmp):
+                _remove_tree(tmp)
 
 
 @contextlib.contextmanager
@@ -404,6 +404,22 @@ def _same_entry(a: os.stat_result, b: os.stat_result) -> bool:
     (rename the old version away, the new one in) gives the path another inode, and the
     checks made in between (marker, emptiness, kind) judged neither version whole."""
     return (a.st_ino, a.st_dev, a.st_mode) == (b.st_ino, b.st_dev, b.st_mode)
+
+
+def _renew(sibling: Path) -> None:
+    """Renew the lease of this process's ``sibling``: its modification time, now (nothing
+    while it does not exist yet: its creation sets it)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.utime(sibling, follow_symlinks=False)
+
+
+def _age(sibling: Path) -> float | None:
+    """Seconds since ``sibling``'s lease was renewed (its modification time); None if it
+    cannot be read.  A temporary of a writer without leases is judged by its age too."""
+    try:
+        return lease_age(sibling.lstat().st_mtime)
+    except OSError:
+        return None
 
 
 def _exists(path: Path) -> bool:

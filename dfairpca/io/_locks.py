@@ -14,7 +14,7 @@ from pathlib import Path
 from ._marker import OutputPathError
 from ..errors import AccessError
 
-__all__ = ["exclusive", "LOCK_MARK", "REPLACE_LOCK", "drop_stale_lock", "not_writable"]
+__all__ = ["exclusive", "LOCK_MARK", "REPLACE_LOCK", "drop_stale_lock", "is_held", "not_writable"]
 
 #: the suffix of the lock file ``.NAME`` + this that a replace of ``NAME`` holds
 REPLACE_LOCK = ".replace.lock"
@@ -118,6 +118,26 @@ def drop_stale_lock(lock: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def is_held(lock: Path) -> bool:
+    """Whether some process holds the lock file ``lock`` (:func:`exclusive`) now; this
+    process's own holds count too (a second ``flock`` descriptor conflicts with them)."""
+    import fcntl
+
+    try:
+        fd = os.open(lock, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
 
 
 def not_writable(path: Path, folder: Path, exc: OSError) -> PermissionError:

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from ..errors import DfairpcaError, KeptFilesWarning
 
+import contextlib
 import os
 import re
 import socket
+import threading
+import time
 import uuid
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 __all__ = [
@@ -20,7 +24,7 @@ __all__ = [
     "foreign_files", "ZarrNode", "zarr_layout", "stored_chunks", "zarr_foreign_files", "zarr_foreign",
     "zarr_contents", "kept",
     "sibling_name", "sibling_pattern", "running", "ACTIVE", "refusal", "apart", "not_ours",
-    "warn_kept",
+    "warn_kept", "LEASE_REFRESH_S", "LEASE_STALE_S", "leased", "lease_age", "expired",
 ]
 
 #: dfairpca's marker, :func:`marker` as JSON: the file ``.dfairpca`` in every directory it
@@ -331,24 +335,100 @@ def sibling_pattern(name: str, roles: str) -> re.Pattern:
     return re.compile(rf"\.{re.escape(name)}\.({roles})-([A-Za-z0-9]*)-(\d+)-[0-9a-f]{{8}}")
 
 
-def running(name: str, host: str, pid: int) -> bool:
-    """Whether the writer that made sibling ``name`` may still be running.
+#: how often a writer renews the lease of each temporary sibling it holds (the sibling's
+#: modification time on a local or shared disk, a ``NAME.lease`` object beside it on object
+#: storage).  A PID says nothing across hosts or PID namespaces (two containers on one
+#: volume, hosts on one network file system); a lease does, wherever the reader runs.
+LEASE_REFRESH_S = 5.0
+#: a lease not renewed for this long is a dead writer's: twelve renewals missed, which
+#: leaves room for a loaded machine, a paused VM or a network file system's attribute
+#: cache (NFS caches mtimes for up to 60 s by default: ``acregmax``), while a crash's
+#: leftovers are still cleared by the next write a minute later
+LEASE_STALE_S = 60.0
 
-    On another host we cannot tell: a ``.tmp-`` sibling is left alone, an ``.old-`` one
-    (which exists only for the instant between two renames) or a ``.move-`` journal (a move
-    cut short) is taken as a crash's.
-    """
-    if host != _host():
-        return ".tmp-" in name
-    if pid == os.getpid():
-        return name in ACTIVE
+#: renewals of this process's live leases, by sibling name (:func:`leased`)
+_RENEWALS: dict[str, Callable[[], None]] = {}
+_RENEWING = threading.Lock()
+_heartbeat: threading.Thread | None = None
+
+
+def _forget_after_fork() -> None:
+    """A forked child holds none of its parent's leases (renewing them would keep a
+    crashed parent's temporaries alive) and starts its own heartbeat when it needs one."""
+    global _RENEWING, _heartbeat
+    _RENEWALS.clear()
+    _RENEWING = threading.Lock()
+    _heartbeat = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _renew_forever() -> None:
+    """The heartbeat: renew every lease this process holds, every :data:`LEASE_REFRESH_S`."""
+    while True:
+        time.sleep(LEASE_REFRESH_S)
+        with _RENEWING:
+            renewals = list(_RENEWALS.values())
+        for renew in renewals:
+            try:
+                renew()
+            except Exception:  # a sibling gone meanwhile, a transient store error: next time
+                pass
+
+
+@contextlib.contextmanager
+def leased(name: str, renew: Callable[[], None]) -> Iterator[None]:
+    """Hold the lease of this process's temporary sibling ``name`` while the block runs:
+    ``renew()`` (which marks the sibling as live now, where readers look) is called at once
+    and then every :data:`LEASE_REFRESH_S` by one daemon thread per process; ``name`` is in
+    :data:`ACTIVE` meanwhile (this process's own recovery never judges it by its lease)."""
+    global _heartbeat
+    ACTIVE.add(name)
+    with _RENEWING:
+        _RENEWALS[name] = renew
+        if _heartbeat is None or not _heartbeat.is_alive():
+            _heartbeat = threading.Thread(target=_renew_forever, name="dfairpca-lease", daemon=True)
+            _heartbeat.start()
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        with contextlib.suppress(OSError):
+            renew()  # the sibling may not exist yet: its creation is its first renewal
+        yield
+    finally:
+        with _RENEWING:
+            _RENEWALS.pop(name, None)
+        ACTIVE.discard(name)
+
+
+def running(name: str, host: str, pid: int, age: float | None) -> bool:
+    """Whether the writer that made sibling ``name`` may still be running: its lease was
+    renewed less than :data:`LEASE_STALE_S` ago (``age``, in seconds, from the sibling's
+    modification time or its lease object; None when neither can be read).
+
+    Only this process's own siblings are known for sure (:data:`ACTIVE`).  Judging others
+    by PID would delete a live write whenever the writer's PID is not visible here (another
+    PID namespace, another host of a shared file system); a sibling without a readable
+    lease is left alone if it is a ``.tmp-`` one, and taken as a crash's if it is an
+    ``.old-`` one (which exists only for the instant between two renames, made under a
+    lock the caller checks) or a ``.move-`` journal.
+    """
+    if host == _host() and pid == os.getpid():
+        return name in ACTIVE
+    if age is None:
+        return ".tmp-" in name
+    return not expired(age)
+
+
+def expired(age: float) -> bool:
+    """Whether a lease last renewed ``age`` seconds ago is a dead writer's."""
+    return age >= LEASE_STALE_S
+
+
+def lease_age(mtime: float) -> float:
+    """Seconds since ``mtime`` (a POSIX time), for :func:`running`; a time in the future
+    (clocks of two hosts apart) counts as now."""
+    return max(0.0, time.time() - mtime)
 
 
 def refusal(where: str, kind: str, found: dict | None, *, empty: bool, is_dir: bool,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from ._metadata import checked_store
 from ._fsspec import FsspecStorage, check_settled, list_keys
 from ._local import LocalStorage
 from ._storage import Storage
@@ -70,16 +71,24 @@ def open_zarr(store, storage_options: dict | None = None):
         path = local_path(store)
         if not path.exists():
             raise PathNotFoundError(f"no Zarr store at {str(path)!r}")
+        from zarr.storage import LocalStore
+
         try:  # absolute: a worker's working directory is not this process's
-            return zarr.open(os.path.abspath(path), mode="r")
+            return zarr.open(store=checked_store(LocalStore(os.path.abspath(path), read_only=True)),
+                             mode="r")
+        except InvalidInputError:
+            raise  # malformed metadata, named
         except Exception as exc:  # zarr raises several types for "not a store"
-            raise InvalidInputError(f"{str(path)!r} is not a Zarr store: {exc}") from exc
+            raise InvalidInputError(f"{str(path)!r} is not a Zarr store: {exc}") from None
     loc = storage.target
     with explaining(loc):
         if not list_keys(loc):
             raise PathNotFoundError(f"no Zarr store at {loc.url} (nothing is stored there)")
         check_settled(loc)  # an overwrite cut short mid-copy holds old and new chunks
         try:
-            return zarr.open(zarr_store(loc), mode="r")
+            return zarr.open(store=checked_store(zarr_store(loc)), mode="r")
+        except InvalidInputError:
+            raise
         except (FileNotFoundError, KeyError, ValueError) as exc:  # objects, but no zarr.json
             raise InvalidInputError(f"{loc.url} is not a Zarr store: {exc}") from None
+

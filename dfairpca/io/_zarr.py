@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._marker import stored_chunks as _store_chunks
+from ._metadata import METADATA_NAMES, check_member_path, checked_get
 from ._remote import zarr_roots
 from ._urls import explained, is_remote, store_url
 from ._where import open_zarr
@@ -74,6 +75,8 @@ def from_zarr(store: PathInput | zarr.Array | zarr.Group, component: str | None 
     node: Any = store  # a zarr Array or Group once opened
     if is_remote(store) or isinstance(store, (str, os.PathLike)):
         node = open_zarr(store, storage_options)
+    if component is not None:
+        check_member_path(component, _name(store))
     if isinstance(node, zarr.Group):
         names = sorted(name for name, _ in node.arrays())
         if component is None:
@@ -157,8 +160,6 @@ class _UncheckableShards(InvalidInputError):
     :func:`dfairpca.io._shards.shard_layout`)."""
 
 
-#: file names zarr looks up and legitimately finds absent (metadata of v2 and v3)
-_METADATA_NAMES = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})
 
 #: the most chunks of one array listed up front by :func:`from_zarr`, so that a lost chunk
 #: fails the job before any work.  Listing costs about 0.15 ms a key on a local disk (1.4 s
@@ -195,12 +196,13 @@ def _strict_store_class():
             self._shards = dict(shards or {})  # array path -> ShardLayout, or why not
 
         async def get(self, key, prototype, byte_range=None):
-            value = await self._store.get(key, prototype, byte_range)
             name = key.rsplit("/", 1)[-1]
-            if name in _METADATA_NAMES:
+            if name in METADATA_NAMES:  # checked before zarr parses it (_metadata)
+                value = await checked_get(self._store, key, prototype, byte_range)
                 if name == "zarr.json" and value is not None:
                     self._learn(key[: -len(name)].rstrip("/"), value)
                 return value
+            value = await self._store.get(key, prototype, byte_range)
             if value is None:
                 root = getattr(self._store, "root", None)
                 if root is not None and not _metadata_along(root, key):
@@ -329,9 +331,12 @@ def strict_group(group: zarr.Group) -> zarr.Group:
     import zarr
 
     cls = _strict_store_class()
-    if isinstance(group.store, cls):
-        return group
-    return zarr.open_group(store=_strict_store(group.store), path=group.path, mode="r")
+    store = group.store
+    if isinstance(store, cls):
+        if not store.fill:
+            return group
+        store = store._store  # opened by open_zarr, which reads absent chunks as zarr does
+    return zarr.open_group(store=_strict_store(store), path=group.path, mode="r")
 
 
 def read_checked(array: zarr.Array, selection: Any, asarray: bool = True, lock: Any = None) -> Any:

@@ -18,8 +18,9 @@ from ..base import _solvers
 from ..stats._chunk import OVERFLOW_MESSAGE
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
+from ..inputs._weights import too_few_samples
 
-__all__ = ["fitted_space", "standard_scale", "check_variance", "standard_components",
+__all__ = ["fitted_space", "standard_scale", "check_variance", "row_variance", "standard_components",
            "fraction_to_k", "mle_rank", "mle_evidence"]
 
 
@@ -28,7 +29,7 @@ def fitted_space(m: Moments, center: bool, standardize: bool):
     as ``S * 4**e`` (e is the statistics' ``scatter_exponent``, 0 but for data of
     extreme magnitude; 0 when standardized, which is unit-free), and the true scale."""
     if m.n < 2:
-        raise InvalidInputError(f"need at least 2 samples to fit; got {m.n} (n_samples={m.n})")
+        raise InvalidInputError(too_few_samples(m.n, m.n_rows))
     if not (np.all(np.isfinite(m.mean)) and np.all(np.isfinite(m.scatter_diagonal))):
         raise InvalidInputError(OVERFLOW_MESSAGE)
     e = m.scatter_exponent
@@ -41,7 +42,11 @@ def fitted_space(m: Moments, center: bool, standardize: bool):
         sd, scale = standard_scale(m.n, m.mean, m.scatter_diagonal, e)
         S = S / np.outer(sd, sd)
         e = 0
-    check_variance(float(np.trace(S)), m.n, m.mean)
+    # the means in the units of S (stored, then standardized); uncentred, S holds them
+    mu = np.zeros(len(m.mean)) if not center else np.ldexp(m.mean, -m.scatter_exponent)
+    if standardize and center:
+        mu = mu / sd
+    check_variance(np.diagonal(S), m.n, mu, m.rows)
     return S, scale, e
 
 
@@ -63,21 +68,58 @@ def standard_scale(n: float, mean: np.ndarray, sq: np.ndarray, exponent: int = 0
     return sd, scale
 
 
-def check_variance(total: float, n: float, mean) -> None:
-    """Refuse data whose total variance (the trace of the fitted operator) is zero: no
-    direction holds any of it, and every explained variance ratio would be 0 / 0.
+#: the relative variance below which a feature counts as having none: its variance (its
+#: diagonal entry of the centred scatter) over its raw sum of squares (that entry plus
+#: n mean**2).  Equal rows leave a scatter of rounding only: their means round by a few eps
+#: relative, so that ratio is at most a small multiple of eps**2 (measured over numpy and
+#: Dask passes of 400 random repeated rows, weighted or not, float32 and float64, offsets
+#: 1e-200 to 1e200, up to 4 million rows: under 1e-13 * eps**2 in all).  (64 eps)**2 leaves
+#: that a wide margin while a feature whose spread is 1e-13 of its magnitude (a thousand
+#: ulps and more) is still data: the spread the format can hold, not rounding.  Per
+#: feature, so that a huge constant column (a timestamp of 1.7e18) hides no other's.
+ZERO_VARIANCE_RTOL = (64 * float(np.finfo(np.float64).eps)) ** 2
+
+
+def check_variance(diagonal, n: float, mean, rows: int | None = None) -> None:
+    """Refuse data whose variance is zero within rounding in every feature: no direction
+    holds any of it, and every explained variance ratio would be 0 / 0, or rounding noise
+    over rounding noise (arbitrary components, a ratio of 1).
+
+    ``diagonal`` is the fitted operator's diagonal and ``mean`` the means in its units
+    (zeros where the operator is uncentred: it then holds the means itself); ``rows``
+    counts the rows (n is their total weight when weighted).  A feature's variance counts
+    as zero when it is at most :data:`ZERO_VARIANCE_RTOL` of its raw sum of squares
+    ``diagonal + n mean**2``.
 
     All rows equal is the cause; all of them zero (``mean`` zero too) is also what a store
     read as fill values looks like, which the message says.
     """
-    if total > 0:
-        return
-    rows = "zero" if not np.any(mean) else "equal"
+    diagonal = np.asarray(diagonal, np.float64)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        raw = diagonal + n * np.square(np.asarray(mean, np.float64))
+        if np.any(diagonal > ZERO_VARIANCE_RTOL * raw):
+            return
+    total = float(diagonal.sum())
+    alike = "zero" if not np.any(mean) and total == 0 else "equal"
+    within = "" if total == 0 else " within rounding"
+    count = int(n) if rows is None else int(rows)
+    what = (f"its one row of positive weight is {'zero' if alike == 'zero' else 'all there is'}"
+            if count == 1 else f"all its {count:,} rows are {alike}{within}")
     raise InvalidInputError(
-        f"X has zero total variance: all its {int(n):,} rows are {rows}, so there is no "
+        f"X has zero total variance: {what}, so there is no "
         "direction to fit; check the data (a Zarr store whose chunks are absent, read with "
         "missing_chunks='fill', is its fill value throughout)"
     )
+
+
+def row_variance(X) -> None:
+    """:func:`check_variance` of the rows of X (in memory), about their float64 mean with
+    one correction sum (the two-pass mean: equal rows give a total of exactly 0 or of
+    rounding)."""
+    X = np.asarray(X, dtype=np.float64)
+    mean = X.mean(axis=0)
+    mean += (X - mean).mean(axis=0)
+    check_variance(np.square(X - mean).sum(axis=0), X.shape[0], mean)
 
 
 def standard_components(S: np.ndarray, n: float, k, eigen_solver: str, rows=None) -> np.ndarray:

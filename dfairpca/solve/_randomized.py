@@ -45,6 +45,7 @@ from ..engine._thin_pass import (
 from ..engine._compute import WorkersLost
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
+from ..inputs._weights import too_few_samples
 
 __all__ = ["RandomizedFit", "fit_randomized", "resolve_iterated_power", "N_OVERSAMPLES", "AUTO_RTOL"]
 
@@ -231,8 +232,10 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
     # the fitted space: standardisation and the constraint basis
     sd, scale = (standard_scale(m.n, m.mean, m.scatter_diagonal, m.scatter_exponent)
                  if standardize else (None, None))
-    total = _trace(m, sd, off, plan, center)
-    check_variance(total, n, m.mean)  # before the other passes
+    diagonal = _diagonal(m, sd, off, plan, center)
+    total = float(diagonal.sum())
+    mu = np.ldexp(m.mean, -m.scatter_exponent) if center else np.zeros(len(m.mean))
+    check_variance(diagonal, n, mu if sd is None else mu / sd, m.rows)  # before the other passes
     # the exact fit's rules on the same first-order fields (what Moments without a scatter holds)
     groups = group_constraints(m, names[:p]) if p else np.zeros((0, d))
     rows = None
@@ -324,7 +327,7 @@ def _check_statistics(full: Moments, k: int, d: int) -> None:
 
         raise InvalidInputError(OVERFLOW_MESSAGE)
     if n < 2:
-        raise InvalidInputError(f"need at least 2 samples to fit; got {n} (n_samples={n})")
+        raise InvalidInputError(too_few_samples(n, full.n_rows))
     check_rows(k, n, int(min(n, d)))
 
 
@@ -390,8 +393,8 @@ def _fingerprint(X, codes, categories, mask, dtype, omega, **options) -> dict:
     return fp
 
 
-def _trace(m: Moments, sd, off, plan: Plan, center: bool) -> float:
-    """trace of the operator (the total variance the ratios refer to)."""
+def _diagonal(m: Moments, sd, off, plan: Plan, center: bool) -> np.ndarray:
+    """The operator's diagonal (its trace is the total variance the ratios refer to)."""
     diag = m.scatter_diagonal.copy()
     if not center:
         f = slice(None) if plan.features is None else plan.features
@@ -399,4 +402,4 @@ def _trace(m: Moments, sd, off, plan: Plan, center: bool) -> float:
         diag += m.n * mu * mu
     if sd is not None:
         diag /= sd * sd
-    return float(diag.sum())
+    return diag

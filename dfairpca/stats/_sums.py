@@ -195,7 +195,11 @@ def merge_sums(parts: Sequence, store: Store, *, in_place: bool = False) -> Sums
     L = [parts[i] for i in live]
     ns = np.array([q.n for q in L], dtype=np.float64)
     n = float(ns.sum()) if weighted else int(sum(q.n for q in L))
-    mean = (ns @ np.stack([q.mean for q in L])) / n
+    # about the first part's mean: parts of one mean merge into exactly that mean (the plain
+    # ``ns @ means / n`` rounds when the counts are float weights, and two chunks of equal
+    # rows then leave a scatter of rounding that the zero-variance test would have to judge)
+    means = np.stack([q.mean for q in L])
+    mean = means[0] + (ns @ (means - means[0])) / n
     delta = np.stack([q.mean for q in L]) - mean  # (parts, d): each part's mean minus the new
     own = in_place and live[0] == 0  # the first part's sums are updated in place
     e = merged_exponent(L, delta * np.sqrt(ns)[:, None], store)

@@ -99,12 +99,32 @@ def weighted_chunk_sums(x, weights, codes, categories: Sequence[np.ndarray], *, 
     if not _in_range(x, acc, gacc, shifts, dtype):
         acc, gacc, out.scatter_exponent, centres = _scaled_products(
             x, out.mean, shifts, dtype, products=lambda *a, **k: _weighted_products(x, sw, *a[1:], **k))
-    if x.dtype.itemsize == 8 and _offset_is_large(out.mean, acc, out.n, out.scatter_exponent):
+    # unlike unweighted rows, inputs of 32 bits or less need it too: their products with
+    # the weights round, so ``w @ x`` is not exact even when the values share a binade
+    if _offset_is_large(out.mean, acc, out.n, out.scatter_exponent):
         acc, gacc = _weighted_refined(x, w, codes, out, acc, gacc, shifts, centres)
+    _exact_constant_means(x, out, acc)
     out.scatter = acc
     for i, (att, g, _) in enumerate(shifts):
         att.scatter[g] = gacc[i]
     return out
+
+
+def _exact_constant_means(x, out: Sums, acc) -> None:
+    """Set the mean of every column constant over the chunk to its value, exactly.
+
+    ``w @ x / sum(w)`` rounds (by up to ``sqrt(r) * eps`` relative, growing with the rows),
+    and the products of a constant column are exactly 0 then, so no refinement corrects
+    it; two chunks of the same constant would then merge into a scatter of rounding
+    noise, which the zero-variance test must not have to tell from data.  Only columns
+    whose product diagonal is 0 are looked at (one comparison per value).
+    """
+    for c in np.flatnonzero(np.diagonal(acc) == 0):
+        col = x[:, c]
+        if np.all(col == col[0]):
+            out.mean[c] = float(col[0])
+            for att in out.attributes:
+                att.deviation[:, c] = 0.0
 
 
 def _weighted_total(x, w) -> np.ndarray:

@@ -18,7 +18,7 @@ from scipy.linalg import subspace_angles
 import dfairpca
 import dfairpca.celeba.ingest
 import dfairpca.celeba.synth
-from dfairpca.io import _fsspec, _urls
+from dfairpca.io import _fsspec, _marker, _urls
 from dfairpca.io._marker import ACTIVE
 from dfairpca.io._writes import STAGE_ENV, stage_folder
 from dfairpca.celeba import ingest_celeba, synth_celeba, write_celeba_jpegs
@@ -348,7 +348,8 @@ def test_a_prefix_dfairpca_did_not_write_is_never_replaced(s3, faces, capsys, tm
     assert fs.ls("data/mine", detail=False) == ["data/mine/notes.txt"]
 
 
-def test_a_move_cut_short_between_copy_and_delete_is_finished_by_the_next_reader(s3, tmp_path):
+def test_a_move_cut_short_between_copy_and_delete_is_finished_by_the_next_reader(s3, tmp_path,
+                                                                                 monkeypatch):
     """On S3 a move is a copy then a delete: a crash after the copy leaves the journal, and
     the next read (or write) of the target finishes the move from it."""
     from dfairpca.io import _fsspec
@@ -379,6 +380,7 @@ def test_a_move_cut_short_between_copy_and_delete_is_finished_by_the_next_reader
 
     ACTIVE.discard(journal[0])
     ACTIVE.difference_update([n for n in names if ".tmp-" in n])
+    monkeypatch.setattr(_marker, "LEASE_STALE_S", 0.0)  # and its leases have run out
     host = journal[0].split("-")[1]  # and the probe of a writer that died at once
     fs.pipe_file(f"data/stats/.m.probe-{host}-99999999-0123abcd", b"")
     loaded, _ = dfairpca.io.load_arrays(url, kind="Moments", storage_options=so)
@@ -472,7 +474,7 @@ def test_a_server_lost_during_the_pass_is_named_not_taken_for_damaged_data(clust
 def test_a_zarr_store_whose_overwrite_died_mid_copy_is_read_whole_not_mixed(s3):
     """An overwrite of a store on S3 that died after copying some chunks leaves old and new
     chunks at the target: reading it finishes the move first (or refuses), never mixes."""
-    from dfairpca.io import _fsspec, _urls
+    from dfairpca.io import _fsspec, _marker, _urls
     from dfairpca.io._marker import ACTIVE
 
     so = dict(s3)
@@ -506,7 +508,11 @@ def test_a_zarr_store_whose_overwrite_died_mid_copy_is_read_whole_not_mixed(s3):
             fs.copy, _fsspec._remove_tree = real, real_remove
     names = _fs(so).ls("data/mixed", detail=False)
     ACTIVE.difference_update(n.rsplit("/", 1)[-1] for n in names)  # as the next process sees it
-    X = dfairpca.from_zarr(url, "images", storage_options=so)
+    _marker.LEASE_STALE_S, stale = 0.0, _marker.LEASE_STALE_S  # a minute later
+    try:
+        X = dfairpca.from_zarr(url, "images", storage_options=so)
+    finally:
+        _marker.LEASE_STALE_S = stale
     np.testing.assert_array_equal(np.asarray(X), 2)
     assert _fs(so).ls("data/mixed", detail=False) == ["data/mixed/z.zarr"]
 
@@ -669,7 +675,8 @@ def test_an_upload_cut_short_is_redone_from_the_finished_stage(s3, tmp_path, mon
             synth_celeba(url, storage_options=s3, **SYNTH)
     (leftover,) = _fs(s3).ls("data/upload", detail=False)
     assert ".faces.zarr.tmp-" in leftover and len(_fs(s3).find(leftover)) == 5
-    ACTIVE.discard(leftover.rsplit("/", 1)[-1])  # as the next process sees it
+    ACTIVE.discard(leftover.rsplit("/", 1)[-1])  # as the next process sees it, a minute later
+    monkeypatch.setattr(_marker, "LEASE_STALE_S", 0.0)
     assert (stage / "work" / "faces.zarr" / "zarr.json").is_file()  # finished, kept
 
     written = _record_chunks(monkeypatch)

@@ -15,7 +15,7 @@ import zarr
 import dfairpca
 from dfairpca import io
 from dfairpca.io._writes import REPLACE_LOCK
-from test_writes import foreign_dir, siblings, tree, user_files
+from test_writes import expire, foreign_dir, siblings, tree, user_files
 
 
 def test_the_issue_reproduction_in_a_fresh_process(tmp_path):
@@ -84,7 +84,11 @@ def test_a_crash_anywhere_in_a_replace_loses_neither_version(models, tmp_path, s
     lock = f".{path.name}{REPLACE_LOCK}"
     left = [s for s in siblings(path) if s != lock]
     assert [k for k in leftovers if not any(k in s for s in left)] == [] and len(left) == len(leftovers)
-    # whatever the window, one whole version is on disk under a name recovery knows
+    # whatever the window, one whole version is on disk under a name recovery knows; the
+    # aside copy is recovered at once (no lock is held), the temporary once its lease expires
+    io.recover(path)
+    assert [s for s in siblings(path) if ".old-" in s] == []
+    expire(*(path.parent / s for s in siblings(path) if ".tmp-" in s))
     io.recover(path)
     assert siblings(path) == []
     got = dfairpca.load(path)
@@ -105,6 +109,7 @@ def test_the_next_save_repairs_the_crash_itself(models, tmp_path):
     old = tree(path)
     crash_in(path, "before_new_moved")
     assert not path.exists()
+    expire(*(path.parent / s for s in siblings(path) if ".tmp-" in s))  # a minute later
     with pytest.raises(FileExistsError, match="pass overwrite=True"):
         models["FairPCA"].save(path)  # the old model is back, so this is refused
     assert tree(path) == old and siblings(path) == []
