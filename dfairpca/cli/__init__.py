@@ -7,7 +7,7 @@
     dfairpca fit DATA.zarr --array X --sensitive-csv people.csv --sensitive-column sex,race ...
     dfairpca transform MODEL STORE.zarr --out OUT.zarr [--array X] [--reconstruct] [--json]
     dfairpca show MODEL STORE.zarr --out faces.png [--n 8]
-    dfairpca demo [--n 202599] [--workdir dfairpca-demo]
+    dfairpca demo [--n 202599] [--workdir DIR]   (default DIR: ~/.cache/dfairpca/demo)
     dfairpca --version
 
 ``fit`` and ``transform`` read the CelebA layout (``images``, ``attributes``) by default;
@@ -345,8 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=_positive(int), default=202_599, help="number of synthetic faces")
     p.add_argument("-k", "--k", type=_positive(int), default=400, help="number of components")
     p.add_argument("--attribute", default="Eyeglasses", help="the protected CelebA attribute")
-    p.add_argument("--workdir", default="dfairpca-demo",
-                   help="folder for the store, the model and faces.png")
+    p.add_argument("--workdir", default=None,
+                   help="folder for the store, the model and faces.png (default: the user's "
+                        "cache folder, $XDG_CACHE_HOME/dfairpca/demo or ~/.cache/dfairpca/demo)")
     _add_cluster(p, fits=True)
     p.set_defaults(func=cmd_demo)
 

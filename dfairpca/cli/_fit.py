@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, fields
@@ -421,11 +422,49 @@ def run_show(model_path, store, out, *, n: int | None = None, overwrite: bool = 
     return faces_figure(model, store, out, n=n, overwrite=overwrite)
 
 
+def demo_folder(environ=None, home: Path | None = None, platform: str | None = None) -> Path:
+    """The folder ``dfairpca demo`` writes to without ``--workdir``: the user's cache.
+
+    The demo's store is large (1.3 GB at its default size) and rewritten on demand, so it
+    belongs where caches live, never in the current folder (a clone's root, typically).
+    ``$XDG_CACHE_HOME/dfairpca/demo`` when that variable is set (any platform), else the
+    platform's cache folder: ``~/Library/Caches/dfairpca/demo`` on macOS,
+    ``%LOCALAPPDATA%\\dfairpca\\Cache\\demo`` on Windows, ``~/.cache/dfairpca/demo``
+    elsewhere (the XDG default).
+
+    Parameters
+    ----------
+    environ : mapping, optional
+        The environment to read (default ``os.environ``).
+    home : Path, optional
+        The home folder (default ``Path.home()``).
+    platform : str, optional
+        ``sys.platform``'s value to assume (default this one's).
+
+    Returns
+    -------
+    Path
+    """
+    environ = os.environ if environ is None else environ
+    home = Path.home() if home is None else Path(home)
+    platform = sys.platform if platform is None else platform
+    if environ.get("XDG_CACHE_HOME"):
+        return Path(environ["XDG_CACHE_HOME"]) / "dfairpca" / "demo"
+    if platform == "darwin":
+        return home / "Library" / "Caches" / "dfairpca" / "demo"
+    if platform == "win32":
+        local = environ.get("LOCALAPPDATA") or str(home / "AppData" / "Local")
+        return Path(local) / "dfairpca" / "Cache" / "demo"
+    return home / ".cache" / "dfairpca" / "demo"
+
+
 def cmd_demo(args):
     from ..celeba import ensure_store
 
-    work = Path(args.workdir)
+    work = Path(args.workdir) if args.workdir is not None else demo_folder()
     work.mkdir(parents=True, exist_ok=True)
+    print(f"the demo's folder (its store, model and picture): {work}"
+          + ("" if args.workdir is not None else " (--workdir DIR writes elsewhere)"))
     store = work / f"synthetic_celeba_{args.n}.zarr"
     existed, t = store.exists(), time.perf_counter()
     try:

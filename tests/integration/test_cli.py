@@ -3,6 +3,7 @@
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -958,6 +959,49 @@ def test_demo_makes_the_store_fits_and_draws_then_reuses_the_store(tmp_path, cap
     assert code == 0, err
     assert f"using the existing store {work / 'synthetic_celeba_300.zarr'}" in out
     assert dfairpca.load(work / "fair_Eyeglasses_k4").n_components_ == 4
+
+
+def test_the_demo_folder_is_the_users_cache_never_the_current_folder(tmp_path):
+    from dfairpca.cli._fit import demo_folder
+
+    home = tmp_path / "home"
+    assert demo_folder({}, home, "linux") == home / ".cache" / "dfairpca" / "demo"
+    assert demo_folder({"XDG_CACHE_HOME": "/c"}, home, "linux") == Path("/c/dfairpca/demo")
+    assert demo_folder({"XDG_CACHE_HOME": ""}, home, "linux") == home / ".cache" / "dfairpca" / "demo"
+    assert demo_folder({}, home, "darwin") == home / "Library" / "Caches" / "dfairpca" / "demo"
+    assert demo_folder({"LOCALAPPDATA": "/l"}, home, "win32") == Path("/l/dfairpca/Cache/demo")
+    assert demo_folder({}, home, "win32") == home / "AppData" / "Local" / "dfairpca" / "Cache" / "demo"
+    assert demo_folder().is_absolute()
+
+
+def _git(*args, cwd):
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.slow
+def test_demo_from_a_clones_root_leaves_git_status_clean(tmp_path, capsys, monkeypatch, sched):
+    """A clone of the repository (its .gitignore, one tracked file), the demo run from its
+    root without --workdir, then the documentation build's folder: git sees nothing new."""
+    clone, home = tmp_path / "clone", tmp_path / "home"
+    clone.mkdir()
+    _git("init", "-q", cwd=clone)
+    (clone / ".gitignore").write_text(
+        (Path(__file__).parents[2] / ".gitignore").read_text(encoding="utf-8"), encoding="utf-8")
+    _git("add", ".gitignore", cwd=clone)
+    _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c", cwd=clone)
+    monkeypatch.chdir(clone)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    code, out, err = run(["demo", "--n", "60", "-k", "2", *sched], capsys)
+    assert code == 0, err
+    work = home / ".cache" / "dfairpca" / "demo"
+    assert f"the demo's folder (its store, model and picture): {work}" in out
+    assert (work / "faces.png").exists() and (work / "synthetic_celeba_60.zarr").exists()
+    (clone / "docs" / "_build" / "html").mkdir(parents=True)
+    (clone / "docs" / "_build" / "html" / "index.html").write_text("<html/>")
+    (clone / "dfairpca-demo").mkdir()  # an older version's default folder
+    (clone / "dfairpca-demo" / "faces.png").write_bytes(b"png")
+    assert _git("status", "--porcelain", "--untracked-files=all", cwd=clone) == ""
 
 
 def test_demo_refuses_a_store_of_other_settings_before_any_cluster(tmp_path, capsys):
