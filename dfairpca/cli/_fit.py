@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..base.progress import reporting
 from ._errors import CLIError, UsageError, _plain, arguments
 from ._inputs import (_Data, _check_out, _client, _data, _describe_groups, _input_paths, _place,
                       _sample_weight, _sensitive, _storage, _target, _tuple)
@@ -167,9 +168,9 @@ def _check_two_groups(groups) -> None:
 def _estimator(args):
     from .. import FairPCA, PCA
 
-    # a progress bar redraws itself many times a second: only on a terminal, never into the
-    # log file of a batch job (nor into --json's stdout, which then is stderr: see main)
-    progress = sys.stdout.isatty()
+    # the fit's progress goes where the human lines go (stdout, or stderr with --json: see
+    # main), redrawn in place on a terminal, in a few whole lines into a batch job's log
+    progress = True
     solve = dict(svd_solver=args.svd_solver, n_oversamples=args.n_oversamples,
                  iterated_power=args.iterated_power, random_state=args.random_state,
                  compute_dtype=args.compute_dtype)
@@ -301,10 +302,11 @@ def run_fit(args: FitJob) -> dict:
         # --timeout also bounds the wait for new workers once every worker has left
         fit = dict(checkpoint=ckpt, keep_checkpoint=True, timeout=args.timeout, **weights)
         try:
-            if groups is None:
-                est.fit(X, **fit)
-            else:
-                est.fit(X, y, sensitive_features=groups, **fit)
+            with reporting(True, sys.stdout):
+                if groups is None:
+                    est.fit(X, **fit)
+                else:
+                    est.fit(X, y, sensitive_features=groups, **fit)
         except WorkersLost as exc:
             raise CLIError(f"{exc.what}; the checkpoint {ckpt} holds {exc.progress}: start "
                            "workers and rerun with --resume, or wait longer with --timeout") from None
@@ -340,18 +342,25 @@ def cmd_transform(args):
     model = load(args.model, storage_options=_storage(args))
     data = _data(args)
     X = data.X
-    # the lazy graph first: a model of another d is refused before any cluster starts
     Xf = X.reshape(X.shape[0], -1)
-    with arguments():
+
+    def graph():
         if args.reconstruct:
             R = model.inverse_transform(model.transform(Xf))
-            Y = _cast_like(R, X.dtype).reshape(data.shape)
-            name = data.name  # under the input's own name: "images" for the CelebA layout
-        else:
-            Y = model.transform(Xf)
-            name = "representation"
+            return _cast_like(R, X.dtype).reshape(data.shape)
+        return model.transform(Xf)
+
+    # under the input's own name ("images" for the CelebA layout) or "representation"
+    name = data.name if args.reconstruct else "representation"
+    # the lazy graph first: a model of another d is refused before any cluster starts
+    with arguments():
+        graph()
     with _client(args) as client:
         t = time.perf_counter()
+        # built again under the client: the model's matrices are then scattered to the
+        # workers once and held by key (built without one they sit inside the graph, which
+        # distributed sends whole, warning "Sending large graph of size 19.59 MiB")
+        Y = graph()
         check_inputs_shared(X, client)
         # a URL's result is written by the workers straight to its temporary prefix
         with atomic_directory(out, TRANSFORM_KIND, overwrite=args.overwrite, protect=protect,

@@ -15,6 +15,7 @@ from typing import Self
 import numpy as np
 import numpy.typing as npt
 
+from ..base.progress import reported
 from ..cluster import worker_timeout
 from ..solve._solution import FairSolution, exact_fair_solution, randomized_fair_solution
 from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, check_fair_k, set_certificate
@@ -404,6 +405,7 @@ class FairPCA(LinearDecomposition):
             self.numeric_sensitive_columns_ = np.zeros(0, np.intp)
         return self
 
+    @reported
     def _fit_statistics(self, statistics: Moments, *, attribute_names: Sequence[str] | None = None,
                         numeric_columns: npt.ArrayLike | None = None) -> Self:
         """:meth:`fit_statistics`, the parameters checked already (by the public call)."""

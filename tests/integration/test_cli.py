@@ -961,6 +961,39 @@ def test_demo_makes_the_store_fits_and_draws_then_reuses_the_store(tmp_path, cap
     assert dfairpca.load(work / "fair_Eyeglasses_k4").n_components_ == 4
 
 
+def test_a_fit_into_a_log_reports_the_pass_and_the_eigensolve_in_whole_lines(store, tmp_path,
+                                                                              capsys, sched):
+    code, out, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out",
+                          tmp_path / "m", *sched], capsys)
+    assert code == 0, err
+    assert "\r" not in out + err
+    lines = out.splitlines()
+    assert any(line.startswith("pass: ") and "chunks done in" in line for line in lines), out
+    assert any(line.startswith("eigensolve: top 5 of 256 dimensions") for line in lines), out
+    assert len(lines) < 20, out
+
+
+@pytest.mark.slow
+def test_transform_ships_a_large_model_once_without_a_large_graph_warning(tmp_path, client):
+    """A model of 12 MiB (k = 40, d = 40,000; randomized: no d x d statistics): the
+    command's graph holds it by key, so distributed does not warn about its size.  A
+    process of its own, as a user runs it: this one's Client would take the matrices."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 40_000)).astype(np.float32)
+    zarr.create_array(str(tmp_path / "x.zarr"), data=X, chunks=(30, 40_000))
+    dfairpca.PCA(40, svd_solver="randomized", random_state=0).fit(X).save(tmp_path / "m")
+    out = tmp_path / "out.zarr"
+    r = subprocess.run([sys.executable, "-m", "dfairpca", "transform", tmp_path / "m",
+                        tmp_path / "x.zarr", "--out", out, "--reconstruct",
+                        "--scheduler", client.scheduler.address],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "large graph" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    R = zarr.open_array(str(out / "x"), mode="r")[:]  # named after the input, x.zarr
+    model = dfairpca.load(tmp_path / "m")
+    np.testing.assert_allclose(R, model.inverse_transform(model.transform(X)), rtol=1e-4, atol=1e-4)
+
+
 def test_the_demo_folder_is_the_users_cache_never_the_current_folder(tmp_path):
     from dfairpca.cli._fit import demo_folder
 
