@@ -140,12 +140,13 @@ class LineBar:
         """Nothing: a log gets lines at the quarters only."""
 
     def close(self) -> None:
-        """The last line: steps done and the time taken."""
+        """The last line: steps done and the time taken ("stopped" short of the total)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._line(f"{self.desc}: {self.n:,} of {_count(self.total, self.unit)} done in "
+            how = "done in" if self.n >= self.total else "stopped after"
+            self._line(f"{self.desc}: {self.n:,} of {_count(self.total, self.unit)} {how} "
                        f"{_elapsed(time.perf_counter() - self._start)}")
 
 

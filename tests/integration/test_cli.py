@@ -994,6 +994,23 @@ def test_transform_ships_a_large_model_once_without_a_large_graph_warning(tmp_pa
     np.testing.assert_allclose(R, model.inverse_transform(model.transform(X)), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
+def test_a_corrupt_chunk_in_a_fit_on_its_own_cluster_prints_only_dfairpca_lines(tmp_path):
+    """The local cluster the command starts: its workers' "Compute Failed ... Traceback"
+    log of the failed read is not printed, only dfairpca's one-line error."""
+    path = synth_celeba(tmp_path / "f.zarr", n=600, size=16, chunk_rows=200, progress=False, n_jobs=1)
+    chunk = path / "images" / "c" / "1" / "0" / "0"
+    chunk.write_bytes(np.random.default_rng(0).bytes(len(chunk.read_bytes())))
+    r = subprocess.run([sys.executable, "-m", "dfairpca", "fit", path, "--attribute", "Eyeglasses",
+                        "-k", "3", "--out", tmp_path / "m"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.splitlines()
+    assert all(line.startswith("dfairpca") for line in lines), r.stderr
+    errors = [line for line in lines if line.startswith("dfairpca fit: error: ")]
+    assert len(errors) == 1 and "'images/c/1/0/0' (rows 200-399)" in errors[0], r.stderr
+    assert "pass: 0 of 1 chunk stopped after" in r.stdout and "\r" not in r.stdout, r.stdout
+
+
 def test_the_demo_folder_is_the_users_cache_never_the_current_folder(tmp_path):
     from dfairpca.cli._fit import demo_folder
 
