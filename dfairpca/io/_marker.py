@@ -47,8 +47,8 @@ _KNOWN_ENTRIES = {
 #: store's members (written before the store was finished, or by an older dfairpca): the
 #: CelebA layout's arrays and a representation; a member of another name is a user's
 _KNOWN_MEMBERS = {
-    "store": {"images", "attributes", "partition", "representation"},
-    "transform output": {"images", "attributes", "partition", "representation"},
+    "store": {"images", "attributes", "partition", "representation", "attribute"},
+    "transform output": {"images", "attributes", "partition", "representation", "attribute"},
 }
 
 
