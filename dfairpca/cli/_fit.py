@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, fields
@@ -431,40 +430,20 @@ def run_show(model_path, store, out, *, n: int | None = None, overwrite: bool = 
     return faces_figure(model, store, out, n=n, overwrite=overwrite)
 
 
-def demo_folder(environ=None, home: Path | None = None, platform: str | None = None) -> Path:
-    """The folder ``dfairpca demo`` writes to without ``--workdir``: the user's cache.
+def demo_folder() -> Path:
+    """The folder ``dfairpca demo`` writes to without ``--workdir``: ``demo`` in dfairpca's
+    cache folder (:func:`dfairpca.base.runtime.cache_folder`, e.g. ``~/.cache/dfairpca/demo``).
 
-    The demo's store is large (1.3 GB at its default size) and rewritten on demand, so it
+    The demo's store is large (1.3 GB at its default size) and remade on demand, so it
     belongs where caches live, never in the current folder (a clone's root, typically).
-    ``$XDG_CACHE_HOME/dfairpca/demo`` when that variable is set (any platform), else the
-    platform's cache folder: ``~/Library/Caches/dfairpca/demo`` on macOS,
-    ``%LOCALAPPDATA%\\dfairpca\\Cache\\demo`` on Windows, ``~/.cache/dfairpca/demo``
-    elsewhere (the XDG default).
-
-    Parameters
-    ----------
-    environ : mapping, optional
-        The environment to read (default ``os.environ``).
-    home : Path, optional
-        The home folder (default ``Path.home()``).
-    platform : str, optional
-        ``sys.platform``'s value to assume (default this one's).
 
     Returns
     -------
     Path
     """
-    environ = os.environ if environ is None else environ
-    home = Path.home() if home is None else Path(home)
-    platform = sys.platform if platform is None else platform
-    if environ.get("XDG_CACHE_HOME"):
-        return Path(environ["XDG_CACHE_HOME"]) / "dfairpca" / "demo"
-    if platform == "darwin":
-        return home / "Library" / "Caches" / "dfairpca" / "demo"
-    if platform == "win32":
-        local = environ.get("LOCALAPPDATA") or str(home / "AppData" / "Local")
-        return Path(local) / "dfairpca" / "Cache" / "demo"
-    return home / ".cache" / "dfairpca" / "demo"
+    from ..base.runtime import cache_folder
+
+    return cache_folder() / "demo"
 
 
 def cmd_demo(args):

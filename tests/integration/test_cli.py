@@ -1011,17 +1011,19 @@ def test_a_corrupt_chunk_in_a_fit_on_its_own_cluster_prints_only_dfairpca_lines(
     assert "pass: 0 of 1 chunk stopped after" in r.stdout and "\r" not in r.stdout, r.stdout
 
 
-def test_the_demo_folder_is_the_users_cache_never_the_current_folder(tmp_path):
+def test_the_cache_folder_is_the_platforms_and_the_demo_writes_there(tmp_path, monkeypatch):
+    from dfairpca.base.runtime import cache_folder
     from dfairpca.cli._fit import demo_folder
 
     home = tmp_path / "home"
-    assert demo_folder({}, home, "linux") == home / ".cache" / "dfairpca" / "demo"
-    assert demo_folder({"XDG_CACHE_HOME": "/c"}, home, "linux") == Path("/c/dfairpca/demo")
-    assert demo_folder({"XDG_CACHE_HOME": ""}, home, "linux") == home / ".cache" / "dfairpca" / "demo"
-    assert demo_folder({}, home, "darwin") == home / "Library" / "Caches" / "dfairpca" / "demo"
-    assert demo_folder({"LOCALAPPDATA": "/l"}, home, "win32") == Path("/l/dfairpca/Cache/demo")
-    assert demo_folder({}, home, "win32") == home / "AppData" / "Local" / "dfairpca" / "Cache" / "demo"
-    assert demo_folder().is_absolute()
+    assert cache_folder({}, home, "linux") == home / ".cache" / "dfairpca"
+    assert cache_folder({"XDG_CACHE_HOME": "/c"}, home, "linux") == Path("/c/dfairpca")
+    assert cache_folder({"XDG_CACHE_HOME": ""}, home, "linux") == home / ".cache" / "dfairpca"
+    assert cache_folder({}, home, "darwin") == home / "Library" / "Caches" / "dfairpca"
+    assert cache_folder({"LOCALAPPDATA": "/l"}, home, "win32") == Path("/l/dfairpca/Cache")
+    assert cache_folder({}, home, "win32") == home / "AppData" / "Local" / "dfairpca" / "Cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert demo_folder() == tmp_path / "xdg" / "dfairpca" / "demo"
 
 
 def _git(*args, cwd):
