@@ -218,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ingest-celeba", help="convert the official CelebA folder to a Zarr store")
     p.add_argument("celeba_dir", metavar="CELEBA_DIR",
-                   help="the CelebA download: img_align_celeba/ and the list_*.txt files")
+                   help="the CelebA download, as published (Anno/, Img/img_align_celeba/, Eval/) "
+                        "or flat (list_attr_celeba.txt, img_align_celeba/, list_eval_partition.txt)")
     p.add_argument("out", metavar="OUT", help="the Zarr store to write (a directory)")
     _add_face_options(p, "faces are centre-cropped and resized to SIZE x SIZE pixels, or HxW; "
                       "full: the images' own size", DEFAULT_SIZE, full=True)
