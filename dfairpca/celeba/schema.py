@@ -271,7 +271,8 @@ def open_group(path: str | os.PathLike | zarr.Group) -> zarr.Group:
     if not path.is_dir():
         raise InvalidInputError(f"{path} is not a Zarr group (it is a file, not a directory)")
     try:
-        return strict_group(zarr.open_group(path, mode="r"))
+        # the members as stored, not the consolidated copy (an array added since is read)
+        return strict_group(zarr.open_group(path, mode="r", use_consolidated=False))
     except (zarr.errors.BaseZarrError, ValueError) as exc:
         raise InvalidInputError(f"{path} is not a Zarr group: {exc}") from exc
 

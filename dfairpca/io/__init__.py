@@ -9,7 +9,7 @@ and fsspec URLs alike.
 
 from __future__ import annotations
 
-from ._arrays import FORMAT_VERSION, RESAVE_HINT, header_shape, load_arrays, meta_value, save_arrays  # noqa: F401
+from ._arrays import FORMAT_VERSION, RESAVE_HINT, header_shape, load_arrays, meta_value, save_arrays, write_arrays  # noqa: F401
 from ._files import MAX_JSON_BYTES, SavedFileError, open_regular, read_capped  # noqa: F401 (re-exported)
 from ._marker import OutputPathError
 from ._zarr import (CorruptChunkError, MissingChunkError, check_written, from_zarr, local_zarr_roots,
@@ -28,7 +28,7 @@ from .storage import open_zarr  # noqa: F401
 # raises; the write protocol's own names are documented in dfairpca.io.writes (they stay
 # importable here, where older code found them)
 __all__ = [
-    "from_zarr", "save_arrays", "load_arrays", "local_zarr_roots", "OutputPathError",
+    "from_zarr", "save_arrays", "write_arrays", "load_arrays", "local_zarr_roots", "OutputPathError",
     "FORMAT_VERSION", "MissingChunkError", "CorruptChunkError", "SavedFileError", "strict_array",
     "strict_group", "read_checked", "check_written",
 ]

@@ -37,7 +37,7 @@ ACTIVE: set[str] = set()
 #: top-level entries of each kind of directory, for markers written before they listed
 #: their own ("entries"); a kind not here with such a marker has no entry known to be ours
 _KNOWN_ENTRIES = {
-    "model": {"model", "statistics"},
+    "model": {"model", "statistics", "arrays.npz", "meta.json"},
     "checkpoint": {"total", "progress.json"},
     "Moments": {"arrays.npz", "meta.json"},
     "estimator": {"arrays.npz", "meta.json"},

@@ -331,7 +331,8 @@ def strict_group(group: zarr.Group) -> zarr.Group:
     cls = _strict_store_class()
     if isinstance(group.store, cls):
         return group
-    return zarr.open_group(store=_strict_store(group.store), path=group.path, mode="r")
+    return zarr.open_group(store=_strict_store(group.store), path=group.path, mode="r",
+                           use_consolidated=False)  # the members as stored (see open_zarr)
 
 
 def read_checked(array: zarr.Array, selection: Any, asarray: bool = True, lock: Any = None) -> Any:

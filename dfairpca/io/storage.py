@@ -73,13 +73,16 @@ def open_zarr(store, storage_options: dict | None = None):
     """
     import zarr
 
+    # dfairpca reads the members as they are, not the consolidated copy of the metadata it
+    # writes for other readers: an array a user added since (without consolidating again)
+    # is read too
     storage = storage_for(store, storage_options)
     if isinstance(storage, LocalStorage):
         path = local_path(store)
         if not path.exists():
             raise PathNotFoundError(f"no Zarr store at {str(path)!r}")
         try:  # absolute: a worker's working directory is not this process's
-            return zarr.open(os.path.abspath(path), mode="r")
+            return zarr.open(os.path.abspath(path), mode="r", use_consolidated=False)
         except Exception as exc:  # zarr raises several types for "not a store"
             raise InvalidInputError(f"{str(path)!r} is not a Zarr store: {exc}") from exc
     loc = storage.target
@@ -88,6 +91,6 @@ def open_zarr(store, storage_options: dict | None = None):
             raise PathNotFoundError(f"no Zarr store at {loc.url} (nothing is stored there)")
         check_settled(loc)  # an overwrite cut short mid-copy holds old and new chunks
         try:
-            return zarr.open(zarr_store(loc), mode="r")
+            return zarr.open(zarr_store(loc), mode="r", use_consolidated=False)
         except (FileNotFoundError, KeyError, ValueError) as exc:  # objects, but no zarr.json
             raise InvalidInputError(f"{loc.url} is not a Zarr store: {exc}") from None
