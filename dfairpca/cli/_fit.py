@@ -352,7 +352,9 @@ def cmd_transform(args):
     # under the input's own name ("images" for the CelebA layout) or "representation"
     name = data.name if args.reconstruct else "representation"
     # the lazy graph first: a model of another d is refused before any cluster starts
-    with arguments():
+    from ..cluster import shipping_inline
+
+    with arguments(), shipping_inline():
         graph()
     with _client(args) as client:
         t = time.perf_counter()

@@ -22,14 +22,15 @@ from ._connect import (DASHBOARD_PORT, check_scheduler, connect, describe, local
                        scheduler_address_from_file)
 from ._errors import SHARE_FIX, SHARE_FIX_LOCAL  # noqa: F401 (the fixes other messages name)
 from ._errors import NoWorkers, NotShared, SchedulerUnreachable, WorkersLost
-from ._shared import active_client, check_inputs_shared, check_workers_see, not_here, ship
+from ._shared import (active_client, check_inputs_shared, check_workers_see, not_here, ship,
+                      shipping_inline)
 from ._timeout import WORKER_POLL_SECONDS, check_timeout, compute, current_timeout, gather_watched, worker_timeout  # noqa: F401
 
 __all__ = [
     "SchedulerUnreachable", "NoWorkers", "WorkersLost", "NotShared", "connect", "describe",
     "local_cluster_size", "scheduler_address_from_file", "check_scheduler", "check_workers_see",
     "check_inputs_shared", "active_client", "not_here", "compute", "worker_timeout", "check_timeout",
-    "current_timeout", "gather_watched", "ship",
+    "current_timeout", "gather_watched", "ship", "shipping_inline",
 ]
 
 # the errors keep the name they are documented, raised and caught under (a traceback's

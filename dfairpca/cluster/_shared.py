@@ -3,6 +3,8 @@ process sees there (:func:`check_workers_see`), and values a graph holds by key 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import os
 import secrets
@@ -36,6 +38,26 @@ def active_client():
         return None
 
 
+_INLINE = contextvars.ContextVar("dfairpca_ship_inline", default=False)
+
+
+@contextlib.contextmanager
+def shipping_inline():
+    """Inside the block :func:`ship` scatters nothing: for a graph built only to check its
+    arguments (the command line's, before it connects), which a client in this process
+    would otherwise be sent matrices for, under keys the real graph then shares.
+
+    Yields
+    ------
+    None
+    """
+    token = _INLINE.set(True)
+    try:
+        yield
+    finally:
+        _INLINE.reset(token)
+
+
 def ship(value):
     """``value`` (a model's matrix) as an argument of a lazy graph that holds it by key.
 
@@ -56,7 +78,7 @@ def ship(value):
     distributed.Future or dask.delayed.Delayed
         The scattered value's future under a client, else the delayed value.
     """
-    client = active_client()
+    client = None if _INLINE.get() else active_client()
     if client is None:
         import dask
 
