@@ -472,4 +472,6 @@ def cmd_demo(args):
                    scheduler=args.scheduler, scheduler_file=args.scheduler_file,
                    timeout=args.timeout))
     path = run_show(model, store, work / "faces.png", overwrite=True)
-    print(f"picture written to {path}")
+    print(f"picture written to {path}: faces with and without {args.attribute}, as stored and "
+          f"after fair PCA; its bottom row shows the two groups' mean faces, which differ in "
+          f"the data and coincide after fair PCA (single faces may still show {args.attribute})")
