@@ -157,6 +157,7 @@ def main(argv=None):
     X = dfairpca.from_zarr(store, "images").reshape(n, D)  # what a fit flattens
     z = attribute_column(store, ATTR)
     result = {"rows": n, "features": D, "k": k, "cpu": cpu_info(), "threads": os.cpu_count(),
+              "load_before": os.getloadavg(),
               "int8_kernel": ik.int8_kernel_available(), "methods": {}}
     runs = {}
     withdrawn = list(ik._REGISTERED)
@@ -216,6 +217,7 @@ def main(argv=None):
     if "exact-int8" in runs and "exact-portable" in runs:
         result["accuracy"]["int8_equals_portable"] = bool(
             np.array_equal(runs["exact-int8"][0].components_, ex.components_))
+    result["load_after"] = os.getloadavg()  # 1, 5, 15 minutes: how shared the machine was
     out = Path(args.out) if args.out else HERE / "results" / f"exact_{n}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

@@ -18,7 +18,7 @@ from __future__ import annotations
 __all__ = ["DfairpcaError", "InvalidInputError", "InvalidTypeError", "NotFoundError", "RunError",
            "PathNotFoundError", "PathExistsError", "AccessError", "UnreachableError",
            "DfairpcaWarning", "ConstraintDroppedWarning", "NumericAttributeWarning",
-           "DiscardedWriteWarning", "KeptFilesWarning"]
+           "DiscardedWriteWarning", "KeptFilesWarning", "LowVarianceWarning"]
 
 
 class DfairpcaError(Exception):
@@ -80,3 +80,9 @@ class DiscardedWriteWarning(DfairpcaWarning):
 
 class KeptFilesWarning(DfairpcaWarning):
     """A removal of dfairpca's output kept the directory for the user's files in it."""
+
+
+class LowVarianceWarning(DfairpcaWarning):
+    """A fair model keeps under 5% of the variance (:data:`dfairpca.solve._fairness.LOW_VARIANCE`):
+    its representation says little about the data; the message says which parameter holds it
+    down."""

@@ -475,6 +475,33 @@ def test_ingest_values(celeba_dir, tmp_path):
     assert not (out / ".done").exists()
 
 
+def test_the_published_layout_ingests_as_the_flat_one(celeba_dir, tmp_path):
+    """The download as published: Anno/list_attr_celeba.txt, Img/img_align_celeba/,
+    Eval/list_eval_partition.txt; the same store as from the flat copy."""
+    flat = ingest_celeba(celeba_dir, tmp_path / "flat.zarr", size=16, progress=False, n_jobs=1)
+    for sub, name in [("Anno", "list_attr_celeba.txt"), ("Img", "img_align_celeba"),
+                      ("Eval", "list_eval_partition.txt")]:
+        (celeba_dir / sub).mkdir()
+        (celeba_dir / name).rename(celeba_dir / sub / name)
+    out = ingest_celeba(celeba_dir, tmp_path / "published.zarr", size=16, progress=False, n_jobs=1)
+    a, b = zarr.open_group(flat, mode="r"), zarr.open_group(out, mode="r")
+    for name in ("images", "attributes", "partition"):
+        np.testing.assert_array_equal(a[name][:], b[name][:])
+
+
+def test_a_download_without_its_files_is_refused_naming_both_layouts(celeba_dir, tmp_path):
+    (celeba_dir / "Anno").mkdir()
+    (celeba_dir / "list_attr_celeba.txt").rename(celeba_dir / "Anno" / "list_attr_celeba.txt")
+    (celeba_dir / "Img").mkdir()
+    (celeba_dir / "Img" / "img_align_celeba.zip").write_bytes(b"PK")
+    with pytest.raises(FileNotFoundError, match=r"Img/img_align_celeba; extract .*img_align_celeba\.zip"):
+        ingest_celeba(celeba_dir, tmp_path / "c.zarr", size=16, progress=False, n_jobs=1)
+    (celeba_dir / "Anno" / "list_attr_celeba.txt").unlink()
+    with pytest.raises(FileNotFoundError, match=r"no .*celeba/Anno/list_attr_celeba.txt or "
+                                                r".*celeba/list_attr_celeba.txt"):
+        ingest_celeba(celeba_dir, tmp_path / "c.zarr", size=16, progress=False, n_jobs=1)
+
+
 def test_ingest_without_partition_file(celeba_dir, tmp_path):
     (celeba_dir / "list_eval_partition.txt").unlink()
     out = ingest_celeba(celeba_dir, tmp_path / "c.zarr", size=16, progress=False, n_jobs=1)

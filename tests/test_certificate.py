@@ -136,7 +136,7 @@ def test_a_tampered_certificate_is_refused_at_load(edit, tmp_path):
 
     X, (z1, z2) = make_data(200, 6, (2, 2), seed=5)
     dfairpca.FairPCA(2).fit(X, sensitive_features=[z1, z2]).save(tmp_path / "m")
-    meta_path = tmp_path / "m" / "model" / "meta.json"
+    meta_path = tmp_path / "m" / "meta.json"
     meta = json.loads(meta_path.read_text())
     meta.update(edit)
     meta_path.write_text(json.dumps(meta))
@@ -329,19 +329,19 @@ def test_a_saved_model_edited_to_be_unfair_is_refused_at_load(tmp_path, two_grou
     X, z = two_groups(800, 8, shift=1.0)
     path = tmp_path / "m"
     dfairpca.FairPCA(3).fit(X, sensitive_features=z).save(path)
-    arrays = dict(np.load(path / "model" / "arrays.npz"))
+    arrays = dict(np.load(path / "arrays.npz"))
     arrays["components_"] = dfairpca.PCA(3).fit(X).components_
     arrays["constraint_basis_"] = np.zeros((8, 0))
-    np.savez(path / "model" / "arrays.npz", **arrays)
-    meta = json.loads((path / "model" / "meta.json").read_text())
+    np.savez(path / "arrays.npz", **arrays)
+    meta = json.loads((path / "meta.json").read_text())
     meta["n_constraints_"] = 0
-    (path / "model" / "meta.json").write_text(json.dumps(meta))
+    (path / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="keep 9.*the model is not fair"):
         dfairpca.load(path)
     dfairpca.FairPCA(3).fit(X, sensitive_features=z).save(tmp_path / "m2")
-    meta = json.loads((tmp_path / "m2" / "model" / "meta.json").read_text())
+    meta = json.loads((tmp_path / "m2" / "meta.json").read_text())
     meta["fairness_violation_"] = 0.5
     meta["fairness_violation_per_attribute_"] = [0.5]
-    (tmp_path / "m2" / "model" / "meta.json").write_text(json.dumps(meta))
+    (tmp_path / "m2" / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="above the tolerance"):
         dfairpca.load(tmp_path / "m2")

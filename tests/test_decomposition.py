@@ -509,7 +509,7 @@ def test_eigen_solver_randomized_is_the_deprecated_name_of_subspace(tmp_path):
     np.testing.assert_array_equal(pca.components_, dfairpca.PCA(3, eigen_solver="subspace").fit(X).components_)
     with pytest.warns(FutureWarning, match="eigen_solver='subspace'"):  # save checks the params
         old.save(tmp_path / "m")
-    assert json.loads((tmp_path / "m" / "model" / "meta.json").read_text())["params"]["eigen_solver"] == "randomized"
+    assert json.loads((tmp_path / "m" / "meta.json").read_text())["params"]["eigen_solver"] == "randomized"
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
         loaded = dfairpca.load(tmp_path / "m")

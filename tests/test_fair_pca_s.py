@@ -95,3 +95,37 @@ def test_errors():
     plain = dfairpca.FairPCA(3).fit(X, sensitive_features=z)
     with pytest.raises(ValueError, match="no per-group scatter"):
         dfairpca.FairPCA(3, equalize_covariance=0.5).fit_statistics(plain.statistics_)
+
+
+def test_a_fit_keeping_under_5_percent_of_the_variance_says_why():
+    """Fair PCA-S with a small l: the directions along which the covariances differ least
+    are the data's quietest ones, here 1e-3 of the variance; the warning names l."""
+    import warnings
+
+    from dfairpca.errors import LowVarianceWarning
+
+    rng = np.random.default_rng(0)
+    n, d = 4000, 20
+    z = rng.integers(0, 2, n)
+    X = rng.normal(size=(n, d)) * np.r_[np.full(d - 3, 10.0), np.full(3, 0.03)]
+    X[:, -1] *= np.where(z == 1, 2.0, 1.0)  # the quiet columns' covariances differ least...
+    X[:, 0] *= np.where(z == 1, 3.0, 1.0)  # ...a loud column's most
+    with pytest.warns(LowVarianceWarning, match=r"Fair PCA-S \(equalize_covariance=3\) searches "
+                                                r"only l = 3 of the fair subspace's 19 directions") as w:
+        est = dfairpca.FairPCA(2, equalize_covariance=3).fit(X, sensitive_features=z)
+    assert est.explained_variance_ratio_.sum() < 0.05
+    assert w[0].filename == __file__  # the caller's line, not dfairpca's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LowVarianceWarning)
+        kept = dfairpca.FairPCA(2).fit(X, sensitive_features=z).explained_variance_ratio_.sum()
+    assert kept > 0.05
+
+
+def test_the_low_variance_reason_for_plain_fair_pca_is_k():
+    from dfairpca.solve._fairness import low_variance_message
+
+    assert low_variance_message(0.06, 2, 100, 1, None) is None
+    msg = low_variance_message(0.01, 2, 100, 1, None)
+    assert "keeps 1% of the variance" in msg and "a larger k keeps more" in msg
+    # l covering the whole fair subspace is plain fair PCA: k is the reason then
+    assert "larger k" in low_variance_message(0.01, 2, 100, 1, 99)

@@ -476,13 +476,13 @@ def _fair_model(tmp_path, **kw):
 def _edit_meta(path, fn):
     import json
 
-    file = path / "model" / "meta.json"
+    file = path / "meta.json"
     meta = json.loads(file.read_text())
     fn(meta)
     file.write_text(json.dumps(meta))
 
 
-def _edit_arrays(path, fn, where="model"):
+def _edit_arrays(path, fn, where=""):
     file = path / where / "arrays.npz"
     with np.load(file) as z:
         arrays = {k: z[k] for k in z.files}
@@ -502,12 +502,12 @@ def _refused(path, *patterns, load=dfairpca.load):
 
 def test_truncated_files_are_named(tmp_path):
     path, _ = _fair_model(tmp_path)
-    npz = path / "model" / "arrays.npz"
+    npz = path / "arrays.npz"
     data = npz.read_bytes()
     npz.write_bytes(data[: len(data) // 2])
     _refused(path, "arrays.npz is not a complete zip archive")
     npz.write_bytes(data)
-    meta = path / "model" / "meta.json"
+    meta = path / "meta.json"
     meta.write_text(meta.read_text()[:40])
     _refused(path, "meta.json is not valid JSON")
     meta.write_text("[1, 2]")
@@ -540,7 +540,7 @@ def test_truncated_files_are_named(tmp_path):
 def test_meta_json_is_checked_against_the_class(tmp_path, edit, message):
     path, _ = _fair_model(tmp_path)
     _edit_meta(path, edit)
-    _refused(path, str(path / "model"), message)
+    _refused(path, str(path), message)
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -577,7 +577,7 @@ def test_declared_sizes_are_checked_before_any_data_is_read(tmp_path):
     import zipfile
 
     path, _ = _fair_model(tmp_path)
-    npz = path / "model" / "arrays.npz"
+    npz = path / "arrays.npz"
     with zipfile.ZipFile(npz) as zf:
         members = {i.filename: zf.read(i) for i in zf.infolist()}
     raw = members["mean_.npy"]
@@ -752,8 +752,8 @@ def _saved_files(tmp_path, checkpoint):
     dfairpca.Moments.load(path / "statistics").save(stats)
     ck, Xc = checkpoint
     return {
-        "model meta.json": (path / "model" / "meta.json", lambda: dfairpca.load(path)),
-        "model arrays.npz": (path / "model" / "arrays.npz", lambda: dfairpca.load(path)),
+        "model meta.json": (path / "meta.json", lambda: dfairpca.load(path)),
+        "model arrays.npz": (path / "arrays.npz", lambda: dfairpca.load(path)),
         "statistics meta.json": (stats / "meta.json", lambda: dfairpca.Moments.load(stats)),
         "statistics arrays.npz": (stats / "arrays.npz", lambda: dfairpca.Moments.load(stats)),
         "checkpoint progress.json": (ck / "progress.json", lambda: _resume(ck, Xc)),
@@ -781,7 +781,7 @@ def test_only_regular_files_are_read(tmp_path, checkpoint, what, kind):
         assert isinstance(info.value, SavedFileError)
 
 
-@pytest.mark.parametrize("what", ["model", "statistics"])
+@pytest.mark.parametrize("what", ["statistics"])
 def test_a_folder_dfairpca_wrote_is_not_read_through_a_link(tmp_path, what):
     """The folders inside a saved model are read where they are, not where a link leads
     (out of the folder given), even to an intact copy.  (A checkpoint refuses a link as an
@@ -833,7 +833,7 @@ def test_saved_json_is_read_up_to_a_cap(tmp_path, monkeypatch):
     from dfairpca.io import _fsspec
 
     path, _ = _fair_model(tmp_path)
-    size = len((path / "model" / "meta.json").read_bytes())
+    size = len((path / "meta.json").read_bytes())
     monkeypatch.setattr(dfairpca.io._files, "MAX_JSON_BYTES", size - 1)
     _refused(path, f"meta.json holds more than {size - 1} bytes")
     monkeypatch.setattr(dfairpca.io._files, "MAX_JSON_BYTES", size)
@@ -923,3 +923,18 @@ def test_an_array_path_with_dot_parts_is_one_line(tmp_path, capsys):
     assert code == 2 and "without '.' or '..' parts" in one_line(err)
     # and a well-formed store still reads as before
     np.testing.assert_array_equal(dfairpca.from_zarr(path, "X").compute(), np.arange(80.0).reshape(20, 4))
+
+
+def test_an_array_added_to_a_store_after_dfairpca_wrote_it_is_read(tmp_path):
+    """dfairpca's stores carry consolidated metadata for other readers (xarray); dfairpca
+    itself reads the members as stored, so an array a user added since is found."""
+    from dfairpca.celeba import synth_celeba
+    from dfairpca.celeba.schema import open_group
+
+    store = synth_celeba(tmp_path / "s.zarr", n=30, size=8, progress=False, n_jobs=1)
+    zarr.open_group(str(store), mode="r+", use_consolidated=False).create_array(
+        "my_labels", data=np.arange(60.0).reshape(30, 2))
+    assert "my_labels" not in zarr.open_group(str(store), mode="r")  # the consolidated copy
+    np.testing.assert_array_equal(dfairpca.from_zarr(store, "my_labels").compute(),
+                                  np.arange(60.0).reshape(30, 2))
+    assert "my_labels" in open_group(store)

@@ -451,7 +451,7 @@ def test_a_model_saved_before_these_attributes_loads(tmp_path):
     X, (z,) = make_data(400, 7, (2,), seed=12)
     est = FairPCA(3).fit(X, sensitive_features=z)
     est.save(tmp_path / "m", statistics=True)
-    model = tmp_path / "m" / "model"
+    model = tmp_path / "m"  # the model's files at the top of its folder
     meta = json.loads((model / "meta.json").read_text())
     for key in ("noise_variance_", "sensitive_feature_indices_", "numeric_sensitive_columns_"):
         del meta[key]

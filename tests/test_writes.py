@@ -124,7 +124,7 @@ def test_an_empty_directory_may_be_written_into(models, tmp_path):
 
 def test_every_directory_dfairpca_writes_carries_its_marker(models, tmp_path):
     path = models["FairPCA"].save(tmp_path / "m", statistics=True)
-    for d in (path, path / "model", path / "statistics"):
+    for d in (path, path / "statistics"):
         assert json.loads((d / io.MARKER).read_text())["written_by"] == "dfairpca"
     assert io.read_marker(path)["kind"] == "model"
     assert io.read_marker(path / "statistics")["kind"] == "Moments"
@@ -547,25 +547,26 @@ def test_replacing_refuses_a_model_holding_a_users_files(models, tmp_path):
     models["FairPCA"].save(path, overwrite=True, statistics=True)
     assert type(dfairpca.load(path)) is dfairpca.FairPCA
     models["PCA"].save(path, overwrite=True)  # statistics/ was ours: no refusal, and gone
-    assert sorted(os.listdir(path)) == [".dfairpca", "model"]
+    assert sorted(os.listdir(path)) == [".dfairpca", "arrays.npz", "meta.json"]
 
 
 def test_replacing_refuses_a_model_holding_a_users_file_deep_inside(models, tmp_path):
     """The marker lists every file dfairpca wrote: a user's file one level down (or deeper)
     is found too, and neither replacing nor removing deletes it."""
     path = tmp_path / "mdl"
-    models["PCA"].save(path)
-    (path / "model" / "my_notes.txt").write_text("mine")
-    (path / "model" / "runs" / "a").mkdir(parents=True)
-    (path / "model" / "runs" / "a" / "log.txt").write_text("mine too")
+    models["FairPCA"].save(path, statistics=True)
+    (path / "statistics" / "my_notes.txt").write_text("mine")
+    (path / "statistics" / "runs" / "a").mkdir(parents=True)
+    (path / "statistics" / "runs" / "a" / "log.txt").write_text("mine too")
     before = tree(path)
-    with pytest.raises(FileExistsError, match=r"did not write \(model/my_notes.txt, model/runs\)"):
+    with pytest.raises(FileExistsError,
+                       match=r"did not write \(statistics/my_notes.txt, statistics/runs\)"):
         models["FairPCA"].save(path, overwrite=True)
     assert tree(path) == before and siblings(path) == []
-    with pytest.warns(UserWarning, match="model/my_notes.txt, model/runs"):
+    with pytest.warns(UserWarning, match="statistics/my_notes.txt, statistics/runs"):
         io.remove_directory(path, "model")
     assert sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()) == [
-        "model/my_notes.txt", "model/runs/a/log.txt"]
+        "statistics/my_notes.txt", "statistics/runs/a/log.txt"]
 
 
 def test_a_marker_without_its_entries_falls_back_to_the_kinds_layout(models, data, tmp_path):

@@ -1,5 +1,7 @@
 """xarray DataArrays in and out: a Dask-backed one stays lazy, its row coordinate survives."""
 
+import warnings
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -45,6 +47,13 @@ def test_dataarray_in_dataarray_out(lazy, never_loaded):
     np.testing.assert_allclose(got, ref.transform(X), atol=1e-10)
     pca = dfairpca.PCA(2).fit(xa)
     assert isinstance(pca.transform(xa).data, da.Array) is lazy
+    assert out.name == "representation"
+    back = est.inverse_transform(out)
+    assert isinstance(back, xr.DataArray) and back.name == "reconstruction"
+    assert back.dims == ("sample", "feature") and isinstance(back.data, da.Array) is lazy
+    np.testing.assert_array_equal(back.coords["sample"].data, np.arange(400) * 10)
+    got = back.data.compute() if lazy else back.data
+    np.testing.assert_allclose(got, ref.inverse_transform(ref.transform(X)), atol=1e-10)
 
 
 def test_dataarray_sensitive_feature_ids_by_coordinate_label():
@@ -66,7 +75,8 @@ def test_progress_bar_for_numpy_input(capsys):
     quiet = FairPCA(2).fit(X, sensitive_features=z)
     assert "pass" not in capsys.readouterr().err
     shown = FairPCA(2, progress=True).fit(X, sensitive_features=z)
-    assert "pass: 100%" in capsys.readouterr().err
+    err = capsys.readouterr().err  # not a terminal: whole lines
+    assert "pass: 1 of 1 block done in" in err and "\r" not in err
     np.testing.assert_array_equal(shown.components_, quiet.components_)
 
 
@@ -79,7 +89,9 @@ def test_xarray_opens_the_stores_dfairpca_writes(tmp_path, color, client):
 
     store = synth_celeba(tmp_path / "s.zarr", n=60, size=8, color=color, chunk_rows=32,
                          progress=False, n_jobs=1)
-    ds = xr.open_zarr(store, consolidated=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # consolidated metadata: no "Failed to open" warning
+        ds = xr.open_zarr(store)
     assert ds["images"].dims == ("row", "height", "width") + (("channel",) if color else ())
     assert ds["attributes"].dims == ("row", "attribute") and ds["partition"].dims == ("row",)
     assert ds.sizes["row"] == 60
@@ -91,5 +103,38 @@ def test_xarray_opens_the_stores_dfairpca_writes(tmp_path, color, client):
         out = tmp_path / f"out{len(extra)}.zarr"
         assert main(["transform", str(tmp_path / "m"), str(store), "--out", str(out),
                      "--scheduler", client.scheduler.address, *extra]) == 0
-        rep = xr.open_zarr(out, consolidated=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            rep = xr.open_zarr(out)
         assert rep[name].dims == dims and rep["attributes"].dims == ("row", "attribute")
+        # the attributes' names are their dimension's coordinate, copied with them
+        np.testing.assert_array_equal(rep["attributes"].sel(attribute="Eyeglasses"), glasses)
+
+
+def test_a_store_written_before_the_attribute_coordinate_still_reads_and_its_copy_gains_it(
+        tmp_path):
+    """Older stores hold the names only in ``attributes.attrs["names"]``: they read as
+    before, and the labels copied from them (a transform's output) carry the coordinate."""
+    import shutil
+
+    import zarr
+
+    from dfairpca.celeba import attribute_column, open_celeba, synth_celeba
+    from dfairpca.celeba.schema import copy_labels, open_group
+    from dfairpca.io._marker import consolidate
+
+    store = synth_celeba(tmp_path / "s.zarr", n=40, size=8, progress=False, n_jobs=1)
+    ds = xr.open_zarr(store)
+    assert list(ds["attribute"].values[:3]) == ["5_o_Clock_Shadow", "Arched_Eyebrows", "Attractive"]
+    glasses = attribute_column(store, "Eyeglasses")
+    np.testing.assert_array_equal(ds["attributes"].sel(attribute="Eyeglasses"), glasses)
+    shutil.rmtree(store / "attribute")  # as an older dfairpca wrote it
+    consolidate(str(store))
+    assert "attribute" not in xr.open_zarr(store).coords
+    np.testing.assert_array_equal(attribute_column(store, "Eyeglasses"), glasses)
+    assert open_celeba(store)[2][15] == "Eyeglasses"
+    copy = zarr.open_group(str(tmp_path / "c.zarr"), mode="w")
+    copy_labels(open_group(store), copy)
+    consolidate(str(tmp_path / "c.zarr"))
+    np.testing.assert_array_equal(
+        xr.open_zarr(tmp_path / "c.zarr")["attributes"].sel(attribute="Eyeglasses"), glasses)

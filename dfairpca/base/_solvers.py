@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 import scipy.sparse.linalg
+
+from .progress import phase
 from ..errors import InvalidInputError
 
 __all__ = ["top_eigh", "top_eigh_exact", "iterative", "subspace_iteration", "deflated",
@@ -52,10 +54,18 @@ def top_eigh(M: np.ndarray, k: int, solver: str = "dense", Q: np.ndarray | None 
     d = M.shape[0]
     if solver == "auto":
         solver = "subspace" if iterative(d, k) else "dense"
-    if solver == "subspace" and k < d:
-        return subspace_iteration(M, k, Q=Q, rtol=rtol, seed=seed)
     if solver not in EIGEN_SOLVERS:
         raise InvalidInputError(f"eigen_solver must be one of {EIGEN_SOLVERS}; got {solver!r}")
+    how = "block subspace iteration" if solver == "subspace" and k < d else "LAPACK eigh"
+    with phase(f"eigensolve: top {k:,} of {d:,} dimensions ({how})"):
+        if solver == "subspace" and k < d:
+            return subspace_iteration(M, k, Q=Q, rtol=rtol, seed=seed)
+        return _dense_top(M, k, Q)
+
+
+def _dense_top(M: np.ndarray, k: int, Q: np.ndarray | None):
+    """:func:`top_eigh` by LAPACK."""
+    d = M.shape[0]
     if Q is not None and Q.shape[1]:
         # below every eigenvalue of the PSD M (all in [0, trace]), at M's own scale
         M = deflated(M, Q, -(abs(np.trace(M)) or 1.0))
@@ -75,6 +85,14 @@ def top_eigh_exact(M: np.ndarray, k: int, rng, overwrite: bool = False):
     top eigenvalues LAPACK's "evr" may return fewer than k pairs or fail: the missing
     pairs are zeros, and the caller finds fewer than k with positive eigenvalue and says so.
     """
+    n = M.shape[0]
+    how = "Lanczos" if iterative(n, k) else "LAPACK eigh"
+    with phase(f"eigensolve: top {k:,} of {n:,} dimensions ({how})"):
+        return _top_exact(M, k, rng, overwrite)
+
+
+def _top_exact(M: np.ndarray, k: int, rng, overwrite: bool):
+    """:func:`top_eigh_exact` without its report."""
     n = M.shape[0]
     if iterative(n, k):
         try:

@@ -1,15 +1,17 @@
 """Facts about the machine and the memory plan that several modules share.
 
-One place for each: the CPUs this process may use, and the bytes of one temporary row
-block.  A module that needs either imports it from here, so a container with a CPU quota
+One place for each: the CPUs this process may use, the bytes of one temporary row
+block, and the user's cache folder.  A module that needs either imports it from here, so a container with a CPU quota
 or a change of the block size is handled once.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
-__all__ = ["BLOCK_BYTES", "INT8_FLAGS", "cpu_count", "cpu_info", "rows_per_block"]
+__all__ = ["BLOCK_BYTES", "INT8_FLAGS", "cache_folder", "cpu_count", "cpu_info", "rows_per_block"]
 
 #: bytes of one float temporary a pass, a reader or a projection makes from a chunk: large
 #: enough that a BLAS product on it runs at full speed, small enough that a few of them per
@@ -93,3 +95,37 @@ def cpu_info() -> dict:
         pass
     return {"model_name": model, "cpus": cpu_count(),
             "int8_flags": {f: f in flags for f in INT8_FLAGS}}
+
+
+def cache_folder(environ=None, home=None, platform: str | None = None) -> Path:
+    """dfairpca's folder in the user's cache: where large, remakeable files go (the demo's
+    store, the stages of remote writes), never the current folder (a clone's root, often).
+
+    ``$XDG_CACHE_HOME/dfairpca`` when that variable is set (any platform), else the
+    platform's cache folder: ``~/Library/Caches/dfairpca`` on macOS,
+    ``%LOCALAPPDATA%/dfairpca/Cache`` on Windows, ``~/.cache/dfairpca`` elsewhere (the XDG
+    default).
+
+    Parameters
+    ----------
+    environ : mapping, optional
+        The environment to read (default ``os.environ``).
+    home : path-like, optional
+        The home folder (default ``Path.home()``).
+    platform : str, optional
+        The ``sys.platform`` to assume (default this one's).
+
+    Returns
+    -------
+    Path
+    """
+    environ = os.environ if environ is None else environ
+    home = Path.home() if home is None else Path(home)
+    platform = sys.platform if platform is None else platform
+    if environ.get("XDG_CACHE_HOME"):
+        return Path(environ["XDG_CACHE_HOME"]) / "dfairpca"
+    if platform == "darwin":
+        return home / "Library" / "Caches" / "dfairpca"
+    if platform == "win32":
+        return Path(environ.get("LOCALAPPDATA") or home / "AppData" / "Local") / "dfairpca" / "Cache"
+    return home / ".cache" / "dfairpca"

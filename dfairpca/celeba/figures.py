@@ -80,7 +80,9 @@ def _pick_rows(flags: np.ndarray, value: int, n: int) -> np.ndarray:
 
 
 def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool = False) -> Path:
-    """Write a PNG: originals, fair PCA at the largest k, fair PCA at the model's k.
+    """Write a PNG: originals, fair PCA at the largest k, fair PCA at the model's k, each row
+    captioned in words, under a title that says what was erased (and for a fair model a
+    caption of what fair PCA guarantees: equal group means, not a changed single face).
 
     ``overwrite=True`` replaces a picture dfairpca drew at ``out``, never another file; the
     PNG is written whole or not at all (:func:`dfairpca.io.atomic_file`).
@@ -112,12 +114,15 @@ def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool =
     if fair:  # attribute-holders first
         order = np.argsort(-flags[rows], kind="stable")
         rows, X = rows[order], X[order]
-    panels = [("original", X)]
+    panels = [("original faces", X)]
     if fair:
-        panels.append((f"fair PCA, k = {model.n_features_in_ - model.n_constraints_}",
+        # the row captions say in words what each row is: a reader of the picture alone
+        # cannot know what "k = 6399" (the largest k) means
+        panels.append(("full fair projection:\nonly the group-mean\ndirection removed",
                        full_fair_projection(model, X)))
     label = "fair PCA" if fair else "PCA"
-    panels.append((f"{label}, k = {model.n_components_}", model.inverse_transform(model.transform(X))))
+    panels.append((f"{label}, k = {model.n_components_}:\nrebuilt from the\nrepresentation",
+                   model.inverse_transform(model.transform(X))))
 
     ncols = len(rows)
     n_rows = len(panels) + (1 if fair else 0)
@@ -132,7 +137,17 @@ def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool =
         if n_with < ncols:
             axes[0, n_with].set_title(f"without {name}", fontsize=8, loc="left")
         _group_means_row(model, axes[len(panels)], face, name)
-    fig.tight_layout()
+        fig.suptitle(f'Fair PCA erases "{name}" from what a linear read-out can see: '
+                     "both groups get the same mean face", fontsize=9)
+        # the honest caption: equal means, not erased glasses on every face
+        fig.text(0.5, 0.005, f"Single faces may still show {name}; what fair PCA guarantees is "
+                 "that the two groups' mean faces coincide, so no linear function of the "
+                 "representation tells the groups apart.", ha="center", va="bottom", fontsize=7)
+        fig.tight_layout(rect=(0, 0.03, 1, 0.96))
+    else:
+        fig.suptitle(f"PCA with k = {model.n_components_}: original faces and their "
+                     "reconstructions", fontsize=9)
+        fig.tight_layout(rect=(0, 0, 1, 0.96))
     out = Path(out)
     with atomic_file(out, FIGURE_KIND, overwrite=overwrite) as tmp:
         # the PNG carries dfairpca's marker as a text chunk, so that only it may be replaced
@@ -190,3 +205,4 @@ def _group_means_row(model, axes, face, name):
                       vmin=-diff_lim, vmax=diff_lim)
         ax.set_title(title, fontsize=6)
         ax.set_xticks([]), ax.set_yticks([])
+    axes[0].set_ylabel("group means:\ndata, then\nfair PCA", fontsize=7)

@@ -37,10 +37,11 @@ def ingest_celeba(
 ) -> Path | str:
     """Convert the official CelebA download into a CelebA store.
 
-    ``celeba_dir`` must hold the official layout: ``img_align_celeba/``
-    with the aligned JPEGs (``000001.jpg`` ...), ``list_attr_celeba.txt``
-    (a count line, a line with the 40 attribute names, then one line per
-    image: the file name and 40 values -1/1 separated by any whitespace) and
+    ``celeba_dir`` holds the download as published (``Anno/list_attr_celeba.txt``,
+    ``Img/img_align_celeba/``, ``Eval/list_eval_partition.txt``) or the same files side by
+    side (:data:`LAYOUTS`): ``img_align_celeba/`` with the aligned JPEGs (``000001.jpg``
+    ...), ``list_attr_celeba.txt`` (a count line, a line with the 40 attribute names, then
+    one line per image: the file name and 40 values -1/1 separated by any whitespace) and
     optionally ``list_eval_partition.txt`` (lines ``000001.jpg 0``).
 
     Each image is center-cropped to the aspect of ``size`` (the central 178 x 178 of the
@@ -108,20 +109,14 @@ def ingest_celeba(
     celeba_dir, out = Path(celeba_dir), Path(out)
     protect = {"the CelebA folder": celeba_dir}
     check_target(out, STORE_KIND, overwrite=overwrite, protect=protect)  # before any file is read
-    attr_file = celeba_dir / "list_attr_celeba.txt"
-    image_dir = celeba_dir / "img_align_celeba"
     if size != "full":
         image_shape(size)  # a bad size is refused before any file is read
-    if not attr_file.is_file():
-        raise PathNotFoundError(f"CelebA attribute file not found: {attr_file}")
-    if not image_dir.is_dir():
-        raise PathNotFoundError(f"CelebA image directory not found: {image_dir}")
+    attr_file, image_dir, partition_file = celeba_files(celeba_dir)
     if chunk_rows is not None:
         check_positive(chunk_rows=chunk_rows)
     # the worker processes start (half a second each) while this one reads the lists
     with worker_processes(n_jobs, client) as workers:
         files, attributes = _read_attribute_file(attr_file)
-        partition_file = celeba_dir / "list_eval_partition.txt"
         partition = _read_partition_file(partition_file, files) if partition_file.exists() else None
         _check_images_exist(image_dir, files, attr_file)
         if client is not None:  # the workers decode the JPEGs: do they see them?
@@ -152,12 +147,53 @@ def ingest_celeba(
         )
 
 
+#: where the files of a CelebA download are, relative to its folder: the official download's
+#: folders (``Anno/``, ``Img/``, ``Eval/``), or all in the folder itself (a flat copy)
+LAYOUTS = {
+    "official": ("Anno/list_attr_celeba.txt", "Img/img_align_celeba", "Eval/list_eval_partition.txt"),
+    "flat": ("list_attr_celeba.txt", "img_align_celeba", "list_eval_partition.txt"),
+}
+
+
+def celeba_files(celeba_dir: Path) -> tuple[Path, Path, Path]:
+    """The attribute list, the folder of aligned JPEGs and the partition list (which may be
+    absent) of the CelebA download in ``celeba_dir``, in either of :data:`LAYOUTS`.
+
+    Parameters
+    ----------
+    celeba_dir : Path
+        The download's folder.
+
+    Returns
+    -------
+    attr_file, image_dir, partition_file : Path
+
+    Raises
+    ------
+    dfairpca.errors.PathNotFoundError
+        Neither layout's attribute list is there, or its image folder is not (an image
+        archive not yet extracted is named).
+    """
+    for attr, images, partition in LAYOUTS.values():
+        if (celeba_dir / attr).is_file():
+            attr_file, image_dir = celeba_dir / attr, celeba_dir / images
+            if not image_dir.is_dir():
+                archive = image_dir.with_suffix(".zip")
+                fix = (f"; extract {archive} there" if archive.is_file() else
+                       f"; the aligned JPEGs (img_align_celeba/) go beside {attr_file.parent / ''}")
+                raise PathNotFoundError(f"CelebA image directory not found: {image_dir}{fix}")
+            return attr_file, image_dir, celeba_dir / partition
+    tried = " or ".join(str(celeba_dir / attr) for attr, _, _ in LAYOUTS.values())
+    raise PathNotFoundError(f"CelebA attribute file not found: no {tried}")
+
+
 def _stage_key(celeba_dir: Path, size, color: bool, chunk_rows) -> dict:
     """What a conversion to a URL is made of, known before any image is read: its stage
     (:func:`dfairpca.io.staged_locally`) is resumed only by a call of the same key."""
     if chunk_rows is not None:
         check_positive(chunk_rows=chunk_rows)  # a bad argument is refused before a stage is made
-    attr_file = celeba_dir / "list_attr_celeba.txt"
+    attr_file = next((celeba_dir / attr for attr, _, _ in LAYOUTS.values()
+                      if (celeba_dir / attr).is_file()), celeba_dir / LAYOUTS["flat"][0])
     return {"source": "celeba", "celeba_dir": str(celeba_dir.resolve()),
             "size": size if size == "full" else list(image_shape(size)), "color": bool(color),
             "chunk_rows": None if chunk_rows is None else int(chunk_rows),

@@ -29,9 +29,9 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import zarr
 import zarr.errors
-from tqdm import tqdm
 
 from ..base import code_digest, cpu_count
+from ..base.progress import NullBar, progress_bar, reporting
 from ..io import (check_target, exclusive, marker_attributes, move_into_place, read_capped, read_marker,
                   remove_directory, write_marker, writing_every_chunk)
 from .schema import IMAGES, PARTITION, STORE_KIND, check_positive, create_store
@@ -156,8 +156,10 @@ def write_store(
                               fix=SHARE_FIX_LOCAL)
         done = _done(partial)
         pending = [chunk for chunk in chunks if chunk[0] not in done]
-        with tqdm(total=n, initial=n - sum(c[2] - c[1] for c in pending), desc=desc, unit="img",
-                  disable=not progress) as bar:
+        with reporting(progress):  # a terminal's bar, or whole lines into a log
+            bar = progress_bar(n, desc, "image") or NullBar()
+        bar.update(n - sum(c[2] - c[1] for c in pending))
+        with contextlib.closing(bar):
             try:
                 # absolute: a worker's working directory is not this process's
                 store = str(partial.absolute())

@@ -68,6 +68,8 @@ __all__ = [
     "image_shape",
     "open_celeba",
     "open_group",
+    "write_attribute_names",
+    "ATTRIBUTE_COORDINATE",
     "official_like_partition",
     "read_images",
     "shape_attributes",
@@ -192,6 +194,7 @@ def create_store(
         attributes={"names": list(ATTRIBUTE_NAMES)},
         dimension_names=LABEL_DIMENSIONS[ATTRIBUTES],
     )
+    write_attribute_names(group, ATTRIBUTE_NAMES)
     if with_partition:
         group.create_array(
             PARTITION,
@@ -209,6 +212,29 @@ def create_store(
 ROW_DIMENSION = "row"
 #: the dimension names of the arrays that label the rows
 LABEL_DIMENSIONS = {ATTRIBUTES: (ROW_DIMENSION, "attribute"), PARTITION: (ROW_DIMENSION,)}
+
+
+#: the array of the attributes' names, along the attributes' dimension of the same name: xarray
+#: reads it as that dimension's coordinate, so ``ds.sel(attribute="Eyeglasses")`` picks a column
+#: (the names stay in ``attributes.attrs["names"]`` too, where older stores hold them alone)
+ATTRIBUTE_COORDINATE = LABEL_DIMENSIONS[ATTRIBUTES][1]
+
+
+def write_attribute_names(group: zarr.Group, names) -> None:
+    """Write ``names`` as the attribute coordinate (:data:`ATTRIBUTE_COORDINATE`) of ``group``,
+    a 1-D array of variable-length strings (Zarr 3's string type: no format warning).
+
+    Parameters
+    ----------
+    group : zarr.Group
+        The store being written, open for writing.
+    names : sequence of str
+        The attribute names, in the column order of the ``attributes`` array.
+    """
+    names = np.asarray([str(name) for name in names], dtype=object)
+    out = group.create_array(ATTRIBUTE_COORDINATE, shape=names.shape, chunks=names.shape,
+                             dtype=str, dimension_names=(ATTRIBUTE_COORDINATE,))
+    out[:] = names
 
 
 def dimension_names(ndim: int) -> tuple[str, ...]:
@@ -244,7 +270,8 @@ def open_group(path: str | os.PathLike | zarr.Group) -> zarr.Group:
     if not path.is_dir():
         raise InvalidInputError(f"{path} is not a Zarr group (it is a file, not a directory)")
     try:
-        return strict_group(zarr.open_group(path, mode="r"))
+        # the members as stored, not the consolidated copy (an array added since is read)
+        return strict_group(zarr.open_group(path, mode="r", use_consolidated=False))
     except (zarr.errors.BaseZarrError, ValueError) as exc:
         raise InvalidInputError(f"{path} is not a Zarr group: {exc}") from exc
 
@@ -408,6 +435,9 @@ def copy_labels(source: zarr.Group, target: zarr.Group) -> list[str]:
         out[:] = read_checked(stored, slice(None))
         out.attrs.update(dict(array.attrs))
         copied.append(name)
+        names = array.attrs.get("names") if name == ATTRIBUTES else None
+        if isinstance(names, list) and len(names) == array.shape[1]:  # older stores too
+            write_attribute_names(target, names)
     return copied
 
 

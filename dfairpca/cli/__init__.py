@@ -10,7 +10,7 @@ show, demo.
     dfairpca erase STORE.zarr --attribute Eyeglasses --out ERASED.zarr [--method leace] [--model M]
     dfairpca evaluate MODEL STORE.zarr --attribute Eyeglasses [--baseline-k 400] [--json]
     dfairpca show MODEL STORE.zarr --out faces.png [--n 8]
-    dfairpca demo [--n 202599] [--workdir dfairpca-demo]
+    dfairpca demo [--n 202599] [--workdir DIR]   (default DIR: ~/.cache/dfairpca/demo)
     dfairpca info [--json]      (versions, BLAS, CPU, exact kernels: for a bug report)
     dfairpca --version
 
@@ -236,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ingest-celeba", help="convert the official CelebA folder to a Zarr store")
     p.add_argument("celeba_dir", metavar="CELEBA_DIR",
-                   help="the CelebA download: img_align_celeba/ and the list_*.txt files")
+                   help="the CelebA download, as published (Anno/, Img/img_align_celeba/, Eval/) "
+                        "or flat (list_attr_celeba.txt, img_align_celeba/, list_eval_partition.txt)")
     p.add_argument("out", metavar="OUT", help="the Zarr store to write (a directory)")
     _add_face_options(p, "faces are centre-cropped and resized to SIZE x SIZE pixels, or HxW; "
                       "full: the images' own size", DEFAULT_SIZE, full=True)
@@ -396,8 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=_positive(int), default=202_599, help="number of synthetic faces")
     p.add_argument("-k", "--k", type=_positive(int), default=400, help="number of components")
     p.add_argument("--attribute", default="Eyeglasses", help="the protected CelebA attribute")
-    p.add_argument("--workdir", default="dfairpca-demo",
-                   help="folder for the store, the model and faces.png")
+    p.add_argument("--workdir", default=None,
+                   help="folder for the store, the model and faces.png (default: the user's "
+                        "cache folder, $XDG_CACHE_HOME/dfairpca/demo or ~/.cache/dfairpca/demo)")
     _add_cluster(p, fits=True)
     p.set_defaults(func=cmd_demo)
 

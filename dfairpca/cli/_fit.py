@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..base.progress import reporting
 from ._errors import CLIError, UsageError, _plain, arguments
 from ._inputs import (_Data, _check_out, _client, _data, _describe_groups, _input_paths, _place,
                       _sample_weight, _sensitive, _storage, _target, _tuple)
@@ -166,9 +167,9 @@ def _check_two_groups(groups) -> None:
 def _estimator(args):
     from .. import FairPCA, PCA
 
-    # a progress bar redraws itself many times a second: only on a terminal, never into the
-    # log file of a batch job (nor into --json's stdout, which then is stderr: see main)
-    progress = sys.stdout.isatty()
+    # the fit's progress goes where the human lines go (stdout, or stderr with --json: see
+    # main), redrawn in place on a terminal, in a few whole lines into a batch job's log
+    progress = True
     solve = dict(svd_solver=args.svd_solver, n_oversamples=args.n_oversamples,
                  iterated_power=args.iterated_power, random_state=args.random_state,
                  compute_dtype=args.compute_dtype)
@@ -299,10 +300,11 @@ def run_fit(args: FitJob) -> dict:
         # --timeout also bounds the wait for new workers once every worker has left
         fit = dict(checkpoint=ckpt, keep_checkpoint=True, timeout=args.timeout, **weights)
         try:
-            if groups is None:
-                est.fit(X, **fit)
-            else:
-                est.fit(X, y, sensitive_features=groups, **fit)
+            with reporting(True, sys.stdout):
+                if groups is None:
+                    est.fit(X, **fit)
+                else:
+                    est.fit(X, y, sensitive_features=groups, **fit)
         except WorkersLost as exc:
             raise CLIError(f"{exc.what}; the checkpoint {ckpt} holds {exc.progress}: start "
                            "workers and rerun with --resume, or wait longer with --timeout") from None
@@ -363,18 +365,27 @@ def cmd_transform(args):
     model = load(args.model, storage_options=_storage(args))
     data = _data(args)
     X = data.X
-    # the lazy graph first: a model of another d is refused before any cluster starts
     Xf = X.reshape(X.shape[0], -1)
-    with arguments():
+
+    def graph():
         if args.reconstruct:
             R = model.inverse_transform(model.transform(Xf))
-            Y = _cast_like(R, X.dtype).reshape(data.shape)
-            name = data.name  # under the input's own name: "images" for the CelebA layout
-        else:
-            Y = model.transform(Xf)
-            name = "representation"
+            return _cast_like(R, X.dtype).reshape(data.shape)
+        return model.transform(Xf)
+
+    # under the input's own name ("images" for the CelebA layout) or "representation"
+    name = data.name if args.reconstruct else "representation"
+    # the lazy graph first: a model of another d is refused before any cluster starts
+    from ..cluster import shipping_inline
+
+    with arguments(), shipping_inline():
+        graph()
     with _client(args) as client:
         t = time.perf_counter()
+        # built again under the client: the model's matrices are then scattered to the
+        # workers once and held by key (built without one they sit inside the graph, which
+        # distributed sends whole, warning "Sending large graph of size 19.59 MiB")
+        Y = graph()
         dims = dimension_names(Y.ndim) if args.reconstruct else (ROW_DIMENSION, "component")
         write_result(args, client, out, protect, data, Y, name, dims, str(args.model))
         dt = time.perf_counter() - t
@@ -426,11 +437,29 @@ def run_show(model_path, store, out, *, n: int | None = None, overwrite: bool = 
     return faces_figure(model, store, out, n=n, overwrite=overwrite)
 
 
+def demo_folder() -> Path:
+    """The folder ``dfairpca demo`` writes to without ``--workdir``: ``demo`` in dfairpca's
+    cache folder (:func:`dfairpca.base.cache_folder`, e.g. ``~/.cache/dfairpca/demo``).
+
+    The demo's store is large (1.3 GB at its default size) and remade on demand, so it
+    belongs where caches live, never in the current folder (a clone's root, typically).
+
+    Returns
+    -------
+    Path
+    """
+    from ..base import cache_folder
+
+    return cache_folder() / "demo"
+
+
 def cmd_demo(args):
     from ..celeba import ensure_store
 
-    work = Path(args.workdir)
+    work = Path(args.workdir) if args.workdir is not None else demo_folder()
     work.mkdir(parents=True, exist_ok=True)
+    print(f"the demo's folder (its store, model and picture): {work}"
+          + ("" if args.workdir is not None else " (--workdir DIR writes elsewhere)"))
     store = work / f"synthetic_celeba_{args.n}.zarr"
     existed, t = store.exists(), time.perf_counter()
     try:
@@ -448,4 +477,6 @@ def cmd_demo(args):
                    scheduler=args.scheduler, scheduler_file=args.scheduler_file,
                    timeout=args.timeout))
     path = run_show(model, store, work / "faces.png", overwrite=True)
-    print(f"picture written to {path}")
+    print(f"picture written to {path}: faces with and without {args.attribute}, as stored and "
+          f"after fair PCA; its bottom row shows the two groups' mean faces, which differ in "
+          f"the data and coincide after fair PCA (single faces may still show {args.attribute})")

@@ -18,7 +18,8 @@ from ..base._system import cpu_count
 from ..errors import InvalidInputError, PathNotFoundError
 from ..engine._compute import NoWorkers
 from ._errors import _CHECK_RUNNING, SchedulerUnreachable
-from ._signals import _abandoned_gathers, _dropping, _nanny_kills, _quiet_cancelled_tasks, _sigint_only_here, _Switch
+from ._signals import (_abandoned_gathers, _dropping, _nanny_kills, _quiet_cancelled_tasks,
+                       _quiet_failed_tasks, _sigint_only_here, _Switch)
 
 #: where the cluster's size, dashboard and waits are told (INFO): the command line shows
 #: them on stderr; a program sees them only if it configures logging to
@@ -117,6 +118,7 @@ def connect(
     with _dropping("asyncio", _abandoned_gathers), \
             _dropping("distributed.nanny", _nanny_kills(interrupted)), cluster, Client(cluster) as client:
         client.run(_quiet_cancelled_tasks)  # in the workers this started, not here
+        client.run(_quiet_failed_tasks)
         if not quiet:
             log.info("local Dask cluster, %s", describe(client))
             log.info("dashboard %s", _dashboard(client))

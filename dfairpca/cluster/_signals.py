@@ -47,6 +47,20 @@ def _quiet_cancelled_tasks() -> None:
     logging.getLogger("distributed.worker.state_machine").setLevel(logging.ERROR)
 
 
+def _quiet_failed_tasks() -> None:
+    """Run on the local workers: no "Compute Failed ... Traceback" block for a failed task.
+
+    The task's exception reaches the caller, which reports it (the command line in one
+    line, naming the chunk and the fix); the worker's log of it, printed on the same
+    terminal by a cluster this process started, only repeated it as a traceback.  Other
+    errors of the workers still show.  A remote scheduler's workers keep their logs.
+    """
+    def keep(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Compute Failed")
+
+    logging.getLogger("distributed.worker").addFilter(keep)
+
+
 @contextlib.contextmanager
 def _dropping(name: str, drop):
     """While the block runs, the records of logger ``name`` that ``drop(record)`` selects

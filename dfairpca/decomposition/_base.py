@@ -134,7 +134,7 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         """Write the model (and ``statistics``, a Moments, beside it) atomically."""
         from ..io import storage_for
         from ..io._writes import atomic_directory
-        from ..io import save_arrays
+        from ..io import write_arrays
 
         self._check_fitted()
         validate_params(self)  # set_params after the fit: a model load() would refuse
@@ -150,8 +150,10 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             **input_meta(self),
             **self._extra_meta(),
         }
+        # the model's files at the top of its folder (``--out m`` is the model), its
+        # statistics in a folder beside them
         with atomic_directory(path, "model", overwrite=overwrite) as tmp:  # a URL's: uploaded
-            save_arrays(tmp / "model", arrays, meta)
+            write_arrays(tmp, arrays, meta)
             if statistics is not None:
                 statistics.save(tmp / "statistics")
         return path if storage_for(path).remote else Path(path)

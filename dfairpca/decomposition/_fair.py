@@ -9,20 +9,22 @@ and keeps what the fair solve (:mod:`dfairpca.solve`) found and certified.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Self
 
 import numpy as np
 import numpy.typing as npt
 
+from ..base.progress import reported
 from ..engine._compute import worker_timeout
 from ..solve._solution import FairSolution, exact_fair_solution, randomized_fair_solution
-from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, check_fair_k
+from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, check_fair_k, low_variance_message
 from ._base import set_certificate
 from ._linear import (
     LINEAR_RULES, LinearDecomposition, release, whitening,
 )
-from ..base._params import TRADEOFF, is_int
+from ..base._params import TRADEOFF, is_int, outside_stacklevel
 from ..io._registry import register
 from ..solve._limits import check_rows, known
 from ._saved import fair_meta, restore_fair_meta
@@ -30,7 +32,7 @@ from ._fair_input import FairInput, fair_input
 from ..inputs._validation import SENSITIVE_IDS, Input
 from ..stats.moments import Moments, merge
 from ..base._typing import ArrayInput, ColumnIds, PathInput, Seed
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, LowVarianceWarning
 
 __all__ = ["FairPCA"]
 
@@ -287,6 +289,11 @@ class FairPCA(LinearDecomposition):
         self.standard_components_: np.ndarray | None
         self.standard_explained_variance_: np.ndarray | None
         self.standard_components_, self.standard_explained_variance_ = sol.standard or (None, None)
+        why = low_variance_message(float(np.sum(self.explained_variance_ratio_)), self.n_components_,
+                                   sol.components.shape[1], self.n_constraints_,
+                                   getattr(self, "equalize_covariance", None))
+        if why is not None:
+            warnings.warn(why, LowVarianceWarning, stacklevel=outside_stacklevel())
 
     def validate_fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
                      sensitive_features: ArrayInput | None = None,
@@ -405,6 +412,7 @@ class FairPCA(LinearDecomposition):
             self.numeric_sensitive_columns_ = np.zeros(0, np.intp)
         return self
 
+    @reported
     def _fit_statistics(self, statistics: Moments, *, attribute_names: Sequence[str] | None = None,
                         numeric_columns: npt.ArrayLike | None = None) -> Self:
         """:meth:`fit_statistics`, the parameters checked already (by the public call)."""

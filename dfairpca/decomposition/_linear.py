@@ -429,16 +429,23 @@ class LinearDecomposition(ProbabilisticPCA):
 
         Returns
         -------
-        ndarray or Dask array of shape (n, d)
+        ndarray, Dask array or xarray.DataArray of shape (n, d)
             The reconstruction, with the columns of ``components_``: the columns named by
-            ``sensitive_feature_ids`` are not reconstructed.  Lazy for Dask input.
+            ``sensitive_feature_ids`` are not reconstructed.  Lazy for Dask input; for a
+            DataArray Y, a DataArray named "reconstruction" with Y's row dimension and
+            coordinate and a "feature" dimension.
         """
         self._check_fitted()
+        if is_xarray(Y):
+            import xarray as xr
+
+            dim = Y.dims[0]
+            coords = {dim: Y.coords[dim]} if dim in Y.coords else {}
+            return xr.DataArray(self.inverse_transform(Y.data), dims=(dim, "feature"),
+                                coords=coords, name="reconstruction")
         import dask.array as da
 
         k = self.n_components_
-        if is_xarray(Y):
-            Y = Y.data
         if Y.ndim != 2 or Y.shape[1] not in (k, self._n_features_out):
             raise InvalidInputError(f"Y must have shape (n, {k}); got {Y.shape}")
         d = self.components_.shape[1]

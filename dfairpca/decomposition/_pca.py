@@ -13,6 +13,7 @@ from typing import Self
 
 import numpy.typing as npt
 
+from ..base.progress import reported
 from ..engine._compute import worker_timeout
 from ..solve._exact import fitted_space, standard_components
 from ._linear import (
@@ -105,7 +106,11 @@ class PCA(LinearDecomposition):
         Fan-in of the merges that combine the pass's running sums (one per worker thread;
         each folds its share of the row chunks in place) at the end of a Dask pass.
     progress : bool, default False
-        Show a progress bar during the pass (numpy input: one step per block of rows).
+        Report the fit on standard error: the pass (numpy input: one step per block of
+        rows; Dask input: per task) and each phase of the solve (the eigensolve, what it
+        solves and for how long).  On a terminal a bar and a line redrawn every second;
+        elsewhere (a log file, a pipe) whole lines only, a few per phase
+        (:mod:`dfairpca.base.progress`).
     eigen_solver : {"auto", "dense", "subspace"}, default "auto"
         The local d x d solve: LAPACK ``eigh`` (subset by index, "dense") or block subspace
         iteration with Rayleigh-Ritz ("subspace"), stopped when the captured variance
@@ -304,6 +309,7 @@ class PCA(LinearDecomposition):
         self._check_params()
         return self._fit_statistics(statistics)
 
+    @reported
     def _fit_statistics(self, statistics: Moments) -> Self:
         """:meth:`fit_statistics`, the parameters checked already (by the public call)."""
         self._check_k(statistics.n_features, statistics.n_effective)

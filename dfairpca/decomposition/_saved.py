@@ -71,20 +71,28 @@ def load(path: PathInput, *, storage_options: dict | None = None) -> BaseEstimat
             return load(local)
     path = Path(path)
     recover_for_reading(path)  # a replace cut short: put the intact old version back
+    # the model's files: at the top of its folder, or (saved by 0.2) in its "model" folder
+    files = path / "model" if is_older_layout(path) else path
     try:
-        check_folder(path / "model")
+        check_folder(files)
         check_folder(path / "statistics")
     except SavedFileError as exc:
         raise SavedFileError(f"cannot load {str(path)!r}: {exc}{RESAVE_HINT}") from None
-    arrays, meta = load_arrays(path / "model", kind="estimator", layout=_layout)
+    arrays, meta = load_arrays(files, kind="estimator", layout=_layout)
     try:
         est = _registry.lookup(meta["class"])._from_saved(arrays, meta)
     except ValueError as exc:
-        raise SavedFileError(f"cannot load {str(path / 'model')!r}: {exc}; it was edited or "
+        raise SavedFileError(f"cannot load {str(files)!r}: {exc}; it was edited or "
                              "not written by dfairpca: save the model again") from None
     if (path / "statistics").exists():
         est._restore_statistics(path)
     return est
+
+
+def is_older_layout(path: Path) -> bool:
+    """Whether the saved model at ``path`` keeps its files in a ``model`` folder (as dfairpca
+    0.2 and older saved them) rather than at the top of ``path``."""
+    return not (path / "meta.json").exists() and (path / "model" / "meta.json").exists()
 
 
 def _layout(meta: dict, headers: dict) -> dict:

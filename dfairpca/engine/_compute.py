@@ -209,6 +209,26 @@ def gather_watched(client, futures: list, seconds: float) -> list:
             f.release()
 
 
+_INLINE = contextvars.ContextVar("dfairpca_ship_inline", default=False)
+
+
+@contextlib.contextmanager
+def shipping_inline():
+    """Inside the block :func:`ship` scatters nothing: for a graph built only to check its
+    arguments (the command line's, before it connects), which a client in this process
+    would otherwise be sent matrices for, under keys the real graph then shares.
+
+    Yields
+    ------
+    None
+    """
+    token = _INLINE.set(True)
+    try:
+        yield
+    finally:
+        _INLINE.reset(token)
+
+
 def ship(value):
     """``value`` (a model's matrix) as an argument of a lazy graph that holds it by key.
 
@@ -229,7 +249,7 @@ def ship(value):
     distributed.Future or dask.delayed.Delayed
         The scattered value's future under a client, else the delayed value.
     """
-    client = active_client()
+    client = None if _INLINE.get() else active_client()
     if client is None:
         import dask
 

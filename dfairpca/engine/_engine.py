@@ -17,6 +17,7 @@ of this module end instead (:func:`dfairpca.engine._compute.compute`).
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,6 +26,7 @@ import numpy.typing as npt
 from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ..base._system import cpu_count, rows_per_block
+from ..base.progress import progress_bar, reporting
 from ._compute import compute, current_timeout, gather_watched, worker_timeout
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact
 from ..stats.moments import Moments
@@ -79,7 +81,8 @@ def compute_moments(
     group_scatter : bool, default False
         Also keep every group's scatter matrix (Fair PCA-S).
     progress : bool, default False
-        Show a progress bar.
+        Report the pass on standard error: a bar on a terminal, whole lines elsewhere
+        (:mod:`dfairpca.base.progress`).
     row_offset : int, default 0
         Global index of X's first row (for the NaN report when X is a slice).
     timeout : float, optional
@@ -192,10 +195,8 @@ def run_moments_pass(
         rows = rows_per_block(d * X.itemsize)
         total = None
         starts = range(0, n, rows)
-        if progress:  # one step per block of rows (a Dask pass shows Dask's own bar)
-            from tqdm.auto import tqdm
-
-            starts = tqdm(starts, desc="pass", unit="block")
+        if progress:  # one step per block of rows (a Dask pass: one per task)
+            starts = with_bar(starts, "pass", "block")
         for s in starts:
             e = min(n, s + rows)
             rows_kw = dict(mask=row_slice(mask, s, e), row_offset=row_offset + s, **kw)
@@ -400,31 +401,95 @@ def _weighted_args(X, weights, codes, mask, row_offset: int, kw):
     return lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s, kw, weights[s:e])
 
 
-def _compute_with_progress(root):
-    """Compute with a progress bar: distributed's when a Client is active, else Dask's."""
+def with_bar(steps, desc: str, unit: str):
+    """Iterate over ``steps`` (a sized iterable), one step of a progress bar each
+    (:func:`dfairpca.base.progress.progress_bar`: tqdm on a terminal, whole lines elsewhere)."""
+    with reporting(True):
+        bar = progress_bar(len(steps), desc, unit)
+    if bar is None:
+        yield from steps
+        return
     try:
-        from distributed import get_client, progress
+        for s in steps:
+            yield s
+            bar.update(1)
+    finally:
+        bar.close()
+
+
+def _compute_with_progress(root):
+    """Compute ``root`` with a bar of its tasks on the open report (a terminal's redrawn
+    in place, a log's in whole lines): from the scheduler's progress when a Client is
+    active, else from Dask's local scheduler's callbacks."""
+    try:
+        from distributed import get_client
 
         client = get_client()
     except (ImportError, ValueError):
         client = None
-    seconds = current_timeout()
-    if client is not None and seconds is not None:
+    with reporting(True):
+        bar = progress_bar(None, "pass", "task")
+    if bar is None:  # no stream to report to
+        (result,) = compute(root)
+        return result
+    try:
+        if client is None:
+            with _TaskCounter(bar):
+                return root.compute()
         import threading
 
-        # distributed's bar blocks until the end: drawn by a thread, while this one watches
-        # the workers (the bar's thread ends with the futures, or with the Client)
+        # the scheduler's progress blocks until the end: followed by a thread, while this one
+        # waits for the result (watching the workers when a timeout is set); the thread ends
+        # with the future, or with the Client
         fut = client.compute(root)
-        bar = threading.Thread(target=progress, args=(fut,), daemon=True)
-        bar.start()
-        result = gather_watched(client, [fut], seconds)[0]
-        bar.join(BAR_END_SECONDS)  # its last line before anything that follows
+        follow = threading.Thread(target=_follow, args=(fut, bar), daemon=True)
+        follow.start()
+        seconds = current_timeout()
+        result = gather_watched(client, [fut], seconds)[0] if seconds is not None else fut.result()
+        follow.join(BAR_END_SECONDS)  # its last count before anything that follows
         return result
-    if client is not None:
-        fut = client.compute(root)
-        progress(fut)
-        return fut.result()
-    from dask.diagnostics import ProgressBar
+    finally:
+        bar.close()
 
-    with ProgressBar():
-        return root.compute()
+
+def _follow(fut, bar) -> None:
+    """Feed ``bar`` the scheduler's count of ``fut``'s tasks until it finishes."""
+    from distributed.diagnostics.progressbar import TextProgressBar
+
+    class Feed(TextProgressBar):
+        def _draw_bar(self, remaining, all, **kwargs):
+            bar.update_to(all - remaining, total=all)
+
+        def _draw_stop(self, **kwargs):
+            pass
+
+    with contextlib.suppress(Exception):  # the Client closed under it: the result says why
+        Feed([fut])
+
+
+class _TaskCounter:
+    """Dask's local-scheduler callback that feeds a bar the count of finished tasks."""
+
+    def __init__(self, bar):
+        from dask.callbacks import Callback
+
+        self.bar = bar
+        counter = self
+
+        class Count(Callback):
+            def _start_state(self, dsk, state):
+                counter.total = sum(len(state[k]) for k in ("ready", "waiting", "running", "finished"))
+                counter.done = len(state["finished"])
+
+            def _posttask(self, key, result, dsk, state, worker_id):
+                counter.done += 1
+                counter.bar.update_to(counter.done, total=counter.total)
+
+        self.total, self.done, self.callback = 0, 0, Count()
+
+    def __enter__(self):
+        self.callback.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.callback.__exit__(*exc)

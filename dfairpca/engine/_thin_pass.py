@@ -262,9 +262,9 @@ def run_thin_pass(X, plan: Plan, V, codes, mask, split_every: int, progress: boo
         rows = rows_per_block(int(np.prod(X.shape[1:])) * X.dtype.itemsize)
         starts = range(0, n, rows)
         if progress:
-            from tqdm.auto import tqdm
+            from ._engine import with_bar
 
-            starts = tqdm(starts, desc="pass", unit="block")
+            starts = with_bar(starts, "pass", "block")
         acc: ThinSums | None = None
         for s in starts:
             e = min(n, s + rows)

@@ -47,6 +47,7 @@ from ..io._fsspec import exists, local_copy
 from ..io._remote import zarr_arrays, zarr_roots
 from ..io._urls import Location
 from ..io._shared import check_inputs_shared
+from ..base.progress import progress_bar, reporting
 from ..io._writes import atomic_directory, check_target
 from ..io._where import storage_for
 from ..io import SavedFileError
@@ -203,9 +204,16 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
         _check_same_job(path, state["fingerprint"], fingerprint)
         segments, done, total = state["segments"], state["done"], state["total"]
         digests = _saved_digests(path, state["digests"], segments, done)
+    # one bar for the whole pass, a step per row chunk, moved once per segment (a bar per
+    # segment would draw twenty bars, and twenty times a log's few lines)
+    segment_kw = {**compute_kw, "progress": False}
+    with reporting(bool(compute_kw.get("progress"))):
+        bar = progress_bar(len(X.chunks[0]), "pass", "chunk")
     try:
         if done:
             _check_same_data(path, X, segments, done, digests)
+            if bar is not None:
+                bar.update(sum(len(X[s:e].chunks[0]) for i, (s, e) in enumerate(segments) if i in done))
         for i, (s, e) in enumerate(segments):
             if i in done:
                 continue
@@ -216,10 +224,12 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
             # place) and is saved as such: half the bytes, and no d x d copies on the client
             wkw = {} if weights is None else {"weights": weights[s:e]}
             part = run_moments_pass(X[s:e], row_slice(codes, s, e), categories,
-                            mask=row_slice(mask, s, e), row_offset=s, **compute_kw, **wkw)
+                            mask=row_slice(mask, s, e), row_offset=s, **segment_kw, **wkw)
             total = part if total is None else _accumulator.combine([total, part])
             _save(path, total, fingerprint, segments, done + [i], digests)
             done = done + [i]  # only once saved: what an interrupt reports is on disk
+            if bar is not None:
+                bar.update(len(X[s:e].chunks[0]))
             if on_segment is not None:
                 on_segment(i, len(segments))
     except KeyboardInterrupt:
@@ -228,6 +238,9 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     except WorkersLost as exc:
         saved = _chunks_saved(path, X, segments, done)
         raise exc.saved(path, f"{saved} of {len(X.chunks[0])} chunks") from None
+    finally:
+        if bar is not None:
+            bar.close()
     assert total is not None  # X has a row, hence a segment, which the loop ran or resumed
     m = total.finalize()
     if weights is not None:

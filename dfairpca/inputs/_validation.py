@@ -261,9 +261,10 @@ class Input:
         """Positions in ``data`` of the columns that are not sensitive (the projected ones)."""
         return np.setdiff1d(np.arange(self.data.shape[1]), self.numeric)
 
-    def wrap(self, out, names):
-        """``out`` (rows of X, one column per name) as X's container: a DataArray with X's
-        row dimension and coordinate and a "component" dimension for a DataArray X."""
+    def wrap(self, out, names, name: str = "representation"):
+        """``out`` (rows of X, one column per name) as X's container: a DataArray named
+        ``name`` with X's row dimension and coordinate and a "component" dimension for a
+        DataArray X."""
         if self.rows is None:
             return out
         import xarray as xr
@@ -272,7 +273,7 @@ class Input:
         coords = {"component": np.asarray(names, dtype=object)}
         if coord is not None:
             coords[dim] = coord
-        return xr.DataArray(out, dims=(dim, "component"), coords=coords)
+        return xr.DataArray(out, dims=(dim, "component"), coords=coords, name=name)
 
 
 def check_input(estimator, X, *, reset, min_samples: int = 1, ids=None) -> Input:

@@ -31,7 +31,7 @@ first and uploaded when complete (:func:`staged_locally`).  Two processes that w
 the same partial output refuse each other (:func:`exclusive`).
 """
 
-from ._arrays import FORMAT_VERSION, load_arrays, save_arrays
+from ._arrays import FORMAT_VERSION, load_arrays, save_arrays, write_arrays
 from ._files import MAX_JSON_BYTES, SavedFileError, read_capped
 from ._local import named, register_marked_file
 from ._locks import exclusive
@@ -48,7 +48,7 @@ from ._zarr import (CorruptChunkError, MissingChunkError, check_written, from_za
 
 __all__ = [
     # reading Zarr, saving and loading arrays, the errors a read or a save raises
-    "from_zarr", "save_arrays", "load_arrays", "local_zarr_roots", "OutputPathError",
+    "from_zarr", "save_arrays", "write_arrays", "load_arrays", "local_zarr_roots", "OutputPathError",
     "FORMAT_VERSION", "MissingChunkError", "CorruptChunkError", "SavedFileError", "strict_array",
     "strict_group", "read_checked", "check_written", "MalformedStoreError", "check_member_path",
     # the write protocol

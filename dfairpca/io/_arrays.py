@@ -20,7 +20,7 @@ from ..base._params import is_int
 from ..base._typing import PathInput
 from ..errors import InvalidInputError, InvalidTypeError, PathNotFoundError
 
-__all__ = ["FORMAT_VERSION", "RESAVE_HINT", "save_arrays", "load_arrays", "meta_value", "header_shape"]
+__all__ = ["FORMAT_VERSION", "RESAVE_HINT", "save_arrays", "write_arrays", "load_arrays", "meta_value", "header_shape"]
 
 FORMAT_VERSION = 1
 
@@ -51,12 +51,29 @@ def save_arrays(path: PathInput, arrays: dict, meta: dict, overwrite: bool = Fal
     storage = storage_for(path, storage_options)
     path = path if storage.remote else storage.target
     with storage.atomic_directory(meta["kind"], overwrite=overwrite) as tmp:
-        # Any values: numpy's stub would match a **dict of arrays against allow_pickle
-        payload: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
-        np.savez(tmp / "arrays.npz", **payload)
-        with open(tmp / "meta.json", "w") as f:
-            json.dump({"format_version": FORMAT_VERSION, **meta}, f, indent=1, default=_jsonable)
+        write_arrays(tmp, arrays, meta)
     return path
+
+
+def write_arrays(folder: Path, arrays: dict, meta: dict) -> None:
+    """Write ``arrays.npz`` and ``meta.json`` into the local ``folder`` that a caller's
+    atomic write (:func:`dfairpca.io.atomic_directory`) is filling; what
+    :func:`save_arrays` writes, and :func:`load_arrays` reads.
+
+    Parameters
+    ----------
+    folder : Path
+        The folder being written (it exists).
+    arrays : dict of str to array-like
+        Saved in ``arrays.npz``, without pickle.
+    meta : dict
+        Saved in ``meta.json`` (with ``format_version``); ``meta["kind"]`` says what it is.
+    """
+    # Any values: numpy's stub would match a **dict of arrays against allow_pickle
+    payload: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
+    np.savez(folder / "arrays.npz", **payload)
+    with open(folder / "meta.json", "w") as f:
+        json.dump({"format_version": FORMAT_VERSION, **meta}, f, indent=1, default=_jsonable)
 
 
 def load_arrays(path: PathInput, kind: str | None = None, layout: Callable[[dict, dict], dict] | None = None,
@@ -105,7 +122,8 @@ def load_arrays(path: PathInput, kind: str | None = None, layout: Callable[[dict
     storage.recover_for_reading()
     if not (path / "meta.json").exists() or not (path / "arrays.npz").exists():
         # a replace cut short between its two renames leaves the whole old version in an
-        # .old- sibling: of path itself, or of the folder holding it (a model's "model")
+        # .old- sibling: of path itself, or of the folder holding it (the "model" folder
+        # of a model saved by dfairpca 0.2)
         for target in (path, path.parent):
             if copies := LocalStorage(target).intact_copies():
                 raise PathNotFoundError(

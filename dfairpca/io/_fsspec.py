@@ -36,6 +36,7 @@ from pathlib import Path
 from ._files import capped
 from ._local import LocalStorage, remove_tree as _remove_local_tree
 from ._marker import (
+    consolidate,
     MARKER, MARKER_KEY, OutputPathError, apart, expired, foreign_files, kept, lease_age, leased, marker, marker_attributes,
     not_ours, refusal, running, sibling_name, sibling_pattern, warn_kept, zarr_foreign, zarr_layout,
 )
@@ -211,6 +212,7 @@ def write_marker(loc: Location, kind: str) -> None:
             meta.setdefault("attributes", {}).update(marker_attributes(kind, layout))
             _write_json(loc.child("zarr.json"), meta)
             _delete(loc, [MARKER] if _is_object(loc.child(MARKER)) else [])
+            consolidate(zarr_store(loc))
         else:
             _write_json(loc.child(MARKER), marker(kind, _keys(loc)))
 

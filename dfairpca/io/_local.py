@@ -25,6 +25,7 @@ from pathlib import Path
 from ._files import read_capped
 from ._locks import REPLACE_LOCK, drop_stale_lock, exclusive, is_held, not_writable
 from ._marker import (
+    consolidate,
     MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, lease_age, leased, marker,
     marker_attributes, not_ours, refusal, running, sibling_name, sibling_pattern, warn_kept, zarr_foreign,
     zarr_layout,
@@ -125,6 +126,7 @@ class LocalStorage(Storage):
             layout = zarr_layout(str(directory))
             zarr.open_group(str(directory), mode="r+").attrs.update(marker_attributes(kind, layout))
             (directory / MARKER).unlink(missing_ok=True)
+            consolidate(str(directory))
         else:
             (directory / MARKER).write_text(json.dumps(marker(kind, files_under(directory))))
 

@@ -22,7 +22,7 @@ from typing import NamedTuple
 __all__ = [
     "MARKER", "MARKER_KEY", "OutputPathError", "marker", "marker_attributes", "known_entries",
     "foreign_files", "ZarrNode", "zarr_layout", "stored_chunks", "zarr_foreign_files", "zarr_foreign",
-    "zarr_contents", "kept",
+    "zarr_contents", "kept", "consolidate",
     "sibling_name", "sibling_pattern", "running", "ACTIVE", "refusal", "apart", "not_ours",
     "warn_kept", "LEASE_REFRESH_S", "LEASE_STALE_S", "leased", "lease_age", "expired",
 ]
@@ -41,7 +41,7 @@ ACTIVE: set[str] = set()
 #: top-level entries of each kind of directory, for markers written before they listed
 #: their own ("entries"); a kind not here with such a marker has no entry known to be ours
 _KNOWN_ENTRIES = {
-    "model": {"model", "statistics"},
+    "model": {"model", "statistics", "arrays.npz", "meta.json"},
     "checkpoint": {"total", "progress.json"},
     "Moments": {"arrays.npz", "meta.json"},
     "estimator": {"arrays.npz", "meta.json"},
@@ -51,8 +51,8 @@ _KNOWN_ENTRIES = {
 #: store's members (written before the store was finished, or by an older dfairpca): the
 #: CelebA layout's arrays and a representation; a member of another name is a user's
 _KNOWN_MEMBERS = {
-    "store": {"images", "attributes", "partition", "representation"},
-    "transform output": {"images", "attributes", "partition", "representation"},
+    "store": {"images", "attributes", "partition", "representation", "attribute"},
+    "transform output": {"images", "attributes", "partition", "representation", "attribute"},
 }
 
 
@@ -499,3 +499,19 @@ def warn_kept(where: str, kind: str, foreign) -> None:
 
     warnings.warn(f"removed dfairpca's {kind} from {where} but kept the directory and what "
                   f"dfairpca did not write in it: {', '.join(foreign)}", KeptFilesWarning, stacklevel=outside_stacklevel())
+
+
+def consolidate(store) -> None:
+    """Write the consolidated metadata of the Zarr group at ``store`` (a path or a zarr
+    store), last, once the group is complete and marked: readers such as xarray's
+    ``open_zarr`` then open it from one document, without their "Failed to open Zarr store
+    with consolidated metadata" warning.  zarr's own warning that consolidated metadata is
+    not yet part of the Zarr 3 specification is silenced: xarray and zarr read it, and a
+    reader that does not simply ignores the extra field."""
+    import warnings
+
+    import zarr
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
+        zarr.consolidate_metadata(store)

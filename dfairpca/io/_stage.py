@@ -21,6 +21,7 @@ from ._locks import exclusive, not_writable
 from ._marker import MARKER, OutputPathError, marker
 from ._urls import normalised
 from ._where import storage_for
+from ..base._system import cache_folder
 from ..base._params import outside_stacklevel
 from ..base._version import code_digest
 from ..errors import AccessError, DiscardedWriteWarning, InvalidInputError
@@ -43,8 +44,7 @@ def stage_folder(url, stage_dir=None) -> Path:
     ``$DFAIRPCA_STAGE_DIR``, else the user's cache folder's ``dfairpca/stage``), the first 16
     hex digits of the SHA-256 of the normalised URL: one folder per URL, found again by the
     next call."""
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    root = stage_dir or os.environ.get(STAGE_ENV) or Path(cache) / "dfairpca" / "stage"
+    root = stage_dir or os.environ.get(STAGE_ENV) or cache_folder() / "stage"
     digest = hashlib.sha256(normalised(url).encode()).hexdigest()[:16]
     return Path(os.path.abspath(os.path.expanduser(root))) / digest
 

@@ -66,6 +66,9 @@ def open_zarr(store, storage_options: dict | None = None):
     """
     import zarr
 
+    # dfairpca reads the members as they are, not the consolidated copy of the metadata it
+    # writes for other readers: an array a user added since (without consolidating again)
+    # is read too
     storage = storage_for(store, storage_options)
     if not storage.remote:
         path = local_path(store)
@@ -75,7 +78,7 @@ def open_zarr(store, storage_options: dict | None = None):
 
         try:  # absolute: a worker's working directory is not this process's
             return zarr.open(store=checked_store(LocalStore(os.path.abspath(path), read_only=True)),
-                             mode="r")
+                             mode="r", use_consolidated=False)
         except InvalidInputError:
             raise  # malformed metadata, named
         except Exception as exc:  # zarr raises several types for "not a store"
@@ -86,7 +89,7 @@ def open_zarr(store, storage_options: dict | None = None):
             raise PathNotFoundError(f"no Zarr store at {loc.url} (nothing is stored there)")
         check_settled(loc)  # an overwrite cut short mid-copy holds old and new chunks
         try:
-            return zarr.open(store=checked_store(zarr_store(loc)), mode="r")
+            return zarr.open(store=checked_store(zarr_store(loc)), mode="r", use_consolidated=False)
         except InvalidInputError:
             raise
         except (FileNotFoundError, KeyError, ValueError) as exc:  # objects, but no zarr.json

@@ -336,7 +336,8 @@ def strict_group(group: zarr.Group) -> zarr.Group:
         if not store.fill:
             return group
         store = store._store  # opened by open_zarr, which reads absent chunks as zarr does
-    return zarr.open_group(store=_strict_store(store), path=group.path, mode="r")
+    return zarr.open_group(store=_strict_store(store), path=group.path, mode="r",
+                           use_consolidated=False)  # the members as stored (see open_zarr)
 
 
 def read_checked(array: zarr.Array, selection: Any, asarray: bool = True, lock: Any = None) -> Any:

@@ -39,7 +39,8 @@ __all__ = ["CONSTRAINTS", "CONSTRAINT_RULES", "fair_k_limit", "check_fair_k", "c
            "group_constraints", "numeric_constraints",
            "numeric_constraint_rows",
            "covariance_terms", "EQUALIZE_RULES", "FAIRNESS_TOLERANCE", "constraint_basis",
-           "constraint_violation", "equalizing_basis", "fair_constraints", "fair_components"]
+           "constraint_violation", "equalizing_basis", "fair_constraints", "fair_components",
+           "LOW_VARIANCE", "equalized_dimensions", "low_variance_message"]
 
 #: the fairness notions of Sec. 3.2: equal group means over all rows, or over the y == 1 rows
 CONSTRAINTS = ("demographic_parity", "equal_opportunity")
@@ -219,6 +220,36 @@ def numeric_constraint_rows(C, zz, ff: float, means, n: float, exponent: int, pr
     return C
 
 
+#: the share of the variance under which a fair fit warns (:func:`low_variance_message`)
+LOW_VARIANCE = 0.05
+
+
+def equalized_dimensions(equalize, k: int, d: int) -> int:
+    """Fair PCA-S's l: the directions of the fair subspace it searches, for
+    ``equalize_covariance`` ``equalize`` (an int is l, a fraction f gives ``max(k, floor(f d))``)."""
+    return int(equalize) if is_int(equalize) else max(k, int(np.floor(equalize * d)))
+
+
+def low_variance_message(kept: float, k: int, d: int, r: int, equalize) -> str | None:
+    """Why a fair model of ``k`` components over ``d`` features, with ``r`` constraints,
+    keeps only ``kept`` (under :data:`LOW_VARIANCE`) of the variance; None if it keeps more.
+
+    Fair PCA-S with l below the fair subspace's dimension: l is what holds it down (the
+    directions along which the covariances differ least carry little variance); otherwise
+    k, or constraints along the directions of most variance."""
+    if not kept < LOW_VARIANCE:
+        return None
+    head = f"the fair model keeps {100 * kept:.2g}% of the variance (under {LOW_VARIANCE:.0%})"
+    if equalize is not None and (l := equalized_dimensions(equalize, k, d)) < d - r:
+        return (f"{head}: Fair PCA-S (equalize_covariance={equalize!r}) searches only l = {l:,} "
+                f"of the fair subspace's {d - r:,} directions, those along which the groups' "
+                "covariances differ least, and they carry little variance; a larger "
+                f"equalize_covariance (up to l = {d - r:,}) keeps more, None fits plain fair PCA")
+    return (f"{head}: its k = {k:,} directions of d = {d:,} keep little once the {r:,} "
+            "constraint direction(s) are removed (the groups differ along the directions of "
+            "most variance); a larger k keeps more")
+
+
 def covariance_terms(m: Moments, scale, k: int, r: int,
                      equalize) -> tuple[list | None, int | None]:
     """(cov_diffs, l) for Fair PCA-S (``equalize``: ``equalize_covariance``), or (None,
@@ -226,7 +257,7 @@ def covariance_terms(m: Moments, scale, k: int, r: int,
     if equalize is None:
         return None, None
     d = m.n_features
-    l = int(equalize) if is_int(equalize) else max(k, int(np.floor(equalize * d)))
+    l = equalized_dimensions(equalize, k, d)
     if l >= d - r:  # the whole fair subspace: plain fair PCA (the paper's "S(1.0)")
         return None, None
     if not m.has_group_scatter:

@@ -3,6 +3,7 @@
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -966,6 +967,101 @@ def test_demo_makes_the_store_fits_and_draws_then_reuses_the_store(tmp_path, cap
     assert code == 0, err
     assert f"using the existing store {work / 'synthetic_celeba_300.zarr'}" in out
     assert dfairpca.load(work / "fair_Eyeglasses_k4").n_components_ == 4
+
+
+def test_a_fit_into_a_log_reports_the_pass_and_the_eigensolve_in_whole_lines(store, tmp_path,
+                                                                              capsys, sched):
+    code, out, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out",
+                          tmp_path / "m", *sched], capsys)
+    assert code == 0, err
+    assert "\r" not in out + err
+    lines = out.splitlines()
+    assert any(line.startswith("pass: ") and " done in" in line for line in lines), out
+    assert any(line.startswith("eigensolve: top 5 of 256 dimensions") for line in lines), out
+    assert len(lines) < 20, out
+
+
+@pytest.mark.slow
+def test_transform_ships_a_large_model_once_without_a_large_graph_warning(tmp_path, client):
+    """A model of 12 MiB (k = 40, d = 40,000; randomized: no d x d statistics): the
+    command's graph holds it by key, so distributed does not warn about its size.  A
+    process of its own, as a user runs it: this one's Client would take the matrices."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 40_000)).astype(np.float32)
+    zarr.create_array(str(tmp_path / "x.zarr"), data=X, chunks=(30, 40_000))
+    dfairpca.PCA(40, svd_solver="randomized", random_state=0).fit(X).save(tmp_path / "m")
+    out = tmp_path / "out.zarr"
+    r = subprocess.run([sys.executable, "-m", "dfairpca", "transform", tmp_path / "m",
+                        tmp_path / "x.zarr", "--out", out, "--reconstruct",
+                        "--scheduler", client.scheduler.address],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "large graph" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    R = zarr.open_array(str(out / "x"), mode="r")[:]  # named after the input, x.zarr
+    model = dfairpca.load(tmp_path / "m")
+    np.testing.assert_allclose(R, model.inverse_transform(model.transform(X)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_a_corrupt_chunk_in_a_fit_on_its_own_cluster_prints_only_dfairpca_lines(tmp_path):
+    """The local cluster the command starts: its workers' "Compute Failed ... Traceback"
+    log of the failed read is not printed, only dfairpca's one-line error."""
+    path = synth_celeba(tmp_path / "f.zarr", n=600, size=16, chunk_rows=200, progress=False, n_jobs=1)
+    chunk = path / "images" / "c" / "1" / "0" / "0"
+    chunk.write_bytes(np.random.default_rng(0).bytes(len(chunk.read_bytes())))
+    r = subprocess.run([sys.executable, "-m", "dfairpca", "fit", path, "--attribute", "Eyeglasses",
+                        "-k", "3", "--out", tmp_path / "m"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.splitlines()
+    assert all(line.startswith("dfairpca") for line in lines), r.stderr
+    errors = [line for line in lines if line.startswith("dfairpca fit: error: ")]
+    assert len(errors) == 1 and "'images/c/1/0/0' (rows 200-399)" in errors[0], r.stderr
+    assert "pass: 0 of 1 chunk stopped after" in r.stdout and "\r" not in r.stdout, r.stdout
+
+
+def test_the_cache_folder_is_the_platforms_and_the_demo_writes_there(tmp_path, monkeypatch):
+    from dfairpca.base import cache_folder
+    from dfairpca.cli._fit import demo_folder
+
+    home = tmp_path / "home"
+    assert cache_folder({}, home, "linux") == home / ".cache" / "dfairpca"
+    assert cache_folder({"XDG_CACHE_HOME": "/c"}, home, "linux") == Path("/c/dfairpca")
+    assert cache_folder({"XDG_CACHE_HOME": ""}, home, "linux") == home / ".cache" / "dfairpca"
+    assert cache_folder({}, home, "darwin") == home / "Library" / "Caches" / "dfairpca"
+    assert cache_folder({"LOCALAPPDATA": "/l"}, home, "win32") == Path("/l/dfairpca/Cache")
+    assert cache_folder({}, home, "win32") == home / "AppData" / "Local" / "dfairpca" / "Cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert demo_folder() == tmp_path / "xdg" / "dfairpca" / "demo"
+
+
+def _git(*args, cwd):
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.slow
+def test_demo_from_a_clones_root_leaves_git_status_clean(tmp_path, capsys, monkeypatch, sched):
+    """A clone of the repository (its .gitignore, one tracked file), the demo run from its
+    root without --workdir, then the documentation build's folder: git sees nothing new."""
+    clone, home = tmp_path / "clone", tmp_path / "home"
+    clone.mkdir()
+    _git("init", "-q", cwd=clone)
+    (clone / ".gitignore").write_text(
+        (Path(__file__).parents[2] / ".gitignore").read_text(encoding="utf-8"), encoding="utf-8")
+    _git("add", ".gitignore", cwd=clone)
+    _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c", cwd=clone)
+    monkeypatch.chdir(clone)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    code, out, err = run(["demo", "--n", "60", "-k", "2", *sched], capsys)
+    assert code == 0, err
+    work = home / ".cache" / "dfairpca" / "demo"
+    assert f"the demo's folder (its store, model and picture): {work}" in out
+    assert (work / "faces.png").exists() and (work / "synthetic_celeba_60.zarr").exists()
+    (clone / "docs" / "_build" / "html").mkdir(parents=True)
+    (clone / "docs" / "_build" / "html" / "index.html").write_text("<html/>")
+    (clone / "dfairpca-demo").mkdir()  # an older version's default folder
+    (clone / "dfairpca-demo" / "faces.png").write_bytes(b"png")
+    assert _git("status", "--porcelain", "--untracked-files=all", cwd=clone) == ""
 
 
 def test_demo_refuses_a_store_of_other_settings_before_any_cluster(tmp_path, capsys):
