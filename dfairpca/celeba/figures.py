@@ -79,11 +79,13 @@ def _pick_rows(flags: np.ndarray, value: int, n: int) -> np.ndarray:
     return np.flatnonzero(flags == value)[:n]
 
 
-def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool = False) -> Path:
+def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool = False,
+                 note: str | None = None) -> Path:
     """Write a PNG: originals, fair PCA at the largest k, fair PCA at the model's k, each row
     captioned in words, under a title that says what was erased (and for a fair model a
     caption of what fair PCA guarantees: equal group means, not a changed single face).
 
+    ``note``: a line printed under the title (the demo's held-out figures).
     ``overwrite=True`` replaces a picture dfairpca drew at ``out``, never another file; the
     PNG is written whole or not at all (:func:`dfairpca.io.atomic_file`).
 
@@ -138,7 +140,7 @@ def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool =
             axes[0, n_with].set_title(f"without {name}", fontsize=8, loc="left")
         _group_means_row(model, axes[len(panels)], face, name)
         fig.suptitle(f'Fair PCA erases "{name}" from what a linear read-out can see: '
-                     "both groups get the same mean face", fontsize=9)
+                     "both groups get the same mean face" + (f"\n{note}" if note else ""), fontsize=9)
         # the honest caption: equal means, not erased glasses on every face
         fig.text(0.5, 0.005, f"Single faces may still show {name}; what fair PCA guarantees is "
                  "that the two groups' mean faces coincide, so no linear function of the "
