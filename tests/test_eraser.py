@@ -188,9 +188,9 @@ def test_save_and_load_round_trip_without_pickle(tmp_path):
     assert back.fairness_violation_ == est.fairness_violation_
     assert [list(c) for c in back.groups_] == [list(c) for c in est.groups_]
     # a model whose erasure was edited so that it keeps a group's mean difference is refused
-    arrays = dict(np.load(tmp_path / "m" / "model" / "arrays.npz"))
+    arrays = dict(np.load(tmp_path / "m" / "arrays.npz"))
     arrays["proj_left_"] = arrays["proj_left_"] * 0.5
-    np.savez(tmp_path / "m" / "model" / "arrays.npz", **arrays)
+    np.savez(tmp_path / "m" / "arrays.npz", **arrays)
     with pytest.raises(SavedFileError, match="does not erase them"):
         dfairpca.load(tmp_path / "m")
 

@@ -199,6 +199,7 @@ def test_a_checkpoint_on_s3_is_interrupted_then_resumed(s3, faces, cluster, stop
 def test_cli_fit_with_urls_resumes_an_s3_checkpoint_and_transform_writes_back(
         s3, faces, cluster, capsys, stop_after, tmp_path):
     from dfairpca.engine.checkpoint import compute_moments_checkpointed
+    from dfairpca.stats._exact import statistics_dtype
 
     url, local, z = faces
     so = ["--storage-options", json.dumps(s3), "--scheduler", cluster.scheduler.address]
@@ -208,8 +209,8 @@ def test_cli_fit_with_urls_resumes_an_s3_checkpoint_and_transform_writes_back(
 
     with pytest.raises(KeyboardInterrupt):  # the pass the command runs, stopped half-way
         compute_moments_checkpointed(X, sensitive_features=pd.DataFrame({"Eyeglasses": z}),
-                                     checkpoint=ckpt, dtype=np.float32, on_segment=stop_after(0),
-                                     segment_rows=600, storage_options=s3)
+                                     checkpoint=ckpt, dtype=statistics_dtype(np.uint8),  # the CLI's
+                                     on_segment=stop_after(0), segment_rows=600, storage_options=s3)
     fit = ["fit", url, "--attribute", "Eyeglasses", "-k", "5", "--out", model,
            "--rows-per-chunk", CHUNK, *so]
     code, _, err = run(fit, capsys)
