@@ -103,7 +103,7 @@ def show_versions(file: TextIO | None = None, *, as_dict: bool = False) -> dict[
     lines += ["", "cpu", f"  model: {cpu['model_name']}", f"  cpus usable: {cpu['cpus']}",
               f"  int8 flags: {' '.join(flags) or 'none'}", "", "exact kernels (self-test here)"]
     for name, verdict in r["exact_kernels"].items():
-        word = {True: "passed", False: "refused (portable kernel used)", None: "not tested"}[verdict]
+        word = {True: "passed", False: "refused (portable kernel used)", None: "not tested (not needed here)"}[verdict]
         lines.append(f"  {name}: {word}")
     if not r["exact_kernels"]:
         lines.append("  no 8-bit kernel installed (pip install 'dfairpca[mkl]' on x86-64 with VNNI "

@@ -164,3 +164,25 @@ def test_dfairpca_info_prints_the_report_as_json(capsys):
     assert main(["info", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["dfairpca"] == dfairpca.__version__ and "exact_kernels" in r
+
+
+def test_a_kernel_is_self_tested_for_each_dtype_it_serves():
+    """Its uint8 and int8 paths differ (which operand is flipped): a kernel right for one
+    and wrong for the other is used for the first only."""
+    def half_right(x):
+        g = int64_gram(x)
+        return g if x.dtype == np.uint8 else g + 1
+
+    ik._load_optional()
+    installed = list(ik._REGISTERED)
+    for k in installed:
+        ik.unregister(k.name)
+    try:
+        ik.register(ik.Kernel("half-right", half_right, ("uint8", "int8")))
+        assert ik.kernel_for("uint8")[0] == "half-right"
+        assert ik.kernel_for("int8")[0] == ik.PORTABLE
+        assert ik.kernel_report()["half-right"] is False
+    finally:
+        ik.unregister("half-right")
+        for k in installed:
+            ik.register(k, first=False)

@@ -827,6 +827,21 @@ def test_a_marker_without_members_protects_all_but_the_kinds_own(grey, tmp_path)
     assert io.foreign_entries(store, io.read_marker(store)) == ["my_hand_labels"]
 
 
+def test_an_older_marker_without_members_leaves_a_users_attribute_array_foreign(grey, tmp_path):
+    """Stores marked before the ``attribute`` coordinate existed never held one: in such a
+    store (its marker records no members and no layout) an array of that name is a user's,
+    never deleted by an overwrite."""
+    store = tmp_path / "s.zarr"
+    shutil.copytree(grey, store)
+    if "attribute" in zarr.open_group(str(store), mode="r", use_consolidated=False):
+        del zarr.open_group(str(store), mode="r+", use_consolidated=False)["attribute"]
+    old = {k: v for k, v in io.marker("store").items() if k != "layout"}
+    zarr.open_group(str(store), mode="r+").attrs.update({io.MARKER_KEY: old})
+    zarr.open_group(str(store), mode="r+", use_consolidated=False).create_array(
+        "attribute", data=np.arange(3))
+    assert io.foreign_entries(store, io.read_marker(store)) == ["attribute"]
+
+
 @pytest.mark.parametrize("color", [False, True], ids=["grey", "colour"])
 def test_a_clean_store_of_any_layout_is_overwritten(tmp_path, color):
     """No false positive: every file dfairpca and zarr wrote is known to be ours."""

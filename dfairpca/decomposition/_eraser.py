@@ -120,7 +120,7 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
         vector v (a group's mean deviation, i.e. a column of Sigma_XZ, or a numeric
         attribute's covariance with the features) that the erased output's covariance with
         its indicator keeps, in float64 from the statistics.  A fit above
-        :data:`dfairpca.base._solvers.FAIRNESS_TOLERANCE` (1e-8) raises ``ValueError``, as
+        :data:`dfairpca.solve._fairness.FAIRNESS_TOLERANCE` (1e-8) raises ``ValueError``, as
         :class:`FairPCA`'s does; typical values are 1e-16 to 1e-13.
     fairness_violation_per_attribute_ : ndarray (p + q,)
         The same, per protected attribute.

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ._files import read_capped
-from ._locks import REPLACE_LOCK, drop_stale_lock, exclusive, is_held, not_writable
+from ._locks import REPLACE_LOCK, drop_stale_lock, exclusive, not_writable
 from ._marker import (
     consolidate,
     MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, lease_age, leased, marker,
@@ -208,7 +208,8 @@ class LocalStorage(Storage):
             except BaseException:
                 os.replace(old, path)  # put the old version back; if this fails, recover() will
                 raise
-        _remove_tree(old)
+        with contextlib.suppress(FileNotFoundError):  # a crash's leftover, already recovered
+            _remove_tree(old)
 
     def remove_directory(self, kind: str) -> None:
         path = self.target
@@ -242,32 +243,43 @@ class LocalStorage(Storage):
         parent = path.parent if str(path.parent) else Path(".")
         if not parent.is_dir():
             return
-        drop_stale_lock(parent / f".{path.name}{REPLACE_LOCK}")
-        pattern = sibling_pattern(path.name, "old|tmp")
-        # an `.old-` sibling is live while a replace holds the lock (it exists only between
-        # two renames made under it; its mtime is the old version's, no lease); a `.tmp-`
-        # one while its writer renews its lease
-        renaming = is_held(parent / f".{path.name}{REPLACE_LOCK}")
-        leftovers = []
+        lock = parent / f".{path.name}{REPLACE_LOCK}"
+        drop_stale_lock(lock)
+        # an `.old-` sibling exists only between a replace's two renames, made under the
+        # replace lock (its mtime is the old version's: no lease): it is judged, restored
+        # or removed only while this process holds that lock itself, so that no replace
+        # can start between the judgement and the repair; a replace under way (the lock
+        # held, by this process's own writer too) leaves it alone
+        if any(sibling_pattern(path.name, "old").fullmatch(e.name) for e in parent.iterdir()):
+            try:
+                with exclusive(lock, str(path), "a replace is under way", wait=False):
+                    olds = sorted(self._leftovers(parent, "old"), key=lambda e: e.stat().st_mtime_ns)
+                    for entry in reversed(olds):
+                        if not _exists(path):
+                            os.replace(entry, path)
+                        else:
+                            _remove_tree(entry)
+            except OutputPathError:
+                pass
+        # a `.tmp-` sibling is live while its writer renews its lease
+        for entry in self._leftovers(parent, "tmp"):
+            entry.unlink() if entry.is_file() else _remove_tree(entry)
+
+    def _leftovers(self, parent: Path, role: str) -> list[Path]:
+        """The ``role`` ("tmp" or "old") siblings of the target that a dead write left:
+        ours (marked, or empty) and, for "tmp", with no live lease."""
+        found = []
         for entry in parent.iterdir():
-            m = pattern.fullmatch(entry.name)
-            if m is None or (renaming if m.group(1) == "old" else running(
-                    entry.name, m.group(2), int(m.group(3)), _age(entry))):
+            m = sibling_pattern(self.target.name, role).fullmatch(entry.name)
+            if m is None or (role == "tmp" and running(entry.name, m.group(2), int(m.group(3)),
+                                                        _age(entry))):
                 continue
-            if entry.is_symlink() or not (entry.is_dir() or m.group(1) == "tmp" and entry.is_file()):
+            if entry.is_symlink() or not (entry.is_dir() or role == "tmp" and entry.is_file()):
                 continue  # a file is only ever an atomic_file's temporary
             if LocalStorage(entry).read_marker() is None and not is_empty_dir(entry):
                 continue  # not ours: never touched
-            leftovers.append((m.group(1), entry))
-        olds = sorted((e for k, e in leftovers if k == "old"), key=lambda e: e.stat().st_mtime_ns)
-        for entry in reversed(olds):
-            if not _exists(path):
-                os.replace(entry, path)
-            else:
-                _remove_tree(entry)
-        for kind, entry in leftovers:
-            if kind == "tmp":
-                entry.unlink() if entry.is_file() else _remove_tree(entry)
+            found.append(entry)
+        return found
 
     def recover_for_reading(self) -> None:
         """Safe in a reader for the same reason as in a writer: only a dead writer's

@@ -24,7 +24,7 @@ LOCK_MARK = b"dfairpca lock\n"
 
 
 @contextlib.contextmanager
-def exclusive(lock: Path, what: str, why: str = "two writers would mix their data"):
+def exclusive(lock: Path, what: str, why: str = "two writers would mix their data", wait: bool = True):
     """Hold the lock file ``lock`` while the block runs, or raise :class:`OutputPathError`
     at once if another process holds it, naming ``what`` it writes and ``why`` that is
     refused: two writers of the same partial output would mix their chunks (e.g. two seeds)
@@ -44,13 +44,15 @@ def exclusive(lock: Path, what: str, why: str = "two writers would mix their dat
         What the holder writes, named in the error.
     why : str
         Why a second writer is refused, said in the error.
+    wait : bool
+        Wait up to :data:`BRIEF_HOLD_S` for a holder to let go (a reader's recovery holds
+        it for an instant) before refusing; False refuses at once.
 
     Yields
     ------
     None
         The block runs holding the lock.
     """
-    import fcntl
 
     while True:
         try:
@@ -75,7 +77,7 @@ def exclusive(lock: Path, what: str, why: str = "two writers would mix their dat
                 lock.unlink(missing_ok=True)  # empty, and made by this call
                 raise not_writable(lock, lock.parent, exc) from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_briefly(fd, BRIEF_HOLD_S if wait else 0.0)
         except BlockingIOError:
             os.close(fd)
             raise OutputPathError(
@@ -98,6 +100,29 @@ def exclusive(lock: Path, what: str, why: str = "two writers would mix their dat
         except OSError:
             pass
         os.close(fd)
+
+
+#: how long :func:`exclusive` waits for a lock another process holds before it refuses: a
+#: reader's recovery holds the lock for the instant it checks a replace's leftovers, and a
+#: writer meeting that must not be refused as if a second writer were there
+BRIEF_HOLD_S = 2.0
+
+
+def _flock_briefly(fd: int, seconds: float) -> None:
+    """``flock(fd, LOCK_EX)``, waiting up to ``seconds`` for a brief holder; BlockingIOError
+    if it is held longer (another writer)."""
+    import fcntl
+    import time
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
 
 
 def drop_stale_lock(lock: Path) -> None:

@@ -51,9 +51,14 @@ _KNOWN_ENTRIES = {
 #: store's members (written before the store was finished, or by an older dfairpca): the
 #: CelebA layout's arrays and a representation; a member of another name is a user's
 _KNOWN_MEMBERS = {
-    "store": {"images", "attributes", "partition", "representation", "attribute"},
-    "transform output": {"images", "attributes", "partition", "representation", "attribute"},
+    "store": {"images", "attributes", "partition", "representation"},
+    "transform output": {"images", "attributes", "partition", "representation"},
 }
+#: members a store's layout gained, with the ``layout`` number of the markers written since
+#: (:data:`STORE_LAYOUT`): in a store marked before, an array of that name is a user's
+_LATER_MEMBERS = {2: {"attribute"}}  # the attribute names as a coordinate (xarray's sel)
+#: the layout of the stores this version writes, recorded in every marker it writes
+STORE_LAYOUT = 2
 
 
 class OutputPathError(DfairpcaError, FileExistsError):
@@ -80,6 +85,8 @@ def marker(kind: str, files=None) -> dict:
     from ..base._version import __version__
 
     found = {"written_by": "dfairpca", "kind": kind, "version": __version__}
+    if kind in _KNOWN_MEMBERS:
+        found["layout"] = STORE_LAYOUT
     if files is None:
         return found
     files = sorted(f for f in files if f != MARKER)
@@ -214,6 +221,9 @@ def zarr_foreign(files, layout: dict[str, ZarrNode],
         owned = {path: node for path, node in layout.items() if path in recorded}
     else:
         known = _KNOWN_MEMBERS.get(str((found or {}).get("kind")))
+        layout_of = (found or {}).get("layout")
+        if known is not None and isinstance(layout_of, int):
+            known = known.union(*(names for v, names in _LATER_MEMBERS.items() if v <= layout_of))
         owned = {path: node for path, node in layout.items()
                  if known is None or path == "" or path.split("/")[0] in known}
     metadata = {path: [f"{path}/{name}".lstrip("/") for name in _ZARR_METADATA.get(node.zarr_format, ())]
@@ -340,14 +350,15 @@ def sibling_pattern(name: str, roles: str) -> re.Pattern:
 #: storage).  A PID says nothing across hosts or PID namespaces (two containers on one
 #: volume, hosts on one network file system); a lease does, wherever the reader runs.
 LEASE_REFRESH_S = 5.0
-#: a lease not renewed for this long is a dead writer's: twelve renewals missed, which
-#: leaves room for a loaded machine, a paused VM or a network file system's attribute
-#: cache (NFS caches mtimes for up to 60 s by default: ``acregmax``), while a crash's
-#: leftovers are still cleared by the next write a minute later
-LEASE_STALE_S = 60.0
+#: a lease not renewed for this long is a dead writer's.  A reader on another NFS client
+#: may see an mtime up to ``acregmax`` (60 s by default) old, plus the renewal interval,
+#: plus the two hosts' clock skew: three minutes leave that twice over, and a loaded
+#: machine or a paused VM room too, while a crash's leftovers are still cleared by the
+#: first write three minutes later
+LEASE_STALE_S = 180.0
 
 #: renewals of this process's live leases, by sibling name (:func:`leased`)
-_RENEWALS: dict[str, Callable[[], None]] = {}
+_RENEWALS: dict[str, tuple[Callable[[], None], threading.Lock]] = {}  # name -> (renew, busy)
 _RENEWING = threading.Lock()
 _heartbeat: threading.Thread | None = None
 
@@ -370,12 +381,16 @@ def _renew_forever() -> None:
     while True:
         time.sleep(LEASE_REFRESH_S)
         with _RENEWING:
-            renewals = list(_RENEWALS.values())
-        for renew in renewals:
-            try:
-                renew()
-            except Exception:  # a sibling gone meanwhile, a transient store error: next time
-                pass
+            renewals = list(_RENEWALS.items())
+        for name, (renew, busy) in renewals:
+            with busy:  # leased() ends only between renewals: none lands after it ended
+                with _RENEWING:
+                    if name not in _RENEWALS:
+                        continue  # ended since the list was taken: its lease is gone
+                try:
+                    renew()
+                except Exception:  # a sibling gone meanwhile, a transient store error: next time
+                    pass
 
 
 @contextlib.contextmanager
@@ -386,8 +401,9 @@ def leased(name: str, renew: Callable[[], None]) -> Iterator[None]:
     :data:`ACTIVE` meanwhile (this process's own recovery never judges it by its lease)."""
     global _heartbeat
     ACTIVE.add(name)
+    busy = threading.Lock()  # held by a renewal of this lease under way
     with _RENEWING:
-        _RENEWALS[name] = renew
+        _RENEWALS[name] = (renew, busy)
         if _heartbeat is None or not _heartbeat.is_alive():
             _heartbeat = threading.Thread(target=_renew_forever, name="dfairpca-lease", daemon=True)
             _heartbeat.start()
@@ -396,7 +412,7 @@ def leased(name: str, renew: Callable[[], None]) -> Iterator[None]:
             renew()  # the sibling may not exist yet: its creation is its first renewal
         yield
     finally:
-        with _RENEWING:
+        with busy, _RENEWING:  # after a renewal under way: the caller then removes the lease
             _RENEWALS.pop(name, None)
         ACTIVE.discard(name)
 

@@ -17,7 +17,7 @@ in float64, after every solve.
 ``sum(m_r) - p`` directions for p attributes of m_1, ..., m_p groups and one for each of q
 numeric attributes; :func:`check_fair_k` is that rule, once.  After every solve the share
 of each constraint vector the components keep is measured in float64 and
-:func:`certify` refuses a fit above :data:`~dfairpca.base.FAIRNESS_TOLERANCE`.
+:func:`certify` refuses a fit above :data:`~dfairpca.solve._fairness.FAIRNESS_TOLERANCE`.
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def low_variance_message(kept: float, k: int, d: int, r: int, equalize) -> str |
 def covariance_terms(m: Moments, scale, k: int, r: int,
                      equalize) -> tuple[list | None, int | None]:
     """(cov_diffs, l) for Fair PCA-S (``equalize``: ``equalize_covariance``), or (None,
-    None) where it is plain fair PCA: see :func:`dfairpca.base.equalizing_basis`."""
+    None) where it is plain fair PCA: see :func:`dfairpca.solve._fairness.equalizing_basis`."""
     if equalize is None:
         return None, None
     d = m.n_features

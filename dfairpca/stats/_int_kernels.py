@@ -204,7 +204,7 @@ class Kernel:
 
 
 _REGISTERED: list[Kernel] = []
-_VERDICTS: dict[str, bool] = {}  # kernel name -> passed its self-test in this process
+_VERDICTS: dict[str, bool] = {}  # "kernel name:dtype" -> passed its self-test in this process
 _LOCK = threading.Lock()
 
 
@@ -221,7 +221,8 @@ def unregister(name: str, _locked: bool = False) -> None:
         with _LOCK:
             return unregister(name, True)
     _REGISTERED[:] = [k for k in _REGISTERED if k.name != name]
-    _VERDICTS.pop(name, None)
+    for key in [key for key in _VERDICTS if key.rpartition(":")[0] == name]:
+        del _VERDICTS[key]
 
 
 def self_test_data(dtype, rng=None) -> list[np.ndarray]:
@@ -258,13 +259,19 @@ def self_test(kernel_gram: Callable, dtype) -> bool:
 
 
 def _passes(name: str, gram: Callable, dtypes) -> bool:
-    with _LOCK:
-        verdict = _VERDICTS.get(name)
-    if verdict is None:
-        verdict = all(self_test(gram, t) for t in dtypes)
+    """Whether kernel ``name`` passed its self-test for every dtype of ``dtypes`` (each
+    dtype tested once per process: a kernel's uint8 and int8 paths differ)."""
+    for t in dtypes:
+        key = f"{name}:{np.dtype(t).name}"
         with _LOCK:
-            _VERDICTS[name] = verdict
-    return verdict
+            verdict = _VERDICTS.get(key)
+        if verdict is None:
+            verdict = self_test(gram, t)
+            with _LOCK:
+                _VERDICTS[key] = verdict
+        if not verdict:
+            return False
+    return True
 
 
 def kernel_for(dtype) -> tuple[str, Callable]:
@@ -277,7 +284,7 @@ def kernel_for(dtype) -> tuple[str, Callable]:
     for k in offered:
         if _passes(k.name, k.gram, [dt]):
             return k.name, k.gram
-    if _passes(f"{PORTABLE}:{dt}", portable_gram, [dt]):
+    if _passes(PORTABLE, portable_gram, [dt]):
         return PORTABLE, portable_gram
     return NUMPY, numpy_gram
 
@@ -324,16 +331,23 @@ def _load_optional() -> None:
 
 
 def kernel_report() -> dict[str, bool | None]:
-    """Which exact kernels passed their self-test in this process: ``{name: verdict}`` for
-    the portable kernel and every optional one installed (None: offered, not yet tested)."""
+    """Which exact kernels passed their self-test in this process, for 8-bit data: the
+    optional kernels installed, then the portable one, each ``True`` (passed for every
+    dtype it serves), ``False`` (refused for one) or ``None`` (not tested: a kernel before
+    it served every 8-bit dtype here, so the portable one was never needed)."""
     _load_optional()
     for dt in ("uint8", "int8"):
         kernel_for(dt)
     with _LOCK:
-        report: dict[str, bool | None] = {k.name: _VERDICTS.get(k.name) for k in _REGISTERED}
-        for name, verdict in _VERDICTS.items():
-            report.setdefault(name, verdict)
-    return report
+        kernels = [(k.name, [t for t in k.dtypes]) for k in _REGISTERED]
+        verdicts = dict(_VERDICTS)
+    kernels.append((PORTABLE, ["uint8", "int8"]))
+
+    def verdict(name, dtypes):
+        seen = [verdicts[f"{name}:{t}"] for t in dtypes if f"{name}:{t}" in verdicts]
+        return None if not seen else all(seen)
+
+    return {name: verdict(name, dtypes) for name, dtypes in kernels}
 
 
 def gram(x: np.ndarray) -> tuple[np.ndarray, str]:
