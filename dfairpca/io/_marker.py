@@ -84,7 +84,7 @@ def marker(kind: str, files=None) -> dict:
     """
     from ..base._version import __version__
 
-    found = {"written_by": "dfairpca", "kind": kind, "version": __version__}
+    found: dict = {"written_by": "dfairpca", "kind": kind, "version": __version__}
     if kind in _KNOWN_MEMBERS:
         found["layout"] = STORE_LAYOUT
     if files is None:
