@@ -527,7 +527,8 @@ def heldout_report(model_path, store, attribute: str, k: int) -> str:
     lines = []
     for label, prefix in (("PCA", "baseline_"), ("fair PCA", "")):
         gap, p, auc = (row[prefix + c] for c in ("max_mean_gap_sd", "p_value", "linear_probe_auc"))
-        lines.append(f"{label}, k = {k}: group-mean gap {gap:.3f} SD (p = {p:.2g}), "
+        shown = f"p = {p:.2g}" if p > 0 else "p < 1e-300"  # below float64's range: not 0
+        lines.append(f"{label}, k = {k}: group-mean gap {gap:.3f} SD ({shown}), "
                      f"linear probe AUC {auc:.3f}")
         print(f"  {lines[-1]}")
     print("  (AUC 0.5 is chance. Fair PCA makes the group means of the fitted faces equal "
