@@ -13,7 +13,7 @@ import numpy as np
 from ..base.progress import phase, reporting
 from ._errors import CLIError, UsageError, _plain, arguments
 from ._inputs import (_Data, _check_out, _client, _data, _describe_groups, _input_paths, _place,
-                      _sample_weight, _sensitive, _storage, _target, _tuple)
+                      _sample_weight, _sensitive, _storage, _target, _tuple, writing_alone)
 
 #: the kind in dfairpca's marker of what ``transform`` writes: another kind than the data
 #: stores of synth and ingest ("store"), so that ``transform --overwrite`` can never replace
@@ -243,7 +243,7 @@ def run_fit(args: FitJob) -> dict:
     Every parameter is checked against the data first, then the pass runs on the cluster
     of ``args`` (see :func:`dfairpca.cluster.connect`) with a checkpoint next to the model.
     """
-    from ..io import read_marker, remove_directory, staged_locally, storage_for
+    from ..io import storage_for
 
     start = time.perf_counter()
     _check_method_options(args)
@@ -255,6 +255,16 @@ def run_fit(args: FitJob) -> dict:
     _check_out(out, "model", args.overwrite, {**inputs, "the checkpoint": ckpt})
     # the checkpoint is replaced after every segment: only a dfairpca checkpoint may be there
     _check_out(ckpt, "checkpoint", True, {**inputs, "the model": out})
+    # one fit per output at a time, refused before the pass (not at the rename after it),
+    # and before the checkpoint is looked at: another fit's is not an interrupted one
+    with writing_alone({"the model": out, "the checkpoint": ckpt}):
+        return _run_fit(args, start, out, ckpt)
+
+
+def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
+    """:func:`run_fit` once its outputs are checked and held."""
+    from ..io import read_marker, remove_directory, staged_locally
+
     if read_marker(ckpt) is not None and not args.resume and not args.overwrite:
         raise CLIError(
             f"an interrupted fit left its checkpoint at {ckpt}; pass --resume to continue "
@@ -380,7 +390,7 @@ def cmd_transform(args):
 
     with arguments(), shipping_inline():
         graph()
-    with _client(args) as client:
+    with writing_alone({"the output store": out}), _client(args) as client:
         t = time.perf_counter()
         # built again under the client: the model's matrices are then scattered to the
         # workers once and held by key (built without one they sit inside the graph, which

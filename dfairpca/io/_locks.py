@@ -14,13 +14,48 @@ from pathlib import Path
 from ._marker import OutputPathError
 from ..errors import AccessError
 
-__all__ = ["exclusive", "LOCK_MARK", "REPLACE_LOCK", "drop_stale_lock", "is_held", "not_writable"]
+__all__ = ["exclusive", "LOCK_MARK", "REPLACE_LOCK", "drop_stale_lock", "is_held", "not_writable",
+           "is_mount_point"]
 
 #: the suffix of the lock file ``.NAME`` + this that a replace of ``NAME`` holds
 REPLACE_LOCK = ".replace.lock"
 
-#: the content of a lock file dfairpca made (:func:`exclusive`): only such a file is removed
+#: how a lock file dfairpca made (:func:`exclusive`) begins: only such a file is removed;
+#: a line naming its holder follows (:func:`_holder_line`)
 LOCK_MARK = b"dfairpca lock\n"
+
+#: the most of a lock file read back: the mark and one line naming its holder
+_LOCK_READ = 4096
+
+
+def _holder_line() -> bytes:
+    """The line a lock file carries after :data:`LOCK_MARK`: this process's id and command
+    line, so that a second writer's refusal names the first."""
+    import sys
+
+    command = " ".join(["dfairpca", *sys.argv[1:]]) if sys.argv else "python"
+    command = " ".join(command.split())  # one line, whatever the arguments held
+    if len(command) > 200:
+        command = command[:197] + "..."
+    return f"pid {os.getpid()}: {command}\n".encode(errors="replace")
+
+
+def _ours(fd: int) -> bool:
+    """Whether the open lock file ``fd`` is one dfairpca made (it begins with the mark)."""
+    return os.pread(fd, _LOCK_READ, 0).startswith(LOCK_MARK)
+
+
+def _holder(lock: Path) -> str:
+    """Who holds the lock file ``lock``, as its holder wrote it ("pid 123: dfairpca fit
+    ..."), or "" when it says nothing (a user's file, or read as it was made)."""
+    try:
+        with open(lock, "rb") as f:
+            text = f.read(_LOCK_READ)
+    except OSError:
+        return ""
+    if not text.startswith(LOCK_MARK):
+        return ""
+    return text[len(LOCK_MARK):].decode(errors="replace").strip()
 
 
 @contextlib.contextmanager
@@ -69,7 +104,7 @@ def exclusive(lock: Path, what: str, why: str = "two writers would mix their dat
             # marked at once, before taking it: another process may open it and take it
             # first, and whoever holds it removes it only if it carries the mark
             try:
-                os.write(fd, LOCK_MARK)
+                os.write(fd, LOCK_MARK + _holder_line())
             except OSError as exc:
                 os.close(fd)
                 lock.unlink(missing_ok=True)  # empty, and made by this call
@@ -78,8 +113,11 @@ def exclusive(lock: Path, what: str, why: str = "two writers would mix their dat
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
+            holder = _holder(lock)
             raise OutputPathError(
-                f"another dfairpca process on this machine is writing {what} (it holds {lock}); "
+                "another dfairpca process on this machine "
+                + (f"({holder}) " if holder else "")
+                + f"is writing {what} (it holds {lock}); "
                 f"wait for it to finish, then run this again: {why}"
             ) from None
         try:
@@ -90,10 +128,16 @@ def exclusive(lock: Path, what: str, why: str = "two writers would mix their dat
             break
         os.close(fd)  # the holder removed it after we opened it: take the new one
     try:
+        if _ours(fd):  # a crashed holder's file, taken over: name this holder instead
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, LOCK_MARK + _holder_line(), 0)
+    except OSError:
+        pass  # only the name in another writer's error is lost
+    try:
         yield
     finally:
         try:
-            if os.pread(fd, len(LOCK_MARK) + 1, 0) == LOCK_MARK:  # ours: made by dfairpca
+            if _ours(fd):  # made by dfairpca
                 os.unlink(lock)
         except OSError:
             pass
@@ -111,7 +155,7 @@ def drop_stale_lock(lock: Path) -> None:
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.pread(fd, len(LOCK_MARK) + 1, 0) == LOCK_MARK and \
+        if _ours(fd) and \
                 os.fstat(fd).st_ino == os.stat(lock).st_ino:
             os.unlink(lock)
     except OSError:  # held (BlockingIOError), or removed meanwhile
@@ -148,3 +192,30 @@ def not_writable(path: Path, folder: Path, exc: OSError) -> PermissionError:
         f"cannot write {path}: the directory {folder} is not writable ({exc.strerror}); "
         "choose an output path in a writable directory"
     )
+
+
+def is_mount_point(path: Path) -> bool:
+    """Whether the directory ``path`` is a mount point (a container's volume, a bind mount):
+    it cannot be renamed or replaced, only written inside.  :func:`os.path.ismount` misses a
+    bind mount of a folder of the same file system, which the kernel's table of this
+    process's mounts (``/proc/self/mountinfo``, Linux) names."""
+    try:
+        if os.path.ismount(path):
+            return True
+        real = os.path.realpath(path)
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                # the fifth field, with spaces and the like escaped as \\ooo octal
+                if len(fields) > 4 and _unescape(fields[4]) == real:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path with its octal escapes (``\\040`` for a space) undone."""
+    import re
+
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)

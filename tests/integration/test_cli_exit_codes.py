@@ -104,3 +104,72 @@ def test_ctrl_c_is_exit_130_in_one_line(data, tmp_path):
     assert proc.returncode == EXIT_INTERRUPTED, line + err
     assert line == "dfairpca fit: interrupted\n" and err == "", line + err
     assert not (tmp_path / "m").exists()
+
+
+def _silent_scheduler():
+    """A socket that accepts and never answers: a command connecting to it has passed
+    every check and holds its outputs until it is stopped."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(60)
+    return server, f"tcp://127.0.0.1:{server.getsockname()[1]}"
+
+
+def test_a_second_fit_to_one_out_is_refused_at_once_naming_the_first(data, tmp_path):
+    """Two fits to one --out: the second is refused before its pass, naming the first
+    (its process id), and makes no checkpoint; the first is left to run."""
+    server, address = _silent_scheduler()
+    out = tmp_path / "m"
+    fit = ["fit", str(data), "--array", "X", "-k", "2", "--method", "pca", "--out", str(out)]
+    first = subprocess.Popen([sys.executable, "-m", "dfairpca", *fit, "--scheduler", address,
+                              "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        conn, _ = server.accept()  # the first holds its outputs and waits for its cluster
+        with conn:
+            t = time.perf_counter()
+            for extra in ([], ["--overwrite"], ["--resume"]):
+                code, stdout, err = dfairpca(*fit, *extra, *DEAD)
+                assert code == EXIT_FAILURE, err
+                assert f"another dfairpca process on this machine (pid {first.pid}: dfairpca fit" in err, err
+                assert "the model" in err and err.count("\n") == 1 and "Traceback" not in err, err
+                assert stdout == ""  # refused before the data was read: no "n = ..." line
+                assert not out.with_name("m.checkpoint").exists()
+            assert time.perf_counter() - t < 60
+            assert first.poll() is None  # still running, its outputs untouched
+    finally:
+        first.kill()
+        first.wait()
+        first.stdout.close()
+        first.stderr.close()
+        server.close()
+    assert not out.exists() and not out.with_name("m.checkpoint").exists()
+
+
+def _mount(*args) -> bool:
+    return subprocess.run(["mount", *map(str, args)], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("how", ["tmpfs", "bind"])
+def test_a_mount_point_as_out_is_refused_at_once(data, tmp_path, how):
+    """An empty mount point as --out (a container's volume) cannot be renamed into place:
+    refused before any work, saying to pass a path inside it.  A bind mount of a folder of
+    the same file system is one that os.path.ismount does not see.  Real mounts: needs root
+    (skipped elsewhere)."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    (tmp_path / "source").mkdir()
+    mounted = _mount("-t", "tmpfs", "-o", "size=1m", "tmpfs", volume) if how == "tmpfs" else \
+        _mount("--bind", tmp_path / "source", volume)
+    if not mounted:
+        pytest.skip("mounting needs root")
+    try:
+        code, stdout, err = dfairpca("fit", data, "--array", "X", "-k", "2", "--method", "pca",
+                                     "--out", volume, *DEAD)
+        assert code == EXIT_FAILURE and "is a mount point" in err, err
+        assert f"pass a path inside it, e.g. {volume / 'model'}" in err, err
+        assert err.count("\n") == 1 and "Traceback" not in err and stdout == "", err
+        assert list(volume.iterdir()) == []
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["source", "volume"]
+    finally:
+        subprocess.run(["umount", str(volume)], check=True)
