@@ -263,7 +263,8 @@ def run_fit(args: FitJob) -> dict:
 
 def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
     """:func:`run_fit` once its outputs are checked and held."""
-    from ..io import read_marker, remove_directory, staged_locally
+    from ..errors import DiskFullError
+    from ..io import disk_full, is_disk_full, read_marker, remove_directory, staged_locally
 
     if read_marker(ckpt) is not None and not args.resume and not args.overwrite:
         raise CLIError(
@@ -318,9 +319,19 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
         except WorkersLost as exc:
             raise CLIError(f"{exc.what}; the checkpoint {ckpt} holds {exc.progress}: start "
                            "workers and rerun with --resume, or wait longer with --timeout") from None
+        except DiskFullError as exc:
+            raise CLIError(f"{exc} (rerun with --resume)" if "resume" in str(exc) else str(exc)) from None
         dt = time.perf_counter() - t
-    with staged_locally(out, "model", overwrite=args.overwrite) as local:
-        est.save(local, statistics=args.statistics, overwrite=args.overwrite)
+    try:
+        with staged_locally(out, "model", overwrite=args.overwrite) as local:
+            est.save(local, statistics=args.statistics, overwrite=args.overwrite)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        # the pass is not lost: its statistics are whole in the checkpoint, kept
+        raise disk_full(out, "the model", f"its unfinished copy was removed; the checkpoint {ckpt} "
+                        "holds the whole pass: free space there, then rerun with --resume (which "
+                        "solves without a new pass)", needed=_model_bytes(est, args.statistics)) from None
     remove_directory(ckpt, "checkpoint")
     kept = 100 * est.explained_variance_ratio_.sum()
     cert = getattr(est, "fairness_violation_", None)  # share of any group's mean gap kept
@@ -331,6 +342,15 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
           + (f" ({est.statistics_kernel_} statistics); " if hasattr(est, "statistics_kernel_") else "; ")
           + f"fit in {dt:.1f} s; model written to {out}")
     return _fit_summary(est, args, data, dt, time.perf_counter() - start)
+
+
+def _model_bytes(est, statistics) -> int | None:
+    """About how many bytes saving ``est`` writes: its arrays, and the d x d scatter with
+    ``--statistics`` (None when that cannot be told)."""
+    arrays = [v for v in vars(est).values() if isinstance(v, np.ndarray)]
+    d = getattr(est, "n_features_in_", None)
+    scatter = 8 * d * d if statistics and d else 0
+    return sum(a.nbytes for a in arrays) + scatter or None
 
 
 def write_result(args, client, out, protect: dict, data: _Data, Y, name: str, dims, model: str) -> None:
@@ -397,7 +417,17 @@ def cmd_transform(args):
         # distributed sends whole, warning "Sending large graph of size 19.59 MiB")
         Y = graph()
         dims = dimension_names(Y.ndim) if args.reconstruct else (ROW_DIMENSION, "component")
-        write_result(args, client, out, protect, data, Y, name, dims, str(args.model))
+        try:
+            write_result(args, client, out, protect, data, Y, name, dims, str(args.model))
+        except OSError as exc:
+            from ..io import disk_full, is_disk_full
+
+            if not is_disk_full(exc):
+                raise
+            # uncompressed: an upper bound on what the store takes
+            raise disk_full(out, "the output store", "its unfinished copy was removed, nothing "
+                            "else was written: free space there or choose an --out on another "
+                            "disk", needed=int(Y.nbytes)) from None
         dt = time.perf_counter() - t
     print(f"wrote {name} {Y.shape} to {out} in {dt:.1f} s")
     return {

@@ -12,10 +12,10 @@ import os
 from pathlib import Path
 
 from ._marker import OutputPathError
-from ..errors import AccessError
+from ..errors import AccessError, DiskFullError
 
 __all__ = ["exclusive", "LOCK_MARK", "REPLACE_LOCK", "drop_stale_lock", "is_held", "not_writable",
-           "is_mount_point"]
+           "is_mount_point", "is_disk_full", "disk_full"]
 
 #: the suffix of the lock file ``.NAME`` + this that a replace of ``NAME`` holds
 REPLACE_LOCK = ".replace.lock"
@@ -192,6 +192,37 @@ def not_writable(path: Path, folder: Path, exc: OSError) -> PermissionError:
         f"cannot write {path}: the directory {folder} is not writable ({exc.strerror}); "
         "choose an output path in a writable directory"
     )
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is the operating system's "no space left" (or "quota exceeded")."""
+    import errno
+
+    return isinstance(exc, OSError) and not isinstance(exc, DiskFullError) and \
+        exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+def disk_full(path, what: str, kept: str, needed: int | None = None) -> DiskFullError:
+    """The one-line error for writing ``what`` at ``path`` on a full disk: the space the
+    write ``needed`` (bytes, if known) and what is free there now, then ``kept``: what was
+    kept or removed and how to go on."""
+    import errno
+    import shutil
+
+    from dask.utils import format_bytes
+
+    folder = Path(path)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        free = f"{format_bytes(shutil.disk_usage(folder).free)} free there"
+    except OSError:
+        free = "its free space unknown"
+    need = f"it needs about {format_bytes(needed)}, " if needed else ""
+    error = DiskFullError(f"the disk holding {path} is full: writing {what} failed "
+                          f"({need}{free}); {kept}")
+    error.errno = errno.ENOSPC
+    return error
 
 
 def is_mount_point(path: Path) -> bool:

@@ -173,3 +173,68 @@ def test_a_mount_point_as_out_is_refused_at_once(data, tmp_path, how):
         assert sorted(p.name for p in tmp_path.iterdir()) == ["source", "volume"]
     finally:
         subprocess.run(["umount", str(volume)], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB file system (tmpfs) at tmp_path/disk: a real full disk, not a simulated one.
+    Needs root (skipped elsewhere)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if not _mount("-t", "tmpfs", "-o", "size=4m", "tmpfs", disk):
+        pytest.skip("mounting a small file system needs root")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True)
+
+
+@pytest.fixture(scope="module")
+def faces(tmp_path_factory):
+    """4,000 faces of 24 x 24 pixels: a pass's d x d statistics weigh 2.5 MiB."""
+    from dfairpca.celeba import synth_celeba
+
+    path = tmp_path_factory.mktemp("faces") / "faces.zarr"
+    synth_celeba(path, n=4000, size=24, n_jobs=1, progress=False)
+    return path
+
+
+def _one_line_error(code, stdout, err, *expected):
+    """An exit status 1 with one error line (beside the local cluster's notes)."""
+    assert code == EXIT_FAILURE, err
+    said = [line for line in err.splitlines() if not line.startswith("dfairpca: ")]
+    assert len(said) == 1 and "Traceback" not in err, err
+    for text in expected:
+        assert text in err, (text, err)
+
+
+def test_a_full_disk_is_one_line_naming_what_was_kept(faces, small_disk, tmp_path):
+    """The checkpoint, the model and transform's output each on a full disk: one line that
+    names the path, the space needed and free, and what was kept; nothing half-written is
+    left, and a kept checkpoint resumes."""
+    fit = ["fit", faces, "-k", "3", "--method", "pca", "--rows-per-chunk", "50", *DEAD[2:]]
+    # the checkpoint: its first save fits, the second (written whole beside the first) not
+    ckpt = small_disk / "m.checkpoint"
+    _one_line_error(*dfairpca(*fit, "--out", small_disk / "m"),
+                    f"the disk holding {ckpt} is full: writing the checkpoint failed (it needs about 2.",
+                    "MiB free there); the unfinished save was removed, the checkpoint keeps its last "
+                    "save (", " of 4,000 rows): free space there, then resume from it (rerun with --resume)")
+    assert sorted(p.name for p in small_disk.iterdir()) == ["m.checkpoint"]
+    kept = tmp_path / "kept.checkpoint"
+    subprocess.run(["cp", "-r", str(ckpt), str(kept)], check=True)
+    subprocess.run(["rm", "-r", str(ckpt)], check=True)
+    # the model, with the d x d statistics: the pass is whole in its checkpoint elsewhere
+    _one_line_error(*dfairpca(*fit, "--out", small_disk / "m", "--statistics", "--checkpoint", kept, "--resume"),
+                    f"the disk holding {small_disk / 'm'} is full: writing the model failed (it needs about 2.",
+                    f"its unfinished copy was removed; the checkpoint {kept} holds the whole pass",
+                    "rerun with --resume")
+    assert list(small_disk.iterdir()) == []
+    code, stdout, err = dfairpca(*fit, "--out", tmp_path / "m", "--checkpoint", kept, "--resume")
+    assert code == 0 and "model written to" in stdout, err
+    assert not kept.exists()
+    # transform's output: 2.2 MiB of reconstructed faces (compressed, under 3), beside a
+    # user's 3 MiB that stay
+    (small_disk / "theirs.bin").write_bytes(b"\1" * (3 << 20))
+    _one_line_error(*dfairpca("transform", tmp_path / "m", faces, "--out", small_disk / "y",
+                              "--reconstruct", *DEAD[2:]),
+                    f"the disk holding {small_disk / 'y'} is full: writing the output store failed "
+                    "(it needs about 2.", "its unfinished copy was removed, nothing else was written")
+    assert [p.name for p in small_disk.iterdir()] == ["theirs.bin"]
