@@ -305,7 +305,7 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
     if not args.resume and read_marker(ckpt) is not None:
         remove_directory(ckpt, "checkpoint")  # --overwrite: start over (checked above)
     with _client(args):
-        from ..cluster import WorkersLost
+        from ..cluster import SchedulerLost, WorkersLost
 
         t = time.perf_counter()
         # --timeout also bounds the wait for new workers once every worker has left
@@ -319,6 +319,10 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
         except WorkersLost as exc:
             raise CLIError(f"{exc.what}; the checkpoint {ckpt} holds {exc.progress}: start "
                            "workers and rerun with --resume, or wait longer with --timeout") from None
+        except SchedulerLost as exc:
+            raise CLIError(f"{exc.what}; the checkpoint {ckpt} holds {exc.progress}: start a "
+                           "scheduler and its workers again and rerun with --resume (and "
+                           "--scheduler ADDRESS)") from None
         except DiskFullError as exc:
             raise CLIError(f"{exc} (rerun with --resume)" if "resume" in str(exc) else str(exc)) from None
         dt = time.perf_counter() - t

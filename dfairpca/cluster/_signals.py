@@ -26,6 +26,16 @@ def _abandoned_gathers(record: logging.LogRecord) -> bool:
     return type(exc).__name__ == "AllExit" and type(exc).__module__ == "distributed.client"
 
 
+def _lost_scheduler_logs(record: logging.LogRecord) -> bool:
+    """distributed.client's tracebacks of its reconnects to a scheduler that is gone (the
+    connection refused, closed or cancelled): the fit reports that loss itself, in one line
+    naming the scheduler (:class:`~dfairpca.cluster.SchedulerLost`)."""
+    import asyncio
+
+    exc = record.exc_info[1] if record.exc_info else None
+    return record.levelno >= logging.ERROR and isinstance(exc, (OSError, asyncio.CancelledError))
+
+
 def _nanny_kills(interrupted: _Switch):
     """The nanny's warnings (not its errors) once ``interrupted``: closing the local cluster
     after Ctrl-C kills a busy worker, which does not stop within the nanny's 4 s grace

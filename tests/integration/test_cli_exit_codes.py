@@ -238,3 +238,71 @@ def test_a_full_disk_is_one_line_naming_what_was_kept(faces, small_disk, tmp_pat
                     f"the disk holding {small_disk / 'y'} is full: writing the output store failed "
                     "(it needs about 2.", "its unfinished copy was removed, nothing else was written")
     assert [p.name for p in small_disk.iterdir()] == ["theirs.bin"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_cluster(port: int, logs) -> list:
+    """A `dask scheduler` on loopback ``port`` and one `dask worker` of one thread, as a
+    user starts them; returned once the worker has joined."""
+    dask = [sys.executable, "-m", "dask"]
+    address = f"tcp://127.0.0.1:{port}"
+    scheduler = subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                                  "--no-dashboard"], stdout=logs, stderr=logs)
+    worker = subprocess.Popen([*dask, "worker", address, "--nthreads", "1", "--no-dashboard"],
+                              stdout=logs, stderr=logs)
+    from distributed import Client
+
+    with Client(address, timeout=60) as client:
+        client.wait_for_workers(1, timeout=60)
+    return [scheduler, worker]
+
+
+def _stop(processes) -> None:
+    for p in processes:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def test_a_lost_scheduler_is_one_line_naming_it_and_the_checkpoint(faces, tmp_path):
+    """The scheduler of a checkpointed fit killed mid-pass (SIGKILL): exit status 1 and one
+    line on stderr naming the scheduler and the checkpoint to resume from, no traceback
+    from distributed; a new scheduler then finishes the fit from that checkpoint."""
+    out, port = tmp_path / "m", _free_port()
+    ckpt = tmp_path / "m.checkpoint"
+    # 800 chunks of 5 rows on one thread: a pass of several seconds, in 20 saved segments
+    fit = [sys.executable, "-m", "dfairpca", "fit", str(faces), "-k", "3", "--method", "pca",
+           "--out", str(out), "--rows-per-chunk", "5", "--scheduler", f"tcp://127.0.0.1:{port}",
+           "--timeout", "60"]
+    with open(tmp_path / "cluster.log", "wb") as logs:
+        cluster = _start_cluster(port, logs)
+        try:
+            proc = subprocess.Popen(fit, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 120
+            while not (ckpt / "progress.json").exists() and proc.poll() is None:
+                assert time.monotonic() < deadline, "no checkpoint saved"
+                time.sleep(0.05)
+            cluster[0].kill()  # the scheduler, mid-pass
+            stdout, err = proc.communicate(timeout=120)
+        finally:
+            _stop(cluster)
+        assert proc.returncode == EXIT_FAILURE, err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith(f"dfairpca fit: error: lost the Dask scheduler at tcp://127.0.0.1:{port}"), err
+        assert f"the checkpoint {ckpt} holds " in err and "rerun with --resume" in err, err
+        assert not out.exists() and (ckpt / "progress.json").exists()
+        # what it said works: a new scheduler, --resume
+        port = _free_port()
+        cluster = _start_cluster(port, logs)
+        try:
+            fit[fit.index("--scheduler") + 1] = f"tcp://127.0.0.1:{port}"
+            done = subprocess.run([*fit, "--resume"], capture_output=True, text=True, timeout=300)
+        finally:
+            _stop(cluster)
+    assert done.returncode == 0 and "model written to" in done.stdout, done.stderr
+    assert not ckpt.exists()
