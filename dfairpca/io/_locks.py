@@ -195,7 +195,19 @@ def not_writable(path: Path, folder: Path, exc: OSError) -> PermissionError:
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` is the operating system's "no space left" (or "quota exceeded")."""
+    """Whether ``exc`` is the operating system's "no space left" (or "quota exceeded"), not
+    yet said as :class:`~dfairpca.errors.DiskFullError`.
+
+    Parameters
+    ----------
+    exc : BaseException
+        The error a write raised.
+
+    Returns
+    -------
+    bool
+        True for an ``OSError`` with ``errno`` ENOSPC or EDQUOT.
+    """
     import errno
 
     return isinstance(exc, OSError) and not isinstance(exc, DiskFullError) and \
@@ -204,8 +216,24 @@ def is_disk_full(exc: BaseException) -> bool:
 
 def disk_full(path, what: str, kept: str, needed: int | None = None) -> DiskFullError:
     """The one-line error for writing ``what`` at ``path`` on a full disk: the space the
-    write ``needed`` (bytes, if known) and what is free there now, then ``kept``: what was
-    kept or removed and how to go on."""
+    write needed and what is free there now, then what was kept or removed.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        What was being written (its closest existing folder is measured).
+    what : str
+        What it is, for people ("the checkpoint").
+    kept : str
+        What was kept or removed, and how to go on.
+    needed : int, optional
+        The bytes the write needed, if known.
+
+    Returns
+    -------
+    DiskFullError
+        The error to raise (``from None``: the operating system's adds nothing).
+    """
     import errno
     import shutil
 
