@@ -115,9 +115,8 @@ def exclusive(lock: Path, what: str, why: str = "two writers would mix their dat
             os.close(fd)
             holder = _holder(lock)
             raise OutputPathError(
-                "another dfairpca process on this machine "
-                + (f"({holder}) " if holder else "")
-                + f"is writing {what} (it holds {lock}); "
+                f"another dfairpca process on this machine is writing {what} (it holds {lock}"
+                + (f": {holder}" if holder else "") + f"); "
                 f"wait for it to finish, then run this again: {why}"
             ) from None
         try:

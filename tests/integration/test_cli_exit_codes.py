@@ -131,8 +131,9 @@ def test_a_second_fit_to_one_out_is_refused_at_once_naming_the_first(data, tmp_p
             for extra in ([], ["--overwrite"], ["--resume"]):
                 code, stdout, err = dfairpca(*fit, *extra, *DEAD)
                 assert code == EXIT_FAILURE, err
-                assert f"another dfairpca process on this machine (pid {first.pid}: dfairpca fit" in err, err
-                assert "the model" in err and err.count("\n") == 1 and "Traceback" not in err, err
+                assert f"another dfairpca process on this machine is writing the model {out} " in err, err
+                assert f".m.lock: pid {first.pid}: dfairpca fit {data} --array X" in err, err
+                assert err.count("\n") == 1 and "Traceback" not in err, err
                 assert stdout == ""  # refused before the data was read: no "n = ..." line
                 assert not out.with_name("m.checkpoint").exists()
             assert time.perf_counter() - t < 60
