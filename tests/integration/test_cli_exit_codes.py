@@ -279,7 +279,7 @@ def test_a_lost_scheduler_is_one_line_naming_it_and_the_checkpoint(faces, tmp_pa
     # 800 chunks of 5 rows on one thread: a pass of several seconds, in 20 saved segments
     fit = [sys.executable, "-m", "dfairpca", "fit", str(faces), "-k", "3", "--method", "pca",
            "--out", str(out), "--rows-per-chunk", "5", "--scheduler", f"tcp://127.0.0.1:{port}",
-           "--timeout", "60"]
+           "--timeout", "20"]
     with open(tmp_path / "cluster.log", "wb") as logs:
         cluster = _start_cluster(port, logs)
         try:
@@ -289,7 +289,10 @@ def test_a_lost_scheduler_is_one_line_naming_it_and_the_checkpoint(faces, tmp_pa
                 assert time.monotonic() < deadline, "no checkpoint saved"
                 time.sleep(0.05)
             cluster[0].kill()  # the scheduler, mid-pass
+            killed = time.monotonic()
             stdout, err = proc.communicate(timeout=120)
+            print(f"said {time.monotonic() - killed:.1f} s after the kill")
+            assert time.monotonic() - killed < 60  # within the fit's --timeout, and a margin
         finally:
             _stop(cluster)
         assert proc.returncode == EXIT_FAILURE, err
