@@ -320,9 +320,10 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
             raise CLIError(f"{exc.what}; the checkpoint {ckpt} holds {exc.progress}: start "
                            "workers and rerun with --resume, or wait longer with --timeout") from None
         except SchedulerLost as exc:
-            raise CLIError(f"{exc.what}; the checkpoint {ckpt} holds {exc.progress}: start a "
-                           "scheduler and its workers again and rerun with --resume (and "
-                           "--scheduler ADDRESS)") from None
+            # lost outside the checkpointed pass (before it, or in the solve's own passes)
+            held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
+            raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: start a scheduler and its "
+                           "workers again and rerun with --resume (and --scheduler ADDRESS)") from None
         except DiskFullError as exc:
             raise CLIError(f"{exc} (rerun with --resume)" if "resume" in str(exc) else str(exc)) from None
         dt = time.perf_counter() - t
