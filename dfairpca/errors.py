@@ -17,6 +17,7 @@ from __future__ import annotations
 
 __all__ = ["DfairpcaError", "InvalidInputError", "InvalidTypeError", "NotFoundError", "RunError",
            "PathNotFoundError", "PathExistsError", "AccessError", "UnreachableError",
+           "DiskFullError",
            "DfairpcaWarning", "ConstraintDroppedWarning", "NumericAttributeWarning",
            "DiscardedWriteWarning", "KeptFilesWarning", "LowVarianceWarning"]
 
@@ -54,6 +55,11 @@ class PathExistsError(DfairpcaError, FileExistsError):
 
 class AccessError(DfairpcaError, PermissionError):
     """A folder or object store that refuses to be read or written."""
+
+
+class DiskFullError(DfairpcaError, OSError):
+    """A write that found its disk full (``errno`` ENOSPC): the message names the path, the
+    space the write needed where known, and what was kept or removed."""
 
 
 class UnreachableError(DfairpcaError, ConnectionError):

@@ -13,7 +13,7 @@ import numpy as np
 from ..base.progress import phase, reporting
 from ._errors import CLIError, UsageError, _plain, arguments
 from ._inputs import (_Data, _check_out, _client, _data, _describe_groups, _input_paths, _place,
-                      _sample_weight, _sensitive, _storage, _target, _tuple)
+                      _sample_weight, _sensitive, _storage, _target, _tuple, writing_alone)
 
 #: the kind in dfairpca's marker of what ``transform`` writes: another kind than the data
 #: stores of synth and ingest ("store"), so that ``transform --overwrite`` can never replace
@@ -243,7 +243,7 @@ def run_fit(args: FitJob) -> dict:
     Every parameter is checked against the data first, then the pass runs on the cluster
     of ``args`` (see :func:`dfairpca.cluster.connect`) with a checkpoint next to the model.
     """
-    from ..io import read_marker, remove_directory, staged_locally, storage_for
+    from ..io import storage_for
 
     start = time.perf_counter()
     _check_method_options(args)
@@ -255,6 +255,17 @@ def run_fit(args: FitJob) -> dict:
     _check_out(out, "model", args.overwrite, {**inputs, "the checkpoint": ckpt})
     # the checkpoint is replaced after every segment: only a dfairpca checkpoint may be there
     _check_out(ckpt, "checkpoint", True, {**inputs, "the model": out})
+    # one fit per output at a time, refused before the pass (not at the rename after it),
+    # and before the checkpoint is looked at: another fit's is not an interrupted one
+    with writing_alone({"the model": out, "the checkpoint": ckpt}):
+        return _run_fit(args, start, out, ckpt)
+
+
+def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
+    """:func:`run_fit` once its outputs are checked and held."""
+    from ..errors import DiskFullError
+    from ..io import disk_full, is_disk_full, read_marker, remove_directory, staged_locally
+
     if read_marker(ckpt) is not None and not args.resume and not args.overwrite:
         raise CLIError(
             f"an interrupted fit left its checkpoint at {ckpt}; pass --resume to continue "
@@ -294,7 +305,7 @@ def run_fit(args: FitJob) -> dict:
     if not args.resume and read_marker(ckpt) is not None:
         remove_directory(ckpt, "checkpoint")  # --overwrite: start over (checked above)
     with _client(args):
-        from ..cluster import WorkersLost
+        from ..cluster import SchedulerLost, WorkersLost
 
         t = time.perf_counter()
         # --timeout also bounds the wait for new workers once every worker has left
@@ -308,9 +319,24 @@ def run_fit(args: FitJob) -> dict:
         except WorkersLost as exc:
             raise CLIError(f"{exc.what}; the checkpoint {ckpt} holds {exc.progress}: start "
                            "workers and rerun with --resume, or wait longer with --timeout") from None
+        except SchedulerLost as exc:
+            # lost outside the checkpointed pass (before it, or in the solve's own passes)
+            held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
+            raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: start a scheduler and its "
+                           "workers again and rerun with --resume (and --scheduler ADDRESS)") from None
+        except DiskFullError as exc:
+            raise CLIError(f"{exc} (rerun with --resume)" if "resume" in str(exc) else str(exc)) from None
         dt = time.perf_counter() - t
-    with staged_locally(out, "model", overwrite=args.overwrite) as local:
-        est.save(local, statistics=args.statistics, overwrite=args.overwrite)
+    try:
+        with staged_locally(out, "model", overwrite=args.overwrite) as local:
+            est.save(local, statistics=args.statistics, overwrite=args.overwrite)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        # the pass is not lost: its statistics are whole in the checkpoint, kept
+        raise disk_full(out, "the model", f"its unfinished copy was removed; the checkpoint {ckpt} "
+                        "holds the whole pass: free space there, then rerun with --resume (which "
+                        "solves without a new pass)", needed=_model_bytes(est, args.statistics)) from None
     remove_directory(ckpt, "checkpoint")
     kept = 100 * est.explained_variance_ratio_.sum()
     cert = getattr(est, "fairness_violation_", None)  # share of any group's mean gap kept
@@ -321,6 +347,15 @@ def run_fit(args: FitJob) -> dict:
           + (f" ({est.statistics_kernel_} statistics); " if hasattr(est, "statistics_kernel_") else "; ")
           + f"fit in {dt:.1f} s; model written to {out}")
     return _fit_summary(est, args, data, dt, time.perf_counter() - start)
+
+
+def _model_bytes(est, statistics) -> int | None:
+    """About how many bytes saving ``est`` writes: its arrays, and the d x d scatter with
+    ``--statistics`` (None when that cannot be told)."""
+    arrays = [v for v in vars(est).values() if isinstance(v, np.ndarray)]
+    d = getattr(est, "n_features_in_", None)
+    scatter = 8 * d * d if statistics and d else 0
+    return sum(a.nbytes for a in arrays) + scatter or None
 
 
 def write_result(args, client, out, protect: dict, data: _Data, Y, name: str, dims, model: str) -> None:
@@ -380,14 +415,24 @@ def cmd_transform(args):
 
     with arguments(), shipping_inline():
         graph()
-    with _client(args) as client:
+    with writing_alone({"the output store": out}), _client(args) as client:
         t = time.perf_counter()
         # built again under the client: the model's matrices are then scattered to the
         # workers once and held by key (built without one they sit inside the graph, which
         # distributed sends whole, warning "Sending large graph of size 19.59 MiB")
         Y = graph()
         dims = dimension_names(Y.ndim) if args.reconstruct else (ROW_DIMENSION, "component")
-        write_result(args, client, out, protect, data, Y, name, dims, str(args.model))
+        try:
+            write_result(args, client, out, protect, data, Y, name, dims, str(args.model))
+        except OSError as exc:
+            from ..io import disk_full, is_disk_full
+
+            if not is_disk_full(exc):
+                raise
+            # uncompressed: an upper bound on what the store takes
+            raise disk_full(out, "the output store", "its unfinished copy was removed, nothing "
+                            "else was written: free space there or choose an --out on another "
+                            "disk", needed=int(Y.nbytes)) from None
         dt = time.perf_counter() - t
     print(f"wrote {name} {Y.shape} to {out} in {dt:.1f} s")
     return {

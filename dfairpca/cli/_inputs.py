@@ -44,6 +44,39 @@ def _check_out(path: Path, kind: str, overwrite: bool, protect: dict | None = No
     check_target(path, kind, overwrite=overwrite, protect=protect, storage_options=storage_options)
 
 
+@contextlib.contextmanager
+def writing_alone(outputs: dict):
+    """Hold, while the block runs, a lock beside each local output of ``outputs`` (a
+    mapping ``{"the model": path}``), or fail at once naming the dfairpca process that
+    holds one (:func:`dfairpca.io.exclusive`): two commands writing one output would each
+    run their whole pass and the loser fail at the end, or take the other's checkpoint for
+    an interrupted one.  A URL's output is not held (a lock on this host guards nothing
+    there)."""
+    from ..io import exclusive
+
+    with contextlib.ExitStack() as held:
+        for what, path in outputs.items():
+            if not isinstance(path, Path):
+                continue  # a URL's location
+            # the command makes the folder anyway, its lock lives there; one made here is
+            # removed again if the command ends before writing into it
+            made = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            held.callback(_remove_empty, made)
+            held.enter_context(exclusive(path.parent / f".{path.name}.lock", f"{what} {path}",
+                                         "two commands writing one output would mix or undo each other's work"))
+        yield
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders ``folders`` (deepest first) that are still empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # written into, or gone
+            return
+
+
 def _storage(args) -> dict | None:
     """``--storage-options`` as a dict (None if not given); a one-line error if not JSON."""
     text = getattr(args, "storage_options", None)

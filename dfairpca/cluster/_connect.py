@@ -18,7 +18,7 @@ from ..base._system import cpu_count
 from ..errors import InvalidInputError, PathNotFoundError
 from ..engine._compute import NoWorkers
 from ._errors import _CHECK_RUNNING, SchedulerUnreachable
-from ._signals import (_abandoned_gathers, _dropping, _nanny_kills, _quiet_cancelled_tasks,
+from ._signals import (LOST_SCHEDULER_LOGGERS, _abandoned_gathers, _dropping, _lost_scheduler_logs, _nanny_kills, _quiet_cancelled_tasks,
                        _quiet_failed_tasks, _sigint_only_here, _Switch)
 
 #: where the cluster's size, dashboard and waits are told (INFO): the command line shows
@@ -96,11 +96,14 @@ def connect(
         origin = f" (read from scheduler file {str(scheduler_file)!r})"
     if scheduler is not None:
         check_scheduler(scheduler, timeout, security, origin)
-        with _dropping("asyncio", _abandoned_gathers), Client(scheduler, timeout=timeout,
-                                                               security=security) as client:
-            # without a worker every computation waits forever, silently
-            _wait_for_a_worker(client, scheduler, scheduler_file, timeout, quiet)
-            yield client
+        with contextlib.ExitStack() as quiet_loss:
+            for name in LOST_SCHEDULER_LOGGERS:
+                quiet_loss.enter_context(_dropping(name, _lost_scheduler_logs))
+            with _dropping("asyncio", _abandoned_gathers), \
+                    Client(scheduler, timeout=timeout, security=security) as client:
+                # without a worker every computation waits forever, silently
+                _wait_for_a_worker(client, scheduler, scheduler_file, timeout, quiet)
+                yield client
         return
     if not local:
         raise InvalidInputError(

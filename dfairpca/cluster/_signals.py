@@ -26,6 +26,24 @@ def _abandoned_gathers(record: logging.LogRecord) -> bool:
     return type(exc).__name__ == "AllExit" and type(exc).__module__ == "distributed.client"
 
 
+def _lost_scheduler_logs(record: logging.LogRecord) -> bool:
+    """distributed's records of a connection to the scheduler refused, closed or cancelled
+    (with their tracebacks), and the client's giving up on it: the fit reports that loss
+    itself, in one line naming the scheduler (:class:`~dfairpca.cluster.SchedulerLost`)."""
+    import asyncio
+
+    exc = record.exc_info[1] if record.exc_info else None
+    # its last word when the client closes while reconnecting, without a traceback
+    given_up = str(record.msg).startswith("Failed to reconnect to scheduler")
+    return given_up or isinstance(exc, (OSError, asyncio.CancelledError))
+
+
+#: distributed's loggers that log a lost scheduler's connection with a traceback (the
+#: client's reconnects, its batched stream's close, the comms under them)
+LOST_SCHEDULER_LOGGERS = ("distributed.client", "distributed.batched", "distributed.core",
+                          "distributed.comm.tcp", "distributed.utils")
+
+
 def _nanny_kills(interrupted: _Switch):
     """The nanny's warnings (not its errors) once ``interrupted``: closing the local cluster
     after Ctrl-C kills a busy worker, which does not stop within the nanny's 4 s grace

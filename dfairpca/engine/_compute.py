@@ -71,6 +71,60 @@ class WorkersLost(NoWorkers):
         return WorkersLost(self.seconds, self.address, checkpoint, progress)
 
 
+class SchedulerLost(DfairpcaError, ConnectionError):
+    """The Client lost its Dask scheduler while a fit computed: the scheduler stopped, or
+    the network to it failed; the scheduler's tasks and results are gone with it.
+
+    ``address`` is the scheduler's; a checkpointed fit also says where it saved what it had
+    finished: ``checkpoint``, and ``progress`` such as "16 of 60 chunks" (else both None).
+    ``what`` is what happened, without the way on.
+    """
+
+    __module__ = "dfairpca.cluster"
+
+    def __init__(self, address: str, checkpoint=None, progress: str | None = None):
+        self.address, self.checkpoint, self.progress = address, checkpoint, progress
+        self.what = (f"lost the Dask scheduler at {address} during the fit (it stopped, or the "
+                     "network to it failed)")
+        start = "start a scheduler and its workers again"
+        if checkpoint is None:
+            how = f"{start} and fit again"
+        else:
+            how = (f"the checkpoint {str(checkpoint)!r} holds {progress}: {start} and run the "
+                   "same call again to continue")
+        super().__init__(f"{self.what}; {how}")
+
+    def saved(self, checkpoint, progress: str) -> "SchedulerLost":
+        """The same loss, saying that ``checkpoint`` holds ``progress``.
+
+        Parameters
+        ----------
+        checkpoint : str or os.PathLike
+            The checkpoint of the interrupted pass, named in the message.
+        progress : str
+            What it holds (e.g. "12 of 40 segments"), said in the message.
+
+        Returns
+        -------
+        SchedulerLost
+            A new error with the longer message; raise it ``from`` this one.
+        """
+        return SchedulerLost(self.address, checkpoint, progress)
+
+
+def _lost_scheduler(client, exc: BaseException) -> bool:
+    """Whether ``exc``, raised while waiting on ``client``'s futures, means the Client lost
+    its scheduler (its futures cancelled for that, or its connection closed) rather than a
+    task's own failure."""
+    import asyncio
+    import concurrent.futures
+
+    if "scheduler-connection-lost" in str(exc):
+        return True
+    connection = (OSError, asyncio.CancelledError, concurrent.futures.CancelledError)
+    return isinstance(exc, connection) and client.status not in ("running", "newly-created")
+
+
 #: longest pause (s) between two looks at the Client's workers while a computation waits
 WORKER_POLL_SECONDS = 1.0
 
@@ -191,19 +245,35 @@ def gather_watched(client, futures: list, seconds: float) -> list:
     pending = [f for f in futures if isinstance(f, Future)]
     poll = min(WORKER_POLL_SECONDS, seconds / 4)
     since = None  # when the Client was first seen without a worker
+    address = client.scheduler.address
     try:
         while True:
             try:
                 wait(pending, timeout=poll)
             except TimeoutError:  # still running: a look at the workers
-                if client.nthreads():
-                    since = None  # a worker (a new one, maybe) is there: the tasks go on
-                elif since is None:
-                    since = time.monotonic()
-                elif time.monotonic() - since >= seconds:
-                    raise WorkersLost(seconds, client.scheduler.address) from None
+                try:
+                    if client.nthreads():
+                        since = None  # a worker (a new one, maybe) is there: the tasks go on
+                    elif since is None:
+                        since = time.monotonic()
+                    elif time.monotonic() - since >= seconds:
+                        raise WorkersLost(seconds, address) from None
+                except WorkersLost:
+                    raise
+                except BaseException as exc:
+                    if _lost_scheduler(client, exc):
+                        raise SchedulerLost(address) from None
+                    raise
                 continue
             return client.gather(futures)
+    except (WorkersLost, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        # distributed's own words ("FuturesCancelledError: 1 Future cancelled ... Please
+        # check your connection") name neither the scheduler nor what was kept
+        if _lost_scheduler(client, exc):
+            raise SchedulerLost(address) from None
+        raise
     finally:
         for f in pending:
             f.release()

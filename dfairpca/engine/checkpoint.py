@@ -41,7 +41,7 @@ import numpy as np
 
 from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
-from ._compute import WorkersLost, compute, worker_timeout
+from ._compute import SchedulerLost, WorkersLost, compute, worker_timeout
 from ._engine import checked_request, row_slice, run_moments_pass, threads
 from ..io._fsspec import exists, local_copy
 from ..io._remote import zarr_arrays, zarr_roots
@@ -50,7 +50,7 @@ from ..io._shared import check_inputs_shared
 from ..base.progress import progress_bar, reporting
 from ..io._writes import atomic_directory, check_target
 from ..io._where import storage_for
-from ..io import SavedFileError
+from ..io import SavedFileError, disk_full, is_disk_full
 from ..io._arrays import RESAVE_HINT, meta_value
 from ..inputs._weights import check_sample_weight, check_total_weight
 from ..stats.moments import Moments
@@ -235,7 +235,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     except KeyboardInterrupt:
         raise PassInterrupted(path, _chunks_saved(path, X, segments, done),
                               len(X.chunks[0])) from None
-    except WorkersLost as exc:
+    except (WorkersLost, SchedulerLost) as exc:
         saved = _chunks_saved(path, X, segments, done)
         raise exc.saved(path, f"{saved} of {len(X.chunks[0])} chunks") from None
     finally:
@@ -385,10 +385,25 @@ def _save(path: Where, total: RunningTotal | ExactTotal, fingerprint: dict, segm
         "done": list(done),
         "digests": list(digests),
     }
-    with atomic_directory(path, "checkpoint", overwrite=True) as tmp:
-        total.save(tmp / "total")
-        progress["total_digest"] = files_digest(tmp / "total")
-        (tmp / "progress.json").write_text(json.dumps(progress, indent=1))
+    try:
+        with atomic_directory(path, "checkpoint", overwrite=True) as tmp:
+            total.save(tmp / "total")
+            progress["total_digest"] = files_digest(tmp / "total")
+            (tmp / "progress.json").write_text(json.dumps(progress, indent=1))
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        from dask.sizeof import sizeof
+
+        # the temporary is gone (atomic_directory removes it); the last save is whole
+        n = segments[-1][1]
+        kept_rows = sum(e - s for i, (s, e) in enumerate(segments) if i in done[:-1])
+        kept = (f"the unfinished save was removed, the checkpoint keeps its last save "
+                f"({kept_rows:,} of {n:,} rows): free space there, then resume from it"
+                if kept_rows else "the unfinished save was removed, nothing was saved before it: "
+                "free space there or choose a checkpoint on another disk")
+        # the new save is written whole beside the last one before it replaces it
+        raise disk_full(path, "the checkpoint", kept, needed=int(sizeof(total))) from None
 
 
 def _load(path: Where) -> dict | None:

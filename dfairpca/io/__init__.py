@@ -34,7 +34,7 @@ the same partial output refuse each other (:func:`exclusive`).
 from ._arrays import FORMAT_VERSION, load_arrays, save_arrays, write_arrays
 from ._files import MAX_JSON_BYTES, SavedFileError, read_capped
 from ._local import named, register_marked_file
-from ._locks import exclusive
+from ._locks import disk_full, exclusive, is_disk_full
 from ._metadata import MalformedStoreError, check_member_path
 from ._marker import MARKER, MARKER_KEY, OutputPathError, marker, marker_attributes
 from ._stage import STAGE_ENV, check_stage_dir, staged_locally
@@ -53,7 +53,7 @@ __all__ = [
     "strict_group", "read_checked", "check_written", "MalformedStoreError", "check_member_path",
     # the write protocol
     "atomic_directory", "atomic_file", "staged_locally", "move_into_place", "writing_every_chunk",
-    "exclusive", "check_target", "check_stage_dir", "named", "foreign_entries", "remove_directory",
+    "exclusive", "disk_full", "is_disk_full", "check_target", "check_stage_dir", "named", "foreign_entries", "remove_directory",
     "recover", "recover_for_reading", "read_marker", "write_marker", "marker", "marker_attributes",
     "register_marked_file", "MARKER", "MARKER_KEY", "STAGE_ENV",
     # where data lives

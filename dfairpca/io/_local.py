@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ._files import read_capped
-from ._locks import REPLACE_LOCK, drop_stale_lock, exclusive, not_writable
+from ._locks import REPLACE_LOCK, drop_stale_lock, exclusive, is_mount_point, not_writable
 from ._marker import (
     consolidate,
     MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, lease_age, leased, marker,
@@ -148,6 +148,13 @@ class LocalStorage(Storage):
             raise OutputPathError(
                 f"{path} is a symbolic link; dfairpca does not replace links: choose another path "
                 "or remove it yourself"
+            )
+        if path.is_dir() and is_mount_point(path):
+            # found now, not when the rename into place fails (EBUSY) after the whole pass
+            raise OutputPathError(
+                f"{path} is a mount point: dfairpca writes a {kind} beside its path and renames "
+                f"it into place, which a mount point cannot be; pass a path inside it, e.g. "
+                f"{path / kind.replace(' ', '_')}"
             )
         if path.exists():
             replaced = OutputPathError(

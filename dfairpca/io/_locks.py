@@ -12,15 +12,50 @@ import os
 from pathlib import Path
 
 from ._marker import OutputPathError
-from ..errors import AccessError
+from ..errors import AccessError, DiskFullError
 
-__all__ = ["exclusive", "LOCK_MARK", "REPLACE_LOCK", "drop_stale_lock", "is_held", "not_writable"]
+__all__ = ["exclusive", "LOCK_MARK", "REPLACE_LOCK", "drop_stale_lock", "is_held", "not_writable",
+           "is_mount_point", "is_disk_full", "disk_full"]
 
 #: the suffix of the lock file ``.NAME`` + this that a replace of ``NAME`` holds
 REPLACE_LOCK = ".replace.lock"
 
-#: the content of a lock file dfairpca made (:func:`exclusive`): only such a file is removed
+#: how a lock file dfairpca made (:func:`exclusive`) begins: only such a file is removed;
+#: a line naming its holder follows (:func:`_holder_line`)
 LOCK_MARK = b"dfairpca lock\n"
+
+#: the most of a lock file read back: the mark and one line naming its holder
+_LOCK_READ = 4096
+
+
+def _holder_line() -> bytes:
+    """The line a lock file carries after :data:`LOCK_MARK`: this process's id and command
+    line, so that a second writer's refusal names the first."""
+    import sys
+
+    command = " ".join(["dfairpca", *sys.argv[1:]]) if sys.argv else "python"
+    command = " ".join(command.split())  # one line, whatever the arguments held
+    if len(command) > 200:
+        command = command[:197] + "..."
+    return f"pid {os.getpid()}: {command}\n".encode(errors="replace")
+
+
+def _ours(fd: int) -> bool:
+    """Whether the open lock file ``fd`` is one dfairpca made (it begins with the mark)."""
+    return os.pread(fd, _LOCK_READ, 0).startswith(LOCK_MARK)
+
+
+def _holder(lock: Path) -> str:
+    """Who holds the lock file ``lock``, as its holder wrote it ("pid 123: dfairpca fit
+    ..."), or "" when it says nothing (a user's file, or read as it was made)."""
+    try:
+        with open(lock, "rb") as f:
+            text = f.read(_LOCK_READ)
+    except OSError:
+        return ""
+    if not text.startswith(LOCK_MARK):
+        return ""
+    return text[len(LOCK_MARK):].decode(errors="replace").strip()
 
 
 @contextlib.contextmanager
@@ -71,7 +106,7 @@ def exclusive(lock: Path, what: str, why: str = "two writers would mix their dat
             # marked at once, before taking it: another process may open it and take it
             # first, and whoever holds it removes it only if it carries the mark
             try:
-                os.write(fd, LOCK_MARK)
+                os.write(fd, LOCK_MARK + _holder_line())
             except OSError as exc:
                 os.close(fd)
                 lock.unlink(missing_ok=True)  # empty, and made by this call
@@ -80,8 +115,10 @@ def exclusive(lock: Path, what: str, why: str = "two writers would mix their dat
             _flock_briefly(fd, BRIEF_HOLD_S if wait else 0.0)
         except BlockingIOError:
             os.close(fd)
+            holder = _holder(lock)
             raise OutputPathError(
-                f"another dfairpca process on this machine is writing {what} (it holds {lock}); "
+                f"another dfairpca process on this machine is writing {what} (it holds {lock}"
+                + (f": {holder}" if holder else "") + f"); "
                 f"wait for it to finish, then run this again: {why}"
             ) from None
         try:
@@ -92,10 +129,16 @@ def exclusive(lock: Path, what: str, why: str = "two writers would mix their dat
             break
         os.close(fd)  # the holder removed it after we opened it: take the new one
     try:
+        if _ours(fd):  # a crashed holder's file, taken over: name this holder instead
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, LOCK_MARK + _holder_line(), 0)
+    except OSError:
+        pass  # only the name in another writer's error is lost
+    try:
         yield
     finally:
         try:
-            if os.pread(fd, len(LOCK_MARK) + 1, 0) == LOCK_MARK:  # ours: made by dfairpca
+            if _ours(fd):  # made by dfairpca
                 os.unlink(lock)
         except OSError:
             pass
@@ -136,7 +179,7 @@ def drop_stale_lock(lock: Path) -> None:
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.pread(fd, len(LOCK_MARK) + 1, 0) == LOCK_MARK and \
+        if _ours(fd) and \
                 os.fstat(fd).st_ino == os.stat(lock).st_ino:
             os.unlink(lock)
     except OSError:  # held (BlockingIOError), or removed meanwhile
@@ -173,3 +216,89 @@ def not_writable(path: Path, folder: Path, exc: OSError) -> PermissionError:
         f"cannot write {path}: the directory {folder} is not writable ({exc.strerror}); "
         "choose an output path in a writable directory"
     )
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is the operating system's "no space left" (or "quota exceeded"), not
+    yet said as :class:`~dfairpca.errors.DiskFullError`.
+
+    Parameters
+    ----------
+    exc : BaseException
+        The error a write raised.
+
+    Returns
+    -------
+    bool
+        True for an ``OSError`` with ``errno`` ENOSPC or EDQUOT.
+    """
+    import errno
+
+    return isinstance(exc, OSError) and not isinstance(exc, DiskFullError) and \
+        exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+def disk_full(path, what: str, kept: str, needed: int | None = None) -> DiskFullError:
+    """The one-line error for writing ``what`` at ``path`` on a full disk: the space the
+    write needed and what is free there now, then what was kept or removed.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        What was being written (its closest existing folder is measured).
+    what : str
+        What it is, for people ("the checkpoint").
+    kept : str
+        What was kept or removed, and how to go on.
+    needed : int, optional
+        The bytes the write needed, if known.
+
+    Returns
+    -------
+    DiskFullError
+        The error to raise (``from None``: the operating system's adds nothing).
+    """
+    import errno
+    import shutil
+
+    from dask.utils import format_bytes
+
+    folder = Path(path)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        free = f"{format_bytes(shutil.disk_usage(folder).free)} free there"
+    except OSError:
+        free = "its free space unknown"
+    need = f"it needs about {format_bytes(needed)}, " if needed else ""
+    error = DiskFullError(f"the disk holding {path} is full: writing {what} failed "
+                          f"({need}{free}); {kept}")
+    error.errno = errno.ENOSPC
+    return error
+
+
+def is_mount_point(path: Path) -> bool:
+    """Whether the directory ``path`` is a mount point (a container's volume, a bind mount):
+    it cannot be renamed or replaced, only written inside.  :func:`os.path.ismount` misses a
+    bind mount of a folder of the same file system, which the kernel's table of this
+    process's mounts (``/proc/self/mountinfo``, Linux) names."""
+    try:
+        if os.path.ismount(path):
+            return True
+        real = os.path.realpath(path)
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                # the fifth field, with spaces and the like escaped as \\ooo octal
+                if len(fields) > 4 and _unescape(fields[4]) == real:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path with its octal escapes (``\\040`` for a space) undone."""
+    import re
+
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)

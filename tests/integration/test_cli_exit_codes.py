@@ -104,3 +104,209 @@ def test_ctrl_c_is_exit_130_in_one_line(data, tmp_path):
     assert proc.returncode == EXIT_INTERRUPTED, line + err
     assert line == "dfairpca fit: interrupted\n" and err == "", line + err
     assert not (tmp_path / "m").exists()
+
+
+def _silent_scheduler():
+    """A socket that accepts and never answers: a command connecting to it has passed
+    every check and holds its outputs until it is stopped."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(60)
+    return server, f"tcp://127.0.0.1:{server.getsockname()[1]}"
+
+
+def test_a_second_fit_to_one_out_is_refused_at_once_naming_the_first(data, tmp_path):
+    """Two fits to one --out: the second is refused before its pass, naming the first
+    (its process id), and makes no checkpoint; the first is left to run."""
+    server, address = _silent_scheduler()
+    out = tmp_path / "m"
+    fit = ["fit", str(data), "--array", "X", "-k", "2", "--method", "pca", "--out", str(out)]
+    first = subprocess.Popen([sys.executable, "-m", "dfairpca", *fit, "--scheduler", address,
+                              "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        conn, _ = server.accept()  # the first holds its outputs and waits for its cluster
+        with conn:
+            t = time.perf_counter()
+            for extra in ([], ["--overwrite"], ["--resume"]):
+                code, stdout, err = dfairpca(*fit, *extra, *DEAD)
+                assert code == EXIT_FAILURE, err
+                assert f"another dfairpca process on this machine is writing the model {out} " in err, err
+                assert f".m.lock: pid {first.pid}: dfairpca fit {data} --array X" in err, err
+                assert err.count("\n") == 1 and "Traceback" not in err, err
+                assert stdout == ""  # refused before the data was read: no "n = ..." line
+                assert not out.with_name("m.checkpoint").exists()
+            assert time.perf_counter() - t < 60
+            assert first.poll() is None  # still running, its outputs untouched
+    finally:
+        first.kill()
+        first.wait()
+        first.stdout.close()
+        first.stderr.close()
+        server.close()
+    assert not out.exists() and not out.with_name("m.checkpoint").exists()
+
+
+def _mount(*args) -> bool:
+    return subprocess.run(["mount", *map(str, args)], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("how", ["tmpfs", "bind"])
+def test_a_mount_point_as_out_is_refused_at_once(data, tmp_path, how):
+    """An empty mount point as --out (a container's volume) cannot be renamed into place:
+    refused before any work, saying to pass a path inside it.  A bind mount of a folder of
+    the same file system is one that os.path.ismount does not see.  Real mounts: needs root
+    (skipped elsewhere)."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    (tmp_path / "source").mkdir()
+    mounted = _mount("-t", "tmpfs", "-o", "size=1m", "tmpfs", volume) if how == "tmpfs" else \
+        _mount("--bind", tmp_path / "source", volume)
+    if not mounted:
+        pytest.skip("mounting needs root")
+    try:
+        code, stdout, err = dfairpca("fit", data, "--array", "X", "-k", "2", "--method", "pca",
+                                     "--out", volume, *DEAD)
+        assert code == EXIT_FAILURE and "is a mount point" in err, err
+        assert f"pass a path inside it, e.g. {volume / 'model'}" in err, err
+        assert err.count("\n") == 1 and "Traceback" not in err and stdout == "", err
+        assert list(volume.iterdir()) == []
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["source", "volume"]
+    finally:
+        subprocess.run(["umount", str(volume)], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB file system (tmpfs) at tmp_path/disk: a real full disk, not a simulated one.
+    Needs root (skipped elsewhere)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if not _mount("-t", "tmpfs", "-o", "size=4m", "tmpfs", disk):
+        pytest.skip("mounting a small file system needs root")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True)
+
+
+@pytest.fixture(scope="module")
+def faces(tmp_path_factory):
+    """4,000 faces of 24 x 24 pixels: a pass's d x d statistics weigh 2.5 MiB."""
+    from dfairpca.celeba import synth_celeba
+
+    path = tmp_path_factory.mktemp("faces") / "faces.zarr"
+    synth_celeba(path, n=4000, size=24, n_jobs=1, progress=False)
+    return path
+
+
+def _one_line_error(code, stdout, err, *expected):
+    """An exit status 1 with one error line (beside the local cluster's notes)."""
+    assert code == EXIT_FAILURE, err
+    said = [line for line in err.splitlines() if not line.startswith("dfairpca: ")]
+    assert len(said) == 1 and "Traceback" not in err, err
+    for text in expected:
+        assert text in err, (text, err)
+
+
+def test_a_full_disk_is_one_line_naming_what_was_kept(faces, small_disk, tmp_path):
+    """The checkpoint, the model and transform's output each on a full disk: one line that
+    names the path, the space needed and free, and what was kept; nothing half-written is
+    left, and a kept checkpoint resumes."""
+    fit = ["fit", faces, "-k", "3", "--method", "pca", "--rows-per-chunk", "50", *DEAD[2:]]
+    # the checkpoint: its first save fits, the second (written whole beside the first) not
+    ckpt = small_disk / "m.checkpoint"
+    _one_line_error(*dfairpca(*fit, "--out", small_disk / "m"),
+                    f"the disk holding {ckpt} is full: writing the checkpoint failed (it needs about 2.",
+                    "MiB free there); the unfinished save was removed, the checkpoint keeps its last "
+                    "save (", " of 4,000 rows): free space there, then resume from it (rerun with --resume)")
+    assert sorted(p.name for p in small_disk.iterdir()) == ["m.checkpoint"]
+    kept = tmp_path / "kept.checkpoint"
+    subprocess.run(["cp", "-r", str(ckpt), str(kept)], check=True)
+    subprocess.run(["rm", "-r", str(ckpt)], check=True)
+    # the model, with the d x d statistics: the pass is whole in its checkpoint elsewhere
+    _one_line_error(*dfairpca(*fit, "--out", small_disk / "m", "--statistics", "--checkpoint", kept, "--resume"),
+                    f"the disk holding {small_disk / 'm'} is full: writing the model failed (it needs about 2.",
+                    f"its unfinished copy was removed; the checkpoint {kept} holds the whole pass",
+                    "rerun with --resume")
+    assert list(small_disk.iterdir()) == []
+    code, stdout, err = dfairpca(*fit, "--out", tmp_path / "m", "--checkpoint", kept, "--resume")
+    assert code == 0 and "model written to" in stdout, err
+    assert not kept.exists()
+    # transform's output: 2.2 MiB of reconstructed faces (compressed, under 3), beside a
+    # user's 3 MiB that stay
+    (small_disk / "theirs.bin").write_bytes(b"\1" * (3 << 20))
+    _one_line_error(*dfairpca("transform", tmp_path / "m", faces, "--out", small_disk / "y",
+                              "--reconstruct", *DEAD[2:]),
+                    f"the disk holding {small_disk / 'y'} is full: writing the output store failed "
+                    "(it needs about 2.", "its unfinished copy was removed, nothing else was written")
+    assert [p.name for p in small_disk.iterdir()] == ["theirs.bin"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_cluster(port: int, logs) -> list:
+    """A `dask scheduler` on loopback ``port`` and one `dask worker` of one thread, as a
+    user starts them; returned once the worker has joined."""
+    dask = [sys.executable, "-m", "dask"]
+    address = f"tcp://127.0.0.1:{port}"
+    scheduler = subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                                  "--no-dashboard"], stdout=logs, stderr=logs)
+    worker = subprocess.Popen([*dask, "worker", address, "--nthreads", "1", "--no-dashboard"],
+                              stdout=logs, stderr=logs)
+    from distributed import Client
+
+    with Client(address, timeout=60) as client:
+        client.wait_for_workers(1, timeout=60)
+    return [scheduler, worker]
+
+
+def _stop(processes) -> None:
+    for p in processes:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def test_a_lost_scheduler_is_one_line_naming_it_and_the_checkpoint(faces, tmp_path):
+    """The scheduler of a checkpointed fit killed mid-pass (SIGKILL): exit status 1 and one
+    line on stderr naming the scheduler and the checkpoint to resume from, no traceback
+    from distributed; a new scheduler then finishes the fit from that checkpoint."""
+    out, port = tmp_path / "m", _free_port()
+    ckpt = tmp_path / "m.checkpoint"
+    # 800 chunks of 5 rows on one thread: a pass of several seconds, in 20 saved segments
+    fit = [sys.executable, "-m", "dfairpca", "fit", str(faces), "-k", "3", "--method", "pca",
+           "--out", str(out), "--rows-per-chunk", "5", "--scheduler", f"tcp://127.0.0.1:{port}",
+           "--timeout", "20"]
+    with open(tmp_path / "cluster.log", "wb") as logs:
+        cluster = _start_cluster(port, logs)
+        try:
+            proc = subprocess.Popen(fit, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 120
+            while not (ckpt / "progress.json").exists() and proc.poll() is None:
+                assert time.monotonic() < deadline, "no checkpoint saved"
+                time.sleep(0.05)
+            cluster[0].kill()  # the scheduler, mid-pass
+            killed = time.monotonic()
+            stdout, err = proc.communicate(timeout=120)
+            print(f"said {time.monotonic() - killed:.1f} s after the kill")
+            assert time.monotonic() - killed < 60  # within the fit's --timeout, and a margin
+        finally:
+            _stop(cluster)
+        assert proc.returncode == EXIT_FAILURE, err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith(f"dfairpca fit: error: lost the Dask scheduler at tcp://127.0.0.1:{port}"), err
+        assert f"the checkpoint {ckpt} holds " in err and "rerun with --resume" in err, err
+        assert not out.exists() and (ckpt / "progress.json").exists()
+        # what it said works: a new scheduler, --resume
+        port = _free_port()
+        cluster = _start_cluster(port, logs)
+        try:
+            fit[fit.index("--scheduler") + 1] = f"tcp://127.0.0.1:{port}"
+            done = subprocess.run([*fit, "--resume"], capture_output=True, text=True, timeout=300)
+        finally:
+            _stop(cluster)
+    assert done.returncode == 0 and "model written to" in done.stdout, done.stderr
+    assert not ckpt.exists()
