@@ -1053,3 +1053,53 @@ def test_both_storages_keep_the_same_protocol(place):
     assert storage.read_text("mine.txt") == "a user's" and io.read_marker(place) is None
     with pytest.raises(io.OutputPathError, match="not a report written by dfairpca"):
         io.remove_directory(place, "report")
+
+
+# ------------------------------------------------------------------ recovery and writers
+def test_a_recovery_removing_a_stale_aside_copy_never_holds_a_writer_back(tmp_path, monkeypatch):
+    """A reader's recovery of a crash's aside copy (.old-, beside a whole model) holds the
+    replace lock only to rename it; the slow deletion comes after, so a writer replacing
+    the model meanwhile is not refused as if a second writer were there."""
+    import threading
+
+    path = tmp_path / "m"
+    dfairpca.PCA(2).fit(np.random.default_rng(0).normal(size=(50, 4))).save(path)
+    stale = tmp_path / f".m.old-{_local._sibling(path, 'tmp').name.split('-')[1]}-999999-0123abcd"
+    shutil.copytree(path, stale)
+    real = _local._remove_tree
+
+    def slow(p):
+        time.sleep(3.0)  # a large tree
+        real(p)
+
+    monkeypatch.setattr(_local, "_remove_tree", slow)
+    reader = threading.Thread(target=lambda: io.recover_for_reading(path))
+    reader.start()
+    time.sleep(0.5)  # the reader is deleting the copy now
+    dfairpca.PCA(3).fit(np.random.default_rng(1).normal(size=(50, 4))).save(path, overwrite=True)
+    reader.join()
+    assert dfairpca.load(path).n_components_ == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_a_crashed_holders_lock_file_names_the_new_holder(tmp_path):
+    from dfairpca.io._locks import LOCK_MARK, exclusive
+
+    lock = tmp_path / ".m.lock"
+    lock.write_bytes(LOCK_MARK + b"pid 999999: dfairpca fit\n")  # its holder died
+    with exclusive(lock, "m"):
+        with pytest.raises(io.OutputPathError, match=f"pid {os.getpid()}: ") as refused:
+            with exclusive(lock, "m", wait=False):
+                pass
+    assert "999999" not in str(refused.value)
+    assert not lock.exists()
+
+
+def test_a_lock_file_names_the_command_but_not_its_options(monkeypatch):
+    from dfairpca.io._locks import _holder_line
+
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/dfairpca", "fit", "s3://b/x.zarr", "--storage-options",
+                                      '{"key": "AKIA", "secret": "hunter2"}', "--out", "/m"])
+    assert _holder_line() == f"pid {os.getpid()}: dfairpca fit\n".encode()
+    monkeypatch.setattr(sys, "argv", ["/home/u/train.py", "--secret", "x"])
+    assert _holder_line() == f"pid {os.getpid()}: train.py\n".encode()

@@ -572,7 +572,7 @@ def heldout_report(model_path, store, attribute: str, k: int) -> str:
     lines = []
     for label, prefix in (("PCA", "baseline_"), ("fair PCA", "")):
         gap, p, auc = (row[prefix + c] for c in ("max_mean_gap_sd", "p_value", "linear_probe_auc"))
-        shown = f"p = {p:.2g}" if p > 0 else "p < 1e-300"  # below float64's range: not 0
+        shown = "p < 1e-300" if p == 0 else f"p = {p:.2g}"  # below float64's range: not 0
         lines.append(f"{label}, k = {k}: group-mean gap {gap:.3f} SD ({shown}), "
                      f"linear probe AUC {auc:.3f}")
         print(f"  {lines[-1]}")

@@ -64,7 +64,8 @@ def writing_alone(outputs: dict):
             path.parent.mkdir(parents=True, exist_ok=True)
             held.callback(_remove_empty, made)
             held.enter_context(exclusive(path.parent / f".{path.name}.lock", f"{what} {path}",
-                                         "two commands writing one output would mix or undo each other's work"))
+                                         "two commands writing one output would mix or undo each other's work",
+                                         wait=False))  # no reader takes this lock: refused at once
         yield
 
 

@@ -181,13 +181,14 @@ def _age(sibling: Location) -> float | None:
 
 @contextlib.contextmanager
 def _leased(sibling: Location) -> Iterator[None]:
-    """Hold ``sibling``'s lease while the block runs; its lease object is deleted after."""
-    with leased(sibling.name, lambda: _renew(sibling)):
-        try:
+    """Hold ``sibling``'s lease while the block runs; its lease object is deleted after,
+    once no renewal can run (:func:`leased` has ended, after any renewal under way)."""
+    try:
+        with leased(sibling.name, lambda: _renew(sibling)):
             yield
-        finally:
-            with contextlib.suppress(Exception):
-                sibling.fs.rm(_lease(sibling).path)
+    finally:
+        with contextlib.suppress(Exception):
+            sibling.fs.rm(_lease(sibling).path)
 
 
 # ---------------------------------------------------------------------------- marker

@@ -25,7 +25,7 @@ from pathlib import Path
 from ._files import read_capped
 from ._locks import REPLACE_LOCK, drop_stale_lock, exclusive, is_mount_point, not_writable
 from ._marker import (
-    consolidate,
+    ACTIVE, consolidate,
     MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, lease_age, leased, marker,
     marker_attributes, not_ours, refusal, running, sibling_name, sibling_pattern, warn_kept, zarr_foreign,
     zarr_layout,
@@ -257,6 +257,9 @@ class LocalStorage(Storage):
         # or removed only while this process holds that lock itself, so that no replace
         # can start between the judgement and the repair; a replace under way (the lock
         # held, by this process's own writer too) leaves it alone
+        # (under the lock only renames: a stale copy is moved aside as a dead temporary,
+        # deleted after the lock is let go, so that a writer never waits on a large tree)
+        doomed = []
         if any(sibling_pattern(path.name, "old").fullmatch(e.name) for e in parent.iterdir()):
             try:
                 with exclusive(lock, str(path), "a replace is under way", wait=False):
@@ -265,12 +268,22 @@ class LocalStorage(Storage):
                         if not _exists(path):
                             os.replace(entry, path)
                         else:
-                            _remove_tree(entry)
+                            aside = parent / sibling_name(path.name, "tmp")
+                            ACTIVE.add(aside.name)  # this process's own: no thread of it races
+                            os.replace(entry, aside)
+                            doomed.append(aside)
             except OutputPathError:
                 pass
+        for entry in doomed:
+            try:
+                with contextlib.suppress(FileNotFoundError):  # another process's recovery first
+                    _remove_tree(entry)
+            finally:
+                ACTIVE.discard(entry.name)
         # a `.tmp-` sibling is live while its writer renews its lease
         for entry in self._leftovers(parent, "tmp"):
-            entry.unlink() if entry.is_file() else _remove_tree(entry)
+            with contextlib.suppress(FileNotFoundError):  # another recovery was there first
+                entry.unlink() if entry.is_file() else _remove_tree(entry)
 
     def _leftovers(self, parent: Path, role: str) -> list[Path]:
         """The ``role`` ("tmp" or "old") siblings of the target that a dead write left:

@@ -29,15 +29,29 @@ _LOCK_READ = 4096
 
 
 def _holder_line() -> bytes:
-    """The line a lock file carries after :data:`LOCK_MARK`: this process's id and command
-    line, so that a second writer's refusal names the first."""
+    """The line a lock file carries after :data:`LOCK_MARK`: this process's id and what it
+    runs, so that a second writer's refusal names the first.  Only the program and, for
+    the command line, its command: the options may hold credentials (``--storage-options``)
+    and the file is readable by other users."""
     import sys
 
-    command = " ".join(["dfairpca", *sys.argv[1:]]) if sys.argv else "python"
-    command = " ".join(command.split())  # one line, whatever the arguments held
-    if len(command) > 200:
-        command = command[:197] + "..."
-    return f"pid {os.getpid()}: {command}\n".encode(errors="replace")
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    if prog == "__main__.py":  # python -m PACKAGE: the package's name
+        prog = os.path.basename(os.path.dirname(sys.argv[0])) or prog
+    command = sys.argv[1] if len(sys.argv) > 1 and prog == "dfairpca" else ""
+    if not command.replace("-", "").isalnum():
+        command = ""  # an option or a path, not a command
+    words = " ".join(w for w in (prog, command) if w)[:100]
+    return f"pid {os.getpid()}: {words}\n".encode(errors="replace")
+
+
+def _open_existing(lock: Path) -> int:
+    """An existing lock file opened read-write, else read-only (never blocking on a pipe)."""
+    flags = getattr(os, "O_NONBLOCK", 0)
+    try:
+        return os.open(lock, os.O_RDWR | flags)
+    except PermissionError:
+        return os.open(lock, os.O_RDONLY | flags)
 
 
 def _ours(fd: int) -> bool:
@@ -93,9 +107,11 @@ def exclusive(lock: Path, what: str, why: str = "two writers would mix their dat
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
+            made = False
             try:
-                # without waiting for a writer, should a named pipe be there
-                fd = os.open(lock, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+                # without waiting for a writer, should a named pipe be there; read-write
+                # where allowed, so that a crashed holder's file can be relabelled
+                fd = _open_existing(lock)
             except FileNotFoundError:
                 continue  # removed meanwhile by its holder
             except OSError as exc:
@@ -103,6 +119,7 @@ def exclusive(lock: Path, what: str, why: str = "two writers would mix their dat
         except OSError as exc:
             raise not_writable(lock, lock.parent, exc) from None
         else:
+            made = True
             # marked at once, before taking it: another process may open it and take it
             # first, and whoever holds it removes it only if it carries the mark
             try:
@@ -129,11 +146,12 @@ def exclusive(lock: Path, what: str, why: str = "two writers would mix their dat
             break
         os.close(fd)  # the holder removed it after we opened it: take the new one
     try:
-        if _ours(fd):  # a crashed holder's file, taken over: name this holder instead
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, LOCK_MARK + _holder_line(), 0)
+        if not made and _ours(fd):  # a crashed holder's file, taken over: name this holder
+            line = LOCK_MARK + _holder_line()
+            os.pwrite(fd, line, 0)  # written first, then cut: the mark is never missing
+            os.ftruncate(fd, len(line))
     except OSError:
-        pass  # only the name in another writer's error is lost
+        pass  # opened read-only (another user's folder): only the name in an error is lost
     try:
         yield
     finally:
