@@ -199,6 +199,25 @@ def _add_cluster(p, scheduler_help: str = "tcp://host:port of a Dask scheduler (
                         f"worker{during}")
 
 
+def _add_sensitive(p, title: str, use: str = "as protected attributes"):
+    """The protected-attribute options that ``fit``, ``erase`` and ``evaluate`` share, as
+    the group ``title``: CelebA attributes, Zarr arrays, columns of a CSV or Parquet file
+    (``use``: what the columns are for, in --sensitive-column's help)."""
+    g = p.add_argument_group(title)
+    g.add_argument("--attribute", action="append", default=[], metavar="NAME",
+                   help="a CelebA attribute of STORE (0/1 or -1/1), e.g. Eyeglasses; "
+                        "repeatable (default: none)")
+    g.add_argument("--sensitive-array", action="append", default=[], metavar="ARRAY",
+                   help="labels of any type from a Zarr array: an array of STORE or a path; "
+                        "(n,) is one attribute, (n, p) p attributes; repeatable (default: none)")
+    g.add_argument("--sensitive-csv", metavar="FILE",
+                   help="a CSV file, or Parquet by its extension .parquet/.pq (needs pyarrow), "
+                        "whose row i labels row i of X (default: none)")
+    g.add_argument("--sensitive-column", action="append", default=[], metavar="COL[,COL...]",
+                   help=f"columns of --sensitive-csv to use {use}; repeatable (default: none)")
+    return g
+
+
 def _add_array(p):
     p.add_argument("--array", metavar="ARRAY",
                    help="the data X: an array of STORE (a path inside it, e.g. X or data/X) or "
@@ -260,19 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", choices=["pca", "fair", "fair-s"], default=FitJob.method,
                    help="pca: standard PCA; fair: fair PCA (equal group means); fair-s: fair PCA "
                         "that also (approximately) equalises the group covariances")
-    g = p.add_argument_group("protected attributes (fair methods; the sources combine)")
-    g.add_argument("--attribute", action="append", default=[], metavar="NAME",
-                   help="a CelebA attribute of STORE (0/1 or -1/1), e.g. Eyeglasses; "
-                        "repeatable (default: none)")
-    g.add_argument("--sensitive-array", action="append", default=[], metavar="ARRAY",
-                   help="labels of any type from a Zarr array: an array of STORE or a path; "
-                        "(n,) is one attribute, (n, p) p attributes; repeatable (default: none)")
-    g.add_argument("--sensitive-csv", metavar="FILE",
-                   help="a CSV file, or Parquet by its extension .parquet/.pq (needs pyarrow), "
-                        "whose row i labels row i of X (default: none)")
-    g.add_argument("--sensitive-column", action="append", default=[], metavar="COL[,COL...]",
-                   help="columns of --sensitive-csv to use as protected attributes; "
-                        "repeatable (default: none)")
+    _add_sensitive(p, "protected attributes (fair methods; the sources combine)")
     g = p.add_argument_group("constraint")
     g.add_argument("--constraint", choices=["demographic_parity", "equal_opportunity"],
                    default=FitJob.constraint,
@@ -351,23 +358,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster(p)
     p.set_defaults(func=cmd_transform)
 
-    add_erase_parser(sub, _add_array, _add_storage, _add_cluster, OVERWRITE_HELP, JSON_HELP)
+    add_erase_parser(sub, _add_array, _add_sensitive, _add_storage, _add_cluster, OVERWRITE_HELP,
+                     JSON_HELP)
     p = sub.add_parser("evaluate", help="how fair a model's representation is on a store's rows "
                        "(typically held out): group-mean gap, its test, a linear probe")
     p.add_argument("model", metavar="MODEL", help="a model written by dfairpca fit")
     p.add_argument("store", metavar="STORE",
                    help="a Zarr store: a group (CelebA layout unless --array) or a bare array")
     _add_array(p)
-    g = p.add_argument_group("protected attributes (the sources combine; one report line each)")
-    g.add_argument("--attribute", action="append", default=[], metavar="NAME",
-                   help="a CelebA attribute of STORE (0/1 or -1/1); repeatable (default: none)")
-    g.add_argument("--sensitive-array", action="append", default=[], metavar="ARRAY",
-                   help="labels of any type from a Zarr array of STORE or a path, (n,) or (n, p); "
-                        "repeatable (default: none)")
-    g.add_argument("--sensitive-csv", metavar="FILE",
-                   help="a CSV (or Parquet) file whose row i labels row i of X (default: none)")
-    g.add_argument("--sensitive-column", action="append", default=[], metavar="COL[,COL...]",
-                   help="columns of --sensitive-csv to evaluate; repeatable (default: none)")
+    _add_sensitive(p, "protected attributes (the sources combine; one report line each)",
+                   use="as the attributes to evaluate")
     p.add_argument("--baseline-k", type=_positive(int), metavar="K",
                    help="also report standard PCA with K components, fitted on STORE's rows, one "
                         "more pass (default: no baseline)")

@@ -90,7 +90,7 @@ def _fraction(text: str) -> float:
     return value
 
 
-def add_erase_parser(sub, add_array, add_storage, add_cluster, overwrite_help: str,
+def add_erase_parser(sub, add_array, add_sensitive, add_storage, add_cluster, overwrite_help: str,
                      json_help: str) -> None:
     """The ``erase`` subcommand's options (the shared groups of options by the parser's
     helpers, passed in)."""
@@ -106,18 +106,7 @@ def add_erase_parser(sub, add_array, add_storage, add_cluster, overwrite_help: s
                    help="leace: the least change after which no linear classifier recovers the "
                         "groups; orth: the orthogonal projection removing the group-mean "
                         "differences")
-    g = p.add_argument_group("protected attributes (the sources combine)")
-    g.add_argument("--attribute", action="append", default=[], metavar="NAME",
-                   help="a CelebA attribute of STORE (0/1 or -1/1), e.g. Eyeglasses; "
-                        "repeatable (default: none)")
-    g.add_argument("--sensitive-array", action="append", default=[], metavar="ARRAY",
-                   help="labels of any type from a Zarr array: an array of STORE or a path; "
-                        "(n,) is one attribute, (n, p) p attributes; repeatable (default: none)")
-    g.add_argument("--sensitive-csv", metavar="FILE",
-                   help="a CSV (or Parquet) file whose row i labels row i of X (default: none)")
-    g.add_argument("--sensitive-column", action="append", default=[], metavar="COL[,COL...]",
-                   help="columns of --sensitive-csv to use as protected attributes; "
-                        "repeatable (default: none)")
+    add_sensitive(p, "protected attributes (the sources combine)")
     g = p.add_argument_group("sample weights (frequency weights: a row of weight w counts w times)")
     g.add_argument("--sample-weight-array", metavar="ARRAY",
                    help="the rows' weights from a Zarr array of STORE or a path (default: none)")
