@@ -18,7 +18,7 @@ from .progress import phase
 from ..errors import InvalidInputError
 
 __all__ = ["top_eigh", "top_eigh_exact", "iterative", "subspace_iteration", "deflated",
-           "pca_components", "flip_signs", "row_norms", "EIGEN_SOLVERS", "ITERATIVE_MIN_SIZE"]
+           "pca_components", "flip_signs", "EIGEN_SOLVERS", "ITERATIVE_MIN_SIZE"]
 
 
 #: the values of the estimators' ``eigen_solver``
@@ -138,15 +138,6 @@ def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_it
         V, _ = np.linalg.qr(W @ G[:, ::-1])
     V = V @ G[:, ::-1]
     return w[::-1][:k], V[:, :k]
-
-
-def row_norms(A: np.ndarray) -> np.ndarray:
-    """Euclidean norms of the rows of A without underflow or overflow (each row scaled by
-    its largest entry first: ``np.linalg.norm`` of a row of 1e-170s is 0)."""
-    A = np.asarray(A, dtype=np.float64)
-    top = np.abs(A).max(axis=1) if A.shape[1] else np.zeros(A.shape[0])
-    safe = np.where(top > 0, top, 1.0)
-    return top * np.linalg.norm(A / safe[:, None], axis=1)
 
 
 def pca_components(S: np.ndarray, k: int, solver: str = "dense") -> np.ndarray:

@@ -19,14 +19,14 @@ import numpy.typing as npt
 from ..base.progress import reported
 from ..engine._compute import worker_timeout
 from ..solve._solution import FairSolution, exact_fair_solution, randomized_fair_solution
-from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, check_fair_k, low_variance_message
+from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, low_variance_message
 from ._base import set_certificate
 from ._linear import (
     LINEAR_RULES, LinearDecomposition, release, whitening,
 )
 from ..base._params import TRADEOFF, is_int, outside_stacklevel
 from ..io._registry import register
-from ..solve._limits import check_rows, known
+from ..solve._limits import check_fair_k, check_rows, known
 from ._saved import fair_meta, restore_fair_meta
 from ._fair_input import FairInput, fair_input
 from ..inputs._validation import SENSITIVE_IDS, Input
@@ -367,7 +367,7 @@ class FairPCA(LinearDecomposition):
         return self._fit_statistics(m)
 
     def _check_k_groups(self, d, ms, n=None, q: int = 0):
-        """The largest k the attributes allow (:func:`dfairpca.solve._fairness.check_fair_k`);
+        """The largest k the attributes allow (:func:`dfairpca.solve._limits.check_fair_k`);
         raise if n_components exceeds it or the n fitted rows (when known)."""
         limit = check_fair_k(self.n_components, d, ms, q)
         k = self.n_components

@@ -313,7 +313,7 @@ class PCA(LinearDecomposition):
     def _fit_statistics(self, statistics: Moments) -> Self:
         """:meth:`fit_statistics`, the parameters checked already (by the public call)."""
         self._check_k(statistics.n_features, statistics.n_effective)
-        S, scale, e = fitted_space(statistics, self.center, self.standardize)
+        S, scale, e = fitted_space(statistics.problem(), self.center, self.standardize)
         U = standard_components(S, statistics.n, self.n_components, self._eigen_solver,
                                 rows=statistics.n_effective if statistics.weighted else None)
         self._set_fitted(statistics, U, S, scale, e)

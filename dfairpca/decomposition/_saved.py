@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..io import _registry
-from ..base import _solvers
 from ..solve import _fairness
 from ..base._compat import current_params
 from ..base._params import validate_params
@@ -334,13 +333,13 @@ def check_eraser_values(est) -> None:
         M = np.asarray(M, np.float64)
         for g in range(1, len(M)):
             diff = M[g] - M[0]
-            size = float(_solvers.row_norms(diff[None])[0])
+            size = float(_fairness.row_norms(diff[None])[0])
             if not size > 0:
                 continue
             unit = diff / size
-            kept = float(_solvers.row_norms((unit - L @ (R @ unit))[None])[0])
+            kept = float(_fairness.row_norms((unit - L @ (R @ unit))[None])[0])
             rounding = 4 * eps * np.sqrt(M.shape[1]) * gain * (
-                float(_solvers.row_norms(M[[0, g]]).sum()) / size)
+                float(_fairness.row_norms(M[[0, g]]).sum()) / size)
             if kept > _fairness.FAIRNESS_TOLERANCE + rounding:
                 name = names[j] if j < len(names) else f"attribute {j}"
                 raise InvalidInputError(
@@ -386,12 +385,12 @@ def _saved_unfairness(est) -> str | None:
             M = M / scale[None, :]
         for g in range(1, len(M)):
             diff = M[g] - M[0]
-            size = float(_solvers.row_norms(diff[None])[0])
+            size = float(_fairness.row_norms(diff[None])[0])
             if not size > 0:
                 continue
-            kept = float(_solvers.row_norms((U @ (diff / size))[None])[0])
+            kept = float(_fairness.row_norms((U @ (diff / size))[None])[0])
             rounding = 4 * eps * np.sqrt(M.shape[1]) * (
-                float(_solvers.row_norms(M[[0, g]]).sum()) / size)
+                float(_fairness.row_norms(M[[0, g]]).sum()) / size)
             if kept > _fairness.FAIRNESS_TOLERANCE + rounding:
                 name = names[j] if j < len(names) else f"attribute {j}"
                 return (f"'components_' keep {kept:.2e} of the difference between the saved "

@@ -68,7 +68,8 @@ from ._base import Estimator, set_certificate
 from ..engine._compute import compute, worker_timeout
 from ..engine._engine import coded_moments
 from ..solve._exact import row_variance
-from ..solve._fairness import CONSTRAINT_RULES, certify, check_fair_k
+from ..solve._fairness import CONSTRAINT_RULES, certify
+from ..solve._limits import check_fair_k
 from ..base._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
 from ..io._registry import register
 from ._saved import fair_meta, kernel_layout, restore_fair_meta

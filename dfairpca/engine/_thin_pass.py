@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..base import _solvers
 from ._engine import chain_reduce, row_slice
 from ..base._compat import first_moments_state
 from ..base._system import rows_per_block
@@ -325,8 +324,8 @@ def _shift_and_exponent(x0: np.ndarray, D: int, dtype) -> tuple[np.ndarray, int]
     if x0.dtype.kind in "iub":  # integers minus an integer: exact (see thin_chunk_sums)
         shift = np.round(shift)
     shift = shift.astype(dtype).astype(np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):  # squares of 1e-170 are 0: row_norms
-        rms = float(_solvers.row_norms((x0 - shift).T).max() / np.sqrt(len(x0)))
+    with np.errstate(over="ignore", invalid="ignore"):  # squares of 1e-170 are 0: hypot is not
+        rms = float(np.hypot.reduce(x0 - shift, axis=0).max() / np.sqrt(len(x0)))
     bits = RANGE_BITS[np.dtype(dtype)]
     if not np.isfinite(rms) or rms == 0 or 2.0 ** -bits <= rms <= 2.0 ** bits:
         return shift, 0

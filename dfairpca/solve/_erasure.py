@@ -30,11 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..base import _solvers
-from ..stats._exact import kernel_name
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
-from ._fairness import certify, constraint_basis, fair_constraints
+from ._fairness import by_attribute, certify, constraint_basis, fair_constraints, row_norms
 
 __all__ = ["ERASURE_METHODS", "Erasure", "support_whitening", "erasure_maps", "erasure_violation",
            "fit_erasure", "default_rtol"]
@@ -118,12 +116,12 @@ def erasure_violation(L: np.ndarray, R: np.ndarray, C: np.ndarray) -> np.ndarray
     """Per row v of C: ``|v - L R v| / |v|`` (0 for v = 0), the share of v that the
     covariance of the erased output with v's indicator keeps, in float64, O(d r m)."""
     C = np.asarray(C, np.float64)
-    norms = _solvers.row_norms(C)
+    norms = row_norms(C)
     out = np.zeros(C.shape[0])
     live = norms > 0
     if live.any():
         unit = C[live] / norms[live, None]
-        out[live] = _solvers.row_norms(unit - (unit @ R.T) @ L.T)
+        out[live] = row_norms(unit - (unit @ R.T) @ L.T)
     return out
 
 
@@ -135,32 +133,19 @@ def fit_erasure(m: Moments, num: np.ndarray, names, *, method: str, rtol: float 
     ``rtol``: the eigenvalue floor of Sigma's support relative to its largest eigenvalue
     (None: :func:`default_rtol`).  Raises before it returns an eraser that fails its
     certificate, naming the group."""
-    if m.n < 2:
-        raise InvalidInputError(f"need at least 2 samples to fit; got {m.n} (n_samples={m.n})")
-    q = len(num)
-    keep = np.setdiff1d(np.arange(m.n_features), num)
-    mf = m.columns(keep) if q else m
-    C = fair_constraints(m, mf, num, keep, names, None)
-    d = mf.n_features
-    tol = default_rtol(d, m.precision) if rtol is None else float(rtol)
-    S = mf.full_scatter() / max(mf.n - 1, 1)  # stored units, 4**scatter_exponent
-    L, R, s = erasure_maps(S, C, method, tol, mf.scatter_exponent)
-    per_group = _by_attribute(erasure_violation(L, R, C), mf, q)
-    categories = [a.categories for a in mf.attributes] + [None] * q
+    P = m.problem(num)
+    C = fair_constraints(P, names, None)
+    d = P.n_features
+    tol = default_rtol(d, P.precision) if rtol is None else float(rtol)
+    assert P.scatter is not None  # a complete problem
+    S = P.scatter / max(P.n - 1, 1)  # stored units, 4**scatter_exponent
+    L, R, s = erasure_maps(S, C, method, tol, P.exponent)
+    per_group = by_attribute(erasure_violation(L, R, C), P)
     fix = ("compute_dtype='float64' (the products ran in float32), "
-           if m.precision > np.finfo(np.float64).eps else "")
+           if P.precision > np.finfo(np.float64).eps else "")
     fix += f"a smaller rtol (the support kept {s} of {d} eigenvalues)" if method == "leace" else \
         "method='leace'"
-    certify(per_group, names, categories, m.precision, estimator, fix=fix, kept_by="the erased output keeps")
-    return Erasure(L, R, mf.mean.copy(), s, tol, per_group,
-                   [mf.group_means(j) for j in range(len(mf.attributes))], list(names), m,
-                   kernel_name(mf), mf.n, mf.n_rows)
-
-
-def _by_attribute(shares: np.ndarray, m: Moments, q: int) -> list:
-    """``shares`` (one per constraint row) split by attribute, as
-    :func:`dfairpca.solve._fairness.violations_by_attribute` splits a projection's: an
-    array per attribute of m (a row per group), then one per numeric attribute."""
-    sizes = [a.n_groups for a in m.attributes] + [1] * q
-    return list(np.split(shares, np.cumsum(sizes)[:-1]))
-
+    certify(per_group, names, P.categories + [None] * len(num), P.precision, estimator, fix=fix,
+            kept_by="the erased output keeps")
+    return Erasure(L, R, P.mean.copy(), s, tol, per_group, P.group_means, list(names), m,
+                   P.kernel, P.n, P.n_rows)

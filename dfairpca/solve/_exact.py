@@ -15,38 +15,35 @@ import numbers
 import numpy as np
 
 from ..base import _solvers
-from ..stats._chunk import OVERFLOW_MESSAGE
-from ..stats.moments import Moments
+from ..stats.moments import Problem
 from ..errors import InvalidInputError
-from ..inputs._weights import too_few_samples
 
 __all__ = ["fitted_space", "standard_scale", "check_variance", "row_variance", "standard_components",
            "fraction_to_k", "mle_rank", "mle_evidence"]
 
 
-def fitted_space(m: Moments, center: bool, standardize: bool):
+def fitted_space(P: Problem, center: bool, standardize: bool):
     """(S, scale, e): the matrix whose eigenvectors we want, in the fitted feature space,
     as ``S * 4**e`` (e is the statistics' ``scatter_exponent``, 0 but for data of
-    extreme magnitude; 0 when standardized, which is unit-free), and the true scale."""
-    if m.n < 2:
-        raise InvalidInputError(too_few_samples(m.n, m.n_rows))
-    if not (np.all(np.isfinite(m.mean)) and np.all(np.isfinite(m.scatter_diagonal))):
-        raise InvalidInputError(OVERFLOW_MESSAGE)
-    e = m.scatter_exponent
-    S = m.full_scatter()
+    extreme magnitude; 0 when standardized, which is unit-free), and the true scale, from
+    the problem P (:meth:`dfairpca.stats.moments.Moments.problem`, which refused too few
+    rows and overflowed sums)."""
+    e = P.exponent
+    S = P.scatter
+    assert S is not None  # an exact solve's problem is complete
     if not center:
-        mu = np.ldexp(m.mean, -e)  # in the scatter's units
-        S = S + m.n * np.outer(mu, mu)
+        mu = np.ldexp(P.mean, -e)  # in the scatter's units
+        S = S + P.n * np.outer(mu, mu)
     scale = None
     if standardize:
-        sd, scale = standard_scale(m.n, m.mean, m.scatter_diagonal, e)
+        sd, scale = standard_scale(P.n, P.mean, P.diagonal, e)
         S = S / np.outer(sd, sd)
         e = 0
     # the means in the units of S (stored, then standardized); uncentred, S holds them
-    mu = np.zeros(len(m.mean)) if not center else np.ldexp(m.mean, -m.scatter_exponent)
+    mu = np.zeros(len(P.mean)) if not center else np.ldexp(P.mean, -P.exponent)
     if standardize and center:
         mu = mu / sd
-    check_variance(np.diagonal(S), m.n, mu, m.rows)
+    check_variance(np.diagonal(S), P.n, mu, P.rows)
     return S, scale, e
 
 

@@ -1,4 +1,4 @@
-"""The fair PCA algebra, which the fair estimators share: the k limit, the constraint vectors
+"""The fair PCA algebra, which the fair estimators share: the constraint vectors
 and their orthonormal basis, the certificate, Fair PCA-S's equalising basis and the fair
 eigenproblem.
 
@@ -13,11 +13,14 @@ make ``Q^T U = 0`` hold to rounding, and :func:`constraint_violation` measures w
 in float64, after every solve.
 
 
-:class:`~dfairpca.FairPCA` and :class:`~dfairpca.FairKernelPCA` (exact and Nyström) remove
-``sum(m_r) - p`` directions for p attributes of m_1, ..., m_p groups and one for each of q
-numeric attributes; :func:`check_fair_k` is that rule, once.  After every solve the share
-of each constraint vector the components keep is measured in float64 and
-:func:`certify` refuses a fit above :data:`~dfairpca.solve._fairness.FAIRNESS_TOLERANCE`.
+:class:`~dfairpca.FairPCA` and :class:`~dfairpca.FairKernelPCA` (exact and Nyström) share
+the k limit (:func:`dfairpca.solve._limits.check_fair_k`).  After every solve the share of
+each constraint vector the components keep is measured in float64 and :func:`certify`
+refuses a fit above :data:`~dfairpca.solve._fairness.FAIRNESS_TOLERANCE`.
+
+Everything here reads the statistics through one :class:`~dfairpca.stats.moments.Problem`
+(plain arrays, :meth:`~dfairpca.stats.moments.Moments.problem`) and calls the eigensolvers of
+:mod:`dfairpca.base._solvers` only for the eigenproblem itself.
 """
 
 from __future__ import annotations
@@ -30,15 +33,12 @@ import scipy.linalg
 
 from ..base import _solvers
 from ..base._params import Check, is_int, is_real, one_of, outside_stacklevel
-from ..stats.moments import Moments
+from ..stats.moments import Problem
 from ._exact import fraction_to_k
-from ._limits import too_large
 from ..errors import ConstraintDroppedWarning, InvalidInputError
 
-__all__ = ["CONSTRAINTS", "CONSTRAINT_RULES", "fair_k_limit", "check_fair_k", "certify",
-           "group_constraints", "numeric_constraints",
-           "numeric_constraint_rows",
-           "covariance_terms", "EQUALIZE_RULES", "FAIRNESS_TOLERANCE", "constraint_basis",
+__all__ = ["CONSTRAINTS", "CONSTRAINT_RULES", "certify", "row_norms", "by_attribute",
+           "group_constraints", "numeric_constraints", "covariance_terms", "EQUALIZE_RULES", "FAIRNESS_TOLERANCE", "constraint_basis",
            "constraint_violation", "equalizing_basis", "fair_constraints", "fair_components",
            "LOW_VARIANCE", "equalized_dimensions", "low_variance_message"]
 
@@ -56,56 +56,12 @@ CONSTRAINT_RULES = [one_of(CONSTRAINTS)]
 FAIRNESS_TOLERANCE = 1e-8
 
 
-def fair_k_limit(size: int, ms, q: int = 0) -> int:
-    """The most fair components ``size`` dimensions hold: ``size - sum(m_r) + p - q`` for
-    p attributes of ``ms`` = (m_1, ..., m_p) groups and q numeric attributes."""
-    return size - sum(ms) + len(ms) - q
-
-
-def check_fair_k(k, size: int, ms, q: int = 0, *, basis: str | None = None,
-                 fix: str | None = None) -> int:
-    """:func:`fair_k_limit`; raise if no fair component exists or the int k exceeds it.
-
-    ``size`` is what the components are made of: X's d features (``basis`` None: the
-    linear estimators) or a kernel method's basis, which ``basis`` describes ("n = 200
-    fitted rows") and ``fix`` says how to enlarge.  k None asks for the limit.
-    """
-    limit = fair_k_limit(size, ms, q)
-    if limit >= 1 and not (is_int(k) and k > limit):
-        return limit
-    numeric = [f"{q} numeric attribute(s)"] if q else []
-    desc = " and ".join([f"{m} groups" for m in ms] + numeric)
-    terms = f"{size} - {sum(ms)} + {len(ms)}{f' - {q}' if q else ''} = {limit}"
-    if basis is None:
-        if limit < 1:
-            raise InvalidInputError(
-                f"no fair projection exists: {size} features cannot absorb "
-                f"{sum(ms) - len(ms) + q} constraints from groups of sizes "
-                f"{list(ms)}{''.join(' and ' + s for s in numeric)}"
-            )
-        symbols = "d - sum(m) + p - q" if q else "d - sum(m) + p"
-        raise too_large(k, f"with {desc} the largest k is {symbols} = {terms}")
-    why = f"with {desc} and {basis} the largest k is {terms}; {fix}"
-    if limit >= 1:
-        raise too_large(limit if k is None else k, why)
-    raise InvalidInputError(f"no fair representation exists: {why}")
-
-
-def stack_constraints(group_rows: np.ndarray, numeric_rows, scale) -> np.ndarray:
-    """The constraint vectors (rows) in the fitted feature space, for the exact and the
-    matrix-free solve alike: every group's mean deviation, then every numeric attribute's
-    covariance with the features (None: there are none), divided by the features'
-    ``scale`` when standardised."""
-    C = group_rows if numeric_rows is None else np.vstack([group_rows, numeric_rows])
-    return C if scale is None else C / scale[None, :]
-
-
-def violations_by_attribute(U: np.ndarray, C: np.ndarray, m, q: int) -> list:
-    """The certificate of components U (k, d) against the constraint rows C, split by
-    attribute: one array per attribute of m's (a row per group), then one of one row per
-    numeric attribute (q of them), as :func:`certify` takes it."""
-    sizes = [a.n_groups for a in m.attributes] + [1] * q
-    return list(np.split(constraint_violation(U, C), np.cumsum(sizes)[:-1]))
+def by_attribute(shares: np.ndarray, P: Problem) -> list:
+    """``shares`` (one per constraint row of P, e.g. :func:`constraint_violation`'s) split
+    by attribute, as :func:`certify` takes them: one array per attribute given as labels (a
+    row per group), then one of one row per numeric attribute."""
+    sizes = P.group_sizes + [1] * len(P.numeric_means)
+    return list(np.split(shares, np.cumsum(sizes)[:-1]))
 
 
 def certify(per_group, names, categories, precision: float, estimator: str,
@@ -143,14 +99,14 @@ def certify(per_group, names, categories, precision: float, estimator: str,
     )
 
 
-def group_constraints(m: Moments, names) -> np.ndarray:
+def group_constraints(P: Problem, names) -> np.ndarray:
     """The constraint matrix (rows ``n_g (mean_g - mean)``), with the rows of groups whose
     mean is the overall mean to float64 rounding set to 0, with a warning for each."""
-    C = m.constraint_matrix()
-    if not m.attributes:
+    C = P.constraint_rows.copy()
+    if not P.counts:
         return C
-    counts = np.concatenate([a.counts for a in m.attributes]).astype(np.float64)
-    floor = m.deviation_floor()
+    counts = np.concatenate(P.counts).astype(np.float64)
+    floor = P.deviation_floor
     # a deviation is rounding only if it is within the rounding bound in every feature
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         # (weighted counts may be below 1: divide by the count itself wherever it is not 0)
@@ -158,11 +114,11 @@ def group_constraints(m: Moments, names) -> np.ndarray:
     zero = (counts > 0) & np.all(dev <= floor[None, :], axis=1)
     if zero.any():
         start = 0
-        for name, a in zip(names, m.attributes):
-            hit = np.flatnonzero(zero[start : start + a.n_groups])
-            start += a.n_groups
+        for name, categories in zip(names, P.categories):
+            hit = np.flatnonzero(zero[start : start + len(categories)])
+            start += len(categories)
             if hit.size:
-                labels = ", ".join(str(a.categories[i]) for i in hit)
+                labels = ", ".join(str(categories[i]) for i in hit)
                 word = "group" if hit.size == 1 else "groups"
                 warnings.warn(
                     f"{word} {labels} of {name}: the mean of each equals the overall mean to "
@@ -175,41 +131,31 @@ def group_constraints(m: Moments, names) -> np.ndarray:
     return C
 
 
-def numeric_constraints(m: Moments, num: np.ndarray, keep: np.ndarray, names) -> np.ndarray:
-    """Rows ``sum_i (z_i - mean z)(x_i - mean x)`` (in the scatter's units) of the numeric
-    attributes z (columns ``num`` of m) against the features (``keep``), checked by
-    :func:`numeric_constraint_rows`."""
-    S = m.full_scatter()
-    return numeric_constraint_rows(S[np.ix_(num, keep)], np.diagonal(S)[num],
-                                   float(np.trace(S[np.ix_(keep, keep)])), m.mean[num], m.n,
-                                   m.scatter_exponent, m.precision, names)
-
-
-def numeric_constraint_rows(C, zz, ff: float, means, n: float, exponent: int, precision: float,
-                            names) -> np.ndarray:
-    """The numeric attributes' constraint rows C (their cross sums with the features, in
-    stored units ``true * 4**-exponent``), checked against rounding: ``zz`` are the
-    attributes' own sums of squares, ``ff`` the features' (the scatter's trace), ``means``
-    the attributes' means, ``precision`` the eps of the products.
+def numeric_constraints(P: Problem, names) -> np.ndarray:
+    """The numeric attributes' constraint rows (their cross sums with the features,
+    ``sum_i (z_i - mean z)(x_i - mean x)`` in stored units ``true * 4**-exponent``), checked
+    against rounding: against the attributes' own sums of squares and the features' (the
+    scatter's trace), for products in the statistics' precision.
 
     A row below the rounding of such a sum (at most ``2 n eps |z - mean z| |X - mean X|``
     for products in the statistics' precision eps, by Cauchy-Schwarz) is set to 0 with a
     warning: that attribute is uncorrelated with the features to rounding and constrains
     nothing.  A constant attribute (spread below the rounding of its mean) is an error.
     """
-    C = np.array(C, dtype=np.float64)
-    zz = np.maximum(np.asarray(zz, np.float64), 0.0)
-    ff = max(float(ff), 0.0)
+    n, means = P.n, P.numeric_means
+    C = np.array(P.numeric_rows, dtype=np.float64)
+    zz = np.maximum(np.asarray(P.numeric_own, np.float64), 0.0)
+    ff = max(float(P.feature_spread), 0.0)
     eps = float(np.finfo(np.float64).eps)
-    spread = np.ldexp(np.sqrt(zz / max(n, 1)), exponent)
+    spread = np.ldexp(np.sqrt(zz / max(n, 1)), P.exponent)
     for j, name in enumerate(names):
         if spread[j] <= 2 * n * eps * abs(means[j]) or zz[j] == 0:
             raise InvalidInputError(
                 f"{name} is constant over the rows fitted, so it tells no one apart; drop it "
                 "from sensitive_feature_ids"
             )
-    floor = 2.0 * n * precision * np.sqrt(zz * ff)
-    zero = _solvers.row_norms(C) <= floor
+    floor = 2.0 * n * P.precision * np.sqrt(zz * ff)
+    zero = row_norms(C) <= floor
     for j in np.flatnonzero(zero).tolist():
         warnings.warn(
             f"{names[j]}: its covariance with the features is float64 rounding (below "
@@ -250,26 +196,25 @@ def low_variance_message(kept: float, k: int, d: int, r: int, equalize) -> str |
             "most variance); a larger k keeps more")
 
 
-def covariance_terms(m: Moments, scale, k: int, r: int,
+def covariance_terms(P: Problem, scale, k: int, r: int,
                      equalize) -> tuple[list | None, int | None]:
     """(cov_diffs, l) for Fair PCA-S (``equalize``: ``equalize_covariance``), or (None,
     None) where it is plain fair PCA: see :func:`dfairpca.solve._fairness.equalizing_basis`."""
     if equalize is None:
         return None, None
-    d = m.n_features
+    d = P.n_features
     l = equalized_dimensions(equalize, k, d)
     if l >= d - r:  # the whole fair subspace: plain fair PCA (the paper's "S(1.0)")
         return None, None
-    if not m.has_group_scatter:
+    if P.group_scatter is None:
         raise InvalidInputError(
             "these statistics hold no per-group scatter matrices; fit with "
             "equalize_covariance set so that the pass accumulates them"
         )
     inv = 1.0 if scale is None else 1.0 / np.outer(scale, scale)
     covs = []  # per attribute: [(n_g, Sigma_g)] of the groups with two or more rows
-    for a in m.attributes:
-        assert a.scatter is not None  # has_group_scatter: every attribute has its scatters
-        covs.append([(c, a.scatter[g] / (c - 1) * inv) for g, c in enumerate(a.counts) if c > 1])
+    for scatter, counts in zip(P.group_scatter, P.counts):
+        covs.append([(c, scatter[g] / (c - 1) * inv) for g, c in enumerate(counts) if c > 1])
     if len(covs) == 1 and len(covs[0]) == 2:
         return [(1.0, covs[0][0][1] - covs[0][1][1])], l
     diffs = []
@@ -319,7 +264,7 @@ def constraint_basis(C: np.ndarray, rtol: float | None = None) -> np.ndarray:
     ``scipy.linalg.null_space``).
     """
     d = C.shape[1]
-    norms = _solvers.row_norms(C)
+    norms = row_norms(C)
     C = C[norms > 0] / norms[norms > 0, None]
     if C.shape[0] == 0:
         return np.zeros((d, 0))
@@ -337,37 +282,50 @@ def constraint_violation(U: np.ndarray, C: np.ndarray) -> np.ndarray:
     deviations (any positive multiples).  In float64, O(k d m).
     """
     C = np.asarray(C, dtype=np.float64)
-    norms = _solvers.row_norms(C)
+    norms = row_norms(C)
     out = np.zeros(C.shape[0])
     live = norms > 0
     if live.any():
-        out[live] = _solvers.row_norms((C[live] / norms[live, None]) @ np.asarray(U, np.float64).T)
+        out[live] = row_norms((C[live] / norms[live, None]) @ np.asarray(U, np.float64).T)
     return out
 
 
-def fair_constraints(m: Moments, mf: Moments, num: np.ndarray, keep: np.ndarray, names,
-                     scale) -> np.ndarray:
-    """The constraint vectors (rows) in the fitted feature space: every group's mean
-    deviation (of ``mf``, the statistics of the feature columns ``keep`` of m), then every
-    numeric attribute's (columns ``num`` of m) covariance with the features; ``names``
-    name the attributes in that order for the warnings."""
-    p = len(mf.attributes)
-    groups = group_constraints(mf, names[:p])  # first: its warnings come before the numeric ones'
-    numeric = numeric_constraints(m, num, keep, names[p:]) if len(num) else None
-    return stack_constraints(groups, numeric, scale)
+def row_norms(A: np.ndarray) -> np.ndarray:
+    """Euclidean norms of the rows of A without underflow or overflow (each row scaled by
+    its largest entry first: ``np.linalg.norm`` of a row of 1e-170s is 0), for the
+    constraint rows, whose sizes span the data's range, and the shares they keep."""
+    A = np.asarray(A, dtype=np.float64)
+    top = np.abs(A).max(axis=1) if A.shape[1] else np.zeros(A.shape[0])
+    safe = np.where(top > 0, top, 1.0)
+    return top * np.linalg.norm(A / safe[:, None], axis=1)
 
 
-def fair_components(S, Q, mf: Moments, scale, largest: int, k, equalize,
+def fair_constraints(P: Problem, names, scale) -> np.ndarray:
+    """The constraint vectors (rows) in the fitted feature space, for the exact and the
+    matrix-free solve alike: every group's mean deviation, then every numeric attribute's
+    covariance with the features, divided by the features' ``scale`` when standardised;
+    ``names`` name the attributes in that order for the warnings."""
+    p = len(P.counts)
+    C = group_constraints(P, names[:p])  # first: its warnings come before the numeric ones'
+    if len(P.numeric_means):
+        C = np.vstack([C, numeric_constraints(P, names[p:])])
+    return C if scale is None else C / scale[None, :]
+
+
+def fair_components(S, Q, P: Problem, scale, largest: int, k, equalize,
                     eigen_solver: str) -> np.ndarray:
     """Fair components (k, d) of S outside Q's columns for ``n_components`` k (int,
     fraction or None; None and a fraction consider the ``largest`` allowed), with Fair
-    PCA-S's equalising directions for ``equalize_covariance`` (from mf's group scatters)."""
-    r = Q.shape[1]
-    if k is None or is_int(k):
-        k = largest if k is None else k
-        terms = covariance_terms(mf, scale, k, r, equalize)
-        return _restricted_top(S, Q, k, *terms, solver=eigen_solver)
-    U = _restricted_top(S, Q, largest, solver="dense")
+    PCA-S's equalising directions for ``equalize_covariance`` (from P's group scatters).
+
+    A fraction takes the smallest k of the fair subspace's spectrum holding it, from one
+    dense solve of the ``largest`` (``equalize_covariance`` takes an int k only)."""
+    fraction = not (k is None or is_int(k))
+    top = largest if k is None or fraction else k
+    terms = (None, None) if fraction else covariance_terms(P, scale, top, Q.shape[1], equalize)
+    U = _restricted_top(S, Q, top, *terms, solver="dense" if fraction else eigen_solver)
+    if not fraction:
+        return U
     captured = np.sum((U @ S) * U, axis=1)
     return U[: fraction_to_k(captured, np.trace(S), k, "the fair subspace")]
 

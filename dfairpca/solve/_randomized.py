@@ -35,9 +35,7 @@ from ..base._params import is_int
 from ._exact import check_variance, standard_scale
 from ._krylov import Krylov, ritz_components
 from ._limits import check_features, check_rows, too_large
-from ._fairness import (
-    constraint_basis, group_constraints, numeric_constraint_rows, stack_constraints, violations_by_attribute,
-)
+from ._fairness import by_attribute, constraint_basis, constraint_violation, fair_constraints
 from ..engine._thin_pass import (
     Plan, as_rows, chunked, corrected, first_pass, restore_statistics, run_thin_pass,
     statistics_state,
@@ -237,14 +235,8 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
     mu = np.ldexp(m.mean, -m.scatter_exponent) if center else np.zeros(len(m.mean))
     check_variance(diagonal, n, mu if sd is None else mu / sd, m.rows)  # before the other passes
     # the exact fit's rules on the same first-order fields (what Moments without a scatter holds)
-    groups = group_constraints(m, names[:p]) if p else np.zeros((0, d))
-    rows = None
-    if len(numeric):
-        num = full.numeric
-        rows = numeric_constraint_rows(full.cross[:, keep], full.scatter_diagonal[num],
-                                       full.scatter_diagonal[keep].sum(),
-                                       full.mean[num], n, full.scatter_exponent, full.precision, names[p:])
-    C = stack_constraints(groups, rows, scale)
+    problem = full.problem(complete=False)
+    C = fair_constraints(problem, names, scale)
     Q = constraint_basis(C) if len(C) else np.zeros((d, 0))
     r = Q.shape[1]
     if k > d - r:
@@ -307,7 +299,7 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
                          split_every, progress).digests)
 
     captured, U = ritz_components(fair, k, project)
-    per = violations_by_attribute(U, C, m, len(numeric)) if len(C) else []
+    per = by_attribute(constraint_violation(U, C), problem) if len(C) else []
     out = RandomizedFit(U, captured, total, 0 if standardize else plan.exponent, m.mean, scale, full, C, Q,
                         per, passes, list(fair.history), list(fair.missing))
     if standard:

@@ -19,7 +19,7 @@ from ..stats._exact import kernel_name
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
 from ._exact import fitted_space
-from ._fairness import certify, constraint_basis, fair_components, fair_constraints, violations_by_attribute
+from ._fairness import by_attribute, certify, constraint_basis, constraint_violation, fair_components, fair_constraints
 
 __all__ = ["FairSolution", "exact_fair_solution", "randomized_fair_solution"]
 
@@ -63,29 +63,30 @@ def exact_fair_solution(m: Moments, num: np.ndarray, names, limit: int, *, k, ce
                         estimator: str) -> FairSolution:
     """Fair PCA from complete statistics m, whose columns ``num`` are numeric protected
     attributes and the others the features; ``limit`` the largest k the attributes allow
-    (checked by the caller), ``k`` the ``n_components`` asked for (int, fraction or None)."""
-    p, q = len(m.attributes), len(num)
-    keep = np.setdiff1d(np.arange(m.n_features), num)
-    mf = m.columns(keep) if q else m
-    if equalize is not None and not p:
+    (checked by the caller), ``k`` the ``n_components`` asked for (int, fraction or None).
+
+    m is read once (:meth:`Moments.problem`); the rest is the fair algebra of
+    :mod:`dfairpca.solve._fairness` on its arrays: the constraint rows, their basis, the
+    fair eigenproblem, the certificate."""
+    if equalize is not None and not m.attributes:
         raise InvalidInputError("equalize_covariance equalises the covariances of groups: give the "
                                 "protected attribute as group labels, or leave it None")
-    S, scale, e = fitted_space(mf, center, standardize)
-    C = fair_constraints(m, mf, num, keep, names, scale)
+    P = m.problem(num)
+    S, scale, e = fitted_space(P, center, standardize)
+    C = fair_constraints(P, names, scale)
     Q = constraint_basis(C)
-    U = fair_components(S, Q, mf, scale, min(limit, m.n_effective), k, equalize, eigen_solver)
-    per_group = violations_by_attribute(U, C, mf, q)
-    categories = [a.categories for a in mf.attributes] + [None] * q
-    certify(per_group, names, categories, m.precision, estimator)
+    U = fair_components(S, Q, P, scale, min(limit, P.n_effective), k, equalize, eigen_solver)
+    per_group = by_attribute(constraint_violation(U, C), P)
+    certify(per_group, names, P.categories + [None] * len(num), P.precision, estimator)
     standard = None
     if tradeoff > 0:
         V = _solvers.pca_components(S, U.shape[0], eigen_solver)
         with np.errstate(over="ignore", under="ignore"):
-            standard = (V, np.ldexp(np.sum((V @ S) * V, axis=1) / (m.n - 1), 2 * e))
+            standard = (V, np.ldexp(np.sum((V @ S) * V, axis=1) / (P.n - 1), 2 * e))
     return FairSolution(
-        U, np.sum((U @ S) * U, axis=1), np.trace(S), e, scale, mf.n, mf.mean, mf.n_rows,
-        mf.n_effective, m, kernel_name(mf), "covariance_eigh", None, Q, per_group,
-        [mf.group_means(j) for j in range(p)], limit, list(names), standard)
+        U, np.sum((U @ S) * U, axis=1), np.trace(S), e, scale, P.n, P.mean, P.n_rows,
+        P.n_effective, m, P.kernel, "covariance_eigh", None, Q, per_group, P.group_means, limit,
+        list(names), standard)
 
 
 def randomized_fair_solution(fit, names, limit: int, features: np.ndarray, *,

@@ -30,18 +30,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._chunk import chunk_sums
-from ._exact import ExactSums, merge_exact
+from ._chunk import OVERFLOW_MESSAGE, chunk_sums
+from ._exact import ExactSums, kernel_name, merge_exact
 from ._weighted import weighted_chunk_sums
 from ._derived import check_finite, constraint_matrix, deviation_floor
 from ._sums import DENSE, Sums, fill_lower, merge_sums, nbytes
 from ..base._compat import fill_new_fields
 from ..base._typing import PathInput
 from ..errors import InvalidInputError, InvalidTypeError
+from ..inputs._weights import too_few_samples
 from ..io._moments_format import moments_layout, read_saved, saved_fields, sums_to_arrays
 # the saved form's label encoding, by the names the saved models import it under
 
-__all__ = ["Moments", "AttributeMoments", "merge", "exact_moments", "constraint_matrix", "deviation_floor", "check_finite"]
+__all__ = ["Moments", "AttributeMoments", "Problem", "merge", "exact_moments", "constraint_matrix", "deviation_floor", "check_finite"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,75 @@ class AttributeMoments:
     @property
     def n_groups(self) -> int:
         return len(self.categories)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a solve reads of statistics, as plain arrays, read once by :meth:`Moments.problem`:
+    the feature columns' moments, the raw fairness constraint (:mod:`dfairpca.solve._fairness`
+    turns it into rows, a basis and a certificate) and how the products were formed.
+
+    Attributes
+    ----------
+    n, n_rows, rows, n_effective, precision : as :class:`Moments`'
+    mean : ndarray (d,)
+        The features' means (true units).
+    diagonal : ndarray (d,)
+        The features' scatter diagonal, stored units (``true * 4**-exponent``).
+    scatter : ndarray (d, d) or None
+        The features' scatter, stored units; None for the first-order statistics of a
+        matrix-free fit.
+    exponent : int
+        :attr:`Moments.scatter_exponent`.
+    kernel : str
+        What formed the products (:func:`dfairpca.stats._exact.kernel_name`).
+    categories, counts, group_means : lists, one entry per attribute given as labels
+        The group labels, the rows (weight) of each group and each group's mean (m_r, d).
+    group_scatter : list of ndarray (m_r, d, d), or None
+        Every group's scatter about its own mean (Fair PCA-S), None unless every attribute
+        holds them.
+    constraint_rows : ndarray (sum m_r, d)
+        Every group's ``n_g (mean_g - mean)`` (:func:`dfairpca.stats._derived.constraint_matrix`).
+    deviation_floor : ndarray (d,)
+        The size below which a group-mean deviation is float64 rounding
+        (:func:`dfairpca.stats._derived.deviation_floor`).
+    numeric_rows, numeric_own, numeric_means : ndarray (q, d), (q,), (q,)
+        The numeric protected attributes' cross sums with the features, their own sums of
+        squares (stored units) and their means.
+    feature_spread : float
+        The features' total scatter (the trace, stored units), against which a numeric
+        attribute's cross sums are rounding or not.
+    """
+
+    n: float
+    n_rows: int | None
+    rows: int
+    n_effective: int
+    precision: float
+    mean: np.ndarray
+    diagonal: np.ndarray
+    scatter: np.ndarray | None
+    exponent: int
+    kernel: str
+    categories: list
+    counts: list
+    group_means: list
+    group_scatter: list | None
+    constraint_rows: np.ndarray
+    deviation_floor: np.ndarray
+    numeric_rows: np.ndarray
+    numeric_own: np.ndarray
+    numeric_means: np.ndarray
+    feature_spread: float
+
+    @property
+    def n_features(self) -> int:
+        return self.mean.shape[0]
+
+    @property
+    def group_sizes(self) -> list[int]:
+        """Constraint rows per attribute given as labels (its groups, seen or not)."""
+        return [len(c) for c in self.categories]
 
 
 @dataclass(frozen=True)
@@ -389,6 +459,51 @@ class Moments:
         """
         return deviation_floor(self.n, self.mean, self.scatter_diagonal, self.scatter_exponent,
                                terms=self.n_rows)
+
+    def problem(self, numeric: npt.ArrayLike | None = None, *, complete: bool = True) -> Problem:
+        """Everything a solve reads of these statistics (:class:`Problem`), the columns
+        ``numeric`` (default: :attr:`numeric`) being numeric protected attributes and the
+        others the features; refused where no solve can use them.
+
+        Parameters
+        ----------
+        numeric : sequence of int, optional
+            Columns that are numeric protected attributes.
+        complete : bool, default True
+            Whether the solve needs the d x d scatter (an error naming the fix for the
+            first-order statistics of a matrix-free fit); False for the matrix-free solve.
+
+        Returns
+        -------
+        Problem
+            The features' moments and the raw constraint, as plain arrays.
+        """
+        num = self.numeric if numeric is None else np.asarray(numeric, np.intp)
+        keep = np.setdiff1d(np.arange(self.n_features), num)
+        f = self.columns(keep) if len(num) else self
+        if not (np.all(np.isfinite(f.mean)) and np.all(np.isfinite(f.scatter_diagonal))):
+            raise InvalidInputError(OVERFLOW_MESSAGE)
+        S = f.full_scatter() if complete else f.scatter
+        if self.scatter is None:  # first-order: the numeric attributes' rows are kept apart
+            cross = self.cross[:, keep] if len(num) and self.cross is not None else np.zeros((0, len(keep)))
+            own = self.scatter_diagonal[num]
+            spread = float(f.scatter_diagonal.sum())
+        else:
+            cross, own = self.scatter[np.ix_(num, keep)], np.diagonal(self.scatter)[num]
+            spread = float(np.trace(f.full_scatter()))
+        problem = Problem(
+            f.n, f.n_rows, f.rows, f.n_effective, f.precision, f.mean, f.scatter_diagonal, S,
+            f.scatter_exponent, kernel_name(f), [a.categories for a in f.attributes],
+            [a.counts for a in f.attributes], [f.mean + a.deviation for a in f.attributes],
+            [a.scatter for a in f.attributes] if f.has_group_scatter else None,
+            constraint_matrix(f.attributes, f.n_features),
+            deviation_floor(f.n, f.mean, f.scatter_diagonal, f.scatter_exponent, terms=f.n_rows),
+            cross, own, self.mean[num], spread)
+        # a variance needs two samples (weighted statistics may hold less weight than the
+        # rows they saw, which only the pass can tell)
+        if problem.n < 2:
+            raise InvalidInputError(too_few_samples(problem.n, problem.n_rows))
+        return problem
 
     def check_finite(self) -> None:
         """Raise ``ValueError`` naming the rows if any row held NaN or infinity."""
