@@ -30,7 +30,50 @@ class NoWorkers(DfairpcaError, ConnectionError):
     __module__ = "dfairpca.cluster"
 
 
-class WorkersLost(NoWorkers):
+class _LostDuringFit:
+    """What :class:`WorkersLost` and :class:`SchedulerLost` share: the scheduler's
+    ``address``; a checkpointed fit's ``checkpoint`` and its ``progress``, such as "16 of 60
+    chunks" (else both None); ``what`` happened, without the way on; and a message of what
+    happened then the way on: start what was lost and fit again, or continue from the
+    checkpoint."""
+
+    address: str
+    checkpoint: object
+    progress: str | None
+    what: str
+
+    def _message(self, what: str, start: str, otherwise: str = "") -> str:
+        """``what`` then the way on: ``start`` (what to start again) and fit again (or
+        ``otherwise``), or, with a checkpoint, run the same call to continue from it."""
+        self.what = what
+        if self.checkpoint is None:
+            return f"{what}; {start} and fit again{otherwise}"
+        return (f"{what}; the checkpoint {str(self.checkpoint)!r} holds {self.progress}: {start} "
+                "and run the same call again to continue")
+
+    def _again(self, checkpoint, progress: str):
+        raise NotImplementedError
+
+    def saved(self, checkpoint, progress: str):
+        """The same loss, saying that ``checkpoint`` holds ``progress``.
+
+        Parameters
+        ----------
+        checkpoint : str or os.PathLike
+            The checkpoint of the interrupted pass, named in the message.
+        progress : str
+            What it holds (e.g. "12 of 40 segments"), said in the message.
+
+        Returns
+        -------
+        WorkersLost or SchedulerLost
+            A new error of the same class with the longer message; raise it ``from`` this
+            one.
+        """
+        return self._again(checkpoint, progress)
+
+
+class WorkersLost(_LostDuringFit, NoWorkers):
     """Every worker left while a fit computed, and none joined within its ``timeout``.
 
     ``seconds`` is that timeout, ``address`` the scheduler's; a checkpointed fit also says
@@ -43,35 +86,16 @@ class WorkersLost(NoWorkers):
     def __init__(self, seconds: float, address: str, checkpoint=None, progress: str | None = None):
         self.seconds, self.address = seconds, address
         self.checkpoint, self.progress = checkpoint, progress
-        self.what = (f"the Dask scheduler at {address} has had no workers for {seconds:g} s: all "
-                     "left during the fit and none joined, so it stopped")
-        start = f"start workers (`dask worker {address}`)"
-        if checkpoint is None:
-            how = f"{start} and fit again, or wait longer with a larger timeout"
-        else:
-            how = (f"the checkpoint {str(checkpoint)!r} holds {progress}: {start} and run the "
-                   "same call again to continue")
-        super().__init__(f"{self.what}; {how}")
+        super().__init__(self._message(
+            f"the Dask scheduler at {address} has had no workers for {seconds:g} s: all left "
+            "during the fit and none joined, so it stopped",
+            f"start workers (`dask worker {address}`)", ", or wait longer with a larger timeout"))
 
-    def saved(self, checkpoint, progress: str) -> "WorkersLost":
-        """The same loss, saying that ``checkpoint`` holds ``progress``.
-
-        Parameters
-        ----------
-        checkpoint : str or os.PathLike
-            The checkpoint of the interrupted pass, named in the message.
-        progress : str
-            What it holds (e.g. "12 of 40 segments"), said in the message.
-
-        Returns
-        -------
-        WorkersLost
-            A new error with the longer message; raise it ``from`` this one.
-        """
+    def _again(self, checkpoint, progress: str) -> "WorkersLost":
         return WorkersLost(self.seconds, self.address, checkpoint, progress)
 
 
-class SchedulerLost(DfairpcaError, ConnectionError):
+class SchedulerLost(_LostDuringFit, DfairpcaError, ConnectionError):
     """The Client lost its Dask scheduler while a fit computed: the scheduler stopped, or
     the network to it failed; the scheduler's tasks and results are gone with it.
 
@@ -84,31 +108,11 @@ class SchedulerLost(DfairpcaError, ConnectionError):
 
     def __init__(self, address: str, checkpoint=None, progress: str | None = None):
         self.address, self.checkpoint, self.progress = address, checkpoint, progress
-        self.what = (f"lost the Dask scheduler at {address} during the fit (it stopped, or the "
-                     "network to it failed)")
-        start = "start a scheduler and its workers again"
-        if checkpoint is None:
-            how = f"{start} and fit again"
-        else:
-            how = (f"the checkpoint {str(checkpoint)!r} holds {progress}: {start} and run the "
-                   "same call again to continue")
-        super().__init__(f"{self.what}; {how}")
+        super().__init__(self._message(
+            f"lost the Dask scheduler at {address} during the fit (it stopped, or the network "
+            "to it failed)", "start a scheduler and its workers again"))
 
-    def saved(self, checkpoint, progress: str) -> "SchedulerLost":
-        """The same loss, saying that ``checkpoint`` holds ``progress``.
-
-        Parameters
-        ----------
-        checkpoint : str or os.PathLike
-            The checkpoint of the interrupted pass, named in the message.
-        progress : str
-            What it holds (e.g. "12 of 40 segments"), said in the message.
-
-        Returns
-        -------
-        SchedulerLost
-            A new error with the longer message; raise it ``from`` this one.
-        """
+    def _again(self, checkpoint, progress: str) -> "SchedulerLost":
         return SchedulerLost(self.address, checkpoint, progress)
 
 

@@ -21,7 +21,8 @@ from ..errors import InvalidInputError
 from ._files import MAX_JSON_BYTES
 
 __all__ = ["MalformedStoreError", "MAX_METADATA_BYTES", "MAX_CHUNKS", "METADATA_NAMES",
-           "check_metadata", "check_size", "check_member_path", "checked_get", "checked_store"]
+           "check_metadata", "check_size", "check_member_path", "checked_get", "checked_store",
+           "checked_store_class"]
 
 #: file names zarr looks up and legitimately finds absent (metadata of v2 and v3)
 METADATA_NAMES = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})
@@ -212,14 +213,18 @@ def checked_store(store):
     zarr Store
         The wrapped store; it pickles as the wrapper of the same store.
     """
-    return _checked_class()(store)
+    return checked_store_class()(store)
 
 
 _Checked: type | None = None
 
 
-def _checked_class():
-    """The wrapper class, defined on first use: importing dfairpca does not import zarr."""
+def checked_store_class():
+    """The wrapper class, defined on first use: importing dfairpca does not import zarr.
+
+    Its subclass, :mod:`dfairpca.io._zarr`'s strict store, also refuses absent chunks; both
+    read as the store they wrap (its name, its attributes) and pickle through the module
+    function that makes them."""
     global _Checked
     if _Checked is not None:
         return _Checked
@@ -241,7 +246,7 @@ def _checked_class():
                 raise AttributeError(name)
             return getattr(self._store, name)
 
-        def __reduce__(self):
+        def __reduce__(self):  # a class made in a function pickles through a module function
             return checked_store, (self._store,)
 
     _Checked = CheckedStore

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._marker import stored_chunks as _store_chunks
-from ._metadata import METADATA_NAMES, check_member_path, checked_get
+from ._metadata import METADATA_NAMES, check_member_path, checked_store_class
 from ._remote import zarr_roots
 from ._urls import explained, is_remote, store_url
 from ._where import open_zarr
@@ -173,12 +173,13 @@ def _strict_store_class():
     global _StrictStore
     if _StrictStore is not None:
         return _StrictStore
-    from zarr.storage import WrapperStore
+    checked: Any = checked_store_class()
 
-    class StrictStore(WrapperStore):
-        """A store on which an absent chunk is an error instead of fill values (with
-        ``fill``: fill values, as zarr reads it), and a local store that is not there at
-        all, where a Dask worker reads it, is :class:`dfairpca.cluster.NotShared`.
+    class StrictStore(checked):
+        """A checked store (:func:`dfairpca.io._metadata.checked_store`: metadata documents
+        checked before zarr parses them) on which an absent chunk is an error instead of
+        fill values (with ``fill``: fill values, as zarr reads it), and a local store that is
+        not there at all, where a Dask worker reads it, is :class:`dfairpca.cluster.NotShared`.
 
         Zarr asks the store for every chunk it reads and fills the ones it gets None for;
         raising there costs no request and works on any store (local, fsspec, zip) in
@@ -197,8 +198,8 @@ def _strict_store_class():
 
         async def get(self, key, prototype, byte_range=None):
             name = key.rsplit("/", 1)[-1]
-            if name in METADATA_NAMES:  # checked before zarr parses it (_metadata)
-                value = await checked_get(self._store, key, prototype, byte_range)
+            if name in METADATA_NAMES:  # checked before zarr parses it (the checked store)
+                value = await super().get(key, prototype, byte_range)
                 if name == "zarr.json" and value is not None:
                     self._learn(key[: -len(name)].rstrip("/"), value)
                 return value
@@ -251,14 +252,6 @@ def _strict_store_class():
         async def _get_many(self, requests):
             for key, prototype, byte_range in requests:
                 yield key, await self.get(key, prototype, byte_range)
-
-        def __str__(self):  # the data's address, as the checkpoint fingerprint records it
-            return str(self._store)
-
-        def __getattr__(self, name):  # what callers ask of the store itself (LocalStore.root)
-            if name == "_store":
-                raise AttributeError(name)
-            return getattr(self._store, name)
 
         def __reduce__(self):  # a class made in a function pickles through a module function
             return _strict_store, (self._store, self.fill, self._shards)
