@@ -169,6 +169,45 @@ def test_first_order_moments_hold_the_diagonal_and_follow_the_same_rules(tmp_pat
     assert not (tmp_path / "m").exists()
 
 
+def test_the_problem_a_solve_reads_is_the_statistics_of_the_feature_columns(tmp_path):
+    """Moments.problem: the features' moments and the raw constraint, equal for complete and
+    first-order statistics, with the numeric attributes' rows apart; refused where no solve
+    can use it (a complete solve on first-order statistics, one row, overflowed sums)."""
+    import dataclasses
+
+    from dfairpca.engine._thin_pass import first_moments
+    from dfairpca.errors import InvalidInputError
+
+    X, groups = make_data(500, 7, (3,), seed=5)
+    cats = [np.unique(groups[0])]
+    codes = np.searchsorted(cats[0], groups[0])[:, None]
+    full = Moments.from_chunk(X, codes, cats, group_scatter=True)
+    thin, _ = first_moments(X, codes=codes, categories=cats, numeric=[2])
+    keep = np.array([0, 1, 3, 4, 5, 6])
+    features = full.columns(keep)
+    P = full.problem([2])
+    np.testing.assert_array_equal(P.scatter, features.scatter)
+    np.testing.assert_array_equal(P.mean, features.mean)
+    np.testing.assert_array_equal(P.constraint_rows, features.constraint_matrix())
+    np.testing.assert_array_equal(P.deviation_floor, features.deviation_floor())
+    np.testing.assert_array_equal(P.group_means[0], features.group_means(0))
+    np.testing.assert_array_equal(P.group_scatter[0], features.attributes[0].scatter)
+    np.testing.assert_array_equal(P.numeric_rows, full.scatter[np.ix_([2], keep)])
+    assert P.group_sizes == [3] and P.n == 500 and P.kernel == "float64"
+    assert P.feature_spread == pytest.approx(np.trace(features.scatter), rel=1e-15)
+    T = thin.problem(complete=False)
+    assert T.scatter is None and T.group_scatter is None
+    for name in ("mean", "diagonal", "constraint_rows", "deviation_floor", "numeric_rows", "numeric_own"):
+        np.testing.assert_allclose(getattr(T, name), getattr(P, name), rtol=1e-9, atol=1e-9 * len(X))
+    with pytest.raises(InvalidInputError, match="first-order statistics of a randomized fit"):
+        thin.problem()
+    with pytest.raises(InvalidInputError, match="need at least 2 samples to fit; got 1"):
+        Moments.from_chunk(X[:1], codes[:1], cats).problem()
+    overflowed = dataclasses.replace(full, mean=np.where(np.arange(7) == 4, np.inf, full.mean))
+    with pytest.raises(InvalidInputError, match="too large for float64"):
+        overflowed.problem()
+
+
 def test_merge_takes_a_list_or_the_parts_themselves():
     """merge([a, b]) and merge(a, b) are the same union; anything but Moments is refused by
     name."""
