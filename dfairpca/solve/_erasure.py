@@ -133,19 +133,19 @@ def fit_erasure(m: Moments, num: np.ndarray, names, *, method: str, rtol: float 
     ``rtol``: the eigenvalue floor of Sigma's support relative to its largest eigenvalue
     (None: :func:`default_rtol`).  Raises before it returns an eraser that fails its
     certificate, naming the group."""
-    P = m.problem(num)
-    C = fair_constraints(P, names, None)
-    d = P.n_features
-    tol = default_rtol(d, P.precision) if rtol is None else float(rtol)
-    assert P.scatter is not None  # a complete problem
-    S = P.scatter / max(P.n - 1, 1)  # stored units, 4**scatter_exponent
-    L, R, s = erasure_maps(S, C, method, tol, P.exponent)
-    per_group = by_attribute(erasure_violation(L, R, C), P)
+    problem = m.problem(num)
+    C = fair_constraints(problem, names, None)
+    d = problem.n_features
+    tol = default_rtol(d, problem.precision) if rtol is None else float(rtol)
+    assert problem.scatter is not None  # a complete problem
+    S = problem.scatter / max(problem.n - 1, 1)  # stored units, 4**scatter_exponent
+    L, R, s = erasure_maps(S, C, method, tol, problem.exponent)
+    per_group = by_attribute(erasure_violation(L, R, C), problem)
     fix = ("compute_dtype='float64' (the products ran in float32), "
-           if P.precision > np.finfo(np.float64).eps else "")
+           if problem.precision > np.finfo(np.float64).eps else "")
     fix += f"a smaller rtol (the support kept {s} of {d} eigenvalues)" if method == "leace" else \
         "method='leace'"
-    certify(per_group, names, P.categories + [None] * len(num), P.precision, estimator, fix=fix,
-            kept_by="the erased output keeps")
-    return Erasure(L, R, P.mean.copy(), s, tol, per_group, P.group_means, list(names), m,
-                   P.kernel, P.n, P.n_rows)
+    certify(per_group, names, problem.categories + [None] * len(num), problem.precision, estimator,
+            fix=fix, kept_by="the erased output keeps")
+    return Erasure(L, R, problem.mean.copy(), s, tol, per_group, problem.group_means, list(names),
+                   m, problem.kernel, problem.n, problem.n_rows)

@@ -22,28 +22,28 @@ __all__ = ["fitted_space", "standard_scale", "check_variance", "row_variance", "
            "fraction_to_k", "mle_rank", "mle_evidence"]
 
 
-def fitted_space(P: Problem, center: bool, standardize: bool):
+def fitted_space(problem: Problem, center: bool, standardize: bool):
     """(S, scale, e): the matrix whose eigenvectors we want, in the fitted feature space,
     as ``S * 4**e`` (e is the statistics' ``scatter_exponent``, 0 but for data of
     extreme magnitude; 0 when standardized, which is unit-free), and the true scale, from
-    the problem P (:meth:`dfairpca.stats.moments.Moments.problem`, which refused too few
+    the problem (:meth:`dfairpca.stats.moments.Moments.problem`, which refused too few
     rows and overflowed sums)."""
-    e = P.exponent
-    S = P.scatter
+    e = problem.exponent
+    S = problem.scatter
     assert S is not None  # an exact solve's problem is complete
     if not center:
-        mu = np.ldexp(P.mean, -e)  # in the scatter's units
-        S = S + P.n * np.outer(mu, mu)
+        mu = np.ldexp(problem.mean, -e)  # in the scatter's units
+        S = S + problem.n * np.outer(mu, mu)
     scale = None
     if standardize:
-        sd, scale = standard_scale(P.n, P.mean, P.diagonal, e)
+        sd, scale = standard_scale(problem.n, problem.mean, problem.diagonal, e)
         S = S / np.outer(sd, sd)
         e = 0
     # the means in the units of S (stored, then standardized); uncentred, S holds them
-    mu = np.zeros(len(P.mean)) if not center else np.ldexp(P.mean, -P.exponent)
+    mu = np.zeros(len(problem.mean)) if not center else np.ldexp(problem.mean, -problem.exponent)
     if standardize and center:
         mu = mu / sd
-    check_variance(np.diagonal(S), P.n, mu, P.rows)
+    check_variance(np.diagonal(S), problem.n, mu, problem.rows)
     return S, scale, e
 
 

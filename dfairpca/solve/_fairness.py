@@ -12,7 +12,6 @@ subspace ``R Lambda`` (:func:`fair_components`).  A final projection and Rayleig
 make ``Q^T U = 0`` hold to rounding, and :func:`constraint_violation` measures what is left,
 in float64, after every solve.
 
-
 :class:`~dfairpca.FairPCA` and :class:`~dfairpca.FairKernelPCA` (exact and Nyström) share
 the k limit (:func:`dfairpca.solve._limits.check_fair_k`).  After every solve the share of
 each constraint vector the components keep is measured in float64 and :func:`certify`
@@ -38,9 +37,10 @@ from ._exact import fraction_to_k
 from ..errors import ConstraintDroppedWarning, InvalidInputError
 
 __all__ = ["CONSTRAINTS", "CONSTRAINT_RULES", "certify", "row_norms", "by_attribute",
-           "group_constraints", "numeric_constraints", "covariance_terms", "EQUALIZE_RULES", "FAIRNESS_TOLERANCE", "constraint_basis",
-           "constraint_violation", "equalizing_basis", "fair_constraints", "fair_components",
-           "LOW_VARIANCE", "equalized_dimensions", "low_variance_message"]
+           "group_constraints", "numeric_constraints", "covariance_terms", "EQUALIZE_RULES",
+           "FAIRNESS_TOLERANCE", "constraint_basis", "constraint_violation", "equalizing_basis",
+           "fair_constraints", "fair_components", "LOW_VARIANCE", "equalized_dimensions",
+           "low_variance_message"]
 
 #: the fairness notions of Sec. 3.2: equal group means over all rows, or over the y == 1 rows
 CONSTRAINTS = ("demographic_parity", "equal_opportunity")
@@ -56,11 +56,11 @@ CONSTRAINT_RULES = [one_of(CONSTRAINTS)]
 FAIRNESS_TOLERANCE = 1e-8
 
 
-def by_attribute(shares: np.ndarray, P: Problem) -> list:
-    """``shares`` (one per constraint row of P, e.g. :func:`constraint_violation`'s) split
-    by attribute, as :func:`certify` takes them: one array per attribute given as labels (a
-    row per group), then one of one row per numeric attribute."""
-    sizes = P.group_sizes + [1] * len(P.numeric_means)
+def by_attribute(shares: np.ndarray, problem: Problem) -> list:
+    """``shares`` (one per constraint row of the problem, e.g. :func:`constraint_violation`'s)
+    split by attribute, as :func:`certify` takes them: one array per attribute given as
+    labels (a row per group), then one of one row per numeric attribute."""
+    sizes = problem.group_sizes + [1] * len(problem.numeric_means)
     return list(np.split(shares, np.cumsum(sizes)[:-1]))
 
 
@@ -99,14 +99,14 @@ def certify(per_group, names, categories, precision: float, estimator: str,
     )
 
 
-def group_constraints(P: Problem, names) -> np.ndarray:
+def group_constraints(problem: Problem, names) -> np.ndarray:
     """The constraint matrix (rows ``n_g (mean_g - mean)``), with the rows of groups whose
     mean is the overall mean to float64 rounding set to 0, with a warning for each."""
-    C = P.constraint_rows.copy()
-    if not P.counts:
+    C = problem.constraint_rows.copy()
+    if not problem.counts:
         return C
-    counts = np.concatenate(P.counts).astype(np.float64)
-    floor = P.deviation_floor
+    counts = np.concatenate(problem.counts).astype(np.float64)
+    floor = problem.deviation_floor
     # a deviation is rounding only if it is within the rounding bound in every feature
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         # (weighted counts may be below 1: divide by the count itself wherever it is not 0)
@@ -114,7 +114,7 @@ def group_constraints(P: Problem, names) -> np.ndarray:
     zero = (counts > 0) & np.all(dev <= floor[None, :], axis=1)
     if zero.any():
         start = 0
-        for name, categories in zip(names, P.categories):
+        for name, categories in zip(names, problem.categories):
             hit = np.flatnonzero(zero[start : start + len(categories)])
             start += len(categories)
             if hit.size:
@@ -131,7 +131,7 @@ def group_constraints(P: Problem, names) -> np.ndarray:
     return C
 
 
-def numeric_constraints(P: Problem, names) -> np.ndarray:
+def numeric_constraints(problem: Problem, names) -> np.ndarray:
     """The numeric attributes' constraint rows (their cross sums with the features,
     ``sum_i (z_i - mean z)(x_i - mean x)`` in stored units ``true * 4**-exponent``), checked
     against rounding: against the attributes' own sums of squares and the features' (the
@@ -142,19 +142,19 @@ def numeric_constraints(P: Problem, names) -> np.ndarray:
     warning: that attribute is uncorrelated with the features to rounding and constrains
     nothing.  A constant attribute (spread below the rounding of its mean) is an error.
     """
-    n, means = P.n, P.numeric_means
-    C = np.array(P.numeric_rows, dtype=np.float64)
-    zz = np.maximum(np.asarray(P.numeric_own, np.float64), 0.0)
-    ff = max(float(P.feature_spread), 0.0)
+    n, means = problem.n, problem.numeric_means
+    C = np.array(problem.numeric_rows, dtype=np.float64)
+    zz = np.maximum(np.asarray(problem.numeric_own, np.float64), 0.0)
+    ff = max(float(problem.feature_spread), 0.0)
     eps = float(np.finfo(np.float64).eps)
-    spread = np.ldexp(np.sqrt(zz / max(n, 1)), P.exponent)
+    spread = np.ldexp(np.sqrt(zz / max(n, 1)), problem.exponent)
     for j, name in enumerate(names):
         if spread[j] <= 2 * n * eps * abs(means[j]) or zz[j] == 0:
             raise InvalidInputError(
                 f"{name} is constant over the rows fitted, so it tells no one apart; drop it "
                 "from sensitive_feature_ids"
             )
-    floor = 2.0 * n * P.precision * np.sqrt(zz * ff)
+    floor = 2.0 * n * problem.precision * np.sqrt(zz * ff)
     zero = row_norms(C) <= floor
     for j in np.flatnonzero(zero).tolist():
         warnings.warn(
@@ -196,24 +196,24 @@ def low_variance_message(kept: float, k: int, d: int, r: int, equalize) -> str |
             "most variance); a larger k keeps more")
 
 
-def covariance_terms(P: Problem, scale, k: int, r: int,
+def covariance_terms(problem: Problem, scale, k: int, r: int,
                      equalize) -> tuple[list | None, int | None]:
     """(cov_diffs, l) for Fair PCA-S (``equalize``: ``equalize_covariance``), or (None,
     None) where it is plain fair PCA: see :func:`dfairpca.solve._fairness.equalizing_basis`."""
     if equalize is None:
         return None, None
-    d = P.n_features
+    d = problem.n_features
     l = equalized_dimensions(equalize, k, d)
     if l >= d - r:  # the whole fair subspace: plain fair PCA (the paper's "S(1.0)")
         return None, None
-    if P.group_scatter is None:
+    if problem.group_scatter is None:
         raise InvalidInputError(
             "these statistics hold no per-group scatter matrices; fit with "
             "equalize_covariance set so that the pass accumulates them"
         )
     inv = 1.0 if scale is None else 1.0 / np.outer(scale, scale)
     covs = []  # per attribute: [(n_g, Sigma_g)] of the groups with two or more rows
-    for scatter, counts in zip(P.group_scatter, P.counts):
+    for scatter, counts in zip(problem.group_scatter, problem.counts):
         covs.append([(c, scatter[g] / (c - 1) * inv) for g, c in enumerate(counts) if c > 1])
     if len(covs) == 1 and len(covs[0]) == 2:
         return [(1.0, covs[0][0][1] - covs[0][1][1])], l
@@ -300,29 +300,31 @@ def row_norms(A: np.ndarray) -> np.ndarray:
     return top * np.linalg.norm(A / safe[:, None], axis=1)
 
 
-def fair_constraints(P: Problem, names, scale) -> np.ndarray:
+def fair_constraints(problem: Problem, names, scale) -> np.ndarray:
     """The constraint vectors (rows) in the fitted feature space, for the exact and the
     matrix-free solve alike: every group's mean deviation, then every numeric attribute's
     covariance with the features, divided by the features' ``scale`` when standardised;
     ``names`` name the attributes in that order for the warnings."""
-    p = len(P.counts)
-    C = group_constraints(P, names[:p])  # first: its warnings come before the numeric ones'
-    if len(P.numeric_means):
-        C = np.vstack([C, numeric_constraints(P, names[p:])])
+    p = len(problem.counts)
+    C = group_constraints(problem, names[:p])  # first: its warnings come before the numeric ones'
+    if len(problem.numeric_means):
+        C = np.vstack([C, numeric_constraints(problem, names[p:])])
     return C if scale is None else C / scale[None, :]
 
 
-def fair_components(S, Q, P: Problem, scale, largest: int, k, equalize,
+def fair_components(S, Q, problem: Problem, scale, largest: int, k, equalize,
                     eigen_solver: str) -> np.ndarray:
     """Fair components (k, d) of S outside Q's columns for ``n_components`` k (int,
     fraction or None; None and a fraction consider the ``largest`` allowed), with Fair
-    PCA-S's equalising directions for ``equalize_covariance`` (from P's group scatters).
+    PCA-S's equalising directions for ``equalize_covariance`` (from the problem's group
+    scatters).
 
     A fraction takes the smallest k of the fair subspace's spectrum holding it, from one
     dense solve of the ``largest`` (``equalize_covariance`` takes an int k only)."""
     fraction = not (k is None or is_int(k))
     top = largest if k is None or fraction else k
-    terms = (None, None) if fraction else covariance_terms(P, scale, top, Q.shape[1], equalize)
+    r = Q.shape[1]
+    terms = (None, None) if fraction else covariance_terms(problem, scale, top, r, equalize)
     U = _restricted_top(S, Q, top, *terms, solver="dense" if fraction else eigen_solver)
     if not fraction:
         return U

@@ -71,22 +71,23 @@ def exact_fair_solution(m: Moments, num: np.ndarray, names, limit: int, *, k, ce
     if equalize is not None and not m.attributes:
         raise InvalidInputError("equalize_covariance equalises the covariances of groups: give the "
                                 "protected attribute as group labels, or leave it None")
-    P = m.problem(num)
-    S, scale, e = fitted_space(P, center, standardize)
-    C = fair_constraints(P, names, scale)
+    problem = m.problem(num)
+    S, scale, e = fitted_space(problem, center, standardize)
+    C = fair_constraints(problem, names, scale)
     Q = constraint_basis(C)
-    U = fair_components(S, Q, P, scale, min(limit, P.n_effective), k, equalize, eigen_solver)
-    per_group = by_attribute(constraint_violation(U, C), P)
-    certify(per_group, names, P.categories + [None] * len(num), P.precision, estimator)
+    largest = min(limit, problem.n_effective)
+    U = fair_components(S, Q, problem, scale, largest, k, equalize, eigen_solver)
+    per_group = by_attribute(constraint_violation(U, C), problem)
+    certify(per_group, names, problem.categories + [None] * len(num), problem.precision, estimator)
     standard = None
     if tradeoff > 0:
         V = _solvers.pca_components(S, U.shape[0], eigen_solver)
         with np.errstate(over="ignore", under="ignore"):
-            standard = (V, np.ldexp(np.sum((V @ S) * V, axis=1) / (P.n - 1), 2 * e))
+            standard = (V, np.ldexp(np.sum((V @ S) * V, axis=1) / (problem.n - 1), 2 * e))
     return FairSolution(
-        U, np.sum((U @ S) * U, axis=1), np.trace(S), e, scale, P.n, P.mean, P.n_rows,
-        P.n_effective, m, P.kernel, "covariance_eigh", None, Q, per_group, P.group_means, limit,
-        list(names), standard)
+        U, np.sum((U @ S) * U, axis=1), np.trace(S), e, scale, problem.n, problem.mean,
+        problem.n_rows, problem.n_effective, m, problem.kernel, "covariance_eigh", None, Q, per_group,
+        problem.group_means, limit, list(names), standard)
 
 
 def randomized_fair_solution(fit, names, limit: int, features: np.ndarray, *,
