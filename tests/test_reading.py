@@ -1064,3 +1064,41 @@ def test_malformed_metadata_of_a_store_opened_by_zarr_is_one_line(tmp_path, name
     with pytest.raises(dio.MalformedStoreError) as e:  # as sample weights too
         dfairpca.PCA(1).fit(np.ones((20, 4)), sample_weight=array)
     assert why in str(e.value)
+
+
+def _shard(chunks: list[bytes]) -> bytes:
+    """A shard of ``chunks`` in zarr's default layout: the chunks, then an index of
+    (offset, length) uint64 pairs and its CRC32C."""
+    import google_crc32c
+
+    index, at = [], 0
+    for chunk in chunks:
+        index += [at, len(chunk)]
+        at += len(chunk)
+    table = np.array(index, dtype="<u8").tobytes()
+    return b"".join(chunks) + table + google_crc32c.value(table).to_bytes(4, "little")
+
+
+@pytest.mark.parametrize("rows", [100, 200])
+def test_a_chunk_inside_a_shard_that_inflates_past_its_array_is_refused(tmp_path, rows):
+    """Read whole (200 rows: zarr fetches the shard, every chunk in it is checked) or a
+    chunk at a time (100 rows: zarr fetches the index, then each chunk's bytes)."""
+    import numcodecs
+
+    X = np.arange(400 * 32, dtype=np.int64).reshape(400, 32)
+    path = tmp_path / "x.zarr"
+    zarr.create_array(str(path), shape=X.shape, chunks=(100, 32), shards=(200, 32),
+                      dtype=X.dtype)[:] = X  # inner codecs: bytes, zstd
+    np.testing.assert_array_equal(dfairpca.from_zarr(path, rows_per_chunk=rows).compute(), X)
+    zstd = numcodecs.Zstd()
+    (path / "c" / "1" / "0").write_bytes(_shard([zstd.encode(X[200:300].tobytes()),
+                                                 zstd.encode(bytes(INFLATED))]))
+    with pytest.raises(CorruptChunkError) as e:
+        dfairpca.from_zarr(path, rows_per_chunk=rows).compute(scheduler="sync")
+    where = "chunk (1, 0) of shard 'c/1/0' (rows 300-399)" if rows == 200 else \
+        "shard 'c/1/0' (rows 200-399)"
+    assert where in str(e.value) and "zstd data decodes to 1,048,576 bytes, where a chunk of " \
+        "this array holds 25,600" in str(e.value), str(e.value)
+    # the first chunk of that shard is whole: read alone, it reads
+    np.testing.assert_array_equal(dfairpca.from_zarr(path, rows_per_chunk=100)[200:300].compute(),
+                                  X[200:300])

@@ -9,7 +9,9 @@ times the item size), so the store wrapper that reads chunks
 (:func:`dfairpca.io.from_zarr`'s) checks each chunk's outermost codec against it
 first: the header's declared size where the codec allocates from it, a count of the output
 in bounded steps (discarded) where it streams.  A streaming codec is thus inflated twice
-(once counted, once by zarr); the others cost a header read.
+(once counted, once by zarr); the others cost a header read.  In a sharded array the bound
+is of the chunks inside a shard, each checked in the bytes zarr fetched
+(:meth:`dfairpca.io._shards.ShardLayout.spans`).
 """
 
 from __future__ import annotations
@@ -43,11 +45,18 @@ class ChunkBound(NamedTuple):
     n_rows: int
     encoding: str  # "default" ("c/1/0") or "v2" ("1.0")
     separator: str
+    #: the bound is of the chunks inside each shard (a stored object holds several)
+    sharded: bool = False
 
     def check(self, key: str, data) -> tuple[str, str] | None:
         """(where, reason) if the chunk ``key``, stored as the bytes ``data``, decodes to
         more than :attr:`nbytes`; None if not, or if that cannot be told without decoding
         it for real (a damaged stream: zarr's own decoding says so, bounded the same way)."""
+        reason = self.excess(data)
+        return None if reason is None else (self.where(key), reason)
+
+    def excess(self, data) -> str | None:
+        """Why the one chunk stored as ``data`` decodes past :attr:`nbytes`, or None."""
         raw = memoryview(data).cast("B")
         if self.crc:
             raw = raw[: max(0, len(raw) - self.crc)]
@@ -55,8 +64,8 @@ class ChunkBound(NamedTuple):
         if size is None or size <= self.nbytes:
             return None
         said = f"more than {self.nbytes:,}" if self.codec in STREAMING else f"{size:,}"
-        return self.where(key), (f"its {self.codec} data decodes to {said} bytes, where a chunk "
-                                 f"of this array holds {self.nbytes:,}")
+        return (f"its {self.codec} data decodes to {said} bytes, where a chunk of this array "
+                f"holds {self.nbytes:,}")
 
     def where(self, key: str) -> str:
         """"chunk 'KEY' (rows a-b)", the rows where the key can be read."""
@@ -78,7 +87,8 @@ def bounds_in(path: str, key: str, meta: dict) -> dict[str, ChunkBound]:
     """Bounds of the arrays the metadata document ``key`` ("zarr.json" or ".zarray") of
     the node at ``path`` describes: itself, or the members a group's consolidated metadata
     lists.  An array whose chunks are not compressed by a codec checked here (or whose item
-    size varies, or which is sharded) has none."""
+    size varies) has none; a sharded one's is of the chunks inside its shards (sharding
+    alone as its codecs: else none)."""
     nodes = {path: meta}
     consolidated = meta.get("consolidated_metadata") if meta.get("node_type") == "group" else None
     if isinstance(consolidated, dict):
@@ -105,16 +115,20 @@ def _bound(path: str, key: str, meta) -> ChunkBound | None:
             return None
         codec, crc = compressor.get("id"), 0
         encoding, separator = "v2", meta.get("dimension_separator") or "."
-        itemsize = _itemsize(2, meta)
+        itemsize, sharded = _itemsize(2, meta), False
     else:
         if meta.get("node_type") != "array":
             return None
-        grid = meta["chunk_grid"]["configuration"]["chunk_shape"]
-        chunks = grid
+        chunks = meta["chunk_grid"]["configuration"]["chunk_shape"]
         codecs = [_named(c) for c in meta.get("codecs", [])]
         names = [n for n, _ in codecs]
+        sharded = names == ["sharding_indexed"]
+        if sharded:  # the chunks inside a shard, with their own codecs
+            chunks = codecs[0][1]["chunk_shape"]
+            codecs = [_named(c) for c in codecs[0][1].get("codecs", [])]
+            names = [n for n, _ in codecs]
         if "sharding_indexed" in names or "bytes" not in names:
-            return None  # a shard holds many chunks; no bytes codec: variable-length items
+            return None  # nested sharding; no bytes codec: variable-length items
         at = names.index("bytes")
         widen = any(n != "transpose" for n in names[:at])
         outer = [n.removeprefix("numcodecs.") for n in names[at + 1:]]
@@ -138,7 +152,8 @@ def _bound(path: str, key: str, meta) -> ChunkBound | None:
         nbytes = nbytes * FILTER_WIDENING + 65536
     shape = meta["shape"]
     return ChunkBound(path, codec, nbytes, crc, chunks[0] if chunks else 1,
-                      shape[0] if shape else 1, encoding, separator)
+                      shape[0] if shape else 1, encoding, separator,
+                      sharded=sharded)
 
 
 def _itemsize(version: int, meta: dict) -> int | None:

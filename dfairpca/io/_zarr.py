@@ -212,8 +212,8 @@ def _strict_store_class():
                     self._learn(key[: -len(name)].rstrip("/"), name, value)
                 return value
             value = await self._store.get(key, prototype, byte_range)
-            if value is not None and byte_range is None and self._bounds:
-                self._check_decoded(key, value)  # in either mode: fill values are no defence
+            if value is not None and self._bounds:
+                self._check_decoded(key, value, byte_range)  # either mode: fill is no defence
             if value is None:
                 root = getattr(self._store, "root", None)
                 if root is not None and not _metadata_along(root, key):
@@ -241,12 +241,27 @@ def _strict_store_class():
                     self._shards.update(layouts_in(path, meta))
                 self._bounds.update(bounds_in(path, name, meta))
 
-        def _check_decoded(self, key, value) -> None:
+        def _check_decoded(self, key, value, byte_range) -> None:
             """Refuse a chunk whose codec would decode it to more bytes than a chunk of its
-            array holds, before zarr decodes it (see :mod:`dfairpca.io._decoded`)."""
+            array holds, before zarr decodes it (see :mod:`dfairpca.io._decoded`); in a
+            sharded array, each chunk of the shard (or the part of it) zarr fetched."""
+            from ._shards import ShardLayout
+
             bound = next((bound for path, bound in self._bounds.items()
                           if not path or key.startswith(path + "/")), None)
-            if bound is None or (found := bound.check(key, value.as_numpy_array())) is None:
+            if bound is None:
+                return
+            data = value.as_numpy_array()  # a view of the bytes zarr holds
+            if not bound.sharded:
+                found = bound.check(key, data) if byte_range is None else None
+            else:
+                layout = self._shards.get(bound.path)
+                if not isinstance(layout, ShardLayout) or layout.coords(key) is None:
+                    return
+                found = next(((layout.where(key, inner, reason), reason)
+                              for inner, start, stop in layout.spans(data, byte_range)
+                              if (reason := bound.excess(data[start:stop])) is not None), None)
+            if found is None:
                 return
             where, reason = found
             raise CorruptChunkError(f"{where} of the Zarr store {str(self._store)!r} cannot be "
