@@ -333,6 +333,31 @@ def test_a_full_disk_in_a_randomized_fit_names_the_passes_its_checkpoint_keeps(
     assert code == 0 and "model written to" in stdout, err
 
 
+def test_a_full_disk_while_the_paper_keeps_a_piece_names_the_pieces_kept(small_disk):
+    """The report keeps each finished piece to resume from; one that does not fit is one
+    line naming the pieces' folder, and the pieces before it stay."""
+    import dataclasses
+
+    from dfairpca.errors import DiskFullError
+    from dfairpca.paper import _pieces
+
+    @dataclasses.dataclass
+    class Config:
+        size: str = "tiny"
+
+    out = small_disk / "report"
+    _pieces.save(out, Config(), "tables", "adult", {"error": np.zeros(10)})
+    _pad(small_disk, 100_000)
+    with pytest.raises(DiskFullError) as e:
+        _pieces.save(out, Config(), "synthetic", (6400, 0), {"error": np.zeros(100_000)})
+    pieces = small_disk / "report.partial"
+    assert str(e.value).startswith(f"the disk holding {pieces} is full: writing the piece "
+                                   "synthetic-6400-0.json failed (it needs about "), str(e.value)
+    assert "the pieces finished before it are kept there" in str(e.value)
+    assert sorted(p.name for p in pieces.iterdir()) == [".dfairpca", "tables-adult.json"]
+    assert _pieces.load(out, Config(), "tables", "adult")["error"].shape == (10,)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
