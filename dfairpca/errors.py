@@ -59,7 +59,21 @@ class AccessError(DfairpcaError, PermissionError):
 
 class DiskFullError(DfairpcaError, OSError):
     """A write that found its disk full (``errno`` ENOSPC): the message names the path, the
-    space the write needed where known, and what was kept or removed."""
+    space the write needed where known, and what was kept or removed.
+
+    ``path`` is the output, ``stage`` the local folder that filled where that differs (an
+    output for a URL is written there first), ``what`` what was written, ``kept`` what was
+    kept and how to go on, ``needed`` the bytes the write needed if known.
+    """
+
+    path: object = None
+    stage: object = None
+    what: str = ""
+    kept: str = ""
+    needed: int | None = None
+    #: said by the write protocol, which knows what it removed but not what its caller kept:
+    #: a caller that knows says it again (:func:`dfairpca.io.is_disk_full` is true for it)
+    provisional: bool = False
 
 
 class UnreachableError(DfairpcaError, ConnectionError):

@@ -938,3 +938,167 @@ def test_an_array_added_to_a_store_after_dfairpca_wrote_it_is_read(tmp_path):
     np.testing.assert_array_equal(dfairpca.from_zarr(store, "my_labels").compute(),
                                   np.arange(60.0).reshape(30, 2))
     assert "my_labels" in open_group(store)
+
+
+# ------------------------------------------------------- chunks that inflate past their array
+# A chunk's codec allocates what the chunk's bytes say (a gzip stream inflates to whatever it
+# holds, a zstd, blosc or lz4 header names a size); the array's metadata says what a chunk
+# holds.  Each codec's chunk 1 replaced by 1 MiB of zeros encoded by that codec (a few kB):
+# refused before zarr decodes it, naming the chunk, while the untouched store reads whole.
+INFLATED = 1 << 20
+
+
+def _zstd_streamed(data: bytes) -> bytes:
+    """A zstd frame of ``data`` without its content size (as a streaming writer leaves it):
+    numcodecs then decodes it in a stream with no bound."""
+    from numcodecs import Zstd
+
+    frame = Zstd().encode(data)
+    assert frame[4] == 0xA0  # one segment (no window byte), then a 4-byte content size
+    # neither: a window byte (2**21 bytes, over the data's) and no content size
+    return frame[:4] + bytes([0, 0x58]) + frame[9:]
+
+
+def _codec_cases():
+    import numcodecs
+    from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
+
+    def crc(data: bytes) -> bytes:
+        import google_crc32c
+
+        return data + google_crc32c.value(data).to_bytes(4, "little")
+
+    zeros = bytes(INFLATED)
+    return {
+        "gzip": ({"compressors": [GzipCodec()]}, numcodecs.GZip().encode(zeros)),
+        "gzip+crc32c": ({"compressors": [GzipCodec(), Crc32cCodec()]},
+                        crc(numcodecs.GZip().encode(zeros))),
+        "gzip-members": ({"compressors": [GzipCodec()]},  # numcodecs reads every member
+                         numcodecs.GZip().encode(bytes(1000)) * (INFLATED // 1000)),
+        "zstd": ({"compressors": [ZstdCodec()]}, numcodecs.Zstd().encode(zeros)),
+        "zstd-streamed": ({"compressors": [ZstdCodec()]}, _zstd_streamed(zeros)),
+        "blosc": ({"compressors": [BloscCodec()]}, numcodecs.Blosc().encode(zeros)),
+        "v2-zlib": ({"zarr_format": 2, "compressors": numcodecs.Zlib()}, numcodecs.Zlib().encode(zeros)),
+        "v2-bz2": ({"zarr_format": 2, "compressors": numcodecs.BZ2()}, numcodecs.BZ2().encode(zeros)),
+        "v2-lzma": ({"zarr_format": 2, "compressors": numcodecs.LZMA()}, numcodecs.LZMA().encode(zeros)),
+        "v2-lz4": ({"zarr_format": 2, "compressors": numcodecs.LZ4()}, numcodecs.LZ4().encode(zeros)),
+        "v2-zstd": ({"zarr_format": 2, "compressors": numcodecs.Zstd()}, numcodecs.Zstd().encode(zeros)),
+        "v2-delta-gzip": ({"zarr_format": 2, "filters": [numcodecs.Delta("i8")],
+                           "compressors": numcodecs.GZip()}, numcodecs.GZip().encode(bytes(4 * INFLATED))),
+    }
+
+
+CODEC_CASES = list(_codec_cases())
+
+
+@pytest.mark.parametrize("case", CODEC_CASES)
+def test_a_chunk_that_inflates_past_its_array_is_refused_before_decoding(tmp_path, case):
+    kw, bomb = _codec_cases()[case]
+    X = np.arange(400 * 32, dtype=np.int64).reshape(400, 32)  # chunks of 100 x 32: 25,600 bytes
+    path = tmp_path / "x.zarr"
+    zarr.create_array(str(path), shape=X.shape, chunks=(100, 32), dtype=X.dtype, **kw)[:] = X
+    np.testing.assert_array_equal(dfairpca.from_zarr(path).compute(), X)  # read whole
+    key = "1.0" if kw.get("zarr_format") == 2 else "c/1/0"
+    (path / key).write_bytes(bomb)
+    assert len(bomb) < INFLATED // 8 or case == "gzip-members"
+    for X in (dfairpca.from_zarr(path), dfairpca.from_zarr(path, missing_chunks="fill"),
+              dfairpca.from_zarr(zarr.open_array(str(path), mode="r"))):
+        with pytest.raises(CorruptChunkError) as e:
+            X.compute(scheduler="sync")
+        msg = str(e.value)
+        assert f"chunk '{key}' (rows 100-199)" in msg and "x.zarr" in msg and "\n" not in msg, msg
+        assert "data decodes to " in msg and "bytes, where a chunk of this array holds" in msg, msg
+
+
+def test_a_gzip_chunk_of_a_gigabyte_is_refused_in_bounded_memory(tmp_path):
+    """A gzip chunk of 1 GiB of zeros (about 1 MB stored) in an array of 25,600-byte
+    chunks: zarr inflated all of it (3.4 GB peak) before finding the size wrong.  Read in
+    a fresh process whose peak memory is measured."""
+    import subprocess
+    import zlib
+
+    X = np.ones((400, 32))
+    path = tmp_path / "x.zarr"
+    from zarr.codecs import GzipCodec
+
+    zarr.create_array(str(path), shape=X.shape, chunks=(100, 32), dtype="f8",
+                      compressors=[GzipCodec()])[:] = X
+    gzip = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = bytes(16 << 20)
+    with open(path / "c" / "1" / "0", "wb") as out:
+        for _ in range(64):
+            out.write(gzip.compress(block))
+        out.write(gzip.flush())
+    script = (
+        "import resource, sys, dfairpca\n"
+        "try:\n"
+        f"    dfairpca.from_zarr({str(path)!r}).compute(scheduler='sync')\n"
+        "except dfairpca.io.CorruptChunkError as e:\n"
+        "    print(e)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    said, peak = done.stdout.strip().splitlines()
+    assert "chunk 'c/1/0' (rows 100-199)" in said and "gzip data decodes to more than 25,600" in said, done
+    assert int(peak) < 600, f"peak {peak} MiB"
+
+
+OPENED = [m for m in MALFORMED if m[0] != "deep_root"]  # zarr cannot open that group itself
+
+
+@pytest.mark.parametrize("name, how, why", OPENED, ids=[m[0] for m in OPENED])
+def test_malformed_metadata_of_a_store_opened_by_zarr_is_one_line(tmp_path, name, how, why):
+    """A group the caller opened with zarr: its members' metadata is read for the first
+    time by from_zarr, checked as a path's; an array zarr opened (it accepts a chunk shape
+    with a 0 and a shape of 1e18 items) is reread checked."""
+    path = _store_with(tmp_path, name, **how)
+    with pytest.raises(dio.MalformedStoreError, match="is not valid Zarr metadata") as e:
+        dfairpca.from_zarr(zarr.open_group(str(path), mode="r"), "X")
+    assert why in str(e.value) and "\n" not in str(e.value)
+    try:
+        array = zarr.open_array(str(path / "X"), mode="r")
+    except Exception:  # noqa: BLE001 - zarr's own refusal, in the caller's call
+        return
+    with pytest.raises(dio.MalformedStoreError) as e:
+        dfairpca.from_zarr(array)
+    assert why in str(e.value)
+    with pytest.raises(dio.MalformedStoreError) as e:  # as sample weights too
+        dfairpca.PCA(1).fit(np.ones((20, 4)), sample_weight=array)
+    assert why in str(e.value)
+
+
+def _shard(chunks: list[bytes]) -> bytes:
+    """A shard of ``chunks`` in zarr's default layout: the chunks, then an index of
+    (offset, length) uint64 pairs and its CRC32C."""
+    import google_crc32c
+
+    index, at = [], 0
+    for chunk in chunks:
+        index += [at, len(chunk)]
+        at += len(chunk)
+    table = np.array(index, dtype="<u8").tobytes()
+    return b"".join(chunks) + table + google_crc32c.value(table).to_bytes(4, "little")
+
+
+@pytest.mark.parametrize("rows", [100, 200])
+def test_a_chunk_inside_a_shard_that_inflates_past_its_array_is_refused(tmp_path, rows):
+    """Read whole (200 rows: zarr fetches the shard, every chunk in it is checked) or a
+    chunk at a time (100 rows: zarr fetches the index, then each chunk's bytes)."""
+    import numcodecs
+
+    X = np.arange(400 * 32, dtype=np.int64).reshape(400, 32)
+    path = tmp_path / "x.zarr"
+    zarr.create_array(str(path), shape=X.shape, chunks=(100, 32), shards=(200, 32),
+                      dtype=X.dtype)[:] = X  # inner codecs: bytes, zstd
+    np.testing.assert_array_equal(dfairpca.from_zarr(path, rows_per_chunk=rows).compute(), X)
+    zstd = numcodecs.Zstd()
+    (path / "c" / "1" / "0").write_bytes(_shard([zstd.encode(X[200:300].tobytes()),
+                                                 zstd.encode(bytes(INFLATED))]))
+    with pytest.raises(CorruptChunkError) as e:
+        dfairpca.from_zarr(path, rows_per_chunk=rows).compute(scheduler="sync")
+    where = "chunk (1, 0) of shard 'c/1/0' (rows 300-399)" if rows == 200 else \
+        "shard 'c/1/0' (rows 200-399)"
+    assert where in str(e.value) and "zstd data decodes to 1,048,576 bytes, where a chunk of " \
+        "this array holds 25,600" in str(e.value), str(e.value)
+    # the first chunk of that shard is whole: read alone, it reads
+    np.testing.assert_array_equal(dfairpca.from_zarr(path, rows_per_chunk=100)[200:300].compute(),
+                                  X[200:300])

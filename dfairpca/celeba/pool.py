@@ -32,8 +32,8 @@ import zarr.errors
 
 from ..base import code_digest, cpu_count
 from ..base.progress import NullBar, progress_bar, reporting
-from ..io import (check_target, exclusive, marker_attributes, move_into_place, read_capped, read_marker,
-                  remove_directory, write_marker, writing_every_chunk)
+from ..io import (check_target, disk_full, exclusive, is_disk_full, marker_attributes, move_into_place,
+                  read_capped, read_marker, remove_directory, write_marker, writing_every_chunk)
 from .schema import IMAGES, PARTITION, STORE_KIND, check_positive, create_store
 from ..errors import DiscardedWriteWarning, InvalidInputError, RunError
 
@@ -125,7 +125,8 @@ def write_store(
     check_target(out, STORE_KIND, overwrite=overwrite, protect=protect)
     out.parent.mkdir(parents=True, exist_ok=True)
     # one writer of a partial store at a time: two would mix their chunks into one store
-    with exclusive(out.parent / f".{out.name}.lock", f"{out} (its partial store {partial_path(out)})"):
+    with _full_disk_said(out, chunks, shape), \
+            exclusive(out.parent / f".{out.name}.lock", f"{out} (its partial store {partial_path(out)})"):
         partial = partial_path(out)
         n = chunks[-1][2]
         if overwrite or not _is_resumable(partial, settings, (n, *shape), chunk_rows):
@@ -188,6 +189,33 @@ def write_store(
         shutil.rmtree(partial / DONE_DIR)
         write_marker(partial, STORE_KIND)  # finished: what is added later is a user's
         return move_into_place(partial, out, STORE_KIND, overwrite=overwrite)
+
+
+@contextlib.contextmanager
+def _full_disk_said(out: Path, chunks: Sequence[tuple], shape: tuple[int, ...]) -> Iterator[None]:
+    """A full disk while writing the store ``out`` said in one line: its path, the space
+    the unfinished images need (uint8, uncompressed: at most that), and the finished chunks
+    kept for the same call to resume from."""
+    try:
+        yield
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        import math
+
+        partial, n = partial_path(out), chunks[-1][2]
+        try:
+            done = _rows_done(partial, chunks)
+        except OSError:  # no partial store (yet, or any more)
+            done = 0
+        kept = (f"the finished chunks ({done:,} of {n:,} images) are kept in {partial}: free space "
+                "there, then the same call again resumes there (overwrite=True, --overwrite, starts "
+                "over)" if done else
+                f"no chunk was finished, its partial store {partial} is kept: free space there or "
+                "write the store to another disk" if partial.exists() else
+                "nothing was written: free space there or write the store to another disk")
+        raise disk_full(out, "the store", kept, needed=(n - done) * math.prod(shape),
+                        cause=exc) from None
 
 
 def write_rows(store: str, start: int, stop: int, block: np.ndarray) -> None:

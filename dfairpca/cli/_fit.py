@@ -336,7 +336,8 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
         # the pass is not lost: its statistics are whole in the checkpoint, kept
         raise disk_full(out, "the model", f"its unfinished copy was removed; the checkpoint {ckpt} "
                         "holds the whole pass: free space there, then rerun with --resume (which "
-                        "solves without a new pass)", needed=_model_bytes(est, args.statistics)) from None
+                        "solves without a new pass)", needed=_model_bytes(est, args.statistics),
+                        cause=exc) from None
     remove_directory(ckpt, "checkpoint")
     kept = 100 * est.explained_variance_ratio_.sum()
     cert = getattr(est, "fairness_violation_", None)  # share of any group's mean gap kept
@@ -432,7 +433,7 @@ def cmd_transform(args):
             # uncompressed: an upper bound on what the store takes
             raise disk_full(out, "the output store", "its unfinished copy was removed, nothing "
                             "else was written: free space there or choose an --out on another "
-                            "disk", needed=int(Y.nbytes)) from None
+                            "disk", needed=int(Y.nbytes), cause=exc) from None
         dt = time.perf_counter() - t
     print(f"wrote {name} {Y.shape} to {out} in {dt:.1f} s")
     return {

@@ -403,7 +403,7 @@ def _save(path: Where, total: RunningTotal | ExactTotal, fingerprint: dict, segm
                 if kept_rows else "the unfinished save was removed, nothing was saved before it: "
                 "free space there or choose a checkpoint on another disk")
         # the new save is written whole beside the last one before it replaces it
-        raise disk_full(path, "the checkpoint", kept, needed=int(sizeof(total))) from None
+        raise disk_full(path, "the checkpoint", kept, needed=int(sizeof(total)), cause=exc) from None
 
 
 def _load(path: Where) -> dict | None:

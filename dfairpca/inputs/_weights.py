@@ -73,7 +73,10 @@ def _as_array(w):
     if is_xarray(w):
         w = w.data
     if isinstance(w, zarr.Array):
-        return da.from_zarr(w)
+        from ..io import strict_array
+
+        # reopened so its metadata is checked and an absent chunk is an error, not zeros
+        return da.from_zarr(strict_array(w))
     if isinstance(w, da.Array):
         return w
     if is_dask(w) and hasattr(w, "to_dask_array"):  # a Dask Series

@@ -226,8 +226,14 @@ def is_held(lock: Path) -> bool:
     return False
 
 
-def not_writable(path: Path, folder: Path, exc: OSError) -> PermissionError:
-    """The error for an output whose folder cannot be written."""
+def not_writable(path: Path, folder: Path, exc: OSError) -> OSError:
+    """The error for an output whose folder cannot be written (a full disk, said as one:
+    provisional, for a caller that knows what it kept to say again)."""
+    if is_disk_full(exc):
+        error = disk_full(path, repr(Path(path).name), "nothing was written: free space there "
+                          "or write it to another disk")
+        error.provisional = True
+        return error
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     return AccessError(
@@ -238,7 +244,8 @@ def not_writable(path: Path, folder: Path, exc: OSError) -> PermissionError:
 
 def is_disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` is the operating system's "no space left" (or "quota exceeded"), not
-    yet said as :class:`~dfairpca.errors.DiskFullError`.
+    yet said as :class:`~dfairpca.errors.DiskFullError`, or said by the write protocol
+    alone (which does not know what its caller kept).
 
     Parameters
     ----------
@@ -248,15 +255,18 @@ def is_disk_full(exc: BaseException) -> bool:
     Returns
     -------
     bool
-        True for an ``OSError`` with ``errno`` ENOSPC or EDQUOT.
+        True for an ``OSError`` with ``errno`` ENOSPC or EDQUOT, and for a provisional
+        :class:`~dfairpca.errors.DiskFullError`.
     """
     import errno
 
-    return isinstance(exc, OSError) and not isinstance(exc, DiskFullError) and \
-        exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+    if isinstance(exc, DiskFullError):
+        return exc.provisional
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
-def disk_full(path, what: str, kept: str, needed: int | None = None) -> DiskFullError:
+def disk_full(path, what: str, kept: str, needed: int | None = None, *, stage=None,
+              cause: BaseException | None = None) -> DiskFullError:
     """The one-line error for writing ``what`` at ``path`` on a full disk: the space the
     write needed and what is free there now, then what was kept or removed.
 
@@ -270,6 +280,11 @@ def disk_full(path, what: str, kept: str, needed: int | None = None) -> DiskFull
         What was kept or removed, and how to go on.
     needed : int, optional
         The bytes the write needed, if known.
+    stage : str or os.PathLike, optional
+        The local folder that filled, where ``path`` (a URL) was written first; measured
+        and named instead of ``path``, which is named beside it.
+    cause : BaseException, optional
+        The error being said again: its ``stage`` (and ``needed``) stand where not given.
 
     Returns
     -------
@@ -281,7 +296,9 @@ def disk_full(path, what: str, kept: str, needed: int | None = None) -> DiskFull
 
     from dask.utils import format_bytes
 
-    folder = Path(path)
+    stage = stage if stage is not None else getattr(cause, "stage", None)
+    needed = needed if needed is not None else getattr(cause, "needed", None)
+    folder = Path(stage if stage is not None else path)
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     try:
@@ -289,9 +306,11 @@ def disk_full(path, what: str, kept: str, needed: int | None = None) -> DiskFull
     except OSError:
         free = "its free space unknown"
     need = f"it needs about {format_bytes(needed)}, " if needed else ""
-    error = DiskFullError(f"the disk holding {path} is full: writing {what} failed "
+    where = path if stage is None else f"{stage} (where {path} is staged before its upload)"
+    error = DiskFullError(f"the disk holding {where} is full: writing {what} failed "
                           f"({need}{free}); {kept}")
     error.errno = errno.ENOSPC
+    error.path, error.stage, error.what, error.kept, error.needed = path, stage, what, kept, needed
     return error
 
 

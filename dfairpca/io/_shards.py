@@ -78,17 +78,13 @@ class ShardLayout(NamedTuple):
         """What is wrong with the bytes ``value`` (a zarr Buffer) that the store gave for
         ``byte_range`` of shard ``key``; None if nothing, or if ``key`` is no shard of this
         array."""
-        from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+        from zarr.abc.store import RangeByteRequest
 
         coords = self.coords(key)
         if coords is None:
             return None
         size, n = len(value), self.index_size
-        if self.index_at_start:
-            index_read = isinstance(byte_range, RangeByteRequest) and (
-                byte_range.start, byte_range.end) == (0, n)
-        else:
-            index_read = isinstance(byte_range, SuffixByteRequest) and byte_range.suffix == n
+        index_read = self._index_read(byte_range)
         if byte_range is not None and not index_read:
             # a chunk zarr found in the index: fewer bytes than it spans is a cut shard
             if isinstance(byte_range, RangeByteRequest) and size < byte_range.end - byte_range.start:
@@ -105,6 +101,42 @@ class ShardLayout(NamedTuple):
         if entries is None:
             return None  # a CRC that does not match: zarr says so itself
         return self._entries_damage(coords, entries, None if index_read else size)
+
+    def _index_read(self, byte_range) -> bool:
+        """Whether ``byte_range`` is zarr's read of a shard's index alone."""
+        from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+
+        n = self.index_size
+        if self.index_at_start:
+            return isinstance(byte_range, RangeByteRequest) and (byte_range.start, byte_range.end) == (0, n)
+        return isinstance(byte_range, SuffixByteRequest) and byte_range.suffix == n
+
+    def spans(self, data: np.ndarray, byte_range) -> list[tuple[tuple[int, ...] | None, int, int]]:
+        """The chunks in the bytes ``data`` zarr read for ``byte_range`` of a shard, as
+        (position in the shard, start, stop): every chunk its index places inside a whole
+        shard, the one chunk of a range read (position unknown: None), none of an index read
+        or of a shard whose index is damaged (:meth:`check` says so)."""
+        if self._index_read(byte_range):
+            return []
+        size, n = len(data), self.index_size
+        if byte_range is not None:
+            return [(None, 0, size)]
+        if size < n:
+            return []
+        entries = self._entries(data[:n] if self.index_at_start else data[size - n:])
+        if entries is None:
+            return []
+        spans: list[tuple[tuple[int, ...] | None, int, int]] = []
+        for inner in np.ndindex(*entries.shape[:-1]):
+            start, length = (int(v) for v in entries[inner])
+            if start != EMPTY and length != EMPTY and start + length <= size:
+                spans.append((tuple(int(i) for i in inner), start, start + length))
+        return spans
+
+    def where(self, key: str, inner, reason: str) -> str:
+        """"shard 'KEY' (rows a-b)", or its chunk ``inner``'s, for a message on ``reason``."""
+        coords = self.coords(key)
+        return key if coords is None else self._damage(coords, inner, reason).where
 
     def _entries(self, index: np.ndarray) -> np.ndarray | None:
         """The (offset, length) pairs of the index bytes ``index``, shaped like the chunks

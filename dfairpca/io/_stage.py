@@ -17,14 +17,14 @@ from pathlib import Path
 
 from ._files import read_capped
 from ._local import LocalStorage, is_empty_dir, temporary_sibling
-from ._locks import exclusive, not_writable
+from ._locks import disk_full, exclusive, is_disk_full, not_writable
 from ._marker import MARKER, OutputPathError, marker
 from ._urls import normalised
 from ._where import storage_for
 from ..base._system import cache_folder
 from ..base._params import outside_stacklevel
 from ..base._version import code_digest
-from ..errors import AccessError, DiscardedWriteWarning, InvalidInputError
+from ..errors import AccessError, DiscardedWriteWarning, DiskFullError, InvalidInputError
 
 __all__ = ["STAGE_KIND", "STAGE_FILE", "STAGE_WORK", "STAGE_ENV", "stage_folder", "check_stage_dir",
            "staged_locally"]
@@ -120,13 +120,22 @@ def staged_locally(path, kind: str, *, overwrite: bool = False, storage_options:
         yield Path(path)
         return
     storage.check_target(kind, overwrite=overwrite)
-    if key is None:
-        with tempfile.TemporaryDirectory(prefix=".dfairpca-stage-") as scratch:
-            local = Path(scratch) / "out"
-            yield local
-            storage.move_into_place(local, kind, overwrite=overwrite)
-        return
     loc = storage.target
+    if key is None:
+        with contextlib.ExitStack() as stack:
+            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix=".dfairpca-stage-"))
+            try:
+                local = Path(scratch) / "out"
+                yield local
+                storage.move_into_place(local, kind, overwrite=overwrite)
+            except OSError as exc:
+                if not _unstaged_full(exc):
+                    raise
+                stack.close()  # the local copy is removed before the free space is measured
+                raise _staged_full(exc, loc, kind, Path(scratch), (
+                    f"its local copy was removed and nothing was uploaded to {loc.url}: free "
+                    "space there, or set $TMPDIR to a folder with room")) from None
+        return
     folder = stage_folder(loc, stage_dir)
     _stage_root(folder, loc)
     with exclusive(folder.parent / f".{folder.name}.lock", f"{loc.url} (its stage {folder})"):
@@ -136,8 +145,34 @@ def staged_locally(path, kind: str, *, overwrite: bool = False, storage_options:
             storage.move_into_place(folder / STAGE_WORK / loc.name, kind, overwrite=overwrite)
         except BaseException as exc:
             _kept(exc, folder, loc)
+            if isinstance(exc, OSError) and _unstaged_full(exc):
+                raise _staged_full(exc, loc, kind, folder, (
+                    f"what was written is kept there: free space, then the same call again "
+                    f"resumes from it (overwrite=True, --overwrite, discards it), or pass "
+                    f"stage_dir= (--stage-dir) to stage {loc.url} on another disk")
+                    if folder.exists() else f"its stage was removed and nothing was uploaded to "
+                    f"{loc.url}: free space there, or pass stage_dir= (--stage-dir) to stage it "
+                    "on another disk") from None
             raise
         LocalStorage(folder).remove_directory(STAGE_KIND)
+
+
+def _unstaged_full(exc: OSError) -> bool:
+    """Whether ``exc`` is a full disk not yet said as the stage's (a writer's own error
+    names the local path it wrote, not the URL it stands for)."""
+    return (is_disk_full(exc) or isinstance(exc, DiskFullError)) and getattr(exc, "stage", None) is None
+
+
+def _staged_full(exc: OSError, loc, kind: str, stage: Path, kept: str) -> DiskFullError:
+    """``exc`` (a full disk in the stage ``stage`` of ``loc``) said naming both: a writer's
+    own account of what it kept stands; else ``kept``, provisional (a caller that knows
+    more says it again)."""
+    if isinstance(exc, DiskFullError) and not exc.provisional:
+        return disk_full(loc.url, exc.what, f"{exc.kept} (or pass stage_dir=, --stage-dir, to "
+                         "stage it on another disk)", stage=stage, cause=exc)
+    error = disk_full(loc.url, f"the {kind}", kept, stage=stage, cause=exc)
+    error.provisional = True
+    return error
 
 
 def _stage_root(folder: Path, loc) -> None:

@@ -19,12 +19,12 @@ import contextlib
 from pathlib import Path
 
 from ._local import LocalStorage, named, register_marked_file, temporary_file
-from ._locks import LOCK_MARK, REPLACE_LOCK, exclusive
+from ._locks import LOCK_MARK, REPLACE_LOCK, disk_full, exclusive, is_disk_full
 from ._marker import MARKER, MARKER_KEY, OutputPathError, marker, marker_attributes
 from ._stage import STAGE_ENV, STAGE_KIND, check_stage_dir, stage_folder, staged_locally
 from ._storage import Protected
 from ._where import storage_for
-from ..errors import InvalidInputError
+from ..errors import DiskFullError, InvalidInputError
 
 __all__ = [
     "atomic_directory", "atomic_file", "staged_locally", "stage_folder", "check_stage_dir",
@@ -176,8 +176,19 @@ def atomic_directory(path, kind: str, *, overwrite: bool = False, protect: Prote
         The temporary directory to write into (a URL with ``direct``).
     """
     storage = storage_for(path, storage_options)
-    with storage.atomic_directory(kind, overwrite=overwrite, protect=protect, direct=direct) as tmp:
-        yield tmp
+    tmp = None
+    try:
+        with storage.atomic_directory(kind, overwrite=overwrite, protect=protect, direct=direct) as tmp:
+            yield tmp
+    except OSError as exc:
+        if isinstance(exc, DiskFullError) or not is_disk_full(exc):
+            raise
+        # the temporary is gone (its context removed it); a caller that knows more (what a
+        # checkpoint keeps) says it again (is_disk_full is true for this one)
+        stage = Path(tmp).parent if storage.remote and not direct and tmp is not None else None
+        error = disk_full(path, f"the {kind}", _unchanged(path, stage is not None), stage=stage)
+        error.provisional = True
+        raise error from None
 
 
 def move_into_place(src, path, kind: str, *, overwrite: bool = False,
@@ -242,12 +253,28 @@ def atomic_file(path, kind: str, *, overwrite: bool = False, protect: Protected 
     path = storage.target
     storage.check_target(kind, overwrite=overwrite, protect=protect)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with temporary_file(path) as tmp:
-        yield tmp
-        if LocalStorage(tmp).read_marker() is None:
-            raise InvalidInputError(f"the {kind} written for {path} carries no dfairpca marker; not "
-                                    "moved into place (a file dfairpca cannot recognise is never its own)")
-        storage.move_into_place(tmp, kind, overwrite=overwrite)
+    try:
+        with temporary_file(path) as tmp:
+            yield tmp
+            if LocalStorage(tmp).read_marker() is None:
+                raise InvalidInputError(f"the {kind} written for {path} carries no dfairpca marker; not "
+                                        "moved into place (a file dfairpca cannot recognise is never its own)")
+            storage.move_into_place(tmp, kind, overwrite=overwrite)
+    except OSError as exc:
+        if isinstance(exc, DiskFullError) or not is_disk_full(exc):
+            raise
+        error = disk_full(path, f"the {kind}", _unchanged(path, False))
+        error.provisional = True
+        raise error from None
+
+
+def _unchanged(path, staged: bool) -> str:
+    """What a write that found its disk full left: its copy removed, ``path`` as it was."""
+    if staged:
+        return (f"its local copy was removed and nothing was uploaded to {path}: free space "
+                "there, or set $TMPDIR to a folder with room")
+    return (f"its unfinished copy was removed, {path} is as it was: free space there or "
+            "write it to another disk")
 
 
 def remove_directory(path, kind: str, *, storage_options: dict | None = None) -> None:

@@ -36,7 +36,8 @@ def from_zarr(store: PathInput | zarr.Array | zarr.Group, component: str | None 
     Parameters
     ----------
     store : str, Path, zarr.Array or zarr.Group
-        A Zarr array, or a group together with ``component``.
+        A Zarr array, or a group together with ``component``.  A zarr object is reopened
+        read-only on its own store, its metadata checked as a path's is.
     component : str, optional
         Name of the array inside the group (e.g. ``"images"``).
     rows_per_chunk : int, optional
@@ -75,6 +76,12 @@ def from_zarr(store: PathInput | zarr.Array | zarr.Group, component: str | None 
     node: Any = store  # a zarr Array or Group once opened
     if is_remote(store) or isinstance(store, (str, os.PathLike)):
         node = open_zarr(store, storage_options)
+    elif isinstance(node, zarr.Group):
+        # reopened on a store that checks its members' metadata as a path's (zarr parsed
+        # the caller's node unchecked: its members' are read here for the first time)
+        node = strict_group(node)
+    elif isinstance(node, zarr.Array):
+        node = strict_array(node, fill=missing_chunks == "fill")  # its zarr.json read checked
     if component is not None:
         check_member_path(component, _name(store))
     if isinstance(node, zarr.Group):
@@ -191,19 +198,23 @@ def _strict_store_class():
         ``fill`` it is not (zarr reads a damaged shard's chunks as fill values).
         """
 
-        def __init__(self, store, fill: bool = False, shards: dict | None = None):
+        def __init__(self, store, fill: bool = False, shards: dict | None = None,
+                     bounds: dict | None = None):
             super().__init__(store)
             self.fill = fill
             self._shards = dict(shards or {})  # array path -> ShardLayout, or why not
+            self._bounds = dict(bounds or {})  # array path -> ChunkBound
 
         async def get(self, key, prototype, byte_range=None):
             name = key.rsplit("/", 1)[-1]
             if name in METADATA_NAMES:  # checked before zarr parses it (the checked store)
                 value = await super().get(key, prototype, byte_range)
-                if name == "zarr.json" and value is not None:
-                    self._learn(key[: -len(name)].rstrip("/"), value)
+                if name in ("zarr.json", ".zarray") and value is not None and byte_range is None:
+                    self._learn(key[: -len(name)].rstrip("/"), name, value)
                 return value
             value = await self._store.get(key, prototype, byte_range)
+            if value is not None and self._bounds:
+                self._check_decoded(key, value, byte_range)  # either mode: fill is no defence
             if value is None:
                 root = getattr(self._store, "root", None)
                 if root is not None and not _metadata_along(root, key):
@@ -218,7 +229,8 @@ def _strict_store_class():
                 self._check_shard(key, value, byte_range)
             return value
 
-        def _learn(self, path: str, value) -> None:
+        def _learn(self, path: str, name: str, value) -> None:
+            from ._decoded import bounds_in
             from ._shards import layouts_in
 
             try:
@@ -226,7 +238,36 @@ def _strict_store_class():
             except (ValueError, UnicodeDecodeError):
                 return  # zarr refuses it itself
             if isinstance(meta, dict):
-                self._shards.update(layouts_in(path, meta))
+                if name == "zarr.json":
+                    self._shards.update(layouts_in(path, meta))
+                self._bounds.update(bounds_in(path, name, meta))
+
+        def _check_decoded(self, key, value, byte_range) -> None:
+            """Refuse a chunk whose codec would decode it to more bytes than a chunk of its
+            array holds, before zarr decodes it (see :mod:`dfairpca.io._decoded`); in a
+            sharded array, each chunk of the shard (or the part of it) zarr fetched."""
+            from ._shards import ShardLayout
+
+            bound = next((bound for path, bound in self._bounds.items()
+                          if not path or key.startswith(path + "/")), None)
+            if bound is None:
+                return
+            data = value.as_numpy_array()  # a view of the bytes zarr holds
+            if not bound.sharded:
+                found = bound.check(key, data) if byte_range is None else None
+            else:
+                layout = self._shards.get(bound.path)
+                if not isinstance(layout, ShardLayout) or layout.coords(key) is None:
+                    return
+                found = next(((layout.where(key, inner, reason), reason)
+                              for inner, start, stop in layout.spans(data, byte_range)
+                              if (reason := bound.excess(data[start:stop])) is not None), None)
+            if found is None:
+                return
+            where, reason = found
+            raise CorruptChunkError(f"{where} of the Zarr store {str(self._store)!r} cannot be "
+                                    f"read ({reason}); it is damaged: restore it or rewrite the "
+                                    "store", key, where, reason)
 
         def _check_shard(self, key, value, byte_range) -> None:
             layout = next((layout for path, layout in self._shards.items()
@@ -254,7 +295,7 @@ def _strict_store_class():
                 yield key, await self.get(key, prototype, byte_range)
 
         def __reduce__(self):  # a class made in a function pickles through a module function
-            return _strict_store, (self._store, self.fill, self._shards)
+            return _strict_store, (self._store, self.fill, self._shards, self._bounds)
 
     _StrictStore = StrictStore
     return StrictStore
@@ -263,11 +304,13 @@ def _strict_store_class():
 _StrictStore: type | None = None
 
 
-def _strict_store(store, fill: bool = False, shards: dict | None = None):
+def _strict_store(store, fill: bool = False, shards: dict | None = None,
+                  bounds: dict | None = None):
     """``store`` wrapped so that reading an absent chunk raises :class:`MissingChunkError`
-    (with ``fill``: reads fill values), and reading a local store that is not there raises
-    :class:`dfairpca.cluster.NotShared`."""
-    return _strict_store_class()(store, fill, shards)
+    (with ``fill``: reads fill values), reading a local store that is not there raises
+    :class:`dfairpca.cluster.NotShared`, and a chunk that would decode to more than its
+    array's chunks hold raises :class:`CorruptChunkError`."""
+    return _strict_store_class()(store, fill, shards, bounds)
 
 
 def _metadata_along(root, key: str) -> bool:

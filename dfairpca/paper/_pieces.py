@@ -106,9 +106,20 @@ def save(out, cfg, part: str, task, result) -> None:
         write_marker(path, KIND)  # first: a directory left by a crash is recognisably ours
     name = _name(part, task)
     tmp = path / f".{name}{_TMP}{os.getpid()}"
-    tmp.write_text(json.dumps({**_stamp(cfg), "result": _encode(result)}))
-    os.replace(tmp, path / name)
-    write_marker(path, KIND)  # lists the entries, this piece's among them
+    text = json.dumps({**_stamp(cfg), "result": _encode(result)})
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path / name)
+        write_marker(path, KIND)  # lists the entries, this piece's among them
+    except OSError as exc:
+        from ..io import disk_full, is_disk_full
+
+        if not is_disk_full(exc):
+            raise
+        tmp.unlink(missing_ok=True)
+        raise disk_full(path, f"the piece {name}", "the pieces finished before it are kept there: "
+                        "free space, then the same command again resumes from them",
+                        needed=len(text.encode()), cause=exc) from None
 
 
 def discard(out) -> None:

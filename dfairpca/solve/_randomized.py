@@ -338,6 +338,8 @@ class _Checkpoint:
         self.saved = open_state(self.path, X, fingerprint, "randomized", resume)
         self.digests = None if self.saved is None else self.saved["digests"]
         self.bound = self.saved is None
+        #: passes of the last save on disk (what a failed save leaves)
+        self.kept = 0 if self.saved is None else int(self.saved["meta"].get("passes", 0))
 
     def bind(self, read: list) -> None:
         """Take (a fresh fit) or check (a resumed one) the digests of the chunks just read."""
@@ -353,7 +355,22 @@ class _Checkpoint:
         from ..engine._checkpoint_files import save_state
 
         assert self.digests is not None  # bound by the first pass, before any save
-        save_state(self.path, self.fingerprint, "randomized", meta, arrays, self.digests)
+        try:
+            save_state(self.path, self.fingerprint, "randomized", meta, arrays, self.digests)
+        except OSError as exc:
+            from ..io import disk_full, is_disk_full
+
+            if not is_disk_full(exc):
+                raise
+            # the new save is written whole beside the last one before it replaces it
+            kept = (f"the unfinished save was removed, the checkpoint keeps its last save "
+                    f"({self.kept} of at most {meta['most']} passes): free space there, then resume "
+                    "from it"
+                    if self.kept else "the unfinished save was removed, nothing was saved before "
+                    "it: free space there or choose a checkpoint on another disk")
+            raise disk_full(self.path, "the checkpoint", kept, cause=exc,
+                            needed=sum(np.asarray(v).nbytes for v in arrays.values())) from None
+        self.kept = int(meta["passes"])
 
 
 def _after_pass(ck, sums, full, off, plan, fair, std, passes, most, on_pass) -> None:

@@ -242,6 +242,122 @@ def test_a_full_disk_is_one_line_naming_what_was_kept(faces, small_disk, tmp_pat
     assert [p.name for p in small_disk.iterdir()] == ["theirs.bin"]
 
 
+def _no_bar(code, stdout, err):
+    """A writer's result without its progress lines (on stderr, not a terminal)."""
+    bar = ("synth CelebA: ", "ingest CelebA: ")
+    return code, stdout, "\n".join(line for line in err.splitlines() if not line.startswith(bar))
+
+
+def _pad(disk, leave: int) -> None:
+    """Fill ``disk`` with a user's file until about ``leave`` bytes are free."""
+    import shutil
+
+    (disk / "theirs.bin").write_bytes(b"\1" * max(0, shutil.disk_usage(disk).free - leave))
+
+
+def test_a_full_disk_in_a_synth_or_an_ingest_is_one_line_naming_the_chunks_kept(
+        small_disk, tmp_path):
+    """The CelebA writers on a full disk: one line naming the store, the space its
+    unfinished images need and the finished chunks kept, which the same call resumes from
+    once there is room; nothing but the partial store is left."""
+    from dfairpca.celeba import write_celeba_jpegs
+
+    # 20,000 faces of 24 x 24 in chunks of 1,024 (11 MiB unpacked) on 4 MiB
+    store = small_disk / "s.zarr"
+    _one_line_error(*_no_bar(*dfairpca("synth-celeba", store, "--n", "20000", "--size", "24")),
+                    f"the disk holding {store} is full: writing the store failed (it needs about ",
+                    "free there); the finished chunks (", " of 20,000 images) are kept in "
+                    f"{small_disk / '.s.zarr.partial'}: free space there, then the same call again resumes")
+    assert sorted(p.name for p in small_disk.iterdir()) == [".s.zarr.partial"]
+    subprocess.run(["rm", "-r", str(small_disk / ".s.zarr.partial")], check=True)
+    # an ingest of 1,500 JPEGs with 100 kB left: its lists and first chunk do not fit
+    celeba = write_celeba_jpegs(tmp_path / "celeba", 1500, size=(24, 24))
+    _pad(small_disk, 100_000)
+    store = small_disk / "c.zarr"
+    _one_line_error(*_no_bar(*dfairpca("ingest-celeba", celeba, store, "--size", "24")),
+                    f"the disk holding {store} is full: writing the store failed (it needs about ",
+                    "free there); ")
+    assert {p.name for p in small_disk.iterdir()} <= {"theirs.bin", ".c.zarr.partial"}
+
+
+def test_a_full_disk_under_a_url_names_the_local_stage_that_filled(small_disk, faces, tmp_path):
+    """An output for a URL is written to a local folder first: a full disk there names
+    that folder and the URL (it named the URL alone, and measured the working folder)."""
+    # a synth's stage (--stage-dir), kept for the same call to resume
+    url = "memory://bucket/s.zarr"
+    code, stdout, err = _no_bar(*dfairpca("synth-celeba", url, "--n", "20000", "--size", "24",
+                                          "--stage-dir", small_disk / "stage"))
+    _one_line_error(code, stdout, err, f"the disk holding {small_disk / 'stage'}/",
+                    "(where memory:///bucket/s.zarr is staged before its upload) is full: "
+                    "writing the store failed (it needs about ", " of 20,000 images) are kept in "
+                    f"{small_disk / 'stage'}/", "stage it on another disk")
+    # a model for a URL, staged in $TMPDIR (with the d x d statistics, 2.5 MiB, and 1 MiB
+    # left), its pass whole in a checkpoint elsewhere
+    ckpt = tmp_path / "m.checkpoint"
+    fit = [sys.executable, "-m", "dfairpca", "fit", str(faces), "-k", "3", "--method", "pca",
+           "--out", "memory://bucket/m", "--checkpoint", str(ckpt), *DEAD[2:]]
+    assert subprocess.run(fit, capture_output=True, timeout=120).returncode == 0
+    subprocess.run(["rm", "-r", str(small_disk / "stage")], check=True)
+    _pad(small_disk, 1 << 20)
+    import os
+
+    env = {**os.environ, "TMPDIR": str(small_disk)}
+    done = subprocess.run([*fit, "--statistics", "--overwrite"], capture_output=True, text=True,
+                          timeout=120, env=env)
+    _one_line_error(done.returncode, done.stdout, done.stderr,
+                    f"the disk holding {small_disk}/.dfairpca-stage-",
+                    "(where memory:///bucket/m is staged before its upload) is full: writing the "
+                    "model failed (it needs about 2.", "its unfinished copy was removed; the "
+                    f"checkpoint {ckpt} holds the whole pass")
+    assert [p.name for p in small_disk.iterdir() if not p.name.startswith("dask-")] == ["theirs.bin"]
+
+
+def test_a_full_disk_in_a_randomized_fit_names_the_passes_its_checkpoint_keeps(
+        small_disk, faces):
+    """The randomized solver saves its state after every pass; a save that does not fit
+    (written whole beside the last) is one line naming the passes kept, and resumes."""
+    out = small_disk / "m"
+    fit = ["fit", faces, "-k", "3", "--method", "pca", "--svd-solver", "randomized",
+           "--iterated-power", "4", "--out", out, *DEAD[2:]]
+    # room for the first save (about 70 kB) and not for the second (136 kB) beside it: the
+    # saved block grows with each pass
+    _pad(small_disk, 200_000)
+    ckpt = small_disk / "m.checkpoint"
+    code, stdout, err = dfairpca(*fit)
+    _one_line_error(code, stdout, err,
+                    f"the disk holding {ckpt} is full: writing the checkpoint failed (it needs about ",
+                    "the unfinished save was removed, the checkpoint keeps its last save (1 of at "
+                    "most ", " passes): free space there, then resume from it (rerun with --resume)")
+    (small_disk / "theirs.bin").unlink()
+    code, stdout, err = dfairpca(*fit, "--resume")
+    assert code == 0 and "model written to" in stdout, err
+
+
+def test_a_full_disk_while_the_paper_keeps_a_piece_names_the_pieces_kept(small_disk):
+    """The report keeps each finished piece to resume from; one that does not fit is one
+    line naming the pieces' folder, and the pieces before it stay."""
+    import dataclasses
+
+    from dfairpca.errors import DiskFullError
+    from dfairpca.paper import _pieces
+
+    @dataclasses.dataclass
+    class Config:
+        size: str = "tiny"
+
+    out = small_disk / "report"
+    _pieces.save(out, Config(), "tables", "adult", {"error": np.zeros(10)})
+    _pad(small_disk, 100_000)
+    with pytest.raises(DiskFullError) as e:
+        _pieces.save(out, Config(), "synthetic", (6400, 0), {"error": np.zeros(100_000)})
+    pieces = small_disk / "report.partial"
+    assert str(e.value).startswith(f"the disk holding {pieces} is full: writing the piece "
+                                   "synthetic-6400-0.json failed (it needs about "), str(e.value)
+    assert "the pieces finished before it are kept there" in str(e.value)
+    assert sorted(p.name for p in pieces.iterdir()) == [".dfairpca", "tables-adult.json"]
+    assert _pieces.load(out, Config(), "tables", "adult")["error"].shape == (10,)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
