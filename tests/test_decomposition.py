@@ -418,6 +418,19 @@ def test_identical_rows_are_the_zero_variance_error_within_rounding():
         dfairpca.FairPCA(1).fit(Y, sensitive_features=np.arange(40) % 2, sample_weight=w)
 
 
+def test_a_spread_of_data_near_the_largest_floats_is_not_zero_variance():
+    """Rows of magnitude 4e153 spread by 2e147: n * mean**2 overflows float64, which once
+    made every feature's variance count as rounding (the equal-rows error)."""
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((100, 8)) + 4e6) * 1e147
+    z = np.arange(100) % 2
+    for est, kw in [(dfairpca.PCA(2), {}), (dfairpca.FairPCA(2), {"sensitive_features": z}),
+                    (dfairpca.FairKernelPCA(2), {"sensitive_features": z})]:
+        est.fit(X, **kw)
+    with pytest.raises(ValueError, match="zero total variance: all its 100 rows are equal"):
+        dfairpca.PCA(2).fit(np.tile(X[:1], (100, 1)))
+
+
 @given(seed=st.integers(0, 2**31), n=st.integers(2, 400), d=st.integers(1, 12),
        offset=st.sampled_from([0.0, 1.0, -3e-4, 1e6, -1e12]),
        dtype=st.sampled_from([np.float64, np.float32]),

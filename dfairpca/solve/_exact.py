@@ -92,9 +92,12 @@ def check_variance(diagonal, n: float, mean, rows: int | None = None) -> None:
     read as fill values looks like, which the message says.
     """
     diagonal = np.asarray(diagonal, np.float64)
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        raw = diagonal + n * np.square(np.asarray(mean, np.float64))
-        if np.any(diagonal > ZERO_VARIANCE_RTOL * raw):
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        # as root mean squares, sd > sqrt(rtol) * hypot(sd, mean): the same test without
+        # the square of a mean near 1e154 and above (n mean**2 overflows to inf, and data
+        # whose spread is 1e-7 of such a magnitude was called equal rows)
+        sd = np.sqrt(diagonal / n)
+        if np.any(sd > np.sqrt(ZERO_VARIANCE_RTOL) * np.hypot(sd, np.asarray(mean, np.float64))):
             return
     total = float(diagonal.sum())
     alike = "zero" if not np.any(mean) and total == 0 else "equal"
