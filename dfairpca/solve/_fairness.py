@@ -349,7 +349,7 @@ def _restricted_top(S: np.ndarray, Q: np.ndarray, k: int, cov_diffs=None, l=None
         _, U = _solvers.top_eigh(S, k, solver, Q=Q)
     # enforce the constraint to rounding and re-diagonalise (Rayleigh-Ritz on span U)
     U = U - Q @ (Q.T @ U)
-    U, _ = np.linalg.qr(U)
+    U = _solvers.orthonormal(U)
     _, G = np.linalg.eigh(U.T @ S @ U)
     return _solvers.flip_signs((U @ G[:, ::-1]).T)
 
