@@ -390,3 +390,22 @@ def test_columns_in_any_order_keep_the_raw_sums_exact():
                                     dtype="exact", group_scatter=True)
     same_moments(got, want)
     assert np.array_equal(got.exact.gram, want.exact.gram)
+
+
+@pytest.mark.parametrize("n", [7, 2**31 + 11])
+def test_centring_by_panels_on_threads_rounds_each_entry_once(n, monkeypatch):
+    """Many panels (4 columns each) on threads: every entry of G - s s^T / n, rounded once,
+    whatever panel and thread formed it; for n below and above 2**31 (the two branches)."""
+    from dfairpca.stats import _exact
+
+    monkeypatch.setattr(_exact, "CENTRING_PANEL", 4)
+    rng = np.random.default_rng(5)
+    d = 23
+    G = rng.integers(-2**40, 2**40, size=(d, d))
+    G = np.triu(G + G.T)
+    s = rng.integers(-2**30, 2**30, size=d)
+    got = _exact.centred(G, s, n)
+    want = [[Fraction(int(G[min(i, j), max(i, j)])) - Fraction(int(s[i]) * int(s[j]), n)
+             for j in range(d)] for i in range(d)]
+    assert_one_rounding(got, want)
+    assert np.array_equal(got, got.T)

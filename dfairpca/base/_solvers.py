@@ -136,7 +136,7 @@ def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_it
     d = S.shape[0]
     p = min(d, k + (oversample if oversample is not None else max(16, k // 2)))
     proj = (lambda A: A - Q @ (Q.T @ A)) if Q is not None and Q.shape[1] else (lambda A: A)
-    V, _ = np.linalg.qr(proj(np.random.default_rng(seed).standard_normal((d, p))))
+    V = orthonormal(proj(np.random.default_rng(seed).standard_normal((d, p))))
     prev = None
     for _ in range(max_iter):
         W = proj(S @ V)
