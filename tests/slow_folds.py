@@ -1,13 +1,16 @@
-"""Preloaded into test workers (``dask worker --preload slow_folds``): every fold of a pass
-first sleeps FOLD_SECONDS, so that a pass on a few thousand rows lasts long enough to be
-stopped midway, whoever started it (the library, or the command line in a subprocess).
+"""Preloaded into test workers (``dask worker --preload slow_folds``): every fold of a pass,
+and every projection of a linear model's transform, first sleeps FOLD_SECONDS, so that a
+pass (or a transform) on a few thousand rows lasts long enough to be stopped midway,
+whoever started it (the library, or the command line in a subprocess).
 
-The client pickles ``dfairpca.engine._engine._fold_block`` by name, so the worker runs what that
-name holds here.
+The client pickles ``dfairpca.engine._engine._fold_block`` and
+``dfairpca.decomposition._linear._project_block`` by name, so the worker runs what those
+names hold here.
 """
 
 import time
 
+from dfairpca.decomposition import _linear
 from dfairpca.engine import _engine
 
 FOLD_SECONDS = 0.1
@@ -21,3 +24,13 @@ def _slow_fold_block(*args):
 
 
 _engine._fold_block = _slow_fold_block
+
+_project_block = _linear._project_block
+
+
+def _slow_project_block(*args, **kwargs):
+    time.sleep(FOLD_SECONDS)
+    return _project_block(*args, **kwargs)
+
+
+_linear._project_block = _slow_project_block

@@ -1,0 +1,166 @@
+"""Workers restarted by their nanny mid-pass, and a scheduler lost, with real `dask scheduler`
+and `dask worker --nanny` processes on 127.0.0.1: a fit, a transform and an ingest end in
+time, either done or with one line that says what happened and how to go on."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import zarr
+
+import dfairpca
+from dfairpca.cluster import connect
+from oracle import max_angle_deg
+from processes import DaskProcesses, dask_env
+
+N, D = 3000, 40
+#: the fits' timeout: how long they may wait without a worker
+TIMEOUT = 10
+#: what any of these tests may take once its fault is made
+BOUND_SECONDS = 60
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """uint8 rows in a Zarr store, 60 chunks of 50, and the local fit of them."""
+    X = np.random.default_rng(5).integers(0, 255, (N, D), dtype=np.uint8)
+    path = tmp_path_factory.mktemp("restarts") / "rows.zarr"
+    zarr.open_group(str(path), mode="w").create_array("X", shape=(N, D), chunks=(50, D),
+                                                      dtype="uint8")[:] = X
+    return path, dfairpca.PCA(4).fit(X)
+
+
+def _nanny_cluster(tmp_path, preload: str, memory_limit="2GiB") -> DaskProcesses:
+    """A scheduler and one worker of one thread under a nanny, its folds preloaded with
+    ``preload`` (a module of tests/)."""
+    procs = DaskProcesses(tmp_path, worker_hosts=(), worker_args=["--preload", preload])
+    procs.__enter__()
+    try:
+        procs.add_worker(nanny=True, memory_limit=memory_limit)
+    except BaseException:
+        procs.__exit__()
+        raise
+    return procs
+
+
+def _in_a_daemon_thread(call):
+    """``(thread, outcome)``: ``call()`` runs in a daemon thread and leaves its exception, or
+    its result, in ``outcome``; a call that waits for ever fails the test instead of
+    hanging it."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def _kill_the_worker_under_its_nanny(client, running, done_tasks=3) -> None:
+    """SIGKILL the one worker process (not its nanny) once it has run ``done_tasks`` tasks
+    and while ``running()``: its nanny starts a new one at a new address."""
+    deadline = time.monotonic() + 30
+    (address, pid), = client.run(os.getpid).items()
+    while client.run(lambda dask_worker: dask_worker.state.executed_count)[address] < done_tasks:
+        assert time.monotonic() < deadline and running(), "the pass did not start"
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_a_worker_restarted_by_its_nanny_mid_pass_lets_the_fit_finish(tmp_path, data):
+    """The only worker dies mid-pass and its nanny starts a new one: the fold it was
+    running, pinned to the dead worker's address, runs on the new worker (distributed
+    alone would leave it in `no-worker` for ever, the timeout never firing since a worker
+    is there), and the fit equals the local one."""
+    path, local = data
+    procs = _nanny_cluster(tmp_path, "slow_folds")
+    try:
+        with connect(scheduler_file=procs.scheduler_file, timeout=20) as client:
+            client.wait_for_workers(1, timeout=30)
+            X = dfairpca.from_zarr(path, "X", rows_per_chunk=50)
+            thread, outcome = _in_a_daemon_thread(lambda: dfairpca.PCA(4).fit(X, timeout=TIMEOUT))
+            _kill_the_worker_under_its_nanny(client, thread.is_alive)
+            killed = time.monotonic()
+            thread.join(BOUND_SECONDS)
+            took = time.monotonic() - killed
+            assert not thread.is_alive(), f"the fit still waits {took:.0f} s after the restart"
+            assert "result" in outcome, (outcome, procs.logs())
+            (address,) = client.scheduler_info()["workers"]
+    finally:
+        procs.__exit__()
+    assert "Restarting worker" in (tmp_path / "worker0.log").read_text()  # a restart it was
+    assert max_angle_deg(outcome["result"].components_.T, local.components_.T) < 1e-6
+
+
+def test_a_chunk_past_the_workers_memory_limit_is_one_line_naming_it_and_the_checkpoint(tmp_path, data):
+    """One chunk's fold takes more than its worker may hold: the nanny restarts the worker
+    each time, and the command ends in time with one line naming the worker, its memory
+    limit and what the checkpoint holds, exit status 1."""
+    from memory_hog import HOG_ROW
+
+    path, _ = data
+    model, ckpt = tmp_path / "m", tmp_path / "m.checkpoint"
+    procs = _nanny_cluster(tmp_path, "memory_hog", memory_limit="400MiB")
+    try:
+        cmd = [sys.executable, "-m", "dfairpca", "fit", str(path), "--array", "X", "--method", "pca",
+               "-k", "4", "--out", str(model), "--rows-per-chunk", "50",
+               "--scheduler-file", str(procs.scheduler_file), "--timeout", str(TIMEOUT)]
+        start = time.monotonic()
+        done = subprocess.run(cmd, capture_output=True, text=True, env=dask_env(),
+                              timeout=BOUND_SECONDS + 30)
+        took = time.monotonic() - start
+    finally:
+        procs.__exit__()
+    err = done.stderr
+    assert done.returncode == 1, (err, procs.logs())
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("dfairpca fit: error: the Dask worker at tcp://127.0.0.1:"), err
+    assert "(memory limit 400 MiB) died running a task that 4 workers in turn died running" in err
+    assert f"the checkpoint {ckpt} holds 16 of 60 chunks" in err, err  # 2 segments, then row {HOG_ROW}
+    assert "`dask worker --memory-limit`) and rerun with --resume" in err, err
+    assert took < BOUND_SECONDS, took
+    assert not model.exists() and (ckpt / "progress.json").exists()
+    assert HOG_ROW > 800
+
+
+def test_a_worker_restarted_mid_transform_lets_it_finish(tmp_path, data):
+    """A transform written to a Zarr store as ``dfairpca transform --out`` writes it: the
+    worker dies mid-write and its nanny starts a new one; the model's matrices the dead
+    worker held are made again (scattered data would be lost with it, cancelling the whole
+    computation) and the store is written whole."""
+    import dask.array as da
+
+    from dfairpca.cluster import compute, worker_timeout
+
+    path, local = data
+    procs = _nanny_cluster(tmp_path, "slow_folds")
+    try:
+        with connect(scheduler_file=procs.scheduler_file, timeout=20) as client:
+            client.wait_for_workers(1, timeout=30)
+            Y = local.transform(dfairpca.from_zarr(path, "X", rows_per_chunk=50))  # 60 chunks
+            target = zarr.open_array(str(tmp_path / "Y.zarr"), mode="w", shape=Y.shape,
+                                     chunks=Y.chunksize, dtype=Y.dtype)
+
+            def write():
+                with worker_timeout(TIMEOUT):
+                    return compute(da.to_zarr(Y, target, compute=False))
+
+            thread, outcome = _in_a_daemon_thread(write)
+            _kill_the_worker_under_its_nanny(client, thread.is_alive, done_tasks=5)
+            thread.join(BOUND_SECONDS)
+            assert not thread.is_alive(), "the transform still waits after the restart"
+            assert "result" in outcome, (outcome, procs.logs())
+    finally:
+        procs.__exit__()
+    assert "Restarting worker" in (tmp_path / "worker0.log").read_text()
+    X = np.asarray(zarr.open_array(str(path), path="X")[:], np.float64)
+    np.testing.assert_allclose(target[:], local.transform(X), rtol=1e-4, atol=1e-4)
