@@ -164,3 +164,116 @@ def test_a_worker_restarted_mid_transform_lets_it_finish(tmp_path, data):
     assert "Restarting worker" in (tmp_path / "worker0.log").read_text()
     X = np.asarray(zarr.open_array(str(path), path="X")[:], np.float64)
     np.testing.assert_allclose(target[:], local.transform(X), rtol=1e-4, atol=1e-4)
+
+
+def _lost_scheduler_line(err: str, address: str) -> str:
+    """The one line of a command whose scheduler was lost: no traceback, no record of
+    distributed's, exit status checked by the caller."""
+    assert err.count("\n") == 1 and "Traceback" not in err and "distributed." not in err, err
+    assert f"lost the Dask scheduler at {address} (it stopped, or the network to it failed)" in err
+    return err
+
+
+def test_a_scheduler_lost_between_two_computations_is_one_error_naming_it(tmp_path):
+    """The scheduler dies while this process computes on its own (a solve), and the Client
+    gives up reconnecting and closes: the next computation is one SchedulerLost naming the
+    scheduler, not distributed's KeyError or ClosedClientError."""
+    import dask.array as da
+
+    from dfairpca.cluster import SchedulerLost
+
+    X = da.random.default_rng(0).normal(size=(400, 6), chunks=100)
+    with DaskProcesses(tmp_path, worker_hosts=("127.0.0.1",)) as procs, \
+            connect(scheduler_file=procs.scheduler_file, timeout=3) as client:
+        client.wait_for_workers(1, timeout=30)
+        address = client.scheduler.address
+        dfairpca.PCA(2).fit(X)
+        procs.scheduler.kill()
+        deadline = time.monotonic() + BOUND_SECONDS
+        while client.status != "closed":  # its reconnects (for its 3 s timeout) given up
+            assert time.monotonic() < deadline, client.status
+            time.sleep(0.1)
+        with pytest.raises(SchedulerLost) as info:
+            dfairpca.PCA(2).fit(X, timeout=TIMEOUT)
+        with pytest.raises(SchedulerLost):
+            dfairpca.PCA(2).fit(X)  # without a timeout, the same
+    assert str(info.value).startswith(f"lost the Dask scheduler at {address} ")
+    assert info.value.address == address and "\n" not in str(info.value)
+
+
+def _run_until(cmd, ready, kill) -> tuple[subprocess.Popen, str, str, float]:
+    """Run ``cmd``; once ``ready(proc)`` says so, ``kill()``; its output, and the seconds
+    from the kill to its end."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dask_env())
+    try:
+        ready(proc)
+        kill()
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=BOUND_SECONDS)
+        return proc, out, err, time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_scheduler_lost_in_the_randomized_solver_s_passes_is_one_line_naming_the_checkpoint(tmp_path, data):
+    path, _ = data
+    model, ckpt = tmp_path / "m", tmp_path / "m.checkpoint"
+    with DaskProcesses(tmp_path, worker_hosts=("127.0.0.1",), worker_args=["--preload", "slow_folds"]) as procs:
+        address = json_address(procs.scheduler_file)
+        cmd = [sys.executable, "-m", "dfairpca", "fit", str(path), "--array", "X", "--method", "pca",
+               "-k", "4", "--svd-solver", "randomized", "--out", str(model), "--rows-per-chunk", "50",
+               "--scheduler", address, "--timeout", str(TIMEOUT)]
+
+        def in_a_pass(proc):  # its progress: "pass: 25% (16 of 62 tasks) after 2.1 s"
+            for line in proc.stdout:
+                if line.startswith("pass: 25%"):
+                    return
+            raise AssertionError(proc.communicate())
+
+        proc, out, err, took = _run_until(cmd, in_a_pass, procs.scheduler.kill)
+    assert proc.returncode == 1, (out, err)
+    line = _lost_scheduler_line(err, address)
+    assert f"the checkpoint {ckpt} holds 0 of " in line and "rerun with --resume" in line, line
+    assert took < BOUND_SECONDS and not model.exists()
+
+
+def test_a_scheduler_lost_mid_transform_is_one_line_naming_it(tmp_path, data, monkeypatch):
+    path, local = data
+    saved, out = tmp_path / "model", tmp_path / "Y.zarr"
+    local.save(saved)
+    monkeypatch.setenv("DFAIRPCA_TEST_FOLD_SECONDS", "30")  # the one projection: long
+    with DaskProcesses(tmp_path, worker_hosts=("127.0.0.1",), worker_args=["--preload", "slow_folds"]) as procs:
+        address = json_address(procs.scheduler_file)
+        cmd = [sys.executable, "-m", "dfairpca", "transform", str(saved), str(path), "--array", "X",
+               "--out", str(out), "--scheduler", address, "--timeout", str(TIMEOUT)]
+
+        def writing(proc):
+            from distributed import Client
+
+            with Client(address, timeout=20) as watcher:
+                deadline = time.monotonic() + BOUND_SECONDS
+                while not any(watcher.processing().values()):
+                    assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+                    time.sleep(0.1)
+
+        proc, stdout, err, took = _run_until(cmd, writing, procs.scheduler.kill)
+    assert proc.returncode == 1, (stdout, err)
+    _lost_scheduler_line(err, address)
+    assert err.startswith("dfairpca transform: error: "), err
+    assert took < BOUND_SECONDS and not out.exists()
+
+
+def json_address(scheduler_file) -> str:
+    """The address in a scheduler file, once the scheduler has written it."""
+    import json
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return json.loads(scheduler_file.read_text())["address"]
+        except (OSError, ValueError, KeyError):
+            assert time.monotonic() < deadline, "no scheduler file"
+            time.sleep(0.1)
