@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import time
+import weakref
 
 import numpy as np
 
@@ -339,11 +340,32 @@ def cluster_failures_said(client):
         raise
     except BaseException as exc:
         if _lost_scheduler(client, exc):
+            _REPORTED_LOSSES.add(client)
             raise SchedulerLost(address) from None
         killed = _killed_worker(exc)
         if killed is not None:
             raise killed from None
         raise
+
+
+#: the Clients whose lost scheduler a computation has reported (:class:`SchedulerLost`)
+_REPORTED_LOSSES: weakref.WeakSet = weakref.WeakSet()
+
+
+def loss_reported(client) -> bool:
+    """Whether a computation on ``client`` has reported that it lost its scheduler (raised
+    :class:`SchedulerLost`): distributed's own records of that loss only repeat it.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The client.
+
+    Returns
+    -------
+    bool
+    """
+    return client in _REPORTED_LOSSES
 
 
 def _release_pinned(client, state: dict) -> None:

@@ -2,6 +2,8 @@
 and `dask worker --nanny` processes on 127.0.0.1: a fit, a transform and an ingest end in
 time, either done or with one line that says what happened and how to go on."""
 
+import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -183,7 +185,7 @@ def test_a_scheduler_lost_between_two_computations_is_one_error_naming_it(tmp_pa
     from dfairpca.cluster import SchedulerLost
 
     X = da.random.default_rng(0).normal(size=(400, 6), chunks=100)
-    with DaskProcesses(tmp_path, worker_hosts=("127.0.0.1",)) as procs, \
+    with _distributed_records() as records, DaskProcesses(tmp_path, worker_hosts=("127.0.0.1",)) as procs, \
             connect(scheduler_file=procs.scheduler_file, timeout=3) as client:
         client.wait_for_workers(1, timeout=30)
         address = client.scheduler.address
@@ -199,6 +201,40 @@ def test_a_scheduler_lost_between_two_computations_is_one_error_naming_it(tmp_pa
             dfairpca.PCA(2).fit(X)  # without a timeout, the same
     assert str(info.value).startswith(f"lost the Dask scheduler at {address} ")
     assert info.value.address == address and "\n" not in str(info.value)
+    # the loss said in one line: distributed's records of it would only repeat it
+    assert not [r for r in records if "reconnect" in r.getMessage()], records
+
+
+@contextlib.contextmanager
+def _distributed_records():
+    """The records distributed's loggers hand to their handlers during the block."""
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    handler = Keep(logging.DEBUG)
+    logging.getLogger("distributed").addHandler(handler)
+    try:
+        yield records
+    finally:
+        logging.getLogger("distributed").removeHandler(handler)
+
+
+def test_a_lost_scheduler_that_no_computation_reports_is_logged_by_distributed(tmp_path):
+    """Only the records of a loss that dfairpca reports itself are held back: a Client that
+    loses its scheduler while nothing computes on it logs distributed's words."""
+    with _distributed_records() as records, DaskProcesses(tmp_path, worker_hosts=("127.0.0.1",)) as procs, \
+            connect(scheduler_file=procs.scheduler_file, timeout=3) as client:
+        client.wait_for_workers(1, timeout=30)
+        procs.scheduler.kill()
+        deadline = time.monotonic() + BOUND_SECONDS
+        while client.status != "closed":
+            assert time.monotonic() < deadline, client.status
+            time.sleep(0.1)
+    said = [r.getMessage() for r in records if r.name == "distributed.client"]
+    assert any(m.startswith("Failed to reconnect to scheduler") for m in said), said
 
 
 def _run_until(cmd, ready, kill) -> tuple[subprocess.Popen, str, str, float]:
