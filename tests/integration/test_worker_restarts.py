@@ -302,6 +302,34 @@ def test_a_scheduler_lost_mid_transform_is_one_line_naming_it(tmp_path, data, mo
     assert took < BOUND_SECONDS and not out.exists()
 
 
+def test_a_scheduler_lost_mid_ingest_is_one_error_naming_it_and_the_kept_chunks(tmp_path):
+    """A synthetic store written by a cluster's workers (as `dfairpca synth-celeba
+    --scheduler` and `ingest-celeba --scheduler` write theirs): its scheduler killed
+    mid-write is one SchedulerLost naming it, and the finished chunks are kept."""
+    from dfairpca.celeba import synth_celeba
+    from dfairpca.cluster import SchedulerLost
+
+    out = tmp_path / "faces.zarr"
+    with DaskProcesses(tmp_path, worker_hosts=("127.0.0.1",), worker_args=["--preload", "slow_folds"]) as procs, \
+            connect(scheduler_file=procs.scheduler_file, timeout=3) as client:
+        client.wait_for_workers(1, timeout=30)
+        address = client.scheduler.address
+        thread, outcome = _in_a_daemon_thread(lambda: synth_celeba(
+            out, n=800, size=8, chunk_rows=8, progress=False, client=client))  # 100 chunks
+        deadline = time.monotonic() + BOUND_SECONDS
+        while client.run(lambda dask_worker: dask_worker.state.executed_count).popitem()[1] < 3:
+            assert time.monotonic() < deadline and thread.is_alive(), outcome
+            time.sleep(0.05)
+        procs.scheduler.kill()
+        thread.join(BOUND_SECONDS)
+        assert not thread.is_alive(), "the ingest still waits after its scheduler died"
+    exc = outcome.get("error")
+    assert isinstance(exc, SchedulerLost), repr(outcome)
+    assert str(exc).startswith(f"lost the Dask scheduler at {address} ") and "\n" not in str(exc)
+    assert any("kept the finished chunks" in note for note in getattr(exc, "__notes__", []))
+    assert not out.exists()
+
+
 def json_address(scheduler_file) -> str:
     """The address in a scheduler file, once the scheduler has written it."""
     import json
