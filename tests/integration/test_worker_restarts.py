@@ -341,3 +341,43 @@ def json_address(scheduler_file) -> str:
         except (OSError, ValueError, KeyError):
             assert time.monotonic() < deadline, "no scheduler file"
             time.sleep(0.1)
+
+
+def test_records_of_a_connection_that_comes_back_are_logged(tmp_path):
+    """A scheduler restarted at the same address: the Client reconnects, so what was
+    logged of its closed connection was no loss to report, and reaches the program's
+    handlers once the Client is back (a record as distributed's comms log one)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    env = dask_env()
+    logs = open(tmp_path / "cluster.log", "w")
+
+    def scheduler():
+        return subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1",
+                                 "--port", str(port), "--no-dashboard"], stdout=logs, stderr=logs, env=env)
+
+    procs = [scheduler()]
+    procs.append(subprocess.Popen([sys.executable, "-m", "dask", "worker", address, "--nthreads", "1",
+                                   "--no-dashboard"], stdout=logs, stderr=logs, env=env))
+    try:
+        with _distributed_records() as records, connect(address, timeout=20) as client:
+            procs[0].kill()
+            procs[0].wait()
+            closed = OSError("Connection closed by the scheduler")
+            logging.getLogger("distributed.core").warning("closed connection", exc_info=closed)
+            assert not [r for r in records if r.exc_info and r.exc_info[1] is closed]  # held
+            procs[0] = scheduler()
+            deadline = time.monotonic() + BOUND_SECONDS
+            while not [r for r in records if r.exc_info and r.exc_info[1] is closed]:
+                assert time.monotonic() < deadline, (client.status, records)
+                time.sleep(0.1)
+            assert client.status == "running"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        logs.close()
