@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .base._typing import ArrayInput, Seed
+from .engine._compute import compute
 from .errors import InvalidInputError, InvalidTypeError
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ MAX_PROBE_ROWS = 20_000
 
 
 def _dense(a) -> np.ndarray:
-    return np.asarray(a.compute() if hasattr(a, "compute") else a, dtype=np.float64)
+    return np.asarray(compute(a)[0] if hasattr(a, "compute") else a, dtype=np.float64)
 
 
 def explained_variance_pct(X: ArrayInput, components: npt.ArrayLike) -> float:
@@ -250,7 +251,6 @@ def group_reconstruction_error(model: LinearDecomposition, X: ArrayInput, sensit
         sq = lambda x, r: float(((x - r) ** 2).sum(axis=1).mean())
         MetricFrame(metrics=sq, y_true=X, y_pred=R, sensitive_features=z).by_group
     """
-    import dask
     import dask.array as da
     import pandas as pd
 
@@ -303,7 +303,7 @@ def group_reconstruction_error(model: LinearDecomposition, X: ArrayInput, sensit
         errors.append(_row_errors(data, R))
     if isinstance(errors[0], da.Array):
         c = da.from_array(codes, chunks=(errors[0].chunks[0],))
-        sums = dask.compute(*[da.bincount(c, weights=e, minlength=len(combos)) for e in errors])
+        sums = list(compute(*[da.bincount(c, weights=e, minlength=len(combos)) for e in errors]))
     else:
         sums = [np.bincount(codes, weights=e, minlength=len(combos)) for e in errors]
     rows = np.bincount(codes, minlength=len(combos))

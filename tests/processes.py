@@ -96,13 +96,15 @@ class DaskProcesses:
             raise
         return self
 
-    def add_worker(self, host="127.0.0.1", prefix=()):
-        """Start one more `dask worker` process (one thread, no nanny: SIGKILL ends it)."""
+    def add_worker(self, host="127.0.0.1", prefix=(), nanny=False, memory_limit="2GiB"):
+        """Start one more `dask worker` process (one thread; without a nanny SIGKILL ends
+        it, with one the nanny starts a new worker process, at a new address, in its place,
+        also when the worker goes past 95% of ``memory_limit``)."""
         i = len(self.workers)
         self.workers.append(self._spawn(
             ["distributed.cli.dask_worker", "--scheduler-file", str(self.scheduler_file),
-             "--nworkers", "1", "--nthreads", "1", "--memory-limit", "2GiB",
-             "--no-nanny", "--no-dashboard", "--host", host,
+             "--nworkers", "1", "--nthreads", "1", "--memory-limit", memory_limit,
+             "--nanny" if nanny else "--no-nanny", "--no-dashboard", "--host", host,
              "--local-directory", str(self.dir / f"w{i}"), *self.worker_args],
             f"worker{i}.log", prefix))
 

@@ -550,7 +550,7 @@ def _run_dask(func: Callable, tasks: list[tuple], client, refresh: Callable[[], 
     """:func:`run_tasks` as Dask tasks on ``client``'s cluster."""
     import distributed
 
-    futures = [client.submit(func, *task, pure=False) for task in tasks]
+    from ..cluster import cluster_failures_said
 
     def wait(fs):
         try:
@@ -558,11 +558,15 @@ def _run_dask(func: Callable, tasks: list[tuple], client, refresh: Callable[[], 
         except TimeoutError:
             pass
 
-    try:
-        return _wait_all(futures, wait, refresh)
-    except BaseException:
-        client.cancel(futures)
-        raise
+    # a lost scheduler, or a chunk that kills every worker that writes it: one line each
+    with cluster_failures_said(client):
+        futures = [client.submit(func, *task, pure=False) for task in tasks]
+        try:
+            return _wait_all(futures, wait, refresh)
+        except BaseException:
+            with contextlib.suppress(Exception):  # a client that lost its scheduler cannot
+                client.cancel(futures)
+            raise
 
 
 def _wait_all(futures: list, wait: Callable, refresh: Callable[[], None]) -> list:

@@ -305,7 +305,7 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
     if not args.resume and read_marker(ckpt) is not None:
         remove_directory(ckpt, "checkpoint")  # --overwrite: start over (checked above)
     with _client(args):
-        from ..cluster import SchedulerLost, WorkersLost
+        from ..cluster import SchedulerLost, WorkerKilled, WorkersLost
 
         t = time.perf_counter()
         # --timeout also bounds the wait for new workers once every worker has left
@@ -324,6 +324,10 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
             held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
             raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: start a scheduler and its "
                            "workers again and rerun with --resume (and --scheduler ADDRESS)") from None
+        except WorkerKilled as exc:
+            held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
+            raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: give the workers more memory "
+                           "(`dask worker --memory-limit`) and rerun with --resume") from None
         except DiskFullError as exc:
             raise CLIError(f"{exc} (rerun with --resume)" if "resume" in str(exc) else str(exc)) from None
         dt = time.perf_counter() - t
@@ -367,7 +371,7 @@ def write_result(args, client, out, protect: dict, data: _Data, Y, name: str, di
     import zarr
 
     from ..celeba.schema import copy_labels
-    from ..cluster import check_inputs_shared, check_workers_see
+    from ..cluster import check_inputs_shared, check_workers_see, compute, worker_timeout
     from ..io import atomic_directory, check_written, marker_attributes, writing_every_chunk, zarr_store
 
     check_inputs_shared(data.X, client)
@@ -383,7 +387,10 @@ def write_result(args, client, out, protect: dict, data: _Data, Y, name: str, di
         # travels with the array to the workers)
         arr = g.create_array(name, shape=Y.shape, chunks=Y.chunksize, dtype=Y.dtype,
                              dimension_names=dims)
-        da.to_zarr(Y, arr, compute=True)
+        # watched as a fit's pass is: --timeout bounds the wait once every worker has left,
+        # a lost scheduler or a chunk that kills its workers is one line
+        with worker_timeout(args.timeout):
+            compute(da.to_zarr(Y, arr, compute=False))
         # the CelebA layout's labels travel along (other stores' rows keep X's order)
         if data.celeba:
             copy_labels(data.root, g)
@@ -418,8 +425,8 @@ def cmd_transform(args):
         graph()
     with writing_alone({"the output store": out}), _client(args) as client:
         t = time.perf_counter()
-        # built again under the client: the model's matrices are then scattered to the
-        # workers once and held by key (built without one they sit inside the graph, which
+        # built again under the client: the model's matrices are then sent to the cluster
+        # once and held by key (built without one they sit inside the graph, which
         # distributed sends whole, warning "Sending large graph of size 19.59 MiB")
         Y = graph()
         dims = dimension_names(Y.ndim) if args.reconstruct else (ROW_DIMENSION, "component")

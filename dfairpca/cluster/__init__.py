@@ -25,7 +25,7 @@ starting Dask schedulers and workers.)
 
 from __future__ import annotations
 
-from ..engine._compute import (WORKER_POLL_SECONDS, NoWorkers, SchedulerLost, WorkersLost, check_timeout, compute,
+from ..engine._compute import (WORKER_POLL_SECONDS, NoWorkers, SchedulerLost, WorkerKilled, WorkersLost, check_timeout, cluster_failures_said, compute,
                                current_timeout, gather_watched, ship, shipping_inline, worker_timeout)
 from ..io._shared import (SHARE_FIX, SHARE_FIX_LOCAL, NotShared, active_client, check_inputs_shared,
                           check_workers_see, not_here)
@@ -34,10 +34,10 @@ from ._connect import (DASHBOARD_PORT, check_scheduler, connect, describe, local
 from ._errors import SchedulerUnreachable
 
 __all__ = [
-    "SchedulerUnreachable", "NoWorkers", "WorkersLost", "SchedulerLost", "NotShared", "connect", "describe",
+    "SchedulerUnreachable", "NoWorkers", "WorkersLost", "WorkerKilled", "SchedulerLost", "NotShared", "connect", "describe",
     "local_cluster_size", "scheduler_address_from_file", "check_scheduler", "check_workers_see",
     "check_inputs_shared", "active_client", "not_here", "compute", "worker_timeout", "check_timeout",
-    "current_timeout", "gather_watched", "ship", "shipping_inline",
+    "current_timeout", "gather_watched", "cluster_failures_said", "ship", "shipping_inline",
     # the fixes other messages name, the poll of a timed computation, the log and its port
     "SHARE_FIX", "SHARE_FIX_LOCAL", "WORKER_POLL_SECONDS", "DASHBOARD_PORT", "log",
 ]

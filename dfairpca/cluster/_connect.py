@@ -18,8 +18,8 @@ from ..base._system import cpu_count
 from ..errors import InvalidInputError, PathNotFoundError
 from ..engine._compute import NoWorkers
 from ._errors import _CHECK_RUNNING, SchedulerUnreachable
-from ._signals import (LOST_SCHEDULER_LOGGERS, _abandoned_gathers, _dropping, _lost_scheduler_logs, _nanny_kills, _quiet_cancelled_tasks,
-                       _quiet_failed_tasks, _sigint_only_here, _Switch)
+from ._signals import (_abandoned_gathers, _dropping, _nanny_kills, _quiet_cancelled_tasks, _quiet_failed_tasks,
+                       _sigint_only_here, _Switch, holding_lost_connections)
 
 #: where the cluster's size, dashboard and waits are told (INFO): the command line shows
 #: them on stderr; a program sees them only if it configures logging to
@@ -96,11 +96,12 @@ def connect(
         origin = f" (read from scheduler file {str(scheduler_file)!r})"
     if scheduler is not None:
         check_scheduler(scheduler, timeout, security, origin)
-        with contextlib.ExitStack() as quiet_loss:
-            for name in LOST_SCHEDULER_LOGGERS:
-                quiet_loss.enter_context(_dropping(name, _lost_scheduler_logs))
+        # a lost scheduler's tracebacks are held, and dropped if the loss is reported in
+        # one line (SchedulerLost) or logged if the connection comes back
+        with holding_lost_connections() as held:
             with _dropping("asyncio", _abandoned_gathers), \
                     Client(scheduler, timeout=timeout, security=security) as client:
+                held.client = client
                 # without a worker every computation waits forever, silently
                 _wait_for_a_worker(client, scheduler, scheduler_file, timeout, quiet)
                 yield client

@@ -1,6 +1,8 @@
-"""What a local cluster does about Ctrl-C: its worker processes never see SIGINT (this
-process closes them in order), and the warnings that closing them after an interrupt
-would print are dropped while :func:`dfairpca.cluster.connect` runs."""
+"""What distributed logs that dfairpca says better, while :func:`dfairpca.cluster.connect`
+runs: a local cluster's worker processes never see Ctrl-C's SIGINT (this process closes them
+in order) and the warnings that closing them after an interrupt would print are dropped; a
+remote scheduler's closed connection is logged only if dfairpca does not report its loss
+itself (:func:`holding_lost_connections`)."""
 
 from __future__ import annotations
 
@@ -28,8 +30,8 @@ def _abandoned_gathers(record: logging.LogRecord) -> bool:
 
 def _lost_scheduler_logs(record: logging.LogRecord) -> bool:
     """distributed's records of a connection to the scheduler refused, closed or cancelled
-    (with their tracebacks), and the client's giving up on it: the fit reports that loss
-    itself, in one line naming the scheduler (:class:`~dfairpca.cluster.SchedulerLost`)."""
+    (with their tracebacks), and the client's giving up on it: what a lost scheduler logs,
+    and also what a connection that drops and comes back logs."""
     import asyncio
 
     exc = record.exc_info[1] if record.exc_info else None
@@ -42,6 +44,129 @@ def _lost_scheduler_logs(record: logging.LogRecord) -> bool:
 #: client's reconnects, its batched stream's close, the comms under them)
 LOST_SCHEDULER_LOGGERS = ("distributed.client", "distributed.batched", "distributed.core",
                           "distributed.comm.tcp", "distributed.utils")
+
+#: seconds between two looks at whether a Client whose connection closed is back
+RECONNECT_LOOK_SECONDS = 1.0
+
+
+class HeldLoss:
+    """distributed's records of a closed connection to the scheduler, held until it is
+    known what they were: a loss that the computation reports in one line
+    (:class:`~dfairpca.cluster.SchedulerLost`) drops them, since they would only repeat
+    it as tracebacks; a drop that the Client recovers from (its status "running" again,
+    looked at every :data:`RECONNECT_LOOK_SECONDS`), or a loss nobody reported, logs
+    them as they were, late but whole.
+
+    ``client`` is set once the Client exists; :meth:`filter` is the loggers' filter.
+    """
+
+    def __init__(self):
+        self.client = None
+        self.held: list[tuple[logging.Logger, logging.LogRecord]] = []
+        self.lock = threading.Lock()
+        self.timer: threading.Timer | None = None
+        self.settled = False
+
+    def filter(self, logger: logging.Logger):
+        """The filter of ``logger``: False (held) for the records of a closed connection."""
+        def keep(record: logging.LogRecord) -> bool:
+            if not _lost_scheduler_logs(record):
+                return True
+            with self.lock:
+                if self.settled:
+                    return True
+                self.held.append((logger, record))
+                if self.timer is None:
+                    self._arm()
+            return False
+
+        return keep
+
+    def _arm(self) -> None:
+        """Look at the Client in :data:`RECONNECT_LOOK_SECONDS` (lock held)."""
+        self.timer = threading.Timer(RECONNECT_LOOK_SECONDS, self._look)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _look(self) -> None:
+        """Log what is held if the Client is connected again, else look again later (a
+        closed Client's records wait for :meth:`settle`)."""
+        status = getattr(self.client, "status", "newly-created")
+        with self.lock:
+            self.timer = None
+            if self.settled:
+                return
+            if status != "running":
+                if status not in ("closing", "closed"):
+                    self._arm()
+                return
+            held, self.held = self.held, []
+        _log(held)
+
+    def reported(self) -> bool:
+        """Whether a computation on the Client has reported the loss of its scheduler."""
+        from ..engine._compute import loss_reported
+
+        return self.client is not None and loss_reported(self.client)
+
+    def settle(self, reported: bool) -> None:
+        """End holding: drop what is held if the loss was ``reported``, else log it."""
+        with self.lock:
+            self.settled = True
+            if self.timer is not None:
+                self.timer.cancel()
+            held, self.held = self.held, []
+        if not reported:
+            _log(held)
+
+
+def _log(held) -> None:
+    """Log records held back, past the filter that held them."""
+    for logger, record in held:
+        logger.callHandlers(record)
+
+
+def reports_lost_scheduler(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an error it was raised from or while handling, is the one line
+    of a lost scheduler (:class:`~dfairpca.cluster.SchedulerLost`)."""
+    from ..engine._compute import SchedulerLost
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, SchedulerLost):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+@contextlib.contextmanager
+def holding_lost_connections():
+    """While the block runs, distributed's records of a closed connection to the scheduler
+    are held (:class:`HeldLoss`); when it ends they are dropped if a computation on its
+    Client reported the loss in one line (:class:`~dfairpca.cluster.SchedulerLost`, caught
+    or not), else logged.
+
+    Yields
+    ------
+    HeldLoss
+        Its ``client`` is to be set to the Client the block connects.
+    """
+    held = HeldLoss()
+    filters = [(logging.getLogger(name), held.filter(logging.getLogger(name)))
+               for name in LOST_SCHEDULER_LOGGERS]
+    for logger, keep in filters:
+        logger.addFilter(keep)
+    try:
+        yield held
+    except BaseException as exc:
+        held.settle(reported=held.reported() or reports_lost_scheduler(exc))
+        raise
+    else:
+        held.settle(reported=held.reported())
+    finally:
+        for logger, keep in filters:
+            logger.removeFilter(keep)
 
 
 def _nanny_kills(interrupted: _Switch):

@@ -216,7 +216,11 @@ class PCA(LinearDecomposition):
             Seconds the fit waits once every worker of the active Client has left (new
             workers that join within it take over); then it stops with
             :class:`~dfairpca.cluster.WorkersLost`, which says what ``checkpoint`` holds.
-            Default None: it waits for new workers as long as it takes.
+            Default None: it waits for new workers as long as it takes.  Either way a
+            worker restarted by its nanny is replaced by the new one; a lost scheduler
+            (:class:`~dfairpca.cluster.SchedulerLost`) and a chunk that kills every
+            worker that runs it (:class:`~dfairpca.cluster.WorkerKilled`) end the fit,
+            saying what ``checkpoint`` holds.
 
         Returns
         -------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import time
+import weakref
 
 import numpy as np
 
@@ -42,12 +43,12 @@ class _LostDuringFit:
     progress: str | None
     what: str
 
-    def _message(self, what: str, start: str, otherwise: str = "") -> str:
-        """``what`` then the way on: ``start`` (what to start again) and fit again (or
+    def _message(self, what: str, start: str, otherwise: str = "", again: str = "fit again") -> str:
+        """``what`` then the way on: ``start`` (what to start again) and ``again`` (or
         ``otherwise``), or, with a checkpoint, run the same call to continue from it."""
         self.what = what
         if self.checkpoint is None:
-            return f"{what}; {start} and fit again{otherwise}"
+            return f"{what}; {start} and {again}{otherwise}"
         return (f"{what}; the checkpoint {str(self.checkpoint)!r} holds {self.progress}: {start} "
                 "and run the same call again to continue")
 
@@ -96,8 +97,9 @@ class WorkersLost(_LostDuringFit, NoWorkers):
 
 
 class SchedulerLost(_LostDuringFit, DfairpcaError, ConnectionError):
-    """The Client lost its Dask scheduler while a fit computed: the scheduler stopped, or
-    the network to it failed; the scheduler's tasks and results are gone with it.
+    """The Client lost its Dask scheduler while it computed, or between two computations:
+    the scheduler stopped, or the network to it failed; the scheduler's tasks and results
+    are gone with it.
 
     ``address`` is the scheduler's; a checkpointed fit also says where it saved what it had
     finished: ``checkpoint``, and ``progress`` such as "16 of 60 chunks" (else both None).
@@ -109,21 +111,99 @@ class SchedulerLost(_LostDuringFit, DfairpcaError, ConnectionError):
     def __init__(self, address: str, checkpoint=None, progress: str | None = None):
         self.address, self.checkpoint, self.progress = address, checkpoint, progress
         super().__init__(self._message(
-            f"lost the Dask scheduler at {address} during the fit (it stopped, or the network "
-            "to it failed)", "start a scheduler and its workers again"))
+            f"lost the Dask scheduler at {address} (it stopped, or the network to it failed)",
+            "start a scheduler and its workers again", again="run again"))
 
     def _again(self, checkpoint, progress: str) -> "SchedulerLost":
         return SchedulerLost(self.address, checkpoint, progress)
 
 
+class WorkerKilled(DfairpcaError, RuntimeError):
+    """One task killed every Dask worker that ran it (distributed gives up on a task after
+    ``distributed.scheduler.allowed-failures`` such deaths, 3 by default): typically a
+    worker's nanny restarting it past its memory limit, or the system's out-of-memory
+    killer.
+
+    ``address`` is the last worker that died running it, ``memory_limit`` that worker's
+    limit in bytes (None if unknown or unlimited), ``deaths`` how many workers died running
+    it; ``checkpoint`` and ``progress`` as :class:`WorkersLost`.  ``what`` is what
+    happened, without the way on.
+    """
+
+    __module__ = "dfairpca.cluster"
+
+    def __init__(self, address: str, memory_limit: int | None, deaths: int, checkpoint=None,
+                 progress: str | None = None):
+        self.address, self.memory_limit, self.deaths = address, memory_limit, deaths
+        self.checkpoint, self.progress = checkpoint, progress
+        limit = ("no memory limit" if not memory_limit
+                 else f"memory limit {_gib(memory_limit)}")
+        self.what = (f"the Dask worker at {address} ({limit}) died running a task that {deaths} "
+                     "workers in turn died running, so Dask gave it up (a worker's nanny restarts "
+                     "it past its memory limit; the system may kill it when memory runs out)")
+        fix = "give the workers more memory (`dask worker --memory-limit`)"
+        if checkpoint is None:
+            how = f"{fix} or read smaller row chunks, then run again"
+        else:
+            how = (f"the checkpoint {str(checkpoint)!r} holds {progress}: {fix}, then run the "
+                   "same call again to continue")
+        super().__init__(f"{self.what}; {how}")
+
+    def saved(self, checkpoint, progress: str) -> "WorkerKilled":
+        """The same failure, saying that ``checkpoint`` holds ``progress``.
+
+        Parameters
+        ----------
+        checkpoint : str or os.PathLike
+            The checkpoint of the interrupted pass, named in the message.
+        progress : str
+            What it holds (e.g. "12 of 40 segments"), said in the message.
+
+        Returns
+        -------
+        WorkerKilled
+            A new error with the longer message; raise it ``from`` this one.
+        """
+        return WorkerKilled(self.address, self.memory_limit, self.deaths, checkpoint, progress)
+
+
+#: the failures of a cluster that end a computation, each saying how to go on and, through
+#: ``saved(checkpoint, progress)``, what a checkpoint kept
+CLUSTER_FAILURES = (WorkersLost, SchedulerLost, WorkerKilled)
+
+
+def _gib(n: int) -> str:
+    """``n`` bytes as "1.50 GiB" (or MiB below one GiB)."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def _killed_worker(exc: BaseException) -> WorkerKilled | None:
+    """distributed's ``KilledWorker`` as a :class:`WorkerKilled`, else None."""
+    try:
+        from distributed.scheduler import KilledWorker
+    except ImportError:
+        return None
+    if not isinstance(exc, KilledWorker):
+        return None
+    last = exc.last_worker  # the scheduler's record of that worker, sent with the error
+    address = getattr(last, "address", str(last))
+    return WorkerKilled(address, getattr(last, "memory_limit", None) or None,
+                        int(exc.allowed_failures) + 1)
+
+
 def _lost_scheduler(client, exc: BaseException) -> bool:
-    """Whether ``exc``, raised while waiting on ``client``'s futures, means the Client lost
-    its scheduler (its futures cancelled for that, or its connection closed) rather than a
-    task's own failure."""
+    """Whether ``exc``, raised by a call of ``client`` (waiting on its futures, sending it a
+    graph, asking it about its workers), means the Client lost its scheduler (its futures
+    cancelled for that, its connection closed, or the Client closed after failing to
+    reconnect) rather than a task's own failure."""
     import asyncio
     import concurrent.futures
 
-    if "scheduler-connection-lost" in str(exc):
+    if isinstance(exc, DfairpcaError):  # said already, in dfairpca's words
+        return False
+    if "scheduler-connection-lost" in str(exc) or type(exc).__name__ == "ClosedClientError":
+        return True
+    if client.status in ("closing", "closed"):  # whatever a closed client's calls raise
         return True
     connection = (OSError, asyncio.CancelledError, concurrent.futures.CancelledError)
     return isinstance(exc, connection) and client.status not in ("running", "newly-created")
@@ -192,7 +272,9 @@ def worker_timeout(timeout):
 
 def compute(*args) -> tuple:
     """``dask.compute(*args)``, ending as :func:`worker_timeout` says on a Client that has
-    lost every worker.
+    lost every worker, never waiting for ever on tasks pinned to a worker that is gone, and
+    ending with :class:`SchedulerLost` (one line) when the Client has lost its scheduler
+    (see :func:`gather_watched`).
 
     Parameters
     ----------
@@ -206,11 +288,12 @@ def compute(*args) -> tuple:
     """
     import dask
 
-    seconds = _WORKER_TIMEOUT.get()
-    client = _scheduling_client() if seconds is not None else None
+    client = _scheduling_client()
     if client is None:
         return dask.compute(*args)
-    return tuple(gather_watched(client, client.compute(list(args)), seconds))
+    with cluster_failures_said(client):
+        futures = client.compute(list(args))
+    return tuple(gather_watched(client, futures, _WORKER_TIMEOUT.get()))
 
 
 def _scheduling_client():
@@ -225,10 +308,99 @@ def _scheduling_client():
     return owner if isinstance(owner, Client) else None
 
 
-def gather_watched(client, futures: list, seconds: float) -> list:
+def _scheduler_address(client) -> str:
+    """The address of ``client``'s scheduler, as far as it can still be told."""
+    try:
+        return client.scheduler.address
+    except Exception:  # noqa: BLE001 - a closed client has dropped its connection
+        pass
+    # the scheduler's own word, or the address the Client was given (private, kept)
+    known = getattr(client, "_scheduler_identity", None) or {}
+    address = known.get("address") or getattr(client, "_start_arg", None)
+    return address if isinstance(address, str) else "(address unknown)"
+
+
+@contextlib.contextmanager
+def cluster_failures_said(client):
+    """Inside the block, an error of ``client`` that means it has lost its scheduler
+    (a closed connection, a closed client, cancelled futures) is :class:`SchedulerLost`,
+    naming the scheduler, and distributed's ``KilledWorker`` (a task that killed every
+    worker that ran it) is :class:`WorkerKilled`, naming the worker and its memory limit:
+    one line each, instead of distributed's own words and traceback.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The client the block calls.
+
+    Yields
+    ------
+    None
+    """
+    address = _scheduler_address(client)
+    try:
+        yield
+    except (DfairpcaError, KeyboardInterrupt):  # already said: a lost worker, a lost scheduler
+        raise
+    except BaseException as exc:
+        if _lost_scheduler(client, exc):
+            _REPORTED_LOSSES.add(client)
+            raise SchedulerLost(address) from None
+        killed = _killed_worker(exc)
+        if killed is not None:
+            raise killed from None
+        raise
+
+
+#: the Clients whose lost scheduler a computation has reported (:class:`SchedulerLost`)
+_REPORTED_LOSSES: weakref.WeakSet = weakref.WeakSet()
+
+
+def loss_reported(client) -> bool:
+    """Whether a computation on ``client`` has reported that it lost its scheduler (raised
+    :class:`SchedulerLost`): distributed's own records of that loss only repeat it.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The client.
+
+    Returns
+    -------
+    bool
+    """
+    return client in _REPORTED_LOSSES
+
+
+def _release_pinned(client, state: dict) -> None:
+    """Ask the scheduler to send on the tasks pinned to workers that are gone
+    (:func:`dfairpca.engine._on_scheduler.release_pinned`).  A scheduler that refuses to run
+    it is not asked again (``state["refused"]``): the wait is then Dask's alone."""
+    if state.get("refused"):
+        return
+    import cloudpickle
+
+    from . import _on_scheduler
+
+    # sent by value: a scheduler without dfairpca installed runs it too
+    cloudpickle.register_pickle_by_value(_on_scheduler)
+    try:
+        client.run_on_scheduler(_on_scheduler.release_pinned)
+    except Exception as exc:  # noqa: BLE001 - its loss of the scheduler is seen by the caller
+        if not _lost_scheduler(client, exc):
+            state["refused"] = True
+
+
+def gather_watched(client, futures: list, seconds: float | None) -> list:
     """The results of ``futures`` (other items as they are), looking at the Client's workers
-    while they run: with none for ``seconds``, :class:`WorkersLost`.
-    The futures are released at the end whatever happens, as ``dask.compute`` does.
+    while they run: with none for ``seconds`` (None: no limit), :class:`WorkersLost`.
+
+    Every look also sends on the tasks that distributed left waiting for a worker that is
+    gone, though they may run on any worker (:mod:`dfairpca.engine._on_scheduler`): a
+    worker restarted by its nanny mid-pass would otherwise leave the pass waiting for
+    ever.  A task that killed every worker that ran it is :class:`WorkerKilled`, a lost
+    scheduler :class:`SchedulerLost`, each one line.  The futures are released at the end
+    whatever happens, as ``dask.compute`` does.
 
     Parameters
     ----------
@@ -236,8 +408,9 @@ def gather_watched(client, futures: list, seconds: float) -> list:
         The client the futures run on.
     futures : list
         Futures, and other items to return as they are.
-    seconds : float
-        How long the Client may be without a worker before this gives up.
+    seconds : float or None
+        How long the Client may be without a worker before this gives up (None: as long
+        as it takes).
 
     Returns
     -------
@@ -247,37 +420,25 @@ def gather_watched(client, futures: list, seconds: float) -> list:
     from distributed import Future, wait
 
     pending = [f for f in futures if isinstance(f, Future)]
-    poll = min(WORKER_POLL_SECONDS, seconds / 4)
+    poll = WORKER_POLL_SECONDS if seconds is None else min(WORKER_POLL_SECONDS, seconds / 4)
     since = None  # when the Client was first seen without a worker
-    address = client.scheduler.address
+    address = _scheduler_address(client)
+    asked: dict = {}
     try:
-        while True:
-            try:
-                wait(pending, timeout=poll)
-            except TimeoutError:  # still running: a look at the workers
+        with cluster_failures_said(client):
+            while True:
                 try:
+                    wait(pending, timeout=poll)
+                except TimeoutError:  # still running: a look at the workers
                     if client.nthreads():
                         since = None  # a worker (a new one, maybe) is there: the tasks go on
+                        _release_pinned(client, asked)
                     elif since is None:
                         since = time.monotonic()
-                    elif time.monotonic() - since >= seconds:
+                    elif seconds is not None and time.monotonic() - since >= seconds:
                         raise WorkersLost(seconds, address) from None
-                except WorkersLost:
-                    raise
-                except BaseException as exc:
-                    if _lost_scheduler(client, exc):
-                        raise SchedulerLost(address) from None
-                    raise
-                continue
-            return client.gather(futures)
-    except (WorkersLost, KeyboardInterrupt):
-        raise
-    except BaseException as exc:
-        # distributed's own words ("FuturesCancelledError: 1 Future cancelled ... Please
-        # check your connection") name neither the scheduler nor what was kept
-        if _lost_scheduler(client, exc):
-            raise SchedulerLost(address) from None
-        raise
+                    continue
+                return client.gather(futures)
     finally:
         for f in pending:
             f.release()
@@ -288,7 +449,7 @@ _INLINE = contextvars.ContextVar("dfairpca_ship_inline", default=False)
 
 @contextlib.contextmanager
 def shipping_inline():
-    """Inside the block :func:`ship` scatters nothing: for a graph built only to check its
+    """Inside the block :func:`ship` sends nothing: for a graph built only to check its
     arguments (the command line's, before it connects), which a client in this process
     would otherwise be sent matrices for, under keys the real graph then shares.
 
@@ -306,11 +467,14 @@ def shipping_inline():
 def ship(value):
     """``value`` (a model's matrix) as an argument of a lazy graph that holds it by key.
 
-    Under a distributed Client it is scattered to the cluster once and the graph holds its
-    future: the graph sent to the scheduler stays small whatever the matrix (distributed
-    would warn "Sending large graph" and send the bytes with the graph, every time it is
-    computed), and the workers fetch it once each.  The result must then be computed while
-    that client is open.  Without a client it is one ``dask.delayed`` key of the graph (not
+    Under a distributed Client it is sent to the scheduler once, as a task of its own that
+    returns it, and the graph holds that task's future: the graph of each computation stays
+    small whatever the matrix (distributed would warn "Sending large graph" and send the
+    bytes with the graph, every time it is computed), and the workers fetch it once each.
+    Unlike scattered data, which is lost with the worker that holds it (a worker restarted
+    by its nanny mid-transform would cancel the whole computation), the scheduler keeps the
+    task and runs it again on another worker.  The result must be computed while that
+    client is open.  Without a client it is one ``dask.delayed`` key of the graph (not
     copied into every chunk's task).
 
     Parameters
@@ -321,14 +485,18 @@ def ship(value):
     Returns
     -------
     distributed.Future or dask.delayed.Delayed
-        The scattered value's future under a client, else the delayed value.
+        The value's future under a client, else the delayed value.
     """
+    import dask
+
+    held = dask.delayed(value)  # keyed by its content: the same matrix is one key
     client = None if _INLINE.get() else active_client()
     if client is None:
-        import dask
-
-        return dask.delayed(value)
-    return client.scatter(value, hash=True)  # hashed: the same matrix is sent once
+        return held
+    # the one graph that carries the matrix, on purpose: no warning about its size
+    with cluster_failures_said(client), dask.config.set(
+            {"distributed.admin.large-graph-warning-threshold": "1 PiB"}):
+        return client.compute(held)
 
 
 def with_known_rows(X, *aligned):

@@ -27,7 +27,7 @@ from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ..base._system import cpu_count, rows_per_block
 from ..base.progress import progress_bar, reporting
-from ._compute import compute, current_timeout, gather_watched, worker_timeout
+from ._compute import compute, current_timeout, gather_watched, cluster_failures_said, worker_timeout
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput
@@ -346,9 +346,11 @@ def _worker_slots() -> list:
     try:
         from distributed import get_client
 
-        nthreads = get_client().nthreads()
+        client = get_client()
     except (ImportError, ValueError):
         return []
+    with cluster_failures_said(client):  # a Client that has lost its scheduler: one line
+        nthreads = client.nthreads()
     return [addr for addr, t in sorted(nthreads.items()) for _ in range(t)]
 
 
@@ -439,13 +441,13 @@ def _compute_with_progress(root):
         import threading
 
         # the scheduler's progress blocks until the end: followed by a thread, while this one
-        # waits for the result (watching the workers when a timeout is set); the thread ends
+        # waits for the result (watching the workers, see gather_watched); the thread ends
         # with the future, or with the Client
-        fut = client.compute(root)
+        with cluster_failures_said(client):
+            fut = client.compute(root)
         follow = threading.Thread(target=_follow, args=(fut, bar), daemon=True)
         follow.start()
-        seconds = current_timeout()
-        result = gather_watched(client, [fut], seconds)[0] if seconds is not None else fut.result()
+        result = gather_watched(client, [fut], current_timeout())[0]
         follow.join(BAR_END_SECONDS)  # its last count before anything that follows
         return result
     finally:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._compute import compute
 from ._engine import chain_reduce, row_slice
 from ..base._compat import first_moments_state
 from ..base._system import rows_per_block
@@ -307,7 +308,7 @@ def _first_rows(X, mask) -> np.ndarray:
     if isinstance(X, da.Array):
         r = min(r, X.chunks[0][0])  # one chunk's task, not a slice across chunks
     x = X[:r]
-    x = np.asarray(x.compute() if hasattr(x, "compute") else x)
+    x = np.asarray(compute(x)[0] if isinstance(x, da.Array) else x)
     x = x.reshape(x.shape[0], -1)
     if mask is not None and np.any(mask[:r]):
         x = x[np.asarray(mask[:r], bool)]

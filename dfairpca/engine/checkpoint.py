@@ -41,7 +41,7 @@ import numpy as np
 
 from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
-from ._compute import SchedulerLost, WorkersLost, compute, worker_timeout
+from ._compute import CLUSTER_FAILURES, compute, worker_timeout
 from ._engine import checked_request, row_slice, run_moments_pass, threads
 from ..io._fsspec import exists, local_copy
 from ..io._remote import zarr_arrays, zarr_roots
@@ -156,6 +156,9 @@ def compute_moments_checkpointed(
         On Ctrl-C (a :class:`KeyboardInterrupt`), saying how many chunks the checkpoint holds.
     WorkersLost
         No worker for ``timeout`` seconds, saying how many chunks the checkpoint holds.
+    SchedulerLost, WorkerKilled
+        The scheduler lost, or a task that killed every worker that ran it (past its
+        memory limit), saying how many chunks the checkpoint holds.
     """
     codes, categories, sample_weight = checked_request(
         X, sensitive_features, compute_kw.get("mask"), compute_kw.get("split_every", 8), sample_weight)
@@ -235,7 +238,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     except KeyboardInterrupt:
         raise PassInterrupted(path, _chunks_saved(path, X, segments, done),
                               len(X.chunks[0])) from None
-    except (WorkersLost, SchedulerLost) as exc:
+    except CLUSTER_FAILURES as exc:
         saved = _chunks_saved(path, X, segments, done)
         raise exc.saved(path, f"{saved} of {len(X.chunks[0])} chunks") from None
     finally:

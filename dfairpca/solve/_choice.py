@@ -6,6 +6,7 @@ that has no matrix-free form.
 
 from __future__ import annotations
 
+from ..engine._compute import cluster_failures_said
 from ..errors import InvalidInputError
 
 __all__ = ["choose_svd_solver", "check_exact_memory", "worker_memory", "memory_budget",
@@ -86,9 +87,11 @@ def worker_memory() -> list[tuple[str, int, int]]:
     try:
         from distributed import get_client
 
-        workers = get_client().scheduler_info()["workers"]
+        client = get_client()
     except (ImportError, ValueError):
         return []
+    with cluster_failures_said(client):  # a Client that has lost its scheduler: one line
+        workers = client.scheduler_info()["workers"]
     return [(a, int(w.get("nthreads") or 1), int(w.get("memory_limit") or 0)) for a, w in workers.items()]
 
 
@@ -99,13 +102,7 @@ def memory_budget() -> int:
     import psutil
 
     budget = psutil.virtual_memory().available // 2
-    try:
-        from distributed import get_client
-
-        limits = [w.get("memory_limit") or 0
-                  for w in get_client().scheduler_info()["workers"].values()]
-    except (ImportError, ValueError):
-        limits = []
+    limits = [memory for _, _, memory in worker_memory()]
     if limits and min(limits) > 0:
         budget = min(budget, min(limits) // 2)
     return int(budget)
