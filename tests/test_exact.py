@@ -409,3 +409,39 @@ def test_centring_by_panels_on_threads_rounds_each_entry_once(n, monkeypatch):
              for j in range(d)] for i in range(d)]
     assert_one_rounding(got, want)
     assert np.array_equal(got, got.T)
+
+
+def test_workers_whose_kernel_differs_from_the_clients_are_named_before_the_pass(
+        data, reference, client, registered, caplog, monkeypatch):
+    """The client chose a kernel its workers do not have (registered in this process
+    only; on a real cluster, a CPU that refuses MKL's): each worker chose and self-tested
+    its own before the pass, one record names them, the statistics stay bit-identical and
+    their kernel name is what the workers used."""
+    from dfairpca.engine import _engine
+
+    monkeypatch.setattr(_engine, "_KERNELS_SAID", set())
+    check_worker_kernels = _engine.check_worker_kernels
+    registered("client-only-int64", int64_gram)
+    X, g, g2, y = data
+    workers = client.run(ik.chosen_kernel, "uint8")
+    assert set(workers.values()) != {"client-only-int64"}
+    with caplog.at_level("WARNING", logger="dfairpca"):
+        assert check_worker_kernels(np.uint8) == workers
+    said = [r.getMessage() for r in caplog.records if "another kernel" in r.getMessage()]
+    assert len(said) == 1 and "2 of 2 workers" in said[0] and "client-only-int64" in said[0]
+    assert all(addr in said[0] for addr in workers)
+    caplog.clear()
+    m = dfairpca.compute_moments(da.from_array(X, chunks=(111, -1)), dtype="exact")
+    assert not caplog.records  # said once per process, not once per pass or segment
+    assert "client-only-int64" not in kernel_name(m)
+    assert set(kernel_name(m).removeprefix("exact:").split("+")) == set(workers.values())
+    assert np.array_equal(m.exact.gram, reference[0].statistics_.exact.gram)
+
+
+def test_workers_with_the_clients_kernel_say_nothing(client, caplog):
+    from dfairpca.engine._engine import check_worker_kernels
+
+    with caplog.at_level("WARNING", logger="dfairpca"):
+        workers = check_worker_kernels(np.uint8)
+    assert set(workers.values()) == {ik.chosen_kernel("uint8")}
+    assert not [r for r in caplog.records if "another kernel" in r.getMessage()]

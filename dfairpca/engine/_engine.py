@@ -18,6 +18,7 @@ of this module end instead (:func:`dfairpca.engine._compute.compute`).
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,6 +33,10 @@ from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput
 from ..errors import InvalidInputError
+
+_log = logging.getLogger("dfairpca")
+#: the differing workers' kernels already said (:func:`check_worker_kernels`)
+_KERNELS_SAID: set = set()
 
 if TYPE_CHECKING:
     import dask.array
@@ -215,6 +220,8 @@ def run_moments_pass(
 
     if X.ndim != 2:
         raise InvalidInputError(f"X must be 2-D (n, d); got shape {X.shape}")
+    if is_exact(dtype):
+        check_worker_kernels(X.dtype)
     if weights is not None:
         return chain_reduce(
             X, _fold_weighted, _accumulator.combine,
@@ -339,6 +346,43 @@ class _Block:
         import dask
 
         return dask.get({**self.graph, **(shared or {})}, self.key)
+
+
+def check_worker_kernels(x_dtype) -> dict:
+    """Each worker of the active Client chooses and self-tests its exact kernel for
+    ``x_dtype`` before the pass; where a worker's choice differs from this process's (a
+    CPU that refuses the 8-bit kernel, or a worker without the `mkl` extra), say so once
+    in a log record naming the workers.  The statistics stay exact either way (every
+    kernel forms the same integers) and their kernel name lists every kernel used; the
+    record tells a user why the pass is slower than the client's CPU promised.
+
+    Returns ``{worker address: kernel name}`` ({} without a Client).
+    """
+    try:
+        from distributed import get_client
+
+        client = get_client()
+    except (ImportError, ValueError):
+        return {}
+    from ..stats._int_kernels import chosen_kernel
+
+    here = chosen_kernel(x_dtype)
+    with cluster_failures_said(client):
+        answers = client.run(chosen_kernel, str(np.dtype(x_dtype)), on_error="return")
+    # a worker that could not answer (gone, or an error of its own) says it in the pass
+    there = {addr: name for addr, name in answers.items() if isinstance(name, str)}
+    differ = sorted(addr for addr, name in there.items() if name != here)
+    said = (here, tuple((a, there[a]) for a in differ))
+    if differ and said not in _KERNELS_SAID:  # once per process (a checkpointed pass asks per segment)
+        _KERNELS_SAID.add(said)
+        _log.warning("exact statistics: %d of %d workers form their sums with another kernel "
+                     "than this process's %s (%s): %s; the sums are the same integers, the "
+                     "pass is slower where the 8-bit kernel is refused",
+                     len(differ), len(there), here,
+                     ", ".join(f"{a}: {there[a]}" for a in differ[:5])
+                     + (f" and {len(differ) - 5} more" if len(differ) > 5 else ""),
+                     "a CPU without VNNI or AMX, or a worker without dfairpca's mkl extra")
+    return there
 
 
 def _worker_slots() -> list:

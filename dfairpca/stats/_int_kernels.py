@@ -300,6 +300,14 @@ def int8_kernel_available() -> str | None:
     return None
 
 
+def chosen_kernel(x_dtype) -> str:
+    """The name of the exact kernel this process uses for blocks of integer or boolean
+    ``x_dtype`` (:func:`kernel_for`), the optional kernels registered and self-tested first:
+    what each worker is asked before an exact pass."""
+    _load_optional()
+    return kernel_for(x_dtype)[0]
+
+
 _OPTIONAL_LOADED = False
 _OPTIONAL_LOCK = threading.Lock()
 
