@@ -264,7 +264,7 @@ def run_fit(args: FitJob) -> dict:
 def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
     """:func:`run_fit` once its outputs are checked and held."""
     from ..errors import DiskFullError
-    from ..io import disk_full, is_disk_full, read_marker, remove_directory, staged_locally
+    from ..io import StoreTimeout, disk_full, is_disk_full, read_marker, remove_directory, staged_locally
 
     if read_marker(ckpt) is not None and not args.resume and not args.overwrite:
         raise CLIError(
@@ -324,6 +324,11 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
             held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
             raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: start a scheduler and its "
                            "workers again and rerun with --resume (and --scheduler ADDRESS)") from None
+        except StoreTimeout as exc:
+            held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
+            raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: check that the server is "
+                           "up and reachable from the Dask workers, then rerun with --resume, or "
+                           "wait longer with --timeout") from None
         except DiskFullError as exc:
             raise CLIError(f"{exc} (rerun with --resume)" if "resume" in str(exc) else str(exc)) from None
         dt = time.perf_counter() - t

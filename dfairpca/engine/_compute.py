@@ -206,7 +206,37 @@ def compute(*args) -> tuple:
     client = _scheduling_client() if seconds is not None else None
     if client is None:
         return dask.compute(*args)
-    return tuple(gather_watched(client, client.compute(list(args)), seconds))
+    return tuple(gather_watched(client, submit(client, list(args), seconds), seconds))
+
+
+def submit(client, collections, seconds: float | None):
+    """``client.compute(collections)``, its tasks annotated with ``seconds``: a read of a
+    remote store that goes unanswered that long ends the task (see
+    :func:`dfairpca.io._remote.task_store_timeout`), so that a frozen store ends the fit
+    within its timeout, as a cluster without workers does.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The client to compute on.
+    collections : Dask collection or list of them
+        What ``client.compute`` takes.
+    seconds : float or None
+        The timeout (None: the file system's own, s3fs's retries included).
+
+    Returns
+    -------
+    distributed.Future or list of them
+        As ``client.compute`` returns.
+    """
+    import dask
+
+    from ..io._remote import STORE_TIMEOUT_ANNOTATION
+
+    if seconds is None:
+        return client.compute(collections)
+    with dask.annotate(**{STORE_TIMEOUT_ANNOTATION: float(seconds)}):
+        return client.compute(collections)
 
 
 def _scheduling_client():
@@ -223,7 +253,8 @@ def _scheduling_client():
 
 def gather_watched(client, futures: list, seconds: float) -> list:
     """The results of ``futures`` (other items as they are), looking at the Client's workers
-    while they run: with none for ``seconds``, :class:`WorkersLost`.
+    while they run: with none for ``seconds``, :class:`WorkersLost`; with one future
+    failed, its error (within a look, without waiting for the others).
     The futures are released at the end whatever happens, as ``dask.compute`` does.
 
     Parameters
@@ -251,6 +282,10 @@ def gather_watched(client, futures: list, seconds: float) -> list:
             try:
                 wait(pending, timeout=poll)
             except TimeoutError:  # still running: a look at the workers
+                if any(f.status == "error" for f in pending):
+                    # one failed (a store that stopped answering): its error now, not after
+                    # every other task has failed or finished too
+                    return client.gather(futures)
                 try:
                     if client.nthreads():
                         since = None  # a worker (a new one, maybe) is there: the tasks go on

@@ -27,7 +27,7 @@ from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ..base._system import cpu_count, rows_per_block
 from ..base.progress import progress_bar, reporting
-from ._compute import compute, current_timeout, gather_watched, worker_timeout
+from ._compute import compute, current_timeout, gather_watched, submit, worker_timeout
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput
@@ -441,10 +441,10 @@ def _compute_with_progress(root):
         # the scheduler's progress blocks until the end: followed by a thread, while this one
         # waits for the result (watching the workers when a timeout is set); the thread ends
         # with the future, or with the Client
-        fut = client.compute(root)
+        seconds = current_timeout()
+        fut = submit(client, root, seconds)
         follow = threading.Thread(target=_follow, args=(fut, bar), daemon=True)
         follow.start()
-        seconds = current_timeout()
         result = gather_watched(client, [fut], seconds)[0] if seconds is not None else fut.result()
         follow.join(BAR_END_SECONDS)  # its last count before anything that follows
         return result

@@ -116,6 +116,28 @@ def test_worker_killed_mid_pass_leaves_the_result_unchanged(processes, data):
     assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
 
 
+def _fails():
+    raise ValueError("the first task failed")
+
+
+def test_a_watched_computation_ends_with_its_first_failed_task_not_its_last(processes):
+    """A fit's computation (under a timeout) raises a task's error once it fails, without
+    waiting for the other tasks: each may wait its whole timeout on a frozen store."""
+    import dask
+
+    from dfairpca.engine._compute import compute, worker_timeout
+
+    slow = [dask.delayed(time.sleep, pure=False)(1) for _ in range(16)]  # 8 s on 2 threads
+    with connect(scheduler_file=processes.scheduler_file, timeout=20) as client:
+        client.wait_for_workers(2, timeout=30)
+        with dask.annotate(priority=10):  # runs among the first
+            failing = dask.delayed(_fails, pure=False)()
+        start = time.monotonic()
+        with worker_timeout(30), pytest.raises(ValueError, match="the first task failed"):
+            compute(*slow, failing)
+        assert time.monotonic() - start < 4, "the error waited for the other tasks"
+
+
 def test_interrupted_fit_resumes_from_checkpoint_on_the_cluster(processes, data, tmp_path, stop_after):
     """A pass stopped after two segments resumes on the dask CLI cluster, redoing nothing."""
     from dfairpca.engine.checkpoint import compute_moments_checkpointed
