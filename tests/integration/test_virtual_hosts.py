@@ -29,7 +29,7 @@ from processes import DaskProcesses, can_unshare, private_folder
 
 WHY_NOT = why_not() or can_unshare()
 
-N, H, W, CHUNK = 24_000, 8, 8, 500  # 48 chunks, 1.5 MB of uint8 pixels
+N, H, W, CHUNK = 36_000, 8, 8, 500  # 72 chunks, 2.3 MB of uint8 pixels
 #: the timeout of the fits; the cut worker is dropped by the scheduler long before it
 TIMEOUT = 30
 #: Dask configuration of the scheduler and workers: a host whose link is down is given up
@@ -149,7 +149,7 @@ if WHY_NOT is None:  # defined only where it can run (see the module docstring)
             return block
 
         Xz = dfairpca.from_zarr(url, "images", rows_per_chunk=CHUNK, storage_options=options)
-        slow = Xz.map_blocks(slow_copy, dtype=Xz.dtype)  # 48 chunks of 0.05 s at least
+        slow = Xz.map_blocks(slow_copy, dtype=Xz.dtype)  # 72 chunks of 0.05 s at least
         with connect(scheduler_file=procs.scheduler_file, timeout=30, quiet=True) as client:
             client.wait_for_workers(2, timeout=60)
             hosts_of = {a: w["host"] for a, w in client.scheduler_info()["workers"].items()}
