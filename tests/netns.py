@@ -67,12 +67,23 @@ def remove_leftovers() -> None:
     for line in _ip("netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         if (m := owner.match(name)) and not _alive(int(m.group(1))):
-            _ip("netns", "delete", name, check=False)
+            _delete_namespace(name)
     for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
         fields = line.split(":")
         name = fields[1].strip().split("@")[0] if len(fields) > 1 else ""
         if (m := owner.match(name)) and not _alive(int(m.group(1))):
             _ip("link", "delete", name, check=False)
+
+
+def _delete_namespace(name: str) -> None:
+    """Kill what still runs in the namespace ``name`` (processes a test started there), then
+    delete it: a namespace with a process left lives on, unnamed, until that process ends."""
+    for pid in _ip("netns", "pids", name, check=False).stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ValueError, ProcessLookupError):
+            pass
+    _ip("netns", "delete", name, check=False)
 
 
 def _free_subnet(seed: int) -> str:
@@ -145,12 +156,12 @@ class Network:
         return self
 
     def __exit__(self, *exc):
-        """Remove the namespaces, the links and the bridge (stop the processes in them
-        first: a namespace with a process left lives on, unnamed, until it ends)."""
+        """Remove the namespaces (killing any process a failed stop left in them), the
+        links and the bridge."""
         try:
             for host in self.hosts:
                 _ip("link", "delete", self.veths[host], check=False)  # both ends of the pair
-                _ip("netns", "delete", self.namespaces[host], check=False)
+                _delete_namespace(self.namespaces[host])
             _ip("link", "delete", self.bridge, check=False)
         finally:
             if self._sigterm is not None:
