@@ -69,8 +69,8 @@ def can_unshare() -> str | None:
 class DaskProcesses:
     """A `dask scheduler` process and `dask worker` processes, stopped and reaped on exit;
     ``prefixes``: one command prefix per worker (a network or mount namespace),
-    ``scheduler_prefix`` the scheduler's; ``env``: variables added to every process's
-    environment (Dask configuration).  Workers that cannot read the scheduler file (in a
+    ``scheduler_prefix`` the scheduler's; ``env``: variables set in every process's
+    environment (Dask configuration), or removed where None.  Workers that cannot read the scheduler file (in a
     mount namespace that hides it) are given its address instead: ``by_address``."""
 
     def __init__(self, tmp_path, host="127.0.0.1", worker_hosts=("127.0.0.1",) * 2, prefixes=None,
@@ -91,7 +91,8 @@ class DaskProcesses:
         try:
             return subprocess.Popen([*prefix, sys.executable, "-m", *args, *self.extra_args],
                                     stdout=out, stderr=subprocess.STDOUT,
-                                    env={**dask_env(), **self.env}, cwd=self.dir)
+                                    env={k: v for k, v in {**dask_env(), **self.env}.items()
+                                         if v is not None}, cwd=self.dir)
         finally:
             out.close()
 
