@@ -593,6 +593,48 @@ def test_a_server_that_stops_answering_during_a_cli_fit_is_one_line_naming_the_c
     assert dfairpca.load(out).n_components_ == 3
 
 
+def test_a_frozen_server_during_a_fit_on_the_local_cluster_is_one_line_on_stderr(
+        clean_environment, tmp_path):
+    """The command as a user runs it (its own local cluster): exit 1 and, besides the
+    cluster's two lines, only the error, with nothing from the workers it kills on the way
+    out (a worker may still be in a read of the frozen store when the cluster closes)."""
+    import s3fs
+
+    with _moto(tmp_path) as (server, options):
+        _faces(tmp_path / "faces.zarr")
+        s3fs.S3FileSystem(**options).put(str(tmp_path / "faces.zarr"), "data/faces.zarr",
+                                         recursive=True)
+        ckpt = tmp_path / "model.checkpoint"
+        proc = subprocess.Popen(  # 600 chunks of 2 rows: a pass long enough to freeze in
+            [sys.executable, "-m", "dfairpca", "fit", "s3://data/faces.zarr", "--attribute",
+             "Eyeglasses", "-k", "3", "--out", str(tmp_path / "model"), "--rows-per-chunk", "2",
+             "--storage-options", json.dumps(options), "--timeout", str(FROZEN_TIMEOUT)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not (ckpt / "progress.json").exists():
+                assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+                time.sleep(0.01)
+            server.send_signal(signal.SIGSTOP)
+            frozen = time.monotonic()
+            out, err = proc.communicate(timeout=FROZEN_TIMEOUT + FROZEN_SLACK + 10)
+            took = time.monotonic() - frozen
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    lines = err.splitlines()
+    assert proc.returncode == 1, (out, err)
+    # the error, then the cluster's close (the nanny's 4 s grace for a busy worker)
+    assert took < FROZEN_TIMEOUT + FROZEN_SLACK + 10, (took, err)
+    assert len(lines) == 3 and lines[0].startswith("dfairpca: local Dask cluster, ") \
+        and lines[1].startswith("dfairpca: dashboard "), err
+    assert lines[2].startswith(
+        f"dfairpca fit: error: the storage of s3://data/faces.zarr at {options['endpoint_url']} "
+        f"did not answer within {FROZEN_TIMEOUT} s"), err
+    assert lines[2].endswith("then rerun with --resume, or wait longer with --timeout"), err
+
+
 def test_a_zarr_store_whose_overwrite_died_mid_copy_is_read_whole_not_mixed(s3):
     """An overwrite of a store on S3 that died after copying some chunks leaves old and new
     chunks at the target: reading it finishes the move first (or refuses), never mixes."""
