@@ -193,7 +193,8 @@ def _add_cluster(p, scheduler_help: str = "tcp://host:port of a Dask scheduler (
                    help="scheduler file written by `dask scheduler --scheduler-file` "
                         "(default: none, see --scheduler)")
     during = ("; and, once every worker has left during the fit, for new ones (then the fit "
-              "stops, its checkpoint kept for --resume)") if fits else ""
+              "stops, its checkpoint kept for --resume); and, on a cluster, for an answer "
+              "from a remote store (s3://) the workers read") if fits else ""
     g.add_argument("--timeout", type=_positive(float), default=CLUSTER_TIMEOUT, metavar="SECONDS",
                    help="how long to wait for the scheduler to answer, then for a first "
                         f"worker{during}")

@@ -264,7 +264,7 @@ def run_fit(args: FitJob) -> dict:
 def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
     """:func:`run_fit` once its outputs are checked and held."""
     from ..errors import DiskFullError
-    from ..io import disk_full, is_disk_full, read_marker, remove_directory, staged_locally
+    from ..io import StoreTimeout, disk_full, is_disk_full, read_marker, remove_directory, staged_locally
 
     if read_marker(ckpt) is not None and not args.resume and not args.overwrite:
         raise CLIError(
@@ -304,33 +304,39 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
     print(f"n = {n:,} {rows}, d = {d:,} features{described}")
     if not args.resume and read_marker(ckpt) is not None:
         remove_directory(ckpt, "checkpoint")  # --overwrite: start over (checked above)
-    with _client(args):
-        from ..cluster import SchedulerLost, WorkerKilled, WorkersLost
+    try:  # outside the cluster's block: connect() closes it without waiting on a frozen store
+        with _client(args):
+            from ..cluster import SchedulerLost, WorkerKilled, WorkersLost
 
-        t = time.perf_counter()
-        # --timeout also bounds the wait for new workers once every worker has left
-        fit = dict(checkpoint=ckpt, keep_checkpoint=True, timeout=args.timeout, **weights)
-        try:
-            with reporting(True, sys.stdout):
-                if groups is None:
-                    est.fit(X, **fit)
-                else:
-                    est.fit(X, y, sensitive_features=groups, **fit)
-        except WorkersLost as exc:
-            raise CLIError(f"{exc.what}; the checkpoint {ckpt} holds {exc.progress}: start "
-                           "workers and rerun with --resume, or wait longer with --timeout") from None
-        except SchedulerLost as exc:
-            # lost outside the checkpointed pass (before it, or in the solve's own passes)
-            held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
-            raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: start a scheduler and its "
-                           "workers again and rerun with --resume (and --scheduler ADDRESS)") from None
-        except WorkerKilled as exc:
-            held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
-            raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: give the workers more memory "
-                           "(`dask worker --memory-limit`) and rerun with --resume") from None
-        except DiskFullError as exc:
-            raise CLIError(f"{exc} (rerun with --resume)" if "resume" in str(exc) else str(exc)) from None
-        dt = time.perf_counter() - t
+            t = time.perf_counter()
+            # --timeout also bounds the wait for new workers once every worker has left
+            fit = dict(checkpoint=ckpt, keep_checkpoint=True, timeout=args.timeout, **weights)
+            try:
+                with reporting(True, sys.stdout):
+                    if groups is None:
+                        est.fit(X, **fit)
+                    else:
+                        est.fit(X, y, sensitive_features=groups, **fit)
+            except WorkersLost as exc:
+                raise CLIError(f"{exc.what}; the checkpoint {ckpt} holds {exc.progress}: start "
+                               "workers and rerun with --resume, or wait longer with --timeout") from None
+            except SchedulerLost as exc:
+                # lost outside the checkpointed pass (before it, or in the solve's own passes)
+                held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
+                raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: start a scheduler and its "
+                               "workers again and rerun with --resume (and --scheduler ADDRESS)") from None
+            except WorkerKilled as exc:
+                held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
+                raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: give the workers more "
+                               "memory (`dask worker --memory-limit`) and rerun with --resume") from None
+            except DiskFullError as exc:
+                raise CLIError(f"{exc} (rerun with --resume)" if "resume" in str(exc) else str(exc)) from None
+            dt = time.perf_counter() - t
+    except StoreTimeout as exc:
+        held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
+        raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: check that the server is "
+                       "up and reachable from the Dask workers, then rerun with --resume, or "
+                       "wait longer with --timeout") from None
     try:
         with staged_locally(out, "model", overwrite=args.overwrite) as local:
             est.save(local, statistics=args.statistics, overwrite=args.overwrite)

@@ -17,6 +17,7 @@ from pathlib import Path
 from ..base._system import cpu_count
 from ..errors import InvalidInputError, PathNotFoundError
 from ..engine._compute import NoWorkers
+from ..io._remote import StoreTimeout
 from ._errors import _CHECK_RUNNING, SchedulerUnreachable
 from ._signals import (_abandoned_gathers, _dropping, _nanny_kills, _quiet_cancelled_tasks, _quiet_failed_tasks,
                        _sigint_only_here, _Switch, holding_lost_connections)
@@ -126,13 +127,19 @@ def connect(
         if not quiet:
             log.info("local Dask cluster, %s", describe(client))
             log.info("dashboard %s", _dashboard(client))
+        ctrl_c = False
         try:
             yield client
         except KeyboardInterrupt:
+            ctrl_c = interrupted.on = True
+            raise
+        except StoreTimeout:
+            # a worker may still be in a read of the frozen store (bounded by the same
+            # timeout) when the nanny's 4 s grace ends: its kill is expected, as after Ctrl-C
             interrupted.on = True
             raise
         finally:  # the workers end with this block: no unclosed session, also after an error
-            if not interrupted.on:
+            if not ctrl_c:
                 from ..io._remote import close_sessions
 
                 with contextlib.suppress(Exception):  # workers lost: the error raised stands

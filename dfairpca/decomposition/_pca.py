@@ -216,8 +216,12 @@ class PCA(LinearDecomposition):
             Seconds the fit waits once every worker of the active Client has left (new
             workers that join within it take over); then it stops with
             :class:`~dfairpca.cluster.WorkersLost`, which says what ``checkpoint`` holds.
-            Default None: it waits for new workers as long as it takes.  Either way a
-            worker restarted by its nanny is replaced by the new one; a lost scheduler
+            On a distributed Client it also bounds each read of a remote store
+            (``s3://``) by the workers: one unanswered that long ends the fit with
+            :class:`~dfairpca.io.StoreTimeout`, naming the store.
+            Default None: it waits for new workers as long as it takes, and for a store as
+            long as its file system retries.  Either way a worker restarted by its nanny is
+            replaced by the new one; a lost scheduler
             (:class:`~dfairpca.cluster.SchedulerLost`) and a chunk that kills every
             worker that runs it (:class:`~dfairpca.cluster.WorkerKilled`) end the fit,
             saying what ``checkpoint`` holds.

@@ -291,9 +291,40 @@ def compute(*args) -> tuple:
     client = _scheduling_client()
     if client is None:
         return dask.compute(*args)
+    seconds = _WORKER_TIMEOUT.get()
     with cluster_failures_said(client):
-        futures = client.compute(list(args))
-    return tuple(gather_watched(client, futures, _WORKER_TIMEOUT.get()))
+        futures = submit(client, list(args), seconds)
+    return tuple(gather_watched(client, futures, seconds))
+
+
+def submit(client, collections, seconds: float | None):
+    """``client.compute(collections)``, its tasks annotated with ``seconds``: a read of a
+    remote store that goes unanswered that long ends the task (see
+    :func:`dfairpca.io._remote.task_store_timeout`), so that a frozen store ends the fit
+    within its timeout, as a cluster without workers does.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The client to compute on.
+    collections : Dask collection or list of them
+        What ``client.compute`` takes.
+    seconds : float or None
+        The timeout (None: the file system's own, s3fs's retries included).
+
+    Returns
+    -------
+    distributed.Future or list of them
+        As ``client.compute`` returns.
+    """
+    import dask
+
+    from ..io._remote import STORE_TIMEOUT_ANNOTATION
+
+    if seconds is None:
+        return client.compute(collections)
+    with dask.annotate(**{STORE_TIMEOUT_ANNOTATION: float(seconds)}):
+        return client.compute(collections)
 
 
 def _scheduling_client():
@@ -393,7 +424,8 @@ def _release_pinned(client, state: dict) -> None:
 
 def gather_watched(client, futures: list, seconds: float | None) -> list:
     """The results of ``futures`` (other items as they are), looking at the Client's workers
-    while they run: with none for ``seconds`` (None: no limit), :class:`WorkersLost`.
+    while they run: with none for ``seconds`` (None: no limit), :class:`WorkersLost`; with
+    one future failed, its error (within a look, without waiting for the others).
 
     Every look also sends on the tasks that distributed left waiting for a worker that is
     gone, though they may run on any worker (:mod:`dfairpca.engine._on_scheduler`): a
@@ -430,6 +462,10 @@ def gather_watched(client, futures: list, seconds: float | None) -> list:
                 try:
                     wait(pending, timeout=poll)
                 except TimeoutError:  # still running: a look at the workers
+                    if any(f.status == "error" for f in pending):
+                        # one failed (a store that stopped answering): its error now, not
+                        # after every other task has failed or finished too
+                        return client.gather(futures)
                     if client.nthreads():
                         since = None  # a worker (a new one, maybe) is there: the tasks go on
                         _release_pinned(client, asked)

@@ -28,7 +28,7 @@ from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ..base._system import cpu_count, rows_per_block
 from ..base.progress import progress_bar, reporting
-from ._compute import compute, current_timeout, gather_watched, cluster_failures_said, worker_timeout
+from ._compute import compute, current_timeout, gather_watched, cluster_failures_said, submit, worker_timeout
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput
@@ -487,11 +487,12 @@ def _compute_with_progress(root):
         # the scheduler's progress blocks until the end: followed by a thread, while this one
         # waits for the result (watching the workers, see gather_watched); the thread ends
         # with the future, or with the Client
+        seconds = current_timeout()
         with cluster_failures_said(client):
-            fut = client.compute(root)
+            fut = submit(client, root, seconds)
         follow = threading.Thread(target=_follow, args=(fut, bar), daemon=True)
         follow.start()
-        result = gather_watched(client, [fut], current_timeout())[0]
+        result = gather_watched(client, [fut], seconds)[0]
         follow.join(BAR_END_SECONDS)  # its last count before anything that follows
         return result
     finally:

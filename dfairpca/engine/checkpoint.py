@@ -44,7 +44,7 @@ from ._accumulator import ExactTotal, RunningTotal
 from ._compute import CLUSTER_FAILURES, compute, worker_timeout
 from ._engine import checked_request, row_slice, run_moments_pass, threads
 from ..io._fsspec import exists, local_copy
-from ..io._remote import zarr_arrays, zarr_roots
+from ..io._remote import StoreTimeout, zarr_arrays, zarr_roots
 from ..io._urls import Location
 from ..io._shared import check_inputs_shared
 from ..base.progress import progress_bar, reporting
@@ -238,7 +238,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     except KeyboardInterrupt:
         raise PassInterrupted(path, _chunks_saved(path, X, segments, done),
                               len(X.chunks[0])) from None
-    except CLUSTER_FAILURES as exc:
+    except (*CLUSTER_FAILURES, StoreTimeout) as exc:
         saved = _chunks_saved(path, X, segments, done)
         raise exc.saved(path, f"{saved} of {len(X.chunks[0])} chunks") from None
     finally:

@@ -36,6 +36,7 @@ from ._files import MAX_JSON_BYTES, SavedFileError, read_capped
 from ._local import named, register_marked_file
 from ._locks import disk_full, exclusive, is_disk_full
 from ._metadata import MalformedStoreError, check_member_path
+from ._remote import StoreTimeout
 from ._marker import MARKER, MARKER_KEY, OutputPathError, marker, marker_attributes
 from ._stage import STAGE_ENV, check_stage_dir, staged_locally
 from ._urls import Location, is_remote, local_path, location, zarr_store
@@ -51,6 +52,7 @@ __all__ = [
     "from_zarr", "save_arrays", "write_arrays", "load_arrays", "local_zarr_roots", "OutputPathError",
     "FORMAT_VERSION", "MissingChunkError", "CorruptChunkError", "SavedFileError", "strict_array",
     "strict_group", "read_checked", "check_written", "MalformedStoreError", "check_member_path",
+    "StoreTimeout",
     # the write protocol
     "atomic_directory", "atomic_file", "staged_locally", "move_into_place", "writing_every_chunk",
     "exclusive", "disk_full", "is_disk_full", "check_target", "check_stage_dir", "named", "foreign_entries", "remove_directory",

@@ -13,7 +13,7 @@ import numpy as np
 
 from ._marker import stored_chunks as _store_chunks
 from ._metadata import METADATA_NAMES, check_member_path, checked_store_class
-from ._remote import zarr_roots
+from ._remote import StoreTimeout, answered, store_timeout, task_store_timeout, zarr_roots
 from ._urls import explained, is_remote, store_url
 from ._where import open_zarr
 from ..base._system import rows_per_block
@@ -208,11 +208,11 @@ def _strict_store_class():
         async def get(self, key, prototype, byte_range=None):
             name = key.rsplit("/", 1)[-1]
             if name in METADATA_NAMES:  # checked before zarr parses it (the checked store)
-                value = await super().get(key, prototype, byte_range)
+                value = await answered(self._store, super().get(key, prototype, byte_range), key)
                 if name in ("zarr.json", ".zarray") and value is not None and byte_range is None:
                     self._learn(key[: -len(name)].rstrip("/"), name, value)
                 return value
-            value = await self._store.get(key, prototype, byte_range)
+            value = await answered(self._store, self._store.get(key, prototype, byte_range), key)
             if value is not None and self._bounds:
                 self._check_decoded(key, value, byte_range)  # either mode: fill is no defence
             if value is None:
@@ -381,7 +381,10 @@ def read_checked(array: zarr.Array, selection: Any, asarray: bool = True, lock: 
 
     An absent chunk (on a strict store) raises :class:`MissingChunkError`, an unreadable
     one :class:`CorruptChunkError`, a local store not there (where a Dask worker reads it)
-    :class:`dfairpca.cluster.NotShared`: one line each instead of a codec traceback.
+    :class:`dfairpca.cluster.NotShared`: one line each instead of a codec traceback.  On a
+    distributed worker, in a computation given a timeout (a fit's ``timeout=``), a remote
+    store that leaves a request unanswered that long raises
+    :class:`~dfairpca.errors.UnreachableError` naming its URL.
 
     Parameters
     ----------
@@ -402,7 +405,12 @@ def read_checked(array: zarr.Array, selection: Any, asarray: bool = True, lock: 
     from dask.array.core import getter
 
     try:
-        return getter(array, selection, asarray=asarray, lock=lock)
+        # a remote store that stops answering ends the read within the computation's
+        # timeout (a task annotation; none outside a distributed worker)
+        with store_timeout(task_store_timeout()):
+            return getter(array, selection, asarray=asarray, lock=lock)
+    except StoreTimeout:
+        raise  # one line already; reading each chunk again would wait as long again
     except MissingChunkError as exc:
         where = exc.where or _where(array, exc.key, next(
             (c for c in _chunk_coords(array, selection) if _chunk_key(array, c) == exc.key), None))

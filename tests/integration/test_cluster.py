@@ -1,8 +1,5 @@
-"""dfairpca.cluster against real `dask scheduler` / `dask worker` processes on 127.0.0.1.
-
-The optional test at the end places the workers in network namespaces (separate virtual
-hosts joined by a bridge); it needs root and runs only with DFAIRPCA_TEST_NETNS=1.
-"""
+"""dfairpca.cluster against real `dask scheduler` / `dask worker` processes on 127.0.0.1
+(on separate virtual hosts: tests/integration/test_virtual_hosts.py)."""
 
 import http.server
 import json
@@ -114,6 +111,28 @@ def test_worker_killed_mid_pass_leaves_the_result_unchanged(processes, data):
         assert victim.wait(timeout=5) == -signal.SIGKILL
         assert list(client.scheduler_info()["workers"]) == [a for a in pids if a != address]
     assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
+
+
+def _fails():
+    raise ValueError("the first task failed")
+
+
+def test_a_watched_computation_ends_with_its_first_failed_task_not_its_last(processes):
+    """A fit's computation (under a timeout) raises a task's error once it fails, without
+    waiting for the other tasks: each may wait its whole timeout on a frozen store."""
+    import dask
+
+    from dfairpca.engine._compute import compute, worker_timeout
+
+    slow = [dask.delayed(time.sleep, pure=False)(1) for _ in range(16)]  # 8 s on 2 threads
+    with connect(scheduler_file=processes.scheduler_file, timeout=20) as client:
+        client.wait_for_workers(2, timeout=30)
+        with dask.annotate(priority=10):  # runs among the first
+            failing = dask.delayed(_fails, pure=False)()
+        start = time.monotonic()
+        with worker_timeout(30), pytest.raises(ValueError, match="the first task failed"):
+            compute(*slow, failing)
+        assert time.monotonic() - start < 4, "the error waited for the other tasks"
 
 
 def test_interrupted_fit_resumes_from_checkpoint_on_the_cluster(processes, data, tmp_path, stop_after):
@@ -482,79 +501,6 @@ def test_tls_scheduler_admits_only_certificates_of_its_ca(tmp_path):
                 pass
 
 
-# ---------------------------------------------------------------- optional: virtual hosts
-NETNS = os.environ.get("DFAIRPCA_TEST_NETNS") == "1"
-
-
-class Netns:
-    """Two network namespaces (virtual hosts) on a bridge with the scheduler's address."""
-
-    def __init__(self):
-        tag = os.getpid() % 10000
-        self.bridge, self.names = f"dfpbr{tag}", [f"dfp{tag}w{i}" for i in range(2)]
-        net = 10 + os.getpid() % 240
-        self.host = f"10.213.{net}.1"
-        self.hosts = [f"10.213.{net}.{i + 2}" for i in range(2)]
-
-    def __enter__(self):
-        try:
-            self._ip("link", "add", self.bridge, "type", "bridge")
-            self._ip("addr", "add", f"{self.host}/24", "dev", self.bridge)
-            self._ip("link", "set", self.bridge, "up")
-            for i, ns in enumerate(self.names):
-                veth = f"dfpv{os.getpid() % 10000}{i}"
-                self._ip("netns", "add", ns)
-                self._ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-                self._ip("link", "set", veth, "master", self.bridge, "up")
-                self._ip("-n", ns, "addr", "add", f"{self.hosts[i]}/24", "dev", "eth0")
-                self._ip("-n", ns, "link", "set", "eth0", "up")
-                self._ip("-n", ns, "link", "set", "lo", "up")
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        for ns in self.names:
-            subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
-        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
-
-    @staticmethod
-    def _ip(*args):
-        subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
-if NETNS:  # defined only when asked for, so that the main suite never skips
-
-    def test_workers_on_separate_virtual_hosts(tmp_path, data):
-        path, labels, local = data
-        with Netns() as net:
-            procs = DaskProcesses(tmp_path, host=net.host, worker_hosts=net.hosts,
-                                  prefixes=[["ip", "netns", "exec", ns] for ns in net.names])
-            with procs, connect(scheduler_file=procs.scheduler_file, timeout=20) as client:
-                client.wait_for_workers(2, timeout=30)
-                hosts = sorted(w["host"] for w in client.scheduler_info()["workers"].values())
-                assert hosts == sorted(net.hosts)
-                Xz = dfairpca.from_zarr(path, "images", rows_per_chunk=250)
-                remote = dfairpca.FairPCA(6, compute_dtype="float64", split_every=3).fit(Xz, sensitive_features=labels)
-                # partials crossed the bridge: some worker fetched data from the other host
-                moved = client.run(lambda dask_worker: sum(
-                    t["total"] for t in dask_worker.transfer_incoming_log))
-                assert sum(moved.values()) > 0
-        assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
-
-
-def _scheduler_address(procs, timeout=60) -> str:
-    """The address a `dask scheduler` process wrote to its scheduler file."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return json.loads(procs.scheduler_file.read_text())["address"]
-        except (OSError, ValueError, KeyError):
-            assert time.monotonic() < deadline, procs.logs()
-            time.sleep(0.1)
-
-
 def test_a_scheduler_without_workers_is_a_one_line_error_after_the_timeout(tmp_path, capsys):
     """Issue 10 item 5: a running scheduler that no worker joined used to hang forever."""
     from dfairpca.celeba import synth_celeba
@@ -563,7 +509,7 @@ def test_a_scheduler_without_workers_is_a_one_line_error_after_the_timeout(tmp_p
     store = tmp_path / "small.zarr"
     synth_celeba(store, n=200, size=8, chunk_rows=100, progress=False, n_jobs=1)
     with DaskProcesses(tmp_path, worker_hosts=()) as procs:
-        address = _scheduler_address(procs)
+        address = procs.address()
         start = time.monotonic()
         with pytest.raises(NoWorkers) as info:
             with connect(address, timeout=2):
@@ -589,7 +535,7 @@ def test_a_scheduler_without_workers_is_a_one_line_error_after_the_timeout(tmp_p
 
 def test_a_worker_that_joins_while_connect_waits_is_used(tmp_path):
     with DaskProcesses(tmp_path, worker_hosts=()) as procs:
-        address = _scheduler_address(procs)
+        address = procs.address()
         with ThreadPoolExecutor(1) as pool:
             def connect_and_describe():
                 with connect(address, timeout=60, quiet=True) as client:

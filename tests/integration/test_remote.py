@@ -5,6 +5,8 @@ storage options in the task graph (their environment holds no credentials)."""
 import contextlib
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -52,6 +54,13 @@ def clean_environment():
 def _server(folder):
     """moto's S3 server on a free loopback port, with the bucket "data"; yields the
     storage options that reach it, and stops it at the end."""
+    with _moto(folder) as (_, options):
+        yield options
+
+
+@contextlib.contextmanager
+def _moto(folder):
+    """``(process, storage options)`` of :func:`_server`: the process, to freeze it."""
     import s3fs
 
     port = _free_port()
@@ -71,8 +80,9 @@ def _server(folder):
         options = {"key": "testing", "secret": "testing",
                    "endpoint_url": f"http://127.0.0.1:{port}"}
         s3fs.S3FileSystem(**options).mkdir("data")
-        yield options
+        yield proc, options
     finally:
+        proc.send_signal(signal.SIGCONT)  # a frozen server cannot act on SIGTERM
         proc.terminate()
         proc.wait(timeout=30)
 
@@ -470,6 +480,159 @@ def test_a_server_lost_during_the_pass_is_named_not_taken_for_damaged_data(clust
                                storage_options=options).reshape(N, -1)
     with pytest.raises(ConnectionError, match="cannot reach the storage of s3://data/faces.zarr"):
         dfairpca.PCA(3).fit(X)
+
+
+#: the timeout of the fits whose S3 server freezes, and what the error may take beyond it
+#: (a loaded machine; without the bound, s3fs's retries took 20 minutes)
+FROZEN_TIMEOUT, FROZEN_SLACK = 4, 8
+
+
+def _slow_rows(block):
+    time.sleep(0.1)
+    return block
+
+
+def _in_a_daemon_thread(call):
+    """A started daemon thread running ``call()``, which leaves its result or exception in
+    the thread's ``outcome``: a call that waits for ever fails the test (which stops
+    waiting for it) instead of hanging it."""
+    import threading
+
+    def run():
+        try:
+            thread.outcome["result"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            thread.outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.outcome = {}  # type: ignore[attr-defined]
+    thread.start()
+    return thread
+
+
+def test_a_server_that_stops_answering_mid_pass_ends_the_fit_within_its_timeout(cluster, tmp_path):
+    """SIGSTOP (a frozen host, a dropped route): connections are accepted, nothing
+    answers.  The fit ends with one line naming the store within its timeout."""
+    import s3fs
+
+    with _moto(tmp_path) as (server, options):
+        _faces(tmp_path / "faces.zarr")
+        s3fs.S3FileSystem(**options).put(str(tmp_path / "faces.zarr"), "data/faces.zarr",
+                                         recursive=True)
+        X = dfairpca.from_zarr("s3://data/faces.zarr", "images", rows_per_chunk=CHUNK // 4,
+                               storage_options=options).reshape(N, -1)
+        slow = X.map_blocks(_slow_rows, dtype=X.dtype)  # 48 chunks, 0.1 s each
+        executed = lambda: sum(cluster.run(  # noqa: E731
+            lambda dask_worker: dask_worker.state.executed_count).values())
+        before = executed()
+        fit = _in_a_daemon_thread(lambda: dfairpca.PCA(3).fit(slow, timeout=FROZEN_TIMEOUT))
+        deadline = time.monotonic() + 60
+        while executed() < before + 3:  # folds have read chunks: the pass is under way
+            assert time.monotonic() < deadline and fit.is_alive(), fit.outcome
+            time.sleep(0.02)
+        server.send_signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        fit.join(FROZEN_TIMEOUT + FROZEN_SLACK)
+        took = time.monotonic() - frozen
+        assert not fit.is_alive(), f"the fit still waits {took:.0f} s after the server froze"
+    error = fit.outcome.get("error")
+    assert isinstance(error, ConnectionError), fit.outcome
+    msg = str(error)
+    # a read sent just before the freeze counts its timeout from then
+    assert FROZEN_TIMEOUT / 2 <= took < FROZEN_TIMEOUT + FROZEN_SLACK, (took, msg)
+    assert "\n" not in msg and msg.startswith(
+        f"the storage of s3://data/faces.zarr at {options['endpoint_url']} did not answer "
+        f"within {FROZEN_TIMEOUT} s (reading 'images/c/"), msg
+    assert "reachable from the Dask workers" in msg and "--timeout" in msg, msg
+
+
+def test_a_server_that_stops_answering_during_a_cli_fit_is_one_line_naming_the_checkpoint(
+        clean_environment, tmp_path, capsys):
+    """The command's checkpointed pass (its folds slowed, tests/slow_folds.py): the server
+    freezes after a segment is saved; one line, exit 1, within --timeout, and --resume
+    continues once the server answers again."""
+    import s3fs
+
+    from processes import DaskProcesses
+
+    with _moto(tmp_path) as (server, options), \
+            DaskProcesses(tmp_path, worker_args=["--preload", "slow_folds"]) as procs:
+        _faces(tmp_path / "faces.zarr")
+        s3fs.S3FileSystem(**options).put(str(tmp_path / "faces.zarr"), "data/faces.zarr",
+                                         recursive=True)
+        from dfairpca.cluster import connect
+
+        with connect(scheduler_file=procs.scheduler_file, timeout=30, quiet=True) as client:
+            client.wait_for_workers(2, timeout=60)
+        out = tmp_path / "model"
+        ckpt = tmp_path / "model.checkpoint"
+        fit = ["fit", "s3://data/faces.zarr", "--attribute", "Eyeglasses", "-k", "3", "--out", out,
+               "--rows-per-chunk", CHUNK // 4, "--storage-options", json.dumps(options),
+               "--scheduler-file", procs.scheduler_file, "--timeout", FROZEN_TIMEOUT]
+        command = _in_a_daemon_thread(lambda: main([str(a) for a in fit]))
+        deadline = time.monotonic() + 60
+        while not (ckpt / "progress.json").exists():  # a segment of the 48 chunks is saved
+            assert time.monotonic() < deadline and command.is_alive(), command.outcome
+            time.sleep(0.01)
+        server.send_signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        command.join(FROZEN_TIMEOUT + FROZEN_SLACK)
+        took = time.monotonic() - frozen
+        assert not command.is_alive(), f"the command still waits {took:.0f} s after the server froze"
+        err = capsys.readouterr().err
+        assert command.outcome == {"result": 1}, (command.outcome, err)
+        assert took < FROZEN_TIMEOUT + FROZEN_SLACK, took
+        assert err.count("\n") == 1 and err.startswith(
+            f"dfairpca fit: error: the storage of s3://data/faces.zarr at {options['endpoint_url']} "
+            f"did not answer within {FROZEN_TIMEOUT} s (reading 'images/c/"), err
+        assert re.search(rf"the checkpoint {re.escape(str(ckpt))} holds (16|32) of 48 chunks: "
+                         "check that the server is up and reachable from the Dask workers, then "
+                         "rerun with --resume, or wait longer with --timeout$", err.strip()), err
+        server.send_signal(signal.SIGCONT)
+        assert main([str(a) for a in [*fit, "--resume"]]) == 0, capsys.readouterr().err
+    assert dfairpca.load(out).n_components_ == 3
+
+
+def test_a_frozen_server_during_a_fit_on_the_local_cluster_is_one_line_on_stderr(
+        clean_environment, tmp_path):
+    """The command as a user runs it (its own local cluster): exit 1 and, besides the
+    cluster's two lines, only the error, with nothing from the workers it kills on the way
+    out (a worker may still be in a read of the frozen store when the cluster closes)."""
+    import s3fs
+
+    with _moto(tmp_path) as (server, options):
+        _faces(tmp_path / "faces.zarr")
+        s3fs.S3FileSystem(**options).put(str(tmp_path / "faces.zarr"), "data/faces.zarr",
+                                         recursive=True)
+        ckpt = tmp_path / "model.checkpoint"
+        proc = subprocess.Popen(  # 600 chunks of 2 rows: a pass long enough to freeze in
+            [sys.executable, "-m", "dfairpca", "fit", "s3://data/faces.zarr", "--attribute",
+             "Eyeglasses", "-k", "3", "--out", str(tmp_path / "model"), "--rows-per-chunk", "2",
+             "--storage-options", json.dumps(options), "--timeout", str(FROZEN_TIMEOUT)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not (ckpt / "progress.json").exists():
+                assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+                time.sleep(0.01)
+            server.send_signal(signal.SIGSTOP)
+            frozen = time.monotonic()
+            out, err = proc.communicate(timeout=FROZEN_TIMEOUT + FROZEN_SLACK + 10)
+            took = time.monotonic() - frozen
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    lines = err.splitlines()
+    assert proc.returncode == 1, (out, err)
+    # the error, then the cluster's close (the nanny's 4 s grace for a busy worker)
+    assert took < FROZEN_TIMEOUT + FROZEN_SLACK + 10, (took, err)
+    assert len(lines) == 3 and lines[0].startswith("dfairpca: local Dask cluster, ") \
+        and lines[1].startswith("dfairpca: dashboard "), err
+    assert lines[2].startswith(
+        f"dfairpca fit: error: the storage of s3://data/faces.zarr at {options['endpoint_url']} "
+        f"did not answer within {FROZEN_TIMEOUT} s"), err
+    assert lines[2].endswith("then rerun with --resume, or wait longer with --timeout"), err
 
 
 def test_a_zarr_store_whose_overwrite_died_mid_copy_is_read_whole_not_mixed(s3):
