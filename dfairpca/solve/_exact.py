@@ -117,6 +117,11 @@ def row_variance(X) -> None:
     one correction sum (the two-pass mean: equal rows give a total of exactly 0 or of
     rounding)."""
     X = np.asarray(X, dtype=np.float64)
+    # an exact power of two that brings the largest magnitude near 1: the squares of
+    # deviations beyond about 1e154 overflow (the test is scale-free)
+    top = float(np.abs(X).max(initial=0.0))
+    if np.isfinite(top) and top > 0:
+        X = np.ldexp(X, -int(np.frexp(top)[1]))
     mean = X.mean(axis=0)
     mean += (X - mean).mean(axis=0)
     check_variance(np.square(X - mean).sum(axis=0), X.shape[0], mean)

@@ -42,6 +42,8 @@ EXACT = "exact"
 
 #: columns per panel of :func:`centred` (512 x 6,400 int64 temporaries: 26 MB each)
 CENTRING_PANEL = 512
+#: the most threads :func:`centred` runs its panels on
+CENTRING_THREADS = 4
 #: the int64 sums keep this many bits of headroom (the centring's intermediates)
 _INT_BITS = 62
 
@@ -354,7 +356,9 @@ def centred(G: np.ndarray, s: np.ndarray, n: int, out: np.ndarray | None = None)
             out[:b, a:b] = T.astype(np.float64) - np.outer(r[:b] / n, r[a:b].astype(np.float64))
 
     starts = list(range(0, d, CENTRING_PANEL))[::-1]  # the widest (last) panels first
-    threads = min(cpu_count(), len(starts))
+    # each thread holds about seven (d x panel) int64 temporaries (180 MB at d = 6,400):
+    # a few threads take most of the gain without growing that with the machine's cores
+    threads = min(cpu_count(), len(starts), CENTRING_THREADS)
     if threads > 1:
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(panel, starts))
