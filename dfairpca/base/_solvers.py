@@ -171,14 +171,14 @@ def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_it
                 ConvergenceWarning, stacklevel=3)
             break
         prev = total
-        G = G[:, ::-1]
-        V, W = V @ G, W @ G
         b, wanted = w[0], w[::-1][k - 1]
+        # the filtered block is rotated to the Ritz vectors' order (one product with G): its
+        # columns are then nearly orthogonal, as Cholesky QR needs
         if b > np.finfo(float).eps * abs(w[-1]) and wanted > FILTER_GAP * b and p < d:
-            Y = (W - FILTER_ZERO * b * V) / b
+            Y = ((W - FILTER_ZERO * b * V) @ G[:, ::-1]) / b
             V = orthonormal(proj(S @ Y) / b)
         else:  # no gap above b, or S singular within the block: a plain power step
-            V = orthonormal(W)
+            V = orthonormal(W @ G[:, ::-1])
     V = V @ G[:, ::-1]
     w = w[::-1][:k]
     return (np.ldexp(w, e) if abs(e) > 400 else w), V[:, :k]
