@@ -128,7 +128,7 @@ def main(argv=None):
 
     cpu = cpu_info()
     lines = [f"Command: `python benchmarks/eigensolvers.py --n {args.n} --k {args.k} --repeat {args.repeat}` "
-             f"(d = {S.shape[0]}, {Q.shape[1]} constraint direction)", "",
+             f"(d = {S.shape[0]}, {Q.shape[1]} constraint direction) "
              f"on {cpu['model_name']} ({cpu['cpus']} CPUs; int8 flags: "
              f"{', '.join(f for f, on in cpu['int8_flags'].items() if on) or 'none'}); load average {os.getloadavg()[0]:.1f} at the end", "",
              "| solver | best seconds (each run) | products | captured variance, relative gap to best | max abs(U^T Q) after projection |",
