@@ -174,6 +174,20 @@ def test_constant_chunks_left_out_by_a_foreign_writer(tmp_path):
     np.testing.assert_array_equal(Y.compute(), X)
 
 
+def test_fill_holds_for_an_array_the_caller_opened_writable(tmp_path):
+    """An array the caller opened writable (mode "a"): missing_chunks='fill' still fills,
+    and the default still names the absent chunk."""
+    X = np.arange(40 * 6, dtype=np.float64).reshape(40, 6)
+    X[10:20] = 0.0
+    zarr.create_array(str(tmp_path / "x.zarr"), shape=X.shape, chunks=(10, 6),
+                      dtype="float64", fill_value=0.0)[:] = X
+    opened = zarr.open_array(str(tmp_path / "x.zarr"), mode="a")
+    Y = dfairpca.from_zarr(opened, missing_chunks="fill")
+    np.testing.assert_array_equal(Y.compute(), X)
+    with pytest.raises(MissingChunkError, match=r"'c/1/0' \(rows 10-19\)"):
+        dfairpca.from_zarr(opened).compute()
+
+
 @pytest.mark.parametrize("layout", ["v2", "v2-nested", "sharded"])
 def test_other_chunk_layouts(tmp_path, layout, unlisted):
     """Keys of Zarr v2 ('1.0', '1/0') and of shards ('c/1/0' holding several chunks)."""

@@ -318,8 +318,9 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
                     else:
                         est.fit(X, y, sensitive_features=groups, **fit)
             except WorkersLost as exc:
-                raise CLIError(f"{exc.what}; the checkpoint {ckpt} holds {exc.progress}: start "
-                               "workers and rerun with --resume, or wait longer with --timeout") from None
+                held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
+                raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: start workers and rerun "
+                               "with --resume, or wait longer with --timeout") from None
             except SchedulerLost as exc:
                 # lost outside the checkpointed pass (before it, or in the solve's own passes)
                 held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"

@@ -374,12 +374,12 @@ def cluster_failures_said(client):
     except (DfairpcaError, KeyboardInterrupt):  # already said: a lost worker, a lost scheduler
         raise
     except BaseException as exc:
+        killed = _killed_worker(exc)  # first: a client closing meanwhile does not hide it
+        if killed is not None:
+            raise killed from None
         if _lost_scheduler(client, exc):
             _REPORTED_LOSSES.add(client)
             raise SchedulerLost(address) from None
-        killed = _killed_worker(exc)
-        if killed is not None:
-            raise killed from None
         raise
 
 
@@ -525,7 +525,7 @@ def ship(value):
     """
     import dask
 
-    held = dask.delayed(value)  # keyed by its content: the same matrix is one key
+    held = dask.delayed(value, pure=True)  # keyed by its content: the same matrix is one key
     client = None if _INLINE.get() else active_client()
     if client is None:
         return held

@@ -205,6 +205,9 @@ def _strict_store_class():
             self._shards = dict(shards or {})  # array path -> ShardLayout, or why not
             self._bounds = dict(bounds or {})  # array path -> ChunkBound
 
+        def _with_store(self, store):  # zarr's read-only copy keeps what this one knows
+            return type(self)(store, self.fill, self._shards, self._bounds)
+
         async def get(self, key, prototype, byte_range=None):
             name = key.rsplit("/", 1)[-1]
             if name in METADATA_NAMES:  # checked before zarr parses it (the checked store)
@@ -402,13 +405,20 @@ def read_checked(array: zarr.Array, selection: Any, asarray: bool = True, lock: 
     ndarray
         The region's values.
     """
+    # a remote store that stops answering ends the read within the computation's timeout
+    # (a task annotation; none outside a distributed worker), the chunk-by-chunk re-read
+    # that names a failing chunk included: a store that fails, then freezes, would
+    # otherwise hold each re-read through its file system's own retries
+    with store_timeout(task_store_timeout()):
+        return _read_checked(array, selection, asarray, lock)
+
+
+def _read_checked(array, selection, asarray: bool, lock):
+    """:func:`read_checked` inside its store timeout."""
     from dask.array.core import getter
 
     try:
-        # a remote store that stops answering ends the read within the computation's
-        # timeout (a task annotation; none outside a distributed worker)
-        with store_timeout(task_store_timeout()):
-            return getter(array, selection, asarray=asarray, lock=lock)
+        return getter(array, selection, asarray=asarray, lock=lock)
     except StoreTimeout:
         raise  # one line already; reading each chunk again would wait as long again
     except MissingChunkError as exc:
@@ -481,6 +491,8 @@ def _failing_chunk(array, selection):
         region = tuple(slice(c * s, (c + 1) * s) for c, s in zip(coords, step))
         try:
             array[region]
+        except StoreTimeout:  # the store, not this chunk: said as it is
+            raise
         except Exception as exc:  # noqa: BLE001 - reported, by chunk, to the caller
             return _chunk_key(array, coords), coords, exc
     return None

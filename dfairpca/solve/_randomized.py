@@ -41,6 +41,7 @@ from ..engine._thin_pass import (
     statistics_state,
 )
 from ..engine._compute import CLUSTER_FAILURES
+from ..io._remote import StoreTimeout
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
 from ..inputs._weights import too_few_samples
@@ -193,7 +194,7 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
     try:
         return _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, center,
                     standardize, dtype, omega, iterated_power, split_every, progress, ck, on_pass)
-    except (KeyboardInterrupt, *CLUSTER_FAILURES) as exc:
+    except (KeyboardInterrupt, *CLUSTER_FAILURES, StoreTimeout) as exc:
         if ck is None:
             raise
         from ..engine._checkpoint_files import saved_state_meta
@@ -203,7 +204,7 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
         most = saved.get("most", resolve_iterated_power(iterated_power, k, X.shape[0], d) + 2)
         stopped = PassInterrupted(ck.path, int(saved.get("passes", 0)), int(most),
                                   unit="passes at most")
-        if isinstance(exc, CLUSTER_FAILURES):
+        if isinstance(exc, (*CLUSTER_FAILURES, StoreTimeout)):
             raise exc.saved(ck.path, stopped.progress) from None
         raise stopped from None
 
