@@ -420,6 +420,7 @@ def test_workers_whose_kernel_differs_from_the_clients_are_named_before_the_pass
     from dfairpca.engine import _engine
 
     monkeypatch.setattr(_engine, "_KERNELS_SAID", set())
+    monkeypatch.setattr(_engine, "_KERNELS_ASKED", {})
     check_worker_kernels = _engine.check_worker_kernels
     registered("client-only-int64", int64_gram)
     X, g, g2, y = data
@@ -438,8 +439,11 @@ def test_workers_whose_kernel_differs_from_the_clients_are_named_before_the_pass
     assert np.array_equal(m.exact.gram, reference[0].statistics_.exact.gram)
 
 
-def test_workers_with_the_clients_kernel_say_nothing(client, caplog):
-    from dfairpca.engine._engine import check_worker_kernels
+def test_workers_with_the_clients_kernel_say_nothing(client, caplog, monkeypatch):
+    from dfairpca.engine import _engine
+
+    monkeypatch.setattr(_engine, "_KERNELS_ASKED", {})
+    check_worker_kernels = _engine.check_worker_kernels
 
     with caplog.at_level("WARNING", logger="dfairpca"):
         workers = check_worker_kernels(np.uint8)

@@ -37,6 +37,8 @@ from ..errors import InvalidInputError
 _log = logging.getLogger("dfairpca")
 #: the differing workers' kernels already said (:func:`check_worker_kernels`)
 _KERNELS_SAID: set = set()
+#: each (client, dtype, workers)'s answers (:func:`check_worker_kernels`)
+_KERNELS_ASKED: dict = {}
 
 if TYPE_CHECKING:
     import dask.array
@@ -367,10 +369,17 @@ def check_worker_kernels(x_dtype) -> dict:
     from ..stats._int_kernels import chosen_kernel
 
     here = chosen_kernel(x_dtype)
+    # asked once per set of workers (a checkpointed pass runs one pass per segment): the
+    # client's cached view of its workers costs no round trip
+    workers = frozenset(client.scheduler_info().get("workers", {}))
+    key = (id(client), str(np.dtype(x_dtype)), workers)
+    if key in _KERNELS_ASKED:
+        return _KERNELS_ASKED[key]
     with cluster_failures_said(client):
         answers = client.run(chosen_kernel, str(np.dtype(x_dtype)), on_error="return")
     # a worker that could not answer (gone, or an error of its own) says it in the pass
     there = {addr: name for addr, name in answers.items() if isinstance(name, str)}
+    _KERNELS_ASKED[key] = there
     differ = sorted(addr for addr, name in there.items() if name != here)
     said = (here, tuple((a, there[a]) for a in differ))
     if differ and said not in _KERNELS_SAID:  # once per process (a checkpointed pass asks per segment)
