@@ -4,7 +4,9 @@ that a worker with a smaller ``--memory-limit`` goes past it on that chunk every
 its nanny restarts it, as a chunk too large for its workers does.
 
 The client pickles ``dfairpca.engine._engine._fold_block`` by name, so the worker runs what that
-name holds here.
+name holds here.  The name is replaced in ``dask_setup``, which distributed calls in the
+worker that preloads this module, never on import: a test that imports HOG_ROW must not
+change the folds of its own process (every later test's pass would take the hungry one).
 """
 
 import time
@@ -24,11 +26,14 @@ _fold_block = _engine._fold_block
 
 
 def _hungry_fold_block(fold, acc, block, shared, *args):
-    if len(args) > 2 and args[2] == HOG_ROW:  # (codes, mask, row offset, ...) of a pass
+    # (codes, mask, row offset, ...) of a moments pass; other passes carry other arguments
+    if len(args) > 2 and isinstance(args[2], int) and args[2] == HOG_ROW:
         hog = np.ones(HOG_BYTES, np.uint8)  # written: resident, as real work would be
         time.sleep(HOG_SECONDS)
         del hog
     return _fold_block(fold, acc, block, shared, *args)
 
 
-_engine._fold_block = _hungry_fold_block
+def dask_setup(worker):
+    """distributed's preload hook: the hungry fold in this worker only."""
+    _engine._fold_block = _hungry_fold_block

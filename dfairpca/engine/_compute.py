@@ -462,9 +462,11 @@ def gather_watched(client, futures: list, seconds: float | None) -> list:
                 try:
                     wait(pending, timeout=poll)
                 except TimeoutError:  # still running: a look at the workers
-                    if any(f.status == "error" for f in pending):
-                        # one failed (a store that stopped answering): its error now, not
-                        # after every other task has failed or finished too
+                    if _store_timed_out(pending):
+                        # a store that stopped answering: its error now, not after every
+                        # other read has waited as long (only then: the other tasks of a
+                        # failed write go on writing, and the caller's clean-up must not
+                        # race them)
                         return client.gather(futures)
                     if client.nthreads():
                         since = None  # a worker (a new one, maybe) is there: the tasks go on
@@ -478,6 +480,20 @@ def gather_watched(client, futures: list, seconds: float | None) -> list:
     finally:
         for f in pending:
             f.release()
+
+
+def _store_timed_out(futures) -> bool:
+    """Whether one of ``futures`` failed with :class:`dfairpca.io.StoreTimeout`."""
+    from ..io._remote import StoreTimeout
+
+    for f in futures:
+        if f.status == "error":
+            try:
+                if isinstance(f.exception(timeout=WORKER_POLL_SECONDS), StoreTimeout):
+                    return True
+            except Exception:  # noqa: BLE001 - not answered now: looked at again next time
+                pass
+    return False
 
 
 _INLINE = contextvars.ContextVar("dfairpca_ship_inline", default=False)
