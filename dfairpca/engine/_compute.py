@@ -425,7 +425,9 @@ def _release_pinned(client, state: dict) -> None:
 def gather_watched(client, futures: list, seconds: float | None) -> list:
     """The results of ``futures`` (other items as they are), looking at the Client's workers
     while they run: with none for ``seconds`` (None: no limit), :class:`WorkersLost`; with
-    one future failed, its error (within a look, without waiting for the others).
+    one future failed on a store's timeout (:class:`dfairpca.io.StoreTimeout`), its error
+    within a look, without waiting for the others (any other failure waits for them: a
+    failed write's other tasks may still be writing).
 
     Every look also sends on the tasks that distributed left waiting for a worker that is
     gone, though they may run on any worker (:mod:`dfairpca.engine._on_scheduler`): a
