@@ -204,6 +204,35 @@ def _quiet_failed_tasks() -> None:
     logging.getLogger("distributed.worker").addFilter(keep)
 
 
+def _quiet_closed_heartbeats() -> None:
+    """Run on the local workers: no "Failed to communicate with scheduler during heartbeat"
+    traceback for a connection the scheduler closed.
+
+    The scheduler of a cluster this process started closes only when this process closes
+    it (its block ends, after an error or a Ctrl-C) or ends: a heartbeat in flight at that
+    moment found the connection closed, which says nothing the caller has not said (seen
+    after a Ctrl-C on a loaded machine, its traceback on the terminal after the one-line
+    message).  Other failed heartbeats (a timeout, an error of the scheduler's) still show.
+    """
+    def keep(record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Failed to communicate with scheduler during heartbeat"):
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        return not _closed_connection(exc)
+
+    logging.getLogger("distributed.worker").addFilter(keep)
+
+
+def _closed_connection(exc) -> bool:
+    """Whether ``exc`` (or what caused it) is a comm or stream that was closed."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if type(exc).__name__ in ("CommClosedError", "StreamClosedError"):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 @contextlib.contextmanager
 def _dropping(name: str, drop):
     """While the block runs, the records of logger ``name`` that ``drop(record)`` selects

@@ -98,3 +98,36 @@ def test_a_dashboard_already_on_port_8787_gives_no_warning(recwarn):
                           memory_limit="1GiB", dashboard_address=f":{DASHBOARD_PORT}"):
             pass
         assert [w for w in recwarn if busy in str(w.message)]
+
+
+def test_a_heartbeat_on_a_closed_connection_is_quiet_on_local_workers(caplog):
+    """The local cluster's workers drop distributed's heartbeat traceback when the scheduler
+    closed the connection (it closes with the program), and keep any other."""
+    import logging
+
+    from distributed.comm.core import CommClosedError
+
+    from dfairpca.cluster._signals import _quiet_closed_heartbeats
+
+    logger = logging.getLogger("distributed.worker")
+    before = list(logger.filters)
+    _quiet_closed_heartbeats()
+    try:
+        def heartbeat_failure(exc):
+            try:
+                raise exc
+            except Exception:
+                logger.exception("Failed to communicate with scheduler during heartbeat.")
+
+        with caplog.at_level(logging.ERROR, logger="distributed.worker"):
+            try:
+                raise OSError("stream closed")
+            except OSError as inner:
+                closed = CommClosedError("in <TCP>: Stream is closed")
+                closed.__cause__ = inner
+            heartbeat_failure(closed)
+            assert not caplog.records
+            heartbeat_failure(TimeoutError("the scheduler did not answer"))
+            assert len(caplog.records) == 1
+    finally:
+        logger.filters[:] = before
