@@ -32,7 +32,7 @@ class NoWorkers(DfairpcaError, ConnectionError):
 
 
 class _LostDuringFit:
-    """What :class:`WorkersLost` and :class:`SchedulerLost` share: the scheduler's
+    """What :class:`WorkersLost`, :class:`SchedulerLost` and :class:`WorkerKilled` share: the scheduler's
     ``address``; a checkpointed fit's ``checkpoint`` and its ``progress``, such as "16 of 60
     chunks" (else both None); ``what`` happened, without the way on; and a message of what
     happened then the way on: start what was lost and fit again, or continue from the
@@ -67,7 +67,7 @@ class _LostDuringFit:
 
         Returns
         -------
-        WorkersLost or SchedulerLost
+        WorkersLost, SchedulerLost or WorkerKilled
             A new error of the same class with the longer message; raise it ``from`` this
             one.
         """
@@ -118,7 +118,7 @@ class SchedulerLost(_LostDuringFit, DfairpcaError, ConnectionError):
         return SchedulerLost(self.address, checkpoint, progress)
 
 
-class WorkerKilled(DfairpcaError, RuntimeError):
+class WorkerKilled(_LostDuringFit, DfairpcaError, RuntimeError):
     """One task killed every Dask worker that ran it (distributed gives up on a task after
     ``distributed.scheduler.allowed-failures`` such deaths, 3 by default): typically a
     worker's nanny restarting it past its memory limit, or the system's out-of-memory
@@ -149,21 +149,7 @@ class WorkerKilled(DfairpcaError, RuntimeError):
                    "same call again to continue")
         super().__init__(f"{self.what}; {how}")
 
-    def saved(self, checkpoint, progress: str) -> "WorkerKilled":
-        """The same failure, saying that ``checkpoint`` holds ``progress``.
-
-        Parameters
-        ----------
-        checkpoint : str or os.PathLike
-            The checkpoint of the interrupted pass, named in the message.
-        progress : str
-            What it holds (e.g. "12 of 40 segments"), said in the message.
-
-        Returns
-        -------
-        WorkerKilled
-            A new error with the longer message; raise it ``from`` this one.
-        """
+    def _again(self, checkpoint, progress: str) -> "WorkerKilled":
         return WorkerKilled(self.address, self.memory_limit, self.deaths, checkpoint, progress)
 
 
