@@ -449,3 +449,59 @@ def test_workers_with_the_clients_kernel_say_nothing(client, caplog, monkeypatch
         workers = check_worker_kernels(np.uint8)
     assert set(workers.values()) == {ik.chosen_kernel("uint8")}
     assert not [r for r in caplog.records if "another kernel" in r.getMessage()]
+
+
+@pytest.mark.parametrize("group_scatter", [False, True])
+def test_chunks_folded_in_place_equal_the_merge_of_their_sums(group_scatter):
+    """A pass adds each chunk's products straight into its running total (no Gram of the
+    chunk's own): the same integers as merging the chunks' own sums, whatever the chunk
+    sizes, masks, empty chunks or groups absent from a chunk; a total whose categories
+    differ is merged instead; the kernels' scratch neither travels nor is saved."""
+    import pickle
+
+    from dfairpca.engine._accumulator import ExactTotal, fold
+    from dfairpca.stats._exact import exact_chunk_sums, merge_exact, nbytes
+
+    rng = np.random.default_rng(5)
+    X = rng.integers(0, 256, size=(300, 23)).astype(np.uint8)
+    codes = np.stack([rng.integers(0, 3, 300), rng.integers(0, 2, 300)], axis=1)
+    codes[:120, 0] = 0  # the first chunks hold one group of the first attribute only
+    mask = rng.random(300) > 0.2
+    cats = [np.arange(3), np.arange(2)]
+    bounds = [0, 50, 50, 120, 200, 300]
+    kw = dict(row_offset=0, categories=cats, dtype="exact", group_scatter=group_scatter)
+    total, parts = None, []
+    for s, e in zip(bounds[:-1], bounds[1:]):
+        total = fold(total, X[s:e], codes[s:e], mask=mask[s:e], **kw)
+        parts.append(exact_chunk_sums(X[s:e], codes[s:e], cats, mask=mask[s:e], group_scatter=group_scatter))
+    want = merge_exact(parts)
+    assert isinstance(total, ExactTotal) and total.n == mask.sum() == want.n
+    assert np.array_equal(total.gram, want.gram) and np.array_equal(total.sums, want.sums)
+    for a, b in zip(total.attributes, want.attributes):
+        assert np.array_equal(a.counts, b.counts) and np.array_equal(a.sums, b.sums)
+        if group_scatter:
+            for Ga, Gb in zip(a.grams, b.grams):
+                assert np.array_equal(Ga, Gb)
+    Xi = X[mask].astype(np.int64)
+    assert np.array_equal(total.gram, np.triu(Xi.T @ Xi))
+    assert "_scratch" in total.__dict__ and nbytes(total) > total.gram.nbytes + total.sums.nbytes + sum(
+        a.counts.nbytes + a.sums.nbytes + sum(G.nbytes for G in a.grams or ()) for a in total.attributes)
+    back = pickle.loads(pickle.dumps(total))
+    assert "_scratch" not in back.__dict__ and np.array_equal(back.gram, total.gram)
+    # a running total of other categories (labels seen only later): merged, not added
+    other = fold(None, X[:10], np.zeros((10, 2), int), mask=None, row_offset=0, categories=[np.arange(1), np.arange(2)],
+                 dtype="exact", group_scatter=group_scatter)
+    merged = fold(other, X[10:20], codes[10:20], mask=None, **kw)
+    assert [list(a.categories) for a in merged.attributes] == [[0, 1, 2], [0, 1]]
+    assert merged.n == 20 and np.array_equal(merged.gram, np.triu(X[:20].astype(np.int64).T @ X[:20].astype(np.int64)))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "bool", "int16", "uint16"])
+def test_column_sums_are_exact_at_the_extremes(dtype):
+    from dfairpca.stats._column_sums import column_sums
+
+    lo, hi = ik.value_range(dtype)
+    x = np.random.default_rng(1).integers(lo, hi, size=(1000, 7), endpoint=True).astype(dtype)
+    x[:, 0], x[:, 1] = hi, lo  # 1,000 highs: beyond a 16-bit sum in one block
+    assert np.array_equal(column_sums(x), x.astype(np.int64).sum(axis=0))
+    assert column_sums(x[:0]).tolist() == [0] * 7

@@ -59,8 +59,60 @@ def test_mkl_binding_sums_several_calls_exactly(monkeypatch):
 
 
 @needs_mkl
-def test_the_offset_is_fixed_not_per_row_or_column():
-    assert _mkl._FIX_OFFSET == 173  # MKL's CblasFixOffset (171 is CblasRowOffset)
+def test_the_offsets_are_mkls_enums():
+    # MKL's CBLAS_OFFSET: CblasRowOffset (one per column of C), CblasColOffset (one per
+    # row), CblasFixOffset (one for all); 171 passed for "fixed" read past its array
+    assert (_mkl._ROW_OFFSET, _mkl._COL_OFFSET, _mkl._FIX_OFFSET) == (171, 172, 173)
+
+
+@needs_mkl
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_mkl_adds_into_a_total_beyond_int32_through_its_scratch(dtype, monkeypatch):
+    """``mkl_add`` adds each call's int32 products into an int64 total already beyond 2**32,
+    through one scratch array over calls, several calls per block (a small call size
+    stands in for 32,768 rows) and blocks of another shape (a new scratch)."""
+    monkeypatch.setattr(_mkl, "ROWS_PER_CALL", 100)
+    d = 530  # two panels: the offsets of the second start at its first row or column
+    start = np.triu(np.full((d, d), 3 * 2 ** 40, np.int64))
+    G = start.copy(order="F")
+    x, y = narrow(dtype, (250, d), seed=3), narrow(dtype, (60, d), seed=4)
+    scratch = _mkl.mkl_add(FN, G, x)
+    assert scratch.dtype == np.int32 and scratch.shape == (d, d)
+    assert _mkl.mkl_add(FN, G, y, scratch) is scratch
+    assert np.array_equal(G, start + int64_gram(x) + int64_gram(y))
+    assert _mkl.mkl_add(FN, G[:7, :7].copy(order="F"), x[:, :7], scratch) is not scratch
+    assert _mkl.mkl_add(FN, G, x[:0], scratch) is scratch
+
+
+def test_a_kernel_whose_additions_wrap_is_refused():
+    """The self-test adds into a total beyond 2**32: an ``add`` that sums in 32 bits is
+    refused (its Gram alone is right)."""
+    def gram(x):
+        return int64_gram(x)
+
+    def add32(G, x, scratch=None):
+        G[...] = (G + int64_gram(x)).astype(np.int32)
+        return scratch
+
+    assert ik.self_test(gram, "uint8")
+    assert not ik.self_test(gram, "uint8", add32)
+    assert ik.self_test(gram, "uint8", ik.Kernel("int64", gram, ("uint8",)).adder())
+
+
+def test_where_the_cpu_has_an_int8_unit_mkls_kernel_passes_its_self_test():
+    """On a CPU with VNNI or AMX and MKL installed, the self-test must accept MKL's kernel
+    (a binding or self-test that refuses a right kernel leaves exact statistics slow, and
+    nothing else would say so); elsewhere its verdict is whatever the CPU gives."""
+    from dfairpca.base._system import cpu_info
+
+    report = ik.kernel_report()
+    if FN is None:
+        assert _mkl.NAME not in report
+    elif any(cpu_info()["int8_flags"].values()):
+        assert report[_mkl.NAME] is True
+        assert ik.kernel_for("uint8")[0] == ik.kernel_for("int8")[0] == _mkl.NAME
+    else:
+        assert report[_mkl.NAME] in (True, False)
 
 
 @needs_mkl

@@ -28,7 +28,7 @@ import numpy as np
 import scipy.linalg.blas
 
 from ..stats._chunk import chunk_sums
-from ..stats._exact import ExactSums, merge_exact, nbytes as exact_nbytes
+from ..stats._exact import ExactSums, exact_chunk_sums, is_exact, merge_exact, nbytes as exact_nbytes
 from ..stats._weighted import weighted_chunk_sums
 from ..stats._sums import GroupSums, Sums, fill_lower, merge_sums, nbytes
 from ..stats.moments import AttributeMoments, Moments, exact_moments
@@ -36,7 +36,7 @@ from ..io._moments_format import (categories_from_json, categories_to_json, read
                                   saved_layout, sums_to_arrays)
 from ..errors import InvalidInputError
 
-__all__ = ["chunk", "weighted_chunk", "combine", "RunningTotal", "ExactTotal", "UpperPanels", "load_total"]
+__all__ = ["chunk", "weighted_chunk", "fold", "combine", "RunningTotal", "ExactTotal", "UpperPanels", "load_total"]
 
 #: columns per panel of :class:`UpperPanels`
 PANEL_WIDTH = 512
@@ -264,6 +264,19 @@ class ExactTotal(ExactSums):
                                  "do not add up to n; it was edited or not written by dfairpca")
         assert isinstance(out, cls)  # from_arrays builds its own class
         return out
+
+
+def fold(acc, x, codes, *, mask, row_offset: int, categories, dtype, group_scatter: bool):
+    """``acc`` plus the sums of one chunk of rows (acc None: a new running total of the
+    chunk's), added in place; the chunk's arguments as :func:`chunk`.  Exact sums add the
+    chunk's products straight into the total's Grams (no d x d array per chunk)."""
+    if is_exact(dtype) and (acc is None or isinstance(acc, ExactTotal)):
+        x = np.asarray(x)
+        into = acc if acc is not None else ExactTotal.zeros(int(np.prod(x.shape[1:])), categories, group_scatter)
+        out = exact_chunk_sums(x, codes, categories, mask=mask, group_scatter=group_scatter, into=into)
+        return out if isinstance(out, ExactTotal) else combine([out])
+    part = chunk(x, codes, categories, mask=mask, row_offset=row_offset, dtype=dtype, group_scatter=group_scatter)
+    return combine([part] if acc is None else [acc, part])
 
 
 def combine(parts: list) -> "RunningTotal | ExactTotal":

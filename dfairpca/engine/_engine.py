@@ -207,12 +207,12 @@ def run_moments_pass(
         for s in starts:
             e = min(n, s + rows)
             rows_kw = dict(mask=row_slice(mask, s, e), row_offset=row_offset + s, **kw)
+            # the running sum is ours: each block is added into it in place
             if weights is None:
-                part = _accumulator.chunk(X[s:e], row_slice(codes, s, e), **rows_kw)
+                total = _accumulator.fold(total, X[s:e], row_slice(codes, s, e), **rows_kw)
             else:
                 part = _accumulator.weighted_chunk(X[s:e], weights[s:e], row_slice(codes, s, e), **rows_kw)
-            # the running float64 sum is ours: each block is added into it in place
-            total = _accumulator.combine([part] if total is None else [total, part])
+                total = _accumulator.combine([part] if total is None else [total, part])
         if total is None:  # no rows: the sums of an empty chunk
             empty = (_accumulator.chunk(X, None, mask=None, row_offset=row_offset, **kw)
                      if weights is None else
@@ -429,8 +429,7 @@ def row_slice(a, s: int, e: int):
 
 def _fold(acc, block, codes, mask, offset, kw):
     """Add one chunk's sums to a chain's running total (in place) or start the chain."""
-    part = _accumulator.chunk(block, codes, mask=mask, row_offset=offset, **kw)
-    return _accumulator.combine([part] if acc is None else [acc, part])
+    return _accumulator.fold(acc, block, codes, mask=mask, row_offset=offset, **kw)
 
 
 def _fold_weighted(acc, block, codes, mask, offset, kw, weights):

@@ -79,12 +79,9 @@ def _fold(acc, block, codes, local, offset, kw, represent):
     global indices."""
     if represent is not None:
         block = represent(block)
-    part = _accumulator.chunk(block, codes, mask=None, row_offset=offset, **kw)
     kept = (local + offset, np.asarray(block[local], dtype=np.float64))
-    if acc is None:
-        return _accumulator.combine([part]), [kept]
-    total, picked = acc
-    return _accumulator.combine([total, part]), picked + [kept]
+    total, picked = (None, []) if acc is None else acc
+    return _accumulator.fold(total, block, codes, mask=None, row_offset=offset, **kw), picked + [kept]
 
 
 def _combine(parts):

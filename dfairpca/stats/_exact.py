@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._int_kernels import _add_upper as add_upper
-from ._int_kernels import gram, value_range
+from ._column_sums import column_sums
+from ._int_kernels import add_gram, value_range
 from ._sums import GroupSums, Sums, _check_one_label_type, fill_lower
 from ..base._system import cpu_count
 from ..errors import InvalidInputError
@@ -149,6 +150,20 @@ class ExactSums:
     def n_features(self) -> int:
         return self.sums.shape[0]
 
+    @classmethod
+    def zeros(cls, d: int, categories, group_scatter: bool = False) -> "ExactSums":
+        """The sums of no rows: d features, the attributes' ``categories`` (a list of arrays)."""
+        attrs = [ExactGroups(np.asarray(c), np.zeros(len(c), np.int64), np.zeros((len(c), d), np.int64),
+                             [None] * len(c) if group_scatter else None) for c in categories]
+        return cls(0, np.zeros(d, np.int64), np.zeros((d, d), np.int64, order="F"), attrs)
+
+    # the kernels' scratch arrays (see :func:`exact_chunk_sums`) are not the sums: they
+    # neither travel nor are saved
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_scratch", None)
+        return state
+
     def centred(self) -> Sums:
         """The centred statistics (the fields of :class:`~dfairpca.stats.moments.Moments`,
         complete float64 matrices) of these sums, each entry rounded once."""
@@ -218,17 +233,26 @@ class ExactSums:
 
 
 def nbytes(s: ExactSums) -> int:
-    """Bytes of the arrays of exact sums (what Dask's ``sizeof`` should count)."""
-    n = s.sums.nbytes + s.gram.nbytes
+    """Bytes of the arrays of exact sums, their kernels' scratch included (what Dask's
+    ``sizeof`` should count)."""
+    n = s.sums.nbytes + s.gram.nbytes + sum(getattr(a, "nbytes", 0) for a in s.__dict__.get("_scratch", {}).values())
     for a in s.attributes:
         n += a.counts.nbytes + a.sums.nbytes + sum(0 if G is None else G.nbytes for G in a.grams or ())
     return int(n)
 
 
 # ---------------------------------------------------------------------- one chunk
-def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = False) -> ExactSums:
+def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = False,
+                     into: ExactSums | None = None) -> ExactSums:
     """The raw integer sums of one chunk of rows (arguments as
-    :meth:`dfairpca.Moments.from_chunk`)."""
+    :meth:`dfairpca.Moments.from_chunk`).
+
+    With ``into``, the sums of earlier rows (the same features, attributes and
+    categories), the chunk's sums are added to it in place and it is returned: the kernels
+    add their products straight into its Grams, through scratch arrays it keeps for the
+    next chunk, so a pass never holds (nor pays the page faults of) a chunk's own d x d
+    Gram.  ``into`` whose categories differ is merged with the chunk's sums instead.
+    """
     x = np.asarray(x)
     if x.ndim > 2:
         x = x.reshape(x.shape[0], -1)
@@ -240,34 +264,55 @@ def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = F
     r, d = x.shape
     if x.dtype.kind == "b":
         x = x.view(np.uint8)
-    total = x.sum(axis=0, dtype=np.int64)
-    names = set()
-    G, name = gram(x) if r else (np.zeros((d, d), np.int64, order="F"), None)
-    names.add(name)
-    attrs = []
-    if codes is not None:
+    if into is not None and not _same_layout(into, d, categories, group_scatter):
+        return merge_exact([into, exact_chunk_sums(x, codes, categories, group_scatter=group_scatter)],
+                           in_place=True)
+    out = ExactSums.zeros(d, categories, group_scatter) if into is None else into
+    scratch = out.__dict__.setdefault("_scratch", {})
+    names = set(out.kernels)
+
+    def add(G, rows):
+        name, scratch["gram"] = add_gram(G, rows, scratch.get("gram"))
+        names.add(name)
+
+    total = column_sums(x)
+    if r:
+        add(out.gram, x)
+    if codes is not None and r:
         codes = np.asarray(codes).reshape(r, -1)
-    for j, c in enumerate(categories):
-        m = len(c)
-        counts = np.zeros(m, np.int64)
-        sums = np.zeros((m, d), np.int64)
-        grams: list | None = [None] * m if group_scatter else None
-        if r:
-            cj = codes[:, j]
-            counts = np.bincount(cj, minlength=m).astype(np.int64)
-            present = np.flatnonzero(counts)
-            largest = present[np.argmax(counts[present])] if present.size else -1
-            for g in present:
-                sel = cj == g
-                if g != largest:  # the largest group's sums are the rest of the total
-                    sums[g] = x[sel].sum(axis=0, dtype=np.int64)
-                if grams is not None:  # group_scatter
-                    grams[g], name = gram(x[sel])
-                    names.add(name)
-            if largest >= 0:
-                sums[largest] = total - sums.sum(axis=0)
-        attrs.append(ExactGroups(np.asarray(c), counts, sums, grams))
-    return ExactSums(r, total, G, attrs, tuple(sorted(k for k in names if k)))
+    for j, a in enumerate(out.attributes):
+        if not r:
+            break
+        cj = codes[:, j]
+        counts = np.bincount(cj, minlength=a.n_groups).astype(np.int64)
+        present = np.flatnonzero(counts)
+        largest = present[np.argmax(counts[present])]
+        rest = total.copy()
+        for g in present:
+            sel = cj == g
+            if g != largest:  # the largest group's sums are the rest of the total
+                part = column_sums(x[sel])
+                a.sums[g] += part
+                rest -= part
+            if a.grams is not None:  # group_scatter
+                if a.grams[g] is None:
+                    a.grams[g] = np.zeros((d, d), np.int64, order="F")
+                add(a.grams[g], x[sel])
+        a.sums[largest] += rest
+        a.counts += counts
+    out.n += r
+    out.sums += total
+    out.kernels = tuple(sorted(names))
+    if into is None:  # one chunk's own sums: nothing more will be added to them
+        del out.__dict__["_scratch"]
+    return out
+
+
+def _same_layout(s: ExactSums, d: int, categories, group_scatter: bool) -> bool:
+    """Whether the chunk's sums can be added into ``s`` in place."""
+    return (s.n_features == d and len(s.attributes) == len(categories)
+            and all((a.grams is not None) == group_scatter and len(a.categories) == len(c)
+                    and np.array_equal(a.categories, c) for a, c in zip(s.attributes, categories)))
 
 
 # ---------------------------------------------------------------------- merging

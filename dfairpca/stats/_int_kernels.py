@@ -35,7 +35,7 @@ from ..base._system import BLOCK_BYTES
 
 _log = logging.getLogger("dfairpca")
 
-__all__ = ["Kernel", "register", "kernel_report", "unregister", "kernel_for", "self_test", "portable_gram",
+__all__ = ["Kernel", "register", "kernel_report", "unregister", "kernel_for", "chosen", "add_gram", "self_test", "portable_gram",
            "value_range", "max_product", "int8_kernel_available", "PORTABLE", "NUMPY"]
 
 #: names of the built-in paths, as ``statistics_kernel_`` reports them
@@ -196,11 +196,27 @@ def _add_upper(acc: np.ndarray, M: np.ndarray) -> None:
 @dataclass(frozen=True)
 class Kernel:
     """An optional exact Gram kernel: ``gram(x) -> int64 (d, d) upper triangle`` for the
-    dtypes it lists (e.g. ``("uint8", "int8")``)."""
+    dtypes it lists (e.g. ``("uint8", "int8")``), and optionally ``add(G, x, scratch) ->
+    scratch``, which adds that upper triangle into an int64 ``G`` in place through a
+    scratch array the caller keeps between calls (None at first): a pass's running total
+    then never holds a chunk's Gram of its own (see :func:`add_gram`)."""
 
     name: str
     gram: Callable[[np.ndarray], np.ndarray]
     dtypes: tuple[str, ...]
+    add: Callable | None = None
+
+    def adder(self) -> Callable:
+        """``add(G, x, scratch) -> scratch``: the kernel's own, else its gram added in."""
+        if self.add is not None:
+            return self.add
+        gram = self.gram
+
+        def add(G, x, scratch=None):
+            _add_upper(G, gram(x))
+            return scratch
+
+        return add
 
 
 _REGISTERED: list[Kernel] = []
@@ -243,22 +259,34 @@ def self_test_data(dtype, rng=None) -> list[np.ndarray]:
     return [rand, extreme, highs, lows, rand[:, :1], rand[:0]]
 
 
-def self_test(kernel_gram: Callable, dtype) -> bool:
+def self_test(kernel_gram: Callable, dtype, add: Callable | None = None) -> bool:
     """Whether ``kernel_gram`` forms every :func:`self_test_data` Gram exactly (int64 numpy
-    as the reference, upper triangle, 0 below); an exception counts as a failure."""
+    as the reference, upper triangle, 0 below), and ``add`` (a :class:`Kernel`'s) adds each
+    twice, through the scratch it returned, into an int64 total whose entries are already
+    beyond 2**32 (a kernel that wrapped or rounded there would be caught); an exception
+    counts as a failure."""
     try:
         for x in self_test_data(dtype):
+            x = np.ascontiguousarray(x)
             want = numpy_gram(x)
-            got = np.asarray(kernel_gram(np.ascontiguousarray(x)))
+            got = np.asarray(kernel_gram(x))
             # the whole array: merges add upper triangles, so the lower part must be 0
             if got.shape != want.shape or not np.array_equal(got, want):
                 return False
+            if add is not None:
+                d = x.shape[1]
+                start = np.triu(np.arange(d * d, dtype=np.int64).reshape(d, d) * 7919 + 2 ** 33)
+                G = start.copy(order="F")  # (not asfortranarray: a 1 x 1 start is F-ordered already)
+                scratch = add(G, x, None)
+                add(G, x, scratch)
+                if not np.array_equal(G, start + 2 * want):
+                    return False
         return True
     except Exception:
         return False
 
 
-def _passes(name: str, gram: Callable, dtypes) -> bool:
+def _passes(name: str, gram: Callable, dtypes, add: Callable | None = None) -> bool:
     """Whether kernel ``name`` passed its self-test for every dtype of ``dtypes`` (each
     dtype tested once per process: a kernel's uint8 and int8 paths differ)."""
     for t in dtypes:
@@ -266,7 +294,7 @@ def _passes(name: str, gram: Callable, dtypes) -> bool:
         with _LOCK:
             verdict = _VERDICTS.get(key)
         if verdict is None:
-            verdict = self_test(gram, t)
+            verdict = self_test(gram, t, add)
             with _LOCK:
                 _VERDICTS[key] = verdict
         if not verdict:
@@ -274,19 +302,25 @@ def _passes(name: str, gram: Callable, dtypes) -> bool:
     return True
 
 
-def kernel_for(dtype) -> tuple[str, Callable]:
-    """(name, gram) of the kernel for blocks of ``dtype`` in this process: the first
-    registered kernel for it that passed its self-test, else the portable one (if it
-    passes: it always should), else numpy's int64 product."""
+def chosen(dtype) -> Kernel:
+    """The kernel for blocks of ``dtype`` in this process: the first registered kernel for
+    it that passed its self-test, else the portable one (if it passes: it always should),
+    else numpy's int64 product."""
     dt = np.dtype(dtype).name
     with _LOCK:
         offered = [k for k in _REGISTERED if dt in k.dtypes]
     for k in offered:
-        if _passes(k.name, k.gram, [dt]):
-            return k.name, k.gram
+        if _passes(k.name, k.gram, [dt], k.add):
+            return k
     if _passes(PORTABLE, portable_gram, [dt]):
-        return PORTABLE, portable_gram
-    return NUMPY, numpy_gram
+        return Kernel(PORTABLE, portable_gram, (dt,))
+    return Kernel(NUMPY, numpy_gram, (dt,))
+
+
+def kernel_for(dtype) -> tuple[str, Callable]:
+    """(name, gram) of the kernel for blocks of ``dtype`` in this process (:func:`chosen`)."""
+    k = chosen(dtype)
+    return k.name, k.gram
 
 
 def int8_kernel_available() -> str | None:
@@ -330,7 +364,7 @@ def _load_optional() -> None:
             kernel = Kernel(*k)
             register(kernel, first=False)
             for dt in kernel.dtypes:
-                if not _passes(kernel.name, kernel.gram, [dt]):
+                if not _passes(kernel.name, kernel.gram, [dt], kernel.add):
                     _log.info("%s failed its self-test on this CPU (it saturates 16-bit sums "
                               "without VNNI or AMX): exact statistics of 8-bit data use the "
                               "portable kernel %s here", kernel.name, PORTABLE)
@@ -367,3 +401,15 @@ def gram(x: np.ndarray) -> tuple[np.ndarray, str]:
         x = x.view(np.uint8)  # 0/1: the same values
     name, fn = kernel_for(x.dtype)
     return fn(x), name
+
+
+def add_gram(G: np.ndarray, x: np.ndarray, scratch=None) -> tuple[str, object]:
+    """``G += x^T x`` exactly on the upper triangle of the int64 F-ordered ``G``, for a
+    block of integer or boolean rows: (the kernel's name, the scratch to pass next time).
+    What a running total uses: the block's Gram is never a d x d array of its own."""
+    _load_optional()
+    x = np.ascontiguousarray(x)
+    if x.dtype.kind == "b":
+        x = x.view(np.uint8)  # 0/1: the same values
+    k = chosen(x.dtype)
+    return k.name, k.adder()(G, x, scratch)

@@ -1,11 +1,13 @@
 """MKL's 8-bit integer GEMM, ``cblas_gemm_s8u8s32``, as an exact Gram kernel (optional:
 ``pip install dfairpca[mkl]``).
 
-``C = (op(A) + ao)(op(B) + bo)`` with A unsigned 8-bit and B signed 8-bit values, summed
-in int32.  For uint8 rows X: A = X^T, B = X - 128 (int8), so ``C = X^T X - 128 s 1^T`` with
-s the column sums, and ``X^T X = C + 128 s 1^T`` (int8 rows: A = X^T + 128, B = X, and
-``X^T X = C - 128 1 s^T``).  One call sums at most :data:`ROWS_PER_CALL` rows, so that
-``|C| <= rows * 255 * 128`` stays in int32; the calls are summed in int64.
+``C = (op(A) + ao)(op(B) + bo) + co`` with A unsigned 8-bit and B signed 8-bit values,
+summed in int32.  For uint8 rows X: A = X^T, B = X - 128 (int8), so
+``X^T X = A B + 128 s 1^T`` with s the column sums: ``co`` carries that correction, one
+offset per row of C (``CblasColOffset``), and the call returns ``X^T X`` itself (int8 rows:
+A = X^T + 128, B = X, ``X^T X = A B - 128 1 s^T``, one offset per column,
+``CblasRowOffset``).  One call sums at most :data:`ROWS_PER_CALL` rows, so that both the
+product and the Gram stay in int32; the calls are added into an int64 total.
 
 On CPUs without VNNI or AMX, MKL's int8 code sums pairs of products in 16 bits with
 saturation (``vpmaddubsw``) and the result is wrong: this kernel is registered like any
@@ -23,18 +25,21 @@ import sys
 import numpy as np
 
 from ..base._blas import blas_lock
+from ._column_sums import column_sums
 
-__all__ = ["mkl_kernel", "mkl_gram", "ROWS_PER_CALL", "PANEL", "NAME"]
+__all__ = ["mkl_kernel", "mkl_gram", "mkl_add", "ROWS_PER_CALL", "PANEL", "NAME"]
 
 NAME = "mkl-gemm-s8u8s32"
-#: rows per call: 65,000 * 255 * 128 < 2**31
-ROWS_PER_CALL = 65_000
+#: rows per call: the Gram of uint8 rows, up to 255**2 per row, stays below 2**31
+ROWS_PER_CALL = 32_768
 #: rows of the product per call.  Wider panels waste work beyond the diagonal, narrower ones
 #: run MKL's kernel on thinner blocks: 512 of 6,400 features costs 54% of the full product
 PANEL = 512
-# MKL's CBLAS enums: CblasRowMajor, CblasNoTrans, CblasTrans, and CblasFixOffset (173: one
-# offset added to every entry of C; 171, CblasRowOffset, reads one offset per column)
-_ROW_MAJOR, _NO_TRANS, _TRANS, _FIX_OFFSET = 101, 111, 112, 173
+# MKL's CBLAS enums: CblasRowMajor, CblasNoTrans, CblasTrans; the offsets added to C:
+# CblasRowOffset (171) reads one per column of C (n of them), CblasColOffset (172) one per
+# row (m), CblasFixOffset (173) one for all
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_ROW_OFFSET, _COL_OFFSET, _FIX_OFFSET = 171, 172, 173
 
 
 def _library():
@@ -58,7 +63,8 @@ def _library():
 
 
 def mkl_kernel():
-    """``(name, gram, dtypes)`` of MKL's int8 GEMM as a Gram kernel, or None without MKL."""
+    """``(name, gram, dtypes, add)`` of MKL's int8 GEMM as a Gram kernel, or None without MKL
+    (see :class:`dfairpca.stats._int_kernels.Kernel`)."""
     fn = _library()
     if fn is None:
         return None
@@ -66,50 +72,63 @@ def mkl_kernel():
     def gram(x: np.ndarray) -> np.ndarray:
         return mkl_gram(fn, x)
 
-    return NAME, gram, ("uint8", "int8")
+    def add(G: np.ndarray, x: np.ndarray, scratch=None):
+        return mkl_add(fn, G, x, scratch)
+
+    return NAME, gram, ("uint8", "int8"), add
 
 
 def mkl_gram(fn, x: np.ndarray) -> np.ndarray:
-    """Exact upper triangle of ``x^T x`` (int64, F-ordered, lower part 0) of uint8 or int8 rows.
+    """Exact upper triangle of ``x^T x`` (int64, F-ordered, lower part 0) of uint8 or int8 rows."""
+    d = x.shape[1]
+    G = np.zeros((d, d), np.int64, order="F")
+    mkl_add(fn, G, x)
+    return G
+
+
+def mkl_add(fn, G: np.ndarray, x: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray | None:
+    """``G += x^T x`` on the upper triangle, exactly, for uint8 or int8 rows ``x`` (r, d)
+    and an F-ordered int64 (d, d) ``G``; returns the int32 (d, d) scratch array the
+    products went through, for the caller to pass again (a fresh one on every call would
+    cost more in page faults than MKL takes for 10,000 rows).
 
     The operands are the rows themselves and their other-signed copy made by flipping the
     top bit (``x - 128`` of uint8 is ``x ^ 0x80`` read as int8): one uint8 temporary, no
     wider one.  Only the lower triangle of the row-major product is formed, by row panels
-    of :data:`PANEL` rows (about half the work of the full product), straight into the
-    result's transposed view: the row-major lower triangle of ``x^T y`` is the F-ordered
-    upper triangle that every Gram kernel returns.
+    of :data:`PANEL` rows (about half the work of the full product), and added into G's
+    transposed view: the row-major lower triangle of ``x^T x`` is the F-ordered upper
+    triangle of G.
     """
     r, d = x.shape
-    out = np.zeros((d, d), np.int64, order="F")
-    rows = out.T  # C-ordered view: rows[j, i] is out[i, j], its lower triangle out's upper
-    # the int32 products of a call, all panels first: MKL's threads spin for a while after
-    # each call (OpenMP's block time), and a conversion between calls would compete with them
-    prod = np.empty((d, d), np.int32) if r else None
-    co = np.zeros(1, np.int32)
+    if r == 0:
+        return scratch
+    if scratch is None or scratch.shape != (d, d) or scratch.dtype != np.int32:
+        scratch = np.empty((d, d), np.int32)
+    rows = G.T  # C-ordered view: rows[j, i] is G[i, j], its lower triangle G's upper
+    unsigned = x.dtype == np.uint8
     lock = blas_lock()
     for s0 in range(0, r, ROWS_PER_CALL):
         blk = np.ascontiguousarray(x[s0 : s0 + ROWS_PER_CALL])
         k = blk.shape[0]
         flipped = np.bitwise_xor(blk.view(np.uint8), np.uint8(0x80))
-        a, b = (blk, flipped.view(np.int8)) if x.dtype == np.uint8 else (flipped, blk)
-        assert prod is not None
+        sums = column_sums(blk)
+        if unsigned:  # C_ji = G_ji - 128 s_j: +128 s_j on row j
+            a, b, mode, co = blk, flipped.view(np.int8), _COL_OFFSET, (128 * sums).astype(np.int32)
+        else:  # C_ji = G_ji + 128 s_i: -128 s_i on column i
+            a, b, mode, co = flipped, blk, _ROW_OFFSET, (-128 * sums).astype(np.int32)
         with lock:
             for s, e in _panels(d):
-                # row-major prod[s:e, :e] = a[:, s:e]^T b[:, :e]: rows s..e of the product up
-                # to its diagonal (a's columns from s: a pointer offset of s bytes)
-                fn(_ROW_MAJOR, _TRANS, _NO_TRANS, _FIX_OFFSET, e - s, e, k, 1.0, a.ctypes.data + s,
-                   d, 0, b.ctypes.data, d, 0, 0.0, prod[s:].ctypes.data, d, co.ctypes.data)
+                # row-major scratch[s:e, :e] = a[:, s:e]^T b[:, :e] + offsets: rows s..e of
+                # the Gram up to its diagonal (a's columns from s: a pointer offset of s
+                # bytes; the offsets of rows s..e, or of columns 0..e)
+                offsets = co[s:e] if unsigned else co[:e]
+                fn(_ROW_MAJOR, _TRANS, _NO_TRANS, mode, e - s, e, k, 1.0, a.ctypes.data + s,
+                   d, 0, b.ctypes.data, d, 0, 0.0, scratch[s:].ctypes.data, d, offsets.ctypes.data)
         del flipped
         for s, e in _panels(d):
-            rows[s:e, :e] += prod[s:e, :e]
-    sums = x.sum(axis=0, dtype=np.int64)
-    for s, e in _panels(d):
-        if x.dtype == np.uint8:
-            rows[s:e, :e] += 128 * sums[s:e, None]  # product_ji = G_ji - 128 s_j
-        else:
-            rows[s:e, :e] -= 128 * sums[None, :e]  # product_ji = G_ji + 128 s_i
-        rows[s:e, s:e] = np.tril(rows[s:e, s:e])  # the panel's part beyond the diagonal
-    return out
+            rows[s:e, :s] += scratch[s:e, :s]
+            rows[s:e, s:e] += np.tril(scratch[s:e, s:e])  # not the panel's part beyond the diagonal
+    return scratch
 
 
 def _panels(d: int) -> list[tuple[int, int]]:
