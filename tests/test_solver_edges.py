@@ -125,6 +125,25 @@ def test_orthonormal_spans_as_householder_does(kappa):
         assert err_b <= 10 * err_h + 1e-15 * np.linalg.norm(A[:, :j])
 
 
+@pytest.mark.parametrize("kappa", [1e2, 1e7, 1e9, 1e13])
+def test_orthonormal_in_place_is_the_copying_basis_in_the_callers_memory(kappa):
+    """With ``overwrite`` the passes run in A's and the spare's memory and the result is
+    A's (or Householder's, from the block after the passes that ran): the same basis as
+    without it, whatever the conditioning."""
+    rng = np.random.default_rng(1)
+    U, _ = np.linalg.qr(rng.standard_normal((700, 90)))
+    W, _ = np.linalg.qr(rng.standard_normal((90, 90)))
+    A = np.ascontiguousarray((U * np.logspace(0, -np.log10(kappa), 90)) @ W.T)
+    want = orthonormal(A)
+    work, spare = A.copy(), np.empty_like(A)
+    got = orthonormal(work, overwrite=True, spare=spare)
+    assert np.abs(got.T @ got - np.eye(90)).max() < 1e-14
+    if kappa <= 1e7:  # Cholesky QR: in A's memory
+        assert got is work
+    for j in (1, 10, 90):  # the same leading spans (signs free)
+        assert np.linalg.norm(got[:, :j] - want[:, :j] @ (want[:, :j].T @ got[:, :j])) < 1e-6
+
+
 @pytest.mark.parametrize("n, hi", [(1000, 2 ** 20), (2 ** 33, 2 ** 40)])
 def test_threaded_centring_is_bit_identical_to_serial(monkeypatch, n, hi):
     rng = np.random.default_rng(0)

@@ -147,16 +147,19 @@ def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_it
     """
     d = S.shape[0]
     p = min(d, k + (oversample if oversample is not None else max(16, k // 2)))
-    proj = (lambda A: A - Q @ (Q.T @ A)) if Q is not None and Q.shape[1] else (lambda A: A)
+    proj = _projector(Q)
     # an exact power of two that brings S near 1: the filter's products square S's scale,
     # which overflows (or underflows) for a norm beyond about 1e150 (1e-150)
     e = _exponent(float(np.abs(np.trace(S))))
     if abs(e) > 400:
         S = np.ldexp(S, -e)
-    V = orthonormal(proj(np.random.default_rng(seed).standard_normal((d, p))))
+    # three d x p blocks, reused: fresh 30 MB arrays at every step (d = 6,400, p = 600)
+    # cost as much in page faults as the orthonormalisations' arithmetic
+    W, Y = np.empty((d, p)), np.empty((d, p))
+    V = orthonormal(proj(np.random.default_rng(seed).standard_normal((d, p))), overwrite=True, spare=Y)
     prev, change = None, np.inf
     for step in range(max_iter):
-        W = proj(S @ V)
+        proj(np.matmul(S, V, out=W))
         w, G = np.linalg.eigh(V.T @ W)  # Rayleigh-Ritz in span(V), ascending
         total = w[-k:].sum()
         if prev is not None:
@@ -175,13 +178,35 @@ def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_it
         # the filtered block is rotated to the Ritz vectors' order (one product with G): its
         # columns are then nearly orthogonal, as Cholesky QR needs
         if b > np.finfo(float).eps * abs(w[-1]) and wanted > FILTER_GAP * b and p < d:
-            Y = ((W - FILTER_ZERO * b * V) @ G[:, ::-1]) / b
-            V = orthonormal(proj(S @ Y) / b)
+            # Y = (S V - c b V) G / b, then V = P S Y / b, in V's own memory
+            W -= np.multiply(V, FILTER_ZERO * b, out=Y)
+            np.matmul(W, G[:, ::-1] / b, out=Y)
+            proj(np.matmul(S, Y, out=V))
+            V /= b
+            V = orthonormal(V, overwrite=True, spare=Y)
         else:  # no gap above b, or S singular within the block: a plain power step
-            V = orthonormal(W @ G[:, ::-1])
+            np.matmul(W, np.ascontiguousarray(G[:, ::-1]), out=Y)
+            V, Y = orthonormal(Y, overwrite=True, spare=V), V
     V = V @ G[:, ::-1]
     w = w[::-1][:k]
     return (np.ldexp(w, e) if abs(e) > 400 else w), V[:, :k]
+
+
+def _projector(Q):
+    """``proj(A)``: A (d x p) projected off the orthonormal columns of Q in place,
+    ``A -= Q (Q^T A)``, and returned (the identity without Q).  By blocks of rows: the
+    temporaries stay in cache."""
+    if Q is None or not Q.shape[1]:
+        return lambda A: A
+    Qt = np.ascontiguousarray(Q.T)
+
+    def proj(A):
+        T = Qt @ A  # (r, p)
+        for s in range(0, A.shape[0], 512):
+            A[s : s + 512] -= Q[s : s + 512] @ T
+        return A
+
+    return proj
 
 
 #: the ratio of the k-th Ritz value to the block's smallest above which
@@ -197,29 +222,47 @@ def _exponent(x: float) -> int:
     return int(np.frexp(x)[1]) if np.isfinite(x) and x > 0 else 0
 
 
-def orthonormal(A: np.ndarray) -> np.ndarray:
+def orthonormal(A: np.ndarray, overwrite: bool = False, spare: np.ndarray | None = None) -> np.ndarray:
     """An orthonormal basis of the columns of A (d x p, p <= d), in their order.
 
     Cholesky QR, twice, of A with its columns scaled to unit norm: its products are
-    level-3 BLAS (a Gram matrix and a triangular solve), several times faster than
-    Householder QR on a 6,400 x 600 block.  The first pass leaves a block whose Gram
-    matrix is I + E; the second is accepted only where its factor is within 0.1 of I (E
-    small), where one more pass is orthonormal to rounding.  Householder QR otherwise: a
-    factorisation that fails, or a block too ill-conditioned for the first pass (about
-    1e8, the square root of the precision).
+    level-3 BLAS (a Gram matrix, and the block times the inverse of the small triangular
+    factor), several times faster than Householder QR on a 6,400 x 600 block.  The first
+    pass leaves a block whose Gram matrix is I + E; the second is accepted only where its
+    factor is within 0.1 of I (E small), where one more pass is orthonormal to rounding.
+    Householder QR otherwise: a factorisation that fails, or a block too ill-conditioned
+    for the first pass (a column within 1e-7 of the span of those before it).  Each pass
+    multiplies the block by a lower triangular matrix's transpose, so a Householder QR
+    after one gives the same basis.
+
+    With ``overwrite`` (A C-ordered float64) the passes run in A's memory, which holds the
+    result, and in ``spare``'s if given (an array of A's shape): no d x p array is
+    allocated.  Only numpy's BLAS is called (the solver's products use it too: a second
+    BLAS library's threads, spinning after each call, would slow them).
     """
     norms = np.sqrt(np.einsum("ij,ij->j", A, A))
-    if np.all(norms > 0) and np.all(np.isfinite(norms)):
-        B = A / norms
-        try:
-            for _ in range(2):
-                R = np.linalg.cholesky(B.T @ B)  # lower: B^T B = R R^T
-                B = scipy.linalg.solve_triangular(R, B.T, lower=True, check_finite=False).T
-            if np.abs(R - np.eye(R.shape[0])).max() <= 0.1 and np.all(np.isfinite(B)):
-                return np.ascontiguousarray(B)
-        except np.linalg.LinAlgError:
-            pass
-    return np.linalg.qr(A)[0]
+    if not (np.all(norms > 0) and np.all(np.isfinite(norms))):
+        return np.linalg.qr(A)[0]
+    inplace = overwrite and A.dtype == np.float64 and A.flags.c_contiguous
+    B = A if inplace else np.array(A, dtype=np.float64, order="C")
+    B /= norms
+    if spare is None or spare.shape != B.shape or spare.dtype != np.float64 or spare is B:
+        spare = np.empty_like(B)
+    src, dst = B, spare
+    try:
+        for _ in range(2):
+            R = np.linalg.cholesky(src.T @ src)  # lower: src^T src = R R^T
+            # unit columns: R's diagonal is each column's distance from the span of those
+            # before it; within 1e-7 the pass would amplify rounding by more than 1e7
+            if not np.all(np.diagonal(R) > 1e-7):
+                raise np.linalg.LinAlgError("ill-conditioned")
+            np.matmul(src, np.tril(np.linalg.inv(R)).T, out=dst)  # src R^-T
+            src, dst = dst, src
+        if np.abs(R - np.eye(R.shape[0])).max() <= 0.1 and np.all(np.isfinite(src)):
+            return src  # B's memory again, after two passes
+    except np.linalg.LinAlgError:
+        pass
+    return np.linalg.qr(src)[0]  # the same columns' spans, in order (see above)
 
 
 def pca_components(S: np.ndarray, k: int, solver: str = "dense") -> np.ndarray:
