@@ -54,6 +54,13 @@ class Counted(np.ndarray):
         Counted.products += 1
         return np.asarray(self) @ other
 
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        # np.matmul(S, V, out=W), as the solver calls it, does not go through __matmul__
+        if ufunc is np.matmul and inputs and inputs[0] is self:
+            Counted.products += 1
+        plain = [np.asarray(x) if isinstance(x, Counted) else x for x in inputs]
+        return getattr(ufunc, method)(*plain, **kwargs)
+
 
 def power_steps(S, k, Q, rtol=1e-8):
     """The previous subspace iteration, as a peer: a plain power step and a Householder QR
