@@ -77,11 +77,39 @@ def test_mkl_adds_into_a_total_beyond_int32_through_its_scratch(dtype, monkeypat
     G = start.copy(order="F")
     x, y = narrow(dtype, (250, d), seed=3), narrow(dtype, (60, d), seed=4)
     scratch = _mkl.mkl_add(FN, G, x)
-    assert scratch.dtype == np.int32 and scratch.shape == (d, d)
+    assert scratch.buf.dtype == np.int32 and scratch.buf.shape == (d, d) and scratch.rows == 0
     assert _mkl.mkl_add(FN, G, y, scratch) is scratch
     assert np.array_equal(G, start + int64_gram(x) + int64_gram(y))
-    assert _mkl.mkl_add(FN, G[:7, :7].copy(order="F"), x[:, :7], scratch) is not scratch
+    small = G[:7, :7].copy(order="F")
+    assert _mkl.mkl_add(FN, small, x[:, :7], scratch) is not scratch
     assert _mkl.mkl_add(FN, G, x[:0], scratch) is scratch
+
+
+@needs_mkl
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_mkl_keeps_products_pending_in_int32_until_full_or_flushed(dtype, monkeypatch):
+    """With ``keep`` the products of up to ROWS_PER_CALL rows stay in the int32 sums (a
+    small call size stands in for 32,768 rows): G gets them when those sums would
+    overflow, when another total's rows come, or at the flush; then G is exact."""
+    monkeypatch.setattr(_mkl, "ROWS_PER_CALL", 100)
+    d = 530
+    start = np.triu(np.full((d, d), 5 * 2 ** 40, np.int64))
+    G, H = start.copy(order="F"), start.copy(order="F")
+    x = narrow(dtype, (330, d), seed=5)
+    p = _mkl.mkl_add(FN, G, x[:40], keep=True)
+    assert p.rows == 40 and np.array_equal(G, start)  # pending
+    _mkl.mkl_add(FN, G, x[40:90], p, keep=True)
+    assert p.rows == 90 and np.array_equal(G, start)
+    _mkl.mkl_add(FN, G, x[90:150], p, keep=True)  # 150 > 100: the 90 go into G first
+    assert p.rows == 60 and np.array_equal(G, start + int64_gram(x[:90]))
+    _mkl.mkl_add(FN, G, x[150:330], p, keep=True)  # a block over one call: 100 + 80
+    assert p.rows == 80
+    _mkl.mkl_add(FN, H, x[:10], p, keep=True)  # another total: G's pending rows into G
+    assert p.target is H and np.array_equal(G, start + int64_gram(x))
+    p.flush()
+    assert p.rows == 0 and np.array_equal(H, start + int64_gram(x[:10]))
+    p.flush()  # nothing pending: nothing added twice
+    assert np.array_equal(H, start + int64_gram(x[:10]))
 
 
 def test_a_kernel_whose_additions_wrap_is_refused():
@@ -90,13 +118,24 @@ def test_a_kernel_whose_additions_wrap_is_refused():
     def gram(x):
         return int64_gram(x)
 
-    def add32(G, x, scratch=None):
+    def add32(G, x, scratch=None, keep=False):
         G[...] = (G + int64_gram(x)).astype(np.int32)
         return scratch
 
     assert ik.self_test(gram, "uint8")
     assert not ik.self_test(gram, "uint8", add32)
     assert ik.self_test(gram, "uint8", ik.Kernel("int64", gram, ("uint8",)).adder())
+
+    class Forgetful:  # keeps products pending and loses them at the flush
+        def flush(self):
+            pass
+
+    def add_pending(G, x, scratch=None, keep=False):
+        if not keep:
+            ik._add_upper(G, int64_gram(x))
+        return Forgetful()
+
+    assert not ik.self_test(gram, "uint8", add_pending)
 
 
 def test_where_the_cpu_has_an_int8_unit_mkls_kernel_passes_its_self_test():

@@ -157,9 +157,19 @@ class ExactSums:
                              [None] * len(c) if group_scatter else None) for c in categories]
         return cls(0, np.zeros(d, np.int64), np.zeros((d, d), np.int64, order="F"), attrs)
 
-    # the kernels' scratch arrays (see :func:`exact_chunk_sums`) are not the sums: they
-    # neither travel nor are saved
+    # The kernels' scratch (see :func:`exact_chunk_sums`) is not the sums, but it may hold
+    # the products of the last rows added, not yet in ``gram``: every read of ``gram``
+    # adds them in first, so that no reader (a merge, a save, a transfer, a test) can see
+    # a Gram without them.  The scratch neither travels nor is saved.
+    def __getattribute__(self, name):
+        if name == "gram":
+            pending = object.__getattribute__(self, "__dict__").get("_scratch", {}).get("gram")
+            if pending is not None:
+                pending.flush()
+        return object.__getattribute__(self, name)
+
     def __getstate__(self):
+        self.gram  # noqa: B018 (the pending products, added in)
         state = dict(self.__dict__)
         state.pop("_scratch", None)
         return state
@@ -271,13 +281,16 @@ def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = F
     scratch = out.__dict__.setdefault("_scratch", {})
     names = set(out.kernels)
 
-    def add(G, rows):
-        name, scratch["gram"] = add_gram(G, rows, scratch.get("gram"))
+    def add(G, rows, key, keep=False):
+        name, scratch[key] = add_gram(G, rows, scratch.get(key), keep=keep)
         names.add(name)
 
     total = column_sums(x)
     if r:
-        add(out.gram, x)
+        # the total's products may stay pending in its scratch (an int32 sum of the last
+        # rows): reading ``gram`` adds them in; the group Grams are completed at once (one
+        # scratch for them all)
+        add(out.__dict__["gram"], x, "gram", keep=into is not None)
     if codes is not None and r:
         codes = np.asarray(codes).reshape(r, -1)
     for j, a in enumerate(out.attributes):
@@ -297,13 +310,13 @@ def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = F
             if a.grams is not None:  # group_scatter
                 if a.grams[g] is None:
                     a.grams[g] = np.zeros((d, d), np.int64, order="F")
-                add(a.grams[g], x[sel])
+                add(a.grams[g], x[sel], "groups")
         a.sums[largest] += rest
         a.counts += counts
     out.n += r
     out.sums += total
     out.kernels = tuple(sorted(names))
-    if into is None:  # one chunk's own sums: nothing more will be added to them
+    if into is None:  # one chunk's own sums (complete): nothing more will be added to them
         del out.__dict__["_scratch"]
     return out
 

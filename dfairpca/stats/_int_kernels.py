@@ -196,10 +196,12 @@ def _add_upper(acc: np.ndarray, M: np.ndarray) -> None:
 @dataclass(frozen=True)
 class Kernel:
     """An optional exact Gram kernel: ``gram(x) -> int64 (d, d) upper triangle`` for the
-    dtypes it lists (e.g. ``("uint8", "int8")``), and optionally ``add(G, x, scratch) ->
-    scratch``, which adds that upper triangle into an int64 ``G`` in place through a
-    scratch array the caller keeps between calls (None at first): a pass's running total
-    then never holds a chunk's Gram of its own (see :func:`add_gram`)."""
+    dtypes it lists (e.g. ``("uint8", "int8")``), and optionally ``add(G, x, scratch,
+    keep=False) -> scratch``, which adds that upper triangle into an int64 ``G`` in place
+    through a scratch object the caller keeps between calls (None at first): a pass's
+    running total then never holds a chunk's Gram of its own.  With ``keep`` the kernel
+    may leave the last products in the scratch: G is complete once ``scratch.flush()``
+    ran (see :func:`add_gram`)."""
 
     name: str
     gram: Callable[[np.ndarray], np.ndarray]
@@ -212,7 +214,9 @@ class Kernel:
             return self.add
         gram = self.gram
 
-        def add(G, x, scratch=None):
+        def add(G, x, scratch=None, keep=False):
+            if scratch is not None:  # another kernel's pending products: into their total first
+                scratch.flush()
             _add_upper(G, gram(x))
             return scratch
 
@@ -263,7 +267,8 @@ def self_test(kernel_gram: Callable, dtype, add: Callable | None = None) -> bool
     """Whether ``kernel_gram`` forms every :func:`self_test_data` Gram exactly (int64 numpy
     as the reference, upper triangle, 0 below), and ``add`` (a :class:`Kernel`'s) adds each
     twice, through the scratch it returned, into an int64 total whose entries are already
-    beyond 2**32 (a kernel that wrapped or rounded there would be caught); an exception
+    beyond 2**32 (a kernel that wrapped or rounded there would be caught), once adding at
+    once and once keeping its products pending until the scratch's flush; an exception
     counts as a failure."""
     try:
         for x in self_test_data(dtype):
@@ -276,11 +281,14 @@ def self_test(kernel_gram: Callable, dtype, add: Callable | None = None) -> bool
             if add is not None:
                 d = x.shape[1]
                 start = np.triu(np.arange(d * d, dtype=np.int64).reshape(d, d) * 7919 + 2 ** 33)
-                G = start.copy(order="F")  # (not asfortranarray: a 1 x 1 start is F-ordered already)
-                scratch = add(G, x, None)
-                add(G, x, scratch)
-                if not np.array_equal(G, start + 2 * want):
-                    return False
+                for keep in (False, True):
+                    G = start.copy(order="F")  # (not asfortranarray: a 1 x 1 start is F-ordered already)
+                    scratch = add(G, x, None, keep=keep)
+                    scratch = add(G, x, scratch, keep=keep)
+                    if scratch is not None:
+                        scratch.flush()
+                    if not np.array_equal(G, start + 2 * want):
+                        return False
         return True
     except Exception:
         return False
@@ -403,13 +411,15 @@ def gram(x: np.ndarray) -> tuple[np.ndarray, str]:
     return fn(x), name
 
 
-def add_gram(G: np.ndarray, x: np.ndarray, scratch=None) -> tuple[str, object]:
+def add_gram(G: np.ndarray, x: np.ndarray, scratch=None, keep: bool = False) -> tuple[str, object]:
     """``G += x^T x`` exactly on the upper triangle of the int64 F-ordered ``G``, for a
-    block of integer or boolean rows: (the kernel's name, the scratch to pass next time).
-    What a running total uses: the block's Gram is never a d x d array of its own."""
+    block of integer or boolean rows: (the kernel's name, the scratch to pass next time,
+    None or an object with a ``flush()``).  What a running total uses: the block's Gram is
+    never a d x d array of its own.  With ``keep`` G is complete only once the scratch's
+    ``flush()`` ran (the kernel may hold the last products in it)."""
     _load_optional()
     x = np.ascontiguousarray(x)
     if x.dtype.kind == "b":
         x = x.view(np.uint8)  # 0/1: the same values
     k = chosen(x.dtype)
-    return k.name, k.adder()(G, x, scratch)
+    return k.name, k.adder()(G, x, scratch, keep=keep)
