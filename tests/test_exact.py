@@ -528,3 +528,29 @@ def test_a_running_totals_pending_products_are_in_every_read_of_its_gram():
     back = pickle.loads(pickle.dumps(total))
     assert np.array_equal(back.gram, want) and np.array_equal(raw, want)
     assert np.array_equal(total.gram, want)  # read again: nothing added twice
+
+
+def test_a_pass_frees_its_scratch_and_a_refused_chunk_leaves_the_total_as_it_was():
+    """No fitted model or pass result keeps the kernels' d x d scratch (one chain, the
+    numpy loop or several); a chunk whose group codes are out of range is refused before
+    anything is added."""
+    import dask.array as da
+
+    from dfairpca.engine._accumulator import fold
+    from dfairpca.engine._engine import run_moments_pass
+
+    rng = np.random.default_rng(7)
+    X = rng.integers(0, 256, size=(400, 11)).astype(np.uint8)
+    z = rng.integers(0, 2, 400)
+    for src, chains in ((X, None), (da.from_array(X, chunks=100), 1), (da.from_array(X, chunks=100), 2)):
+        total = run_moments_pass(src, z[:, None], [np.arange(2)], dtype="exact", n_chains=chains)
+        assert "_scratch" not in total.__dict__
+        assert np.array_equal(total.gram, np.triu(X.astype(np.int64).T @ X.astype(np.int64)))
+    est = dfairpca.FairPCA(3, compute_dtype="exact").fit(X, sensitive_features=z)
+    assert "_scratch" not in est.statistics_.exact.__dict__
+    kw = dict(mask=None, row_offset=0, categories=[np.arange(2)], dtype="exact", group_scatter=False)
+    total = fold(None, X[:50], z[:50, None], **kw)
+    before = (total.n, total.gram.copy(), total.sums.copy())
+    with pytest.raises(InvalidInputError, match="must lie in"):
+        fold(total, X[50:60], np.full((10, 1), 5), **kw)
+    assert total.n == before[0] and np.array_equal(total.gram, before[1]) and np.array_equal(total.sums, before[2])

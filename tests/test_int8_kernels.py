@@ -137,6 +137,11 @@ def test_a_kernel_whose_additions_wrap_is_refused():
 
     assert not ik.self_test(gram, "uint8", add_pending)
 
+    def through_float32(x):  # right while the sums stay below 2**24, as small blocks do
+        return np.asfortranarray(int64_gram(x).astype(np.float32).astype(np.int64))
+
+    assert not ik.self_test(through_float32, "uint8")
+
 
 def test_where_the_cpu_has_an_int8_unit_mkls_kernel_passes_its_self_test():
     """On a CPU with VNNI or AMX and MKL installed, the self-test must accept MKL's kernel

@@ -140,8 +140,11 @@ def test_orthonormal_in_place_is_the_copying_basis_in_the_callers_memory(kappa):
     assert np.abs(got.T @ got - np.eye(90)).max() < 1e-14
     if kappa <= 1e7:  # Cholesky QR: in A's memory
         assert got is work
-    for j in (1, 10, 90):  # the same leading spans (signs free)
-        assert np.linalg.norm(got[:, :j] - want[:, :j] @ (want[:, :j].T @ got[:, :j])) < 1e-6
+    # the same leading spans (signs free); past the first pass's limit (1e7) Householder
+    # factors what that pass left, its rounding amplified by up to 1e7
+    tol = 1e-6 if kappa <= 1e9 else 1e-2
+    for j in (1, 10, 90):
+        assert np.linalg.norm(got[:, :j] - want[:, :j] @ (want[:, :j].T @ got[:, :j])) < tol
 
 
 @pytest.mark.parametrize("n, hi", [(1000, 2 ** 20), (2 ** 33, 2 ** 40)])

@@ -231,13 +231,15 @@ def orthonormal(A: np.ndarray, overwrite: bool = False, spare: np.ndarray | None
     pass leaves a block whose Gram matrix is I + E; the second is accepted only where its
     factor is within 0.1 of I (E small), where one more pass is orthonormal to rounding.
     Householder QR otherwise: a factorisation that fails, or a block too ill-conditioned
-    for the first pass (a column within 1e-7 of the span of those before it).  Each pass
-    multiplies the block by a lower triangular matrix's transpose, so a Householder QR
-    after one gives the same basis.
+    for the first pass (a column within 1e-7 of the span of those before it).
 
     With ``overwrite`` (A C-ordered float64) the passes run in A's memory, which holds the
     result, and in ``spare``'s if given (an array of A's shape): no d x p array is
-    allocated.  Only numpy's BLAS is called (the solver's products use it too: a second
+    allocated.  A Householder QR after a pass then factors the block that pass left: each
+    pass multiplies the block by a lower triangular matrix's transpose, so the basis is
+    the same in exact arithmetic, with the rounding of that pass amplified by up to the
+    conditioning it passed (1e7): where a caller needs more (not subspace iteration, whose
+    next step corrects it), it keeps ``overwrite`` off and the fallback factors A itself.  Only numpy's BLAS is called (the solver's products use it too: a second
     BLAS library's threads, spinning after each call, would slow them).
     """
     norms = np.sqrt(np.einsum("ij,ij->j", A, A))
@@ -262,7 +264,7 @@ def orthonormal(A: np.ndarray, overwrite: bool = False, spare: np.ndarray | None
             return src  # B's memory again, after two passes
     except np.linalg.LinAlgError:
         pass
-    return np.linalg.qr(src)[0]  # the same columns' spans, in order (see above)
+    return np.linalg.qr(src if inplace else A)[0]  # the same columns' spans, in order (see above)
 
 
 def pca_components(S: np.ndarray, k: int, solver: str = "dense") -> np.ndarray:

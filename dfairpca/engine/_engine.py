@@ -218,6 +218,8 @@ def run_moments_pass(
                      if weights is None else
                      _accumulator.weighted_chunk(X, weights[:0], None, mask=None, row_offset=row_offset, **kw))
             total = _accumulator.combine([empty])
+        if isinstance(total, ExactTotal):  # no chunk will come: its pending products in, its scratch freed
+            total.settle()
         return total
 
     if X.ndim != 2:
@@ -229,10 +231,13 @@ def run_moments_pass(
             X, _fold_weighted, _accumulator.combine,
             _weighted_args(X, weights, codes, mask, row_offset, kw),
             split_every=split_every, progress=progress, n_chains=n_chains)
-    return chain_reduce(
+    total = chain_reduce(
         X, _fold, _accumulator.combine,
         lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s, kw),
         split_every=split_every, progress=progress, n_chains=n_chains)
+    if isinstance(total, ExactTotal):  # no chunk will come: its pending products in, its scratch freed
+        total.settle()
+    return total
 
 
 def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress: bool = False,

@@ -174,6 +174,13 @@ class ExactSums:
         state.pop("_scratch", None)
         return state
 
+    def settle(self) -> "ExactSums":
+        """Add any pending products into ``gram`` and drop the kernels' scratch (a d x d
+        int32 array): what a pass does to its total once no chunk will come."""
+        self.gram  # noqa: B018 (the pending products, added in)
+        self.__dict__.pop("_scratch", None)
+        return self
+
     def centred(self) -> Sums:
         """The centred statistics (the fields of :class:`~dfairpca.stats.moments.Moments`,
         complete float64 matrices) of these sums, each entry rounded once."""
@@ -285,14 +292,19 @@ def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = F
         name, scratch[key] = add_gram(G, rows, scratch.get(key), keep=keep)
         names.add(name)
 
+    if codes is not None and r:
+        codes = np.asarray(codes).reshape(r, -1)
+        for j, a in enumerate(out.attributes):  # before anything is added: a refusal leaves `into` as it was
+            cj = codes[:, j]
+            if cj.min() < 0 or cj.max() >= a.n_groups:
+                raise InvalidInputError(f"group codes of attribute {j} must lie in [0, {a.n_groups}); "
+                                        f"got {cj.min()}..{cj.max()}")
     total = column_sums(x)
     if r:
         # the total's products may stay pending in its scratch (an int32 sum of the last
         # rows): reading ``gram`` adds them in; the group Grams are completed at once (one
         # scratch for them all)
         add(out.__dict__["gram"], x, "gram", keep=into is not None)
-    if codes is not None and r:
-        codes = np.asarray(codes).reshape(r, -1)
     for j, a in enumerate(out.attributes):
         if not r:
             break

@@ -249,7 +249,9 @@ def self_test_data(dtype, rng=None) -> list[np.ndarray]:
     """The blocks a kernel must get exactly right: random values of ``dtype`` and the
     worst cases of an 8-bit GEMM, the highest value against the lowest in every pair of
     rows (255 against -128 once shifted: a pair's sum of products, -65,280, saturates any
-    16-bit intermediate), all lows and all highs, over enough rows to leave int16."""
+    16-bit intermediate), all lows and all highs, over enough rows to leave int16; sums
+    near int32's limit (a kernel that rounds through float32 or wraps there fails); more
+    columns than one panel."""
     rng = np.random.default_rng(0) if rng is None else rng
     lo, hi = value_range(dtype)
     dt = np.dtype(dtype)
@@ -260,7 +262,12 @@ def self_test_data(dtype, rng=None) -> list[np.ndarray]:
     extreme[1::2, 2::4] = lo  # rows alternate too: every sign pattern of the pairs
     highs = np.full((40, 8), hi, dt)
     lows = np.full((40, 8), lo, dt)
-    return [rand, extreme, highs, lows, rand[:, :1], rand[:0]]
+    # the largest sums an 8-bit kernel keeps in int32 (32,768 rows of highs against lows,
+    # a few rows more), and more columns than one panel of 512
+    tall = np.empty((32_773, 2), dt)
+    tall[:, 0], tall[:, 1] = hi, lo
+    wide = rng.integers(lo, hi, size=(5, 515), endpoint=True).astype(dt)
+    return [rand, extreme, highs, lows, tall, wide, rand[:, :1], rand[:0]]
 
 
 def self_test(kernel_gram: Callable, dtype, add: Callable | None = None) -> bool:

@@ -640,7 +640,7 @@ def exact_moments(s: ExactSums) -> Moments:
     Moments
         Their centred float64 statistics, with ``exact=s``.
     """
-    return replace(Moments._from_sums(s.centred()), exact=s)
+    return replace(Moments._from_sums(s.settle().centred()), exact=s)
 
 
 def _register_sizeof():
