@@ -112,6 +112,32 @@ def test_mkl_keeps_products_pending_in_int32_until_full_or_flushed(dtype, monkey
     assert np.array_equal(H, start + int64_gram(x[:10]))
 
 
+@needs_mkl
+def test_a_flush_from_another_thread_waits_for_the_add_in_progress():
+    """A distributed worker may pickle a running total (to spill it) while the next chunk
+    is added on another thread: the flush that pickling does waits for the add, so no
+    rows are added twice or lost."""
+    import threading
+    import time
+
+    def slow(*args):  # MKL's call, then a pause: a flush would land mid-add
+        FN(*args)
+        time.sleep(0.01)
+
+    d = 530
+    x = narrow("uint8", (300, d), seed=7)
+    G = np.zeros((d, d), np.int64, order="F")
+    p = _mkl.mkl_add(FN, G, x[:100], keep=True)
+    adding = threading.Thread(target=lambda: _mkl.mkl_add(slow, G, x[100:], p, keep=True))
+    adding.start()
+    while adding.is_alive():
+        p.flush()
+        time.sleep(0.001)
+    adding.join()
+    p.flush()
+    assert np.array_equal(G, int64_gram(x))
+
+
 def test_a_kernel_whose_additions_wrap_is_refused():
     """The self-test adds into a total beyond 2**32: an ``add`` that sums in 32 bits is
     refused (its Gram alone is right)."""

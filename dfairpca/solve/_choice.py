@@ -50,7 +50,8 @@ def choose_svd_solver(d: int, k: int, n_oversamples: int) -> str:
 
 
 #: what the exact pass holds per worker thread, in bytes per d^2: its running float64 total
-#: and the float32 product of the chunk at hand (a worker runs one chain per thread)
+#: and the float32 product of the chunk at hand (exact sums of 8-bit data: the int64 total
+#: and MKL's int32 sums); a worker runs one chain per thread
 PASS_BYTES_PER_THREAD = 12
 
 

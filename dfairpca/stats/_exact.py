@@ -251,8 +251,10 @@ class ExactSums:
 
 def nbytes(s: ExactSums) -> int:
     """Bytes of the arrays of exact sums, their kernels' scratch included (what Dask's
-    ``sizeof`` should count)."""
-    n = s.sums.nbytes + s.gram.nbytes + sum(getattr(a, "nbytes", 0) for a in s.__dict__.get("_scratch", {}).values())
+    ``sizeof`` should count).  Reads the Gram's size without adding pending products in:
+    a size asked from another thread must not touch the sums."""
+    own = vars(s)
+    n = s.sums.nbytes + own["gram"].nbytes + sum(getattr(a, "nbytes", 0) for a in own.get("_scratch", {}).values())
     for a in s.attributes:
         n += a.counts.nbytes + a.sums.nbytes + sum(0 if G is None else G.nbytes for G in a.grams or ())
     return int(n)
@@ -292,38 +294,43 @@ def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = F
         name, scratch[key] = add_gram(G, rows, scratch.get(key), keep=keep)
         names.add(name)
 
+    # everything that can refuse the chunk or fail comes before the first addition: the
+    # codes checked, the column and group sums formed aside
+    groups = []  # per attribute: (codes, counts, present groups, their sums)
     if codes is not None and r:
-        codes = np.asarray(codes).reshape(r, -1)
-        for j, a in enumerate(out.attributes):  # before anything is added: a refusal leaves `into` as it was
+        codes = np.asarray(codes)
+        if codes.dtype.kind not in "iu":
+            raise InvalidInputError(f"group codes must be integers; got {codes.dtype}")
+        codes = codes.reshape(r, -1)
+        for j, a in enumerate(out.attributes):
             cj = codes[:, j]
             if cj.min() < 0 or cj.max() >= a.n_groups:
                 raise InvalidInputError(f"group codes of attribute {j} must lie in [0, {a.n_groups}); "
                                         f"got {cj.min()}..{cj.max()}")
     total = column_sums(x)
+    for j, a in enumerate(out.attributes if r else ()):
+        cj = codes[:, j]
+        counts = np.bincount(cj, minlength=a.n_groups).astype(np.int64)
+        present = np.flatnonzero(counts)
+        largest = present[np.argmax(counts[present])]
+        sums = np.zeros((a.n_groups, d), np.int64)
+        for g in present:
+            if g != largest:  # the largest group's sums are the rest of the total
+                sums[g] = column_sums(x[cj == g])
+        sums[largest] = total - sums.sum(axis=0)
+        groups.append((cj, counts, present, sums))
     if r:
         # the total's products may stay pending in its scratch (an int32 sum of the last
         # rows): reading ``gram`` adds them in; the group Grams are completed at once (one
         # scratch for them all)
         add(out.__dict__["gram"], x, "gram", keep=into is not None)
-    for j, a in enumerate(out.attributes):
-        if not r:
-            break
-        cj = codes[:, j]
-        counts = np.bincount(cj, minlength=a.n_groups).astype(np.int64)
-        present = np.flatnonzero(counts)
-        largest = present[np.argmax(counts[present])]
-        rest = total.copy()
-        for g in present:
-            sel = cj == g
-            if g != largest:  # the largest group's sums are the rest of the total
-                part = column_sums(x[sel])
-                a.sums[g] += part
-                rest -= part
-            if a.grams is not None:  # group_scatter
+    for a, (cj, counts, present, sums) in zip(out.attributes, groups):
+        if a.grams is not None:  # group_scatter
+            for g in present:
                 if a.grams[g] is None:
                     a.grams[g] = np.zeros((d, d), np.int64, order="F")
-                add(a.grams[g], x[sel], "groups")
-        a.sums[largest] += rest
+                add(a.grams[g], x[cj == g], "groups")
+        a.sums += sums
         a.counts += counts
     out.n += r
     out.sums += total

@@ -263,11 +263,12 @@ def self_test_data(dtype, rng=None) -> list[np.ndarray]:
     highs = np.full((40, 8), hi, dt)
     lows = np.full((40, 8), lo, dt)
     # the largest sums an 8-bit kernel keeps in int32 (32,768 rows of highs against lows,
-    # a few rows more), and more columns than one panel of 512
+    # a few rows more; and half of them, which a kernel keeping its products pending adds
+    # twice into the same int32 sums, up to their limit), more columns than one panel
     tall = np.empty((32_773, 2), dt)
     tall[:, 0], tall[:, 1] = hi, lo
     wide = rng.integers(lo, hi, size=(5, 515), endpoint=True).astype(dt)
-    return [rand, extreme, highs, lows, tall, wide, rand[:, :1], rand[:0]]
+    return [rand, extreme, highs, lows, tall, tall[:16_384], wide, rand[:, :1], rand[:0]]
 
 
 def self_test(kernel_gram: Callable, dtype, add: Callable | None = None) -> bool:

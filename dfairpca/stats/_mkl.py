@@ -22,6 +22,7 @@ import ctypes.util
 import glob
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -95,12 +96,16 @@ class Pending:
     many rows it holds.  :meth:`flush` adds them into the target; what holds a
     ``Pending`` must flush it before anyone reads the target."""
 
-    __slots__ = ("buf", "rows", "target")
+    __slots__ = ("buf", "rows", "target", "lock")
 
     def __init__(self, d: int):
         self.buf = np.empty((d, d), np.int32)
         self.rows = 0
         self.target: np.ndarray | None = None
+        # held by an add from its first look at the sums to its last, and by a flush: a
+        # flush from another thread (a distributed worker pickling the total to spill it
+        # while the next chunk is added) waits for the add, and never meets half of one
+        self.lock = threading.RLock()
 
     @property
     def nbytes(self) -> int:
@@ -108,6 +113,10 @@ class Pending:
 
     def flush(self) -> None:
         """Add the pending sums into the target (int64 F-ordered, its upper triangle)."""
+        with self.lock:
+            self._flush()
+
+    def _flush(self) -> None:
         if self.rows and self.target is not None:
             rows = self.target.T  # C-ordered view: rows[j, i] is G[i, j], its lower triangle G's upper
             d = rows.shape[0]
@@ -134,13 +143,24 @@ def mkl_add(fn, G: np.ndarray, x: np.ndarray, scratch: Pending | None = None, ke
     of :data:`PANEL` rows (about half the work of the full product): the row-major lower
     triangle of ``x^T x`` is the F-ordered upper triangle of G.
     """
+    if scratch is None or (x.shape[0] and scratch.buf.shape != (x.shape[1],) * 2):
+        if scratch is not None:
+            scratch.flush()  # its rows belong to another total
+        if x.shape[0] == 0:
+            return scratch
+        scratch = Pending(x.shape[1])
+    with scratch.lock:
+        _add(fn, G, x, scratch, keep)
+    return scratch
+
+
+def _add(fn, G: np.ndarray, x: np.ndarray, scratch: Pending, keep: bool) -> None:
+    """:func:`mkl_add` with the scratch's lock held."""
     r, d = x.shape
-    if scratch is not None and scratch.target is not G:
-        scratch.flush()  # its rows belong to another total
+    if scratch.target is not G:
+        scratch._flush()  # its rows belong to another total
     if r == 0:
-        return scratch
-    if scratch is None or scratch.buf.shape != (d, d):
-        scratch = Pending(d)
+        return
     scratch.target = G
     unsigned = x.dtype == np.uint8
     lock = blas_lock()
@@ -148,7 +168,7 @@ def mkl_add(fn, G: np.ndarray, x: np.ndarray, scratch: Pending | None = None, ke
         blk = np.ascontiguousarray(x[s0 : s0 + ROWS_PER_CALL])
         k = blk.shape[0]
         if scratch.rows + k > ROWS_PER_CALL:  # int32 holds the Gram of ROWS_PER_CALL rows
-            scratch.flush()
+            scratch._flush()
         flipped = np.bitwise_xor(blk.view(np.uint8), np.uint8(0x80))
         sums = column_sums(blk)
         if unsigned:  # C_ji = G_ji - 128 s_j: +128 s_j on row j
@@ -167,8 +187,7 @@ def mkl_add(fn, G: np.ndarray, x: np.ndarray, scratch: Pending | None = None, ke
         scratch.rows += k
         del flipped
     if not keep:
-        scratch.flush()
-    return scratch
+        scratch._flush()
 
 
 def _panels(d: int) -> list[tuple[int, int]]:
