@@ -274,7 +274,8 @@ def fold(acc, x, codes, *, mask, row_offset: int, categories, dtype, group_scatt
         x = np.asarray(x)
         into = acc if acc is not None else ExactTotal.zeros(int(np.prod(x.shape[1:])), categories, group_scatter)
         out = exact_chunk_sums(x, codes, categories, mask=mask, group_scatter=group_scatter, into=into)
-        return out if isinstance(out, ExactTotal) else combine([out])
+        assert isinstance(out, ExactTotal)  # `into` itself, or its merge with the chunk (its class)
+        return out
     part = chunk(x, codes, categories, mask=mask, row_offset=row_offset, dtype=dtype, group_scatter=group_scatter)
     return combine([part] if acc is None else [acc, part])
 

@@ -192,7 +192,15 @@ def _lost_scheduler(client, exc: BaseException) -> bool:
     if client.status in ("closing", "closed"):  # whatever a closed client's calls raise
         return True
     connection = (OSError, asyncio.CancelledError, concurrent.futures.CancelledError)
-    return isinstance(exc, connection) and client.status not in ("running", "newly-created")
+    if not isinstance(exc, connection):
+        return False
+    if client.status not in ("running", "newly-created"):
+        return True
+    # a call that met the closed connection before the Client noticed (its status still
+    # "running" for a moment after the scheduler died): distributed names the comm it
+    # was on, "remote=<the scheduler's address>"
+    address = _scheduler_address(client)
+    return isinstance(exc, OSError) and f"remote={address}" in str(exc)
 
 
 #: longest pause (s) between two looks at the Client's workers while a computation waits

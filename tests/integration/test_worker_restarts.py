@@ -381,3 +381,26 @@ def test_records_of_a_connection_that_comes_back_are_logged(tmp_path):
             p.kill()
             p.wait()
         logs.close()
+
+
+def test_a_call_that_meets_the_closed_scheduler_connection_before_the_client_notices_is_the_loss(client):
+    """Right after the scheduler dies, a call (asking it for its workers' threads) can
+    meet the reset connection while the Client still says "running": distributed names
+    the comm, ``remote=<scheduler>``, and that is the lost scheduler, one line; the same
+    error on a worker's connection is not."""
+    from distributed.comm.core import CommClosedError
+
+    from dfairpca.engine._compute import SchedulerLost, _lost_scheduler, cluster_failures_said
+
+    assert client.status == "running"
+    scheduler = client.scheduler.address
+    worker = next(iter(client.nthreads()))
+    reset = CommClosedError(f"in <TCP (closed) ConnectionPool.ncores local=tcp://127.0.0.1:1 "
+                            f"remote={scheduler}>: ConnectionResetError: [Errno 104] Connection reset by peer")
+    assert _lost_scheduler(client, reset)
+    assert not _lost_scheduler(client, CommClosedError(f"in <TCP (closed) Ephemeral Worker->Worker "
+                                                       f"remote={worker}>: Stream is closed"))
+    assert not _lost_scheduler(client, ValueError(f"remote={scheduler}"))  # a task's own error
+    with pytest.raises(SchedulerLost, match=scheduler):
+        with cluster_failures_said(client):
+            raise reset
