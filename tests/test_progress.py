@@ -135,3 +135,48 @@ def test_a_fit_on_a_distributed_cluster_reports_the_scheduler_count_in_lines(two
     _fit(da.from_array(X, chunks=(250, 30)), z, buf)
     _assert_log(buf.getvalue())
     assert "tasks done in" in buf.getvalue()
+
+
+def test_a_pass_that_ends_before_its_bar_follows_it_leaves_nothing_following(
+        two_groups, client, monkeypatch):
+    """The scheduler's count of a pass waits for the pass's key to be known; a bar whose
+    thread starts late (a loaded machine) must still find it, end, and leave no coroutine
+    on the scheduler polling for ever for a key already released (one that the closing
+    cluster would cancel, with a traceback, after the fit's own message)."""
+    import threading
+
+    from dfairpca.engine import _engine
+
+    ended = threading.Event()
+    follow = _engine._follow
+
+    def late(*args):
+        time.sleep(1.0)  # the pass is gathered (and its bar given up on) before this starts
+        try:
+            follow(*args)
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(_engine, "BAR_END_SECONDS", 0.0)
+    monkeypatch.setattr(_engine, "_follow", late)
+    X, z = two_groups(600, 10)
+    _fit(da.from_array(X, chunks=(300, 10)), z, io.StringIO())
+    assert ended.wait(30), "the bar's thread still waits for a pass that ended"
+
+    def feeds(dask_scheduler):
+        """How many of the scheduler's coroutines are in its progress handler, ``feed``."""
+        import asyncio
+
+        def in_feed(coro):
+            while coro is not None:
+                if getattr(getattr(coro, "cr_code", None), "co_name", None) == "feed":
+                    return True
+                coro = getattr(coro, "cr_await", None)
+            return False
+
+        return sum(in_feed(t.get_coro()) for t in asyncio.all_tasks())
+
+    deadline = time.monotonic() + 10
+    while client.run_on_scheduler(feeds) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert client.run_on_scheduler(feeds) == 0

@@ -20,7 +20,7 @@ from ..engine._compute import NoWorkers
 from ..io._remote import StoreTimeout
 from ._errors import _CHECK_RUNNING, SchedulerUnreachable
 from ._signals import (_abandoned_gathers, _dropping, _nanny_kills, _quiet_cancelled_tasks, _quiet_failed_tasks,
-                       _quiet_closed_heartbeats, _sigint_only_here, _Switch, holding_lost_connections)
+                       _cancelled_feeds, _quiet_closed_heartbeats, _sigint_only_here, _Switch, holding_lost_connections)
 
 #: where the cluster's size, dashboard and waits are told (INFO): the command line shows
 #: them on stderr; a program sees them only if it configures logging to
@@ -121,7 +121,8 @@ def connect(
     interrupted = _Switch()
     # the nanny's warnings are dropped only while the cluster closes after a Ctrl-C
     with _dropping("asyncio", _abandoned_gathers), \
-            _dropping("distributed.nanny", _nanny_kills(interrupted)), cluster, Client(cluster) as client:
+            _dropping("distributed.nanny", _nanny_kills(interrupted)), \
+            _dropping("distributed.scheduler", _cancelled_feeds), cluster, Client(cluster) as client:
         client.run(_quiet_cancelled_tasks)  # in the workers this started, not here
         client.run(_quiet_failed_tasks)
         client.run(_quiet_closed_heartbeats)

@@ -223,6 +223,24 @@ def _quiet_closed_heartbeats() -> None:
     logging.getLogger("distributed.worker").addFilter(keep)
 
 
+def _cancelled_feeds(record: logging.LogRecord) -> bool:
+    """The scheduler's error for a progress count (its ``feed`` handler) cancelled because
+    the scheduler closes.
+
+    A local cluster's scheduler runs in this process and closes with :func:`connect`'s
+    block; a count still running then (between two of its updates, or waiting for a pass's
+    key) is cancelled, and distributed logs the cancellation with a traceback after the
+    command's own last line.  Any other error of the scheduler still shows.
+    """
+    import asyncio
+    import traceback
+
+    exc = record.exc_info[1] if record.exc_info else None
+    if not isinstance(exc, asyncio.CancelledError):
+        return False
+    return any(frame.name == "feed" for frame in traceback.extract_tb(exc.__traceback__))
+
+
 def _closed_connection(exc) -> bool:
     """Whether ``exc`` (or what caused it) is a comm or stream that was closed."""
     seen = 0

@@ -500,31 +500,46 @@ def _compute_with_progress(root):
         # the scheduler's progress blocks until the end: followed by a thread, while this one
         # waits for the result (watching the workers, see gather_watched); the thread ends
         # with the future, or with the Client
+        from distributed import Future
+
         seconds = current_timeout()
         with cluster_failures_said(client):
             fut = submit(client, root, seconds)
-        follow = threading.Thread(target=_follow, args=(fut, bar), daemon=True)
+        # the scheduler's count waits until it knows the pass's key, polling for ever if the
+        # key was released first: the thread holds the key (its own reference, which it
+        # releases) until its count has found it, however late the thread starts
+        held, done = Future(fut.key, client), threading.Event()
+        follow = threading.Thread(target=_follow, args=(held, bar, done), daemon=True)
         follow.start()
-        result = gather_watched(client, [fut], seconds)[0]
-        follow.join(BAR_END_SECONDS)  # its last count before anything that follows
+        try:
+            result = gather_watched(client, [fut], seconds)[0]
+            follow.join(BAR_END_SECONDS)  # its last count before anything that follows
+        finally:
+            done.set()  # a late count draws nothing on the closed bar
         return result
     finally:
         bar.close()
 
 
-def _follow(fut, bar) -> None:
-    """Feed ``bar`` the scheduler's count of ``fut``'s tasks until it finishes."""
+def _follow(fut, bar, done) -> None:
+    """Feed ``bar`` the scheduler's count of ``fut``'s tasks until it finishes, drawing
+    nothing once ``done`` is set; ``fut`` is released at the end."""
     from distributed.diagnostics.progressbar import TextProgressBar
 
     class Feed(TextProgressBar):
         def _draw_bar(self, remaining, all, **kwargs):
-            bar.update_to(all - remaining, total=all)
+            if not done.is_set():
+                bar.update_to(all - remaining, total=all)
 
         def _draw_stop(self, **kwargs):
             pass
 
-    with contextlib.suppress(Exception):  # the Client closed under it: the result says why
-        Feed([fut])
+    try:
+        with contextlib.suppress(Exception):  # the Client closed under it: the result says why
+            Feed([fut])
+    finally:
+        with contextlib.suppress(Exception):  # a Client already closed released it
+            fut.release()
 
 
 class _TaskCounter:

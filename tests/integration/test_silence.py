@@ -3,6 +3,8 @@ travel inside the graph of a transform, and distributed's "Port 8787 is already 
 when the command line's local cluster starts beside another dashboard.  Each test also
 makes the message appear, so that it would see it if dfairpca said it."""
 
+import contextlib
+import logging
 import socket
 import urllib.parse
 import warnings
@@ -131,3 +133,45 @@ def test_a_heartbeat_on_a_closed_connection_is_quiet_on_local_workers(caplog):
             assert len(caplog.records) == 1
     finally:
         logger.filters[:] = before
+
+
+def test_a_local_cluster_closing_under_a_progress_feed_prints_no_traceback(caplog):
+    """A progress count the scheduler still runs when the local cluster closes (a fit that
+    failed, or ended, within the count's interval) is cancelled by the close: distributed
+    would log that as an error with a traceback after dfairpca's own last line."""
+    import threading
+    import time
+
+    from distributed.diagnostics.progressbar import TextProgressBar
+
+    with connect(local=True, n_workers=1, threads_per_worker=1, quiet=True) as client:
+        # a count of a key the scheduler will never know: its feed waits until the close
+        started = threading.Event()
+
+        def follow():
+            started.set()
+            with contextlib.suppress(Exception):
+                TextProgressBar(["never-submitted"], scheduler=client.scheduler.address)
+
+        threading.Thread(target=follow, daemon=True).start()
+        started.wait(10)
+
+        def feeds(dask_scheduler):
+            """How many of the scheduler's coroutines are in its progress handler, ``feed``."""
+            import asyncio
+
+            def in_feed(coro):
+                while coro is not None:
+                    if getattr(getattr(coro, "cr_code", None), "co_name", None) == "feed":
+                        return True
+                    coro = getattr(coro, "cr_await", None)
+                return False
+
+            return sum(in_feed(t.get_coro()) for t in asyncio.all_tasks())
+
+        deadline = time.monotonic() + 20
+        while not client.run_on_scheduler(feeds) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert client.run_on_scheduler(feeds), "the feed never started"
+    assert not [r for r in caplog.records
+                if r.name == "distributed.scheduler" and r.levelno >= logging.ERROR], caplog.text
