@@ -508,7 +508,8 @@ def _compute_with_progress(root):
         # the scheduler's count waits until it knows the pass's key, polling for ever if the
         # key was released first: the thread holds the key (its own reference, which it
         # releases) until its count has found it, however late the thread starts
-        held, done = Future(fut.key, client), threading.Event()
+        held: Future = Future(fut.key, client)
+        done = threading.Event()
         follow = threading.Thread(target=_follow, args=(held, bar, done), daemon=True)
         follow.start()
         try:
