@@ -9,6 +9,7 @@ import time
 
 import dask.array as da
 import pytest
+from scheduler_tasks import feeds
 
 import dfairpca
 from dfairpca.base import progress
@@ -162,19 +163,6 @@ def test_a_pass_that_ends_before_its_bar_follows_it_leaves_nothing_following(
     X, z = two_groups(600, 10)
     _fit(da.from_array(X, chunks=(300, 10)), z, io.StringIO())
     assert ended.wait(30), "the bar's thread still waits for a pass that ended"
-
-    def feeds(dask_scheduler):
-        """How many of the scheduler's coroutines are in its progress handler, ``feed``."""
-        import asyncio
-
-        def in_feed(coro):
-            while coro is not None:
-                if getattr(getattr(coro, "cr_code", None), "co_name", None) == "feed":
-                    return True
-                coro = getattr(coro, "cr_await", None)
-            return False
-
-        return sum(in_feed(t.get_coro()) for t in asyncio.all_tasks())
 
     deadline = time.monotonic() + 10
     while client.run_on_scheduler(feeds) and time.monotonic() < deadline:

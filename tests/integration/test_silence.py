@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import pytest
 import zarr
+from scheduler_tasks import feeds
 
 import dfairpca
 from dfairpca.cli import main
@@ -155,19 +156,6 @@ def test_a_local_cluster_closing_under_a_progress_feed_prints_no_traceback(caplo
 
         threading.Thread(target=follow, daemon=True).start()
         started.wait(10)
-
-        def feeds(dask_scheduler):
-            """How many of the scheduler's coroutines are in its progress handler, ``feed``."""
-            import asyncio
-
-            def in_feed(coro):
-                while coro is not None:
-                    if getattr(getattr(coro, "cr_code", None), "co_name", None) == "feed":
-                        return True
-                    coro = getattr(coro, "cr_await", None)
-                return False
-
-            return sum(in_feed(t.get_coro()) for t in asyncio.all_tasks())
 
         deadline = time.monotonic() + 20
         while not client.run_on_scheduler(feeds) and time.monotonic() < deadline:
