@@ -168,3 +168,54 @@ def test_a_pass_that_ends_before_its_bar_follows_it_leaves_nothing_following(
     while client.run_on_scheduler(feeds) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert client.run_on_scheduler(feeds) == 0
+
+
+@pytest.mark.parametrize("given_up_after", [0.0, 1.5], ids=["before-the-count", "while-counting"])
+def test_a_pass_given_up_on_is_not_kept_running_for_its_bar(client, monkeypatch, caplog,
+                                                               given_up_after):
+    """A pass whose caller gives up (Ctrl-C, workers lost) is released, as without a bar:
+    the bar's own reference to its key goes as soon as its count has found it (or at once
+    if the count never started), and the count ends without an error of the scheduler."""
+    import logging
+    import threading
+
+    import dask
+
+    from dfairpca.engine import _engine
+
+    def give_up(client, futures, seconds):
+        time.sleep(given_up_after)
+        for f in futures:  # as gather_watched does, whatever happens
+            f.release()
+        raise KeyboardInterrupt
+
+    key = f"a-long-pass-{given_up_after}"
+    ended = threading.Event()
+    follow = _engine._follow
+
+    def followed(*args):
+        try:
+            follow(*args)
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(_engine, "gather_watched", give_up)
+    monkeypatch.setattr(_engine, "_follow", followed)
+    root = dask.delayed(time.sleep)(60, dask_key_name=key)
+    with reporting(True, io.StringIO()), pytest.raises(KeyboardInterrupt):
+        _engine._compute_with_progress(root)
+    # the pass's key and the count may reach the scheduler after the caller gave up
+    assert ended.wait(15), "the bar's thread still follows a pass given up on"
+
+    def known(dask_scheduler):
+        return key in dask_scheduler.tasks
+
+    deadline, clean = time.monotonic() + 15, 0  # two clean looks in a row: the key's
+    while clean < 2 and time.monotonic() < deadline:  # submission and release travel late
+        gone = not client.run_on_scheduler(known) and not client.run_on_scheduler(feeds)
+        clean = clean + 1 if gone else 0
+        time.sleep(0.2)
+    assert not client.run_on_scheduler(known), "the pass is kept running for its bar"
+    assert client.run_on_scheduler(feeds) == 0
+    assert not [r for r in caplog.records
+                if r.name.startswith("distributed") and r.levelno >= logging.ERROR], caplog.text

@@ -126,6 +126,8 @@ class LineBar:
     def update_to(self, n: int, total: int | None = None) -> None:
         """Set the steps done to ``n`` (and the total, which Dask's schedulers learn late)."""
         with self._lock:
+            if self._closed:  # a count that arrives late (another thread's) says nothing more
+                return
             if total:
                 self.total = int(total)
             self.n = int(n)

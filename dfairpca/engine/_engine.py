@@ -516,28 +516,35 @@ def _compute_with_progress(root):
             result = gather_watched(client, [fut], seconds)[0]
             follow.join(BAR_END_SECONDS)  # its last count before anything that follows
         finally:
-            done.set()  # a late count draws nothing on the closed bar
+            done.set()  # the count draws no more, and lets the key go once it has found it
         return result
     finally:
         bar.close()
 
 
 def _follow(fut, bar, done) -> None:
-    """Feed ``bar`` the scheduler's count of ``fut``'s tasks until it finishes, drawing
-    nothing once ``done`` is set; ``fut`` is released at the end."""
+    """Feed ``bar`` the scheduler's count of ``fut``'s tasks until it finishes; ``fut`` (the
+    thread's own reference to the pass's key) is released then, or as soon as the count has
+    found the key once ``done`` is set (the caller has its result, or gave up on it: a pass
+    that failed or was interrupted is not kept running for a bar nobody reads)."""
     from distributed.diagnostics.progressbar import TextProgressBar
 
     class Feed(TextProgressBar):
         def _draw_bar(self, remaining, all, **kwargs):
-            if not done.is_set():
+            if done.is_set():
+                # the count has found the key (it answers only then): releasing it now
+                # cannot leave it waiting for a key that is gone; it stops on its release
+                fut.release()
+            else:
                 bar.update_to(all - remaining, total=all)
 
         def _draw_stop(self, **kwargs):
             pass
 
     try:
-        with contextlib.suppress(Exception):  # the Client closed under it: the result says why
-            Feed([fut])
+        if not done.is_set():  # a thread that starts late follows nothing
+            with contextlib.suppress(Exception):  # the Client closed under it: the result says why
+                Feed([fut])
     finally:
         with contextlib.suppress(Exception):  # a Client already closed released it
             fut.release()
