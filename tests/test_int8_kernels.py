@@ -168,6 +168,16 @@ def test_a_kernel_whose_additions_wrap_is_refused():
 
     assert not ik.self_test(through_float32, "uint8")
 
+    def pending_float32(G, x, scratch=None, keep=False):
+        """Adds blocks of 16,384 rows, each block's products held as float32 when pending."""
+        for s in range(0, len(x), 16_384):
+            g = int64_gram(x[s:s + 16_384])
+            ik._add_upper(G, g.astype(np.float32).astype(np.int64) if keep else g)
+        return scratch
+
+    for dtype in ("uint8", "int8"):
+        assert not ik.self_test(gram, dtype, pending_float32)
+
 
 def test_where_the_cpu_has_an_int8_unit_mkls_kernel_passes_its_self_test():
     """On a CPU with VNNI or AMX and MKL installed, the self-test must accept MKL's kernel

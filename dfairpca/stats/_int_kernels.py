@@ -264,9 +264,12 @@ def self_test_data(dtype, rng=None) -> list[np.ndarray]:
     lows = np.full((40, 8), lo, dt)
     # the largest sums an 8-bit kernel keeps in int32 (32,768 rows of highs against lows,
     # a few rows more; and half of them, which a kernel keeping its products pending adds
-    # twice into the same int32 sums, up to their limit), more columns than one panel
+    # twice into the same int32 sums, up to their limit), more columns than one panel; the
+    # values vary a little, so that no sum of either block is a float32 (a kernel or a
+    # pending sum that rounds through float32 fails)
     tall = np.empty((32_773, 2), dt)
-    tall[:, 0], tall[:, 1] = hi, lo
+    tall[:, 0] = rng.integers(hi - 3, hi, size=len(tall), endpoint=True)
+    tall[:, 1] = rng.integers(lo, lo + 3, size=len(tall), endpoint=True)
     wide = rng.integers(lo, hi, size=(5, 515), endpoint=True).astype(dt)
     return [rand, extreme, highs, lows, tall, tall[:16_384], wide, rand[:, :1], rand[:0]]
 
