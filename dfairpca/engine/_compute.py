@@ -198,9 +198,13 @@ def _lost_scheduler(client, exc: BaseException) -> bool:
         return True
     # a call that met the closed connection before the Client noticed (its status still
     # "running" for a moment after the scheduler died): distributed names the comm it
-    # was on, "remote=<the scheduler's address>"
-    address = _scheduler_address(client)
-    return isinstance(exc, OSError) and f"remote={address}" in str(exc)
+    # was on, "<TCP ... remote=<the scheduler's address>>"; the address as given (a host
+    # name, maybe) or as the scheduler told it, whole (tcp://h:5000 is not tcp://h:50001)
+    if not isinstance(exc, OSError):
+        return False
+    known = getattr(client, "_scheduler_identity", None) or {}
+    addresses = {_scheduler_address(client), known.get("address")}
+    return any(f"remote={a}>" in str(exc) for a in addresses if isinstance(a, str))
 
 
 #: longest pause (s) between two looks at the Client's workers while a computation waits

@@ -400,7 +400,10 @@ def test_a_call_that_meets_the_closed_scheduler_connection_before_the_client_not
     assert _lost_scheduler(client, reset)
     assert not _lost_scheduler(client, CommClosedError(f"in <TCP (closed) Ephemeral Worker->Worker "
                                                        f"remote={worker}>: Stream is closed"))
-    assert not _lost_scheduler(client, ValueError(f"remote={scheduler}"))  # a task's own error
+    assert not _lost_scheduler(client, ValueError(f"remote={scheduler}>"))  # a task's own error
+    # a worker whose port begins with the scheduler's
+    assert not _lost_scheduler(client, CommClosedError(f"in <TCP (closed) ConnectionPool.ncores "
+                                                       f"remote={scheduler}7>: Stream is closed"))
     with pytest.raises(SchedulerLost, match=scheduler):
         with cluster_failures_said(client):
             raise reset
