@@ -237,10 +237,14 @@ def orthonormal(A: np.ndarray, overwrite: bool = False, spare: np.ndarray | None
     result, and in ``spare``'s if given (an array of A's shape): no d x p array is
     allocated.  A Householder QR after a pass then factors the block that pass left: each
     pass multiplies the block by a lower triangular matrix's transpose, so the basis is
-    the same in exact arithmetic, with the rounding of that pass amplified by up to the
-    conditioning it passed (1e7): where a caller needs more (not subspace iteration, whose
-    next step corrects it), it keeps ``overwrite`` off and the fallback factors A itself.  Only numpy's BLAS is called (the solver's products use it too: a second
-    BLAS library's threads, spinning after each call, would slow them).
+    the same in exact arithmetic, with the rounding of that pass amplified by the block's
+    conditioning, which R's diagonal above 1e-7 does not bound (a Kahan matrix passes it
+    with a condition number near 1e19, its spans then off by about 1e-7): where a caller
+    needs more (not subspace iteration, whose next step corrects it), it keeps
+    ``overwrite`` off and the fallback factors A itself.
+
+    Only numpy's BLAS is called (the solver's products use it too: a second BLAS library's
+    threads, spinning after each call, would slow them).
     """
     norms = np.sqrt(np.einsum("ij,ij->j", A, A))
     if not (np.all(norms > 0) and np.all(np.isfinite(norms))):
