@@ -596,3 +596,43 @@ def test_a_pass_frees_its_scratch_and_a_refused_chunk_leaves_the_total_as_it_was
     with pytest.raises(InvalidInputError, match="must lie in"):
         fold(total, X[50:60], np.full((10, 1), 5), **kw)
     assert total.n == before[0] and np.array_equal(total.gram, before[1]) and np.array_equal(total.sums, before[2])
+
+
+@pytest.mark.parametrize("group_scatter", [False, True])
+def test_a_chunk_that_fails_part_way_leaves_sums_that_refuse_every_use(group_scatter, monkeypatch):
+    """A kernel or an allocation that fails between two additions of a chunk leaves part of
+    it in the sums: reading, merging, saving or sending them is then refused, naming the
+    fix, rather than any of them missing rows."""
+    import pickle
+
+    from dfairpca.errors import RunError
+    from dfairpca.stats import _exact
+    from dfairpca.stats._exact import exact_chunk_sums, merge_exact
+
+    rng = np.random.default_rng(3)
+    X = rng.integers(0, 256, size=(300, 7)).astype(np.uint8)
+    z = rng.integers(0, 2, (300, 1))
+    cats = [np.arange(2)]
+    total = exact_chunk_sums(X[:100], z[:100], cats, group_scatter=group_scatter,
+                             into=_exact.ExactSums.zeros(7, cats, group_scatter))
+    calls = []
+    add_gram = _exact.add_gram
+
+    def failing(G, x, scratch, keep=False):  # the chunk's last addition fails after adding
+        calls.append(1)
+        out = add_gram(G, x, scratch, keep=keep)
+        if len(calls) == (2 if group_scatter else 1):
+            raise MemoryError("no room for the kernel's block")
+        return out
+
+    monkeypatch.setattr(_exact, "add_gram", failing)
+    with pytest.raises(MemoryError):
+        exact_chunk_sums(X[100:200], z[100:200], cats, group_scatter=group_scatter, into=total)
+    monkeypatch.setattr(_exact, "add_gram", add_gram)
+    other = exact_chunk_sums(X[200:], z[200:], cats, group_scatter=group_scatter)
+    for use in (lambda: total.gram, lambda: pickle.dumps(total), total.settle,
+                lambda: merge_exact([total, other]), lambda: total.to_arrays(),
+                lambda: total.centred()):
+        with pytest.raises(RunError, match="incomplete: adding a chunk of 100 rows failed part way "
+                                           r"\(MemoryError: .*the pass must be run again"):
+            use()

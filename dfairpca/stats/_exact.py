@@ -33,7 +33,7 @@ from ._column_sums import column_sums
 from ._int_kernels import add_gram, value_range
 from ._sums import GroupSums, Sums, _check_one_label_type, fill_lower
 from ..base._system import cpu_count
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, RunError
 
 __all__ = ["EXACT", "statistics_dtype", "kernel_name", "ExactGroups", "ExactSums", "exact_chunk_sums", "merge_exact", "check_exact",
            "is_exact", "centred"]
@@ -163,7 +163,10 @@ class ExactSums:
     # a Gram without them.  The scratch neither travels nor is saved.
     def __getattribute__(self, name):
         if name == "gram":
-            pending = object.__getattribute__(self, "__dict__").get("_scratch", {}).get("gram")
+            own = object.__getattribute__(self, "__dict__")
+            if "_broken" in own:  # nothing may read, merge, save or send sums that miss rows
+                raise RunError(own["_broken"])
+            pending = own.get("_scratch", {}).get("gram")
             if pending is not None:
                 pending.flush()
         return object.__getattribute__(self, name)
@@ -294,8 +297,8 @@ def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = F
         name, scratch[key] = add_gram(G, rows, scratch.get(key), keep=keep)
         names.add(name)
 
-    # everything that can refuse the chunk or fail comes before the first addition: the
-    # codes checked, the column and group sums formed aside
+    # what can refuse the chunk comes before the first addition: the codes checked, the
+    # column and group sums formed aside, the groups' new Grams allocated
     groups = []  # per attribute: (codes, counts, present groups, their sums)
     if codes is not None and r:
         codes = np.asarray(codes)
@@ -319,21 +322,30 @@ def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = F
                 sums[g] = column_sums(x[cj == g])
         sums[largest] = total - sums.sum(axis=0)
         groups.append((cj, counts, present, sums))
-    if r:
-        # the total's products may stay pending in its scratch (an int32 sum of the last
-        # rows): reading ``gram`` adds them in; the group Grams are completed at once (one
-        # scratch for them all)
-        add(out.__dict__["gram"], x, "gram", keep=into is not None)
-    for a, (cj, counts, present, sums) in zip(out.attributes, groups):
-        if a.grams is not None:  # group_scatter
-            for g in present:
-                if a.grams[g] is None:
-                    a.grams[g] = np.zeros((d, d), np.int64, order="F")
+        for g in present if a.grams is not None else ():  # group_scatter: the Grams made first
+            if a.grams[g] is None:
+                a.grams[g] = np.zeros((d, d), np.int64, order="F")
+    try:
+        if r:
+            # the total's products may stay pending in its scratch (an int32 sum of the last
+            # rows): reading ``gram`` adds them in; the group Grams are completed at once
+            # (one scratch for them all)
+            add(out.__dict__["gram"], x, "gram", keep=into is not None)
+        for a, (cj, counts, present, sums) in zip(out.attributes, groups):
+            for g in present if a.grams is not None else ():
                 add(a.grams[g], x[cj == g], "groups")
-        a.sums += sums
-        a.counts += counts
-    out.n += r
-    out.sums += total
+            a.sums += sums
+            a.counts += counts
+        out.n += r
+        out.sums += total
+    except BaseException as exc:
+        # part of the chunk is in the sums (an allocation or a kernel failed, a Ctrl-C
+        # came between two additions): they are refused from now on, never used short
+        out.__dict__["_broken"] = (
+            f"these exact sums are incomplete: adding a chunk of {r:,} rows failed part way "
+            f"({type(exc).__name__}: {exc}); the pass must be run again (or resumed from its "
+            "checkpoint, whose saved sums are whole)")
+        raise
     out.kernels = tuple(sorted(names))
     if into is None:  # one chunk's own sums (complete): nothing more will be added to them
         del out.__dict__["_scratch"]
