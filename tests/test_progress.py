@@ -219,3 +219,43 @@ def test_a_pass_given_up_on_is_not_kept_running_for_its_bar(client, monkeypatch,
     assert client.run_on_scheduler(feeds) == 0
     assert not [r for r in caplog.records
                 if r.name.startswith("distributed") and r.levelno >= logging.ERROR], caplog.text
+
+
+def _refuse_unpickling():
+    raise RuntimeError("this object cannot be unpickled")
+
+
+class _Unpicklable:
+    """An argument whose graph the scheduler cannot read (as with a client and a scheduler
+    of different environments)."""
+
+    def __reduce__(self):
+        return _refuse_unpickling, ()
+
+
+def test_a_pass_whose_graph_the_scheduler_refuses_leaves_no_count_behind(client, monkeypatch):
+    """The scheduler never has the key of a graph it refused: the bar's count, which waits
+    for the key, is not started, and the thread ends with the caller's error."""
+    import threading
+
+    import dask
+
+    from dfairpca.engine import _engine
+
+    ended = threading.Event()
+    follow = _engine._follow
+
+    def followed(*args):
+        try:
+            follow(*args)
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(_engine, "_follow", followed)
+    with reporting(True, io.StringIO()), pytest.raises(Exception, match="deserializ|unpickled"):
+        _engine._compute_with_progress(dask.delayed(len)(_Unpicklable()))
+    assert ended.wait(15), "the bar's thread still waits for a graph the scheduler refused"
+    deadline = time.monotonic() + 10
+    while client.run_on_scheduler(feeds) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert client.run_on_scheduler(feeds) == 0

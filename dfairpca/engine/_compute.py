@@ -401,20 +401,26 @@ def loss_reported(client) -> bool:
     return client in _REPORTED_LOSSES
 
 
+def on_scheduler(client, name: str, *args):
+    """``client.run_on_scheduler`` of the function ``name`` of
+    :mod:`dfairpca.engine._on_scheduler`, sent by value: a scheduler without dfairpca
+    installed runs it too."""
+    import cloudpickle
+
+    from . import _on_scheduler
+
+    cloudpickle.register_pickle_by_value(_on_scheduler)
+    return client.run_on_scheduler(getattr(_on_scheduler, name), *args)
+
+
 def _release_pinned(client, state: dict) -> None:
     """Ask the scheduler to send on the tasks pinned to workers that are gone
     (:func:`dfairpca.engine._on_scheduler.release_pinned`).  A scheduler that refuses to run
     it is not asked again (``state["refused"]``): the wait is then Dask's alone."""
     if state.get("refused"):
         return
-    import cloudpickle
-
-    from . import _on_scheduler
-
-    # sent by value: a scheduler without dfairpca installed runs it too
-    cloudpickle.register_pickle_by_value(_on_scheduler)
     try:
-        client.run_on_scheduler(_on_scheduler.release_pinned)
+        on_scheduler(client, "release_pinned")
     except Exception as exc:  # noqa: BLE001 - its loss of the scheduler is seen by the caller
         if not _lost_scheduler(client, exc):
             state["refused"] = True

@@ -28,7 +28,8 @@ from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ..base._system import cpu_count, rows_per_block
 from ..base.progress import progress_bar, reporting
-from ._compute import compute, current_timeout, gather_watched, cluster_failures_said, submit, worker_timeout
+from ._compute import (compute, current_timeout, gather_watched, cluster_failures_said, on_scheduler, submit,
+                       worker_timeout)
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput
@@ -50,6 +51,10 @@ SHARED_INLINE_BYTES = 1 << 20
 
 #: how long a finished pass waits for its progress bar's last line (drawn every 0.1 s)
 BAR_END_SECONDS = 2.0
+
+#: seconds between two looks at whether the scheduler has a pass's key, before its count
+FOLLOW_LOOK_SECONDS = 0.05
+
 
 def compute_moments(
     X: npt.ArrayLike | dask.array.Array,
@@ -508,11 +513,11 @@ def _compute_with_progress(root):
         # the scheduler's count waits until it knows the pass's key, polling for ever if the
         # key was released first: the thread holds the key (its own reference, which it
         # releases) until its count has found it, however late the thread starts
-        held: Future = Future(fut.key, client)
         done = threading.Event()
-        follow = threading.Thread(target=_follow, args=(held, bar, done), daemon=True)
-        follow.start()
         try:
+            held: Future = Future(fut.key, client)
+            follow = threading.Thread(target=_follow, args=(held, bar, done), daemon=True)
+            follow.start()
             result = gather_watched(client, [fut], seconds)[0]
             follow.join(BAR_END_SECONDS)  # its last count before anything that follows
         finally:
@@ -542,9 +547,18 @@ def _follow(fut, bar, done) -> None:
             pass
 
     try:
-        if not done.is_set():  # a thread that starts late follows nothing
-            with contextlib.suppress(Exception):  # the Client closed under it: the result says why
-                Feed([fut])
+        # the count starts once the scheduler has the key (a graph it refused never gets
+        # there: a count of it would poll for ever), and not once the caller is done
+        while not done.is_set():
+            try:
+                known = on_scheduler(fut.client, "knows", fut.key)
+            except Exception:  # noqa: BLE001 - a scheduler that refuses to run it: count anyway
+                known = True
+            if known:
+                with contextlib.suppress(Exception):  # the Client closed under it: the result says why
+                    Feed([fut])
+                break
+            done.wait(FOLLOW_LOOK_SECONDS)
     finally:
         with contextlib.suppress(Exception):  # a Client already closed released it
             fut.release()

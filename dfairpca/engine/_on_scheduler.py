@@ -40,3 +40,8 @@ def release_pinned(dask_scheduler=None) -> list:
     if recommendations:
         s.transitions(recommendations, stimulus_id=f"dfairpca-release-pinned-{time.time()}")
     return pinned
+
+
+def knows(key, dask_scheduler=None) -> bool:
+    """Whether the scheduler has the task ``key`` (its graph arrived and was accepted)."""
+    return key in dask_scheduler.tasks
