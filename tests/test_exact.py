@@ -636,3 +636,4 @@ def test_a_chunk_that_fails_part_way_leaves_sums_that_refuse_every_use(group_sca
         with pytest.raises(RunError, match="incomplete: adding a chunk of 100 rows failed part way "
                                            r"\(MemoryError: .*the pass must be run again"):
             use()
+    assert "ExactSums(n=100" in repr(total)  # a log or a debugger still shows them

@@ -23,6 +23,7 @@ rows; 32-bit integers only hold a handful of rows and are refused.
 
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -140,7 +141,7 @@ class ExactSums:
 
     n: int
     sums: np.ndarray
-    gram: np.ndarray
+    gram: np.ndarray = field(repr=False)  # a repr must not read it (pending or broken sums)
     attributes: list = field(default_factory=list)
     kernels: tuple = ()
     n_nonfinite: int = 0  # integers are always finite: what a pass's bookkeeping reads
@@ -287,8 +288,9 @@ def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = F
     if x.dtype.kind == "b":
         x = x.view(np.uint8)
     if into is not None and not _same_layout(into, d, categories, group_scatter):
-        return merge_exact([into, exact_chunk_sums(x, codes, categories, group_scatter=group_scatter)],
-                           in_place=True)
+        chunk = exact_chunk_sums(x, codes, categories, group_scatter=group_scatter)
+        with _broken_on_failure(into, r):
+            return merge_exact([into, chunk], in_place=True)
     out = ExactSums.zeros(d, categories, group_scatter) if into is None else into
     scratch = out.__dict__.setdefault("_scratch", {})
     names = set(out.kernels)
@@ -325,7 +327,7 @@ def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = F
         for g in present if a.grams is not None else ():  # group_scatter: the Grams made first
             if a.grams[g] is None:
                 a.grams[g] = np.zeros((d, d), np.int64, order="F")
-    try:
+    with _broken_on_failure(out, r):
         if r:
             # the total's products may stay pending in its scratch (an int32 sum of the last
             # rows): reading ``gram`` adds them in; the group Grams are completed at once
@@ -338,18 +340,25 @@ def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = F
             a.counts += counts
         out.n += r
         out.sums += total
-    except BaseException as exc:
-        # part of the chunk is in the sums (an allocation or a kernel failed, a Ctrl-C
-        # came between two additions): they are refused from now on, never used short
-        out.__dict__["_broken"] = (
-            f"these exact sums are incomplete: adding a chunk of {r:,} rows failed part way "
-            f"({type(exc).__name__}: {exc}); the pass must be run again (or resumed from its "
-            "checkpoint, whose saved sums are whole)")
-        raise
     out.kernels = tuple(sorted(names))
     if into is None:  # one chunk's own sums (complete): nothing more will be added to them
         del out.__dict__["_scratch"]
     return out
+
+
+@contextlib.contextmanager
+def _broken_on_failure(s: ExactSums, rows: int):
+    """Adding a chunk of ``rows`` into ``s`` in the block: if it fails, part of the chunk
+    may be in the sums (an allocation or a kernel failed, a Ctrl-C came between two
+    additions), and they refuse every later use rather than be used short."""
+    try:
+        yield
+    except BaseException as exc:
+        s.__dict__["_broken"] = (
+            f"these exact sums are incomplete: adding a chunk of {rows:,} rows failed part way "
+            f"({type(exc).__name__}: {exc}); the pass must be run again (or resumed from its "
+            "checkpoint, whose saved sums are whole)")
+        raise
 
 
 def _same_layout(s: ExactSums, d: int, categories, group_scatter: bool) -> bool:

@@ -265,8 +265,8 @@ def self_test_data(dtype, rng=None) -> list[np.ndarray]:
     # the largest sums an 8-bit kernel keeps in int32 (32,768 rows of highs against lows,
     # a few rows more; and half of them, which a kernel keeping its products pending adds
     # twice into the same int32 sums, up to their limit), more columns than one panel; the
-    # values vary a little, so that no sum of either block is a float32 (a kernel or a
-    # pending sum that rounds through float32 fails)
+    # values vary a little, so that each block has sums beyond 2**24 that are no float32
+    # (a kernel or a pending sum that rounds through float32 fails)
     tall = np.empty((32_773, 2), dt)
     tall[:, 0] = rng.integers(hi - 3, hi, size=len(tall), endpoint=True)
     tall[:, 1] = rng.integers(lo, lo + 3, size=len(tall), endpoint=True)
