@@ -170,14 +170,33 @@ def test_a_pass_that_ends_before_its_bar_follows_it_leaves_nothing_following(
     assert client.run_on_scheduler(feeds) == 0
 
 
+@pytest.fixture
+def followed(monkeypatch):
+    """An event set when the thread that follows a pass's count ends."""
+    import threading
+
+    from dfairpca.engine import _engine
+
+    ended = threading.Event()
+    follow = _engine._follow
+
+    def following(*args):
+        try:
+            follow(*args)
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(_engine, "_follow", following)
+    return ended
+
+
 @pytest.mark.parametrize("given_up_after", [0.0, 1.5], ids=["before-the-count", "while-counting"])
 def test_a_pass_given_up_on_is_not_kept_running_for_its_bar(client, monkeypatch, caplog,
-                                                               given_up_after):
+                                                               given_up_after, followed):
     """A pass whose caller gives up (Ctrl-C, workers lost) is released, as without a bar:
     the bar's own reference to its key goes as soon as its count has found it (or at once
     if the count never started), and the count ends without an error of the scheduler."""
     import logging
-    import threading
 
     import dask
 
@@ -190,22 +209,12 @@ def test_a_pass_given_up_on_is_not_kept_running_for_its_bar(client, monkeypatch,
         raise KeyboardInterrupt
 
     key = f"a-long-pass-{given_up_after}"
-    ended = threading.Event()
-    follow = _engine._follow
-
-    def followed(*args):
-        try:
-            follow(*args)
-        finally:
-            ended.set()
-
     monkeypatch.setattr(_engine, "gather_watched", give_up)
-    monkeypatch.setattr(_engine, "_follow", followed)
     root = dask.delayed(time.sleep)(60, dask_key_name=key)
     with reporting(True, io.StringIO()), pytest.raises(KeyboardInterrupt):
         _engine._compute_with_progress(root)
     # the pass's key and the count may reach the scheduler after the caller gave up
-    assert ended.wait(15), "the bar's thread still follows a pass given up on"
+    assert followed.wait(15), "the bar's thread still follows a pass given up on"
 
     def known(dask_scheduler):
         return key in dask_scheduler.tasks
@@ -233,28 +242,17 @@ class _Unpicklable:
         return _refuse_unpickling, ()
 
 
-def test_a_pass_whose_graph_the_scheduler_refuses_leaves_no_count_behind(client, monkeypatch):
+def test_a_pass_whose_graph_the_scheduler_refuses_leaves_no_count_behind(client, followed):
     """The scheduler never has the key of a graph it refused: the bar's count, which waits
     for the key, is not started, and the thread ends with the caller's error."""
-    import threading
 
     import dask
 
     from dfairpca.engine import _engine
 
-    ended = threading.Event()
-    follow = _engine._follow
-
-    def followed(*args):
-        try:
-            follow(*args)
-        finally:
-            ended.set()
-
-    monkeypatch.setattr(_engine, "_follow", followed)
     with reporting(True, io.StringIO()), pytest.raises(Exception, match="deserializ|unpickled"):
         _engine._compute_with_progress(dask.delayed(len)(_Unpicklable()))
-    assert ended.wait(15), "the bar's thread still waits for a graph the scheduler refused"
+    assert followed.wait(15), "the bar's thread still waits for a graph the scheduler refused"
     deadline = time.monotonic() + 10
     while client.run_on_scheduler(feeds) and time.monotonic() < deadline:
         time.sleep(0.1)
