@@ -53,7 +53,8 @@ def cmd_erase(args) -> dict:
             Y = Y.reshape(data.shape)
         t = time.perf_counter()
         write_result(args, client, out, {**protect, "the model": model_out} if model_out else protect,
-                     data, Y, data.name, dimension_names(Y.ndim), str(args.model or ""))
+                     data, Y, data.name, dimension_names(Y.ndim), str(args.model or ""),
+                     lambda x: est.transform(x).reshape((len(x), *data.shape[1:])))
         write_seconds = time.perf_counter() - t
     if model_out is not None:
         with staged_locally(model_out, "model", overwrite=args.overwrite) as local:

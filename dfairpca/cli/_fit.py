@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -221,14 +222,12 @@ def _fit_summary(est, args, data: _Data, fit_seconds: float, wall_seconds: float
 
 def _cast_like(R, dtype):
     """A reconstruction in the input's dtype: integers rounded and clipped to their range."""
-    import dask.array as da
-
     dtype = np.dtype(dtype)
     if dtype.kind == "b":
         return R > 0.5
-    if dtype.kind in "iu":
+    if dtype.kind in "iu":  # numpy's functions dispatch to Dask's for a Dask array
         info = np.iinfo(dtype)
-        return da.clip(da.round(R), info.min, info.max).astype(dtype)
+        return np.clip(np.round(R), info.min, info.max).astype(dtype)
     return R.astype(dtype)
 
 
@@ -370,18 +369,28 @@ def _model_bytes(est, statistics) -> int | None:
     return sum(a.nbytes for a in arrays) + scatter or None
 
 
-def write_result(args, client, out, protect: dict, data: _Data, Y, name: str, dims, model: str) -> None:
+def write_result(args, client, out, protect: dict, data: _Data, Y, name: str, dims, model: str,
+                 rows_of) -> None:
     """Write the lazy Y (computed on ``client``'s workers) to the Zarr store ``out`` as the
     array ``name`` with dimension names ``dims``, atomically, with the CelebA layout's
-    labels where X has them; ``model`` is recorded in the store's attributes."""
-    import dask.array as da
+    labels where X has them; ``model`` is recorded in the store's attributes.
+
+    The array is cut in X's row chunks (fewer rows where a chunk would pass
+    :data:`dfairpca.io.OUTPUT_CHUNK_BYTES`) and written in blocks of whole chunks; then
+    rows of every chunk are read back and compared with ``rows_of`` (X's rows, as numpy,
+    to the same rows of Y) before the store is moved into place.
+    """
     import zarr
 
     from ..celeba.schema import copy_labels
     from ..cluster import check_inputs_shared, check_workers_see, compute, worker_timeout
-    from ..io import atomic_directory, check_written, marker_attributes, writing_every_chunk, zarr_store
+    from ..io import (aligned_to, atomic_directory, check_rows, check_written, from_zarr,
+                      marker_attributes, output_chunks, sample_rows, store_aligned,
+                      writing_every_chunk, zarr_store)
 
     check_inputs_shared(data.X, client)
+    chunks = output_chunks(Y.shape, Y.dtype, data.chunk_rows)
+    Y = aligned_to(Y, chunks)
     # a URL's result is written by the workers straight to its temporary prefix
     with atomic_directory(out, TRANSFORM_KIND, overwrite=args.overwrite, protect=protect,
                           direct=True) as tmp, writing_every_chunk():
@@ -390,18 +399,59 @@ def write_result(args, client, out, protect: dict, data: _Data, Y, name: str, di
             "model": model, "source": data.label, "content": name,
             **marker_attributes(TRANSFORM_KIND),
         })
-        # created here, not by da.to_zarr, so that it writes every chunk (the setting
-        # travels with the array to the workers)
-        arr = g.create_array(name, shape=Y.shape, chunks=Y.chunksize, dtype=Y.dtype,
+        # created here with the chunks it is written in, so that every task writes whole
+        # chunks of its own, and every chunk is stored (the setting travels with the array)
+        arr = g.create_array(name, shape=Y.shape, chunks=chunks, dtype=Y.dtype,
                              dimension_names=dims)
         # watched as a fit's pass is: --timeout bounds the wait once every worker has left,
         # a lost scheduler or a chunk that kills its workers is one line
-        with worker_timeout(args.timeout):
-            compute(da.to_zarr(Y, arr, compute=False))
+        with worker_timeout(args.timeout), _counting_chunks(arr, f"writing {name}"):
+            compute(store_aligned(Y, arr))
         # the CelebA layout's labels travel along (other stores' rows keep X's order)
         if data.celeba:
             copy_labels(data.root, g)
         check_written(g, out)  # the workers' chunks, as this process sees them
+        # what the store holds, by content: rows of every chunk, read back by the workers
+        # (they see the store) and recomputed here from X's same rows
+        rows = sample_rows(Y.shape[0], chunks[0])
+        with worker_timeout(args.timeout):
+            written, x_rows = compute(from_zarr(arr)[rows], data.X[rows])
+        check_rows(written, rows_of(np.asarray(x_rows)), rows, out)
+
+
+@contextlib.contextmanager
+def _counting_chunks(array, what: str):
+    """Show how many of ``array``'s chunks are in its store while the block inside writes
+    them (a terminal's bar, or whole lines in a log), polled every second."""
+    import threading
+
+    from ..base.progress import progress_bar, reporting
+
+    total = math.prod(array.cdata_shape)
+    with reporting(True, sys.stdout):
+        bar = progress_bar(total, what, "chunk")
+    if bar is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(1.0):
+            with contextlib.suppress(Exception):  # a listing that fails only pauses the count
+                bar.update_to(min(int(array.nchunks_initialized), total))
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        stop.set()
+        thread.join()
+        if ok:
+            bar.update_to(total)
+        bar.close()
 
 
 def cmd_transform(args):
@@ -417,11 +467,12 @@ def cmd_transform(args):
     X = data.X
     Xf = X.reshape(X.shape[0], -1)
 
-    def graph():
+    def graph(rows=Xf):
+        """X's rows (lazy, or numpy to check what was written) to what is written."""
         if args.reconstruct:
-            R = model.inverse_transform(model.transform(Xf))
-            return _cast_like(R, X.dtype).reshape(data.shape)
-        return model.transform(Xf)
+            R = model.inverse_transform(model.transform(rows))
+            return _cast_like(R, X.dtype).reshape((rows.shape[0], *data.shape[1:]))
+        return model.transform(rows)
 
     # under the input's own name ("images" for the CelebA layout) or "representation"
     name = data.name if args.reconstruct else "representation"
@@ -438,7 +489,8 @@ def cmd_transform(args):
         Y = graph()
         dims = dimension_names(Y.ndim) if args.reconstruct else (ROW_DIMENSION, "component")
         try:
-            write_result(args, client, out, protect, data, Y, name, dims, str(args.model))
+            write_result(args, client, out, protect, data, Y, name, dims, str(args.model),
+                         lambda x: graph(x.reshape(x.shape[0], -1)))
         except OSError as exc:
             from ..io import disk_full, is_disk_full
 

@@ -126,6 +126,7 @@ class _Data:
     name: str  # the array's own name ("images" for the CelebA layout)
     celeba: bool  # the CelebA layout (the default)
     root: Any  # STORE opened: a zarr.Group, or the zarr.Array when STORE is one
+    chunk_rows: int  # rows per chunk of the stored array: what an output of X's rows is cut in
 
 
 def _open_zarr(path, option: str, storage_options: dict | None = None):
@@ -203,7 +204,8 @@ def _data(args, rows_per_chunk=None) -> _Data:
             )
         X = read_images(_source(args, root), rows_per_chunk=rows_per_chunk,
                         missing_chunks=args.missing_chunks)
-        return _Data(X, X.shape, f"{args.store}/{IMAGES}", IMAGES, True, root)
+        return _Data(X, X.shape, f"{args.store}/{IMAGES}", IMAGES, True, root,
+                     int(root[IMAGES].chunks[0]))
     if args.array is None:  # STORE is itself an array
         node, label, name = root, str(args.store), _array_name(str(args.store))
     else:
@@ -216,7 +218,7 @@ def _data(args, rows_per_chunk=None) -> _Data:
         )
     X = from_zarr(node, rows_per_chunk=rows_per_chunk, missing_chunks=args.missing_chunks)
     # (n, h, w, ...) -> (n, h*w*...): rows are chunked whole, so no rechunk
-    return _Data(X.reshape(X.shape[0], -1), X.shape, label, name, False, root)
+    return _Data(X.reshape(X.shape[0], -1), X.shape, label, name, False, root, int(node.chunks[0]))
 
 
 def _source(args, root):

@@ -1,0 +1,99 @@
+"""Writing a Dask array into a Zarr array at any size: chunks chosen for the output, blocks
+of whole chunks only (never two tasks on one chunk), and the check of what was written by
+content (dfairpca.io._aligned)."""
+
+import warnings
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dfairpca.io import (OUTPUT_CHUNK_BYTES, WrongRowsError, aligned_to, check_rows, output_chunks,
+                         sample_rows, store_aligned, writing_every_chunk)
+
+
+def test_output_chunks_keep_the_input_row_chunks_up_to_the_limit_and_cut_evenly_beyond():
+    assert output_chunks((20_000, 80, 80), np.float32, 2048) == (2048, 80, 80)
+    # 40,000 rows of 6,400 float32 would be 1 GB: cut in two even pieces of 20,000
+    assert output_chunks((200_000, 6400), np.float32, 40_000, limit=512 * 2**20) == (20_000, 6400)
+    rows = output_chunks((200_000, 6400), np.float32, 40_000)[0]
+    assert rows * 6400 * 4 <= OUTPUT_CHUNK_BYTES
+    assert output_chunks((10, 3), np.float64, None) == (10, 3)  # no row chunk: all rows
+    assert output_chunks((5, 3), np.float64, 100) == (5, 3)  # never more rows than there are
+    assert output_chunks((3, 10**9), np.float64, 2, limit=1) == (1, 10**9)  # at least one row
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=8), st.integers(1, 30))
+def test_aligned_blocks_cover_whole_chunks(blocks, c):
+    Y = da.zeros((sum(blocks), 3), chunks=(tuple(blocks), (2, 1)), dtype=np.float32)
+    A = aligned_to(Y, (c, 3))
+    ends = np.cumsum(A.chunks[0])[:-1]
+    assert not np.any(ends % c) and A.chunks[1] == (3,) and A.shape == Y.shape
+
+
+def test_aligned_keeps_blocks_that_already_cover_whole_chunks():
+    Y = da.ones((100, 4), chunks=((30, 30, 30, 10), (4,)))
+    assert aligned_to(Y, (10, 4)) is Y
+
+
+def test_store_refuses_blocks_that_cut_a_chunk(tmp_path):
+    arr = zarr.create_array(str(tmp_path / "a.zarr"), shape=(100, 4), chunks=(10, 4), dtype="f8")
+    with pytest.raises(ValueError, match="cuts a Zarr chunk"):
+        store_aligned(da.ones((100, 4), chunks=(15, 4)), arr)
+
+
+def test_irregular_blocks_written_whole_at_the_users_scale(tmp_path):
+    """Float32 chunks of 150 MB (over Dask's 128 MiB chunk-size) and Dask blocks that
+    straddle them irregularly, on the threaded scheduler with four threads: every row right
+    and no warning of data loss (to_zarr into this array would rechunk and lose rows)."""
+    n, h, w = 12_000, 112, 112
+    rows = output_chunks((n, h, w), np.float32, 3000)
+    assert rows == (3000, h, w) and rows[0] * h * w * 4 > 128 * 2**20
+    big = (40_000, 64, 52)  # 530 MB of float32 per 40,000-row chunk, over the limit: cut
+    assert output_chunks(big, np.float32, 40_000)[0] * 64 * 52 * 4 <= OUTPUT_CHUNK_BYTES
+    chunks = (2500, 4100, 700, 3300, 1400)  # none a multiple of 3,000
+    Y = da.arange(n * h * w, dtype=np.float32, chunks=n * h * w).reshape(n, h, w).rechunk(
+        (chunks, h, w))
+    with writing_every_chunk():
+        arr = zarr.create_array(str(tmp_path / "y.zarr"), shape=Y.shape, chunks=rows, dtype="f4")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with dask.config.set(scheduler="threads", num_workers=4):
+            dask.compute(store_aligned(aligned_to(Y, rows), arr))
+    np.testing.assert_array_equal(arr[:], Y.compute())
+
+
+def test_sample_rows_holds_the_first_and_last_row_of_every_chunk():
+    r = sample_rows(10_001, 1000)
+    for start in range(0, 10_001, 1000):
+        assert start in r and min(start + 999, 10_000) in r
+    assert np.all(np.diff(r) > 0) and r.dtype == np.int64
+    assert len(sample_rows(0, 10)) == 0
+
+
+def test_check_rows_names_rows_that_differ_and_passes_rounding():
+    rng = np.random.default_rng(0)
+    e = rng.normal(size=(6, 50)).astype(np.float32) * 255
+    rows = np.arange(6) * 100
+    check_rows(e * (1 + 1e-6), e, rows, "out.zarr")  # rounding of another summation order
+    shifted = e.copy()
+    shifted[4] = np.roll(shifted[4], 1)
+    with pytest.raises(WrongRowsError, match=r"1 of the 6 rows .*rows 400\)"):
+        check_rows(shifted, e, rows, "out.zarr")
+    zeroed = e.copy()
+    zeroed[0] = 0
+    with pytest.raises(WrongRowsError, match="rows 0"):
+        check_rows(zeroed, e, rows, "out.zarr")
+    nan = e.copy()
+    nan[1, 3] = np.nan
+    with pytest.raises(WrongRowsError):
+        check_rows(nan, e, rows, "out.zarr")
+    u = rng.integers(0, 255, size=(6, 50)).astype(np.uint8)
+    check_rows(u, np.clip(u.astype(int) + 1, 0, 255).astype(np.uint8), rows, "r.zarr")  # .5 rounding
+    with pytest.raises(WrongRowsError):
+        check_rows(u, (u.astype(int) // 2).astype(np.uint8), rows, "r.zarr")
