@@ -97,3 +97,47 @@ def test_check_rows_names_rows_that_differ_and_passes_rounding():
     check_rows(u, np.clip(u.astype(int) + 1, 0, 255).astype(np.uint8), rows, "r.zarr")  # .5 rounding
     with pytest.raises(WrongRowsError):
         check_rows(u, (u.astype(int) // 2).astype(np.uint8), rows, "r.zarr")
+
+
+def _faces_of(chunk, lo, hi, seed):
+    """Rows lo:hi of ``chunk``: a face's pixels are 37 times its row number (mod 251) plus ``seed``."""
+    rows = np.arange(chunk[1] + lo, chunk[1] + hi)
+    return np.broadcast_to(((rows * 37 + seed) % 251).astype(np.uint8)[:, None, None], (len(rows), 4, 4)).copy()
+
+
+def _writes_right(store, index, start, stop, seed):
+    from dfairpca.celeba.pool import write_rows
+
+    write_rows(store, start, stop, _faces_of((index, start, stop), 0, stop - start, seed))
+    return stop - start
+
+
+def _writes_a_row_off(store, index, start, stop, seed):
+    """A writer with a bug: the last chunk's rows one off (a shifted image)."""
+    from dfairpca.celeba.pool import write_rows
+
+    shift = 1 if stop == 50 else 0
+    write_rows(store, start, stop, _faces_of((index, start + shift, stop + shift), 0, stop - start, seed))
+    return stop - start
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_store_writer_that_writes_wrong_rows_is_caught_before_the_store_is_kept(tmp_path, whole):
+    from dfairpca.celeba.pool import write_store
+
+    def write(out, writer):
+        return write_store(
+            out, shape=(4, 4), chunks=[(i, s, min(s + 16, 50)) for i, s in enumerate(range(0, 50, 16))],
+            chunk_rows=16, settings={"source": "test"}, labels={}, write_chunk=writer, args=(7,),
+            n_jobs=1, client=None, progress=False, overwrite=False, protect=None, desc="test",
+            check_part=_faces_of, check_whole_chunks=whole)
+
+    good = write(tmp_path / "good.zarr", _writes_right)
+    assert zarr.open_group(str(good))["images"][:].shape == (50, 4, 4)
+    with pytest.raises(WrongRowsError, match="rows 48, 49|rows 32, 33"):
+        write(tmp_path / "bad.zarr", _writes_a_row_off)
+    assert not (tmp_path / "bad.zarr").exists()
+    # the same call again (the bug fixed) writes every chunk anew, resuming none of the wrong ones
+    fixed = write(tmp_path / "bad.zarr", _writes_right)
+    np.testing.assert_array_equal(zarr.open_group(str(fixed))["images"][:],
+                                  zarr.open_group(str(good))["images"][:])

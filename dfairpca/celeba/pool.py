@@ -81,6 +81,8 @@ def write_store(
     desc: str,
     workers: Workers | None = None,
     read_part: Callable[..., np.ndarray] | None = None,
+    check_part: Callable[..., np.ndarray] | None = None,
+    check_whole_chunks: bool = False,
 ) -> Path:
     """Write the store ``out`` of faces of ``shape``, chunk by chunk, resuming a partial one.
 
@@ -118,6 +120,13 @@ def write_store(
         share the last chunks (the last one, for two processes) in :data:`TAIL_PARTS`
         parts, which this process writes: else the processes would end up to a chunk apart
         (a second, for 2,048 faces at 80 x 80), one idle.
+    check_part : callable, optional
+        As ``read_part`` (default ``read_part``): what the finished store is checked
+        against, by content, before it is moved into place (:func:`_check_content`).
+    check_whole_chunks : bool, default False
+        Check every row of the first, middle and last chunk (for a ``check_part`` that
+        computes its chunk whole to give any row) instead of the first and last row of
+        every chunk.
 
     On an error the finished chunks stay in :func:`partial_path` and the error says so.
     """
@@ -186,9 +195,34 @@ def write_store(
             from ..io import check_written
 
             check_written(zarr.open_group(partial, mode="r"), out, SHARE_FIX_LOCAL)
+        check_part = check_part or read_part
+        if check_part is not None:
+            _check_content(partial, out, chunks, check_part, args, check_whole_chunks)
         shutil.rmtree(partial / DONE_DIR)
         write_marker(partial, STORE_KIND)  # finished: what is added later is a user's
         return move_into_place(partial, out, STORE_KIND, overwrite=overwrite)
+
+
+def _check_content(partial: Path, out: Path, chunks: Sequence[tuple], part: Callable[..., np.ndarray],
+                   args: tuple, whole: bool) -> None:
+    """Raise :class:`dfairpca.io.WrongRowsError` unless the faces the store ``partial``
+    holds equal ``part``'s same rows computed again here: the first and last row of every
+    chunk, or (``whole``) every row of the first, middle and last chunk."""
+    from ..io import check_rows
+
+    picked = [chunks[i] for i in sorted({0, len(chunks) // 2, len(chunks) - 1})] if whole else chunks
+    parts = [(c, 0, c[2] - c[1]) for c in picked] if whole else [
+        (c, lo, lo + 1) for c in picked for lo in sorted({0, c[2] - c[1] - 1})]
+    images = zarr.open_array(partial / IMAGES, mode="r")
+    rows = np.concatenate([np.arange(c[1] + lo, c[1] + hi) for c, lo, hi in parts])
+    written = images.get_orthogonal_selection((rows,))
+    expected = np.concatenate([part(c, lo, hi, *args) for c, lo, hi in parts])
+    try:
+        check_rows(written, expected, rows, out)
+    except Exception:
+        # its chunks' marks go: the same call again writes every chunk, never resumes these
+        shutil.rmtree(partial / DONE_DIR, ignore_errors=True)
+        raise
 
 
 @contextlib.contextmanager

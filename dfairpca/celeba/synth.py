@@ -148,7 +148,7 @@ def synth_celeba(
         settings=settings, labels={PARTITION: official_like_partition(n)},
         write_chunk=_synth_chunk, args=(int(seed), image_shape(size), bool(color)),
         n_jobs=n_jobs, client=client, progress=progress, overwrite=overwrite, protect=None,
-        desc="synth CelebA",
+        desc="synth CelebA", check_part=_synth_part, check_whole_chunks=True,
     )
 
 
@@ -231,12 +231,23 @@ def _check_drawing_memory(shape: tuple[int, ...], rows: int, n_jobs, client) -> 
         )
 
 
+def _synth_images(index: int, rows: int, seed: int, size: tuple[int, int], color: bool):
+    """Chunk ``index``'s ``rows`` attribute rows and faces, drawn from its own seed."""
+    rng = np.random.default_rng([seed, index])
+    attributes = sample_attributes(rng, rows)
+    return attributes, draw_faces(rng, attributes, size, color=color)
+
+
+def _synth_part(chunk: tuple, lo: int, hi: int, seed: int, size: tuple[int, int], color: bool) -> np.ndarray:
+    """Faces ``lo:hi`` of ``chunk``, drawn again (the whole chunk: its rows share one stream)."""
+    index, start, stop = chunk[:3]
+    return _synth_images(index, stop - start, seed, size, color)[1][lo:hi]
+
+
 def _synth_chunk(store: str, index: int, start: int, stop: int, seed: int,
                  size: tuple[int, int], color: bool) -> int:
     """Generate rows ``start:stop`` (chunk ``index``) and write them to ``store``."""
-    rng = np.random.default_rng([seed, index])
-    attributes = sample_attributes(rng, stop - start)
-    images = draw_faces(rng, attributes, size, color=color)
+    attributes, images = _synth_images(index, stop - start, seed, size, color)
     group = zarr.open_group(store, mode="r+")
     for name, rows in ((IMAGES, images), (ATTRIBUTES, attributes)):
         array = group[name]

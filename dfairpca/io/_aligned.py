@@ -15,10 +15,15 @@ the input, are compared with what the store holds (:func:`sample_rows`,
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import dask.array as da
 import numpy as np
 import zarr
+
+from ..errors import RunError
+
+if TYPE_CHECKING:  # Dask is imported where it is used: a store writer's processes never need it
+    import dask.array as da
 
 #: the most bytes one chunk of an output store holds: a worker holds the block being
 #: written, its input and its products at once, and a reader decodes a chunk whole; X's row
@@ -27,7 +32,7 @@ import zarr
 OUTPUT_CHUNK_BYTES = 512 * 2**20
 
 
-class WrongRowsError(RuntimeError):
+class WrongRowsError(RunError):
     """The rows read back from a store just written differ from the same rows recomputed
     from the input: the store is not kept."""
 
@@ -128,6 +133,8 @@ def store_aligned(Y: da.Array, array: zarr.Array):
     """
     if tuple(Y.shape) != tuple(array.shape):
         raise ValueError(f"the data has shape {Y.shape} but the array {array.shape}")
+    import dask.array as da
+
     _check_alignment(Y, array)
     return da.store(Y, array, lock=False, compute=False)
 
