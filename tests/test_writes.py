@@ -907,11 +907,17 @@ def test_removing_a_finished_checkpoint_keeps_a_users_file_inside_it(tmp_path, t
     assert (ckpt / "notes.txt").read_text() == "mine"
 
 
-def test_ctrl_c_between_the_two_renames_is_held_until_both_are_done(models, tmp_path, monkeypatch):
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_between_the_two_renames_is_held_until_both_are_done(models, tmp_path, monkeypatch,
+                                                                    signum):
     """A SIGINT right after the old version is set aside (the race a Ctrl-C test of the CLI
     hit: its checkpoint was missing after the interrupt) is delivered once the new version
-    is in place: the KeyboardInterrupt still comes, and ``path`` always exists."""
+    is in place: the KeyboardInterrupt still comes, and ``path`` always exists.  The same
+    for a SIGTERM under the command line's handler, which raises KeyboardInterrupt too."""
+    import contextlib
     import signal
+
+    from dfairpca.cli._errors import sigterm_as_interrupt
 
     path = tmp_path / "model"
     models["PCA"].save(path)
@@ -920,11 +926,13 @@ def test_ctrl_c_between_the_two_renames_is_held_until_both_are_done(models, tmp_
     def interrupted(src, dst):
         real(src, dst)
         if ".old-" in str(dst):
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), getattr(signal, signum))
 
     monkeypatch.setattr(os, "replace", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    handler = sigterm_as_interrupt() if signum == "SIGTERM" else contextlib.nullcontext([])
+    with pytest.raises(KeyboardInterrupt), handler as received:
         models["FairPCA"].save(path, overwrite=True)
+    assert received == ([signal.SIGTERM] if signum == "SIGTERM" else [])
     monkeypatch.setattr(os, "replace", real)
     assert type(dfairpca.load(path)) is dfairpca.FairPCA
 

@@ -355,25 +355,33 @@ def temporary_sibling(path: Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def _interrupts_deferred():
-    """Hold a SIGINT that arrives inside the block and deliver it to the previous handler
-    when the block ends (main thread only, where Python runs signal handlers)."""
+    """Hold a SIGINT or SIGTERM that arrives inside the block and deliver it to the previous
+    handler when the block ends (main thread only, where Python runs signal handlers): a
+    KeyboardInterrupt for SIGINT's default, the default's end of the process for SIGTERM's."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    held: list[tuple[int, object]] = []
+    signums = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.signal(signum, lambda signum, frame: held.append((signum, frame)))
+                for signum in signums}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum in signums:
+            signal.signal(signum, previous[signum])
         if held:
-            if callable(previous):
-                previous(signal.SIGINT, held[0])
-            elif previous == signal.SIG_DFL:
-                raise KeyboardInterrupt
+            signum, frame = held[0]
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                if signum == signal.SIGINT:
+                    raise KeyboardInterrupt
+                signal.raise_signal(signum)
 
 
 def named(path, kind: str) -> Path:
