@@ -54,7 +54,7 @@ from ._inputs import TARGET_OPTIONS
 from ._stores import cmd_ingest, cmd_synth
 
 __all__ = ["main", "build_parser", "exit_status", "one_line", "ONE_LINE_ERRORS", "EXIT_FAILURE", "EXIT_USAGE",
-           "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
+           "EXIT_INTERRUPTED", "EXIT_TERMINATED", "sigterm_as_interrupt"]
 
 
 # ----------------------------------------------------------------------------- parser

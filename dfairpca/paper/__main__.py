@@ -11,8 +11,8 @@ import sys
 from . import PROG, build_parser, main
 
 if __name__ == "__main__":
-    from ..cli import EXIT_INTERRUPTED, EXIT_TERMINATED, ONE_LINE_ERRORS, exit_status, one_line
-    from ..cli._errors import sigterm_as_interrupt
+    from ..cli import (EXIT_INTERRUPTED, EXIT_TERMINATED, ONE_LINE_ERRORS, exit_status, one_line,
+                       sigterm_as_interrupt)
 
     args = build_parser().parse_args()
     stdout = sys.stdout
