@@ -1063,6 +1063,19 @@ def test_demo_makes_the_store_fits_and_draws_then_reuses_the_store(tmp_path, cap
     assert dfairpca.load(work / "fair_Eyeglasses_k4").n_components_ == 4
 
 
+def test_demo_with_a_file_as_its_workdir_is_one_line_naming_the_fix(tmp_path, capsys):
+    labels = tmp_path / "labels.csv"
+    labels.write_text("a,b\n")
+    for work, blocking in ((labels, ""), (labels / "sub", f" ({labels} is a file)")):
+        code, out, err = run(["demo", "--n", "300", "--workdir", work, *NO_CLUSTER], capsys)
+        assert code == 2 and err.count("\n") == 1, err
+        assert err == (f"dfairpca demo: error: --workdir {work} must be a folder, and it cannot "
+                       f"be one{blocking}: the demo writes its store, model and picture into a "
+                       f"folder; pass a folder that is new or exists, e.g. --workdir "
+                       f"{work.parent / (work.name + '-demo')}\n"), err
+    assert labels.read_text() == "a,b\n" and sorted(tmp_path.iterdir()) == [labels]
+
+
 def test_a_fit_into_a_log_reports_the_pass_and_the_eigensolve_in_whole_lines(store, tmp_path,
                                                                               capsys, sched):
     code, out, err = run(["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out",
