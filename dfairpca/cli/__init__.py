@@ -482,14 +482,15 @@ def main(argv=None) -> int:
         # before, it costs an ingest's start 0.4 s); else outside a pass, or a second Ctrl-C
         # while the cluster closes
         checkpoint = sys.modules.get("dfairpca.engine.checkpoint")
-        passed = checkpoint is not None and isinstance(exc, checkpoint.PassInterrupted)
+        passed = exc if checkpoint is not None and isinstance(exc, checkpoint.PassInterrupted) \
+            else None
         resume = "; rerun with --resume" if args.command == "fit" and passed else ""
         if terminated:  # a log read later, not a person at the terminal: where it is kept
-            kept = (f" after {exc.progress}, kept in the checkpoint {str(exc.checkpoint)!r}"
+            kept = (f" after {passed.progress}, kept in the checkpoint {str(passed.checkpoint)!r}"
                     if passed else "; nothing it was writing was kept")
             print(f"dfairpca {args.command}: terminated (SIGTERM){kept}{resume}", file=sys.stderr)
             return EXIT_TERMINATED
-        print(f"dfairpca {args.command}: interrupted" + (f" after {exc.progress}" if passed else "")
+        print(f"dfairpca {args.command}: interrupted" + (f" after {passed.progress}" if passed else "")
               + resume, file=sys.stderr)
         return EXIT_INTERRUPTED
     if as_json:

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from ._files import read_capped
 from ._locks import (REPLACE_LOCK, drop_stale_lock, exclusive, holder_gone, holding, is_mount_point,
@@ -374,7 +375,7 @@ def _interrupts_deferred():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held: list[tuple[int, object]] = []
+    held: list[tuple[int, Any]] = []
     signums = (signal.SIGINT, signal.SIGTERM)
     previous = {signum: signal.signal(signum, lambda signum, frame: held.append((signum, frame)))
                 for signum in signums}
@@ -384,14 +385,14 @@ def _interrupts_deferred():
         for signum in signums:
             signal.signal(signum, previous[signum])
         if held:
-            signum, frame = held[0]
-            handler = previous[signum]
+            first, frame = held[0]
+            handler = previous[signal.Signals(first)]
             if callable(handler):
-                handler(signum, frame)
+                handler(first, frame)
             elif handler == signal.SIG_DFL:
-                if signum == signal.SIGINT:
+                if first == signal.SIGINT:
                     raise KeyboardInterrupt
-                signal.raise_signal(signum)
+                signal.raise_signal(first)
 
 
 def named(path, kind: str) -> Path:
