@@ -158,3 +158,23 @@ def leace(X, groups, w=None, method="leace", rtol=None):
     u, s, _ = np.linalg.svd(W @ sigma_xz, full_matrices=False)
     U = u[:, s > s[0] * 1e-10]
     return mu, (W_pinv @ U @ U.T @ W).T
+
+
+def leace_full_rank(X, groups):
+    """LEACE's closed form (Belrose et al. 2023, Thm. 4.3) with nothing thresholded: Sigma
+    full rank, W = Sigma^(-1/2) on all of it, and Sigma_XZ from m - 1 centred indicators
+    per attribute of m groups (the m-th is minus their sum after centring, so it adds no
+    direction): W Sigma_XZ then has full column rank and P is the projection onto all of
+    its columns.  Returns (mu, E): the eraser ``x -> x - (x - mu) E``."""
+    X = np.asarray(X, dtype=float)
+    mu = X.mean(axis=0)
+    Xc = X - mu
+    Z = np.concatenate([centred_onehot(g)[:, :-1] for g in groups], axis=1)
+    sigma = Xc.T @ Xc / (len(X) - 1)
+    sigma_xz = Xc.T @ Z / (len(X) - 1)
+    lam, V = np.linalg.eigh(sigma)
+    assert lam[0] > 0, "the oracle needs a full-rank covariance"
+    W = (V * lam ** -0.5) @ V.T
+    W_pinv = (V * lam ** 0.5) @ V.T
+    U = np.linalg.qr(W @ sigma_xz)[0]
+    return mu, (W_pinv @ U @ U.T @ W).T

@@ -16,7 +16,7 @@ from sklearn.pipeline import make_pipeline
 import dfairpca
 from dfairpca import ConceptEraser
 from dfairpca.io import SavedFileError
-from oracle import leace, make_data
+from oracle import leace, leace_full_rank, make_data
 
 
 def _oracle_erase(X, groups, w=None, method="leace", rtol=None):
@@ -75,6 +75,82 @@ def test_no_group_covaries_with_any_output_feature_and_leace_changes_least():
         change[name] = float(np.mean(np.sum((Y - X) ** 2, axis=1)))
     assert change["leace"] <= change["orth"] * (1 + 1e-12)
     assert change["leace"] < change["orth"]  # correlated features: strictly less here
+
+
+def _correlation(Y, groups):
+    """Largest |correlation| of a group's indicator with an output feature: each feature
+    on its own scale, where features' scales span 1e6."""
+    Yc = Y - Y.mean(axis=0)
+    worst = 0.0
+    for g in groups:
+        Z = (g[:, None] == np.unique(g)[None, :]).astype(float)
+        Zc = Z - Z.mean(axis=0)
+        c = (Yc.T @ Zc) / np.outer(np.linalg.norm(Yc, axis=0), np.linalg.norm(Zc, axis=0))
+        worst = max(worst, float(np.abs(c).max()))
+    return worst
+
+
+def _ill_conditioned(groups, decades, seed=4):
+    """(X, groups, change): well-conditioned data Y mapped by A = diag(s) Q (feature scales
+    s spanning 10**decades before a rotation Q), and LEACE's change ``x - r(x)`` of X's rows
+    from Y's own closed form: LEACE is equivariant under invertible linear maps (it is
+    the least change in every norm at once), so ``r_X(x) = r_Y(x A^-1) A``, exact to the
+    rounding of well-conditioned Y whatever A's condition."""
+    Y, gs = make_data(3000, 12, groups, seed=seed, shift=1.0)
+    A = np.logspace(0, decades, 12)[:, None] * np.linalg.qr(
+        np.random.default_rng(seed + 1).normal(size=(12, 12)))[0]
+    mu, E = leace_full_rank(Y, gs)
+    return Y @ A + 1e3, gs, (Y - mu) @ E @ A
+
+
+@pytest.mark.parametrize("groups", [(2,), (3,), (2, 3), (2, 2, 3)])
+@pytest.mark.parametrize("decades", [3, 5, 6])
+def test_leace_is_its_closed_form_on_ill_conditioned_covariances(groups, decades):
+    """Up to a condition number of 1e12: the rank counted where the whitening's
+    magnification of rounding cannot pose as a direction (m - 1 per attribute), the
+    change equal to the closed form to eps * cond(Sigma) (the accuracy of the eigenvectors
+    of Sigma's smallest eigenvalues) and no larger, the cross-covariance 0."""
+    X, gs, change = _ill_conditioned(groups, decades)
+    cond = np.linalg.cond(np.cov(X.T))
+    tol = np.finfo(float).eps * cond
+    est = ConceptEraser().fit(X, sensitive_features=gs)
+    assert est.n_constraints_ == sum(m - 1 for m in groups) and est.support_rank_ == 12
+    got = X - est.transform(X)
+    assert np.linalg.norm(got - change) <= tol * np.linalg.norm(change)
+    mu, E = leace_full_rank(X, gs)  # the same closed form computed on X itself
+    assert np.linalg.norm(got - (X - mu) @ E) <= tol * np.linalg.norm(change)
+    assert np.linalg.norm(got) <= (1 + tol) * np.linalg.norm(change)  # the least change
+    assert _correlation(X, gs) > 0.3 and _correlation(X - got, gs) < 1e-9
+    assert est.fairness_violation_ < 1e-10
+    orth = ConceptEraser("orth").fit(X, sensitive_features=gs)
+    assert orth.n_constraints_ == est.n_constraints_
+
+
+def _smooth_images(n, noise, seed):
+    """16 x 16 images: 9 smooth cosines with random, group-shifted weights, plus pixel noise."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:16, 0:16] / 15.0
+    basis = np.stack([np.cos(np.pi * (a * xx + b * yy))
+                      for a in range(3) for b in range(3)]).reshape(9, -1)
+    g = rng.integers(0, 2, n)
+    h = rng.integers(0, 3, n)
+    c = rng.normal(size=(n, 9)) + g[:, None] * 0.7 + rng.normal(size=(3, 9))[h] * 0.5
+    return c @ basis + noise * rng.normal(size=(n, 256)), g, h
+
+
+def test_leace_is_its_closed_form_on_smooth_images_with_small_pixel_noise():
+    X, g, h = _smooth_images(4000, 1e-4, seed=20)
+    cond = np.linalg.cond(np.cov(X.T))
+    assert cond > 1e10
+    tol = np.finfo(float).eps * cond
+    for gs in ([g], [g, h]):
+        est = ConceptEraser().fit(X, sensitive_features=gs)
+        assert est.n_constraints_ == sum(len(np.unique(a)) - 1 for a in gs)
+        mu, E = leace_full_rank(X, gs)
+        change, got = (X - mu) @ E, X - est.transform(X)
+        assert np.linalg.norm(got - change) <= tol * np.linalg.norm(change)
+        assert np.linalg.norm(got) <= (1 + tol) * np.linalg.norm(change)
+        assert _correlation(X, gs) > 0.3 and _correlation(X - got, gs) < 1e-9
 
 
 def test_a_linear_probe_cannot_recover_the_groups_after_erasure():

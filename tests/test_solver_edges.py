@@ -96,11 +96,38 @@ def test_a_stalled_iteration_keeps_the_largest_components():
 
     w = _spikes_and_cluster(600, 0.02)
     S, O = _psd(w)
-    with pytest.warns(ConvergenceWarning, match="stopped after 100 steps .* eigen_solver='dense'"):
+    with pytest.warns(ConvergenceWarning, match="stopped after 100 steps .*: the eigenvalues "
+                      "around k are clustered .*; eigen_solver='dense'"):
         _, V = subspace_iteration(S, 50)
     assert np.linalg.norm(O[:, :5].T @ V) ** 2 > 5 * (1 - 1e-6)
     top = np.sort(w)[::-1][:50].sum()
     assert top - _captured(S, V) <= 2e-3 * top  # within the cluster's spread
+
+
+def test_the_warning_of_an_unconverged_iteration_names_its_cause():
+    """Clustered eigenvalues only where the gap ratio says so (above); too few steps for a
+    clear gap; and where the gap would have converged, rounding (a target below float64's
+    resolution of the sum)."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    S, _ = _psd(SPECTRA["decay"])
+    with pytest.warns(ConvergenceWarning, match=r"stopped after 2 steps .*: iterations exhausted: "
+                      r"the gap around k \(the block's smallest Ritz value 0\.\d+ of the k-th\) "
+                      r"needs about \d+ steps; eigen_solver='dense'") as got:
+        subspace_iteration(S, 50, max_iter=2)
+    assert "clustered" not in str(got[0].message)
+    # a clear gap (0.5 per step) that 100 steps resolve: what is left is rounding (no real
+    # S of this package's stalls there: the classification of such Ritz values)
+    from dfairpca.base._solvers import _stall_cause
+
+    w = np.r_[np.full(20, 0.5), np.ones(50)]
+    assert _stall_cause(w, 50, 1e-8, 100).startswith(
+        "not the spectrum, whose gap (the block's smallest Ritz value 0.500 of the k-th) "
+        "converges in about 14 steps: the change is rounding")
+    w[0] = -0.3
+    assert "S is not positive semi-definite (a Ritz value of -3.00e-01" in _stall_cause(w, 50, 1e-8, 100)
+    assert _stall_cause(np.r_[np.full(20, np.nan), np.ones(50)], 50, 1e-8, 100) == \
+        "S holds NaN or infinity"
 
 
 def test_a_cluster_wider_than_the_block_is_converged_to_rtol():

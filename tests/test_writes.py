@@ -23,7 +23,7 @@ from hypothesis import given, settings, strategies as st
 from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding, V2ChunkKeyEncoding
 
 import dfairpca
-from dfairpca.io import _local
+from dfairpca.io import _local, _locks
 from dfairpca import io
 from dfairpca.io._marker import LEASE_STALE_S, MARKER, ZarrNode, marker, zarr_foreign_files
 from dfairpca.celeba import ingest_celeba, synth_celeba
@@ -225,8 +225,8 @@ def expire(*paths):
         os.utime(p, (t, t))
 
 
-def _marked_sibling(path: Path, pid) -> Path:
-    host = _local._sibling(path, "tmp").name.split("-")[1]
+def _marked_sibling(path: Path, pid, host=None) -> Path:
+    host = host or _local._sibling(path, "tmp").name.split("-")[1]
     tmp = path.parent / f".{path.name}.tmp-{host}-{pid}-0badcafe"
     tmp.mkdir()
     io.write_marker(tmp, "model")
@@ -236,10 +236,12 @@ def _marked_sibling(path: Path, pid) -> Path:
 
 def test_a_temporary_lives_while_its_lease_does_whatever_its_pid(models, tmp_path):
     """A PID seen from elsewhere (another PID namespace or host) says nothing: a
-    temporary whose lease is fresh is a live write; once expired, a dead one's."""
+    temporary of another host whose lease is fresh is a live write; once expired, a dead
+    one's."""
     path = tmp_path / "model"
     models["PCA"].save(path)
-    gone = _marked_sibling(path, 2**22 + 12345)  # above pid_max: no such process, anywhere
+    # above pid_max: no such process, anywhere
+    gone = _marked_sibling(path, 2**22 + 12345, host="otherhost")
     io.recover(path)
     dfairpca.load(path)
     assert gone.exists()
@@ -258,7 +260,6 @@ def test_a_reader_in_another_pid_namespace_never_deletes_a_live_write(models, tm
     if probe.returncode:
         pytest.skip(f"cannot make a PID namespace here: {probe.stderr.decode().strip()}")
     with _local.temporary_sibling(path) as tmp:
-        tmp.mkdir()
         io.write_marker(tmp, "model")
         code = (f"import os, dfairpca; m = dfairpca.load({str(path)!r}); "
                 f"assert not os.path.exists('/proc/{os.getpid()}'); "  # os.kill would say: dead
@@ -337,7 +338,6 @@ from pathlib import Path
 from dfairpca.io import _local, _marker
 _marker.LEASE_REFRESH_S = 0.1
 with _local.temporary_sibling(Path({str(path)!r})) as tmp:
-    tmp.mkdir()
     _local.LocalStorage(tmp).write_marker("model")
     Path({str(ready)!r}).write_text(tmp.name)
     time.sleep(60)
@@ -359,6 +359,47 @@ with _local.temporary_sibling(Path({str(path)!r})) as tmp:
     expire(tmp)
     io.recover(path)
     assert not tmp.exists()
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_a_rerun_removes_a_dead_writers_temporary_at_once(models, tmp_path, how):
+    """A writer on this host killed mid-save (its lease still fresh: it renewed it a moment
+    ago) holds its temporary no more: the next write of the same path removes it at once,
+    not three minutes later; a live writer's fresh temporary is left alone meanwhile."""
+    import signal
+
+    path = tmp_path / "model"
+    ready = tmp_path / "ready"
+    code = f"""
+import time
+from pathlib import Path
+import dfairpca
+from dfairpca.io import _local
+class Stalled(_local.LocalStorage):
+    def move_into_place(self, src, *args, **kwargs):
+        Path({str(ready)!r}).write_text(Path(src).name)
+        time.sleep(60)
+_local.LocalStorage.move_into_place = Stalled.move_into_place
+dfairpca.PCA(2).fit(__import__("numpy").random.default_rng(0).normal(size=(50, 4))).save({str(path)!r})
+"""
+    writer = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        for _ in range(1200):
+            if ready.exists() and ready.read_text():
+                break
+            assert writer.poll() is None
+            time.sleep(0.05)
+        tmp = tmp_path / ready.read_text()
+        assert io.read_marker(tmp) is not None  # the whole model, marked, about to be moved
+        io.recover(path)
+        assert tmp.exists()  # its writer is alive
+    finally:
+        writer.send_signal(getattr(signal, how))
+        writer.wait()
+    assert tmp.exists() and time.time() - tmp.stat().st_mtime < LEASE_STALE_S
+    models["FairPCA"].save(path)  # the rerun
+    assert not tmp.exists() and siblings(path) == []
+    assert type(dfairpca.load(path)) is dfairpca.FairPCA
 
 
 def test_object_storage_temporaries_live_while_their_lease_objects_do(models, tmp_path):
@@ -400,7 +441,8 @@ def test_recovery_touches_only_marked_leftovers_of_dead_writers(models, tmp_path
     users = tmp_path / f".model.old-{host}-{dead_pid}-0123abcd"
     users.mkdir()
     (users / "data.csv").write_text("1,2\n")
-    # a marked leftover of a writer still running on this host (the shell that ran pytest)
+    # a marked temporary of a writer still running on this host (the shell that ran
+    # pytest), which holds it as a writer does
     live = tmp_path / f".model.tmp-{host}-{os.getppid()}-89abcdef"
     live.mkdir()
     io.write_marker(live, "model")
@@ -410,7 +452,8 @@ def test_recovery_touches_only_marked_leftovers_of_dead_writers(models, tmp_path
     io.write_marker(dead, "model")
     (dead / "half.npz").write_bytes(b"12")
     expire(dead)
-    io.recover(path)
+    with _locks.holding(live):
+        io.recover(path)
     assert users.exists() and (users / "data.csv").read_text() == "1,2\n"
     assert live.exists() and not dead.exists()
 
@@ -907,11 +950,17 @@ def test_removing_a_finished_checkpoint_keeps_a_users_file_inside_it(tmp_path, t
     assert (ckpt / "notes.txt").read_text() == "mine"
 
 
-def test_ctrl_c_between_the_two_renames_is_held_until_both_are_done(models, tmp_path, monkeypatch):
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_between_the_two_renames_is_held_until_both_are_done(models, tmp_path, monkeypatch,
+                                                                    signum):
     """A SIGINT right after the old version is set aside (the race a Ctrl-C test of the CLI
     hit: its checkpoint was missing after the interrupt) is delivered once the new version
-    is in place: the KeyboardInterrupt still comes, and ``path`` always exists."""
+    is in place: the KeyboardInterrupt still comes, and ``path`` always exists.  The same
+    for a SIGTERM under the command line's handler, which raises KeyboardInterrupt too."""
+    import contextlib
     import signal
+
+    from dfairpca.cli._errors import sigterm_as_interrupt
 
     path = tmp_path / "model"
     models["PCA"].save(path)
@@ -920,11 +969,13 @@ def test_ctrl_c_between_the_two_renames_is_held_until_both_are_done(models, tmp_
     def interrupted(src, dst):
         real(src, dst)
         if ".old-" in str(dst):
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), getattr(signal, signum))
 
     monkeypatch.setattr(os, "replace", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    handler = sigterm_as_interrupt() if signum == "SIGTERM" else contextlib.nullcontext([])
+    with pytest.raises(KeyboardInterrupt), handler as received:
         models["FairPCA"].save(path, overwrite=True)
+    assert received == ([signal.SIGTERM] if signum == "SIGTERM" else [])
     monkeypatch.setattr(os, "replace", real)
     assert type(dfairpca.load(path)) is dfairpca.FairPCA
 

@@ -170,7 +170,7 @@ def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_it
             warnings.warn(
                 f"block subspace iteration stopped after {max_iter} steps with the captured "
                 f"variance still changing by {change:.1e} (relative; the target is {rtol:g}): "
-                "the eigenvalues around k are clustered; eigen_solver='dense' solves it exactly",
+                f"{_stall_cause(w, k, rtol, max_iter)}; eigen_solver='dense' solves it exactly",
                 ConvergenceWarning, stacklevel=3)
             break
         prev = total
@@ -190,6 +190,35 @@ def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_it
     V = V @ G[:, ::-1]
     w = w[::-1][:k]
     return (np.ldexp(w, e) if abs(e) > 400 else w), V[:, :k]
+
+
+def _stall_cause(w: np.ndarray, k: int, rtol: float, max_iter: int) -> str:
+    """Why :func:`subspace_iteration` did not converge, from its last Ritz values w
+    (ascending, the block's p): the gap ratio r = (block's smallest) / (k-th largest),
+    about lambda_p / lambda_k, by which each step shrinks the error of the captured variance
+    at least r**2 (a plain power step; the filter does better), so that converging to
+    rtol takes about ``log(rtol) / (2 log r)`` steps.  Clustered eigenvalues only where r
+    is within :data:`FILTER_GAP` of 1; too few steps where the gap needs more than
+    ``max_iter``; otherwise the spectrum would have converged and the change is rounding
+    (a target below what float64 resolves in the sum, an ill-conditioned or
+    not positive semi-definite S)."""
+    if not np.all(np.isfinite(w)):
+        return "S holds NaN or infinity"
+    wanted, b, top = float(w[::-1][k - 1]), float(w[0]), float(np.abs(w).max())
+    r = max(b, 0.0) / wanted if wanted > 0 else 1.0
+    negative = (f"; S is not positive semi-definite (a Ritz value of {b:.2e} against a "
+                f"largest of {top:.2e})") if b < -w.size * np.finfo(float).eps * top else ""
+    if r * FILTER_GAP >= 1:
+        return (f"the eigenvalues around k are clustered (the block's smallest Ritz value is "
+                f"{r:.4f} of the k-th: components of nearly equal variance, nearly "
+                f"interchangeable){negative}")
+    need = int(np.ceil(np.log(min(rtol, 0.5)) / (2 * np.log(r)))) if r > 0 else 1
+    if need > max_iter:
+        return (f"iterations exhausted: the gap around k (the block's smallest Ritz value "
+                f"{r:.3f} of the k-th) needs about {need} steps{negative}")
+    return (f"not the spectrum, whose gap (the block's smallest Ritz value {r:.3f} of the "
+            f"k-th) converges in about {need} steps: the change is rounding, a target below "
+            f"what float64 resolves or an ill-conditioned S{negative}")
 
 
 def _projector(Q):

@@ -32,7 +32,8 @@ after a cluster was found or started.  Errors are one line on stderr.  The exit 
 which kind: 0 done; 1 the run failed (a missing or corrupt file, an existing output, lost
 workers, a scheduler that does not answer); 2 the command line was refused before any work
 (argparse's errors, an option or value the command cannot use); 130 Ctrl-C (``fit`` says how
-many chunks its checkpoint holds).  Anything else is a bug: its traceback, exit status 1.
+many chunks its checkpoint holds); 143 SIGTERM, handled as Ctrl-C (the line names the
+checkpoint that holds what was done).  Anything else is a bug: its traceback, exit status 1.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ import json
 import logging
 import sys
 
-from ._errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, ONE_LINE_ERRORS, _malformed_file,
-                      exit_status, one_line)
+from ._errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, ONE_LINE_ERRORS,
+                      _malformed_file, exit_status, one_line, sigterm_as_interrupt)
 from ._fit import (CLUSTER_TIMEOUT, FitJob, cmd_demo, cmd_fit, cmd_show,
                    cmd_transform)
 from ._erase import add_erase_parser
@@ -53,7 +54,7 @@ from ._inputs import TARGET_OPTIONS
 from ._stores import cmd_ingest, cmd_synth
 
 __all__ = ["main", "build_parser", "exit_status", "one_line", "ONE_LINE_ERRORS", "EXIT_FAILURE", "EXIT_USAGE",
-           "EXIT_INTERRUPTED"]
+           "EXIT_INTERRUPTED", "EXIT_TERMINATED", "sigterm_as_interrupt"]
 
 
 # ----------------------------------------------------------------------------- parser
@@ -440,7 +441,8 @@ def _showing_log():
 def main(argv=None) -> int:
     """Run one command; return its exit status: 0, :data:`EXIT_FAILURE` (1) when the run
     failed, :data:`EXIT_USAGE` (2) for a command line refused before any work,
-    :data:`EXIT_INTERRUPTED` (130) on Ctrl-C (see :func:`exit_status`).
+    :data:`EXIT_INTERRUPTED` (130) on Ctrl-C, :data:`EXIT_TERMINATED` (143) on SIGTERM
+    (see :func:`exit_status`).
 
     With ``--json`` the command's summary is printed on stdout as one JSON line, and all
     else that would go to stdout (human summaries, progress bars) goes to stderr.
@@ -454,9 +456,10 @@ def main(argv=None) -> int:
         return exc.code if isinstance(exc.code, int) else 0
     as_json = getattr(args, "json", False)
     stdout = sys.stdout
+    terminated: list[int] = []
     try:
-        with _showing_log(), contextlib.redirect_stdout(sys.stderr) if as_json else \
-                contextlib.nullcontext():
+        with sigterm_as_interrupt() as terminated, _showing_log(), \
+                contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             summary = args.func(args)
     except ONE_LINE_ERRORS as exc:
         msg = one_line(exc)
@@ -479,12 +482,16 @@ def main(argv=None) -> int:
         # before, it costs an ingest's start 0.4 s); else outside a pass, or a second Ctrl-C
         # while the cluster closes
         checkpoint = sys.modules.get("dfairpca.engine.checkpoint")
-        if checkpoint is not None and isinstance(exc, checkpoint.PassInterrupted):
-            resume = "; rerun with --resume" if args.command == "fit" else ""
-            print(f"dfairpca {args.command}: interrupted after {exc.progress}{resume}",
-                  file=sys.stderr)
-        else:
-            print(f"dfairpca {args.command}: interrupted", file=sys.stderr)
+        passed = exc if checkpoint is not None and isinstance(exc, checkpoint.PassInterrupted) \
+            else None
+        resume = "; rerun with --resume" if args.command == "fit" and passed else ""
+        if terminated:  # a log read later, not a person at the terminal: where it is kept
+            kept = (f" after {passed.progress}, kept in the checkpoint {str(passed.checkpoint)!r}"
+                    if passed else "; nothing it was writing was kept")
+            print(f"dfairpca {args.command}: terminated (SIGTERM){kept}{resume}", file=sys.stderr)
+            return EXIT_TERMINATED
+        print(f"dfairpca {args.command}: interrupted" + (f" after {passed.progress}" if passed else "")
+              + resume, file=sys.stderr)
         return EXIT_INTERRUPTED
     if as_json:
         print(json.dumps(summary, allow_nan=False), file=stdout, flush=True)

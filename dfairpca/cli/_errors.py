@@ -7,7 +7,9 @@ import contextlib
 import difflib
 import json
 import math
+import signal
 import sys
+import threading
 
 import numpy as np
 
@@ -21,6 +23,39 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 #: exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it
 EXIT_INTERRUPTED = 130
+#: exit status of a command stopped by SIGTERM (128 + 15): what ``kill``, ``timeout``,
+#: SLURM and Kubernetes send
+EXIT_TERMINATED = 143
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """While the block runs, SIGTERM stops the command as Ctrl-C does: it raises
+    KeyboardInterrupt in the main thread, so that every cleanup an interrupt runs (a
+    write's temporary removed, a checkpoint's pass saying what it holds, the local
+    cluster's processes closed in order, which keeps multiprocessing's resource tracker
+    from reporting "leaked semaphore objects") runs for it too.
+
+    Yields a list that holds the signal once one arrived (the caller's exit status and
+    line).  A second SIGTERM while the first one's cleanup runs is ignored (an
+    orchestrator sends SIGKILL after its grace period anyway); outside the main thread,
+    where Python runs no signal handler, nothing changes.
+    """
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def stop(signum, frame):
+        if not received:
+            received.append(signum)
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class CLIError(DfairpcaError):

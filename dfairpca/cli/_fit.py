@@ -570,7 +570,7 @@ def cmd_demo(args):
     from ..celeba import ensure_store
 
     work = Path(args.workdir) if args.workdir is not None else demo_folder()
-    work.mkdir(parents=True, exist_ok=True)
+    make_folder(work, "--workdir" if args.workdir is not None else "the demo's folder")
     print(f"the demo's folder (its store, model and picture): {work}"
           + ("" if args.workdir is not None else " (--workdir DIR writes elsewhere)"))
     store = work / f"synthetic_celeba_{args.n}.zarr"
@@ -602,6 +602,21 @@ def cmd_demo(args):
           f"the data and coincide after fair PCA (single faces may still show {args.attribute}: "
           "fair PCA promises equal group means, so that no linear read-out tells the groups "
           "apart, as the held-out figures above show)")
+
+
+def make_folder(folder: Path, option: str) -> None:
+    """Make ``folder`` (and its parents) unless it is one; a file in the way is refused in
+    one line naming it and the fix, not as the operating system's "File exists"."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()),
+                        folder)
+        where = "" if blocking == folder else f" ({blocking} is a file)"
+        raise UsageError(f"{option} {folder} must be a folder, and it cannot be one{where}: the "
+                         "demo writes its store, model and picture into a folder; pass a folder "
+                         f"that is new or exists, e.g. --workdir {folder.parent / (folder.name + '-demo')}"
+                         ) from None
 
 
 #: the seed of the demo's held-out faces: drawn like the fitted ones, never fitted

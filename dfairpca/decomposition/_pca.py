@@ -216,9 +216,10 @@ class PCA(LinearDecomposition):
             Seconds the fit waits once every worker of the active Client has left (new
             workers that join within it take over); then it stops with
             :class:`~dfairpca.cluster.WorkersLost`, which says what ``checkpoint`` holds.
-            On a distributed Client it also bounds each read of a remote store
-            (``s3://``) by the workers: one unanswered that long ends the fit with
-            :class:`~dfairpca.io.StoreTimeout`, naming the store.
+            It also bounds each read of a remote store (``s3://``), by a distributed
+            Client's workers or Dask's threaded or synchronous scheduler: one unanswered
+            that long ends the fit with :class:`~dfairpca.io.StoreTimeout`, naming the
+            store.
             Default None: it waits for new workers as long as it takes, and for a store as
             long as its file system retries.  Either way a worker restarted by its nanny is
             replaced by the new one; a lost scheduler

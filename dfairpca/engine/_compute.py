@@ -284,15 +284,59 @@ def compute(*args) -> tuple:
     tuple
         Their computed values, one per argument.
     """
-    import dask
-
     client = _scheduling_client()
-    if client is None:
-        return dask.compute(*args)
     seconds = _WORKER_TIMEOUT.get()
+    if client is None:
+        return _compute_locally(args, seconds)
     with cluster_failures_said(client):
         futures = submit(client, list(args), seconds)
     return tuple(gather_watched(client, futures, seconds))
+
+
+class _ContextPool:
+    """A thread pool for Dask's threaded scheduler that runs each task in a copy of the
+    context that submits it (the scheduler's loop, in the caller's thread): the pool Dask
+    makes carries no context variables into its threads, so a task there would not see the
+    caller's :func:`dfairpca.io._remote.store_timeout`."""
+
+    def __init__(self, workers: int):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="dfairpca-compute")
+        self._max_workers = workers  # what dask.threaded.get reads of a pool
+
+    def submit(self, fn, /, *args, **kwargs):
+        return self._pool.submit(contextvars.copy_context().run, fn, *args, **kwargs)
+
+    def shutdown(self) -> None:
+        # not waiting: a task left in a frozen store's read ends at its own timeout
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _compute_locally(args, seconds: float | None) -> tuple:
+    """``dask.compute(*args)`` without a Client, its reads of remote stores bounded by
+    ``seconds`` as on a cluster (:func:`dfairpca.io._remote.store_timeout`): in this thread
+    (the synchronous scheduler) and, on the threaded scheduler, in every thread of a pool
+    that carries this context into its tasks (:class:`_ContextPool`).  Other schedulers
+    (processes) read as the file system does."""
+    import dask
+    import dask.threaded
+    from dask.base import get_scheduler
+
+    from ..io._remote import store_timeout
+
+    if seconds is None:
+        return dask.compute(*args)
+    with store_timeout(seconds):
+        if get_scheduler() is not dask.threaded.get:
+            return dask.compute(*args)
+        from dask.system import CPU_COUNT
+
+        pool = _ContextPool(dask.config.get("num_workers", None) or CPU_COUNT)
+        try:
+            return dask.compute(*args, pool=pool)
+        finally:
+            pool.shutdown()
 
 
 def submit(client, collections, seconds: float | None):

@@ -21,14 +21,16 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from ._files import read_capped
-from ._locks import REPLACE_LOCK, drop_stale_lock, exclusive, is_mount_point, not_writable
+from ._locks import (REPLACE_LOCK, drop_stale_lock, exclusive, holder_gone, holding, is_mount_point,
+                     not_writable)
 from ._marker import (
     ACTIVE, consolidate,
     MARKER, MARKER_KEY, OutputPathError, apart, foreign_files, kept, lease_age, leased, marker,
-    marker_attributes, not_ours, refusal, running, sibling_name, sibling_pattern, warn_kept, zarr_foreign,
-    zarr_layout,
+    marker_attributes, not_ours, refusal, running, sibling_name, sibling_pattern, this_host, warn_kept,
+    zarr_foreign, zarr_layout,
 )
 from ._storage import Protected, Storage, each_protected
 from ._urls import on_disk
@@ -184,11 +186,7 @@ class LocalStorage(Storage):
         into it replaces the marker file by its attribute), then moved into place."""
         path = self.target
         self.check_target(kind, overwrite=overwrite, protect=protect, probe=False)
-        with temporary_sibling(path) as tmp:
-            try:
-                tmp.mkdir(parents=True)  # the writability probe, before the block's work
-            except OSError as exc:
-                raise not_writable(path, tmp.parent, exc) from None
+        with temporary_sibling(path) as tmp:  # made: the writability probe, before the work
             LocalStorage(tmp).write_marker(kind)  # first: a leftover of a crash is recognisably ours
             yield tmp
             LocalStorage(tmp).write_marker(kind)
@@ -291,13 +289,19 @@ class LocalStorage(Storage):
         found = []
         for entry in parent.iterdir():
             m = sibling_pattern(self.target.name, role).fullmatch(entry.name)
-            if m is None or (role == "tmp" and running(entry.name, m.group(2), int(m.group(3)),
-                                                        _age(entry))):
+            if m is None:
                 continue
             if entry.is_symlink() or not (entry.is_dir() or role == "tmp" and entry.is_file()):
                 continue  # a file is only ever an atomic_file's temporary
-            if LocalStorage(entry).read_marker() is None and not is_empty_dir(entry):
+            marked = LocalStorage(entry).read_marker() is not None
+            if not marked and not is_empty_dir(entry):
                 continue  # not ours: never touched
+            # a marked temporary directory of this host is held by its writer from before
+            # its marker was written (temporary_sibling): free, its writer is gone
+            gone = (role == "tmp" and marked and entry.is_dir() and m.group(2) == this_host()
+                    and holder_gone(entry))
+            if role == "tmp" and running(entry.name, m.group(2), int(m.group(3)), _age(entry), gone):
+                continue
             found.append(entry)
         return found
 
@@ -342,38 +346,53 @@ def temporary_file(path: Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def temporary_sibling(path: Path) -> Iterator[Path]:
-    """The temporary sibling directory of ``path`` for this write, deleted if it is still
-    there when the block ends (a crash's is deleted by recover(): it is marked)."""
+    """The temporary sibling directory of ``path`` for this write, made (its folders too:
+    the writability probe) and held (:func:`dfairpca.io._locks.holding`, so that a rerun
+    on this host removes it at once if this process dies), deleted if it is still there
+    when the block ends (a crash's is deleted by recover(): it is marked)."""
     tmp = _sibling(path, "tmp")
     with leased(tmp.name, lambda: _renew(tmp)):
         try:
-            yield tmp
-        finally:
-            if _exists(tmp):
-                _remove_tree(tmp)
+            tmp.mkdir(parents=True)
+        except OSError as exc:
+            raise not_writable(path, tmp.parent, exc) from None
+        with holding(tmp):  # let go after the removal: never a half-removed tree unheld
+            try:
+                yield tmp
+            finally:
+                if _exists(tmp):
+                    _remove_tree(tmp)
 
 
 @contextlib.contextmanager
 def _interrupts_deferred():
-    """Hold a SIGINT that arrives inside the block and deliver it to the previous handler
-    when the block ends (main thread only, where Python runs signal handlers)."""
+    """Hold a SIGINT or SIGTERM that arrives inside the block and deliver it to the previous
+    handler when the block ends (main thread only, where Python runs signal handlers): a
+    KeyboardInterrupt for SIGINT's default, the default's end of the process for SIGTERM's."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    held: list[tuple[int, Any]] = []
+    signums = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.signal(signum, lambda signum, frame: held.append((signum, frame)))
+                for signum in signums}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum in signums:
+            signal.signal(signum, previous[signum])
         if held:
-            if callable(previous):
-                previous(signal.SIGINT, held[0])
-            elif previous == signal.SIG_DFL:
-                raise KeyboardInterrupt
+            first, frame = held[0]
+            handler = previous[signal.Signals(first)]
+            if callable(handler):
+                handler(first, frame)
+            elif handler == signal.SIG_DFL:
+                if first == signal.SIGINT:
+                    raise KeyboardInterrupt
+                signal.raise_signal(first)
 
 
 def named(path, kind: str) -> Path:

@@ -14,8 +14,8 @@ from pathlib import Path
 from ._marker import OutputPathError
 from ..errors import AccessError, DiskFullError
 
-__all__ = ["exclusive", "LOCK_MARK", "REPLACE_LOCK", "drop_stale_lock", "is_held", "not_writable",
-           "is_mount_point", "is_disk_full", "disk_full"]
+__all__ = ["exclusive", "LOCK_MARK", "REPLACE_LOCK", "drop_stale_lock", "is_held", "holding", "holder_gone",
+           "not_writable", "is_mount_point", "is_disk_full", "disk_full"]
 
 #: the suffix of the lock file ``.NAME`` + this that a replace of ``NAME`` holds
 REPLACE_LOCK = ".replace.lock"
@@ -224,6 +224,56 @@ def is_held(lock: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+@contextlib.contextmanager
+def holding(path: Path):
+    """Hold an exclusive ``flock`` on the directory ``path`` (a write's temporary) while
+    the block runs: the kernel lets it go when this process ends, however it ends, so a
+    reader on this host knows at once that the writer is gone (:func:`holder_gone`), where
+    its lease would say so only once it expires.  Nothing is held where the file system
+    refuses the lock (readers then judge by the lease alone)."""
+    try:
+        import fcntl
+        fd = os.open(path, os.O_RDONLY)
+    except (ImportError, OSError):  # Windows; a directory that cannot be opened
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(fd)
+
+
+def holder_gone(path: Path) -> bool:
+    """Whether no process holds the ``flock`` of the directory ``path`` that its writer
+    takes (:func:`holding`), on a file system where such locks are seen to conflict: True
+    only if this process takes it exclusively and a second descriptor's shared lock is
+    then refused (a file system that grants every lock, or refuses them all, says nothing:
+    False).  The lock is a lease the kernel holds for a live process, not a PID; it is
+    shared only among processes of one host (NFS may keep ``flock`` local), so the caller
+    asks only of a writer of this host."""
+    try:
+        import fcntl
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (ImportError, OSError):
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        probe = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True  # locks conflict here, and none was held: the writer is gone
+        finally:
+            os.close(probe)
+        return False
+    except OSError:  # held (BlockingIOError), or no locks on this file system
+        return False
+    finally:
+        os.close(fd)
 
 
 def not_writable(path: Path, folder: Path, exc: OSError) -> OSError:

@@ -24,7 +24,7 @@ __all__ = [
     "foreign_files", "ZarrNode", "zarr_layout", "stored_chunks", "zarr_foreign_files", "zarr_foreign",
     "zarr_contents", "kept", "consolidate",
     "sibling_name", "sibling_pattern", "running", "ACTIVE", "refusal", "apart", "not_ours",
-    "warn_kept", "LEASE_REFRESH_S", "LEASE_STALE_S", "leased", "lease_age", "expired",
+    "warn_kept", "LEASE_REFRESH_S", "LEASE_STALE_S", "leased", "lease_age", "expired", "this_host",
 ]
 
 #: dfairpca's marker, :func:`marker` as JSON: the file ``.dfairpca`` in every directory it
@@ -330,13 +330,14 @@ def known_entries(found: dict) -> set[str]:
     return _KNOWN_ENTRIES.get(str(found.get("kind")), set())
 
 
-def _host() -> str:
+def this_host() -> str:
+    """This host's name as a sibling's name carries it (:func:`sibling_name`)."""
     return re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32]
 
 
 def sibling_name(name: str, role: str) -> str:
     """``.NAME.{role}-HOST-PID-RANDOM``: a write's temporary sibling of ``name``."""
-    return f".{name}.{role}-{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return f".{name}.{role}-{this_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def sibling_pattern(name: str, roles: str) -> re.Pattern:
@@ -417,10 +418,11 @@ def leased(name: str, renew: Callable[[], None]) -> Iterator[None]:
         ACTIVE.discard(name)
 
 
-def running(name: str, host: str, pid: int, age: float | None) -> bool:
-    """Whether the writer that made sibling ``name`` may still be running: its lease was
-    renewed less than :data:`LEASE_STALE_S` ago (``age``, in seconds, from the sibling's
-    modification time or its lease object; None when neither can be read).
+def running(name: str, host: str, pid: int, age: float | None, gone: bool = False) -> bool:
+    """Whether the writer that made sibling ``name`` may still be running: not ``gone``
+    (its holder's lock seen free on this host, :func:`dfairpca.io._locks.holder_gone`)
+    and its lease renewed less than :data:`LEASE_STALE_S` ago (``age``, in seconds, from
+    the sibling's modification time or its lease object; None when neither can be read).
 
     Only this process's own siblings are known for sure (:data:`ACTIVE`).  Judging others
     by PID would delete a live write whenever the writer's PID is not visible here (another
@@ -429,8 +431,10 @@ def running(name: str, host: str, pid: int, age: float | None) -> bool:
     ``.old-`` one (which exists only for the instant between two renames, made under a
     lock the caller checks) or a ``.move-`` journal.
     """
-    if host == _host() and pid == os.getpid():
+    if host == this_host() and pid == os.getpid():
         return name in ACTIVE
+    if gone:
+        return False
     if age is None:
         return ".tmp-" in name
     return not expired(age)

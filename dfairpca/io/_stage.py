@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ._files import read_capped
 from ._local import LocalStorage, is_empty_dir, temporary_sibling
-from ._locks import disk_full, exclusive, is_disk_full, not_writable
+from ._locks import disk_full, exclusive, is_disk_full
 from ._marker import MARKER, OutputPathError, marker
 from ._urls import normalised
 from ._where import storage_for
@@ -210,10 +210,6 @@ def _open_stage(folder: Path, loc, key: dict, *, overwrite: bool) -> None:
                           "be reused", DiscardedWriteWarning, stacklevel=outside_stacklevel())
         stage.remove_directory(STAGE_KIND)
     with temporary_sibling(folder) as tmp:  # the stage appears whole: marker, record and work folder
-        try:
-            tmp.mkdir(parents=True)
-        except OSError as exc:
-            raise not_writable(folder, tmp.parent, exc) from None
         # the entries, not every file: the writer's files in work/ are the stage's own
         (tmp / MARKER).write_text(json.dumps({**marker(STAGE_KIND), "entries": [STAGE_FILE, STAGE_WORK]}))
         (tmp / STAGE_FILE).write_text(json.dumps(record))

@@ -4,6 +4,7 @@ one that cannot be decoded is an error naming it, never fill values (:func:`from
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -406,10 +407,12 @@ def read_checked(array: zarr.Array, selection: Any, asarray: bool = True, lock: 
         The region's values.
     """
     # a remote store that stops answering ends the read within the computation's timeout
-    # (a task annotation; none outside a distributed worker), the chunk-by-chunk re-read
+    # (a task annotation on a distributed worker; on a local scheduler the context the
+    # computation runs in, see dfairpca.engine._compute), the chunk-by-chunk re-read
     # that names a failing chunk included: a store that fails, then freezes, would
     # otherwise hold each re-read through its file system's own retries
-    with store_timeout(task_store_timeout()):
+    seconds = task_store_timeout()  # else the one in force here (a local scheduler's)
+    with store_timeout(seconds) if seconds is not None else contextlib.nullcontext():
         return _read_checked(array, selection, asarray, lock)
 
 

@@ -34,8 +34,8 @@ from ..stats.moments import Moments
 from ..errors import InvalidInputError
 from ._fairness import by_attribute, certify, constraint_basis, fair_constraints, row_norms
 
-__all__ = ["ERASURE_METHODS", "Erasure", "support_whitening", "erasure_maps", "erasure_violation",
-           "fit_erasure", "default_rtol"]
+__all__ = ["ERASURE_METHODS", "Erasure", "support_whitening", "independent_rows", "erasure_maps",
+           "erasure_violation", "fit_erasure", "default_rtol"]
 
 #: the erasers :func:`fit_erasure` builds
 ERASURE_METHODS = ("leace", "orth")
@@ -86,26 +86,52 @@ def support_whitening(S: np.ndarray, rtol: float):
     return V, 1.0 / root, root
 
 
-def erasure_maps(S: np.ndarray, C: np.ndarray, method: str, rtol: float, exponent: int = 0):
+def independent_rows(C: np.ndarray, sizes) -> int:
+    """The most independent directions the constraint rows C can span: per attribute of
+    ``sizes[i]`` groups (its rows in order, first), its nonzero rows less one (the rows
+    ``n_g (mean_g - mean)`` of one attribute sum to 0 exactly), then one for every
+    nonzero row after them (numeric attributes)."""
+    live = row_norms(np.asarray(C, np.float64)) > 0
+    bound, start = 0, 0
+    for size in sizes:
+        bound += max(int(live[start : start + size].sum()) - 1, 0)
+        start += size
+    return bound + int(live[start:].sum())
+
+
+def erasure_maps(S: np.ndarray, C: np.ndarray, method: str, rtol: float, exponent: int = 0,
+                 sizes=()):
     """(L, R, s): the eraser's ``proj_left`` (d, r) and ``proj_right`` (r, d) and the rank s
     of the support kept, from the covariance ``S * 4**exponent`` (any positive multiple of
     it: the erasure ``L R`` does not depend on it, only L and R's scaling does) and the
-    constraint rows C (m, d), the columns of Sigma_XZ up to positive factors.
+    constraint rows C (m, d), the columns of Sigma_XZ up to positive factors, the first
+    ``sum(sizes)`` of them the groups of attributes of ``sizes`` groups each.
+
+    The rank r is counted before whitening: ``rank(W Sigma_XZ)`` is the rank of
+    Sigma_XZ's columns on the support (W is invertible there), and W, whose condition is
+    the square root of Sigma's, magnifies the rounding of the rows (one binary
+    attribute's two rows are exact negatives to 1e-16) into a second whitened direction
+    of 1e-10 at a condition of 1e12, which a rank test in the whitened space keeps.  At
+    most :func:`independent_rows` directions, whatever the rounding.
 
     Never forms W (d x d): ``W C^T``, ``U^T W`` and ``W^+ U`` go through the eigenvectors,
     O(d^2 r) after the eigendecomposition."""
     d = S.shape[0]
+    C = np.asarray(C, np.float64)
+    bound = independent_rows(C, sizes)
     if method == "orth":
-        Q = constraint_basis(C)
+        Q = constraint_basis(C, rank=bound)
         return Q, Q.T.copy(), d
     if method != "leace":
         raise InvalidInputError(f"method must be one of {ERASURE_METHODS}; got {method!r}")
     V, inv_sqrt, root = support_whitening(S, rtol)
+    CV = C @ V  # the rows on the support, in its eigenvectors' coordinates, not whitened
+    r = constraint_basis(CV, rank=bound).shape[1]
     with np.errstate(over="ignore", under="ignore"):  # true units: the stored ones * 2**exponent
         inv_sqrt, root = np.ldexp(inv_sqrt, -exponent), np.ldexp(root, exponent)
-    # the rows of C W: every group's deviation whitened (W symmetric)
-    CW = ((np.asarray(C, np.float64) @ V) * inv_sqrt) @ V.T
-    U = constraint_basis(CW)  # (d, r): the column space of W Sigma_XZ
+    # the rows of C W: every group's deviation whitened (W symmetric); U its r largest
+    # directions: the column space of W Sigma_XZ
+    U = constraint_basis((CV * inv_sqrt) @ V.T, rtol=0.0, rank=r)
     VU = V.T @ U
     L = V @ (root[:, None] * VU)
     R = (VU.T * inv_sqrt) @ V.T
@@ -139,7 +165,8 @@ def fit_erasure(m: Moments, num: np.ndarray, names, *, method: str, rtol: float 
     tol = default_rtol(d, problem.precision) if rtol is None else float(rtol)
     assert problem.scatter is not None  # a complete problem
     S = problem.scatter / max(problem.n - 1, 1)  # stored units, 4**scatter_exponent
-    L, R, s = erasure_maps(S, C, method, tol, problem.exponent)
+    L, R, s = erasure_maps(S, C, method, tol, problem.exponent,
+                           [len(c) for c in problem.categories])
     per_group = by_attribute(erasure_violation(L, R, C), problem)
     fix = ("compute_dtype='float64' (the products ran in float32), "
            if problem.precision > np.finfo(np.float64).eps else "")

@@ -257,7 +257,8 @@ def _check_equalize(est, e) -> None:
 EQUALIZE_RULES = [Check(_check_equalize)]
 
 
-def constraint_basis(C: np.ndarray, rtol: float | None = None) -> np.ndarray:
+def constraint_basis(C: np.ndarray, rtol: float | None = None, rank: int | None = None
+                     ) -> np.ndarray:
     """Orthonormal basis (d, r) of the row space of C (the constraint directions).
 
     Zero rows (groups without signal, see ``FairPCA.fit_statistics``) are dropped, and the
@@ -266,7 +267,9 @@ def constraint_basis(C: np.ndarray, rtol: float | None = None) -> np.ndarray:
     group's direction is not lost in the rounding of a large one's).  Singular values
     below ``rtol * s_max`` count as rank deficiency, i.e. directions that are
     combinations of the others (default ``10 * max(C.shape) * eps``, the rule of
-    ``scipy.linalg.null_space``).
+    ``scipy.linalg.null_space``).  ``rank``: at most that many directions, the largest
+    (a rank counted where rounding cannot pose as a direction, see
+    :func:`dfairpca.solve._erasure.erasure_maps`).
     """
     d = C.shape[1]
     norms = row_norms(C)
@@ -277,7 +280,7 @@ def constraint_basis(C: np.ndarray, rtol: float | None = None) -> np.ndarray:
     if rtol is None:
         rtol = max(C.shape) * np.finfo(np.float64).eps * 10
     r = int(np.sum(s > rtol * s[0]))
-    return U[:, :r]
+    return U[:, : r if rank is None else min(r, rank)]
 
 
 def constraint_violation(U: np.ndarray, C: np.ndarray) -> np.ndarray:

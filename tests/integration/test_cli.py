@@ -414,6 +414,91 @@ def test_ctrl_c_during_fit_is_one_line_exit_130_and_resume_finishes(tmp_path, ca
     np.testing.assert_allclose(np.abs(got.components_ @ ref.components_.T), np.eye(5), atol=1e-4)
 
 
+def _sigterm(tmp_path, script, args, wait, group=False):
+    """(returncode, stderr lines) of ``dfairpca ARGS`` run by ``script`` and sent SIGTERM
+    once ``wait()`` is true: to its process alone (what ``kill``, ``timeout`` and
+    Kubernetes do), or with ``group`` to its process group (SLURM's job step)."""
+    import os
+    import signal
+    import time
+
+    env = dict(os.environ, PYTHONWARNINGS="ignore:Port 8787 is already in use")
+    proc = subprocess.Popen([sys.executable, "-c", script, *map(str, args)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not wait():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        (os.killpg if group else os.kill)(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    # on a loaded machine distributed may log that an event loop was unresponsive
+    return proc.returncode, [line for line in err.splitlines()
+                             if "Event loop was unresponsive" not in line]
+
+
+def test_sigterm_during_fit_is_ctrl_c_exit_143_naming_the_checkpoint(tmp_path):
+    """SIGTERM (kill, timeout, SLURM, Kubernetes) mid-pass stops a fit as Ctrl-C does: one
+    line naming the checkpoint that holds what was done, exit status 143, no traceback,
+    nothing left but the store and the checkpoint, and multiprocessing's resource tracker
+    has no leaked semaphores to report (the local cluster closed in order)."""
+    import json
+
+    store, model = tmp_path / "noise.zarr", tmp_path / "m"
+    ckpt = tmp_path / "m.checkpoint"
+    _noise_store(store, n=24000, size=32, chunk_rows=200)
+
+    def a_segment_is_saved():
+        try:
+            return bool(json.loads((ckpt / "progress.json").read_text())["done"])
+        except (OSError, ValueError, KeyError):
+            return False
+
+    code, lines = _sigterm(tmp_path, STALLED_AFTER_ONE_SEGMENT,
+                           ["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", model,
+                            "--rows-per-chunk", "200"], a_segment_is_saved)
+    err = "\n".join(lines)
+    assert code == 143, err
+    assert "Traceback" not in err and "leaked semaphore" not in err and len(lines) == 3, err
+    assert lines[2] == (f"dfairpca fit: terminated (SIGTERM) after 16 of 120 chunks, kept in the "
+                        f"checkpoint {str(ckpt)!r}; rerun with --resume"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.checkpoint", "noise.zarr"]
+    assert json.loads((ckpt / "progress.json").read_text())["done"] == [0]
+
+
+# TWO_CORES, with the output written in full and then held a minute before it is moved
+# into place: a SIGTERM then comes while the output's temporary is there, whatever the
+# machine's speed
+STALLED_BEFORE_THE_MOVE = (
+    "import time; from pathlib import Path; from dfairpca.io._local import LocalStorage\n"
+    "move = LocalStorage.move_into_place\n"
+    "def stalled(self, *args, **kwargs):\n"
+    "    Path('../written').touch(); time.sleep(60)\n"
+    "    move(self, *args, **kwargs)\n"
+    "LocalStorage.move_into_place = stalled\n" + TWO_CORES)
+
+
+@pytest.mark.parametrize("group", [False, True], ids=["process", "process group"])
+def test_sigterm_while_erase_writes_removes_its_temporary_exit_143(tmp_path, group):
+    store = tmp_path / "noise.zarr"
+    _noise_store(store, n=2000, size=16, chunk_rows=200)
+    work = tmp_path / "work"
+    work.mkdir()
+    code, lines = _sigterm(work, STALLED_BEFORE_THE_MOVE,
+                           ["erase", store, "--attribute", "Eyeglasses", "--out", work / "e.zarr"],
+                           (tmp_path / "written").exists, group=group)
+    err = "\n".join(lines)
+    assert code == 143, err
+    assert "Traceback" not in err and "leaked semaphore" not in err, err
+    assert lines[-1] == "dfairpca erase: terminated (SIGTERM); nothing it was writing was kept", err
+    assert [p.name for p in work.iterdir()] == [], err  # the temporary removed, no lock left
+
+
 def tree(path):
     """Every file and folder under ``path``, with file contents and modification times."""
     return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) if p.is_file() else None
@@ -976,6 +1061,19 @@ def test_demo_makes_the_store_fits_and_draws_then_reuses_the_store(tmp_path, cap
     assert code == 0, err
     assert f"using the existing store {work / 'synthetic_celeba_300.zarr'}" in out
     assert dfairpca.load(work / "fair_Eyeglasses_k4").n_components_ == 4
+
+
+def test_demo_with_a_file_as_its_workdir_is_one_line_naming_the_fix(tmp_path, capsys):
+    labels = tmp_path / "labels.csv"
+    labels.write_text("a,b\n")
+    for work, blocking in ((labels, ""), (labels / "sub", f" ({labels} is a file)")):
+        code, out, err = run(["demo", "--n", "300", "--workdir", work, *NO_CLUSTER], capsys)
+        assert code == 2 and err.count("\n") == 1, err
+        assert err == (f"dfairpca demo: error: --workdir {work} must be a folder, and it cannot "
+                       f"be one{blocking}: the demo writes its store, model and picture into a "
+                       f"folder; pass a folder that is new or exists, e.g. --workdir "
+                       f"{work.parent / (work.name + '-demo')}\n"), err
+    assert labels.read_text() == "a,b\n" and sorted(tmp_path.iterdir()) == [labels]
 
 
 def test_a_fit_into_a_log_reports_the_pass_and_the_eigensolve_in_whole_lines(store, tmp_path,

@@ -546,6 +546,47 @@ def test_a_server_that_stops_answering_mid_pass_ends_the_fit_within_its_timeout(
     assert "reachable from the Dask workers" in msg and "--timeout" in msg, msg
 
 
+@pytest.mark.parametrize("scheduler", ["threads", "synchronous"])
+def test_a_frozen_server_ends_a_fit_on_a_local_scheduler_within_its_timeout(
+        clean_environment, tmp_path, scheduler):
+    """Without a Client (Dask's threaded scheduler, or the synchronous one) a fit's reads
+    are bounded by its timeout as on a cluster: one line naming the store."""
+    import dask
+    import s3fs
+
+    with _moto(tmp_path) as (server, options), dask.config.set(scheduler=scheduler):
+        _faces(tmp_path / "faces.zarr")
+        s3fs.S3FileSystem(**options).put(str(tmp_path / "faces.zarr"), "data/faces.zarr",
+                                         recursive=True)
+        X = dfairpca.from_zarr("s3://data/faces.zarr", "images", rows_per_chunk=CHUNK // 4,
+                               storage_options=options).reshape(N, -1)
+        started = []
+
+        def slow_rows(block):
+            started.append(1)
+            time.sleep(0.1)
+            return block
+
+        slow = X.map_blocks(slow_rows, dtype=X.dtype)  # 48 chunks, 0.1 s each
+        fit = _in_a_daemon_thread(lambda: dfairpca.PCA(3).fit(slow, timeout=FROZEN_TIMEOUT))
+        deadline = time.monotonic() + 60
+        while len(started) < 3:  # chunks have been read: the pass is under way
+            assert time.monotonic() < deadline and fit.is_alive(), fit.outcome
+            time.sleep(0.02)
+        server.send_signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        fit.join(FROZEN_TIMEOUT + FROZEN_SLACK)
+        took = time.monotonic() - frozen
+        assert not fit.is_alive(), f"the fit still waits {took:.0f} s after the server froze"
+    error = fit.outcome.get("error")
+    assert isinstance(error, ConnectionError), fit.outcome
+    msg = str(error)
+    assert took < FROZEN_TIMEOUT + FROZEN_SLACK, (took, msg)
+    assert "\n" not in msg and msg.startswith(
+        f"the storage of s3://data/faces.zarr at {options['endpoint_url']} did not answer "
+        f"within {FROZEN_TIMEOUT} s (reading 'images/c/"), msg
+
+
 def test_a_server_that_stops_answering_during_a_cli_fit_is_one_line_naming_the_checkpoint(
         clean_environment, tmp_path, capsys):
     """The command's checkpointed pass (its folds slowed, tests/slow_folds.py): the server
