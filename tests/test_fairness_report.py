@@ -429,7 +429,8 @@ def test_cli_evaluate_prints_the_report(tmp_path, capsys, client):
     synth_celeba(test, n=300, size=12, seed=1, progress=False, n_jobs=1)
     images, attrs, names = open_celeba(train)[:3]
     X = np.asarray(images[:]).reshape(400, -1)
-    fair = dfairpca.FairPCA(4).fit(X, sensitive_features=np.asarray(attrs[:, names.index("Eyeglasses")]))
+    glasses = pd.DataFrame({"Eyeglasses": np.asarray(attrs[:, names.index("Eyeglasses")])})
+    fair = dfairpca.FairPCA(4).fit(X, sensitive_features=glasses)
     fair.save(tmp_path / "fair")
     common = [str(tmp_path / "fair"), str(test), "--scheduler", client.scheduler.address]
     assert main(["evaluate", *common, "--attribute", "Eyeglasses", "--attribute", "Male",
@@ -442,10 +443,21 @@ def test_cli_evaluate_prints_the_report(tmp_path, capsys, client):
         assert {"groups", "max_mean_gap_sd", "p_value", "linear_probe_auc",
                 "baseline_max_mean_gap_sd", "baseline_p_value"} <= set(row)
         assert row["groups"] == 2 and 0 <= row["p_value"] <= 1
-    assert main(["evaluate", *common, "--attribute", "Eyeglasses"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 2 and lines[1].startswith("Eyeglasses: 2 groups;") and "p = " in lines[1]
-    assert main(["evaluate", *common]) == 2
+        assert row["verdict"] in ("fair", "not fair", "inconclusive")
+        assert row["max_mean_gap_sd_lower"] <= row["max_mean_gap_sd"] <= row["max_mean_gap_sd_upper"]
+    assert report["tolerance"] == 0.1 and report["alpha"] == 0.05
+    # the attribute the model was fitted with, by default; the verdict in words
+    assert main(["evaluate", *common, "--tolerance", "0.5"]) == 0
+    out = capsys.readouterr().out
+    line = out.strip().splitlines()[-1]
+    assert line.startswith("Eyeglasses: ") and "at tolerance 0.5 SD: group-mean gap " in line
+    assert "with 95% confidence" in line and "p = " in line and "linear probe AUC" in line
+    assert "pass" in out  # the pass's progress
+    main(["evaluate", *common, "--alpha", "2"])
+    assert "between 0 and 1" in capsys.readouterr().err
+    unnamed = dfairpca.PCA(3).fit(X)
+    unnamed.save(tmp_path / "pca")
+    assert main(["evaluate", str(tmp_path / "pca"), str(test), "--scheduler", client.scheduler.address]) == 2
     assert "--attribute NAME" in capsys.readouterr().err
 
 
