@@ -419,7 +419,7 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
         * with ``baseline``: the same figures prefixed ``baseline_``.
 
         Where the test cannot use every group or component (one group present, every
-        component constant, a group of one row, a group smaller than the components) a
+        component constant, a group of one row, a group of no more rows than components) a
         :class:`~dfairpca.DfairpcaWarning` says what it did; where the probe cannot run (a
         group of one row) its AUC is NaN.
 
@@ -527,7 +527,7 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
         tests, aucs = [], []
         for j, name in enumerate(names):
             test = group_mean_test(part, j, alpha=alpha)
-            if test.note:
+            if test.limited:
                 warnings.warn(f"fairness_report: attribute {name!r}{' (baseline)' if prefix else ''}: "
                               f"{test.note}" + ("" if test.p_value == test.p_value else "; no p-value"),
                               DfairpcaWarning, stacklevel=2)

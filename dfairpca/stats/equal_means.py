@@ -97,6 +97,10 @@ class GroupMeanTest:
         Groups in the test (those of two rows or more).
     note : str
         What the test could not use, and why ("" when it used everything).
+    limited : bool
+        Whether the p-value is NaN, or a group was left out, or the smallest group has no
+        more rows than there are components (the cases a report warns of; running on
+        fewer directions for the F approximation's sake alone is not one).
     """
 
     groups: int
@@ -111,6 +115,7 @@ class GroupMeanTest:
     dimension: int = 0
     groups_tested: int = 0
     note: str = ""
+    limited: bool = False
 
 
 def welch_james(counts, means, covariances):
@@ -283,10 +288,10 @@ def group_mean_test(m: Moments, attribute: int = 0, *, alpha: float = 0.05) -> G
     live = var > RANK_TOLERANCE * max(float(var.max(initial=0.0)), np.finfo(np.float64).tiny)
     gap = float(np.max(np.abs(D[:, live]) / np.sqrt(var[live]), initial=0.0)) if g else 0.0
     if g < 2:
-        return GroupMeanTest(g, gap, float("nan"),
+        return GroupMeanTest(g, gap, float("nan"), limited=True,
                              note=f"{g} group{'s' if g != 1 else ''} present: nothing to compare")
     if not live.any():
-        return GroupMeanTest(g, gap, float("nan"), 0.0, 0.0,
+        return GroupMeanTest(g, gap, float("nan"), 0.0, 0.0, limited=True,
                              note="every component is constant on these rows")
     # the bounds: every component of non-zero variance, every group
     diag = np.diagonal(scatters, axis1=1, axis2=2)[:, live] / np.maximum(counts - 1.0, 1.0)[:, None]
@@ -302,7 +307,7 @@ def group_mean_test(m: Moments, attribute: int = 0, *, alpha: float = 0.05) -> G
     tested = ~single
     G = int(tested.sum())
     if G < 2:
-        return GroupMeanTest(g, gap, float("nan"), **bounds, groups_tested=G,
+        return GroupMeanTest(g, gap, float("nan"), **bounds, groups_tested=G, limited=True,
                              note="; ".join(notes + ["fewer than two groups of two rows or more: "
                                                      "nothing to test"]))
     nt, Dt, St = counts[tested], D[tested], scatters[tested]
@@ -314,7 +319,7 @@ def group_mean_test(m: Moments, attribute: int = 0, *, alpha: float = 0.05) -> G
     keep = w > RANK_TOLERANCE * max(float(w[0]), np.finfo(np.float64).tiny)
     rank = int(keep.sum())
     if rank == 0:
-        return GroupMeanTest(g, gap, float("nan"), **bounds, groups_tested=G,
+        return GroupMeanTest(g, gap, float("nan"), **bounds, groups_tested=G, limited=True,
                              note="; ".join(notes + ["no group varies within itself: nothing to test"]))
     smallest = int(nt.min())
     dim = min(rank, max(1, (smallest - 1) // ROWS_PER_DIRECTION))
@@ -330,7 +335,7 @@ def group_mean_test(m: Moments, attribute: int = 0, *, alpha: float = 0.05) -> G
     own = np.linalg.eigvalsh(covs)
     if not (own[:, 0] > RANK_TOLERANCE * own[:, -1].max()).all():
         flat = labels[tested][~(own[:, 0] > RANK_TOLERANCE * own[:, -1].max())]
-        return GroupMeanTest(g, gap, float("nan"), **bounds, dimension=dim, groups_tested=G,
+        return GroupMeanTest(g, gap, float("nan"), **bounds, dimension=dim, groups_tested=G, limited=True,
                              note="; ".join(notes + [f"group {_named(flat)} does not vary along every "
                                                      "tested direction: its mean's spread is unknown"]))
     p, stat, F, f1, f2 = welch_james(nt, means, covs)
@@ -339,7 +344,8 @@ def group_mean_test(m: Moments, attribute: int = 0, *, alpha: float = 0.05) -> G
         each = componentwise_p(nt, centred, diag[tested])
         p = min(1.0, 2.0 * min(p, float(each)))
     return GroupMeanTest(g, gap, p, **bounds, statistic=stat, f_statistic=F, df1=f1, df2=f2,
-                         dimension=dim, groups_tested=G, note="; ".join(notes))
+                         dimension=dim, groups_tested=G, note="; ".join(notes),
+                         limited=bool(single.any()) or smallest <= rank)
 
 
 def _named(labels) -> str:
