@@ -129,14 +129,17 @@ def test_the_test_is_johansens_welch_james(m, k, sds):
 
 
 @pytest.mark.parametrize("sizes, sds, seed", [((25, 1500), (4, 1), 0),        # covariances 16x apart
-                                              ((1200, 150, 15), (1, 2, 5), 1)])
+                                              ((1200, 150, 15), (1, 2, 5), 1),
+                                              ((60, 600), (2, 1), 2)])
 def test_level_with_unequal_covariances_and_sizes(sizes, sds, seed):
     """Equal means: p < 0.05 in at most 5% (+ 3 standard errors) of 400 trials, where a
-    pooled-covariance test (Hotelling, Wilks) rejects in about 90% of them; p < 0.5 in
-    about half."""
+    pooled-covariance test (Hotelling, Wilks) rejects in about 90% of them (and the test
+    rejects some: it is not dead).  Where the smallest group has 10 rows per component the
+    test is Johansen's alone, and its p-values are uniform: p < 0.5 in about half."""
     pvalues = _null_pvalues(sizes, sds, 4, _normal, 400, seed)
-    assert 0.02 <= _at_most_level(pvalues)
-    assert abs(np.mean(pvalues < 0.5) - 0.5) < 3.5 * np.sqrt(0.25 / 400)
+    assert _at_most_level(pvalues) >= 0.005
+    if min(sizes) > 40:
+        assert abs(np.mean(pvalues < 0.5) - 0.5) < 3.5 * np.sqrt(0.25 / 400)
 
 
 def test_level_with_heavy_tails_and_a_ten_row_group():
