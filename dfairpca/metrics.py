@@ -16,9 +16,10 @@
   k: the price of fairness per group); one pass for chunked data.
 * :func:`fairness_report`: whether a representation's fairness holds on given (typically
   held-out) rows, per protected attribute: the largest gap between a group's mean and the
-  overall mean in standard deviations, the p-value of a test of equal group means (Wilks'
-  lambda, from additive statistics in one pass) and a cross-validated linear probe's ROC
-  AUC; optionally beside a baseline's.
+  overall mean in standard deviations with confidence bounds and a verdict against a
+  tolerance, the p-value of a heteroscedastic test of equal group means (Johansen's
+  Welch-James test, from additive statistics in one pass) and a cross-validated linear
+  probe's ROC AUC; optionally beside a baseline's.
 
 A downstream classifier's demographic-parity and equal-opportunity gaps (the paper's ΔDP
 and ΔEO) are fairlearn's, which also handles intersectional groups and sample weights::
@@ -30,6 +31,7 @@ and ΔEO) are fairlearn's, which also handles intersectional groups and sample w
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,7 +39,7 @@ import numpy.typing as npt
 
 from .base._typing import ArrayInput, Seed
 from .engine._compute import compute
-from .errors import InvalidInputError, InvalidTypeError
+from .errors import DfairpcaWarning, InvalidInputError, InvalidTypeError
 
 if TYPE_CHECKING:
     import dask.array
@@ -339,25 +341,28 @@ def _row_errors(X, R):
 
 def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None = None, *,
                     baseline=None, cv: int = 5, random_state: Seed = None,
-                    max_probe_rows: int | None = MAX_PROBE_ROWS) -> pd.DataFrame:
+                    tolerance: float = 0.1, alpha: float = 0.05,
+                    max_probe_rows: int | None = MAX_PROBE_ROWS, progress: bool = False) -> pd.DataFrame:
     """How fair a fitted model's representation is on the rows of X, per protected attribute.
 
     A fair model's certificate (``fairness_violation_``) holds on the rows it was fitted
     on: there the groups' means in the representation are equal to rounding.  On other
-    rows they differ by sampling noise at least; this report measures the difference and
-    tells noise from a real gap.  The representation is what ``model.transform(X)`` gives
-    (every output column, the λ-scaled standard components of ``tradeoff > 0`` included).
+    rows they differ by sampling noise at least; this report measures the difference,
+    bounds the population's, and says whether it is below a ``tolerance``.  The
+    representation is what ``model.transform(X)`` gives (every output column, the λ-scaled
+    standard components of ``tradeoff > 0`` included).
 
     Parameters
     ----------
-    model : fitted PCA, FairPCA or FairKernelPCA
-        Any fitted estimator with ``transform``.
+    model : fitted estimator with ``transform``
+        PCA, FairPCA, FairKernelPCA, ConceptEraser, or a scikit-learn Pipeline ending in
+        one (a Pipeline's groups are given by ``sensitive_features``).
     X : array-like, Dask or Zarr array of shape (n_samples, n_features_in_)
         Rows as the model takes them, typically held out from its fit.  Chunked input is
         read once, out of core: each chunk is transformed and folded into additive
-        statistics of the representation (per group of every attribute: the count and the
-        mean; overall: the scatter), and the probe's sample is copied out in the same pass;
-        the model and the baseline are evaluated in that one pass.
+        statistics of the representation (per group of every attribute: the count, the
+        mean and the k x k scatter; overall: the scatter), and the probe's sample is copied
+        out in the same pass; the model and the baseline are evaluated in that one pass.
     sensitive_features : array-like of shape (n_samples,) or (n_samples, p), or DataFrame
         The group of every row for each protected attribute, labels of any type.  Default:
         the non-numeric columns of X the model names by ``sensitive_feature_ids``.
@@ -370,11 +375,20 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
         rows of the sample: as many as its smallest group has, at least 2).
     random_state : int, numpy.random.Generator, numpy.random.RandomState or None
         Seed of the probe's sample and folds (None: fresh randomness).
+    tolerance : float, default 0.1
+        The largest group-mean gap, in standard deviations, the user accepts: the verdict
+        compares the gap's confidence bounds with it.
+    alpha : float, default 0.05
+        1 minus the confidence level of the gap's bounds (simultaneous over groups and
+        components).
     max_probe_rows : int or None, default :data:`MAX_PROBE_ROWS` (20,000)
         The probe is cross-validated on at most this many rows, a uniform random sample
         without replacement when X has more (the same rows whatever X's type or chunks);
         None: every row (held in memory: n x k floats).  The test and the gap always use
         every row.
+    progress : bool, default False
+        A bar of the pass over chunked X on the open progress report (standard error when
+        none is open).
 
     Returns
     -------
@@ -388,20 +402,26 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
           ``|mean of component j over group g - its mean over all rows|`` divided by its
           standard deviation over all rows (ddof 0; components constant on these rows are
           left out);
-        * ``p_value``: of Wilks' lambda test that every group has the same mean vector
-          (Rao's F approximation, exact for two groups: Hotelling's T²); uniform when the
-          labels are independent of the representation, so a small value is a gap beyond
-          sampling noise (see :mod:`dfairpca.stats.equal_means`);
+        * ``max_mean_gap_sd_lower``, ``max_mean_gap_sd_upper``: simultaneous (1 - alpha)
+          confidence bounds of that gap in the population these rows are drawn from
+          (per group and component a Welch interval, Sidak-corrected over them; the upper
+          bound is infinite when a group has one row);
+        * ``verdict``: "fair" when the upper bound is below ``tolerance``, "not fair" when
+          the lower bound is above it, else "inconclusive" (too few rows to tell);
+        * ``p_value``: of Johansen's (1980) Welch-James test that every group has the same
+          mean vector, valid whatever the groups' covariances and sizes (see
+          :mod:`dfairpca.stats.equal_means`); where a group has no more rows than there are
+          components it runs on fewer directions and warns;
         * ``linear_probe_auc``: mean ROC AUC over ``cv`` folds of a logistic regression
           (standardised inputs) predicting the group from the representation: 0.5 is
           chance; one-vs-rest macro average for more than two groups;
         * ``probe_rows``: the rows the probe was cross-validated on;
-        * with ``baseline``: ``baseline_max_mean_gap_sd``, ``baseline_p_value`` and
-          ``baseline_linear_probe_auc``.
+        * with ``baseline``: the same figures prefixed ``baseline_``.
 
-        Where there is nothing to test (one group present, every component constant, fewer
-        rows than components) the p-value is NaN and a :class:`~dfairpca.DfairpcaWarning`
-        says why; where the probe cannot run (a group of one row) its AUC is NaN.
+        Where the test cannot use every group or component (one group present, every
+        component constant, a group of one row, a group of no more rows than components) a
+        :class:`~dfairpca.DfairpcaWarning` says what it did; where the probe cannot run (a
+        group of one row) its AUC is NaN.
 
     Examples
     --------
@@ -418,15 +438,20 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
     from .inputs._groups import encode_groups
     from .engine._compute import with_known_rows
     from .inputs._validation import check_input, is_xarray
-    from .stats.equal_means import group_mean_test
+    from .stats.equal_means import group_mean_test, verdict
 
     models = [model] if baseline is None else [model, baseline]
     for m in models:
         if not hasattr(m, "transform"):
             raise InvalidTypeError(f"{type(m).__name__} has no transform: pass a fitted PCA, "
-                                   "FairPCA or FairKernelPCA")
-        if not hasattr(m, "n_components_"):
-            raise InvalidInputError(f"{type(m).__name__} is not fitted: call fit first")
+                                   "FairPCA, FairKernelPCA, ConceptEraser or a Pipeline ending in one")
+        _check_fitted(m)
+    if not (isinstance(tolerance, (int, float, np.number)) and not isinstance(tolerance, bool)
+            and tolerance > 0 and np.isfinite(tolerance)):
+        raise InvalidInputError(f"tolerance must be a positive number of standard deviations (e.g. "
+                                f"0.1); got {tolerance!r}")
+    if not (isinstance(alpha, (int, float, np.number)) and not isinstance(alpha, bool) and 0 < alpha < 1):
+        raise InvalidInputError(f"alpha must be in (0, 1) (0.05: 95% confidence); got {alpha!r}")
     if isinstance(cv, bool) or not isinstance(cv, (int, np.integer)) or cv < 2:
         raise InvalidInputError(f"cv must be an integer >= 2 (the probe's folds); got {cv!r}")
     if max_probe_rows is not None and (isinstance(max_probe_rows, bool) or not isinstance(
@@ -466,7 +491,9 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
         # them as separate tasks, which idle workers run far ahead of the folds)
         Y = inp.data
         represent = _Representation(models, drops)
-        widths = [len(m.get_feature_names_out()) for m in models]
+        # each model's width, from one row of zeros (a Pipeline need not name its features)
+        widths = [int(_Representation([m], [drop])(np.zeros((1, inp.width))).shape[1])
+                  for m, drop in zip(models, drops)]
     else:  # numpy, DataFrames, DataArrays: the models' own transform
         reps = []
         for m, drop in zip(models, drops):
@@ -487,7 +514,8 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
     else:
         rows = np.sort(rng.choice(n, max_probe_rows, replace=False))
     seed = int(rng.integers(2**31 - 1))  # the folds': the same for every attribute and model
-    stats, sample = moments_and_sample(Y, groups.codes, groups.categories, rows, represent=represent)
+    stats, sample = moments_and_sample(Y, groups.codes, groups.categories, rows, represent=represent,
+                                       group_scatter=True, progress=progress)
     stats.check_finite()
 
     out = pd.DataFrame(index=pd.Index(names, name="attribute"))
@@ -496,21 +524,20 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
     for which, prefix in enumerate(["", "baseline_"][: len(models)]):
         cols = np.arange(bounds[which], bounds[which + 1])
         part = stats.columns(cols)
-        gaps, pvalues, aucs = [], [], []
+        tests, aucs = [], []
         for j, name in enumerate(names):
-            test = group_mean_test(part, j)
-            if test.note:
-                import warnings
-
-                from .errors import DfairpcaWarning
-
+            test = group_mean_test(part, j, alpha=alpha)
+            if test.limited:
                 warnings.warn(f"fairness_report: attribute {name!r}{' (baseline)' if prefix else ''}: "
-                              f"no p-value, {test.note}", DfairpcaWarning, stacklevel=2)
-            gaps.append(test.max_mean_gap_sd)
-            pvalues.append(test.p_value)
+                              f"{test.note}" + ("" if test.p_value == test.p_value else "; no p-value"),
+                              DfairpcaWarning, stacklevel=2)
+            tests.append(test)
             aucs.append(_probe_auc(sample[:, cols], groups.codes[rows, j], cv, seed))
-        out[prefix + "max_mean_gap_sd"] = gaps
-        out[prefix + "p_value"] = pvalues
+        for col in ("max_mean_gap_sd", "max_mean_gap_sd_lower", "max_mean_gap_sd_upper"):
+            out[prefix + col] = [getattr(t, col) for t in tests]
+        out[prefix + "verdict"] = [verdict(t.max_mean_gap_sd_lower, t.max_mean_gap_sd_upper, tolerance)
+                                   for t in tests]
+        out[prefix + "p_value"] = [t.p_value for t in tests]
         out[prefix + "linear_probe_auc"] = aucs
         if not prefix:
             out["probe_rows"] = len(rows)
@@ -531,6 +558,23 @@ class _Representation:
                                      dtype=np.float64) for m, drop in zip(self.models, self.drops)])
 
 
+def _check_fitted(model) -> None:
+    """Refuse an unfitted model (a Pipeline: its last step) with the fix."""
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    try:
+        check_is_fitted(model)
+    except NotFittedError:
+        raise InvalidInputError(f"{type(model).__name__} is not fitted: call fit first") from None
+
+
+def _final(model):
+    """The estimator that makes the representation: a Pipeline's last step, else the model."""
+    steps = getattr(model, "steps", None)
+    return steps[-1][1] if steps else model
+
+
 def _attribute_names(sensitive_features, p: int, model) -> list:
     """The report's index: a DataFrame's columns or a Series' name, else the model's
     ``attribute_names_`` when it names p attributes, else 0 .. p-1."""
@@ -539,8 +583,8 @@ def _attribute_names(sensitive_features, p: int, model) -> list:
     name = getattr(sensitive_features, "name", None)
     if p == 1 and isinstance(name, str):
         return [name]
-    fitted = getattr(model, "attribute_names_", None)
-    numeric = len(getattr(model, "numeric_sensitive_columns_", ()))
+    fitted = getattr(_final(model), "attribute_names_", None)
+    numeric = len(getattr(_final(model), "numeric_sensitive_columns_", ()))
     if fitted is not None and len(fitted) - numeric == p:  # the numeric attributes come last
         return [str(c) for c in list(fitted)[:p]]
     return list(range(p))

@@ -5,9 +5,11 @@ Fairness on new data: the held-out report
 A fair PCA fit certifies itself on the rows it was fitted on: there the groups' means in
 the representation are equal to rounding (``fairness_violation_``).  Rows it has not seen
 are another sample, so their group means differ by sampling noise at least.
-:func:`dfairpca.metrics.fairness_report` measures that gap, tests whether it is more than
-noise (Wilks' lambda from one pass of additive statistics, so it runs out of core) and
-asks a linear probe whether the group can be read from the representation.
+:func:`dfairpca.metrics.fairness_report` measures that gap, bounds it and says whether it is
+below a tolerance (0.1 standard deviations by default), tests whether it is more than noise
+(Johansen's Welch-James test, valid whatever the groups' spreads, from one pass of additive
+statistics, so it runs out of core) and asks a linear probe whether the group can be read
+from the representation.
 
 The faces are synthetic (:func:`dfairpca.celeba.synth_celeba`); the protected attribute
 is "Eyeglasses", worn by about 6.5% of them.  See :doc:`/fairness_on_new_data` for what the
@@ -61,7 +63,7 @@ print(fairness_report(fair, X[train], pd.Series(glasses[train], name="Eyeglasses
 # The same two models on the 6,000 rows they never saw (read chunk by chunk: the test
 # and the gap come from one pass of additive statistics, the probe from a sample of it).
 # Fair PCA's gap is no longer zero; its p-value says whether it is more than the noise
-# of 6,000 rows.
+# of 6,000 rows, and its verdict whether it is below the tolerance with 95% confidence.
 held_out = fairness_report(fair, X[test], pd.Series(glasses[test], name="Eyeglasses"),
                            baseline=pca, random_state=0)
 print(held_out.T)

@@ -8,7 +8,7 @@ show, demo.
     dfairpca fit DATA.zarr --array X --sensitive-csv people.csv --sensitive-column sex,race ...
     dfairpca transform MODEL STORE.zarr --out OUT.zarr [--array X] [--reconstruct] [--json]
     dfairpca erase STORE.zarr --attribute Eyeglasses --out ERASED.zarr [--method leace] [--model M]
-    dfairpca evaluate MODEL STORE.zarr --attribute Eyeglasses [--baseline-k 400] [--json]
+    dfairpca evaluate MODEL STORE.zarr [--attribute Eyeglasses] [--tolerance 0.1] [--baseline-k 400] [--json]
     dfairpca show MODEL STORE.zarr --out faces.png [--n 8]
     dfairpca demo [--n 202599] [--workdir DIR]   (default DIR: ~/.cache/dfairpca/demo)
     dfairpca info [--json]      (versions, BLAS, CPU, exact kernels: for a bug report)
@@ -111,6 +111,17 @@ def _seed(text: str) -> int:
         value = -1
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}")
+    return value
+
+
+def _probability(text: str) -> float:
+    """An argparse type: a number strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1; got {text!r}")
     return value
 
 
@@ -363,7 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_erase_parser(sub, _add_array, _add_sensitive, _add_storage, _add_cluster, OVERWRITE_HELP,
                      JSON_HELP)
     p = sub.add_parser("evaluate", help="how fair a model's representation is on a store's rows "
-                       "(typically held out): group-mean gap, its test, a linear probe")
+                       "(typically held out): group-mean gap, its bounds and a verdict against a "
+                       "tolerance, a test of equal means, a linear probe; the attributes are the "
+                       "model's when none is named")
     p.add_argument("model", metavar="MODEL", help="a model written by dfairpca fit")
     p.add_argument("store", metavar="STORE",
                    help="a Zarr store: a group (CelebA layout unless --array) or a bare array")
@@ -377,6 +390,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folds of the linear probe's cross-validation")
     p.add_argument("--random-state", type=_seed, default=0, metavar="SEED",
                    help=f"seed of the probe's sample (at most {MAX_PROBE_ROWS:,} rows) and folds")
+    p.add_argument("--tolerance", type=_positive(float), default=0.1, metavar="SD",
+                   help="the largest group-mean gap you accept, in standard deviations of a "
+                        "component: the verdict is fair when the gap's upper bound is below it")
+    p.add_argument("--alpha", type=_probability, default=0.05, metavar="ALPHA",
+                   help="1 minus the confidence of the gap's bounds")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     _add_storage(p)
     _add_cluster(p)

@@ -20,8 +20,8 @@ from ..stats.moments import Moments
 __all__ = ["moments_and_sample"]
 
 
-def moments_and_sample(Y, codes, categories, rows, *, represent=None,
-                       split_every: int = 8) -> tuple[Moments, np.ndarray]:
+def moments_and_sample(Y, codes, categories, rows, *, represent=None, group_scatter: bool = False,
+                       progress: bool = False, split_every: int = 8) -> tuple[Moments, np.ndarray]:
     """The float64 statistics of every row of Y with its groups, and the rows ``rows``.
 
     Parameters
@@ -40,6 +40,11 @@ def moments_and_sample(Y, codes, categories, rows, *, represent=None,
         A picklable map of rows, numpy (r, d) -> (r, k), applied to every chunk before its
         sums (and the statistics and the sample are those of its output); for Dask input it
         travels once per worker (:func:`dfairpca.cluster.ship`).  Default: Y as it is.
+    group_scatter : bool
+        Also keep every group's scatter about its own mean (k x k per group).
+    progress : bool
+        A bar of the pass's tasks on the open report (:func:`dfairpca.base.progress.reporting`;
+        Dask input only).
     split_every : int
         Fan-in of the merges of the chains' sums.
 
@@ -53,12 +58,13 @@ def moments_and_sample(Y, codes, categories, rows, *, represent=None,
     import dask.array as da
 
     rows = np.asarray(rows, dtype=np.intp)
-    kw = dict(categories=list(categories), dtype=np.float64, group_scatter=False)
+    kw = dict(categories=list(categories), dtype=np.float64, group_scatter=group_scatter)
     if not isinstance(Y, da.Array):
         from ._engine import coded_moments
 
         Y = np.asarray(Y) if represent is None else np.asarray(represent(Y))
-        return coded_moments(Y, codes, categories, dtype=np.float64), np.asarray(Y[rows], np.float64)
+        return (coded_moments(Y, codes, categories, dtype=np.float64, group_scatter=group_scatter),
+                np.asarray(Y[rows], np.float64))
     from ._compute import ship
 
     shared = None if represent is None else ship(represent)
@@ -67,7 +73,7 @@ def moments_and_sample(Y, codes, categories, rows, *, represent=None,
         lo, hi = np.searchsorted(rows, [s, e])
         return row_slice(codes, s, e), rows[lo:hi] - s, s, kw, shared
 
-    total, picked = chain_reduce(Y, _fold, _combine, args, split_every=split_every)
+    total, picked = chain_reduce(Y, _fold, _combine, args, split_every=split_every, progress=progress)
     order = np.argsort(np.concatenate([i for i, _ in picked]), kind="stable")
     sample = np.concatenate([r for _, r in picked])[order]
     return total.finalize(), sample
