@@ -416,20 +416,46 @@ def _logging_state():
 
 
 def test_local_cluster_logs_its_dashboard_and_prints_nothing(capfd, caplog):
+    """The cluster's size, and its dashboard's address where it has one (bokeh, which draws
+    it, installed); without bokeh not a word of the dashboard, from dfairpca or distributed."""
+    import importlib.util
     import logging
 
     from distributed import get_client
 
-    with caplog.at_level(logging.INFO, logger="dfairpca"):
+    with caplog.at_level(logging.INFO):
         with connect(n_workers=1, threads_per_worker=1, memory_limit="1GiB") as client:
             assert get_client() is client
             assert "1 worker(s), 1 thread(s), 1.00 GiB memory" in describe(client)
+            link = client.dashboard_link
     told = [r.getMessage() for r in caplog.records if r.name == "dfairpca.cluster"]
     assert told[0].startswith("local Dask cluster, scheduler tcp://127.0.0.1:"), told
-    assert told[1].startswith("dashboard http://127.0.0.1:"), told
+    if importlib.util.find_spec("bokeh") is not None:
+        assert told[1:] == [f"dashboard {link}"] and link.startswith("http://127.0.0.1:"), told
+    else:
+        assert told[1:] == [], told
+        assert not [r for r in caplog.records if "bokeh" in r.getMessage().lower()]
     assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "dfairpca.cluster")
     out, err = capfd.readouterr()  # a library logs; only a program prints
     assert "dfairpca" not in out + err, out + err
+
+
+def test_a_local_worker_slow_to_end_is_waited_for_not_killed(caplog):
+    """A normal exit waits for each worker process to end on its own (here its close takes
+    6 s, beyond the 4 s distributed's close gives before a kill): no nanny's "Worker
+    process still alive ... killing"; the workers' teardown ran to its end."""
+    import logging
+
+    import dask
+
+    with dask.config.set({"distributed.worker.preload": ["slow_teardown"]}), \
+            caplog.at_level(logging.INFO, logger="distributed"):
+        with connect(n_workers=2, threads_per_worker=1, memory_limit="1GiB", quiet=True) as client:
+            assert client.submit(sum, [1, 2]).result() == 3
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [m for m in warned if "still alive" in m or "killing" in m], warned
+    closed = [r for r in caplog.records if r.name == "distributed.nanny" and "closed" in r.getMessage()]
+    assert len(closed) == 2, [r.getMessage() for r in caplog.records if r.name == "distributed.nanny"]
 
 
 def test_connect_leaves_the_programs_logging_as_it_was():
