@@ -201,7 +201,7 @@ def faces_picture(model, store, n: int = DEFAULT_FACES, *, note: str | None = No
     _group_means_panel(bottom[0], model, face, name)
     if evidence is not None:
         _evidence_panel(bottom[1], evidence, name)
-    _caption(subs[2], name, k, fig_w)
+    _caption(subs[2], name, k, fig_w, evidence is not None)
     fig.suptitle(f'Fair PCA with k = {k} on faces with and without "{name}": equal group means'
                  + (f"\n{note}" if note else ""), fontsize=13, fontweight="bold")
     return fig
@@ -298,17 +298,21 @@ def _evidence_panel(sub, evidence: Evidence, name) -> None:
     sub.suptitle(f"On {evidence.faces:,} held-out faces", fontsize=11, fontweight="bold")
 
 
-def _caption(sub, name, k, width_in: float) -> None:
-    """What fair PCA does and does not do, wrapped to the picture's width."""
+def _caption(sub, name, k, width_in: float, held_out: bool) -> None:
+    """What fair PCA does and does not do, wrapped to the picture's width; ``held_out``:
+    the picture has the chart of new faces."""
     import textwrap
 
+    new_faces = ("; on new faces (right) the gap is sampling noise and what the fitted faces "
+                 "did not cover: compare it and the probe's AUC with PCA's (0 and 0.5: no "
+                 "difference)") if held_out else ""
     text = (f"What fair PCA does: it keeps the k = {k} directions of most variance among those "
-            f"that give faces with and without {name} the same mean, so a linear read-out of the "
-            "representation cannot tell the groups apart on average (see the group means and, on "
-            f"new faces, the probe). What it does not do: remove {name} from every face. Single "
-            f"faces may still show {name}: the full projection subtracts one pattern (the mean "
-            "difference) from every face, lightening it where the group with it is dark and "
-            "adding a trace to faces without.")
+            f"that give faces with and without {name} the same mean. On the faces it was fitted on "
+            "the two group means are then equal (bottom left), so no linear read-out of the "
+            f"representation tells the groups apart on average{new_faces}. What it does not do: "
+            f"remove {name} from every face. Single faces may still show {name}: the full "
+            "projection subtracts one pattern (the mean difference) from every face, lightening "
+            "it where the group with it is dark and adding a trace to faces without.")
     chars = max(60, int(width_in * 15))  # about 15 characters per inch at 9 points
     sub.text(0.5, 0.5, textwrap.fill(text, chars), ha="center", va="center", fontsize=9,
              wrap=False, transform=sub.transSubfigure)
