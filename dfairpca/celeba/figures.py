@@ -187,7 +187,7 @@ def faces_picture(model, store, n: int = DEFAULT_FACES, *, note: str | None = No
     draw_faces(axes, panels, height, width, color=len(face) == 3)
     for r in range(len(panels)):
         axes[r, 0].yaxis.label.set(rotation=0, ha="right", va="center", fontsize=9)
-    if not fair:
+    if change is None:  # PCA
         fig.suptitle(f"PCA with k = {k}: original faces and their reconstructions"
                      + (f"\n{note}" if note else ""), fontsize=12)
         return fig
