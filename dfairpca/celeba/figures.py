@@ -26,6 +26,16 @@ __all__ = ["DEFAULT_FACES", "MAX_FACES_PER_ROW", "Evidence", "draw_faces", "face
 MAX_FACES_PER_ROW = 100
 #: resolution of the PNG: a face is drawn on about 200 pixels across
 DPI = 110
+#: width of one face in the picture (inches at :data:`DPI`): 8 faces fill a 16-inch, 1,800-pixel row
+FACE_INCHES = 1.8
+#: the row captions' column left of the faces
+LABEL_INCHES = 2.0
+#: the fair picture's width at least: its bottom panels and caption need it with few faces
+MIN_WIDTH_INCHES = 12.0
+#: heights of the group means and evidence panel, the caption and the title
+BOTTOM_INCHES = 3.4
+CAPTION_INCHES = 0.9
+TITLE_INCHES = 0.6
 #: what dfairpca's marker calls a picture (see :func:`dfairpca.io.check_target`)
 FIGURE_KIND = "figure"
 #: the first bytes of every PNG file
@@ -205,18 +215,6 @@ def faces_picture(model, store, n: int = DEFAULT_FACES, *, note: str | None = No
     fig.suptitle(f'Fair PCA with k = {k} on faces with and without "{name}": equal group means'
                  + (f"\n{note}" if note else ""), fontsize=13, fontweight="bold")
     return fig
-
-
-#: width of one face in the picture (inches at :data:`DPI`): 8 faces fill a 16-inch, 1,800-pixel row
-FACE_INCHES = 1.8
-#: the row captions' column left of the faces
-LABEL_INCHES = 2.0
-#: the fair picture's width at least: its bottom panels and caption need it with few faces
-MIN_WIDTH_INCHES = 12.0
-#: heights of the group means and evidence panel, the caption and the title
-BOTTOM_INCHES = 3.4
-CAPTION_INCHES = 0.9
-TITLE_INCHES = 0.6
 
 
 def _plane(img: np.ndarray, face: tuple) -> np.ndarray:
