@@ -30,10 +30,21 @@ _PUBLIC = {
     "from_zarr": "io", "load": "decomposition", "show_versions": "_show_versions",
 }
 
+#: the subpackages (and flat public modules) that ``dfairpca.<name>`` gives after a plain
+#: ``import dfairpca``, as ``import dfairpca.<name>`` would bind them, imported on first use
+#: like the names above: the root depends on none of them (tests/test_structure.py checks
+#: that this set is every folder of the package)
+_SUBPACKAGES = frozenset({
+    "base", "celeba", "cli", "cluster", "datasets", "decomposition", "engine", "errors", "inputs",
+    "io", "metrics", "paper", "solve", "stats",
+})
+
 
 def __getattr__(name: str) -> Any:
     import importlib
 
+    if name in _SUBPACKAGES:  # importing a subpackage binds it here (globals) itself
+        return importlib.import_module(f".{name}", __name__)
     if name not in _PUBLIC:
         raise AttributeError(f"module 'dfairpca' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
@@ -42,4 +53,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
+    return sorted({*globals(), *_PUBLIC, *_SUBPACKAGES})

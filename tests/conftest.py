@@ -19,11 +19,15 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "unit"))
 def pytest_collection_modifyitems(config, items):
     """Mark as ``integration`` every test under tests/integration/ (clusters of processes,
     command-line subprocesses, paper tables) and every test that starts the real cluster of
-    ``client``, wherever it lives: ``-m "not integration"`` leaves them out."""
+    ``client``, wherever it lives: the default run (pyproject's addopts) leaves them out,
+    ``-m integration`` runs them alone.  A run of both (``-m ""``) starts with the unit
+    tests, so that its progress shows from the first minute (tests/integration/ sorts
+    first by name, and its tests take seconds each)."""
     folder = Path(__file__).parent / "integration"
     for item in items:
         if folder in Path(item.path).parents or "client" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.integration)
+    items.sort(key=lambda item: item.get_closest_marker("integration") is not None)  # stable
 
 
 @pytest.fixture(scope="module")

@@ -143,3 +143,20 @@ def test_python_block_runs_in_an_empty_folder(block, tmp_path):
     r = subprocess.run([sys.executable, str(script)], cwd=folder, env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"{block.id} failed:\n{r.stderr[-3000:]}"
+
+
+def _shown_nowhere(code: str) -> list[str]:
+    """The statements of a block that are bare values (a name, an attribute, a subscript,
+    a comparison: not a call, which may act): a notebook would show them, a script run as
+    the page says drops them silently."""
+    import ast
+
+    return [ast.get_source_segment(code, node) or "" for node in ast.parse(code).body
+            if isinstance(node, ast.Expr) and not isinstance(node.value, (ast.Call, ast.Constant, ast.Await))]
+
+
+def test_no_block_leaves_a_value_for_a_notebook_to_show():
+    """Every block prints what it shows when run as a script."""
+    found = {b.id: _shown_nowhere(b.code) for b in BLOCKS}
+    assert {block: lines for block, lines in found.items() if lines} == {}
+    assert _shown_nowhere("m = f()\nm.statistics_kernel_\nprint(m)\nm.save('x')\n") == ["m.statistics_kernel_"]

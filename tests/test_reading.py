@@ -906,17 +906,13 @@ MALFORMED = [
 def test_malformed_metadata_is_one_line_before_any_work(tmp_path, capsys, name, how, why):
     """Checked before zarr parses it: a RecursionError, MemoryError, ZeroDivisionError or
     zarr's ValueError with a traceback was what these stores gave."""
-    import time
-
     path = _store_with(tmp_path, name, **how)
     doc = "zarr.json" if how.get("root") else "X/zarr.json"
-    t = time.perf_counter()
     with pytest.raises(dio.MalformedStoreError, match="is not valid Zarr metadata") as e:
         dfairpca.from_zarr(path, "X")
     assert why in str(e.value) and f"{name}.zarr/{doc}" in str(e.value) and "\n" not in str(e.value)
     code, out, err = run(["fit", path, "--array", "X", "-k", "1", "--out", tmp_path / "m"], capsys)
     assert code == 1 and why in one_line(err) and not (tmp_path / "m").exists()
-    assert time.perf_counter() - t < 10  # bounded: nothing read beyond the metadata
 
 
 def test_oversized_metadata_is_refused_unread(tmp_path, monkeypatch):

@@ -4,6 +4,8 @@ is no import cycle among dfairpca's modules."""
 
 import ast
 import functools
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,7 +65,9 @@ def _is_import_module(node: ast.Call) -> bool:
 #: modules that import by a computed name, and what they may reach that way: a package's
 #: own submodules (its lazy public names), never a module of another layer by a string
 COMPUTED_IMPORTS = {
-    "dfairpca": "_PUBLIC",  # the values of its _PUBLIC table, read below
+    # the values of its _PUBLIC table, read below; its _SUBPACKAGES are no edges: the root
+    # binds a folder as the attribute that ``import dfairpca.<name>`` binds, and needs none
+    "dfairpca": "_PUBLIC",
     "dfairpca.celeba": "dfairpca.celeba",
     # the experiments, by the names of the configuration
     "dfairpca.paper._run": ("dfairpca.paper.faces", "dfairpca.paper.synthetic", "dfairpca.paper.tables",
@@ -438,3 +442,33 @@ def test_the_readme_draws_the_same_layers():
             names.append("dfairpca" if item == "__init__" else f"dfairpca.{item}")
         drawn.append((layer, sorted(names)))
     assert drawn == [(layer, sorted(names)) for layer, names in LAYERS]
+
+
+def test_the_root_gives_every_subpackage_by_its_name():
+    """``dfairpca.<folder>`` after ``import dfairpca``, for every public folder and flat
+    module (the docs write ``dfairpca.datasets.load_adult()``): the lazy table is the tree."""
+    public = {name.split(".")[1] for name in _modules()
+              if name.count(".") >= 1 and not name.split(".")[1].startswith("_")}
+    assert dfairpca._SUBPACKAGES == public
+    assert public <= set(dir(dfairpca))
+
+
+def test_import_dfairpca_is_light_and_its_subpackages_come_on_first_use():
+    """A fresh interpreter: ``import dfairpca`` imports none of the heavy dependencies
+    (worker processes and ``dfairpca --help`` pay for it), and the README's line runs."""
+    heavy = ("numpy", "scipy", "sklearn", "dask", "distributed", "zarr", "pandas", "matplotlib",
+             "PIL", "tqdm", "fairlearn")
+    code = f"""
+import sys
+import dfairpca
+print(sorted({{m.split(".")[0] for m in sys.modules}} & set({heavy!r})))
+print(sorted(m for m in sys.modules if m.startswith(("dfairpca.datasets", "dfairpca.metrics"))))
+data = dfairpca.datasets.load_adult()
+print(type(dfairpca.metrics.mmd2).__name__, len(data.X_train) > 0)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["[]", "[]", "function True"], done.stdout
+    done = subprocess.run([sys.executable, "-c", "import dfairpca; dfairpca.no_such_name"],
+                          capture_output=True, text=True, timeout=300)
+    assert "has no attribute 'no_such_name'" in done.stderr

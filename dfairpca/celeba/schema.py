@@ -108,7 +108,7 @@ DEFAULT_CHUNK_ROWS = 2048
 DEFAULT_SIZE = 80
 #: faces per row of a picture (:mod:`dfairpca.celeba.figures`) unless asked otherwise; here,
 #: not there, so that the command line's parser need not import the figures
-DEFAULT_FACES = 8
+DEFAULT_FACES = 4
 #: The faces' codecs: a CRC32C checksum, no compression.  Faces with sensor noise shrink by
 #: 15% under Zarr's default zstd, which triples the cost of writing them (3.3 ms more per
 #: 218 x 178 x 3 face, measured on the loaded 2-core development machine) and quadruples

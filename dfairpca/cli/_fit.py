@@ -522,9 +522,10 @@ def cmd_show(args):
 
 
 def run_show(model_path, store, out, *, n: int | None = None, overwrite: bool = False,
-             note: str | None = None) -> Path:
+             note: str | None = None, evidence=None) -> Path:
     """Draw the faces picture of a saved model; ``n=None`` is the default number of faces,
-    fewer when the store holds fewer.  A number the store cannot fill, or above
+    fewer when the store holds fewer; ``evidence``: held-out figures for its chart
+    (:class:`dfairpca.celeba.figures.Evidence`).  A number the store cannot fill, or above
     :data:`dfairpca.celeba.figures.MAX_FACES_PER_ROW`, is refused before any face is read."""
     from .. import load
     from ..celeba import open_celeba
@@ -547,7 +548,7 @@ def run_show(model_path, store, out, *, n: int | None = None, overwrite: bool = 
         why = (f"a picture shows at most {MAX_FACES_PER_ROW} faces per row" if held > MAX_FACES_PER_ROW
                else f"{store} can fill at most {held:,} per row for this model")
         raise UsageError(f"--n {n:,}: {why}; use --n {largest} or less")
-    return faces_figure(model, store, out, n=n, overwrite=overwrite, note=note)
+    return faces_figure(model, store, out, n=n, overwrite=overwrite, note=note, evidence=evidence)
 
 
 def demo_folder() -> Path:
@@ -595,13 +596,13 @@ def cmd_demo(args):
                    timeout=args.timeout))
     held = work / f"synthetic_celeba_heldout_{heldout_size(args.n)}.zarr"
     ensure_store(held, heldout_size(args.n), seed=HELDOUT_SEED)
-    note = heldout_report(model, held, args.attribute, args.k)
-    path = run_show(model, store, work / "faces.png", overwrite=True, note=note)
+    _, evidence = heldout_report(model, held, args.attribute, args.k)  # the chart shows its lines
+    path = run_show(model, store, work / "faces.png", overwrite=True, evidence=evidence)
     print(f"picture written to {path}: faces with and without {args.attribute}, as stored and "
-          f"after fair PCA; its bottom row shows the two groups' mean faces, which differ in "
-          f"the data and coincide after fair PCA (single faces may still show {args.attribute}: "
-          "fair PCA promises equal group means, so that no linear read-out tells the groups "
-          "apart, as the held-out figures above show)")
+          f"after fair PCA, and what fairness changed in each; below, the two groups' mean faces, "
+          f"which differ in the data and coincide after fair PCA, and the held-out figures above "
+          f"as a chart (single faces may still show {args.attribute}: fair PCA promises equal "
+          "group means, so that no linear read-out tells the groups apart)")
 
 
 def make_folder(folder: Path, option: str) -> None:
@@ -629,10 +630,11 @@ def heldout_size(n: int) -> int:
     return int(min(20_000, max(2_000, n // 10)))
 
 
-def heldout_report(model_path, store, attribute: str, k: int) -> str:
+def heldout_report(model_path, store, attribute: str, k: int):
     """Print the fairness report of the saved fair model on ``store``'s faces (never fitted)
     against PCA at the same k (solved from the model's saved statistics); return it as two
-    lines for the picture."""
+    lines, and as the figures of the picture's chart
+    (:class:`dfairpca.celeba.figures.Evidence`)."""
     import pandas as pd
 
     from .. import PCA, load
@@ -660,4 +662,7 @@ def heldout_report(model_path, store, attribute: str, k: int) -> str:
           "PCA makes the fitted faces' group means equal exactly; on new faces a gap of about "
           "sd / sqrt(faces of the smaller fitted group) remains: more fitted faces, a smaller gap. "
           "AUC 0.5 is chance. dfairpca evaluate --tolerance chooses another tolerance)")
-    return f"held-out faces, {attribute}: " + "; ".join(lines)
+    from ..celeba.figures import Evidence
+
+    return (f"held-out faces, {attribute}: " + "; ".join(lines),
+            Evidence.from_report(row, X.shape[0], baseline=f"PCA, k = {k}", label=f"fair PCA, k = {k}"))

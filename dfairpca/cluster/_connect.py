@@ -63,7 +63,8 @@ def connect(
         Memory limit per local worker; "auto" splits this machine's memory evenly.
     quiet : bool, default False
         Do not log (at INFO, to the ``dfairpca.cluster`` logger) the local cluster's size
-        and dashboard address, nor that this waits for a worker.
+        and dashboard address, nor that this waits for a worker.  A local cluster has a
+        dashboard only where bokeh, which draws it, is installed (``pip install bokeh``).
     security : distributed.security.Security, optional
         TLS settings for a ``tls://`` scheduler; default: Dask's configuration
         (``distributed.comm.tls.*``), see ``cluster/tls.md``.
@@ -117,6 +118,9 @@ def connect(
         cluster = LocalCluster(
             n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
             memory_limit=memory_limit, dashboard_address=_dashboard_address(),
+            # the scheduler's HTTP server (health, metrics) starts anyway; without bokeh,
+            # no dashboard on it, and none of distributed's lines about the missing package
+            scheduler_kwargs={"dashboard": _has_bokeh()},
         )
     interrupted = _Switch()
     # the nanny's warnings are dropped only while the cluster closes after a Ctrl-C
@@ -128,7 +132,8 @@ def connect(
         client.run(_quiet_closed_heartbeats)
         if not quiet:
             log.info("local Dask cluster, %s", describe(client))
-            log.info("dashboard %s", _dashboard(client))
+            if _has_bokeh():
+                log.info("dashboard %s", client.dashboard_link)
         ctrl_c = False
         try:
             yield client
@@ -146,11 +151,33 @@ def connect(
 
                 with contextlib.suppress(Exception):  # workers lost: the error raised stands
                     client.run(close_sessions)
+            if not interrupted.on:  # after a Ctrl-C, distributed's short grace and its kill
+                _close_workers(cluster, WORKER_EXIT_SECONDS)
 
 
 #: the dashboard's port when it is free (Dask's default); else any free port, chosen by
 #: the system rather than by distributed, which would warn "Port 8787 is already in use"
 DASHBOARD_PORT = 8787
+#: seconds a local worker process is given to end at a normal exit before it is killed:
+#: distributed's own close gives 4 s, which a process tearing down its interpreter (numpy,
+#: SciPy, its threads) on a loaded 2-core machine overruns, and its nanny then warns
+#: "Worker process still alive ... killing" at the end of a successful command
+WORKER_EXIT_SECONDS = 30
+
+
+def _has_bokeh() -> bool:
+    """Whether bokeh, which draws the dashboard, is installed (without importing it)."""
+    return importlib.util.find_spec("bokeh") is not None
+
+
+def _close_workers(cluster, timeout: float) -> None:
+    """Close a local cluster's worker processes, each given ``timeout`` s to end on its own
+    (the cluster's close then finds them closed; if this fails, that close does it all)."""
+    async def close() -> None:
+        await asyncio.gather(*(nanny.close(timeout=timeout) for nanny in list(cluster.workers.values())))
+
+    with contextlib.suppress(Exception):
+        cluster.sync(close)
 
 
 def _dashboard_address() -> str:
@@ -389,11 +416,3 @@ def _diagnose(exc: BaseException) -> tuple[str, str]:
     if isinstance(first, OSError):
         return (text.splitlines()[0] if text else type(first).__name__), _CHECK_RUNNING
     return f"the reply was not Dask's protocol: {type(first).__name__}", _CHECK_RUNNING
-
-
-def _dashboard(client) -> str:
-    """The dashboard's address, noting when bokeh (which draws it) is missing."""
-    link = client.dashboard_link
-    if importlib.util.find_spec("bokeh") is None:
-        return f"{link} (needs `pip install bokeh`)"
-    return link

@@ -127,90 +127,125 @@ def test_a_failed_ingest_says_where_its_chunks_are_and_how_to_resume(tmp_path, c
     assert main(args) == 0 and open_celeba(out)[0].shape == (40, 16, 16)
 
 
-def _pid_after(i: int, seconds: float) -> tuple[int, int]:
-    """Task ``i`` of the pool test: wait, then say which process ran it."""
-    time.sleep(seconds)
+#: how long a task of the pool tests waits for another process's event before it goes on
+#: (and its test fails on what it finds): a guard against a hang, never a measurement
+WAIT_SECONDS = 120
+
+
+def _event(log: str, name: str) -> None:
+    """Record the event ``name`` in the folder ``log`` (shared by every process)."""
+    (Path(log) / name).touch()
+
+
+def _wait_for(log: str, pattern: str, count: int = 1) -> None:
+    """Wait until ``count`` events matching ``pattern`` are in ``log``."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while len(list(Path(log).glob(pattern))) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _who(parent: int) -> str:
+    return "here" if os.getpid() == parent else "worker"
+
+
+def _pid_after(i: int, log: str, parent: int) -> tuple[int, int]:
+    """Task ``i`` of the pool test: this process's first task waits until the worker has
+    started one (however long its start takes on a loaded machine); which process ran it."""
     if i == 99:
         raise ValueError("task 99 fails")
+    if log:  # "": a run that records nothing and waits for nothing
+        _event(log, f"start-{i}-{_who(parent)}")
+        if _who(parent) == "here":
+            _wait_for(log, "start-*-worker")
     return i, os.getpid()
 
 
-def test_the_process_pool_uses_this_process_too_and_keeps_the_order():
+def test_the_process_pool_uses_this_process_too_and_keeps_the_order(tmp_path):
     """n_jobs = 2 is this process and one spawned worker: this one starts at once (tasks
     from the end), the worker from the front; results come back in the tasks' order; a
     failing task's error is raised wherever it ran."""
     from dfairpca.celeba.pool import run_tasks
 
-    tasks = [(i, 0.15) for i in range(24)]
-    got = run_tasks(_pid_after, tasks, n_jobs=2, client=None)
+    got = run_tasks(_pid_after, [(i, str(tmp_path), os.getpid()) for i in range(24)], n_jobs=2, client=None)
     assert [i for i, _ in got] == list(range(24))
     here = [i for i, pid in got if pid == os.getpid()]
     assert here and here == list(range(24 - len(here), 24))  # a run at the end
-    assert len(here) < 24 and len({pid for _, pid in got}) == 2  # the worker ran the start
-    for failing in (0, 23):  # at the front: a worker's; at the end: this process's
-        bad = [(99 if i == failing else i, 0.05) for i in range(24)]
+    assert 0 not in here and len({pid for _, pid in got}) == 2  # the worker ran the start
+    for failing in (0, 23):  # at the front: a worker's (or this one's, if it starts late); at the end
+        bad = [(99 if i == failing else i, "", 0) for i in range(24)]
         with pytest.raises(ValueError, match="task 99 fails"):
             run_tasks(_pid_after, bad, n_jobs=2, client=None)
 
 
-def _timed_task(i: int, seconds: float) -> tuple[int, int, float]:
-    """Task ``i`` of the balance test: wait; which process ran it, and when it ended."""
-    time.sleep(seconds)
-    return i, os.getpid(), time.time()
+def _held_task(i: int, log: str, parent: int, n: int) -> tuple[int, int]:
+    """Task ``i`` of ``n`` in the balance test: this process's first waits until the worker
+    has started a task; the worker's task waits until every other task has ended."""
+    _event(log, f"start-{i}-{_who(parent)}")
+    if _who(parent) == "here":
+        _wait_for(log, "start-*-worker")
+    else:
+        _wait_for(log, "end-*", n - 1)
+    _event(log, f"end-{i}")
+    return i, os.getpid()
 
 
-def test_the_processes_finish_together_and_a_one_task_job_waits_for_no_worker():
+def test_no_task_waits_behind_a_busy_worker_and_a_one_task_job_runs_here(tmp_path):
     """No task waits queued behind a busy or starting worker while this process is idle:
-    the worker starts late (about half a second), yet the two finish within one task of
-    each other (a pool given every task at once ended two tasks apart); the only task
-    of a one-task job runs here at once."""
+    the worker's first task lasts until every other task has ended, and this process ran
+    all of those (a pool given every task at once queued some behind the worker: they
+    would have ended only after it, and the worker's task never); the only task of a
+    one-task job runs here, waiting for no worker."""
     from dfairpca.celeba.pool import run_tasks
 
-    step = 0.25
-    got = run_tasks(_timed_task, [(i, step) for i in range(14)], n_jobs=2, client=None)
-    assert [i for i, _, _ in got] == list(range(14))
-    last = {pid: max(end for _, p, end in got if p == pid) for _, pid, _ in got}
-    assert len(last) == 2, "the worker ran no task"
-    assert abs(last[os.getpid()] - max(end for pid, end in last.items() if pid != os.getpid())) < step + 0.15
-    t = time.monotonic()
-    ((_, pid, _),) = run_tasks(_timed_task, [(0, 0.0)], n_jobs=2, client=None)
-    assert pid == os.getpid() and time.monotonic() - t < 5
+    n = 14
+    got = run_tasks(_held_task, [(i, str(tmp_path), os.getpid(), n) for i in range(n)],
+                    n_jobs=2, client=None)
+    assert [i for i, _ in got] == list(range(n))
+    assert [i for i, pid in got if pid != os.getpid()] == [0], got  # one task: held the whole time
+    assert len(list(tmp_path.glob("end-*"))) == n
+    ((_, pid),) = run_tasks(_pid_after, [(0, "", 0)], n_jobs=2, client=None)
+    assert pid == os.getpid()
 
 
-def _sleep_task(i: int, seconds: float) -> list[tuple[int, int, float]]:
-    """A whole task of the split test: ``[(task, process, end time)]``."""
-    time.sleep(seconds)
-    return [(i, os.getpid(), time.time())]
+def _whole_task(i: int, log: str, parent: int) -> list[tuple[int, int]]:
+    """A whole task of the split test (this process's, the worker starting late): it waits
+    until the worker has started a part; ``[(task, process)]``."""
+    _event(log, f"whole-{i}-{_who(parent)}")
+    _wait_for(log, "part-*-worker")
+    return [(i, os.getpid())]
 
 
-def _sleep_part(i: int, k: int, seconds: float) -> tuple[int, int, int, float]:
-    """Part ``k`` of task ``i`` in the split test."""
-    time.sleep(seconds)
-    return i, k, os.getpid(), time.time()
+def _held_part(i: int, k: int, log: str, parent: int) -> tuple[int, int, int]:
+    """Part ``k`` of task ``i`` in the split test: the worker's first part waits until this
+    process has run a part too, so the two share the task whatever their speeds."""
+    _event(log, f"part-{k}-{_who(parent)}")
+    if _who(parent) == "worker":
+        _wait_for(log, "part-*-here")
+    return i, k, os.getpid()
 
 
-def _join_parts(task: tuple, parts: list) -> list[tuple[int, int, float]]:
-    assert [k for _, k, _, _ in parts] == [0, 1, 2, 3], "the parts came back out of order"
-    return [(i, pid, end) for i, _, pid, end in parts]
+def _join_parts(task: tuple, parts: list) -> list[tuple[int, int]]:
+    assert [k for _, k, _ in parts] == [0, 1, 2, 3], "the parts came back out of order"
+    return [(i, pid) for i, _, pid in parts]
 
 
-def test_the_last_task_is_shared_in_parts_so_no_process_waits_a_task_for_another():
-    """Two tasks of a second, the worker starting late: the last one taken is split into
-    four parts that whichever process is idle runs; the parts' results come back in order,
-    joined in this process, and the two processes end within a part of each other (whole,
-    the worker's task would end half a second after this process's)."""
+def test_the_last_task_is_shared_in_parts_so_no_process_waits_a_task_for_another(tmp_path):
+    """Two tasks, the worker starting late: this process takes one whole; the last one
+    taken, by the worker, is split into four parts that whichever process is idle runs,
+    so this process runs some of them while the worker runs its first (whole, the worker's
+    task would keep this process idle to its end); the parts' results come back in order,
+    joined in this process."""
     from dfairpca.celeba.pool import Split, run_tasks
 
-    split = Split(parts=lambda task: [(_sleep_part, (task[0], k, task[1] / 4)) for k in range(4)],
+    log, parent = str(tmp_path), os.getpid()
+    split = Split(parts=lambda task: [(_held_part, (task[0], k, log, parent)) for k in range(4)],
                   join=_join_parts)
-    got = run_tasks(_sleep_task, [(0, 1.0), (1, 1.0)], n_jobs=2, client=None, split=split)
-    assert [{i for i, _, _ in result} for result in got] == [{0}, {1}]
-    assert sorted(len(result) for result in got) == [1, 4]  # one task whole, one in parts
-    ends = {}
-    for _, pid, end in (row for result in got for row in result):
-        ends[pid] = max(ends.get(pid, 0.0), end)
-    if len(ends) == 2:  # else the worker started after this process had run everything
-        assert abs(ends[os.getpid()] - max(e for pid, e in ends.items() if pid != os.getpid())) < 0.25 + 0.15
+    got = run_tasks(_whole_task, [(0, log, parent), (1, log, parent)], n_jobs=2, client=None, split=split)
+    assert [{i for i, _ in result} for result in got] == [{0}, {1}]
+    assert [len(result) for result in got] == [4, 1]  # the worker's task in parts, this one's whole
+    assert got[1] == [(1, parent)]
+    assert {pid == parent for _, pid in got[0]} == {True, False}, got  # both ran parts of it
+    assert got[0][0][1] != parent  # the worker's first part: the front's
 
 
 UNGUARDED = """

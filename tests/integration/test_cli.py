@@ -16,15 +16,22 @@ from dfairpca.cli import main
 from processes import interrupted
 
 
+def without_dashboard(lines: list[str]) -> list[str]:
+    """``lines`` of a command's stderr without the dashboard's line, after checking that it
+    is there once where bokeh (which draws the dashboard) is installed, else not at all."""
+    import importlib.util
+
+    told = [line for line in lines if line.startswith("dfairpca: dashboard ")]
+    assert len(told) == (importlib.util.find_spec("bokeh") is not None), lines
+    return [line for line in lines if line not in told]
+
+
 def assert_refused_at_once(fit, cases, capsys):
     """Each (extra arguments, expected text) of ``dfairpca fit`` is a one-line error, exit
-    2, within 20 s (the connection timeout is 60 s) and without connecting (the tests point --scheduler at a dead address)."""
-    import time
-
+    2, without connecting: the tests point --scheduler at a dead address, which a
+    connection would wait for (--timeout) and then name in its error ("scheduler")."""
     for extra, expected in cases:
-        start = time.monotonic()
         code, _, err = run(fit + extra, capsys)
-        assert time.monotonic() - start < 20, extra  # the dead scheduler is waited for 60 s
         assert code == 2 and expected in err and "scheduler" not in err, (extra, err)
         assert err.startswith("dfairpca fit: error: ") and err.count("\n") == 1, err
 
@@ -215,7 +222,6 @@ def test_parameter_errors_come_before_any_cluster(store, tmp_path, capsys, sched
     """Issue 10: every parameter error is reported before connecting, so with a scheduler
     address where nothing listens (and a long --timeout) the user sees the parameter error
     in one line, at once, and nothing is written."""
-    import time
 
     nowhere = ["--scheduler", _nowhere(), "--timeout", "60"]
     fit = ["fit", store, "--attribute", "Eyeglasses", "--out", tmp_path / "m", *nowhere]
@@ -240,11 +246,10 @@ def test_parameter_errors_come_before_any_cluster(store, tmp_path, capsys, sched
     assert code == 0, err
     small = tmp_path / "small.zarr"
     synth_celeba(small, n=300, size=8, chunk_rows=100, progress=False, n_jobs=1)
-    start = time.monotonic()
     code, _, err = run(["transform", tmp_path / "m16", small, "--out", tmp_path / "t.zarr",
                         *nowhere], capsys)
-    assert code == 2 and "64 features" in err and "scheduler" not in err, err
-    assert time.monotonic() - start < 20 and not (tmp_path / "t.zarr").exists()
+    assert code == 2 and "64 features" in err and "scheduler" not in err, err  # not connected
+    assert not (tmp_path / "t.zarr").exists()
     code, _, err = run(["show", tmp_path / "m16", store, "--n", "0"], capsys)
     assert code == 2 and "argument --n: must be a positive integer; got '0'" in err
 
@@ -292,7 +297,6 @@ def test_a_single_group_names_its_label_plainly_and_the_cli_fix(store, tmp_path,
 def test_show_n_is_checked_against_the_store_before_drawing(store, tmp_path, capsys, sched):
     """show --n 100000 on a small store was minutes and gigabytes of subplots; now it is
     refused at once with the largest value, and the default shrinks to a tiny store."""
-    import time
 
     model, pca = tmp_path / "m", tmp_path / "p"
     assert run(["fit", store, "--attribute", "Eyeglasses", "-k", "3", "--out", model, *sched],
@@ -300,9 +304,7 @@ def test_show_n_is_checked_against_the_store_before_drawing(store, tmp_path, cap
     assert run(["fit", store, "--method", "pca", "-k", "3", "--out", pca, *sched], capsys)[0] == 0
     from dfairpca.celeba.figures import MAX_FACES_PER_ROW as MAX_SHOW_N
 
-    start = time.monotonic()
     code, _, err = run(["show", model, store, "--out", tmp_path / "a.png", "--n", "100000"], capsys)
-    assert time.monotonic() - start < 20  # drawing 200,000 faces took 6 minutes
     assert code == 2 and f"use --n {MAX_SHOW_N} or less" in err and err.count("\n") == 1, err
     assert not (tmp_path / "a.png").exists()
     # a store of 10 faces: 3 with eyeglasses, 7 without -> at most 7 per row (PCA: 5)
@@ -398,11 +400,11 @@ def test_ctrl_c_during_fit_is_one_line_exit_130_and_resume_finishes(tmp_path, ca
     # line is the machine's, not the interrupt's, so it is the only other line allowed
     lines = [line for line in err.splitlines() if "Event loop was unresponsive" not in line]
     assert returncode == 130, (err, sorted(p.name for p in tmp_path.iterdir()))
-    assert "Traceback" not in err and len(lines) == 3, err
-    assert lines[0].startswith("dfairpca: local Dask cluster, ") and lines[1].startswith(
-        "dfairpca: dashboard "), err
+    lines = without_dashboard(lines)
+    assert "Traceback" not in err and len(lines) == 2, err
+    assert lines[0].startswith("dfairpca: local Dask cluster, "), err
     assert json.loads((ckpt / "progress.json").read_text())["done"] == [0]
-    assert lines[2] == "dfairpca fit: interrupted after 16 of 120 chunks; rerun with --resume"
+    assert lines[1] == "dfairpca fit: interrupted after 16 of 120 chunks; rerun with --resume"
     assert not model.exists()
 
     code, out, err = run([*args, "--resume", *sched], capsys)
@@ -584,14 +586,13 @@ def test_an_attribute_named_twice_is_refused_before_any_cluster(store, tmp_path,
 
 
 def test_a_malformed_scheduler_address_is_one_line_naming_a_valid_one(store, tmp_path, capsys):
-    import time
 
     fit = ["fit", store, "--attribute", "Eyeglasses", "-k", "5", "--out", tmp_path / "m"]
     (tmp_path / "s.json").write_text('{"address": 5}')
     for where in (["--scheduler", "htp:/x"], ["--scheduler-file", tmp_path / "s.json"]):
-        start = time.monotonic()
         code, _, err = run([*fit, *where, "--timeout", "60"], capsys)
-        assert time.monotonic() - start < 20 and code == 2 and err.count("\n") == 1, err
+        assert code == 2 and err.count("\n") == 1, err
+        # refused before connecting: a connection's error would name the reply it waited for
         assert "is not a scheduler address" in err and "tcp://host:8786" in err, err
         assert "reply" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
@@ -828,7 +829,6 @@ def test_input_errors_are_one_line_before_any_cluster(data_store, tmp_path, caps
     """Row counts, names, shapes and option combinations are refused at once, in one line,
     with the fix, and nothing is written (the scheduler given is a port nobody serves)."""
     import sys
-    import time
 
     d = data_store
     csv, short = d["root"] / "people.csv", d["root"] / "short.csv"
@@ -882,9 +882,7 @@ def test_input_errors_are_one_line_before_any_cluster(data_store, tmp_path, caps
     # a file that cannot be read is a failure of the run (1), the rest refused arguments (2)
     failures = ("broken.csv: cannot read", "needs pyarrow")
     for extra, expected in cases:
-        start = time.monotonic()
         code, out, err = run([*fit, *extra, *NO_CLUSTER, "--json"], capsys)
-        assert time.monotonic() - start < 20, extra  # no connection is attempted
         status = 1 if expected.startswith(failures) else 2
         assert code == status and expected in err and out == "", (extra, code, err)
         assert err.startswith("dfairpca fit: error: ") and err.count("\n") == 1, err

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -113,21 +114,37 @@ def test_worker_killed_mid_pass_leaves_the_result_unchanged(processes, data):
     assert max_angle_deg(remote.components_.T, local.components_.T) < 1e-6
 
 
-def _times_out():
+def _times_out(log: str):
     from dfairpca.io import StoreTimeout
 
+    (Path(log) / "failed").touch()
     raise StoreTimeout("s3://data/x.zarr", 4.0, "x.zarr/c/0/0")
 
 
-def _fails():
+def _fails(log: str):
+    (Path(log) / "failed").touch()
     raise ValueError("the first task failed")
 
 
-def test_a_watched_computation_ends_with_a_store_timeout_not_its_last_task(processes):
+def _other_task(log: str, i: int) -> None:
+    """One of the other tasks of a watched computation: once the failing task has run, it
+    waits for the test's ``release`` (as a task on a frozen store waits its timeout), then
+    records its end."""
+    folder = Path(log)
+    deadline = time.monotonic() + 120  # a guard against a hang, not a measurement
+    while ((folder / "failed").exists() and not (folder / "release").exists()
+           and time.monotonic() < deadline):
+        time.sleep(0.01)
+    (folder / f"end-{i}").touch()
+
+
+def test_a_watched_computation_ends_with_a_store_timeout_not_its_last_task(processes, tmp_path):
     """A fit's computation (under a timeout) raises a store's timeout once a task meets it,
-    without waiting for the other tasks: each may wait its whole timeout on a frozen store.
-    Any other failure waits for the other tasks (those of a failed write go on writing, and
-    the caller's clean-up must not race them)."""
+    without waiting for the other tasks: each may wait its whole timeout on a frozen store
+    (here: until the test releases them, after the call returned). Any other failure waits
+    for the other tasks (those of a failed write go on writing, and the caller's clean-up
+    must not race them): released only once the failing task has run, they have all ended
+    when the call returns."""
     import dask
 
     from dfairpca.engine._compute import compute, worker_timeout
@@ -136,14 +153,26 @@ def test_a_watched_computation_ends_with_a_store_timeout_not_its_last_task(proce
     with connect(scheduler_file=processes.scheduler_file, timeout=20) as client:
         client.wait_for_workers(2, timeout=30)
         for task, error, fast in [(_times_out, StoreTimeout, True), (_fails, ValueError, False)]:
-            slow = [dask.delayed(time.sleep, pure=False)(0.5) for _ in range(16)]  # 4 s on 2 threads
+            log = tmp_path / task.__name__
+            log.mkdir()
+            others = [dask.delayed(_other_task, pure=False)(str(log), i) for i in range(16)]
             with dask.annotate(priority=10):  # runs among the first
-                failing = dask.delayed(task, pure=False)()
-            start = time.monotonic()
+                failing = dask.delayed(task, pure=False)(str(log))
+            releaser = None
+            if not fast:
+                def release(log=log):
+                    while not (log / "failed").exists():
+                        time.sleep(0.01)
+                    time.sleep(0.5)  # a call that did not wait would have returned by now
+                    (log / "release").touch()
+
+                releaser = threading.Thread(target=release, daemon=True)
+                releaser.start()
             with worker_timeout(30), pytest.raises(error):
-                compute(*slow, failing)
-            took = time.monotonic() - start
-            assert (took < 2.5) if fast else (took >= 3.5), (task.__name__, took)
+                compute(*others, failing)
+            ended = len(list(log.glob("end-*")))
+            (log / "release").touch()
+            assert (ended < 16) if fast else (ended == 16), (task.__name__, ended)
 
 
 def test_interrupted_fit_resumes_from_checkpoint_on_the_cluster(processes, data, tmp_path, stop_after):
@@ -283,13 +312,19 @@ def test_cli_fit_whose_workers_all_die_is_one_line_naming_resume(tmp_path, data)
     assert f"{ckpt} holds" in last and not model.exists()
 
 
+#: dask's own connection timeout (distributed.comm.timeouts.connect): a call given a shorter
+#: one that ends before this honoured its own, not dask's; a bound far from the ones the
+#: tests give, so that a loaded machine's slowness cannot reach it
+DASK_CONNECT_SECONDS = 30
+
+
 def test_unreachable_scheduler_fails_fast_with_one_line():
     address = f"tcp://127.0.0.1:{_free_port()}"
     start = time.monotonic()
     with pytest.raises(SchedulerUnreachable) as info:
         with connect(address, timeout=2):
             pass
-    assert time.monotonic() - start < 2 + 5
+    assert time.monotonic() - start < DASK_CONNECT_SECONDS
     msg = str(info.value)
     assert "\n" not in msg and address in msg and "2 s" in msg and "dask scheduler" in msg
     assert info.value.__cause__ is None and info.value.__suppress_context__
@@ -305,7 +340,7 @@ def test_a_server_that_is_not_dask_fails_within_the_timeout():
         with pytest.raises(SchedulerUnreachable, match="within 1 s"):
             with connect(f"tcp://127.0.0.1:{server.server_address[1]}", timeout=1):
                 pass
-        assert time.monotonic() - start < 1 + 5
+        assert time.monotonic() - start < DASK_CONNECT_SECONDS
     finally:
         server.shutdown()
         server.server_close()
@@ -346,23 +381,20 @@ def test_argument_errors():
     ("tcp://:8786", "it has no host"), ("tcp://host:99999", "its port 99999 is not in 1-65535"),
 ])
 def test_a_malformed_address_is_refused_before_connecting(address, why, tmp_path):
-    # nothing is asked of the network: the error comes at once, not after the timeout
-    start = time.monotonic()
+    # nothing is asked of the network: a ValueError naming the address, not the timeout's
+    # SchedulerUnreachable, nor a reply
     with pytest.raises(ValueError, match=rf"^'{re.escape(address)}' is not a scheduler address: "
                                          rf"{re.escape(why)}; .*tcp://host:8786") as info:
         with connect(address, timeout=30):
             pass
-    assert time.monotonic() - start < 5 and "\n" not in str(info.value)
-    assert "reply" not in str(info.value)
+    assert "\n" not in str(info.value) and "reply" not in str(info.value)
     for value in (5, address):  # the same from a scheduler file, which the message names
         path = tmp_path / "scheduler.json"
         path.write_text(json.dumps({"address": value}))
-        start = time.monotonic()
         with pytest.raises(ValueError, match=r"\(read from scheduler file .*scheduler.json'\)"
                                              r".*tcp://host:8786"):
             with connect(scheduler_file=path, timeout=30):
                 pass
-        assert time.monotonic() - start < 5
 
 
 def _logging_state():
@@ -384,20 +416,46 @@ def _logging_state():
 
 
 def test_local_cluster_logs_its_dashboard_and_prints_nothing(capfd, caplog):
+    """The cluster's size, and its dashboard's address where it has one (bokeh, which draws
+    it, installed); without bokeh not a word of the dashboard, from dfairpca or distributed."""
+    import importlib.util
     import logging
 
     from distributed import get_client
 
-    with caplog.at_level(logging.INFO, logger="dfairpca"):
+    with caplog.at_level(logging.INFO):
         with connect(n_workers=1, threads_per_worker=1, memory_limit="1GiB") as client:
             assert get_client() is client
             assert "1 worker(s), 1 thread(s), 1.00 GiB memory" in describe(client)
+            link = client.dashboard_link
     told = [r.getMessage() for r in caplog.records if r.name == "dfairpca.cluster"]
     assert told[0].startswith("local Dask cluster, scheduler tcp://127.0.0.1:"), told
-    assert told[1].startswith("dashboard http://127.0.0.1:"), told
+    if importlib.util.find_spec("bokeh") is not None:
+        assert told[1:] == [f"dashboard {link}"] and link.startswith("http://127.0.0.1:"), told
+    else:
+        assert told[1:] == [], told
+        assert not [r for r in caplog.records if "bokeh" in r.getMessage().lower()]
     assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "dfairpca.cluster")
     out, err = capfd.readouterr()  # a library logs; only a program prints
     assert "dfairpca" not in out + err, out + err
+
+
+def test_a_local_worker_slow_to_end_is_waited_for_not_killed(caplog):
+    """A normal exit waits for each worker process to end on its own (here its close takes
+    6 s, beyond the 4 s distributed's close gives before a kill): no nanny's "Worker
+    process still alive ... killing"; the workers' teardown ran to its end."""
+    import logging
+
+    import dask
+
+    with dask.config.set({"distributed.worker.preload": ["slow_teardown"]}), \
+            caplog.at_level(logging.INFO, logger="distributed"):
+        with connect(n_workers=2, threads_per_worker=1, memory_limit="1GiB", quiet=True) as client:
+            assert client.submit(sum, [1, 2]).result() == 3
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [m for m in warned if "still alive" in m or "killing" in m], warned
+    closed = [r for r in caplog.records if r.name == "distributed.nanny" and "closed" in r.getMessage()]
+    assert len(closed) == 2, [r.getMessage() for r in caplog.records if r.name == "distributed.nanny"]
 
 
 def test_connect_leaves_the_programs_logging_as_it_was():
@@ -525,7 +583,7 @@ def test_a_scheduler_without_workers_is_a_one_line_error_after_the_timeout(tmp_p
         with pytest.raises(NoWorkers) as info:
             with connect(address, timeout=2):
                 pass
-        assert 2 <= time.monotonic() - start < 2 + 5
+        assert 2 <= time.monotonic() - start < DASK_CONNECT_SECONDS  # waited its own timeout
         msg = str(info.value)
         assert "\n" not in msg and isinstance(info.value, ConnectionError)
         assert f"no workers (waited 2 s); start them with `dask worker {address}`" in msg
@@ -533,7 +591,7 @@ def test_a_scheduler_without_workers_is_a_one_line_error_after_the_timeout(tmp_p
         start = time.monotonic()
         code = main(["fit", str(store), "--attribute", "Eyeglasses", "-k", "5", "--out",
                      str(tmp_path / "m"), "--scheduler", address, "--timeout", "1.5"])
-        assert time.monotonic() - start < 1.5 + 10
+        assert time.monotonic() - start < DASK_CONNECT_SECONDS
         err = capsys.readouterr().err.splitlines()
         assert code == 1 and err == [
             f"dfairpca: waiting up to 1.5 s for a worker to join the scheduler at {address}",

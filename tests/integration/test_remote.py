@@ -3,6 +3,7 @@ process on loopback) and a cluster of two worker processes that reach it only th
 storage options in the task graph (their environment holds no credentials)."""
 
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -668,12 +669,14 @@ def test_a_frozen_server_during_a_fit_on_the_local_cluster_is_one_line_on_stderr
     assert proc.returncode == 1, (out, err)
     # the error, then the cluster's close (the nanny's 4 s grace for a busy worker)
     assert took < FROZEN_TIMEOUT + FROZEN_SLACK + 10, (took, err)
-    assert len(lines) == 3 and lines[0].startswith("dfairpca: local Dask cluster, ") \
-        and lines[1].startswith("dfairpca: dashboard "), err
-    assert lines[2].startswith(
+    told = [line for line in lines if line.startswith("dfairpca: dashboard ")]
+    assert len(told) == (importlib.util.find_spec("bokeh") is not None), err  # where it exists
+    lines = [line for line in lines if line not in told]
+    assert len(lines) == 2 and lines[0].startswith("dfairpca: local Dask cluster, "), err
+    assert lines[1].startswith(
         f"dfairpca fit: error: the storage of s3://data/faces.zarr at {options['endpoint_url']} "
         f"did not answer within {FROZEN_TIMEOUT} s"), err
-    assert lines[2].endswith("then rerun with --resume, or wait longer with --timeout"), err
+    assert lines[1].endswith("then rerun with --resume, or wait longer with --timeout"), err
 
 
 def test_a_zarr_store_whose_overwrite_died_mid_copy_is_read_whole_not_mixed(s3):
