@@ -26,8 +26,10 @@ PASS_BYTES_PER_THREAD = 12
 
 
 def gib(n: int) -> str:
-    """``n`` bytes as "1.50 GiB" (or MiB below one GiB)."""
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+    """``n`` bytes as "1.50 GiB" (or MiB below one GiB, KiB below one MiB)."""
+    if n >= 2**30:
+        return f"{n / 2**30:.2f} GiB"
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
 
 
 #: the most of a worker's own memory (what its process holds besides Dask's data) that the
