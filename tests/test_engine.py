@@ -182,3 +182,47 @@ def test_a_timeout_without_a_client_changes_nothing(two_groups):
     plain = dfairpca.FairPCA(3).fit(Xd, sensitive_features=z)
     timed = dfairpca.FairPCA(3).fit(Xd, sensitive_features=z, timeout=0.5)
     np.testing.assert_allclose(timed.components_, plain.components_)
+
+
+def test_a_pass_working_set_counts_the_read_chunk_twice_or_the_fold_whichever_is_more():
+    """The largest row chunk, held twice while it is read; else the chunk, its float32
+    block (at most BLOCK_BYTES) and the chain's sums while it is folded."""
+    from dfairpca.base import BLOCK_BYTES
+    from dfairpca.engine._memory import working_set
+
+    ws = working_set((24000, 6000), 6400, 1, 2 << 20)  # uint8 faces, thin sums
+    assert (ws.rows, ws.chunk, ws.block) == (24000, 24000 * 6400, BLOCK_BYTES)
+    assert ws.total == 2 * 24000 * 6400  # the read is the peak
+    exact = working_set((100,), 5000, 4, 12 * 5000**2)
+    assert exact.total == 100 * 5000 * 4 * 2 + 12 * 5000**2  # the fold is
+    assert "a row chunk of 100 x 5,000, 2 MiB as read" in exact.describe()
+    assert working_set((), 10, 8, 0).total == 0
+
+
+def test_only_workers_all_paused_since_a_moment_count_and_a_resume_starts_over():
+    """The count of every worker paused starts when the last one pauses, goes on while they
+    all stay paused, and ends when one runs again (a pause then a resume is no error)."""
+    from dfairpca.engine._compute import _all_paused
+
+    paused, running = {"status": "paused"}, {"status": "running"}
+    assert _all_paused({"a": paused, "b": running}, None, 1.0) is None
+    assert _all_paused({"a": paused, "b": paused}, None, 2.0) == 2.0
+    assert _all_paused({"a": paused, "b": paused}, 2.0, 9.0) == 2.0
+    assert _all_paused({"a": paused, "b": running}, 2.0, 9.5) is None
+
+
+def test_workers_paused_says_the_workers_the_working_set_and_what_the_checkpoint_holds():
+    from dfairpca.cluster import WorkersPaused
+    from dfairpca.engine._memory import working_set
+
+    ws = working_set((24000,), 6400, 1, 2 << 20)
+    exc = WorkersPaused(20, "tcp://s:8786", [("tcp://a:1", 330_000_000), ("tcp://b:2", 0)], ws)
+    text = str(exc)
+    assert text.startswith("every Dask worker of the scheduler at tcp://s:8786 has been paused "
+                           "for memory for 20 s"), text
+    assert "tcp://a:1 (memory limit 315 MiB), tcp://b:2 (no memory limit)" in text
+    assert "the pass needs about 293 MiB per thread" in text and "then run again" in text
+    saved = exc.saved("/x/m.checkpoint", "16 of 60 chunks")
+    assert isinstance(saved, WorkersPaused) and saved.workers == exc.workers
+    assert "the checkpoint '/x/m.checkpoint' holds 16 of 60 chunks: give each worker more memory" in str(saved)
+    assert "(smaller row chunks start over)" in str(saved)

@@ -305,7 +305,8 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
         remove_directory(ckpt, "checkpoint")  # --overwrite: start over (checked above)
     try:  # outside the cluster's block: connect() closes it without waiting on a frozen store
         with _client(args):
-            from ..cluster import SchedulerLost, WorkerKilled, WorkersLost
+            from ..cluster import (MEMORY_FIX_RESUMED, SchedulerLost, WorkerKilled, WorkersLost, WorkersPaused,
+                                   WorkersTooSmall)
 
             t = time.perf_counter()
             # --timeout also bounds the wait for new workers once every worker has left
@@ -329,6 +330,14 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
                 held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
                 raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: give the workers more "
                                "memory (`dask worker --memory-limit`) and rerun with --resume") from None
+            except WorkersPaused as exc:
+                held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
+                raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: {MEMORY_FIX_RESUMED} "
+                               "and rerun with --resume, or rerun with a smaller --rows-per-chunk "
+                               "and --overwrite (which starts over)") from None
+            except WorkersTooSmall as exc:
+                raise CLIError(f"{exc.what}: rerun with a smaller --rows-per-chunk, or "
+                               f"{MEMORY_FIX_RESUMED}") from None
             except DiskFullError as exc:
                 raise CLIError(f"{exc} (rerun with --resume)" if "resume" in str(exc) else str(exc)) from None
             dt = time.perf_counter() - t

@@ -13,7 +13,10 @@ there what this process sees, and :class:`NotShared` names those that do not.
 
 When every worker leaves, Dask's scheduler waits for new ones without a limit; the
 computations of a fit go through :func:`compute`, which inside :func:`worker_timeout`
-ends with :class:`WorkersLost` once the Client has had no worker for that many seconds.
+ends with :class:`WorkersLost` once the Client has had no worker for that many seconds, and
+with :class:`WorkersPaused` once every worker has been paused for memory that long (a pass
+that no worker could hold below its pause threshold is refused before it starts:
+:class:`WorkersTooSmall`).
 
 This package is an edge that the command line and users call; the library's core never
 imports it.  Computing on the active client with a time limit is the engine's
@@ -25,7 +28,8 @@ starting Dask schedulers and workers.)
 
 from __future__ import annotations
 
-from ..engine._compute import (WORKER_POLL_SECONDS, NoWorkers, SchedulerLost, WorkerKilled, WorkersLost, check_timeout, cluster_failures_said, compute,
+from ..engine._compute import (MEMORY_FIX, MEMORY_FIX_RESUMED, WORKER_POLL_SECONDS, NoWorkers, SchedulerLost, WorkerKilled, WorkersLost, WorkersPaused,
+                               WorkersTooSmall, check_timeout, cluster_failures_said, compute,
                                current_timeout, gather_watched, ship, shipping_inline, worker_timeout)
 from ..io._shared import (SHARE_FIX, SHARE_FIX_LOCAL, NotShared, active_client, check_inputs_shared,
                           check_workers_see, not_here)
@@ -34,10 +38,11 @@ from ._connect import (DASHBOARD_PORT, check_scheduler, connect, describe, local
 from ._errors import SchedulerUnreachable
 
 __all__ = [
-    "SchedulerUnreachable", "NoWorkers", "WorkersLost", "WorkerKilled", "SchedulerLost", "NotShared", "connect", "describe",
+    "SchedulerUnreachable", "NoWorkers", "WorkersLost", "WorkerKilled", "WorkersPaused", "WorkersTooSmall",
+    "SchedulerLost", "NotShared", "connect", "describe",
     "local_cluster_size", "scheduler_address_from_file", "check_scheduler", "check_workers_see",
     "check_inputs_shared", "active_client", "not_here", "compute", "worker_timeout", "check_timeout",
     "current_timeout", "gather_watched", "cluster_failures_said", "ship", "shipping_inline",
     # the fixes other messages name, the poll of a timed computation, the log and its port
-    "SHARE_FIX", "SHARE_FIX_LOCAL", "WORKER_POLL_SECONDS", "DASHBOARD_PORT", "log",
+    "SHARE_FIX", "SHARE_FIX_LOCAL", "MEMORY_FIX", "MEMORY_FIX_RESUMED", "WORKER_POLL_SECONDS", "DASHBOARD_PORT", "log",
 ]

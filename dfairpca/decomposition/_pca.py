@@ -216,6 +216,10 @@ class PCA(LinearDecomposition):
             Seconds the fit waits once every worker of the active Client has left (new
             workers that join within it take over); then it stops with
             :class:`~dfairpca.cluster.WorkersLost`, which says what ``checkpoint`` holds.
+            Every worker paused for memory that long ends it the same way
+            (:class:`~dfairpca.cluster.WorkersPaused`); a pass no worker can hold below
+            its pause threshold is refused before it starts
+            (:class:`~dfairpca.cluster.WorkersTooSmall`).
             It also bounds each read of a remote store (``s3://``), by a distributed
             Client's workers or Dask's threaded or synchronous scheduler: one unanswered
             that long ends the fit with :class:`~dfairpca.io.StoreTimeout`, naming the

@@ -19,9 +19,10 @@ import weakref
 
 import numpy as np
 
-from ..errors import DfairpcaError, InvalidInputError
+from ..errors import DfairpcaError, InvalidInputError, RunError
 from ..inputs._validation import is_dask
 from ..io._shared import active_client
+from ._memory import OWN_BYTES_COUNTED, WorkingSet, current_working_set, gib, memory_state
 
 
 class NoWorkers(DfairpcaError, ConnectionError):
@@ -137,7 +138,7 @@ class WorkerKilled(_LostDuringFit, DfairpcaError, RuntimeError):
         self.address, self.memory_limit, self.deaths = address, memory_limit, deaths
         self.checkpoint, self.progress = checkpoint, progress
         limit = ("no memory limit" if not memory_limit
-                 else f"memory limit {_gib(memory_limit)}")
+                 else f"memory limit {gib(memory_limit)}")
         self.what = (f"the Dask worker at {address} ({limit}) died running a task that {deaths} "
                      "workers in turn died running, so Dask gave it up (a worker's nanny restarts "
                      "it past its memory limit; the system may kill it when memory runs out)")
@@ -153,14 +154,57 @@ class WorkerKilled(_LostDuringFit, DfairpcaError, RuntimeError):
         return WorkerKilled(self.address, self.memory_limit, self.deaths, checkpoint, progress)
 
 
+#: the ways on from workers too small for a pass, without and with a checkpoint: smaller
+#: row chunks are another job, which a checkpoint does not resume
+MEMORY_FIX = ("read smaller row chunks (`rows_per_chunk=`), give each worker more memory "
+              "(`dask worker --memory-limit`) or fewer threads (`dask worker --nthreads`)")
+MEMORY_FIX_RESUMED = ("give each worker more memory (`dask worker --memory-limit`) or fewer threads "
+                      "(`dask worker --nthreads`)")
+
+
+class WorkersPaused(_LostDuringFit, DfairpcaError, RuntimeError):
+    """Every Dask worker stayed paused for memory for the fit's ``timeout`` while a pass
+    waited on it: distributed pauses a worker whose process memory passes
+    ``distributed.worker.memory.pause`` of its limit (80% by default), a paused worker
+    runs no task, and nothing restarts it (its nanny does only past ``terminate``).
+
+    ``seconds`` is that timeout, ``address`` the scheduler's, ``workers`` the paused
+    workers as ``(address, memory limit in bytes or 0)``, ``working_set`` the pass's
+    :class:`~dfairpca.engine._memory.WorkingSet` where known (else None); ``checkpoint``
+    and ``progress`` as :class:`WorkersLost`.  ``what`` is what happened, without the way
+    on.  A worker that pauses and resumes within the timeout is no error.
+    """
+
+    __module__ = "dfairpca.cluster"
+
+    def __init__(self, seconds: float, address: str, workers, working_set: WorkingSet | None = None,
+                 checkpoint=None, progress: str | None = None):
+        self.seconds, self.address, self.workers = seconds, address, list(workers)
+        self.working_set, self.checkpoint, self.progress = working_set, checkpoint, progress
+        named = ", ".join(f"{a} ({'no memory limit' if not m else f'memory limit {gib(m)}'})"
+                          for a, m in self.workers[:5])
+        if len(self.workers) > 5:
+            named += f" and {len(self.workers) - 5} more"
+        need = "" if working_set is None else f"; the pass needs {working_set.describe()}"
+        self.what = (f"every Dask worker of the scheduler at {address} has been paused for memory "
+                     f"for {seconds:g} s (distributed pauses a worker past "
+                     f"`distributed.worker.memory.pause` of its memory limit; a paused worker runs "
+                     f"no task): {named}{need}")
+        if checkpoint is None:
+            how = f"{MEMORY_FIX}, then run again"
+        else:
+            how = (f"the checkpoint {str(checkpoint)!r} holds {progress}: {MEMORY_FIX_RESUMED}, "
+                   "then run the same call again to continue (smaller row chunks start over)")
+        super().__init__(f"{self.what}; {how}")
+
+    def _again(self, checkpoint, progress: str) -> "WorkersPaused":
+        return WorkersPaused(self.seconds, self.address, self.workers, self.working_set,
+                             checkpoint, progress)
+
+
 #: the failures of a cluster that end a computation, each saying how to go on and, through
 #: ``saved(checkpoint, progress)``, what a checkpoint kept
-CLUSTER_FAILURES = (WorkersLost, SchedulerLost, WorkerKilled)
-
-
-def _gib(n: int) -> str:
-    """``n`` bytes as "1.50 GiB" (or MiB below one GiB)."""
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+CLUSTER_FAILURES = (WorkersLost, SchedulerLost, WorkerKilled, WorkersPaused)
 
 
 def _killed_worker(exc: BaseException) -> WorkerKilled | None:
@@ -477,6 +521,9 @@ def gather_watched(client, futures: list, seconds: float | None) -> list:
     within a look, without waiting for the others (any other failure waits for them: a
     failed write's other tasks may still be writing).
 
+    With every worker paused for memory (distributed pauses a worker past
+    ``distributed.worker.memory.pause`` of its limit) for ``seconds``,
+    :class:`WorkersPaused`, naming them, their memory limits and the pass's working set.
     Every look also sends on the tasks that distributed left waiting for a worker that is
     gone, though they may run on any worker (:mod:`dfairpca.engine._on_scheduler`): a
     worker restarted by its nanny mid-pass would otherwise leave the pass waiting for
@@ -504,6 +551,7 @@ def gather_watched(client, futures: list, seconds: float | None) -> list:
     pending = [f for f in futures if isinstance(f, Future)]
     poll = WORKER_POLL_SECONDS if seconds is None else min(WORKER_POLL_SECONDS, seconds / 4)
     since = None  # when the Client was first seen without a worker
+    paused = None  # since when every worker has been seen paused
     address = _scheduler_address(client)
     asked: dict = {}
     try:
@@ -518,18 +566,43 @@ def gather_watched(client, futures: list, seconds: float | None) -> list:
                         # failed write go on writing, and the caller's clean-up must not
                         # race them)
                         return client.gather(futures)
-                    if client.nthreads():
+                    workers = _able_workers(client)
+                    now = time.monotonic()
+                    if workers:
                         since = None  # a worker (a new one, maybe) is there: the tasks go on
+                        paused = _all_paused(workers, paused, now)
+                        if paused is not None and seconds is not None and now - paused >= seconds:
+                            raise WorkersPaused(seconds, address, [
+                                (a, int(w.get("memory_limit") or 0)) for a, w in sorted(workers.items())
+                            ], current_working_set()) from None
                         _release_pinned(client, asked)
                     elif since is None:
-                        since = time.monotonic()
-                    elif seconds is not None and time.monotonic() - since >= seconds:
+                        since, paused = now, None
+                    elif seconds is not None and now - since >= seconds:
                         raise WorkersLost(seconds, address) from None
                     continue
                 return client.gather(futures)
     finally:
         for f in pending:
             f.release()
+
+
+def _able_workers(client) -> dict:
+    """The workers of ``client``'s scheduler that may run a task, now or once their memory
+    falls (status running or paused, with threads): ``{address: what the scheduler says of
+    it}``, its ``status``, ``nthreads`` and ``memory_limit`` among it."""
+    workers = client.scheduler_info()["workers"]
+    return {a: w for a, w in workers.items()
+            if w.get("nthreads") and w.get("status", "running") in ("running", "paused")}
+
+
+def _all_paused(workers: dict, since: float | None, now: float) -> float | None:
+    """Since when every worker of ``workers`` (:func:`_able_workers`) has been paused:
+    ``since`` if they still all are, ``now`` if they have just become so, None if one runs
+    (a worker that pauses and resumes starts the count again)."""
+    if all(w.get("status") == "paused" for w in workers.values()):
+        return now if since is None else since
+    return None
 
 
 def _store_timed_out(futures) -> bool:
@@ -544,6 +617,78 @@ def _store_timed_out(futures) -> bool:
             except Exception:  # noqa: BLE001 - not answered now: looked at again next time
                 pass
     return False
+
+
+class WorkersTooSmall(RunError):
+    """A pass whose working set per thread, times a worker's threads, with what the worker
+    holds of its own, is more than that worker may hold before distributed pauses it
+    (``distributed.worker.memory.pause`` of its memory limit): refused before the pass,
+    since the pass would wait for ever.
+
+    ``address`` is the worker's, ``memory_limit`` its limit in bytes, ``pause`` its pause
+    fraction, ``threads`` its threads, ``own`` the bytes counted of what it holds besides
+    Dask's data (Python, Dask, the libraries; 0 if unknown) and
+    ``working_set`` the pass's :class:`~dfairpca.engine._memory.WorkingSet`; ``what`` is
+    the message without the way on.
+    """
+
+    __module__ = "dfairpca.cluster"
+
+    def __init__(self, address: str, memory_limit: int, pause: float, threads: int, ws: WorkingSet,
+                 own: int = 0):
+        self.address, self.memory_limit, self.pause = address, memory_limit, pause
+        self.threads, self.working_set, self.own = threads, ws, own
+        held = threads * ws.total
+        mine = f" besides {gib(own)} of its own" if own else ""
+        self.what = (
+            f"the pass needs {ws.describe()}: {threads} thread{'s' if threads > 1 else ''} of the "
+            f"Dask worker at {address} would hold {gib(held)}{mine}, more than the "
+            f"{gib(int(pause * memory_limit))} at which distributed pauses it ({pause:.0%} of "
+            f"its memory limit {gib(memory_limit)}; a paused worker runs no task, and the fit "
+            "would wait for ever)")
+        super().__init__(f"{self.what}: {MEMORY_FIX}")
+
+
+#: per Client: the set of workers last asked, their pause fractions and own memory, and
+#: the largest working set already checked against them
+_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def check_workers_hold(ws: WorkingSet) -> None:
+    """Raise :class:`WorkersTooSmall` if a worker of the active Client cannot hold its
+    threads' working sets ``ws`` and the memory it holds of its own
+    (:func:`~dfairpca.engine._memory.memory_state`, counted up to
+    :data:`~dfairpca.engine._memory.OWN_BYTES_COUNTED`) below its pause threshold.  Workers
+    without a memory limit or pause threshold, and a process without a Client, are not
+    checked.
+
+    The workers are asked once per set of workers, and a working set no larger than one
+    already checked against them is not checked again: the memory a worker keeps after a
+    pass (freed pages the allocator holds on to) is reused by the next one, so that
+    counting it again at each pass of a fit, or each segment of a checkpointed one, could
+    refuse a pass that fits.
+    """
+    client = _scheduling_client()
+    if client is None or ws.total == 0:
+        return
+    with cluster_failures_said(client):
+        workers = client.scheduler_info().get("workers", {})
+        key = frozenset(workers)
+        known = _CHECKED.get(client)
+        if known is None or known["workers"] != key:
+            answers = client.run(memory_state, on_error="return")
+            known = {"workers": key, "checked": 0,
+                     "state": {a: v for a, v in answers.items() if isinstance(v, tuple)}}
+            _CHECKED[client] = known
+    if ws.total <= known["checked"]:  # this working set, or a larger one, was checked
+        return
+    for address, w in sorted(workers.items()):
+        limit, threads = int(w.get("memory_limit") or 0), int(w.get("nthreads") or 0)
+        pause, own = known["state"].get(address, (None, 0))
+        own = min(own, OWN_BYTES_COUNTED)
+        if limit and threads and pause and threads * ws.total + own > pause * limit:
+            raise WorkersTooSmall(address, limit, pause, threads, ws, own)
+    known["checked"] = max(known["checked"], ws.total)
 
 
 _INLINE = contextvars.ContextVar("dfairpca_ship_inline", default=False)

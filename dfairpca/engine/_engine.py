@@ -28,8 +28,9 @@ from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ..base._system import cpu_count, rows_per_block
 from ..base.progress import progress_bar, reporting
-from ._compute import (compute, current_timeout, gather_watched, cluster_failures_said, on_scheduler, submit,
+from ._compute import (check_workers_hold, compute, current_timeout, gather_watched, cluster_failures_said, on_scheduler, submit,
                        worker_timeout)
+from ._memory import PASS_BYTES_PER_THREAD, WorkingSet, pass_working_set, working_set
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput
@@ -44,7 +45,8 @@ _KERNELS_ASKED: dict = {}
 if TYPE_CHECKING:
     import dask.array
 
-__all__ = ["compute_moments", "checked_request", "coded_moments", "run_moments_pass", "chain_reduce"]
+__all__ = ["compute_moments", "checked_request", "coded_moments", "run_moments_pass", "chain_reduce",
+           "check_pass_fits", "moments_sums_bytes"]
 
 #: data shared by every chunk (pickled size) up to which it is copied into each fold task
 SHARED_INLINE_BYTES = 1 << 20
@@ -231,22 +233,23 @@ def run_moments_pass(
         raise InvalidInputError(f"X must be 2-D (n, d); got shape {X.shape}")
     if is_exact(dtype):
         check_worker_kernels(X.dtype)
+    sums = moments_sums_bytes(X.shape[1], categories, group_scatter)
     if weights is not None:
         return chain_reduce(
             X, _fold_weighted, _accumulator.combine,
             _weighted_args(X, weights, codes, mask, row_offset, kw),
-            split_every=split_every, progress=progress, n_chains=n_chains)
+            split_every=split_every, progress=progress, n_chains=n_chains, sums=sums)
     total = chain_reduce(
         X, _fold, _accumulator.combine,
         lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s, kw),
-        split_every=split_every, progress=progress, n_chains=n_chains)
+        split_every=split_every, progress=progress, n_chains=n_chains, sums=sums)
     if isinstance(total, ExactTotal):  # no chunk will come: its pending products in, its scratch freed
         total.settle()
     return total
 
 
 def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress: bool = False,
-                 n_chains: int | None = None):
+                 n_chains: int | None = None, sums: int = 0):
     """Reduce the row chunks of the Dask array X the way the pass does, for any sums.
 
     One chain per thread of the cluster (``n_chains``, default :func:`threads`): each task
@@ -258,6 +261,13 @@ def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress
     travel to the workers); numpy data in ``chunk_args`` is embedded per task, so large
     data every chunk needs belongs in a ``dask.delayed`` object (one key, sent once per
     worker).  Runs on the active ``distributed.Client`` when there is one.
+
+    ``sums``: the bytes a chain holds besides its chunk (its running sums and the chunk's
+    product).  With the chunk, that is the pass's working set per thread
+    (:func:`dfairpca.engine._memory.working_set`): a pass that a worker cannot hold below
+    the memory at which distributed pauses it is refused before any work
+    (:class:`~dfairpca.cluster.WorkersTooSmall`), and it is named if every worker stays
+    paused (:class:`~dfairpca.cluster.WorkersPaused`).
     """
     import dask
     from dask import delayed
@@ -267,6 +277,7 @@ def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress
     check_inputs_shared(X)  # a worker that cannot see a local store: said now, by name
     if len(X.chunks[1]) > 1:  # a fold needs whole rows: merge the column chunks of each row chunk
         X = X.rechunk({1: -1})
+    need = check_pass_fits(X, sums)
     bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(int)
     blocks, shared = _block_sources(X)
     slots = _worker_slots()  # one entry per thread of the active Client's workers
@@ -286,10 +297,30 @@ def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress
     while len(parts) > 1:  # the chains' sums: a tree of fan-in split_every, in place
         parts = [merge(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
     root = parts[0]
-    if progress:
-        return _compute_with_progress(root)
-    (result,) = compute(root)
+    with pass_working_set(need):
+        if progress:
+            return _compute_with_progress(root)
+        (result,) = compute(root)
     return result
+
+
+def moments_sums_bytes(d: int, categories=(), group_scatter: bool = False) -> int:
+    """The bytes a chain of the moments pass holds besides its chunk: its d x d sums and its
+    chunk's product, and as much again per group for the groups' scatters of Fair PCA-S."""
+    scatters = sum(len(c) for c in categories) if group_scatter else 0
+    return PASS_BYTES_PER_THREAD * (1 + scatters) * int(d) ** 2
+
+
+def check_pass_fits(X, sums: int) -> WorkingSet:
+    """The working set per thread of a pass over the Dask array X whose chains hold
+    ``sums`` bytes (:func:`dfairpca.engine._memory.working_set`), refused with
+    :class:`~dfairpca.cluster.WorkersTooSmall` if a worker of the active Client cannot hold
+    it below the memory at which distributed pauses it.  Called before anything of the
+    fit reads a chunk: a read of a chunk too large already pauses (or kills) a worker."""
+    d = int(np.prod(X.shape[1:]))
+    need = working_set(X.chunks[0], d, X.dtype.itemsize, sums)
+    check_workers_hold(need)
+    return need
 
 
 def _fold_block(fold, acc, block, shared, *args):

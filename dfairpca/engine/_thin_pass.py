@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._compute import compute
-from ._engine import chain_reduce, row_slice
+from ._engine import chain_reduce, check_pass_fits, row_slice
 from ..base._compat import first_moments_state
 from ..base._system import rows_per_block
 from ..stats._sums import MAX_BAD_ROWS_REPORTED
@@ -281,7 +281,13 @@ def run_thin_pass(X, plan: Plan, V, codes, mask, split_every: int, progress: boo
     return chain_reduce(
         X, _fold_thin, _add_thin_sums,
         lambda s, e: (plan_k, Vk, row_slice(codes, s, e), row_slice(mask, s, e), s),
-        split_every=split_every, progress=progress)
+        split_every=split_every, progress=progress, sums=_thin_sums_bytes(X, V))
+
+
+def _thin_sums_bytes(X, V) -> int:
+    """What a chain of a thin pass holds besides its chunk: its float64 sums of S V and the
+    chunk's product A V, d x (V's columns) each."""
+    return 16 * int(np.prod(X.shape[1:])) * (1 if V is None else V.shape[1])
 
 
 def as_rows(X):
@@ -359,11 +365,15 @@ def first_pass(X, V, codes, categories, mask, numeric, dtype, split_every, progr
                digest: bool = False):
     """(first-order Moments, mean - shift in the products' units, the plan, the raw sums: ``G`` of
     V and, if ``digest``, the chunks' ``digests``)."""
+    import dask.array as da
+
     from ..inputs._validation import compute_dtype_for
 
     D = int(np.prod(X.shape[1:]))
     dtype = compute_dtype_for(X.dtype) if dtype is None else np.dtype(dtype)
     features = np.setdiff1d(np.arange(D), numeric) if len(numeric) else None
+    if isinstance(X, da.Array):  # before the first read: the first rows are read as a whole chunk
+        check_pass_fits(X, _thin_sums_bytes(X, V))
     shift, e = _shift_and_exponent(_first_rows(X, mask), D, dtype)
     plan = Plan(shift, e, dtype, features, numeric, tuple(len(c) for c in categories), True, digest)
     sums = run_thin_pass(X, plan, V, codes, mask, split_every, progress)

@@ -42,7 +42,7 @@ import numpy as np
 from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ._compute import CLUSTER_FAILURES, compute, worker_timeout
-from ._engine import checked_request, row_slice, run_moments_pass, threads
+from ._engine import check_pass_fits, checked_request, moments_sums_bytes, row_slice, run_moments_pass, threads
 from ..io._fsspec import exists, local_copy
 from ..io._remote import StoreTimeout, zarr_arrays, zarr_roots
 from ..io._urls import Location
@@ -207,6 +207,9 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
         _check_same_job(path, state["fingerprint"], fingerprint)
         segments, done, total = state["segments"], state["done"], state["total"]
         digests = _saved_digests(path, state["digests"], segments, done)
+    # before the digests read any chunk: a pass the workers cannot hold is refused now
+    check_pass_fits(X, moments_sums_bytes(int(np.prod(X.shape[1:])), categories,
+                                          compute_kw.get("group_scatter", False)))
     # one bar for the whole pass, a step per row chunk, moved once per segment (a bar per
     # segment would draw twenty bars, and twenty times a log's few lines)
     segment_kw = {**compute_kw, "progress": False}

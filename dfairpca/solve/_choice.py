@@ -7,6 +7,7 @@ that has no matrix-free form.
 from __future__ import annotations
 
 from ..engine._compute import cluster_failures_said
+from ..engine._memory import PASS_BYTES_PER_THREAD
 from ..errors import InvalidInputError
 
 __all__ = ["choose_svd_solver", "check_exact_memory", "worker_memory", "memory_budget",
@@ -47,12 +48,6 @@ def choose_svd_solver(d: int, k: int, n_oversamples: int) -> str:
     colour) randomized always."""
     per_row = PLANNED_PASSES * (READ_FLOPS + PRODUCT_FLOPS * (k + n_oversamples))
     return "randomized" if per_row < d else "covariance_eigh"
-
-
-#: what the exact pass holds per worker thread, in bytes per d^2: its running float64 total
-#: and the float32 product of the chunk at hand (exact sums of 8-bit data: the int64 total
-#: and MKL's int32 sums); a worker runs one chain per thread
-PASS_BYTES_PER_THREAD = 12
 
 
 def check_exact_memory(d: int, budget: int, instead: str, workers=None) -> None:
