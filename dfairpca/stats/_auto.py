@@ -14,6 +14,13 @@ int64 total through its scratch, float32 the block converted about its mean and 
 their own and the pass is exact only where every worker chose exact
 (:func:`dfairpca.engine._engine.auto_choice_for_pass`).
 
+The time is the process's CPU time (every thread's, the BLAS threads included), not the
+wall clock: a pass keeps every core busy (a thread or a worker per core), so what its
+products cost is CPU time per row, and that is what neighbours on a shared machine leave
+alone (on 2 cores at load 12, wall-clock ratios of one probe spread from 0.8x to 7x,
+CPU-time ratios within 10%).  Both candidates are multi-threaded BLAS; a kernel on fewer
+threads than the other would look cheaper than it is.
+
 ``DFAIRPCA_AUTO_KERNEL=exact`` or ``=float32`` forces either side without measuring (for
 benchmarks); ``compute_dtype="exact"`` or ``"float32"`` does the same for one estimator.
 """
@@ -44,7 +51,7 @@ AUTO_ENV = "DFAIRPCA_AUTO_KERNEL"
 #: differ by a few percent on a busy machine, and within that the exact sums win (their
 #: statistics are bit-reproducible across chunkings and workers)
 AUTO_SLACK = 1.05
-#: multiply-adds of one probe call (about 50 ms of float32 syrk on two busy cores)
+#: multiply-adds of one probe call (about 30-60 ms of CPU in float32 syrk on a Zen 4)
 PROBE_WORK = 6e8
 #: rows of the probe block, at least / at most: an 8-bit GEMM over fewer rows than a pass
 #: gives it runs at a fraction of its rate (MKL's at 256 rows of 3,000: 4x slower than
@@ -61,7 +68,7 @@ EXACT, FLOAT32 = "exact", "float32"
 class AutoChoice:
     """What "auto" chose for 8-bit blocks of ``width`` columns, and why: ``choice``
     ("exact" or "float32"), the exact ``kernel`` timed (None where no 8-bit kernel passed
-    its self-test), the probe's ``rows`` and best seconds per candidate, ``forced`` (the
+    its self-test), the probe's ``rows`` and best CPU seconds per candidate, ``forced`` (the
     environment variable's value when it decided), and on a cluster how many ``workers``
     chose (the timings are then those of the worker whose exact kernel was slowest)."""
 
@@ -82,8 +89,8 @@ class AutoChoice:
         return self.exact_s / self.float32_s
 
     def describe(self) -> str:
-        """One line: e.g. ``"float32 (auto: exact mkl-gemm-s8u8s32 1.9x slower: 0.41 s vs
-        0.22 s for 512 rows of 6,400)"``."""
+        """One line: e.g. ``"float32 (auto: exact mkl-gemm-s8u8s32 1.9x slower: 0.41 vs
+        0.22 CPU s for 512 rows of 6,400)"``."""
         if self.forced:
             return f"{self.choice} ({AUTO_ENV}={self.forced})"
         if self.kernel is None:
@@ -92,8 +99,8 @@ class AutoChoice:
         assert r is not None and self.exact_s is not None and self.float32_s is not None
         speed = f"{r:.2g}x slower" if r > 1 else f"{1 / r:.2g}x faster"
         where = f" on the slowest of {self.workers} workers" if self.workers > 1 else ""
-        return (f"{self.choice} (auto: exact {self.kernel} {speed}{where}: {self.exact_s:.3g} s vs "
-                f"{self.float32_s:.3g} s for {self.rows:,} rows of {self.width:,})")
+        return (f"{self.choice} (auto: exact {self.kernel} {speed}{where}: {self.exact_s:.3g} vs "
+                f"{self.float32_s:.3g} CPU s for {self.rows:,} rows of {self.width:,})")
 
     def as_dict(self) -> dict:
         return {**asdict(self), "description": self.describe()}
@@ -125,12 +132,12 @@ def probe_rows(width: int) -> int:
 
 def time_candidates(calls: dict[str, Callable[[], object]], *, repeats: int = PROBE_REPEATS,
                     seconds: float = PROBE_SECONDS,
-                    clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+                    clock: Callable[[], float] = time.process_time) -> dict[str, float]:
     """The best (least) seconds of each of ``calls`` over alternating rounds (one call of
     each per round, in turn, so that a change of the machine's load touches all of them):
     at least two rounds (the first call of a kernel pays its start-up: page faults of its
     scratch, its library's dispatch), at most ``repeats``, no round begun once ``seconds``
-    have passed since the first."""
+    have passed since the first (on ``clock``: the process's CPU seconds by default)."""
     best = {name: float("inf") for name in calls}
     start = clock()
     for i in range(max(2, repeats)):
