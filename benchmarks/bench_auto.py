@@ -69,7 +69,8 @@ def lowrank_store(path: Path, n: int, d: int, chunk: int = 4096) -> Path:
     rows shift X's mean (so the fair problem differs from PCA's); reused once written."""
     import zarr
 
-    if (path / "done").exists():
+    done = path.with_name(path.name + ".done")  # beside the group: zarr lists what is inside
+    if done.exists():
         return path
     rng = np.random.default_rng(0)
     root = zarr.open_group(str(path), mode="w")
@@ -83,7 +84,7 @@ def lowrank_store(path: Path, n: int, d: int, chunk: int = 4096) -> Path:
         x = 128 + 8 * rng.normal(size=(r, 64)) @ V + gs[:, None] * shift + 6 * rng.normal(size=(r, d))
         X[s : s + r] = np.clip(np.rint(x), 0, 255).astype(np.uint8)
         g[s : s + r] = gs
-    (path / "done").write_text("")
+    done.write_text("")
     return path
 
 

@@ -94,7 +94,7 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
         The dtype of the pass's products (always summed in float64) and of ``transform``.
         "auto": the pass in float64 (LEACE whitens by Sigma's smallest eigenvalues, which
         float32 products round at 1e-7 of the largest), or exact integer sums for 8-bit
-        data where they run; ``transform`` in float32 for data that is not float64 (as
+        data where their kernel is not slower than float32 products (as :class:`PCA`); ``transform`` in float32 for data that is not float64 (as
         :class:`PCA`) and in float64 for float64 data.
     split_every, progress : as in :class:`PCA`
 

@@ -249,7 +249,7 @@ class LinearDecomposition(ProbabilisticPCA):
         if weighted and is_exact(dtype):
             if is_exact(self.compute_dtype):  # asked for: weighted sums are not integer sums
                 raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
-            # chosen by "auto" (an 8-bit kernel passed): the float default instead
+            # chosen by "auto" (an 8-bit kernel passed and was not slower): the float default instead
             dtype = compute_dtype_for(X.dtype, "auto")
         return dtype
 
