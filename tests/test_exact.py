@@ -15,6 +15,7 @@ import dfairpca
 from dfairpca.engine.checkpoint import compute_moments_checkpointed
 from dfairpca.errors import InvalidInputError
 from dfairpca.stats import _int_kernels as ik
+from dfairpca.stats._auto import AUTO_ENV
 from dfairpca.stats._exact import check_exact, kernel_name
 from dfairpca.stats.moments import Moments
 
@@ -339,11 +340,14 @@ def test_a_saturating_kernel_is_refused_and_the_fallback_is_exact(data, referenc
     assert dfairpca.PCA(K).fit(X).statistics_kernel_ == "float32"
 
 
-def test_a_kernel_that_passes_is_used_and_makes_exact_the_default(data, reference, registered):
+def test_a_kernel_that_passes_is_used_where_auto_takes_exact(data, reference, registered, monkeypatch):
+    """(Whether "auto" takes exact where a kernel passes, by timing it: test_auto_choice.py;
+    numpy's int64 product is slower than float32, so here the environment forces exact.)"""
     X, g, g2, y = data
     registered("test-int64", int64_gram)
     assert ik.kernel_for("uint8")[0] == "test-int64"
     assert ik.int8_kernel_available() == "test-int64"
+    monkeypatch.setenv(AUTO_ENV, "exact")
     fit = dfairpca.FairPCA(K, equalize_covariance=0.5).fit(X, sensitive_features=g)  # "auto"
     assert fit.statistics_kernel_ == "exact:test-int64"
     # another kernel, the same integers: bit-identical to the portable path's fit

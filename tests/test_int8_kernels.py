@@ -279,7 +279,8 @@ def test_a_refused_optional_kernel_is_said_once_and_reported(monkeypatch, caplog
 def test_show_versions_names_the_machine_and_the_kernels(capsys):
     dfairpca.show_versions()
     text = capsys.readouterr().out
-    for section in ("dependencies", "threadpools (BLAS, OpenMP)", "cpu", "exact kernels"):
+    for section in ("dependencies", "threadpools (BLAS, OpenMP)", "cpu", "exact kernels",
+                    'compute_dtype="auto" for 8-bit data'):
         assert section in text
     r = dfairpca._show_versions.versions_report()
     assert r["dfairpca"] == dfairpca.__version__ and r["packages"]["numpy"] == np.__version__
@@ -288,6 +289,10 @@ def test_show_versions_names_the_machine_and_the_kernels(capsys):
         assert f"{name}: " in text and verdict in (True, False, None)
     if FN is not None:
         assert "mkl-gemm-s8u8s32" in r["exact_kernels"]
+    # what "auto" chose here, and why (measured at 1,024 columns if no fit asked before)
+    assert r["auto_choice"] and all(c["choice"] in ("exact", "float32") for c in r["auto_choice"])
+    for c in r["auto_choice"]:
+        assert c["description"] in text and c["description"].startswith(c["choice"])
 
 
 def test_dfairpca_info_prints_the_report_as_json(capsys):

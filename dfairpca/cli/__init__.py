@@ -329,7 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the dtype of the chunk products: exact sums integer input (uint8 "
                         "pixels) without rounding, bit-identical whatever the chunking; auto: "
                         "float32 for 8- and 16-bit input unless an exact 8-bit kernel passed "
-                        "its self-test, float64 otherwise (the summary says which ran)")
+                        "its self-test and is not slower here (timed; DFAIRPCA_AUTO_KERNEL="
+                        "exact|float32 forces it), float64 otherwise (the summary says which ran)")
     g.add_argument("--n-oversamples", type=_positive(int), default=FitJob.n_oversamples,
                    metavar="P", help="randomized: the blocks have k + P columns")
     g.add_argument("--iterated-power", type=_power, default=FitJob.iterated_power, metavar="Q",

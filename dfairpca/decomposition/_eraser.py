@@ -21,7 +21,7 @@ from ..base._params import BOOL, SPLIT_EVERY, Check, Rule, is_real, one_of
 from ..base._system import rows_per_block
 from ..base._typing import ArrayInput, ArrayOutput, ColumnIds
 from ..engine._compute import ship, worker_timeout
-from ..engine._engine import coded_moments
+from ..engine._engine import auto_choice_for_pass, coded_moments
 from ..errors import InvalidInputError
 from ..inputs._validation import (
     SENSITIVE_IDS, Input, check_finite_input, check_finite_output, check_input, compute_dtype_for, is_xarray, row_origin,
@@ -29,6 +29,7 @@ from ..inputs._validation import (
 from ..io._registry import register
 from ..solve._erasure import ERASURE_METHODS, Erasure, fit_erasure
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, is_exact, statistics_dtype
+from ..stats._auto import row_width
 from ..stats.moments import Moments
 from ._base import Estimator, set_certificate
 from ._fair_input import fair_input
@@ -93,7 +94,7 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
         The dtype of the pass's products (always summed in float64) and of ``transform``.
         "auto": the pass in float64 (LEACE whitens by Sigma's smallest eigenvalues, which
         float32 products round at 1e-7 of the largest), or exact integer sums for 8-bit
-        data where they run; ``transform`` in float32 for data that is not float64 (as
+        data where their kernel is not slower than float32 products (as :class:`PCA`); ``transform`` in float32 for data that is not float64 (as
         :class:`PCA`) and in float64 for float64 data.
     split_every, progress : as in :class:`PCA`
 
@@ -267,11 +268,11 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
             return " (partial_fit has not yet seen two groups of every attribute)"
         return ""
 
-    def _products_dtype(self, dtype, weighted: bool):
-        """The pass's products: for "auto" float64 (or the exact sums of 8-bit data, never
-        weighted), else what ``compute_dtype`` names."""
+    def _products_dtype(self, dtype, weighted: bool, width: int):
+        """The pass's products: for "auto" float64 (or the exact sums of 8-bit data where
+        they are not slower, never weighted), else what ``compute_dtype`` names."""
         if self.compute_dtype in ("auto", None):
-            chosen = statistics_dtype(dtype, "auto")
+            chosen = statistics_dtype(dtype, "auto", width=width, choose=auto_choice_for_pass)
             return chosen if is_exact(chosen) and not weighted else np.dtype(np.float64)
         if weighted and is_exact(self.compute_dtype):
             raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
@@ -281,7 +282,7 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
         """The statistics of X with its groups (the one pass)."""
         codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
         kw = {} if weights is None else {"weights": weights}
-        m = coded_moments(X, codes, cats, dtype=self._products_dtype(X.dtype, weights is not None),
+        m = coded_moments(X, codes, cats, dtype=self._products_dtype(X.dtype, weights is not None, row_width(X)),
                           split_every=self.split_every, progress=self.progress, **kw)
         m.check_finite()
         return m

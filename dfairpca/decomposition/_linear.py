@@ -19,7 +19,7 @@ import numpy as np
 from ..base import _solvers
 from ..engine._compute import ship
 from ._probabilistic import ProbabilisticPCA, noise_variance
-from ..engine._engine import coded_moments
+from ..engine._engine import auto_choice_for_pass, coded_moments
 from ..base._compat import current
 from ..base._params import (
     BOOL, SPLIT_EVERY, Check, RenamedOneOf, Rule, int_at_least, is_int, is_real, one_of,
@@ -31,6 +31,7 @@ from ..inputs._validation import (
     row_origin,
 )
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact, kernel_name, statistics_dtype
+from ..stats._auto import row_width
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput, ArrayOutput, PathInput
 from ..errors import InvalidInputError
@@ -244,11 +245,11 @@ class LinearDecomposition(ProbabilisticPCA):
             return np.dtype(np.float64)
         if matrix_free:
             return compute_dtype_for(X.dtype, self.compute_dtype)
-        dtype = statistics_dtype(X.dtype, self.compute_dtype)
+        dtype = statistics_dtype(X.dtype, self.compute_dtype, width=row_width(X), choose=auto_choice_for_pass)
         if weighted and is_exact(dtype):
             if is_exact(self.compute_dtype):  # asked for: weighted sums are not integer sums
                 raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
-            # chosen by "auto" (an 8-bit kernel passed): the float default instead
+            # chosen by "auto" (an 8-bit kernel passed and was not slower): the float default instead
             dtype = compute_dtype_for(X.dtype, "auto")
         return dtype
 

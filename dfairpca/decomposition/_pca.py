@@ -100,7 +100,9 @@ class PCA(LinearDecomposition):
         and components are bit-identical for numpy, Dask or Zarr input, any chunking,
         cluster, ``partial_fit`` or merge order (see :doc:`/exact`); float X is refused.
         "auto" picks "exact" for 8-bit integers only where an 8-bit integer kernel passed
-        its self-test (``statistics_kernel_`` says which ran).  ``transform`` output is as
+        its self-test and, timed against float32 products on this CPU, is not slower
+        (``statistics_kernel_`` says which ran; ``DFAIRPCA_AUTO_KERNEL=exact|float32``
+        forces either side).  ``transform`` output is as
         for "auto".
     split_every : int, default 8
         Fan-in of the merges that combine the pass's running sums (one per worker thread;

@@ -31,6 +31,7 @@ from ..base.progress import progress_bar, reporting
 from ._compute import (check_workers_hold, compute, current_timeout, gather_watched, cluster_failures_said, on_scheduler, submit,
                        worker_timeout)
 from ._memory import PASS_BYTES_PER_THREAD, WorkingSet, pass_working_set, working_set
+from ..stats._auto import AutoChoice, auto_choice, forced_choice
 from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput
@@ -433,6 +434,37 @@ def check_worker_kernels(x_dtype) -> dict:
                      + (f" and {len(differ) - 5} more" if len(differ) > 5 else ""),
                      "a CPU without VNNI or AMX, or a worker without dfairpca's mkl extra")
     return there
+
+
+def _auto_on_worker(x_dtype: str, width: int) -> dict:
+    return auto_choice(x_dtype, width).as_dict()
+
+
+def auto_choice_for_pass(x_dtype, width: int) -> AutoChoice:
+    """What compute_dtype="auto" uses for a pass over 8-bit ``x_dtype`` rows of ``width``
+    columns: this process's measured choice (:func:`dfairpca.stats._auto.auto_choice`),
+    or with an active Client every worker's, each measured on its own CPU once per worker
+    process, and exact only where every worker chose exact (one kind of products per
+    pass: float32 sums cannot be merged into exact ones).  A worker that could not answer
+    leaves the choice to the others (the pass says what became of it)."""
+    if forced_choice() is not None:  # this process's environment decides, for every worker
+        return auto_choice(x_dtype, width)
+    try:
+        from distributed import get_client
+
+        client = get_client()
+    except (ImportError, ValueError):
+        return auto_choice(x_dtype, width)
+    with cluster_failures_said(client):
+        answers = client.run(_auto_on_worker, str(np.dtype(x_dtype)), int(width), on_error="return")
+    said = [AutoChoice(**{k: v for k, v in a.items() if k not in ("description",)})
+            for a in answers.values() if isinstance(a, dict)]
+    if not said:
+        return auto_choice(x_dtype, width)
+    # the worker whose exact kernel fared worst speaks for the cluster: its timings say why
+    worst = max(said, key=lambda c: (c.choice != "exact", c.ratio or 0.0))
+    return AutoChoice(worst.choice, worst.width, worst.kernel, worst.rows, worst.exact_s, worst.float32_s,
+                      worst.forced, len(said))
 
 
 def _worker_slots() -> list:

@@ -31,7 +31,8 @@ import numpy as np
 
 from ._int_kernels import _add_upper as add_upper
 from ._column_sums import column_sums
-from ._int_kernels import add_gram, value_range
+from ._auto import auto_choice
+from ._int_kernels import add_gram, int8_kernel_available, value_range
 from ._sums import GroupSums, Sums, _check_one_label_type, fill_lower
 from ..base._system import cpu_count
 from ..errors import InvalidInputError, RunError
@@ -46,6 +47,9 @@ EXACT = "exact"
 CENTRING_PANEL = 512
 #: the most threads :func:`centred` runs its panels on
 CENTRING_THREADS = 4
+#: the width "auto" measures at when a caller gives none (what :func:`statistics_dtype` is
+#: asked without the pass's width)
+AUTO_WIDTH = 1024
 #: the int64 sums keep this many bits of headroom (the centring's intermediates)
 _INT_BITS = 62
 
@@ -83,22 +87,22 @@ def check_exact(dtype, n: int) -> None:
         )
 
 
-def statistics_dtype(x_dtype, requested="auto"):
+def statistics_dtype(x_dtype, requested="auto", width: int | None = None, choose=None):
     """The compute dtype of a fit's pass over X of ``x_dtype`` for the estimators'
     ``compute_dtype``: "exact" when asked for (refused for float X), and for "auto" on
-    8-bit integers when an 8-bit kernel passed its self-test in this process (the exact
-    pass then costs no more than a float32 one); otherwise the float dtype of
+    8-bit integers where the exact kernel is not slower than float32 products on blocks of
+    ``width`` columns (:func:`dfairpca.stats._auto.auto_choice`, or ``choose(x_dtype,
+    width)``: a cluster's choice); otherwise the float dtype of
     :func:`dfairpca.inputs._validation.compute_dtype_for`."""
     from ..inputs._validation import compute_dtype_for
-
-    from ._int_kernels import int8_kernel_available
 
     if is_exact(requested):
         check_exact(x_dtype, 0)
         int8_kernel_available()  # the kernels chosen and self-tested here, before the pass
         return EXACT
     if requested in ("auto", None) and np.dtype(x_dtype) in (np.uint8, np.int8):
-        if int8_kernel_available():
+        choice = (choose or auto_choice)(x_dtype, AUTO_WIDTH if width is None else width)
+        if choice.choice == EXACT:
             return EXACT
     return compute_dtype_for(x_dtype, requested)
 

@@ -36,7 +36,7 @@ from ..base._system import BLOCK_BYTES
 _log = logging.getLogger("dfairpca")
 
 __all__ = ["Kernel", "register", "kernel_report", "unregister", "kernel_for", "chosen", "add_gram", "self_test", "portable_gram",
-           "value_range", "max_product", "int8_kernel_available", "PORTABLE", "NUMPY"]
+           "value_range", "max_product", "int8_kernel_available", "registry_generation", "PORTABLE", "NUMPY"]
 
 #: names of the built-in paths, as ``statistics_kernel_`` reports them
 PORTABLE = "blas-exact-blocks"
@@ -226,6 +226,13 @@ class Kernel:
 _REGISTERED: list[Kernel] = []
 _VERDICTS: dict[str, bool] = {}  # "kernel name:dtype" -> passed its self-test in this process
 _LOCK = threading.Lock()
+_GENERATION = [0]  # bumped by every change of the registry: what was measured of it is stale
+
+
+def registry_generation() -> int:
+    """A number that changes whenever a kernel is registered or withdrawn (measurements of
+    the kernels, :mod:`dfairpca.stats._auto`'s, are cached per generation)."""
+    return _GENERATION[0]
 
 
 def register(kernel: Kernel, first: bool = True) -> None:
@@ -233,6 +240,7 @@ def register(kernel: Kernel, first: bool = True) -> None:
     with _LOCK:
         unregister(kernel.name, _locked=True)
         _REGISTERED.insert(0 if first else len(_REGISTERED), kernel)
+        _GENERATION[0] += 1
 
 
 def unregister(name: str, _locked: bool = False) -> None:
@@ -241,6 +249,7 @@ def unregister(name: str, _locked: bool = False) -> None:
         with _LOCK:
             return unregister(name, True)
     _REGISTERED[:] = [k for k in _REGISTERED if k.name != name]
+    _GENERATION[0] += 1
     for key in [key for key in _VERDICTS if key.rpartition(":")[0] == name]:
         del _VERDICTS[key]
 
@@ -342,11 +351,12 @@ def kernel_for(dtype) -> tuple[str, Callable]:
     return k.name, k.gram
 
 
-def int8_kernel_available() -> str | None:
-    """The name of a registered 8-bit kernel that passed its self-test here, or None:
-    only then is an exact pass of 8-bit data about as fast as a float32 one's."""
+def int8_kernel_available(dtype=None) -> str | None:
+    """The name of a registered 8-bit kernel that passed its self-test here (for blocks of
+    ``dtype``, else of either 8-bit dtype), or None: only then can an exact pass of 8-bit
+    data be as fast as a float32 one's (whether it is, :mod:`dfairpca.stats._auto` measures)."""
     _load_optional()
-    for dt in ("uint8", "int8"):
+    for dt in ("uint8", "int8") if dtype is None else (np.dtype(dtype).name,):
         name, _ = kernel_for(dt)
         if name not in (PORTABLE, NUMPY):
             return name

@@ -183,10 +183,15 @@ def test_console_script_help():
         assert cmd in out.stdout
 
 
-def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched, stop_after):
+def test_fit_resumes_from_checkpoint(store, tmp_path, capsys, sched, stop_after, monkeypatch):
     """An interrupted fit leaves a checkpoint; --resume finishes it with the same result."""
     from dfairpca.engine.checkpoint import compute_moments_checkpointed
+    from dfairpca.stats._auto import AUTO_ENV
     from dfairpca.stats._exact import statistics_dtype
+
+    # "auto" measured in this process and on the workers could differ where the kernels
+    # are close: the environment decides for both (and for the workers, through the CLI)
+    monkeypatch.setenv(AUTO_ENV, "exact")
 
     model, ckpt = tmp_path / "m", tmp_path / "m.checkpoint"
     X = dfairpca.from_zarr(store, "images", rows_per_chunk=100)
@@ -1205,11 +1210,19 @@ def test_fit_exact_statistics_are_bit_identical_whatever_the_chunks(store, tmp_p
     code, text, err = run(["fit", store, "-k", "4", "--method", "pca", "--json", "--out",
                            tmp_path / "f", *sched], capsys)
     assert code == 0, err
-    from dfairpca.stats._int_kernels import int8_kernel_available
+    from distributed import Client
 
-    # the default for uint8: exact where an 8-bit kernel passes its self-test here
-    kernel = int8_kernel_available()
-    assert json.loads(text)["statistics_kernel"] == (f"exact:{kernel}" if kernel else "float32")
+    from dfairpca.stats._auto import auto_choice, row_width
+
+    # the default for uint8: exact where every worker found its 8-bit kernel not slower
+    # than float32 (each worker measured once, for the fit: asked again, it says the same)
+    width = row_width(dfairpca.from_zarr(store, "images"))
+    with Client(sched[1]) as c:
+        chosen = c.run(auto_choice, "uint8", width)
+    if all(a.choice == "exact" for a in chosen.values()):
+        assert json.loads(text)["statistics_kernel"] == "exact:" + "+".join(sorted({a.kernel for a in chosen.values()}))
+    else:
+        assert json.loads(text)["statistics_kernel"] == "float32"
 
 
 def test_erase_writes_the_erased_store_and_the_model(data_store, tmp_path, capsys, sched):
