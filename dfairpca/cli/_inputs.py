@@ -204,8 +204,7 @@ def _data(args, rows_per_chunk=None) -> _Data:
             )
         X = read_images(_source(args, root), rows_per_chunk=rows_per_chunk,
                         missing_chunks=args.missing_chunks)
-        return _Data(X, X.shape, f"{args.store}/{IMAGES}", IMAGES, True, root,
-                     int(root[IMAGES].chunks[0]))
+        return _Data(X, X.shape, f"{args.store}/{IMAGES}", IMAGES, True, root, _zarr_row_chunk(root[IMAGES]))
     if args.array is None:  # STORE is itself an array
         node, label, name = root, str(args.store), _array_name(str(args.store))
     else:
@@ -219,6 +218,14 @@ def _data(args, rows_per_chunk=None) -> _Data:
     X = from_zarr(node, rows_per_chunk=rows_per_chunk, missing_chunks=args.missing_chunks)
     # (n, h, w, ...) -> (n, h*w*...): rows are chunked whole, so no rechunk
     return _Data(X.reshape(X.shape[0], -1), X.shape, label, name, False, root, int(node.chunks[0]))
+
+
+def _zarr_row_chunk(node) -> int:
+    """Rows per chunk of the Zarr array ``node`` (read_images has checked it is one)."""
+    import zarr
+
+    assert isinstance(node, zarr.Array)
+    return int(node.chunks[0])
 
 
 def _source(args, root):

@@ -136,7 +136,7 @@ def store_aligned(Y: da.Array, array: zarr.Array):
     import dask.array as da
 
     _check_alignment(Y, array)
-    return da.store(Y, array, lock=False, compute=False)
+    return da.store(Y, array, lock=False, compute=False)  # type: ignore[arg-type]  # a zarr.Array takes slices
 
 
 def sample_rows(n: int, chunk_rows: int, seed: int = 0) -> np.ndarray:
@@ -165,7 +165,7 @@ def sample_rows(n: int, chunk_rows: int, seed: int = 0) -> np.ndarray:
     return np.unique(np.concatenate([starts, stops - 1, drawn]))
 
 
-def check_rows(written: np.ndarray, expected: np.ndarray, rows: np.ndarray, shown: object) -> None:
+def check_rows(written, expected, rows: np.ndarray, shown: object) -> None:
     """Raise :class:`WrongRowsError` unless every row read back from a store equals the
     same row recomputed from the input.
 
