@@ -141,3 +141,28 @@ def test_a_store_writer_that_writes_wrong_rows_is_caught_before_the_store_is_kep
     fixed = write(tmp_path / "bad.zarr", _writes_right)
     np.testing.assert_array_equal(zarr.open_group(str(fixed))["images"][:],
                                   zarr.open_group(str(good))["images"][:])
+
+
+def test_small_row_chunks_grow_to_whole_multiples_so_checks_do_not_grow_with_n():
+    # X sharded in chunks of one row, a representation of 10 float32 columns
+    rows = output_chunks((4096, 10), np.float32, 1)[0]
+    assert rows * 10 * 4 >= 4096 * 10 * 4 or rows * 40 >= 8 * 2**20
+    assert output_chunks((10**7, 10), np.float32, 1000)[0] % 1000 == 0
+    assert output_chunks((10**7, 10), np.float32, 1000)[0] * 40 >= 8 * 2**20
+    assert len(sample_rows(4096, rows)) <= 3
+
+
+def test_rounded_and_thresholded_outputs_are_checked_against_the_values_before_rounding():
+    rows = np.arange(3)
+    e = np.array([[0.2, 0.9, 0.49], [0.7, 0.1, 0.6], [0.0, 1.0, 0.5]])
+    check_rows(e > 0.5, e, rows, "b.zarr")
+    with pytest.raises(WrongRowsError):
+        check_rows(np.zeros((3, 3), bool), e, rows, "b.zarr")  # every value false: caught
+    check_rows(np.zeros((3, 3), bool)[:, :0], e[:, :0], rows, "b.zarr")  # nothing to compare
+    with pytest.raises(WrongRowsError):
+        check_rows(np.ones((3, 3), bool), np.zeros((3, 3), bool), rows, "b.zarr")  # bool: exact
+    f = np.array([[0.4, 1.6, 254.5], [3.0, -2.0, 300.0], [0.5, 0.49, 7.2]])
+    check_rows(np.array([[0, 2, 254], [3, 0, 255], [1, 0, 7]], np.uint8), f, rows, "u.zarr")
+    with pytest.raises(WrongRowsError):  # a 0/1 image zeroed is off by one, yet caught
+        check_rows(np.zeros((3, 3), np.uint8), np.array([[1.0, 0, 1], [0, 1, 0], [1, 1, 1]]), rows, "u.zarr")
+    check_rows(np.zeros((0, 3)), np.zeros((0, 3)), np.zeros(0, np.int64), "e.zarr")  # no rows

@@ -414,7 +414,7 @@ def write_result(args, client, out, protect: dict, data: _Data, Y, name: str, di
                              dimension_names=dims)
         # watched as a fit's pass is: --timeout bounds the wait once every worker has left,
         # a lost scheduler or a chunk that kills its workers is one line
-        with worker_timeout(args.timeout), _counting_chunks(arr, f"writing {name}"):
+        with worker_timeout(args.timeout), _counting_chunks(arr, tmp, name):
             compute(store_aligned(Y, arr))
         # the CelebA layout's labels travel along (other stores' rows keep X's order)
         if data.celeba:
@@ -429,25 +429,31 @@ def write_result(args, client, out, protect: dict, data: _Data, Y, name: str, di
 
 
 @contextlib.contextmanager
-def _counting_chunks(array, what: str):
-    """Show how many of ``array``'s chunks are in its store while the block inside writes
-    them (a terminal's bar, or whole lines in a log), polled every second."""
+def _counting_chunks(array, store, name: str):
+    """Show how many of ``array``'s chunks are in the local ``store`` while the block
+    inside writes them (a terminal's bar, or whole lines in a log), counted every two
+    seconds; for a URL, the phase's own heartbeat instead (a count would list the bucket)."""
     import threading
 
-    from ..base.progress import progress_bar, reporting
+    from ..base.progress import phase, progress_bar, reporting
+    from ..io import chunks_written
 
     total = math.prod(array.cdata_shape)
     with reporting(True, sys.stdout):
-        bar = progress_bar(total, what, "chunk")
+        if chunks_written(store, name) is None:
+            with phase(f"writing {name}: {total:,} chunks"):
+                yield
+            return
+        bar = progress_bar(total, f"writing {name}", "chunk")
     if bar is None:
         yield
         return
     stop = threading.Event()
 
     def poll() -> None:
-        while not stop.wait(1.0):
-            with contextlib.suppress(Exception):  # a listing that fails only pauses the count
-                bar.update_to(min(int(array.nchunks_initialized), total))
+        while not stop.wait(2.0):
+            with contextlib.suppress(OSError):  # a folder that changes under the walk: next time
+                bar.update_to(min(chunks_written(store, name) or 0, total))
 
     thread = threading.Thread(target=poll, daemon=True)
     thread.start()
@@ -476,11 +482,12 @@ def cmd_transform(args):
     X = data.X
     Xf = X.reshape(X.shape[0], -1)
 
-    def graph(rows=Xf):
-        """X's rows (lazy, or numpy to check what was written) to what is written."""
+    def graph(rows=Xf, cast: bool = True):
+        """X's rows (lazy, or numpy to check what was written) to what is written; a
+        reconstruction before its cast to X's dtype with ``cast=False``."""
         if args.reconstruct:
             R = model.inverse_transform(model.transform(rows))
-            return _cast_like(R, X.dtype).reshape((rows.shape[0], *data.shape[1:]))
+            return (_cast_like(R, X.dtype) if cast else R).reshape((rows.shape[0], *data.shape[1:]))
         return model.transform(rows)
 
     # under the input's own name ("images" for the CelebA layout) or "representation"
@@ -499,7 +506,7 @@ def cmd_transform(args):
         dims = dimension_names(Y.ndim) if args.reconstruct else (ROW_DIMENSION, "component")
         try:
             write_result(args, client, out, protect, data, Y, name, dims, str(args.model),
-                         lambda x: graph(x.reshape(x.shape[0], -1)))
+                         lambda x: graph(x.reshape(x.shape[0], -1), cast=False))
         except OSError as exc:
             from ..io import disk_full, is_disk_full
 

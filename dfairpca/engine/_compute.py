@@ -587,11 +587,20 @@ def gather_watched(client, futures: list, seconds: float | None) -> list:
             f.release()
 
 
+def scheduler_workers(client) -> dict:
+    """Every worker ``client``'s scheduler knows, ``{address: what it says of it}``: some
+    versions of distributed list only the first five unless asked for all."""
+    try:
+        return client.scheduler_info(n_workers=-1).get("workers", {})
+    except TypeError:  # versions that list them all take no n_workers
+        return client.scheduler_info().get("workers", {})
+
+
 def _able_workers(client) -> dict:
     """The workers of ``client``'s scheduler that may run a task, now or once their memory
     falls (status running or paused, with threads): ``{address: what the scheduler says of
     it}``, its ``status``, ``nthreads`` and ``memory_limit`` among it."""
-    workers = client.scheduler_info()["workers"]
+    workers = scheduler_workers(client)
     return {a: w for a, w in workers.items()
             if w.get("nthreads") and w.get("status", "running") in ("running", "paused")}
 
@@ -672,7 +681,7 @@ def check_workers_hold(ws: WorkingSet) -> None:
     if client is None or ws.total == 0:
         return
     with cluster_failures_said(client):
-        workers = client.scheduler_info().get("workers", {})
+        workers = scheduler_workers(client)
         key = frozenset(workers)
         known = _CHECKED.get(client)
         if known is None or known["workers"] != key:

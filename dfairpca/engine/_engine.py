@@ -28,7 +28,7 @@ from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ..base._system import cpu_count, rows_per_block
 from ..base.progress import progress_bar, reporting
-from ._compute import (check_workers_hold, compute, current_timeout, gather_watched, cluster_failures_said, on_scheduler, submit,
+from ._compute import (check_workers_hold, compute, scheduler_workers, current_timeout, gather_watched, cluster_failures_said, on_scheduler, submit,
                        worker_timeout)
 from ._memory import PASS_BYTES_PER_THREAD, WorkingSet, pass_working_set, working_set
 from ..stats._auto import AutoChoice, auto_choice, forced_choice
@@ -413,7 +413,7 @@ def check_worker_kernels(x_dtype) -> dict:
     here = chosen_kernel(x_dtype)
     # asked once per set of workers (a checkpointed pass runs one pass per segment): the
     # client's cached view of its workers costs no round trip
-    workers = frozenset(client.scheduler_info().get("workers", {}))
+    workers = frozenset(scheduler_workers(client))
     key = (id(client), str(np.dtype(x_dtype)), workers)
     if key in _KERNELS_ASKED:
         return _KERNELS_ASKED[key]

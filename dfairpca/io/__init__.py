@@ -31,8 +31,8 @@ first and uploaded when complete (:func:`staged_locally`).  Two processes that w
 the same partial output refuse each other (:func:`exclusive`).
 """
 
-from ._aligned import (OUTPUT_CHUNK_BYTES, WrongRowsError, aligned_to, check_rows, output_chunks,
-                       sample_rows, store_aligned)
+from ._aligned import (MIN_OUTPUT_CHUNK_BYTES, OUTPUT_CHUNK_BYTES, WrongRowsError, aligned_to, check_rows,
+                       chunks_written, output_chunks, sample_rows, store_aligned)
 from ._arrays import FORMAT_VERSION, load_arrays, save_arrays, write_arrays
 from ._files import MAX_JSON_BYTES, SavedFileError, read_capped
 from ._local import named, register_marked_file
@@ -57,7 +57,7 @@ __all__ = [
     "StoreTimeout",
     # the write protocol
     "output_chunks", "aligned_to", "store_aligned", "sample_rows", "check_rows", "WrongRowsError",
-    "OUTPUT_CHUNK_BYTES", "atomic_directory", "atomic_file", "staged_locally", "move_into_place", "writing_every_chunk",
+    "OUTPUT_CHUNK_BYTES", "MIN_OUTPUT_CHUNK_BYTES", "chunks_written", "atomic_directory", "atomic_file", "staged_locally", "move_into_place", "writing_every_chunk",
     "exclusive", "disk_full", "is_disk_full", "check_target", "check_stage_dir", "named", "foreign_entries", "remove_directory",
     "recover", "recover_for_reading", "read_marker", "write_marker", "marker", "marker_attributes",
     "register_marked_file", "MARKER", "MARKER_KEY", "STAGE_ENV",

@@ -15,6 +15,7 @@ the input, are compared with what the store holds (:func:`sample_rows`,
 from __future__ import annotations
 
 import math
+import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -30,6 +31,11 @@ if TYPE_CHECKING:  # Dask is imported where it is used: a store writer's process
 #: chunks are kept up to this size (the demo's 2,048 faces of 80 x 80 in float32 are
 #: 52 MB), cut evenly beyond it
 OUTPUT_CHUNK_BYTES = 512 * 2**20
+#: the fewest bytes a chunk of an output store holds where X's row chunks are smaller (a
+#: representation of k = 10 columns, X sharded in chunks of one row): whole multiples of
+#: X's row chunk up to this, so that neither the store's chunks nor the rows checked after
+#: the write (three per chunk) grow with n
+MIN_OUTPUT_CHUNK_BYTES = 8 * 2**20
 
 
 class WrongRowsError(RunError):
@@ -38,9 +44,10 @@ class WrongRowsError(RunError):
 
 
 def output_chunks(shape: tuple[int, ...], dtype, rows: int | None,
-                  limit: int = OUTPUT_CHUNK_BYTES) -> tuple[int, ...]:
+                  limit: int = OUTPUT_CHUNK_BYTES, least: int = MIN_OUTPUT_CHUNK_BYTES) -> tuple[int, ...]:
     """The chunks of an output store of ``shape`` and ``dtype``: ``rows`` rows per chunk
-    (X's own row chunks; default all rows), whole along every other axis, and cut evenly
+    (X's own row chunks; default all rows), whole along every other axis; a whole
+    multiple of ``rows`` where a chunk would hold less than ``least`` bytes, and cut evenly
     into fewer rows when a chunk would exceed ``limit`` bytes.
 
     Parameters
@@ -53,6 +60,8 @@ def output_chunks(shape: tuple[int, ...], dtype, rows: int | None,
         Rows per chunk wanted (the input's Zarr row chunk).
     limit : int
         The most bytes a chunk may hold.
+    least : int
+        The fewest bytes a chunk holds (unless it holds every row).
 
     Returns
     -------
@@ -62,6 +71,8 @@ def output_chunks(shape: tuple[int, ...], dtype, rows: int | None,
     n = int(shape[0])
     row_bytes = max(1, math.prod(shape[1:]) * np.dtype(dtype).itemsize)
     wanted = max(1, min(int(rows) if rows else n, n))
+    if wanted * row_bytes < least:
+        wanted = min(n, wanted * math.ceil(least / (wanted * row_bytes)))
     pieces = math.ceil(wanted * row_bytes / limit)
     per_chunk = max(1, math.ceil(wanted / pieces))
     return (per_chunk, *(int(s) for s in shape[1:]))
@@ -171,8 +182,13 @@ def check_rows(written, expected, rows: np.ndarray, shown: object) -> None:
 
     Equal means: to the rounding of the output dtype (the two computations add in
     different orders; relative to each row's largest value, 1e-3 for float32, 1e-9 for
-    float64), and within one unit for integer outputs (a reconstruction rounded at .5).
-    A row shifted, zeroed or written by another block is off by the data's own scale.
+    float64). An integer or bool output checked against float ``expected`` (the values
+    before they were rounded or thresholded) must be a rounding of them: within 0.5 (and
+    that rounding tolerance) of the value clipped to the dtype's range, or for bool,
+    ``expected > 0.5`` unless the value sits within the tolerance of 0.5.  Integers
+    against integers must be equal, or within one unit where the dtype holds more than
+    0, 1 and 2 (faces drawn again on another CPU, rounded at .5).  A row shifted, zeroed
+    or written by another block is off by the data's own scale.
 
     Parameters
     ----------
@@ -185,19 +201,28 @@ def check_rows(written, expected, rows: np.ndarray, shown: object) -> None:
     shown : str or os.PathLike
         The store, as the user named it.
     """
+    if len(rows) == 0:
+        return
     w = np.asarray(written).reshape(len(rows), -1)
     e = np.asarray(expected).reshape(len(rows), -1)
     if w.shape != e.shape:
         raise WrongRowsError(f"{str(shown)!r} holds rows of {w.shape[1:]} values, the input gives "
                              f"{e.shape[1:]}: the store is not kept")
-    if w.dtype.kind in "biu":
-        bad = np.abs(w.astype(np.float64) - e.astype(np.float64)).max(axis=1, initial=0) > 1
+    we, ee = w.astype(np.float64), e.astype(np.float64)
+    # the rounding of two summation orders, relative to the row's largest value
+    rtol = 1e-9 if np.float64 in (w.dtype, e.dtype) and w.dtype.kind == "f" else 1e-3
+    tol = rtol * (np.abs(ee).max(axis=1, initial=0)[:, None] + np.finfo(np.float64).tiny)
+    if w.dtype.kind == "b" and e.dtype.kind == "f":
+        ok = (w == (ee > 0.5)) | (np.abs(ee - 0.5) <= tol)
+    elif w.dtype.kind in "iu" and e.dtype.kind == "f":
+        info = np.iinfo(w.dtype)
+        ok = np.abs(we - np.clip(ee, info.min, info.max)) <= 0.5 + tol
+    elif w.dtype.kind in "biu":
+        wide = w.dtype.kind != "b" and np.iinfo(w.dtype).max - np.iinfo(w.dtype).min > 2
+        ok = np.abs(we - ee) <= (1 if wide else 0)
     else:
-        rtol = 1e-9 if w.dtype == np.float64 else 1e-3
-        we, ee = w.astype(np.float64), e.astype(np.float64)
-        scale = np.abs(ee).max(axis=1, initial=0) + np.finfo(np.float64).tiny
-        off = np.abs(we - ee).max(axis=1, initial=0)
-        bad = ~(off <= rtol * scale)  # NaN in either is wrong too
+        ok = np.abs(we - ee) <= tol  # NaN in either is wrong too
+    bad = ~ok.all(axis=1)
     if bad.any():
         wrong = rows[bad]
         raise WrongRowsError(
@@ -206,3 +231,15 @@ def check_rows(written, expected, rows: np.ndarray, shown: object) -> None:
             f"{', ...' if len(wrong) > 5 else ''}): the store is not kept; this is a bug in "
             "dfairpca or the storage, please report it with the command"
         )
+
+
+def chunks_written(store, name: str) -> int | None:
+    """How many chunk files the array ``name`` of the local Zarr store ``store`` holds now
+    (one walk of its folder: a progress count while it is written), or None for a store
+    that is not a local folder (counting would list a bucket every time)."""
+    from ._urls import is_remote
+
+    if not isinstance(store, (str, os.PathLike)) or is_remote(store):
+        return None
+    root = os.path.join(os.fspath(store), name)
+    return sum(len([f for f in files if f != "zarr.json"]) for _, _, files in os.walk(root))

@@ -6,7 +6,7 @@ that has no matrix-free form.
 
 from __future__ import annotations
 
-from ..engine._compute import cluster_failures_said
+from ..engine._compute import cluster_failures_said, scheduler_workers
 from ..engine._memory import PASS_BYTES_PER_THREAD
 from ..errors import InvalidInputError
 
@@ -87,7 +87,7 @@ def worker_memory() -> list[tuple[str, int, int]]:
     except (ImportError, ValueError):
         return []
     with cluster_failures_said(client):  # a Client that has lost its scheduler: one line
-        workers = client.scheduler_info()["workers"]
+        workers = scheduler_workers(client)
     return [(a, int(w.get("nthreads") or 1), int(w.get("memory_limit") or 0)) for a, w in workers.items()]
 
 

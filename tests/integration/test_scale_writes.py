@@ -78,7 +78,7 @@ def test_erase_and_transform_of_chunks_over_dask_chunk_size(big_store, tmp_path,
                           "--out", tmp_path / "rep.zarr", *sched], capsys)
     assert code == 0, err
     R, values = _written(tmp_path / "rep.zarr", "representation")
-    assert R.chunks == (36_000, 12)
+    assert R.chunks == (60_000, 12)  # 1.7 MB in X's row chunks: whole multiples, at least 8 MiB
     _assert_rows_equal(values, pca.transform(d["X"]))
 
     code, out, err = run(["transform", tmp_path / "pca", d["store"], "--array", "X", "--reconstruct",
