@@ -342,3 +342,25 @@ def test_an_edited_saved_total_is_refused_naming_the_checkpoint(data, tmp_path, 
     interrupt(Xd, codes, tmp_path / "again", after=1, segment_rows=500)
     m = compute_moments_checkpointed(Xd, sensitive_features=codes, checkpoint=tmp_path / "again")
     assert_same_moments(m, dfairpca.compute_moments(X, sensitive_features=codes))
+
+
+def test_auto_resumes_with_the_products_its_checkpoint_was_made_with(tmp_path, monkeypatch):
+    """compute_dtype="auto" measures its kernel per process; a resumed fit (new workers,
+    another load) may measure the other way, and resumes with what the checkpoint holds
+    instead of refusing it."""
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 256, size=(600, 12)).astype(np.uint8)
+    g = (np.arange(600) % 3 == 0).astype(np.int8)
+    X[g == 1] = np.clip(X[g == 1].astype(int) + 20, 0, 255).astype(np.uint8)
+    Xd = da.from_array(X, chunks=(100, 12))
+    ckpt = tmp_path / "ckpt"
+    monkeypatch.setenv("DFAIRPCA_AUTO_KERNEL", "exact")
+    first = dfairpca.FairPCA(3).fit(Xd, sensitive_features=g, checkpoint=ckpt, keep_checkpoint=True)
+    assert first.statistics_kernel_.startswith("exact")
+    monkeypatch.setenv("DFAIRPCA_AUTO_KERNEL", "float32")
+    again = dfairpca.FairPCA(3).fit(Xd, sensitive_features=g, checkpoint=ckpt, keep_checkpoint=True)
+    assert again.statistics_kernel_.startswith("exact")
+    np.testing.assert_array_equal(again.components_, first.components_)
+    # without the checkpoint this process's measurement decides
+    fresh = dfairpca.FairPCA(3).fit(Xd, sensitive_features=g)
+    assert not fresh.statistics_kernel_.startswith("exact")

@@ -258,7 +258,13 @@ class LinearDecomposition(ProbabilisticPCA):
         covariances with the features are the constraint, so the products run in float64
         (float32 products would hold them to 1e-7 only) unless compute_dtype says otherwise.
         ``weights``: the rows' sample_weight (checked, :func:`check_weights`), or None."""
-        dtype = self._products_dtype(X, numeric, weighted=weights is not None)
+        saved = None
+        if checkpoint is not None and self.compute_dtype in ("auto", None):
+            from ..engine._checkpoint_files import saved_compute_dtype
+
+            saved = saved_compute_dtype(checkpoint)  # "auto" resumes what it chose then
+        dtype = (self._products_dtype(X, numeric, weighted=weights is not None) if saved is None else
+                 saved if is_exact(saved) else np.dtype(saved))
         codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
         kw = dict(
             mask=mask, dtype=dtype, split_every=self.split_every,

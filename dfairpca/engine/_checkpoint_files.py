@@ -154,6 +154,21 @@ def saved_solver(path) -> str | None:
     return progress.get("solver", "exact")
 
 
+def saved_compute_dtype(path) -> str | None:
+    """The products' dtype (a float dtype's name, or the exact sums' marker) the one-pass
+    checkpoint ``path`` was made with, or None if there is none: what
+    ``compute_dtype="auto"`` resumes with, whatever this process would measure now (a
+    worker replaced by a larger one may time the exact kernel the other way)."""
+    try:
+        progress = json.loads(_progress_text(checkpoint_path(path)))
+    except Exception:  # no checkpoint there (local or remote), or not ours: nothing to follow
+        return None
+    if not isinstance(progress, dict) or progress.get("kind") != "dfairpca checkpoint":
+        return None
+    saved = (progress.get("fingerprint") or {}).get("compute_dtype")
+    return saved if isinstance(saved, str) else None
+
+
 def _check_solver(path: Where, progress: dict, solver: str) -> None:
     """Refuse a checkpoint another solve wrote, naming the option that resumes it."""
     saved = progress.get("solver", "exact")
