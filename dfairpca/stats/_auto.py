@@ -57,6 +57,10 @@ PROBE_WORK = 6e8
 #: gives it runs at a fraction of its rate (MKL's at 256 rows of 3,000: 4x slower than
 #: ssyrk; at 1,024 rows: 1.6x), which would favour float32 unfairly
 PROBE_ROWS = (512, 4096)
+#: columns of the probe block, at most: a wider pass is timed on this many (the probe's
+#: exact sums hold 12 bytes per column squared, 0.8 GB at 8,192; wider, they would pass the
+#: memory a float32 pass needs before its check has run)
+PROBE_MAX_WIDTH = 8192
 #: rounds of a probe, at most; and the seconds after which no round starts beyond the second
 PROBE_REPEATS = 3
 PROBE_SECONDS = 0.5
@@ -231,8 +235,9 @@ def auto_choice(x_dtype, width: int) -> AutoChoice:
 
 
 def _measure(kernel: ik.Kernel, dtype: str, width: int) -> AutoChoice:
-    rows = probe_rows(width)
-    x = _probe_block(dtype, rows, width)
+    probed = min(int(width), PROBE_MAX_WIDTH)
+    rows = probe_rows(probed)
+    x = _probe_block(dtype, rows, probed)
     exact, cleanup = _exact_call(kernel, x)
     try:
         best = time_candidates({EXACT: exact, FLOAT32: _float32_call(x)})
