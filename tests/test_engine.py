@@ -209,6 +209,11 @@ def test_only_workers_all_paused_since_a_moment_count_and_a_resume_starts_over()
     assert _all_paused({"a": paused, "b": paused}, None, 2.0) == 2.0
     assert _all_paused({"a": paused, "b": paused}, 2.0, 9.0) == 2.0
     assert _all_paused({"a": paused, "b": running}, 2.0, 9.5) is None
+    # a paused worker still finishing a task it began is progress, not a stuck pass
+    busy = {"status": "paused", "metrics": {"task_counts": {"executing": 1, "memory": 3}}}
+    assert _all_paused({"a": paused, "b": busy}, 2.0, 9.0) is None
+    idle = {"status": "paused", "metrics": {"task_counts": {"memory": 3}}}
+    assert _all_paused({"a": paused, "b": idle}, 2.0, 9.0) == 2.0
 
 
 def test_workers_paused_says_the_workers_the_working_set_and_what_the_checkpoint_holds():

@@ -606,10 +606,16 @@ def _able_workers(client) -> dict:
 
 
 def _all_paused(workers: dict, since: float | None, now: float) -> float | None:
-    """Since when every worker of ``workers`` (:func:`_able_workers`) has been paused:
-    ``since`` if they still all are, ``now`` if they have just become so, None if one runs
-    (a worker that pauses and resumes starts the count again)."""
-    if all(w.get("status") == "paused" for w in workers.values()):
+    """Since when every worker of ``workers`` (:func:`_able_workers`) has been paused
+    with no task in progress: ``since`` if they still all are, ``now`` if they have just
+    become so, None if one runs (a worker that pauses and resumes starts the count again,
+    and so does a paused worker still finishing a task it began, as its last heartbeat
+    counts: a fold of a large chunk can outlast the timeout)."""
+    def executing(w: dict) -> int:
+        counts = (w.get("metrics") or {}).get("task_counts") or {}
+        return int(counts.get("executing", 0) or 0) + int(counts.get("long-running", 0) or 0)
+
+    if all(w.get("status") == "paused" and not executing(w) for w in workers.values()):
         return now if since is None else since
     return None
 
