@@ -669,9 +669,10 @@ class WorkersTooSmall(RunError):
 _CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def check_workers_hold(ws: WorkingSet) -> None:
+def check_workers_hold(ws: WorkingSet, chains: int | None = None) -> None:
     """Raise :class:`WorkersTooSmall` if a worker of the active Client cannot hold its
-    threads' working sets ``ws`` and the memory it holds of its own
+    threads' working sets ``ws`` (one per thread, or per chain where the pass runs fewer
+    ``chains`` than the worker has threads) and the memory it holds of its own
     (:func:`~dfairpca.engine._memory.memory_state`, counted up to
     :data:`~dfairpca.engine._memory.OWN_BYTES_COUNTED`) below its pause threshold.  Workers
     without a memory limit or pause threshold, and a process without a Client, are not
@@ -701,6 +702,8 @@ def check_workers_hold(ws: WorkingSet) -> None:
         limit, threads = int(w.get("memory_limit") or 0), int(w.get("nthreads") or 0)
         pause, own = known["state"].get(address, (None, 0))
         own = min(own, OWN_BYTES_COUNTED)
+        if chains:
+            threads = min(threads, int(chains))
         if limit and threads and pause and threads * ws.total + own > pause * limit:
             raise WorkersTooSmall(address, limit, pause, threads, ws, own)
     known["checked"] = max(known["checked"], ws.total)

@@ -320,7 +320,7 @@ def check_pass_fits(X, sums: int) -> WorkingSet:
     fit reads a chunk: a read of a chunk too large already pauses (or kills) a worker."""
     d = int(np.prod(X.shape[1:]))
     need = working_set(X.chunks[0], d, X.dtype.itemsize, sums)
-    check_workers_hold(need)
+    check_workers_hold(need, chains=len(X.chunks[0]))  # a pass runs no more chains than chunks
     return need
 
 
