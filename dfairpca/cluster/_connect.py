@@ -176,8 +176,16 @@ def _close_workers(cluster, timeout: float) -> None:
     async def close() -> None:
         await asyncio.gather(*(nanny.close(timeout=timeout) for nanny in list(cluster.workers.values())))
 
-    with contextlib.suppress(Exception):
-        cluster.sync(close)
+    # the scheduler (in this process) would warn that removing a worker loses the results
+    # it holds: at the close, after a failure, no one will read them
+    scheduler_log = logging.getLogger("distributed.scheduler")
+    level = scheduler_log.level
+    scheduler_log.setLevel(logging.ERROR)
+    try:
+        with contextlib.suppress(Exception):
+            cluster.sync(close)
+    finally:
+        scheduler_log.setLevel(level)
 
 
 def _dashboard_address() -> str:

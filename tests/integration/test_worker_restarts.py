@@ -27,6 +27,18 @@ TIMEOUT = 10
 BOUND_SECONDS = 60
 
 
+@pytest.fixture(scope="module", autouse=True)
+def same_products_everywhere():
+    """The local fits these tests compare with and the cluster's fits use the same products:
+    compute_dtype="auto" measures its kernels in each process, and exact and float32 sums
+    differ in the last digits (set in the client, the choice holds for its workers too)."""
+    from dfairpca.stats._auto import AUTO_ENV
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(AUTO_ENV, "exact")
+        yield
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """uint8 rows in a Zarr store, 60 chunks of 50, and the local fit of them."""
