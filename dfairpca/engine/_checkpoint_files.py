@@ -142,16 +142,23 @@ def checkpoint_path(checkpoint, storage_options: dict | None = None) -> Where:
     return storage_for(checkpoint, storage_options).target
 
 
-def saved_solver(path) -> str | None:
-    """"exact" or "randomized": the solve whose checkpoint ``path`` holds (None if there is
-    none, or it is not one), so that ``svd_solver="auto"`` resumes what it started."""
+def _saved_progress(path) -> dict | None:
+    """The progress record of the checkpoint at ``path``, or None where there is none (local
+    or remote) or it is not dfairpca's."""
     try:
         progress = json.loads(_progress_text(checkpoint_path(path)))
-    except Exception:  # no checkpoint there (local or remote), or not ours: nothing to follow
+    except Exception:  # no checkpoint there, or not ours: nothing to follow
         return None
     if not isinstance(progress, dict) or progress.get("kind") != "dfairpca checkpoint":
         return None
-    return progress.get("solver", "exact")
+    return progress
+
+
+def saved_solver(path) -> str | None:
+    """"exact" or "randomized": the solve whose checkpoint ``path`` holds (None if there is
+    none, or it is not one), so that ``svd_solver="auto"`` resumes what it started."""
+    progress = _saved_progress(path)
+    return None if progress is None else progress.get("solver", "exact")
 
 
 def saved_compute_dtype(path) -> str | None:
@@ -159,13 +166,8 @@ def saved_compute_dtype(path) -> str | None:
     checkpoint ``path`` was made with, or None if there is none: what
     ``compute_dtype="auto"`` resumes with, whatever this process would measure now (a
     worker replaced by a larger one may time the exact kernel the other way)."""
-    try:
-        progress = json.loads(_progress_text(checkpoint_path(path)))
-    except Exception:  # no checkpoint there (local or remote), or not ours: nothing to follow
-        return None
-    if not isinstance(progress, dict) or progress.get("kind") != "dfairpca checkpoint":
-        return None
-    saved = (progress.get("fingerprint") or {}).get("compute_dtype")
+    progress = _saved_progress(path)
+    saved = None if progress is None else (progress.get("fingerprint") or {}).get("compute_dtype")
     return saved if isinstance(saved, str) else None
 
 
