@@ -235,8 +235,21 @@ def check_rows(written, expected, rows: np.ndarray, shown: object) -> None:
 
 def chunks_written(store, name: str) -> int | None:
     """How many chunk files the array ``name`` of the local Zarr store ``store`` holds now
-    (one walk of its folder: a progress count while it is written), or None for a store
-    that is not a local folder (counting would list a bucket every time)."""
+    (one walk of its folder: a progress count while it is written).
+
+    Parameters
+    ----------
+    store : str, os.PathLike or Location
+        The store being written.
+    name : str
+        The array's path in it.
+
+    Returns
+    -------
+    int or None
+        The chunk files found, or None for a store that is not a local folder (counting
+        would list a bucket every time).
+    """
     from ._urls import is_remote
 
     if not isinstance(store, (str, os.PathLike)) or is_remote(store):
