@@ -55,7 +55,6 @@ rows as landmarks it equals the exact method.
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -75,7 +74,7 @@ from ._saved import fair_meta, kernel_layout, restore_fair_meta
 from ._fair_input import fair_input
 from ..inputs._validation import SENSITIVE_IDS, Input, check_finite_input, check_input
 from ._fair import FairPCA
-from ..base._typing import ArrayInput, ArrayOutput, ColumnIds, PathInput, Seed
+from ..base._typing import ArrayInput, ArrayOutput, ColumnIds, Seed
 from ..errors import InvalidInputError
 
 __all__ = ["FairKernelPCA", "KERNELS", "exact_fit_bytes"]
@@ -133,7 +132,8 @@ class FairKernelPCA(Estimator):
         scikit-learn's kernels: ``exp(-gamma ||x - y||^2)``, ``(gamma <x, y> + coef0)^degree``,
         ``tanh(gamma <x, y> + coef0)``, ``<x, y>``.  A callable ``kernel(A, B)`` must return the
         ``(len(A), len(B))`` kernel matrix of two float64 row blocks (and be picklable to
-        run on a distributed cluster).
+        run on a distributed cluster); ``save`` refuses a model with one (it never pickles:
+        refit after loading, or use a named kernel).
     gamma : "scale" or float > 0, default "scale"
         "scale" is ``1 / (d * Var(X))`` with Var over the flattened fitted rows (the paper's
         App. C.1 and scikit-learn's SVC default; 1 if that variance is 0), computed by a
@@ -404,7 +404,8 @@ class FairKernelPCA(Estimator):
         sol = kn.exact_fair_kernel(
             Xf, self._kernel_function(self.gamma_, self.kernel_shift_), k,
             constraint=constraint_of(self.constraint),
-            codes=None if g is None else g.codes[fit_rows], categories=None if g is None else g.categories,
+            codes=None if g is None else g.codes[fit_rows],
+            categories=None if g is None else g.categories,
             numeric=Xr[:, inp.numeric], numeric_names=inp.numeric_names, names=names,
             tradeoff=self.tradeoff, center=self.center, psd=self._kernel_is_psd(),
             rng=np.random.default_rng(self.random_state), live=self._live_components,
@@ -497,27 +498,6 @@ class FairKernelPCA(Estimator):
                     "explained_variance_ratio_", "kernel_shift_")
     _meta_attrs = ("gamma_", "method_", "n_landmarks_", "n_features_in_", "n_samples_seen_",
                    "n_components_", "n_constraints_", "max_components_", "attribute_names_")
-
-    def save(self, path: PathInput, *, overwrite: bool = False) -> Path:
-        """Save the fitted model to directory ``path`` (.npz + JSON, written atomically).
-
-        Loaded back by :func:`dfairpca.load`.  Never pickles, so a callable ``kernel``
-        cannot be saved (refit after loading, or use a named kernel).
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-            The directory (local, or a URL such as ``s3://bucket/key``); it must not exist
-            or be an empty directory, unless ``overwrite``.
-        overwrite : bool
-            Replace a model saved by dfairpca at ``path``, and nothing else.
-
-        Returns
-        -------
-        pathlib.Path or str
-            The directory written: a Path for a local one, the URL as given for a remote one.
-        """
-        return self._write(path, overwrite)
 
     def _check_savable(self) -> None:
         if callable(self.kernel):

@@ -7,8 +7,8 @@ Fair PCA (Kleindessner et al. 2023, Alg. 1/2, Sec. 3.5) maximises ``trace(U^T S 
 orthonormal U subject to ``Z^T X U = 0``.  The paper builds an explicit basis R of the
 nullspace of ``Z^T X`` (d x (d - r)) and solves ``R^T S R``.  Here R is never formed: with
 Q an orthonormal basis of the r constraint directions (the group-mean deviations,
-:func:`constraint_basis`) and ``P = I - Q Q^T`` (:class:`~dfairpca.solve._restricted.Nullspace`), the top-k eigenvectors of ``P S P - c Q Q^T``
-(c > 0 pushes the constraint directions below every admissible eigenvalue) span the same
+:func:`constraint_basis`) and ``P = I - Q Q^T`` (:class:`~dfairpca.solve._restricted.Nullspace`),
+the top-k eigenvectors of ``P S P - c Q Q^T`` (c > 0 pushes the constraint directions below every admissible eigenvalue) span the same
 subspace ``R Lambda`` (:func:`fair_components`).  A final projection and Rayleigh-Ritz step
 make ``Q^T U = 0`` hold to rounding, and :func:`constraint_violation` measures what is left,
 in float64, after every solve.

@@ -8,8 +8,8 @@ threads' running sums of the same size and the chunks at hand; the client the Kr
 d x w per pass (float64: 140 MB at d = 116,412, w = 60 and 4 passes); neither depends on n.
 
 Fair PCA is the top-k eigenspace of ``M = P S P`` with ``P = I - Q Q^T`` and Q (d x r) an
-orthonormal basis of the group-mean deviations (:meth:`dfairpca.solve._fairness.FairnessConstraint.basis`,
-the exact solve's basis).  P is applied exactly to every block, so the components are
+orthonormal basis of the group-mean deviations
+(:meth:`dfairpca.solve._fairness.FairnessConstraint.basis`, the exact solve's basis).  P is applied exactly to every block, so the components are
 orthogonal to Q to rounding however far the iteration has converged: the fit passes the
 exact solve's certificate (:func:`dfairpca.solve._fairness.constraint_violation`).
 
@@ -132,7 +132,8 @@ def _check(k, n_oversamples, iterated_power) -> None:
 
 
 def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, numeric=(),
-                   constraint: str | None = None, standard: bool = False, center: bool = True, standardize: bool = False,
+                   constraint: str | None = None, standard: bool = False, center: bool = True,
+                   standardize: bool = False,
                    dtype=None, n_oversamples: int = N_OVERSAMPLES, iterated_power="auto",
                    random_state=None, split_every: int = 8, progress: bool = False,
                    checkpoint=None, resume: bool = True, on_pass=None) -> RandomizedFit:
@@ -198,7 +199,8 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
             standardize=standardize, standard=standard), resume)
     try:
         return _fit(X, k, d, keep, codes, categories, names, mask, numeric, constraint_of(constraint),
-                    standard, center, standardize, dtype, omega, iterated_power, split_every, progress, ck, on_pass)
+                    standard, center, standardize, dtype, omega, iterated_power, split_every,
+                    progress, ck, on_pass)
     except (KeyboardInterrupt, *CLUSTER_FAILURES, StoreTimeout) as exc:
         if ck is None:
             raise
