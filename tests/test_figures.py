@@ -186,7 +186,7 @@ def test_the_fair_picture_has_its_rows_panels_chart_and_caption_apart(faces, evi
 
     # each bar has its interval as an error bar, and in words beside it
     assert all(any(isinstance(c, ErrorbarContainer) for c in ax.containers) for ax in bars)
-    assert f"{auc:.2f}\n({lo:.2f} to {up:.2f})" in texts
+    assert f"{gap:.2f}\n({lo:.2f} to {up:.2f})" in texts
     colour_bars = [ax for ax in fig.get_axes() if ax.get_ylabel() == "grey levels"]
     assert len(colour_bars) == 2  # the change row's and the group means' differences
     assert change.shape == (8, 64)
