@@ -108,7 +108,7 @@ def evidence(faces):
     rng = np.random.default_rng(1)
     row = fairness_report(fair, X + rng.normal(0, 2, X.shape), pd.DataFrame({"Eyeglasses": z}),
                           baseline=pca, random_state=0).iloc[0]
-    return Evidence.from_report(row, len(X))
+    return Evidence.from_report(row, len(X), with_attribute=int(z.sum()))
 
 
 def test_evidence_reads_a_fairness_report_row(faces, evidence):
@@ -116,6 +116,37 @@ def test_evidence_reads_a_fairness_report_row(faces, evidence):
     assert all(0 <= auc <= 1 for auc in evidence.auc) and all(gap >= 0 for gap in evidence.gap_sd)
     # fair PCA's representation has the smaller group-mean gap: what the chart shows
     assert evidence.gap_sd[1] < evidence.gap_sd[0]
+    # each figure lies in its interval: the report's bounds of the gap, and the AUC's
+    for values, bounds in ((evidence.gap_sd, evidence.gap_interval), (evidence.auc, evidence.auc_interval)):
+        assert all(lo <= v <= up and lo < up for v, (lo, up) in zip(values, bounds)), (values, bounds)
+    _, _, z, _, _ = faces
+    assert evidence.with_attribute == int(z.sum()) > 0
+    from dfairpca.celeba.figures import Evidence
+
+    bare = Evidence(200, ("PCA", "fair PCA"), (1.0, 0.1), (0.9, 0.55))  # no intervals: still a chart
+    assert bare.gap_interval is None and bare.auc_interval is None and bare.alpha == 0.05
+
+
+def test_the_auc_interval_has_the_spread_of_auc_over_samples():
+    """Hanley and McNeil's standard error against the spread of the AUC over 2,000 samples
+    of 40 positive and 400 negative scores (binormal, AUC about 0.76), and its value at AUC
+    0.8 with 50 and 50 (0.0445, by hand from their formula)."""
+    from sklearn.metrics import roc_auc_score
+
+    from dfairpca.celeba.figures import auc_interval
+
+    lo, up = auc_interval(0.8, 50, 50)
+    assert up - lo == pytest.approx(2 * 1.959964 * 0.04450, rel=2e-3)
+    rng = np.random.default_rng(0)
+    labels = np.r_[np.ones(40), np.zeros(400)]
+    aucs = np.array([roc_auc_score(labels, np.r_[rng.normal(1.0, 1, 40), rng.normal(0, 1, 400)])
+                     for _ in range(2000)])
+    lo, up = auc_interval(float(aucs.mean()), 40, 400)
+    # the formula assumes exponential scores: for binormal ones it is a little wide, never narrow
+    assert 1.0 < (up - lo) / (2 * 1.959964) / aucs.std() < 1.25
+    assert 0.95 < np.mean((aucs >= lo) & (aucs <= up)) < 0.995
+    assert auc_interval(0.999, 5, 5)[1] == 1.0  # clipped to [0, 1]
+    assert all(b != b for b in auc_interval(float("nan"), 5, 5) + auc_interval(0.7, 0, 5))
 
 
 def test_the_fair_picture_has_its_rows_panels_chart_and_caption_apart(faces, evidence):
@@ -135,13 +166,27 @@ def test_the_fair_picture_has_its_rows_panels_chart_and_caption_apart(faces, evi
     change = full_fair_projection(fair, X[np.r_[np.flatnonzero(z == 1)[:4], np.flatnonzero(z == 0)[:4]]])
     assert "largest change" in labels[3] and labels[3].rstrip().endswith("grey levels")
     texts = [t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text"))]
-    assert any(t == "Group mean faces" for t in texts)
-    assert any(t == "On 200 held-out faces" for t in texts)
-    caption = next(t for t in texts if t.startswith("What fair PCA does"))
-    assert "What it does not do: remove Eyeglasses from every face" in caption.replace("\n", " ")
-    assert any(t.startswith('Fair PCA with k = 3 on faces with and without "Eyeglasses"') for t in texts)
+    assert any(t == "Group mean faces of the 200 fitted faces" for t in texts)
+    assert any(t == f"On 200 held-out faces ({int(z.sum())} with Eyeglasses)" for t in texts)
+    # what it does not do comes first, then what it does, with the numbers the picture shows
+    caption = " ".join(next(t for t in texts if t.startswith("Fair PCA does not remove")).split())
+    assert caption.startswith("Fair PCA does not remove Eyeglasses from each face")
+    assert "darker than the average face at the lenses gets brighter there" in caption
+    assert "on the 200 fitted faces the group means become equal" in caption
+    (lo, up), auc = evidence.auc_interval[1], evidence.auc[1]
+    assert f"On 200 new faces a linear probe's AUC falls from {evidence.auc[0]:.2f} to {auc:.2f} " \
+           f"(95% interval {lo:.2f} to {up:.2f}; 0.5 is chance)" in caption
+    (lo, up), gap = evidence.gap_interval[1], evidence.gap_sd[1]
+    assert caption.endswith(f"to {gap:.2f} SD ({lo:.2f} to {up:.2f} SD).")
+    assert any(t.startswith('Fair PCA with k = 3 on faces with and without "Eyeglasses", fitted on 200 faces')
+               for t in texts)
     bars = [ax for ax in fig.get_axes() if ax.patches]
     assert len(bars) == 2 and all(len(ax.patches) == 2 for ax in bars)  # AUC and gap, 2 methods
+    from matplotlib.container import ErrorbarContainer
+
+    # each bar has its interval as an error bar, and in words beside it
+    assert all(any(isinstance(c, ErrorbarContainer) for c in ax.containers) for ax in bars)
+    assert f"{gap:.2f}\n({lo:.2f} to {up:.2f})" in texts
     colour_bars = [ax for ax in fig.get_axes() if ax.get_ylabel() == "grey levels"]
     assert len(colour_bars) == 2  # the change row's and the group means' differences
     assert change.shape == (8, 64)
@@ -177,3 +222,25 @@ def test_a_model_at_the_largest_k_draws_one_fair_row_not_two_equal_ones(faces):
     labels = [ax.get_ylabel() for ax in fig.get_axes() if ax.get_ylabel()]
     assert labels[1].startswith(f"fair PCA, k = {full.n_components_}\n(the largest")
     assert labels[2].startswith("fair minus original")
+
+
+def test_the_text_and_the_group_mean_faces_are_large_enough_to_read(faces, evidence):
+    """At 100% zoom: no text under 9 points (15 pixels at the picture's DPI for most), the
+    caption at 12, and the group mean faces at least three quarters as tall as the faces."""
+    from matplotlib.text import Text
+
+    from dfairpca.celeba.figures import CAPTION_POINTS, TEXT_POINTS, faces_picture
+
+    store, _, _, fair, _ = faces
+    fig = faces_picture(fair, store, 4, evidence=evidence)
+    fig.canvas.draw()
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    assert min(t.get_fontsize() for t in texts) >= TEXT_POINTS - 1 >= 9
+    caption = next(t for t in texts if t.get_text().startswith("Fair PCA does not remove"))
+    assert caption.get_fontsize() == CAPTION_POINTS >= 12
+    renderer = fig.canvas.get_renderer()
+    face = next(ax for ax in fig.get_axes() if ax.get_ylabel() == "original faces")
+    means = [ax for ax in fig.get_axes() if ax.get_title() in ("with Eyeglasses", "without Eyeglasses")]
+    assert len(means) == 4
+    height = face.get_window_extent(renderer).height
+    assert all(ax.get_window_extent(renderer).height >= 0.75 * height for ax in means)

@@ -17,8 +17,8 @@ from ..io import MARKER_KEY, atomic_file, check_target, marker, register_marked_
 from .schema import DEFAULT_FACES, attribute_column, open_celeba
 from ..errors import InvalidInputError
 
-__all__ = ["DEFAULT_FACES", "MAX_FACES_PER_ROW", "Evidence", "draw_faces", "faces_figure", "faces_held",
-           "faces_picture", "full_fair_projection"]
+__all__ = ["DEFAULT_FACES", "MAX_FACES_PER_ROW", "Evidence", "auc_interval", "draw_faces", "faces_figure",
+           "faces_held", "faces_picture", "full_fair_projection"]
 
 #: most faces per row: each face is a column 1.8 in wide at :data:`DPI` (FACE_INCHES), so
 #: 100 (200 columns) is already a 40,000-pixel-wide PNG, and above 165 matplotlib refuses
@@ -32,10 +32,15 @@ FACE_INCHES = 1.8
 LABEL_INCHES = 2.0
 #: the fair picture's width at least: its bottom panels and caption need it with few faces
 MIN_WIDTH_INCHES = 12.0
-#: heights of the group means and evidence panel, the caption and the title
-BOTTOM_INCHES = 3.4
-CAPTION_INCHES = 0.9
+#: heights of the group means and evidence panel, the caption and the title: the group
+#: mean faces drawn about as large as the faces above, the caption at :data:`CAPTION_POINTS`
+BOTTOM_INCHES = 4.8
+CAPTION_INCHES = 1.3
 TITLE_INCHES = 0.6
+#: the caption's font size: at :data:`DPI` a line is about 18 pixels high, read at 100% zoom
+CAPTION_POINTS = 12
+#: the smallest text of the picture (labels, titles, bar values), about 15 pixels high
+TEXT_POINTS = 10
 #: what dfairpca's marker calls a picture (see :func:`dfairpca.io.check_target`)
 FIGURE_KIND = "figure"
 #: the first bytes of every PNG file
@@ -90,24 +95,67 @@ def _pick_rows(flags: np.ndarray, value: int, n: int) -> np.ndarray:
     return np.flatnonzero(flags == value)[:n]
 
 
+def auc_interval(auc: float, positives: int, negatives: int, alpha: float = 0.05) -> tuple[float, float]:
+    """A (1 - alpha) interval of a ROC AUC measured on ``positives`` and ``negatives`` rows:
+    ``auc +- z * se`` with Hanley and McNeil's (1982) standard error, clipped to [0, 1].
+
+    The formula assumes exponentially distributed scores; for normal ones it is up to a
+    fifth too wide.  For a cross-validated AUC (the mean over folds whose test rows together
+    are every row) it covers the sampling of the rows, not the spread of the fitted probes,
+    which a bootstrap that refits them would add.  NaN bounds for a NaN AUC or an empty
+    group."""
+    from statistics import NormalDist
+
+    if not (auc == auc and positives > 0 and negatives > 0):
+        return float("nan"), float("nan")
+    a = float(auc)
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    var = (a * (1 - a) + (positives - 1) * (q1 - a * a) + (negatives - 1) * (q2 - a * a)) / (
+        positives * negatives)
+    half = NormalDist().inv_cdf(1 - alpha / 2) * math.sqrt(max(var, 0.0))
+    return max(0.0, a - half), min(1.0, a + half)
+
+
 @dataclasses.dataclass(frozen=True)
 class Evidence:
     """What a fairness report measured on faces a model never saw, for the picture's chart:
     per method (``"PCA"``, ``"fair PCA"``, an eraser), the largest group-mean gap of its
-    representation in standard deviations and a linear probe's AUC (0.5 is chance)."""
+    representation in standard deviations and a linear probe's AUC (0.5 is chance), each
+    with its (1 - ``alpha``) interval where known (drawn as error bars; NaN: unknown)."""
 
     faces: int  #: held-out faces the figures come from
     methods: tuple[str, ...]
     gap_sd: tuple[float, ...]
     auc: tuple[float, ...]
+    #: per method (lower, upper): the report's simultaneous bounds of the gap
+    gap_interval: tuple[tuple[float, float], ...] | None = None
+    #: per method (lower, upper): :func:`auc_interval` of the probe's AUC
+    auc_interval: tuple[tuple[float, float], ...] | None = None
+    #: held-out faces with the attribute, or None
+    with_attribute: int | None = None
+    alpha: float = 0.05
 
     @classmethod
     def from_report(cls, row, faces: int, label: str = "fair PCA",
-                    baseline: str = "PCA") -> Evidence:
-        """From a row of :func:`dfairpca.metrics.fairness_report` with a ``baseline``."""
+                    baseline: str = "PCA", *, with_attribute: int | None = None,
+                    alpha: float = 0.05) -> Evidence:
+        """From a row of :func:`dfairpca.metrics.fairness_report` with a ``baseline``
+        (run at ``alpha``): the gaps' bounds are the report's; ``with_attribute`` (of the
+        ``faces``) gives the probe's AUC its interval (:func:`auc_interval`, on the
+        report's ``probe_rows``; a sample of them is taken to hold the same share)."""
+        prefixes = ("baseline_", "")
+        gaps = tuple((float(row[p + "max_mean_gap_sd_lower"]), float(row[p + "max_mean_gap_sd_upper"]))
+                     for p in prefixes)
+        aucs = (float(row["baseline_linear_probe_auc"]), float(row["linear_probe_auc"]))
+        auc_bounds = None
+        if with_attribute is not None:
+            rows = int(row.get("probe_rows", faces))
+            positives = round(with_attribute * rows / faces)
+            auc_bounds = tuple(auc_interval(a, positives, rows - positives, alpha) for a in aucs)
         return cls(faces, (baseline, label),
-                   (float(row["baseline_max_mean_gap_sd"]), float(row["max_mean_gap_sd"])),
-                   (float(row["baseline_linear_probe_auc"]), float(row["linear_probe_auc"])))
+                   (float(row["baseline_max_mean_gap_sd"]), float(row["max_mean_gap_sd"])), aucs,
+                   gap_interval=gaps, auc_interval=auc_bounds, with_attribute=with_attribute,
+                   alpha=alpha)
 
 
 def faces_figure(model, store, out, n: int = DEFAULT_FACES, *, overwrite: bool = False,
@@ -196,24 +244,29 @@ def faces_picture(model, store, n: int = DEFAULT_FACES, *, note: str | None = No
     axes = subs[0].subplots(n_face_rows, ncols, squeeze=False)
     draw_faces(axes, panels, height, width, color=len(face) == 3)
     for r in range(len(panels)):
-        axes[r, 0].yaxis.label.set(rotation=0, ha="right", va="center", fontsize=9)
+        axes[r, 0].yaxis.label.set(rotation=0, ha="right", va="center", fontsize=TEXT_POINTS)
+    fitted = getattr(model, "n_samples_seen_", None)
+    fitted_on = f", fitted on {fitted:,} faces" if fitted else ""
     if change is None:  # PCA
-        fig.suptitle(f"PCA with k = {k}: original faces and their reconstructions"
-                     + (f"\n{note}" if note else ""), fontsize=12)
+        fig.suptitle(f"PCA with k = {k}{fitted_on}: original faces and their reconstructions"
+                     + (f"\n{note}" if note else ""), fontsize=13)
         return fig
 
     n_with = int((flags[rows] == 1).sum())
-    axes[0, 0].set_title(f"with {name}", fontsize=10, loc="left", fontweight="bold")
+    axes[0, 0].set_title(f"with {name}", fontsize=TEXT_POINTS + 1, loc="left", fontweight="bold")
     if n_with < ncols:
-        axes[0, n_with].set_title(f"without {name}", fontsize=10, loc="left", fontweight="bold")
+        axes[0, n_with].set_title(f"without {name}", fontsize=TEXT_POINTS + 1, loc="left",
+                                  fontweight="bold")
     _change_row(fig, axes[-1], change, face)
-    bottom = subs[1].subfigures(1, 2, width_ratios=[1.1, 1.0] if evidence is not None else [1.0, 0.001])
-    _group_means_panel(bottom[0], model, face, name)
+    means = _group_means(model)
+    bottom = subs[1].subfigures(1, 2, width_ratios=[1.25, 1.0] if evidence is not None else [1.0, 0.001])
+    _group_means_panel(bottom[0], model, face, name, means, fitted)
     if evidence is not None:
         _evidence_panel(bottom[1], evidence, name)
-    _caption(subs[2], name, k, fig_w, evidence is not None)
-    fig.suptitle(f'Fair PCA with k = {k} on faces with and without "{name}": equal group means'
-                 + (f"\n{note}" if note else ""), fontsize=13, fontweight="bold")
+    _caption(subs[2], name, fig_w, _gap(means[0]), _gap(means[1]), fitted, evidence)
+    fig.suptitle(f'Fair PCA with k = {k} on faces with and without "{name}"{fitted_on}: '
+                 f"equal group means, not {name} removed from each face"
+                 + (f"\n{note}" if note else ""), fontsize=14, fontweight="bold")
     return fig
 
 
@@ -230,89 +283,140 @@ def _change_row(fig, axes, change: np.ndarray, face: tuple) -> None:
     for ax, plane in zip(axes, planes):
         im = ax.imshow(plane, cmap="RdBu_r", vmin=-largest, vmax=largest)
         ax.set_xticks([]), ax.set_yticks([])
-    axes[0].set_ylabel(f"fair minus original\n(full projection);\nlargest change\n{largest:.0f} grey levels",
-                       rotation=0, ha="right", va="center", fontsize=9)
+    # red is lighter: a face whose lenses were darker than the group's mean face there is
+    # lightened the most, and can end brighter than it was dark
+    axes[0].set_ylabel(f"fair minus original\n(full projection;\nred: lighter after)\nlargest change\n"
+                       f"{largest:.0f} grey levels",
+                       rotation=0, ha="right", va="center", fontsize=TEXT_POINTS)
     bar = fig.colorbar(im, ax=list(axes), shrink=0.9, pad=0.01, aspect=12)
-    bar.set_label("grey levels", fontsize=8)
-    bar.ax.tick_params(labelsize=7)
+    bar.set_label("grey levels", fontsize=TEXT_POINTS)
+    bar.ax.tick_params(labelsize=TEXT_POINTS - 1)
 
 
-def _group_means_panel(sub, model, face, name) -> None:
-    """Group mean faces of the fitted data and of the fair reconstructions, with their
-    differences on one colour scale: the data's differ, the fair ones' coincide."""
+def _group_means(model) -> tuple[np.ndarray, np.ndarray]:
+    """The mean faces of the first attribute's groups (with, then without) in the fitted
+    data, and the same after fair PCA at the model's k: two ``(2, d)`` arrays."""
     cats = list(model.groups_[0])
     gm = model.group_means_[0]
     i1 = cats.index(1) if 1 in cats else len(cats) - 1
     i0 = cats.index(0) if 0 in cats else 0
     before = gm[[i1, i0]]
-    after = model.inverse_transform(model.transform(before))
+    return before, model.inverse_transform(model.transform(before))
+
+
+def _gap(means: np.ndarray) -> float:
+    """The largest difference, in grey levels, between two mean faces (rows of ``means``)."""
+    return float(np.abs(means[0] - means[1]).max())
+
+
+def _group_means_panel(sub, model, face, name, means, fitted: int | None) -> None:
+    """Group mean faces of the fitted data and of the fair reconstructions, with their
+    differences on one colour scale: the data's differ, the fair ones' coincide."""
     axes = sub.subplots(2, 3)
-    lim = max(float(np.abs(before[0] - before[1]).max()), 1e-9)
-    for r, (label, (a, b)) in enumerate([("fitted faces", before),
-                                         (f"fair PCA,\nk = {model.n_components_}", after)]):
+    lim = max(_gap(means[0]), 1e-9)
+    for r, (label, (a, b)) in enumerate([("fitted faces", means[0]),
+                                         (f"after fair PCA,\nk = {model.n_components_}", means[1])]):
         _show_face(axes[r, 0], a, face)
         _show_face(axes[r, 1], b, face)
         im = axes[r, 2].imshow(_plane(a - b, face), cmap="RdBu_r", vmin=-lim, vmax=lim)
-        gap = float(np.abs(a - b).max())
-        axes[r, 2].set_title(f"with minus without\n(largest {gap:.2g})", fontsize=8)
-        axes[r, 0].set_title(f"mean, with {name}", fontsize=8)
-        axes[r, 1].set_title("mean, without", fontsize=8)
-        axes[r, 0].set_ylabel(label, rotation=0, ha="right", va="center", fontsize=9)
+        axes[r, 2].set_title(f"difference: largest {_gap((a, b)):.2g}", fontsize=TEXT_POINTS)
+        axes[r, 0].set_title(f"with {name}", fontsize=TEXT_POINTS)
+        axes[r, 1].set_title(f"without {name}", fontsize=TEXT_POINTS)
+        axes[r, 0].set_ylabel(label, rotation=0, ha="right", va="center", fontsize=TEXT_POINTS)
         for ax in axes[r]:
             ax.set_xticks([]), ax.set_yticks([])
     bar = sub.colorbar(im, ax=list(axes[:, 2]), shrink=0.8, pad=0.02, aspect=15)
-    bar.set_label("grey levels", fontsize=8)
-    bar.ax.tick_params(labelsize=7)
-    sub.suptitle("Group mean faces", fontsize=11, fontweight="bold")
+    bar.set_label("grey levels", fontsize=TEXT_POINTS)
+    bar.ax.tick_params(labelsize=TEXT_POINTS - 1)
+    sub.suptitle("Group mean faces" + (f" of the {fitted:,} fitted faces" if fitted else ""),
+                 fontsize=TEXT_POINTS + 2, fontweight="bold")
 
 
 #: the bars' colours per method, in the order of :class:`Evidence`'s methods
 BAR_COLOURS = ("#7f7f7f", "#1f77b4", "#2ca02c", "#9467bd")
 
 
+def _bounds(values, intervals) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper bounds per value (NaN where unknown), as arrays."""
+    if intervals is None:
+        nan = np.full(len(values), np.nan)
+        return nan, nan
+    return np.array([lo for lo, _ in intervals], float), np.array([up for _, up in intervals], float)
+
+
 def _evidence_panel(sub, evidence: Evidence, name) -> None:
     """Two bar charts: the linear probe's AUC (0.5 dashed: chance) and the largest
-    group-mean gap in SD, per method, on held-out faces."""
+    group-mean gap in SD, per method, on held-out faces, each with its interval as an
+    error bar and in words beside the bar."""
     axes = sub.subplots(1, 2)
     colours = [BAR_COLOURS[i % len(BAR_COLOURS)] for i in range(len(evidence.methods))]
     y = np.arange(len(evidence.methods))
-    for ax, values, title, fmt in [
-            (axes[0], evidence.auc, f"linear probe AUC (dashed: chance):\ncan a read-out tell {name}?", "{:.2f}"),
-            (axes[1], evidence.gap_sd, "group-mean gap\n(largest, in SD)", "{:.2g}")]:
+    level = f"{100 * (1 - evidence.alpha):g}%"
+    for ax, values, intervals, title, fmt, right in [
+            (axes[0], evidence.auc, evidence.auc_interval,
+             f"linear probe AUC:\ncan a read-out tell {name}?", "{:.2f}", 1.0),
+            (axes[1], evidence.gap_sd, evidence.gap_interval,
+             "group-mean gap\n(largest, in SD)", "{:.2f}", None)]:
+        values = np.asarray(values, float)
+        lower, upper = _bounds(values, intervals)
+        known = np.isfinite(lower) & np.isfinite(upper)
+        top = max(float(np.nanmax(np.where(known, upper, values))), 1e-9) if right is None else right
         ax.barh(y, values, color=colours)
-        ax.set_yticks(y, evidence.methods, fontsize=9)
+        if known.any():  # whiskers from the interval's bounds; an unbounded one is left out
+            err = np.vstack([values - lower, upper - values])[:, known]
+            ax.errorbar(values[known], y[known], xerr=np.clip(err, 0, None), fmt="none", ecolor="k",
+                        elinewidth=1.5, capsize=6)
+        ax.set_yticks(y, evidence.methods, fontsize=TEXT_POINTS)
         ax.invert_yaxis()
-        ax.set_title(title, fontsize=9)
-        ax.tick_params(axis="x", labelsize=7)
-        top = max(max(values), 1e-9)
-        for yi, v in zip(y, values):
-            ax.text(v + 0.02 * top, yi, fmt.format(v), va="center", fontsize=8)
-        ax.set_xlim(0, top * 1.3)
+        ax.set_title(title, fontsize=TEXT_POINTS + 1)
+        ax.tick_params(axis="x", labelsize=TEXT_POINTS - 1)
+        for yi, v, lo, up, ok in zip(y, values, lower, upper, known):
+            words = fmt.format(v) + (f"\n({fmt.format(lo)} to {fmt.format(up)})" if ok else "")
+            ax.text((up if ok else v) + 0.03 * top, yi, words, va="center", fontsize=TEXT_POINTS)
+        ax.set_xlim(0, top * 1.55)
+        if right is not None:  # an AUC: no ticks past 1
+            ax.set_xticks(np.linspace(0, right, 5))
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
-    axes[0].set_xlim(0, 1.15)
     axes[0].axvline(0.5, color="k", linestyle="--", linewidth=0.8)
+    axes[0].set_xlabel("0.5 (dashed): chance", fontsize=TEXT_POINTS)
     axes[1].set_yticklabels([])
-    sub.suptitle(f"On {evidence.faces:,} held-out faces", fontsize=11, fontweight="bold")
+    if evidence.gap_interval is not None or evidence.auc_interval is not None:
+        axes[1].set_xlabel(f"bars: {level} intervals", fontsize=TEXT_POINTS)
+    of_them = (f" ({evidence.with_attribute:,} with {name})" if evidence.with_attribute is not None
+               else "")
+    sub.suptitle(f"On {evidence.faces:,} held-out faces{of_them}", fontsize=TEXT_POINTS + 2,
+                 fontweight="bold")
 
 
-def _caption(sub, name, k, width_in: float, held_out: bool) -> None:
-    """What fair PCA does and does not do, wrapped to the picture's width; ``held_out``:
-    the picture has the chart of new faces."""
+def _caption(sub, name, width_in: float, before: float, after: float, fitted: int | None,
+             evidence: Evidence | None) -> None:
+    """What fair PCA does not do first, then what it does on the fitted faces and, with
+    ``evidence``, on new ones, wrapped to the picture's width."""
     import textwrap
 
-    new_faces = ("; on new faces (right) the gap is sampling noise and what the fitted faces "
-                 "did not cover: compare it and the probe's AUC with PCA's (0 and 0.5: no "
-                 "difference)") if held_out else ""
-    text = (f"What fair PCA does: it keeps the k = {k} directions of most variance among those "
-            f"that give faces with and without {name} the same mean. On the faces it was fitted on "
-            "the two group means are then equal (bottom left), so no linear read-out of the "
-            f"representation tells the groups apart on average{new_faces}. What it does not do: "
-            f"remove {name} from every face. Single faces may still show {name}: the full "
-            "projection subtracts one pattern (the mean difference) from every face, lightening "
-            "it where the group with it is dark and adding a trace to faces without.")
-    chars = max(60, int(width_in * 15))  # about 15 characters per inch at 9 points
-    sub.text(0.5, 0.5, textwrap.fill(text, chars), ha="center", va="center", fontsize=9,
+    on_fitted = f"the {fitted:,} fitted faces" if fitted else "the fitted faces"
+    where = " at the lenses" if name == "Eyeglasses" else " where the group means differ"
+    text = (f"Fair PCA does not remove {name} from each face: it takes the difference of the two "
+            "groups' mean faces out of every face, as much as each face has of it, so a face "
+            f"darker than the average face{where} gets brighter there. What it does: on "
+            f"{on_fitted} the group means become equal (largest difference {after:.2g} grey "
+            f"levels, from {before:.0f}).")
+    if evidence is not None and len(evidence.methods) == 2:
+        (base_auc, auc), (base_gap, gap) = evidence.auc, evidence.gap_sd
+        level = f"{100 * (1 - evidence.alpha):g}%"
+
+        def within(i, intervals, unit=""):
+            if intervals is None or not all(map(math.isfinite, intervals[i])):
+                return ""
+            return f"{intervals[i][0]:.2f} to {intervals[i][1]:.2f}{unit}"
+
+        auc_in, gap_in = within(1, evidence.auc_interval), within(1, evidence.gap_interval, " SD")
+        text += (f" On {evidence.faces:,} new faces a linear probe's AUC falls from {base_auc:.2f} to "
+                 f"{auc:.2f} ({f'{level} interval {auc_in}; ' if auc_in else ''}0.5 is chance), the "
+                 f"group-mean gap from {base_gap:.2f} to {gap:.2f} SD" + (f" ({gap_in})." if gap_in else "."))
+    chars = max(50, int(width_in * 11))  # about 11 characters per inch at 12 points
+    sub.text(0.5, 0.5, textwrap.fill(text, chars), ha="center", va="center", fontsize=CAPTION_POINTS,
              wrap=False, transform=sub.transSubfigure)
 
 

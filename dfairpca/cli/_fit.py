@@ -683,4 +683,5 @@ def heldout_report(model_path, store, attribute: str, k: int):
     from ..celeba.figures import Evidence
 
     return (f"held-out faces, {attribute}: " + "; ".join(lines),
-            Evidence.from_report(row, X.shape[0], baseline=f"PCA, k = {k}", label=f"fair PCA, k = {k}"))
+            Evidence.from_report(row, X.shape[0], baseline=f"PCA, k = {k}", label=f"fair PCA, k = {k}",
+                                 with_attribute=int((np.asarray(z) == 1).sum())))
