@@ -75,3 +75,21 @@ def test_each_kind_of_warning_can_be_escalated_alone():
             dfairpca.FairPCA(3).fit(X, sensitive_features=z)
         warnings.simplefilter("ignore", NumericAttributeWarning)  # others stay as they are
     assert dfairpca.DfairpcaWarning is DfairpcaWarning
+
+
+def test_a_command_prints_the_package_warnings_in_one_line_and_others_as_python_does():
+    import subprocess
+    import sys
+
+    code = ("import warnings; from dfairpca.cli import _showing_log; "
+            "from dfairpca.errors import DfairpcaWarning\n"
+            "warnings.simplefilter('always')\n"
+            "with _showing_log():\n"
+            "    warnings.warn(DfairpcaWarning('group 1 has 120 rows'))\n"
+            "    warnings.warn(UserWarning('not ours'))\n"
+            "warnings.warn(DfairpcaWarning('after the command'))\n")
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
+    lines = err.splitlines()
+    assert lines[0] == "dfairpca: warning: group 1 has 120 rows"
+    assert "UserWarning: not ours" in lines[1]  # another library's warning: file, line and class
+    assert any("DfairpcaWarning: after the command" in x for x in lines[2:])  # restored after

@@ -315,11 +315,11 @@ def _group_means_panel(sub, model, face, name, means, fitted: int | None) -> Non
     axes = sub.subplots(2, 3)
     lim = max(_gap(means[0]), 1e-9)
     for r, (label, (a, b)) in enumerate([("fitted faces", means[0]),
-                                         (f"after fair PCA,\nk = {model.n_components_}", means[1])]):
+                                         (f"after fair PCA:\nrebuilt at\nk = {model.n_components_}", means[1])]):
         _show_face(axes[r, 0], a, face)
         _show_face(axes[r, 1], b, face)
         im = axes[r, 2].imshow(_plane(a - b, face), cmap="RdBu_r", vmin=-lim, vmax=lim)
-        axes[r, 2].set_title(f"difference: largest {_gap((a, b)):.2g}", fontsize=TEXT_POINTS)
+        axes[r, 2].set_title(f"with minus without:\nlargest {_gap((a, b)):.2g}", fontsize=TEXT_POINTS)
         axes[r, 0].set_title(f"with {name}", fontsize=TEXT_POINTS)
         axes[r, 1].set_title(f"without {name}", fontsize=TEXT_POINTS)
         axes[r, 0].set_ylabel(label, rotation=0, ha="right", va="center", fontsize=TEXT_POINTS)
@@ -354,9 +354,9 @@ def _evidence_panel(sub, evidence: Evidence, name) -> None:
     level = f"{100 * (1 - evidence.alpha):g}%"
     for ax, values, intervals, title, fmt, right in [
             (axes[0], evidence.auc, evidence.auc_interval,
-             f"linear probe AUC:\ncan a read-out tell {name}?", "{:.2f}", 1.0),
+             f"linear probe AUC (logistic regression,\ncross-validated): can it tell {name}?", "{:.2f}", 1.0),
             (axes[1], evidence.gap_sd, evidence.gap_interval,
-             "group-mean gap\n(largest, in SD)", "{:.2f}", None)]:
+             "group-mean gap: largest over the\ncomponents, in each one's SD", "{:.2f}", None)]:
         values = np.asarray(values, float)
         lower, upper = _bounds(values, intervals)
         known = np.isfinite(lower) & np.isfinite(upper)

@@ -43,8 +43,10 @@ import contextlib
 import json
 import logging
 import sys
+import warnings
 
 from ..base import int_at_least
+from ..errors import DfairpcaWarning
 from ._errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, ONE_LINE_ERRORS,
                       _malformed_file, exit_status, one_line, sigterm_as_interrupt)
 from ._fit import (CLUSTER_TIMEOUT, FitJob, cmd_demo, cmd_fit, cmd_show,
@@ -424,11 +426,25 @@ def _showing_log():
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+    formatwarning = warnings.formatwarning
+    warnings.formatwarning = _one_line_warning  # a caught warning (pytest.warns) keeps its record
     try:
         yield
     finally:
+        warnings.formatwarning = formatwarning
         logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """dfairpca's own warnings as one "dfairpca: warning: ..." line: the file and source
+    line Python adds point into the package and mean nothing to a command's user."""
+    if issubclass(category, DfairpcaWarning):
+        return f"dfairpca: warning: {message}\n"
+    return _python_formatwarning(message, category, filename, lineno, line)
+
+
+_python_formatwarning = warnings.formatwarning
 
 
 def main(argv=None) -> int:
