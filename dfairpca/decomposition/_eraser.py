@@ -28,7 +28,7 @@ from ..inputs._validation import (
 )
 from ..io._registry import register
 from ..solve._erasure import ERASURE_METHODS, Erasure, fit_erasure
-from ..stats._exact import WEIGHTED_EXACT_MESSAGE, is_exact, statistics_dtype
+from ..stats._exact import check_unweighted, is_exact, statistics_dtype
 from ..stats._auto import row_width
 from ..stats.moments import Moments
 from ._base import Estimator, set_certificate
@@ -274,8 +274,7 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
         if self.compute_dtype in ("auto", None):
             chosen = statistics_dtype(dtype, "auto", width=width, choose=auto_choice_for_pass)
             return chosen if is_exact(chosen) and not weighted else np.dtype(np.float64)
-        if weighted and is_exact(self.compute_dtype):
-            raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
+        check_unweighted(self.compute_dtype, weighted)
         return statistics_dtype(dtype, self.compute_dtype)
 
     def _pass(self, X, groups, weights) -> Moments:

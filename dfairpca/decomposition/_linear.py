@@ -30,7 +30,7 @@ from ..inputs._validation import (
     Input, check_finite_output, check_input, compute_dtype_for, is_xarray,
     row_origin,
 )
-from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact, kernel_name, statistics_dtype
+from ..stats._exact import check_exact, check_unweighted, is_exact, kernel_name, statistics_dtype
 from ..stats._auto import row_width
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput, ArrayOutput, PathInput
@@ -155,8 +155,7 @@ class LinearDecomposition(ProbabilisticPCA):
         if is_exact(self.compute_dtype):
             # exact statistics are the d x d sums: the covariance solve, never matrix-free passes
             check_exact(X.dtype, 0)
-            if weighted:
-                raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
+            check_unweighted(self.compute_dtype, weighted)
             if self.svd_solver == "randomized":
                 raise InvalidInputError(
                     "compute_dtype='exact' sums the d x d statistics exactly, which the "
@@ -247,8 +246,7 @@ class LinearDecomposition(ProbabilisticPCA):
             return compute_dtype_for(X.dtype, self.compute_dtype)
         dtype = statistics_dtype(X.dtype, self.compute_dtype, width=row_width(X), choose=auto_choice_for_pass)
         if weighted and is_exact(dtype):
-            if is_exact(self.compute_dtype):  # asked for: weighted sums are not integer sums
-                raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
+            check_unweighted(self.compute_dtype, weighted)  # asked for: weighted sums are not integer sums
             # chosen by "auto" (an 8-bit kernel passed and was not slower): the float default instead
             dtype = compute_dtype_for(X.dtype, "auto")
         return dtype

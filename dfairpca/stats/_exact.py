@@ -38,7 +38,7 @@ from ..base._system import cpu_count
 from ..errors import InvalidInputError, RunError
 
 __all__ = ["EXACT", "statistics_dtype", "kernel_name", "ExactGroups", "ExactSums", "exact_chunk_sums", "merge_exact", "check_exact",
-           "is_exact", "centred"]
+           "check_unweighted", "is_exact", "centred"]
 
 #: the compute dtype of exact statistics
 EXACT = "exact"
@@ -55,7 +55,7 @@ _INT_BITS = 62
 
 
 #: what a fit or a pass says when asked for exact statistics of weighted rows
-WEIGHTED_EXACT_MESSAGE = (
+_WEIGHTED_EXACT_MESSAGE = (
     "compute_dtype='exact' sums integer rows exactly, and weighted rows are not integer sums: "
     "pass compute_dtype='float64' (or 'auto') with sample_weight, or repeat the rows instead "
     "of weighting them")
@@ -64,6 +64,13 @@ WEIGHTED_EXACT_MESSAGE = (
 def is_exact(dtype) -> bool:
     """Whether a compute dtype asks for exact statistics."""
     return isinstance(dtype, str) and dtype == EXACT
+
+
+def check_unweighted(dtype, weighted: bool) -> None:
+    """Refuse exact statistics (``dtype`` "exact") of ``weighted`` rows: the one place
+    that says so, for every fit and pass that may be asked for both."""
+    if weighted and is_exact(dtype):
+        raise InvalidInputError(_WEIGHTED_EXACT_MESSAGE)
 
 
 def check_exact(dtype, n: int) -> None:

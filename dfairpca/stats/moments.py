@@ -32,7 +32,6 @@ import numpy.typing as npt
 
 from ._chunk import OVERFLOW_MESSAGE, chunk_sums
 from ._exact import ExactSums, kernel_name, merge_exact
-from ._weighted import weighted_chunk_sums
 from ._derived import check_finite, constraint_matrix, deviation_floor
 from ._sums import DENSE, Sums, fill_lower, merge_sums, nbytes
 from ..base._compat import fill_new_fields
@@ -279,9 +278,8 @@ class Moments:
         Moments
             The statistics of the chunk's rows (those of ``mask``, finite ones only).
         """
-        kw: dict[str, Any] = dict(mask=mask, row_offset=row_offset, dtype=dtype, group_scatter=group_scatter)
-        s = (chunk_sums(x, codes, categories, **kw) if sample_weight is None else
-             weighted_chunk_sums(x, sample_weight, codes, categories, **kw))
+        s = chunk_sums(x, codes, categories, mask=mask, row_offset=row_offset, dtype=dtype,
+                       group_scatter=group_scatter, weights=sample_weight)
         if isinstance(s, ExactSums):
             return exact_moments(s)
         # the products are upper triangles in their dtype: complete them in float64
