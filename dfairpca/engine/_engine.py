@@ -279,9 +279,9 @@ def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress
             for i in run:
                 acc = step(fold, acc, blocks[i], shared, *chunk_args(int(bounds[i]), int(bounds[i + 1])))
         parts.append(acc)
-    merge = delayed(combine, pure=True)
+    combined = delayed(combine, pure=True)
     while len(parts) > 1:  # the chains' sums: a tree of fan-in split_every, in place
-        parts = [merge(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
+        parts = [combined(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
     root = parts[0]
     with pass_working_set(need):
         if progress:

@@ -17,7 +17,7 @@ the k limit (:func:`dfairpca.solve._limits.check_fair_k`).  After every solve th
 each constraint vector the components keep is measured in float64 and :func:`certify`
 refuses a fit above :data:`~dfairpca.solve._fairness.FAIRNESS_TOLERANCE`.
 
-Everything here reads the statistics through one :class:`~dfairpca.stats.moments.Problem`
+Everything here reads the statistics through one :class:`~dfairpca.stats._problem.Problem`
 (plain arrays, :meth:`~dfairpca.stats.moments.Moments.problem`) and calls the eigensolvers of
 :mod:`dfairpca.base._solvers` only for the eigenproblem itself.
 """
@@ -32,7 +32,7 @@ import scipy.linalg
 
 from ..base import _solvers
 from ..base._params import Check, is_int, is_real, one_of, outside_stacklevel
-from ..stats.moments import Problem
+from ..stats._problem import Problem
 from ._exact import fraction_to_k
 from ..errors import ConstraintDroppedWarning, InvalidInputError
 

@@ -28,7 +28,7 @@ from ..base._system import BLOCK_BYTES
 from ..errors import InvalidInputError
 from ..inputs._weights import check_weight_values
 
-__all__ = ["chunk_sums", "OVERFLOW_MESSAGE", "OFFSET_BITS"]
+__all__ = ["chunk_sums", "drop_nonfinite", "group_sums", "OVERFLOW_MESSAGE", "OFFSET_BITS"]
 
 #: a chunk of 64-bit values with a column whose mean is over 2**OFFSET_BITS of its spread
 #: from 0 gets a second float64 sum of the centred values (:func:`_refined`): its group
@@ -290,8 +290,9 @@ def _scaled_products(x, mean, shifts, dtype, sw=None):
     return back(acc), [back(G) for G in gacc], e, centres
 
 
-def _group_means(x, cj, counts, total) -> np.ndarray:
-    """(m, d) float64 mean of the rows of x in each group (0 for an empty group).
+def group_sums(x, cj, counts, total) -> np.ndarray:
+    """(m, d) float64 sums of the rows of x in each group (``cj``: the rows' groups,
+    ``counts`` their sizes, ``total`` the sum of all rows; 0 for an empty group).
 
     The largest group's sum is the total minus the others': only the smaller groups' rows
     are gathered (7% of a chunk for Eyeglasses, not all of it).
@@ -301,13 +302,16 @@ def _group_means(x, cj, counts, total) -> np.ndarray:
     if present.size == 0:
         return out
     largest = present[np.argmax(counts[present])]
-    rest = np.zeros(x.shape[1])
     for g in present:
         if g != largest:
             out[g] = x[cj == g].sum(axis=0, dtype=np.float64)
-            rest += out[g]
-    out[largest] = total - rest
-    return out / np.maximum(counts, 1)[:, None]
+    out[largest] = total - out.sum(axis=0)
+    return out
+
+
+def _group_means(x, cj, counts, total) -> np.ndarray:
+    """(m, d) float64 mean of the rows of x in each group (0 for an empty group)."""
+    return group_sums(x, cj, counts, total) / np.maximum(counts, 1)[:, None]
 
 
 def _offset_is_large(mean, acc, rows: float, e: int) -> bool:

@@ -163,7 +163,7 @@ class ExactSums:
         return self.sums.shape[0]
 
     @classmethod
-    def zeros(cls, d: int, categories, group_scatter: bool = False) -> "ExactSums":
+    def no_rows(cls, d: int, categories, group_scatter: bool = False) -> "ExactSums":
         """The sums of no rows: d features, the attributes' ``categories`` (a list of arrays)."""
         attrs = [ExactGroups(np.asarray(c), np.zeros(len(c), np.int64), np.zeros((len(c), d), np.int64),
                              [None] * len(c) if group_scatter else None) for c in categories]
@@ -302,7 +302,7 @@ def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = F
         chunk = exact_chunk_sums(x, codes, categories, group_scatter=group_scatter)
         with _broken_on_failure(into, r):
             return merge_exact([into, chunk], in_place=True)
-    out = ExactSums.zeros(d, categories, group_scatter) if into is None else into
+    out = ExactSums.no_rows(d, categories, group_scatter) if into is None else into
     scratch = out.__dict__.setdefault("_scratch", {})
     names = set(out.kernels)
 
