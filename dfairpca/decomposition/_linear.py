@@ -233,23 +233,10 @@ class LinearDecomposition(ProbabilisticPCA):
                            ids=getattr(self, "sensitive_feature_ids", None))
 
     def _products_dtype(self, X, numeric: bool, *, weighted: bool = False, matrix_free: bool = False):
-        """What ``compute_dtype`` resolves to for a fit's pass over X, in one place: float64
-        where X holds numeric protected attributes (their covariances with the features are
-        the constraint, which float32 products would hold to 1e-7 only) unless compute_dtype
-        names a dtype; the exact integer sums of :func:`statistics_dtype` for the one-pass
-        statistics (never for weights: refused where asked for, the float default where
-        "auto" chose them); the float dtype for the matrix-free passes."""
-        auto = self.compute_dtype in ("auto", None)
-        if numeric and auto:
-            return np.dtype(np.float64)
-        if matrix_free:
-            return compute_dtype_for(X.dtype, self.compute_dtype)
-        dtype = statistics_dtype(X.dtype, self.compute_dtype, width=row_width(X), choose=auto_choice_for_pass)
-        if weighted and is_exact(dtype):
-            check_unweighted(self.compute_dtype, weighted)  # asked for: weighted sums are not integer sums
-            # chosen by "auto" (an 8-bit kernel passed and was not slower): the float default instead
-            dtype = compute_dtype_for(X.dtype, "auto")
-        return dtype
+        """What ``compute_dtype`` resolves to for a fit's pass over X (:func:`statistics_dtype`
+        decides): ``numeric`` protected attributes, ``weighted`` rows, ``matrix_free`` passes."""
+        return statistics_dtype(X.dtype, self.compute_dtype, row_width(X), auto_choice_for_pass,
+                                weighted=weighted, numeric=numeric, floats_only=matrix_free)
 
     def _pass(self, X, groups=None, mask=None, checkpoint=None, numeric: bool = False, weights=None):
         """The statistics of X; ``numeric``: X holds numeric protected attributes, whose
