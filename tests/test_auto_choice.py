@@ -206,3 +206,39 @@ def test_a_cluster_is_exact_only_where_every_worker_chose_exact(client, monkeypa
         assert c.choice == "float32" and c.forced == "float32" and c.workers == 2
     finally:
         client.run(exec, f"import os; os.environ.pop({_auto.AUTO_ENV!r}, None)")
+
+
+def test_statistics_dtype_decides_every_estimators_pass_dtype():
+    """One function decides a pass's dtype: 'auto' takes the exact sums where the 8-bit
+    choice says so, but never for weighted rows (their sums are not integer sums) nor
+    for numeric protected attributes (float64: their covariances are the constraint);
+    floats_only gives the float dtype, auto_float what 'auto' falls back to."""
+    from dfairpca.stats._auto import AutoChoice
+    from dfairpca.stats._exact import EXACT, statistics_dtype
+
+    asked = []
+
+    def exact(x_dtype, width):
+        asked.append(width)
+        return AutoChoice(EXACT, width)
+
+    def floats(x_dtype, width):
+        return AutoChoice("float32", width)
+
+    u8 = np.dtype(np.uint8)
+    assert statistics_dtype(u8, "auto", 64, exact) == EXACT and asked == [64]
+    assert statistics_dtype(u8, None, 64, floats) == np.float32
+    assert statistics_dtype(u8, "auto", 64, floats, auto_float=np.float64) == np.float64
+    assert statistics_dtype(u8, "auto", 64, exact, weighted=True) == np.float32
+    assert statistics_dtype(u8, "auto", 64, exact, weighted=True, auto_float=np.float64) == np.float64
+    assert statistics_dtype(u8, "auto", 64, exact, numeric=True) == np.float64
+    assert statistics_dtype(u8, "auto", 64, exact, floats_only=True) == np.float32
+    assert statistics_dtype(u8, "exact", floats_only=True) == np.float32
+    assert statistics_dtype(u8, "float64", 64, exact, numeric=True) == np.float64
+    assert statistics_dtype(np.dtype(np.int32), "auto", 64, exact) == np.float64
+    assert statistics_dtype(u8, "float32", 64, exact, auto_float=np.float64) == np.float32
+    assert asked == [64]  # only where 'auto' may choose the exact sums
+    with pytest.raises(InvalidInputError, match="weighted rows are not integer sums"):
+        statistics_dtype(u8, "exact", weighted=True)
+    with pytest.raises(InvalidInputError, match="sums integer data exactly"):
+        statistics_dtype(np.dtype(np.float32), "exact")

@@ -618,7 +618,7 @@ def test_a_chunk_that_fails_part_way_leaves_sums_that_refuse_every_use(group_sca
     z = rng.integers(0, 2, (300, 1))
     cats = [np.arange(2)]
     total = exact_chunk_sums(X[:100], z[:100], cats, group_scatter=group_scatter,
-                             into=_exact.ExactSums.zeros(7, cats, group_scatter))
+                             into=_exact.ExactSums.no_rows(7, cats, group_scatter))
     calls = []
     add_gram = _exact.add_gram
 

@@ -28,9 +28,10 @@ starting Dask schedulers and workers.)
 
 from __future__ import annotations
 
-from ..engine._compute import (MEMORY_FIX, MEMORY_FIX_RESUMED, WORKER_POLL_SECONDS, NoWorkers, SchedulerLost, WorkerKilled, WorkersLost, WorkersPaused,
-                               WorkersTooSmall, check_timeout, cluster_failures_said, compute,
-                               current_timeout, gather_watched, ship, shipping_inline, worker_timeout)
+from ..engine._compute import (WORKER_POLL_SECONDS, check_timeout, cluster_failures_said, compute, current_timeout,
+                               gather_watched, ship, shipping_inline, worker_timeout)
+from ..engine._failures import (MEMORY_FIX, MEMORY_FIX_RESUMED, NoWorkers, SchedulerLost, WorkerKilled, WorkersLost,
+                                WorkersPaused, WorkersTooSmall)
 from ..io._shared import (SHARE_FIX, SHARE_FIX_LOCAL, NotShared, active_client, check_inputs_shared,
                           check_workers_see, not_here)
 from ._connect import (DASHBOARD_PORT, check_scheduler, connect, describe, local_cluster_size, log,

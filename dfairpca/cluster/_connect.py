@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..base._system import cpu_count
 from ..errors import InvalidInputError, PathNotFoundError
-from ..engine._compute import NoWorkers
+from ..engine._failures import NoWorkers
 from ..io._remote import StoreTimeout
 from ._errors import _CHECK_RUNNING, SchedulerUnreachable
 from ._signals import (_abandoned_gathers, _dropping, _nanny_kills, _quiet_cancelled_tasks, _quiet_failed_tasks,

@@ -129,7 +129,7 @@ def _log(held) -> None:
 def reports_lost_scheduler(exc: BaseException | None) -> bool:
     """Whether ``exc``, or an error it was raised from or while handling, is the one line
     of a lost scheduler (:class:`~dfairpca.cluster.SchedulerLost`)."""
-    from ..engine._compute import SchedulerLost
+    from ..engine._failures import SchedulerLost
 
     seen = set()
     while exc is not None and id(exc) not in seen:

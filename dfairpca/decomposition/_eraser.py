@@ -28,7 +28,7 @@ from ..inputs._validation import (
 )
 from ..io._registry import register
 from ..solve._erasure import ERASURE_METHODS, Erasure, fit_erasure
-from ..stats._exact import WEIGHTED_EXACT_MESSAGE, is_exact, statistics_dtype
+from ..stats._exact import statistics_dtype
 from ..stats._auto import row_width
 from ..stats.moments import Moments
 from ._base import Estimator, set_certificate
@@ -269,14 +269,10 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
         return ""
 
     def _products_dtype(self, dtype, weighted: bool, width: int):
-        """The pass's products: for "auto" float64 (or the exact sums of 8-bit data where
-        they are not slower, never weighted), else what ``compute_dtype`` names."""
-        if self.compute_dtype in ("auto", None):
-            chosen = statistics_dtype(dtype, "auto", width=width, choose=auto_choice_for_pass)
-            return chosen if is_exact(chosen) and not weighted else np.dtype(np.float64)
-        if weighted and is_exact(self.compute_dtype):
-            raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
-        return statistics_dtype(dtype, self.compute_dtype)
+        """The pass's products (:func:`statistics_dtype` decides): for "auto" float64, or the
+        exact sums of 8-bit data where they are not slower."""
+        return statistics_dtype(dtype, self.compute_dtype, width, auto_choice_for_pass, weighted=weighted,
+                                auto_float=np.float64)
 
     def _pass(self, X, groups, weights) -> Moments:
         """The statistics of X with its groups (the one pass)."""

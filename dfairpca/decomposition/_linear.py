@@ -30,7 +30,7 @@ from ..inputs._validation import (
     Input, check_finite_output, check_input, compute_dtype_for, is_xarray,
     row_origin,
 )
-from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact, kernel_name, statistics_dtype
+from ..stats._exact import check_exact, check_unweighted, is_exact, kernel_name, statistics_dtype
 from ..stats._auto import row_width
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput, ArrayOutput, PathInput
@@ -155,8 +155,7 @@ class LinearDecomposition(ProbabilisticPCA):
         if is_exact(self.compute_dtype):
             # exact statistics are the d x d sums: the covariance solve, never matrix-free passes
             check_exact(X.dtype, 0)
-            if weighted:
-                raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
+            check_unweighted(self.compute_dtype, weighted)
             if self.svd_solver == "randomized":
                 raise InvalidInputError(
                     "compute_dtype='exact' sums the d x d statistics exactly, which the "
@@ -234,24 +233,10 @@ class LinearDecomposition(ProbabilisticPCA):
                            ids=getattr(self, "sensitive_feature_ids", None))
 
     def _products_dtype(self, X, numeric: bool, *, weighted: bool = False, matrix_free: bool = False):
-        """What ``compute_dtype`` resolves to for a fit's pass over X, in one place: float64
-        where X holds numeric protected attributes (their covariances with the features are
-        the constraint, which float32 products would hold to 1e-7 only) unless compute_dtype
-        names a dtype; the exact integer sums of :func:`statistics_dtype` for the one-pass
-        statistics (never for weights: refused where asked for, the float default where
-        "auto" chose them); the float dtype for the matrix-free passes."""
-        auto = self.compute_dtype in ("auto", None)
-        if numeric and auto:
-            return np.dtype(np.float64)
-        if matrix_free:
-            return compute_dtype_for(X.dtype, self.compute_dtype)
-        dtype = statistics_dtype(X.dtype, self.compute_dtype, width=row_width(X), choose=auto_choice_for_pass)
-        if weighted and is_exact(dtype):
-            if is_exact(self.compute_dtype):  # asked for: weighted sums are not integer sums
-                raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
-            # chosen by "auto" (an 8-bit kernel passed and was not slower): the float default instead
-            dtype = compute_dtype_for(X.dtype, "auto")
-        return dtype
+        """What ``compute_dtype`` resolves to for a fit's pass over X (:func:`statistics_dtype`
+        decides): ``numeric`` protected attributes, ``weighted`` rows, ``matrix_free`` passes."""
+        return statistics_dtype(X.dtype, self.compute_dtype, row_width(X), auto_choice_for_pass,
+                                weighted=weighted, numeric=numeric, floats_only=matrix_free)
 
     def _pass(self, X, groups=None, mask=None, checkpoint=None, numeric: bool = False, weights=None):
         """The statistics of X; ``numeric``: X holds numeric protected attributes, whose

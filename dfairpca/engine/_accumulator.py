@@ -2,10 +2,10 @@
 
 The steps are named as :func:`dask.array.reduction` names its callables:
 
-``chunk(x, codes, categories, *, mask, row_offset, dtype, group_scatter) -> Sums``
-    Applied to every row chunk (arguments as :meth:`dfairpca.Moments.from_chunk`): its
-    sums, the products left as upper triangles in the compute dtype (float32 for images).
-    ``weighted_chunk(x, weights, codes, ...)`` is the same for rows of sample weights.
+``chunk(x, codes, categories, *, mask, row_offset, dtype, group_scatter, weights=None) -> Sums``
+    Applied to every row chunk (arguments as :meth:`dfairpca.Moments.from_chunk`, the
+    rows' sample weights as ``weights``): its sums, the products left as upper triangles
+    in the compute dtype (float32 for images).  :func:`fold` adds them to a running total.
 ``combine(parts: list[RunningTotal | Sums]) -> RunningTotal``
     The intermediate aggregation: the sums of the union of ``parts``, added in place into
     the first part's panels when it is a :class:`RunningTotal` (a chain folds each chunk
@@ -28,23 +28,20 @@ import numpy as np
 import scipy.linalg.blas
 
 from ..stats._chunk import chunk_sums
-from ..stats._exact import ExactSums, exact_chunk_sums, is_exact, merge_exact, nbytes as exact_nbytes
-from ..stats._weighted import weighted_chunk_sums
+from ..stats._exact import ExactSums, is_exact, merge_exact, nbytes as exact_nbytes
 from ..stats._sums import GroupSums, Sums, fill_lower, merge_sums, nbytes
 from ..stats.moments import AttributeMoments, Moments, exact_moments
 from ..io._moments_format import (categories_from_json, categories_to_json, read_saved, saved_fields,
                                   saved_layout, sums_to_arrays)
 from ..errors import InvalidInputError
 
-__all__ = ["chunk", "weighted_chunk", "fold", "combine", "RunningTotal", "ExactTotal", "UpperPanels", "load_total"]
+__all__ = ["chunk", "fold", "combine", "RunningTotal", "ExactTotal", "UpperPanels", "load_total"]
 
 #: columns per panel of :class:`UpperPanels`
 PANEL_WIDTH = 512
 
 #: the first step: one row chunk's sums (see the module docstring)
 chunk = chunk_sums
-#: the first step for rows of sample weights (``weights`` after x)
-weighted_chunk = weighted_chunk_sums
 
 
 class UpperPanels:
@@ -134,7 +131,7 @@ class _Panels:
     """The store of a running total (see :class:`dfairpca.stats._sums.Store`): its own matrices
     are :class:`UpperPanels`, updated in place; it reads the upper triangle of anything."""
 
-    def zeros(self, d):
+    def zero_matrix(self, d):
         return UpperPanels(d)
 
     def diagonal(self, M):
@@ -266,17 +263,17 @@ class ExactTotal(ExactSums):
         return out
 
 
-def fold(acc, x, codes, *, mask, row_offset: int, categories, dtype, group_scatter: bool):
+def fold(acc, x, codes, *, mask, row_offset: int, categories, dtype, group_scatter: bool, weights=None):
     """``acc`` plus the sums of one chunk of rows (acc None: a new running total of the
     chunk's), added in place; the chunk's arguments as :func:`chunk`.  Exact sums add the
     chunk's products straight into the total's Grams (no d x d array per chunk)."""
+    kw = dict(mask=mask, row_offset=row_offset, dtype=dtype, group_scatter=group_scatter, weights=weights)
     if is_exact(dtype) and (acc is None or isinstance(acc, ExactTotal)):
-        x = np.asarray(x)
-        into = acc if acc is not None else ExactTotal.zeros(int(np.prod(x.shape[1:])), categories, group_scatter)
-        out = exact_chunk_sums(x, codes, categories, mask=mask, group_scatter=group_scatter, into=into)
+        into = acc if acc is not None else ExactTotal.no_rows(int(np.prod(np.shape(x)[1:])), categories, group_scatter)
+        out = chunk(x, codes, categories, into=into, **kw)
         assert isinstance(out, ExactTotal)  # `into` itself, or its merge with the chunk (its class)
         return out
-    part = chunk(x, codes, categories, mask=mask, row_offset=row_offset, dtype=dtype, group_scatter=group_scatter)
+    part = chunk(x, codes, categories, **kw)
     return combine([part] if acc is None else [acc, part])
 
 

@@ -32,7 +32,7 @@ from ._compute import (check_workers_hold, compute, scheduler_workers, current_t
                        worker_timeout)
 from ._memory import PASS_BYTES_PER_THREAD, WorkingSet, pass_working_set, working_set
 from ..stats._auto import AutoChoice, auto_choice, forced_choice
-from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact
+from ..stats._exact import check_exact, check_unweighted, is_exact
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput
 from ..errors import InvalidInputError
@@ -196,14 +196,14 @@ def run_moments_pass(
     """
     import dask.array as da
 
+    check_unweighted(dtype, weights is not None)  # before any work
     if is_exact(dtype):  # before any work: integer input whose sums fit int64
         n = X.shape[0]
         check_exact(X.dtype, int(n) if n == n else 0)
-        if weights is not None:
-            raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
     kw = dict(categories=list(categories), dtype=dtype, group_scatter=group_scatter)
     if isinstance(weights, da.Array) and not isinstance(X, da.Array):
         (weights,) = compute(weights)  # n numbers, against X in memory
+    chunk_args = _chunk_args(X, weights, codes, mask, row_offset, kw)
     if not isinstance(X, da.Array):
         X = np.asarray(X)
         n, d = X.shape
@@ -214,18 +214,10 @@ def run_moments_pass(
             starts = with_bar(starts, "pass", "block")
         for s in starts:
             e = min(n, s + rows)
-            rows_kw = dict(mask=row_slice(mask, s, e), row_offset=row_offset + s, **kw)
             # the running sum is ours: each block is added into it in place
-            if weights is None:
-                total = _accumulator.fold(total, X[s:e], row_slice(codes, s, e), **rows_kw)
-            else:
-                part = _accumulator.weighted_chunk(X[s:e], weights[s:e], row_slice(codes, s, e), **rows_kw)
-                total = _accumulator.combine([part] if total is None else [total, part])
+            total = _fold(total, X[s:e], *chunk_args(s, e))
         if total is None:  # no rows: the sums of an empty chunk
-            empty = (_accumulator.chunk(X, None, mask=None, row_offset=row_offset, **kw)
-                     if weights is None else
-                     _accumulator.weighted_chunk(X, weights[:0], None, mask=None, row_offset=row_offset, **kw))
-            total = _accumulator.combine([empty])
+            total = _fold(None, X, None, None, row_offset, kw, row_slice(weights, 0, 0))
         if isinstance(total, ExactTotal):  # no chunk will come: its pending products in, its scratch freed
             total.settle()
         return total
@@ -235,15 +227,8 @@ def run_moments_pass(
     if is_exact(dtype):
         check_worker_kernels(X.dtype)
     sums = moments_sums_bytes(X.shape[1], categories, group_scatter)
-    if weights is not None:
-        return chain_reduce(
-            X, _fold_weighted, _accumulator.combine,
-            _weighted_args(X, weights, codes, mask, row_offset, kw),
-            split_every=split_every, progress=progress, n_chains=n_chains, sums=sums)
-    total = chain_reduce(
-        X, _fold, _accumulator.combine,
-        lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s, kw),
-        split_every=split_every, progress=progress, n_chains=n_chains, sums=sums)
+    total = chain_reduce(X, _fold, _accumulator.combine, chunk_args, split_every=split_every,
+                         progress=progress, n_chains=n_chains, sums=sums)
     if isinstance(total, ExactTotal):  # no chunk will come: its pending products in, its scratch freed
         total.settle()
     return total
@@ -294,9 +279,9 @@ def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress
             for i in run:
                 acc = step(fold, acc, blocks[i], shared, *chunk_args(int(bounds[i]), int(bounds[i + 1])))
         parts.append(acc)
-    merge = delayed(combine, pure=True)
+    combined = delayed(combine, pure=True)
     while len(parts) > 1:  # the chains' sums: a tree of fan-in split_every, in place
-        parts = [merge(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
+        parts = [combined(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
     root = parts[0]
     with pass_working_set(need):
         if progress:
@@ -500,23 +485,21 @@ def row_slice(a, s: int, e: int):
     return None if a is None else a[s:e]
 
 
-def _fold(acc, block, codes, mask, offset, kw):
-    """Add one chunk's sums to a chain's running total (in place) or start the chain."""
-    return _accumulator.fold(acc, block, codes, mask=mask, row_offset=offset, **kw)
+def _fold(acc, block, codes, mask, offset, kw, weights=None):
+    """Add one chunk's sums to a chain's running total (in place) or start the chain
+    (``weights``: the chunk's, numpy, or None)."""
+    return _accumulator.fold(acc, block, codes, mask=mask, row_offset=offset, weights=weights, **kw)
 
 
-def _fold_weighted(acc, block, codes, mask, offset, kw, weights):
-    """:func:`_fold` of weighted rows (``weights``: the chunk's, numpy)."""
-    part = _accumulator.weighted_chunk(block, weights, codes, mask=mask, row_offset=offset, **kw)
-    return _accumulator.combine([part] if acc is None else [acc, part])
-
-
-def _weighted_args(X, weights, codes, mask, row_offset: int, kw):
-    """``chunk_args`` of a weighted pass: numpy weights are sliced into every task like
-    the codes; a Dask array's chunk (its row chunks are X's) is a dependency of the fold
-    of the same rows, so its values are read, and checked, where that fold runs."""
+def _chunk_args(X, weights, codes, mask, row_offset: int, kw):
+    """``chunk_args`` of :func:`_fold` for rows ``s:e``: numpy codes, mask and weights are
+    sliced into every task; a Dask array of weights' chunk (its row chunks are X's) is a
+    dependency of the fold of the same rows, so its values are read, and checked, where
+    that fold runs."""
     import dask.array as da
 
+    if weights is None:
+        return lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s, kw)
     if isinstance(weights, da.Array):
         bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(int)
         if tuple(weights.chunks[0]) != tuple(X.chunks[0]):

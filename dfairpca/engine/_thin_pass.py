@@ -24,6 +24,7 @@ from ._compute import compute
 from ._engine import chain_reduce, check_pass_fits, row_slice
 from ..base._compat import first_moments_state
 from ..base._system import rows_per_block
+from ..stats._chunk import group_sums
 from ..stats._sums import MAX_BAD_ROWS_REPORTED
 from ..stats.moments import AttributeMoments, Moments
 from ..errors import InvalidInputError
@@ -62,7 +63,7 @@ class Plan:
 
 
 class ThinSums:
-    """Running sums of one chain of chunks (added in place, like the exact pass's folds):
+    """Running sums of one chain of chunks (added in place by :func:`merge_thin`):
     ``A^T (A V)`` for a thin V and, in the first pass, the first-order sums; unlike
     :class:`dfairpca.stats._sums.Sums`, never a d x d matrix."""
 
@@ -80,19 +81,6 @@ class ThinSums:
         self.counts = [np.zeros(m, np.int64) for m in plan.groups] if first else []
         self.gsums = [np.zeros((m, D)) for m in plan.groups] if first else []
         self.cross = np.zeros((q, D)) if first and q else None
-
-    def add(self, other: "ThinSums") -> "ThinSums":
-        self.n += other.n
-        self.n_bad += other.n_bad
-        self.bad_rows = (self.bad_rows + other.bad_rows)[:MAX_BAD_ROWS_REPORTED]
-        self.digests += other.digests
-        for name in ("G", "total", "sq", "cross"):
-            mine = getattr(self, name)
-            if mine is not None:
-                mine += getattr(other, name)
-        for a, b in zip(self.counts + self.gsums, other.counts + other.gsums):
-            a += b
-        return self
 
 
 #: each thread's block to centre rows into (:func:`_scratch`)
@@ -125,21 +113,6 @@ def _centred(x, shift, exponent: int, dtype, reuse: bool = False) -> np.ndarray:
     return a
 
 
-def _group_sums(a, cj, counts, total) -> np.ndarray:
-    """(m, D) float64 sums of the rows of a in each group: the largest group's is the total
-    minus the others', so only the smaller groups' rows are gathered."""
-    out = np.zeros((len(counts), a.shape[1]))
-    present = np.flatnonzero(counts)
-    if present.size == 0:
-        return out
-    largest = present[np.argmax(counts[present])]
-    for g in present:
-        if g != largest:
-            out[g] = a[cj == g].sum(axis=0, dtype=np.float64)
-    out[largest] = total - out.sum(axis=0)
-    return out
-
-
 def _add_first_order(out: ThinSums, a, codes, plan: Plan) -> None:
     """Add a block's first-order sums; a holds the centred rows exactly (any float dtype)."""
     total = a.sum(axis=0, dtype=np.float64)
@@ -149,7 +122,7 @@ def _add_first_order(out: ThinSums, a, codes, plan: Plan) -> None:
         cj = np.asarray(codes[:, j], np.intp)
         counts = np.bincount(cj, minlength=m)
         out.counts[j] += counts
-        out.gsums[j] += _group_sums(a, cj, counts, total)
+        out.gsums[j] += group_sums(a, cj, counts, total)
     if out.cross is not None:
         out.cross += np.asarray(a[:, plan.numeric], np.float64).T @ np.asarray(a, np.float64)
 
@@ -171,7 +144,7 @@ def _add_byte_sums(out: ThinSums, x, codes, plan: Plan) -> None:
             cj = np.asarray(codes[i : i + r, j], np.intp)
             counts = np.bincount(cj, minlength=m)
             out.counts[j] += counts
-            out.gsums[j] += _group_sums(xb, cj, counts, total) - counts[:, None] * s
+            out.gsums[j] += group_sums(xb, cj, counts, total) - counts[:, None] * s
 
 
 def thin_chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> ThinSums:
@@ -237,13 +210,24 @@ def thin_chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> ThinSums:
 def _fold_thin(acc: ThinSums | None, x, plan, V, codes, mask, offset) -> ThinSums:
     """Add one chunk's sums to a chain's running sums (in place) or start the chain."""
     part = thin_chunk_sums(x, plan, V, codes, mask, offset)
-    return part if acc is None else acc.add(part)
+    return part if acc is None else merge_thin([acc, part])
 
 
-def _add_thin_sums(parts):
+def merge_thin(parts: list) -> ThinSums:
+    """The sums of the union of the rows of ``parts`` (:class:`ThinSums` of one pass),
+    added in place into the first part's arrays (the parts must not be used again)."""
     first = parts[0]
-    for p in parts[1:]:
-        first.add(p)
+    for other in parts[1:]:
+        first.n += other.n
+        first.n_bad += other.n_bad
+        first.bad_rows = (first.bad_rows + other.bad_rows)[:MAX_BAD_ROWS_REPORTED]
+        first.digests += other.digests
+        for name in ("G", "total", "sq", "cross"):
+            mine = getattr(first, name)
+            if mine is not None:
+                mine += getattr(other, name)
+        for a, b in zip(first.counts + first.gsums, other.counts + other.gsums):
+            a += b
     return first
 
 
@@ -279,7 +263,7 @@ def run_thin_pass(X, plan: Plan, V, codes, mask, split_every: int, progress: boo
     plan_k = delayed(plan, pure=True)
     codes = codes if plan.first else None  # only the first pass sums by group
     return chain_reduce(
-        X, _fold_thin, _add_thin_sums,
+        X, _fold_thin, merge_thin,
         lambda s, e: (plan_k, Vk, row_slice(codes, s, e), row_slice(mask, s, e), s),
         split_every=split_every, progress=progress, sums=_thin_sums_bytes(X, V))
 

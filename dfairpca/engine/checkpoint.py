@@ -41,7 +41,8 @@ import numpy as np
 
 from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
-from ._compute import CLUSTER_FAILURES, compute, worker_timeout
+from ._compute import compute, worker_timeout
+from ._failures import CLUSTER_FAILURES
 from ._engine import check_pass_fits, checked_request, moments_sums_bytes, row_slice, run_moments_pass, threads
 from ..io._fsspec import exists, local_copy
 from ..io._remote import StoreTimeout, zarr_arrays, zarr_roots

@@ -4,7 +4,7 @@ A row of weight w counts as w copies of itself (integer weights equal repeated r
 weight 0 a dropped row), so every statistic is the weighted one with the total weight in
 place of the row count (:class:`dfairpca.stats.moments.Moments`).  Weights in memory are
 checked here at once; a Dask array of weights has only its shape checked here, its
-values in the pass, chunk by chunk (:func:`dfairpca.stats._weighted.check_weight_chunk`),
+values in the pass, chunk by chunk (:func:`check_weight_values`, called by the chunk kernel),
 and an all-zero total after it (:func:`check_total_weight`).
 """
 
@@ -16,7 +16,10 @@ import numpy as np
 
 from ..errors import InvalidInputError, InvalidTypeError
 
-__all__ = ["check_sample_weight", "check_weights", "check_total_weight",
+#: how many offending rows a message names (as the statistics' NaN report)
+MAX_BAD_ROWS_REPORTED = 10
+
+__all__ = ["check_sample_weight", "check_weights", "check_weight_values", "check_total_weight",
            "ALL_ZERO_MESSAGE", "too_few_samples"]
 
 #: what a fit says when every weight is 0 (or every row of positive weight is masked out)
@@ -53,10 +56,7 @@ def check_sample_weight(sample_weight, n, row_chunks=None):
                 # the pass hands every row chunk of X its weights: the same boundaries
                 w = w.rechunk({0: tuple(int(c) for c in row_chunks)})
         return w
-    w = np.asarray(w)
-    if w.dtype.kind not in "biuf":
-        raise InvalidInputError(f"sample_weight must be numbers; got dtype {w.dtype}")
-    w = _checked(w)
+    w = check_weight_values(w, copy=True)
     if not (w > 0).any():
         raise InvalidInputError(ALL_ZERO_MESSAGE)
     return w
@@ -88,15 +88,27 @@ def _as_array(w):
     return np.asarray(w)
 
 
-def _checked(w: np.ndarray) -> np.ndarray:
-    """float64 copy of in-memory weights, or InvalidInputError naming the bad rows."""
-    w = w.astype(np.float64)
+def check_weight_values(w, rows: int | None = None, row_offset: int = 0, *, copy: bool = False) -> np.ndarray:
+    """Weights as float64 (a copy if ``copy``, else only where the dtype differs), or
+    InvalidInputError naming the first offending rows (negative, NaN or infinite weights;
+    not numbers).  What every weight passes through: all of them at once here, or one
+    chunk of ``rows`` rows from global row ``row_offset`` in the pass (its shape checked
+    too)."""
+    w = np.asarray(w)
+    if rows is not None and (w.ndim != 1 or w.shape[0] != rows):
+        raise InvalidInputError(
+            f"sample_weight must be 1-D with one weight per row of X: a chunk of {rows} rows "
+            f"(from row {row_offset}) got weights of shape {w.shape}")
+    if w.dtype.kind not in "biuf":
+        raise InvalidInputError(f"sample_weight must be numbers; got dtype {w.dtype}")
+    w = w.astype(np.float64, copy=copy)
     bad = ~np.isfinite(w) | (w < 0)
     if bad.any():
         at = np.flatnonzero(bad)
-        rows = ", ".join(map(str, at[:10].tolist())) + (", ..." if at.size > 10 else "")
+        named = ", ".join(str(row_offset + int(i)) for i in at[:MAX_BAD_ROWS_REPORTED])
+        more = ", ..." if at.size > MAX_BAD_ROWS_REPORTED else ""
         raise InvalidInputError(
-            f"sample_weight holds {at.size} negative, NaN or infinite weight(s) (rows {rows}, "
+            f"sample_weight holds {at.size} negative, NaN or infinite weight(s) (rows {named}{more}, "
             f"e.g. {float(w[at[0]])!r}); weights must be finite and >= 0 (0 drops a row)")
     return w
 

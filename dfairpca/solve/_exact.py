@@ -15,7 +15,7 @@ import numbers
 import numpy as np
 
 from ..base import _solvers
-from ..stats.moments import Problem
+from ..stats._problem import Problem
 from ..errors import InvalidInputError
 
 __all__ = ["fitted_space", "standard_scale", "check_variance", "row_variance", "standard_components",

@@ -18,7 +18,7 @@ the k limit (:func:`dfairpca.solve._limits.check_fair_k`).  After every solve th
 each constraint vector the components keep is measured in float64 and :func:`certify`
 refuses a fit above :data:`~dfairpca.solve._fairness.FAIRNESS_TOLERANCE`.
 
-Everything here reads the statistics through one :class:`~dfairpca.stats.moments.Problem`
+Everything here reads the statistics through one :class:`~dfairpca.stats._problem.Problem`
 (plain arrays, :meth:`~dfairpca.stats.moments.Moments.problem`); the restricted eigensolve is
 :mod:`dfairpca.solve._restricted`'s.
 """
@@ -33,7 +33,7 @@ import scipy.linalg
 
 from ..base._params import Check, is_int, is_real, one_of, outside_stacklevel
 from ..inputs._groups import binary_target
-from ..stats.moments import Problem
+from ..stats._problem import Problem
 from ._exact import fraction_to_k
 from ._restricted import Nullspace, restricted_components
 from ..errors import ConstraintDroppedWarning, InvalidInputError
@@ -499,7 +499,7 @@ def fair_components(S, Q, problem: Problem, scale, largest: int, k, equalize,
     r = Q.shape[1]
     cov_diffs, l = (None, None) if fraction else constraint.covariance_terms(problem, scale, top, r,
                                                                               equalize)
-    within = None if cov_diffs is None else equalizing_basis(cov_diffs, Q, l)
+    within = None if cov_diffs is None or l is None else equalizing_basis(cov_diffs, Q, l)
     U = restricted_components(S, Q, top, within, solver="dense" if fraction else eigen_solver)
     if not fraction:
         return U

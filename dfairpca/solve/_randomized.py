@@ -41,7 +41,7 @@ from ..engine._thin_pass import (
     Plan, as_rows, chunked, corrected, first_pass, restore_statistics, run_thin_pass,
     statistics_state,
 )
-from ..engine._compute import CLUSTER_FAILURES
+from ..engine._failures import CLUSTER_FAILURES
 from ..io._remote import StoreTimeout
 from ..stats.moments import Moments
 from ..errors import InvalidInputError

@@ -22,12 +22,13 @@ from typing import Sequence
 import numpy as np
 
 from ..base._blas import blas_lock, syrk
-from ._exact import ExactSums, exact_chunk_sums, is_exact
+from ._exact import ExactSums, check_unweighted, exact_chunk_sums, is_exact
 from ._sums import MAX_BAD_ROWS_REPORTED, STORED_RANGE_BITS, TRUE_UNITS_BITS, GroupSums, Sums
 from ..base._system import BLOCK_BYTES
 from ..errors import InvalidInputError
+from ..inputs._weights import check_weight_values
 
-__all__ = ["chunk_sums", "OVERFLOW_MESSAGE", "OFFSET_BITS"]
+__all__ = ["chunk_sums", "drop_nonfinite", "group_sums", "OVERFLOW_MESSAGE", "OFFSET_BITS"]
 
 #: a chunk of 64-bit values with a column whose mean is over 2**OFFSET_BITS of its spread
 #: from 0 gets a second float64 sum of the centred values (:func:`_refined`): its group
@@ -41,59 +42,122 @@ OVERFLOW_MESSAGE = ("X holds values too large for float64 sums (the statistics o
 
 
 def chunk_sums(x, codes, categories: Sequence[np.ndarray], *, mask, row_offset: int, dtype,
-               group_scatter: bool) -> Sums | ExactSums:
+               group_scatter: bool, weights=None, into: ExactSums | None = None) -> Sums | ExactSums:
     """Sums of one chunk of rows; the arguments are :meth:`dfairpca.Moments.from_chunk`'s,
-    all given (their defaults are that method's).  Weighted rows have their own:
-    :func:`dfairpca.stats._weighted.weighted_chunk_sums`.
+    all given (their defaults are that method's), ``weights`` its ``sample_weight``.  The
+    one kernel of every pass: float products here, exact integer sums
+    (``dtype="exact"``) by :func:`dfairpca.stats._exact.exact_chunk_sums`, to which
+    ``into`` (a running total to add the chunk to in place) is handed.
 
     The matrices are F-ordered (d, d) upper triangles (what lies below the diagonal is
     undefined) in ``dtype``, or in float64 for a chunk of extreme magnitude; a group
-    without rows has None for its scatter.
+    without rows has None for its scatter.  Weighted rows (frequency weights: a row of
+    weight w counts as w copies of itself) make n and the group counts float64 totals of
+    the weights (``Sums.n_rows`` keeps the rows of positive weight), the means weighted
+    means and the products ``sum w (x - m)(x - m)^T``, syrk of the rows
+    ``(x - m) * sqrt(w)``; rows of weight 0 are left out like rows outside the mask
+    (their NaN are still reported).
     """
+    check_unweighted(dtype, weights is not None)
     if is_exact(dtype):  # integer data summed exactly (compute_dtype="exact"): its own module
-        return exact_chunk_sums(x, codes, categories, mask=mask, group_scatter=group_scatter)
+        return exact_chunk_sums(x, codes, categories, mask=mask, group_scatter=group_scatter, into=into)
     x = np.asarray(x)
     if x.ndim > 2:
         x = x.reshape(x.shape[0], -1)
+    w = None if weights is None else check_weight_values(weights, x.shape[0], row_offset)
     dtype = np.dtype(dtype or np.float64)
     d = x.shape[1]
-    keep = np.ones(x.shape[0], bool) if mask is None else np.asarray(mask, bool).copy()
+    keep = np.ones(x.shape[0], bool) if w is None else w > 0
+    if mask is not None:
+        keep &= np.asarray(mask, bool)
     n_bad, bad_rows = drop_nonfinite(x, keep, row_offset)
     if not keep.all():
         x = x[keep]
+        w = None if w is None else w[keep]
         codes = None if codes is None else np.asarray(codes)[keep]
-    attrs = [GroupSums(np.asarray(c), np.zeros(len(c), np.int64), np.zeros((len(c), d)),
+    count = np.int64 if w is None else np.float64  # rows, or their total weight
+    attrs = [GroupSums(np.asarray(c), np.zeros(len(c), count), np.zeros((len(c), d)),
                        [None] * len(c) if group_scatter else None) for c in categories]
-    out = Sums(0, np.zeros(d), None, attrs, n_bad, bad_rows, float(np.finfo(dtype).eps))
+    out = Sums(count(0).item(), np.zeros(d), None, attrs, n_bad, bad_rows, float(np.finfo(dtype).eps),
+               n_rows=None if w is None else int(x.shape[0]))
     r = x.shape[0]
     if r == 0:
         out.scatter = np.zeros((d, d), order="F")
         return out
-    out.n = r
-    total = x.sum(axis=0, dtype=np.float64)
-    out.mean = total / r
+    out.n = r if w is None else float(w.sum())
+    total = x.sum(axis=0, dtype=np.float64) if w is None else _weighted_total(x, w)
+    out.mean = total / out.n
     shifts = []  # (attribute, group, row selector of the chunk) for the group scatters
     if codes is not None:
         codes = np.asarray(codes).reshape(r, -1)
         for j, att in enumerate(out.attributes):
             cj = codes[:, j]
-            att.counts = np.bincount(cj, minlength=att.n_groups).astype(np.int64)
-            att.deviation = _group_means(x, cj, att.counts, total) - out.mean * (att.counts > 0)[:, None]
+            att.counts, att.deviation = _group_deviations(x, w, cj, att.n_groups, total, out.mean)
             if group_scatter:
                 shifts += [(att, g, cj == g) for g in np.flatnonzero(att.counts)]
-    acc, gacc, centres = _products(x, out.mean, shifts, dtype)
+    sw = None if w is None else np.sqrt(w)
+    acc, gacc, centres = _products(x, out.mean, shifts, dtype, sw=sw)
     if not _in_range(x, acc, gacc, shifts, dtype):
         # values so small or large that their products left the dtype's exact range:
         # again, every column scaled by a power of two (exact), into float64
-        acc, gacc, out.scatter_exponent, centres = _scaled_products(x, out.mean, shifts, dtype)
-    if x.dtype.itemsize == 8 and _offset_is_large(out.mean, acc, r, out.scatter_exponent):
-        acc, gacc = _refined(x, codes, out, acc, gacc, shifts, centres)
+        acc, gacc, out.scatter_exponent, centres = _scaled_products(x, out.mean, shifts, dtype, sw)
+    # weighted inputs of 32 bits or less need it too: their products with the weights
+    # round, so ``w @ x`` is not exact even when the values share a binade
+    if (w is not None or x.dtype.itemsize == 8) and _offset_is_large(out.mean, acc, out.n, out.scatter_exponent):
+        acc, gacc = _refined(x, w, codes, out, acc, gacc, shifts, centres)
+    if w is not None:
+        _exact_constant_means(x, out, acc)
     # a chunk's product is only as precise as its dtype: kept so (half the bytes of float64
     # for float32); merges accumulate in float64
     out.scatter = acc
     for i, (att, g, _) in enumerate(shifts):
         att.scatter[g] = gacc[i]
     return out
+
+
+def _group_deviations(x, w, cj, m: int, total, mean) -> tuple[np.ndarray, np.ndarray]:
+    """(counts (m,), deviations (m, d)) of the rows' groups ``cj``: rows per group (int64)
+    and each group's mean minus ``mean``, 0 for an empty group; with weights ``w`` the
+    counts are the groups' weights (float64) and the means weighted."""
+    if w is None:
+        counts = np.bincount(cj, minlength=m).astype(np.int64)
+        return counts, _group_means(x, cj, counts, total) - mean * (counts > 0)[:, None]
+    counts = np.bincount(cj, weights=w, minlength=m)
+    sums = np.zeros((m, x.shape[1]))
+    for g in np.flatnonzero(counts):
+        sums[g] = _weighted_total(x[cj == g], w[cj == g])
+    live = counts > 0
+    dev = np.zeros((m, x.shape[1]))
+    dev[live] = sums[live] / counts[live, None] - mean
+    return counts, dev
+
+
+def _weighted_total(x, w) -> np.ndarray:
+    """``w @ x`` in float64, by row blocks (no float64 copy of the whole chunk)."""
+    d = x.shape[1]
+    step = max(64, BLOCK_BYTES // (max(d, 1) * 8))
+    total = np.zeros(d)
+    for s in range(0, x.shape[0], step):
+        total += w[s : s + step] @ x[s : s + step].astype(np.float64, copy=False)
+    return total
+
+
+def _exact_constant_means(x, out: Sums, acc) -> None:
+    """Set the mean of every column constant over the chunk of weighted rows to its value,
+    exactly.
+
+    ``w @ x / sum(w)`` rounds (by up to ``sqrt(r) * eps`` relative, growing with the rows),
+    and the products of a constant column are exactly 0 then, so no refinement corrects
+    it; two chunks of the same constant would then merge into a scatter of rounding
+    noise, which the zero-variance test must not have to tell from data.  Only columns
+    whose product diagonal is 0 are looked at (one comparison per value).
+    """
+    for c in np.flatnonzero(np.diagonal(acc) == 0):
+        col = x[:, c]
+        if np.all(col == col[0]):
+            out.mean[c] = float(col[0])
+            for att in out.attributes:
+                att.deviation[:, c] = 0.0
 
 
 def drop_nonfinite(x, keep: np.ndarray, row_offset: int) -> tuple[int, list[int]]:
@@ -110,50 +174,56 @@ def drop_nonfinite(x, keep: np.ndarray, row_offset: int) -> tuple[int, list[int]
     return int(bad.size), [int(row_offset + i) for i in bad[:MAX_BAD_ROWS_REPORTED]]
 
 
-def _products(x, mean, shifts, dtype, exponents=None):
+def _products(x, mean, shifts, dtype, exponents=None, sw=None):
     """Upper triangles of ``xc^T xc`` (xc = x - mean) and of every group's product about its
     own mean, in ``dtype``, by row blocks: BLAS syrk accumulates in the compute dtype
     (beta = 1), never materialising a float copy of the chunk.  Also returns the centres
     (overall, per group) the products are about, as :func:`_refined` needs them.
 
     With ``exponents`` (per column) the rows are ``(x - mean) * 2**-exponents``, centred in
-    float64 first (the rare rescaled path of :func:`_scaled_products`).
+    float64 first (the rare rescaled path of :func:`_scaled_products`).  With ``sw`` (the
+    square roots of the rows' weights) the rows are ``(x - mean) * sqrt(w)``: the products
+    are ``sum w (x - m)(x - m)^T``, and a group's rows about its own mean are weighted
+    before the cast to ``dtype``.
     """
     d, r = x.shape[1], x.shape[0]
     product = syrk(dtype)
     lock = blas_lock()
-    mu = mean.astype(dtype)
+    # values the dtype holds exactly (uint8 pixels into float32) are centred in it; others
+    # (float64 into float32 products) in float64 first: cast first, 1e8 + N(0, 1) would keep
+    # nothing of its spread
+    work = dtype if exponents is None and np.can_cast(x.dtype, dtype, "safe") else np.dtype(np.float64)
+    mu = mean.astype(work)
     acc = np.zeros((d, d), dtype, order="F")
     gacc = [np.zeros((d, d), dtype, order="F") for _ in shifts]
     devs = [att.deviation[g] for att, g, _ in shifts]
     if exponents is not None:
         devs = [np.ldexp(v, -exponents) for v in devs]
-    devs = [v.astype(dtype) for v in devs]
+    # a group's shift is taken off the cast rows, or off the weighted ones before the cast
+    devs = [v.astype(dtype if sw is None else work) for v in devs]
     # the centres the products are about, in float64 (the dtype's roundings of the means)
-    centre = mu.astype(np.float64) if exponents is None and np.can_cast(x.dtype, dtype, "safe") else mean
+    centre = mu.astype(np.float64)
     back = (lambda v: np.ldexp(v.astype(np.float64), exponents)) if exponents is not None else (
         lambda v: v.astype(np.float64))
     centres = (centre, [centre + back(v) for v in devs])
-    step = max(64, BLOCK_BYTES // (d * dtype.itemsize))
-    # values the dtype cannot hold exactly (float64 into float32 products) are centred in
-    # float64 first: cast first, 1e8 + N(0, 1) would keep nothing of its spread
-    exact = np.can_cast(x.dtype, dtype, "safe")
+    step = max(64, BLOCK_BYTES // (d * (dtype if sw is None else work).itemsize))
     for s in range(0, r, step):
-        if exponents is None and exact:
-            xc = np.subtract(x[s : s + step], mu, dtype=dtype)
-        elif exponents is None:
-            xc = np.subtract(x[s : s + step], mean, dtype=np.float64).astype(dtype)
-        else:
-            xc = np.ldexp(np.subtract(x[s : s + step], mean, dtype=np.float64),
-                          -exponents).astype(dtype)
+        xc = np.subtract(x[s : s + step], mu, dtype=work)
+        if exponents is not None:
+            xc = np.ldexp(xc, -exponents)
+        if sw is not None:
+            rw = sw[s : s + step, None].astype(work)
+            xc *= rw  # (x - m) sqrt(w); a group's rows about its own mean: minus dev sqrt(w)
+        xd = xc.astype(dtype, copy=False)
         with lock:
-            acc = product(acc, xc)
+            acc = product(acc, xd)
         for i, (_, _, sel) in enumerate(shifts):
-            xg = xc[sel[s : s + step]]
+            b = sel[s : s + step]
+            xg = xd[b] if sw is None else xc[b]
             if len(xg):
-                xg -= devs[i]
+                xg -= devs[i] if sw is None else devs[i] * rw[b]
                 with lock:
-                    gacc[i] = product(gacc[i], xg)
+                    gacc[i] = product(gacc[i], xg.astype(dtype, copy=False))
     return acc, gacc, centres
 
 
@@ -190,7 +260,7 @@ def _in_range(x, acc, gacc, shifts, dtype) -> bool:
     return True
 
 
-def _scaled_products(x, mean, shifts, dtype, products=None):
+def _scaled_products(x, mean, shifts, dtype, sw=None):
     """The products of :func:`_products` for columns scaled by powers of two, as float64
     upper triangles holding ``true * 4**-e``, and e (0 when the true values fit float64's
     :data:`~dfairpca.stats._sums.TRUE_UNITS_BITS`).
@@ -198,14 +268,14 @@ def _scaled_products(x, mean, shifts, dtype, products=None):
     Every column j is divided by ``2**f_j`` with ``2**f_j`` just above its largest
     ``|x - mean|``, so every scaled value is at most 1 and the squares cannot overflow or
     underflow (a column's nonzero deviations are at least its spread times the input's eps).
-    ``products`` computes them (default :func:`_products`; weighted rows bring their own).
+    ``sw``: the square roots of the rows' weights, as :func:`_products`.
     """
     with np.errstate(over="ignore", invalid="ignore"):
         spread = np.maximum(x.max(axis=0) - mean, mean - x.min(axis=0))
     if not np.all(np.isfinite(spread)):
         raise InvalidInputError(OVERFLOW_MESSAGE)
     f = np.where(spread > 0, np.frexp(spread)[1], 0).astype(np.int64)
-    acc, gacc, centres = (products or _products)(x, mean, shifts, dtype, exponents=f)
+    acc, gacc, centres = _products(x, mean, shifts, dtype, exponents=f, sw=sw)
     e = int(f.max())
     w = np.ldexp(1.0, f - e)  # <= 1: per column, back to the common exponent e
     if abs(e) <= TRUE_UNITS_BITS // 2:
@@ -220,8 +290,9 @@ def _scaled_products(x, mean, shifts, dtype, products=None):
     return back(acc), [back(G) for G in gacc], e, centres
 
 
-def _group_means(x, cj, counts, total) -> np.ndarray:
-    """(m, d) float64 mean of the rows of x in each group (0 for an empty group).
+def group_sums(x, cj, counts, total) -> np.ndarray:
+    """(m, d) float64 sums of the rows of x in each group (``cj``: the rows' groups,
+    ``counts`` their sizes, ``total`` the sum of all rows; 0 for an empty group).
 
     The largest group's sum is the total minus the others': only the smaller groups' rows
     are gathered (7% of a chunk for Eyeglasses, not all of it).
@@ -231,13 +302,16 @@ def _group_means(x, cj, counts, total) -> np.ndarray:
     if present.size == 0:
         return out
     largest = present[np.argmax(counts[present])]
-    rest = np.zeros(x.shape[1])
     for g in present:
         if g != largest:
             out[g] = x[cj == g].sum(axis=0, dtype=np.float64)
-            rest += out[g]
-    out[largest] = total - rest
-    return out / np.maximum(counts, 1)[:, None]
+    out[largest] = total - out.sum(axis=0)
+    return out
+
+
+def _group_means(x, cj, counts, total) -> np.ndarray:
+    """(m, d) float64 mean of the rows of x in each group (0 for an empty group)."""
+    return group_sums(x, cj, counts, total) / np.maximum(counts, 1)[:, None]
 
 
 def _offset_is_large(mean, acc, rows: float, e: int) -> bool:
@@ -252,10 +326,11 @@ def _offset_is_large(mean, acc, rows: float, e: int) -> bool:
     return bool(np.any((var > 0) & (mu * mu > 4.0 ** OFFSET_BITS * var)))
 
 
-def _refined(x, codes, out: Sums, acc, gacc, shifts, centres):
-    """Means and group deviations from float64 sums of ``x - mean`` (the classic second pass
-    of a two-pass mean, only for chunks far from 0, :func:`_offset_is_large`), and the
-    products moved to the refined centres (float64: ``S -= r (m - c)(m - c)^T``).
+def _refined(x, w, codes, out: Sums, acc, gacc, shifts, centres):
+    """Means and group deviations from float64 sums of ``x - mean`` (weighted: of
+    ``w (x - mean)``), the classic second pass of a two-pass mean, only for chunks far from
+    0 (:func:`_offset_is_large`), and the products moved to the refined centres (float64:
+    ``S -= n (m - c)(m - c)^T``).
 
     Updates ``out.mean`` and the attributes' deviations in place; returns (acc, gacc).
     """
@@ -266,18 +341,24 @@ def _refined(x, codes, out: Sums, acc, gacc, shifts, centres):
     step = max(64, BLOCK_BYTES // (d * 8))
     for s in range(0, r, step):
         xc = np.subtract(x[s : s + step], mu, dtype=np.float64)
+        if w is not None:
+            xc *= w[s : s + step, None]
         part = xc.sum(axis=0)
         total += part
         for j, a in enumerate(out.attributes):
             cj = codes[s : s + step, j]
-            counts = np.bincount(cj, minlength=a.n_groups)
-            sums[j] += _group_means(xc, cj, counts, part) * counts[:, None]
-    return recentred(out, acc, gacc, shifts, centres, total, sums, r,
-                     [int(np.count_nonzero(sel)) for _, _, sel in shifts])
+            if w is None:
+                counts = np.bincount(cj, minlength=a.n_groups)
+                sums[j] += _group_means(xc, cj, counts, part) * counts[:, None]
+            else:
+                for g in np.unique(cj):
+                    sums[j][g] += xc[cj == g].sum(axis=0)
+    group_n = [int(np.count_nonzero(sel)) if w is None else float(w[sel].sum()) for _, _, sel in shifts]
+    return recentred(out, acc, gacc, shifts, centres, total, sums, out.n, group_n)
 
 
 def recentred(out: Sums, acc, gacc, shifts, centres, total, sums, n, group_n):
-    """The end of :func:`_refined` (and of its weighted twin): ``out``'s mean and group
+    """The end of :func:`_refined`: ``out``'s mean and group
     deviations from the sums of the centred rows ``total`` (d,) and ``sums`` (per attribute,
     (m, d)) over ``n`` rows (or their weight), and the products moved to those centres
     (``S -= n (m - c)(m - c)^T``; ``group_n``: the rows or weight of each product in

@@ -38,7 +38,7 @@ from ..base._system import cpu_count
 from ..errors import InvalidInputError, RunError
 
 __all__ = ["EXACT", "statistics_dtype", "kernel_name", "ExactGroups", "ExactSums", "exact_chunk_sums", "merge_exact", "check_exact",
-           "is_exact", "centred"]
+           "check_unweighted", "is_exact", "centred"]
 
 #: the compute dtype of exact statistics
 EXACT = "exact"
@@ -55,7 +55,7 @@ _INT_BITS = 62
 
 
 #: what a fit or a pass says when asked for exact statistics of weighted rows
-WEIGHTED_EXACT_MESSAGE = (
+_WEIGHTED_EXACT_MESSAGE = (
     "compute_dtype='exact' sums integer rows exactly, and weighted rows are not integer sums: "
     "pass compute_dtype='float64' (or 'auto') with sample_weight, or repeat the rows instead "
     "of weighting them")
@@ -64,6 +64,13 @@ WEIGHTED_EXACT_MESSAGE = (
 def is_exact(dtype) -> bool:
     """Whether a compute dtype asks for exact statistics."""
     return isinstance(dtype, str) and dtype == EXACT
+
+
+def check_unweighted(dtype, weighted: bool) -> None:
+    """Refuse exact statistics (``dtype`` "exact") of ``weighted`` rows: the one place
+    that says so, for every fit and pass that may be asked for both."""
+    if weighted and is_exact(dtype):
+        raise InvalidInputError(_WEIGHTED_EXACT_MESSAGE)
 
 
 def check_exact(dtype, n: int) -> None:
@@ -87,23 +94,40 @@ def check_exact(dtype, n: int) -> None:
         )
 
 
-def statistics_dtype(x_dtype, requested="auto", width: int | None = None, choose=None):
-    """The compute dtype of a fit's pass over X of ``x_dtype`` for the estimators'
-    ``compute_dtype``: "exact" when asked for (refused for float X), and for "auto" on
-    8-bit integers where the exact kernel is not slower than float32 products on blocks of
-    ``width`` columns (:func:`dfairpca.stats._auto.auto_choice`, or ``choose(x_dtype,
-    width)``: a cluster's choice); otherwise the float dtype of
-    :func:`dfairpca.inputs._validation.compute_dtype_for`."""
+def statistics_dtype(x_dtype, requested="auto", width: int | None = None, choose=None, *,
+                     weighted: bool = False, numeric: bool = False, floats_only: bool = False,
+                     auto_float=None):
+    """The compute dtype of a pass over X of ``x_dtype`` for the estimators'
+    ``compute_dtype`` (``requested``): the one place that decides it.
+
+    - "exact" when asked for (refused for weighted rows and for float X), and for "auto"
+      on 8-bit integers where the exact kernel is not slower than float32 products on
+      blocks of ``width`` columns (:func:`dfairpca.stats._auto.auto_choice`, or
+      ``choose(x_dtype, width)``: a cluster's choice), never for ``weighted`` rows
+      (weighted sums are not integer sums);
+    - float64 for "auto" where X holds ``numeric`` protected attributes: their covariances
+      with the features are the constraint, which float32 products would hold to 1e-7 only;
+    - the float dtype only where ``floats_only`` (matrix-free passes, projections);
+    - otherwise the float dtype that "auto" falls back to, ``auto_float`` where given, or
+      the float dtype of :func:`dfairpca.inputs._validation.compute_dtype_for`."""
     from ..inputs._validation import compute_dtype_for
 
+    auto = requested in ("auto", None)
+    if auto and numeric:
+        return np.dtype(np.float64)
+    if floats_only:
+        return compute_dtype_for(x_dtype, requested)
     if is_exact(requested):
+        check_unweighted(requested, weighted)
         check_exact(x_dtype, 0)
         int8_kernel_available()  # the kernels chosen and self-tested here, before the pass
         return EXACT
-    if requested in ("auto", None) and np.dtype(x_dtype) in (np.uint8, np.int8):
+    if auto and not weighted and np.dtype(x_dtype) in (np.uint8, np.int8):
         choice = (choose or auto_choice)(x_dtype, AUTO_WIDTH if width is None else width)
         if choice.choice == EXACT:
             return EXACT
+    if auto and auto_float is not None:
+        return np.dtype(auto_float)
     return compute_dtype_for(x_dtype, requested)
 
 
@@ -156,7 +180,7 @@ class ExactSums:
         return self.sums.shape[0]
 
     @classmethod
-    def zeros(cls, d: int, categories, group_scatter: bool = False) -> "ExactSums":
+    def no_rows(cls, d: int, categories, group_scatter: bool = False) -> "ExactSums":
         """The sums of no rows: d features, the attributes' ``categories`` (a list of arrays)."""
         attrs = [ExactGroups(np.asarray(c), np.zeros(len(c), np.int64), np.zeros((len(c), d), np.int64),
                              [None] * len(c) if group_scatter else None) for c in categories]
@@ -295,7 +319,7 @@ def exact_chunk_sums(x, codes, categories, *, mask=None, group_scatter: bool = F
         chunk = exact_chunk_sums(x, codes, categories, group_scatter=group_scatter)
         with _broken_on_failure(into, r):
             return merge_exact([into, chunk], in_place=True)
-    out = ExactSums.zeros(d, categories, group_scatter) if into is None else into
+    out = ExactSums.no_rows(d, categories, group_scatter) if into is None else into
     scratch = out.__dict__.setdefault("_scratch", {})
     names = set(out.kernels)
 

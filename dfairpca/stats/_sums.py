@@ -25,12 +25,13 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 import scipy.linalg.blas
 from ..errors import InvalidInputError
+# how many offending row indices the statistics remember for the error message (as the
+# weights' check names them)
+from ..inputs._weights import MAX_BAD_ROWS_REPORTED
 
 __all__ = ["Sums", "GroupSums", "Store", "DENSE", "merge_sums", "merged_exponent", "fill_lower", "nbytes",
            "MAX_BAD_ROWS_REPORTED", "STORED_RANGE_BITS", "TRUE_UNITS_BITS"]
 
-#: how many offending row indices the statistics remember for the error message
-MAX_BAD_ROWS_REPORTED = 10
 #: the float64 scatter matrices are kept within 2**(+-STORED_RANGE_BITS) per row (column
 #: spreads of about 1e-90 to 1e90): squares of what is stored neither underflow nor
 #: overflow in the solves, whose products of two such matrices then stay in range too
@@ -80,7 +81,7 @@ class Store(Protocol):
     only upper triangles.
     """
 
-    def zeros(self, d: int) -> Any:
+    def zero_matrix(self, d: int) -> Any:
         """The (d, d) zero matrix."""
 
     def diagonal(self, M) -> np.ndarray:
@@ -100,7 +101,7 @@ class Store(Protocol):
 class _Dense:
     """Complete symmetric float64 arrays, never changed in place (``Moments``)."""
 
-    def zeros(self, d):
+    def zero_matrix(self, d):
         return np.zeros((d, d))
 
     def diagonal(self, M):
@@ -190,7 +191,7 @@ def merge_sums(parts: Sequence, store: Store, *, in_place: bool = False) -> Sums
         attrs = [GroupSums(cats, np.zeros(len(cats), count_type), np.zeros((len(cats), d)),
                            store.groups([None] * len(cats), d) if group_scatter else None)
                  for cats, *_ in aligned]
-        return Sums(0.0 if weighted else 0, np.zeros(d), store.zeros(d), attrs, n_bad, bad_rows,
+        return Sums(0.0 if weighted else 0, np.zeros(d), store.zero_matrix(d), attrs, n_bad, bad_rows,
                     n_rows=rows)
     L = [parts[i] for i in live]
     ns = np.array([q.n for q in L], dtype=np.float64)

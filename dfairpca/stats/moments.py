@@ -32,8 +32,8 @@ import numpy.typing as npt
 
 from ._chunk import OVERFLOW_MESSAGE, chunk_sums
 from ._exact import ExactSums, kernel_name, merge_exact
-from ._weighted import weighted_chunk_sums
 from ._derived import check_finite, constraint_matrix, deviation_floor
+from ._problem import Problem
 from ._sums import DENSE, Sums, fill_lower, merge_sums, nbytes
 from ..base._compat import fill_new_fields
 from ..base._typing import PathInput
@@ -42,7 +42,7 @@ from ..inputs._weights import too_few_samples
 from ..io._moments_format import moments_layout, read_saved, saved_fields, sums_to_arrays
 # the saved form's label encoding, by the names the saved models import it under
 
-__all__ = ["Moments", "AttributeMoments", "Problem", "merge", "exact_moments", "constraint_matrix", "deviation_floor", "check_finite"]
+__all__ = ["Moments", "AttributeMoments", "merge", "exact_moments", "constraint_matrix", "deviation_floor", "check_finite"]
 
 
 @dataclass(frozen=True)
@@ -70,75 +70,6 @@ class AttributeMoments:
     @property
     def n_groups(self) -> int:
         return len(self.categories)
-
-
-@dataclass(frozen=True)
-class Problem:
-    """What a solve reads of statistics, as plain arrays, read once by :meth:`Moments.problem`:
-    the feature columns' moments, the raw fairness constraint (:mod:`dfairpca.solve._fairness`
-    turns it into rows, a basis and a certificate) and how the products were formed.
-
-    Attributes
-    ----------
-    n, n_rows, rows, n_effective, precision : as :class:`Moments`'
-    mean : ndarray (d,)
-        The features' means (true units).
-    diagonal : ndarray (d,)
-        The features' scatter diagonal, stored units (``true * 4**-exponent``).
-    scatter : ndarray (d, d) or None
-        The features' scatter, stored units; None for the first-order statistics of a
-        matrix-free fit.
-    exponent : int
-        :attr:`Moments.scatter_exponent`.
-    kernel : str
-        What formed the products (:func:`dfairpca.stats._exact.kernel_name`).
-    categories, counts, group_means : lists, one entry per attribute given as labels
-        The group labels, the rows (weight) of each group and each group's mean (m_r, d).
-    group_scatter : list of ndarray (m_r, d, d), or None
-        Every group's scatter about its own mean (Fair PCA-S), None unless every attribute
-        holds them.
-    constraint_rows : ndarray (sum m_r, d)
-        Every group's ``n_g (mean_g - mean)`` (:func:`dfairpca.stats._derived.constraint_matrix`).
-    deviation_floor : ndarray (d,)
-        The size below which a group-mean deviation is float64 rounding
-        (:func:`dfairpca.stats._derived.deviation_floor`).
-    numeric_rows, numeric_own, numeric_means : ndarray (q, d), (q,), (q,)
-        The numeric protected attributes' cross sums with the features, their own sums of
-        squares (stored units) and their means.
-    feature_spread : float
-        The features' total scatter (the trace, stored units), against which a numeric
-        attribute's cross sums are rounding or not.
-    """
-
-    n: float
-    n_rows: int | None
-    rows: int
-    n_effective: int
-    precision: float
-    mean: np.ndarray
-    diagonal: np.ndarray
-    scatter: np.ndarray | None
-    exponent: int
-    kernel: str
-    categories: list
-    counts: list
-    group_means: list
-    group_scatter: list | None
-    constraint_rows: np.ndarray
-    deviation_floor: np.ndarray
-    numeric_rows: np.ndarray
-    numeric_own: np.ndarray
-    numeric_means: np.ndarray
-    feature_spread: float
-
-    @property
-    def n_features(self) -> int:
-        return self.mean.shape[0]
-
-    @property
-    def group_sizes(self) -> list[int]:
-        """Constraint rows per attribute given as labels (its groups, seen or not)."""
-        return [len(c) for c in self.categories]
 
 
 @dataclass(frozen=True)
@@ -279,9 +210,8 @@ class Moments:
         Moments
             The statistics of the chunk's rows (those of ``mask``, finite ones only).
         """
-        kw: dict[str, Any] = dict(mask=mask, row_offset=row_offset, dtype=dtype, group_scatter=group_scatter)
-        s = (chunk_sums(x, codes, categories, **kw) if sample_weight is None else
-             weighted_chunk_sums(x, sample_weight, codes, categories, **kw))
+        s = chunk_sums(x, codes, categories, mask=mask, row_offset=row_offset, dtype=dtype,
+                       group_scatter=group_scatter, weights=sample_weight)
         if isinstance(s, ExactSums):
             return exact_moments(s)
         # the products are upper triangles in their dtype: complete them in float64
