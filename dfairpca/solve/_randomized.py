@@ -41,7 +41,7 @@ from ..engine._thin_pass import (
     statistics_state,
 )
 from ..engine._compute import CLUSTER_FAILURES
-from ..io._remote import StoreTimeout
+from ..io import StoreTimeout
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
 from ..inputs._weights import too_few_samples
@@ -266,8 +266,7 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
             fair = Krylov.restore(saved["arrays"], "fair", project, k, d)
             std = Krylov.restore(saved["arrays"], "std", unprojected, k, d) if standard and r else None
         except KeyError as exc:
-            from ..io import SavedFileError
-            from ..io._arrays import RESAVE_HINT
+            from ..io import RESAVE_HINT, SavedFileError
 
             raise SavedFileError(f"cannot load checkpoint {saved['path']!r}: its state lacks "
                                  f"{exc}{RESAVE_HINT}") from None
