@@ -49,10 +49,9 @@ def save_arrays(path: PathInput, arrays: dict, meta: dict, overwrite: bool = Fal
         The directory written: a Path for a local one, the URL as given for a remote one.
     """
     storage = storage_for(path, storage_options)
-    path = path if storage.remote else storage.target
     with storage.atomic_directory(meta["kind"], overwrite=overwrite) as tmp:
         write_arrays(tmp, arrays, meta)
-    return path
+    return storage.user_path()
 
 
 def write_arrays(folder: Path, arrays: dict, meta: dict) -> None:
