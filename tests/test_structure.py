@@ -314,7 +314,8 @@ def test_only_a_package_init_only_re_exports():
 
 
 def test_only_io_tells_a_url_from_a_local_path():
-    """Outside io, code asks ``storage_for(path)`` what it needs of where data lives; a call of ``is_remote`` there would be a second place that decides it."""
+    """Outside io, code asks ``storage_for(path)`` what it needs of where data lives; a call
+    of ``is_remote`` there would be a second place that decides it."""
     calls = [f"{name}:{node.lineno}" for name, path in sorted(_modules().items())
              if not name.startswith("dfairpca.io")
              for node in ast.walk(ast.parse(path.read_text()))

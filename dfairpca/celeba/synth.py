@@ -137,7 +137,8 @@ def synth_celeba(
     def write(folder: Path, overwrite: bool) -> Path:
         return write_store(
             folder, shape=shape, chunk_rows=chunk_rows,
-            chunks=[(i, start, min(start + chunk_rows, n)) for i, start in enumerate(range(0, n, chunk_rows))],
+            chunks=[(i, start, min(start + chunk_rows, n))
+                    for i, start in enumerate(range(0, n, chunk_rows))],
             settings=settings, labels={PARTITION: official_like_partition(n)},
             write_chunk=_synth_chunk, args=(int(seed), image_shape(size), bool(color)),
             n_jobs=n_jobs, client=client, progress=progress, overwrite=overwrite, protect=None,
@@ -147,6 +148,7 @@ def synth_celeba(
     return write_staged(out, STORE_KIND, write, overwrite=overwrite, storage_options=storage_options,
                         stage_dir=stage_dir,  # the key: what the store is made of
                         key=lambda: {**settings, "n": int(n), "chunk_rows": int(chunk_rows)})
+
 
 def ensure_store(path: str | os.PathLike, n: int, seed: int = 0, *, overwrite: bool = False,
                  **options) -> Path:

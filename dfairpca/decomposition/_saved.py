@@ -3,10 +3,10 @@
 A model is a directory ``model/`` (``meta.json``: the class, its parameters and the
 fitted scalars; ``arrays.npz``: the fitted arrays, never pickled) and, for the linear
 estimators, an optional ``statistics/`` (:meth:`Moments.save`).  :func:`load` looks the
-class up among those registered (:func:`dfairpca.io.register_model_class`) and checks everything before it is trusted:
-meta.json's keys and types for that class (its ``_saved_layout``), the declared shape of
-every array against the others before any is read (:func:`dfairpca.io.load_arrays`), then
-the values (the class's ``_check_restored``).  Models written by earlier versions, which
+class up among those registered (:func:`dfairpca.io.register_model_class`) and checks
+everything before it is trusted: meta.json's keys and types for that class (its
+``_saved_layout``), the declared shape of every array against the others before any is
+read (:func:`dfairpca.io.load_arrays`), then the values (the class's ``_check_restored``).  Models written by earlier versions, which
 lack some keys, still load: each check says which keys may be absent.
 """
 
@@ -20,7 +20,8 @@ import numpy as np
 from ..solve import _fairness
 from ..base._compat import current_params
 from ..base._params import validate_params
-from ..io import categories_from_json, categories_to_json, meta_value, model_class, model_class_names, saved_group_counts
+from ..io import (categories_from_json, categories_to_json, meta_value, model_class, model_class_names,
+                  saved_group_counts)
 from ..stats.moments import Moments
 from ..base._typing import PathInput
 from ..errors import InvalidInputError

@@ -36,7 +36,8 @@ the same partial output refuse each other (:func:`exclusive`).
 
 from ._aligned import (MIN_OUTPUT_CHUNK_BYTES, OUTPUT_CHUNK_BYTES, WrongRowsError, aligned_to, check_rows,
                        chunks_written, output_chunks, sample_rows, store_aligned)
-from ._arrays import FORMAT_VERSION, RESAVE_HINT, header_shape, load_arrays, meta_value, save_arrays, write_arrays
+from ._arrays import (FORMAT_VERSION, RESAVE_HINT, header_shape, load_arrays, meta_value, save_arrays,
+                      write_arrays)
 from ._files import MAX_JSON_BYTES, SavedFileError, check_folder, open_regular, read_capped
 from ._local import named, register_marked_file
 from ._locks import disk_full, exclusive, is_disk_full
