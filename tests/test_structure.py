@@ -314,14 +314,84 @@ def test_only_a_package_init_only_re_exports():
 
 
 def test_only_io_tells_a_url_from_a_local_path():
-    """Outside io, code asks ``storage_for(path)`` (its ``remote`` and ``target``) where data
-    lives; a call of ``is_remote`` there would be a second place that decides it."""
+    """Outside io, code asks ``storage_for(path)`` what it needs of where data lives; a call
+    of ``is_remote`` there would be a second place that decides it."""
     calls = [f"{name}:{node.lineno}" for name, path in sorted(_modules().items())
              if not name.startswith("dfairpca.io")
              for node in ast.walk(ast.parse(path.read_text()))
              if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None))
              == "is_remote"]
     assert not calls, f"is_remote asked outside io: {calls}"
+
+
+def _storage_kind_asked(text: str) -> list[int]:
+    """The lines where ``text`` reads an attribute ``remote`` (a Storage's kind)."""
+    return [node.lineno for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.Attribute) and node.attr == "remote"]
+
+
+def _io_private_uses(name: str, path: Path, text: str) -> list[str]:
+    """What the module ``name`` (outside io) uses of io's privates: an import of one of its
+    ``_`` modules (any form the layer graph follows) or of a ``_name`` from it, or an
+    attribute ``io._name``."""
+    modules = _modules()
+    out = [f"{name} imports {target}" for target in sorted(_imports(name, path, modules))
+           if target.startswith("dfairpca.io._")]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(text, str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            source = (".".join(base[: len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+                      if node.level else node.module or "")
+            out += [f"{name}:{node.lineno} from {source} import {a.name}" for a in node.names
+                    if source == "dfairpca.io" and _private(a.name)]
+        elif isinstance(node, ast.Attribute) and _private(node.attr):
+            owner = node.value
+            if (isinstance(owner, ast.Name) and owner.id == "io") or (
+                    isinstance(owner, ast.Attribute) and owner.attr == "io"):
+                out.append(f"{name}:{node.lineno} {ast.unparse(node)}")
+    return out
+
+
+def _outside_io():
+    return [(name, path) for name, path in sorted(_modules().items())
+            if name != "dfairpca.io" and not name.startswith("dfairpca.io.")]
+
+
+def test_only_io_knows_the_kind_of_storage():
+    """Outside io, code asks a Storage what it needs (``user_path``, ``as_argument``,
+    ``sibling``, ``local_copy``, ...), never whether it is remote: the kind of storage is
+    io's to know, so that a backend is added in io alone."""
+    asked = [f"{name}:{line}" for name, path in _outside_io()
+             for line in _storage_kind_asked(path.read_text())]
+    assert not asked, f"a storage's kind asked outside io: {asked}"
+
+
+def test_no_module_outside_io_uses_its_private_modules():
+    """io's ``__all__`` is its door: every layer above imports from ``dfairpca.io`` itself,
+    so io's modules can be split, merged or renamed without touching them."""
+    uses = [use for name, path in _outside_io() for use in _io_private_uses(name, path, path.read_text())]
+    assert not uses, "io's privates used outside io: " + "; ".join(uses)
+
+
+@pytest.mark.parametrize("module, injected", [
+    ("dfairpca.engine.checkpoint", "from ..io._fsspec import local_copy\n"),
+    ("dfairpca.decomposition._saved", "def f():\n    from ..io import _registry\n"),
+    ("dfairpca.stats.moments", "import dfairpca.io._arrays\n"),
+    ("dfairpca.cli._fit", "from ..io import _MARKERS\n"),
+    ("dfairpca.engine._compute", "from .. import io\nx = io._remote\n"),
+    ("dfairpca.solve._randomized", "import importlib\nimportlib.import_module('dfairpca.io._where')\n"),
+])
+def test_an_injected_io_private_use_is_caught(module, injected, tmp_path):
+    path = tmp_path / _modules()[module].name
+    path.write_text(_modules()[module].read_text() + "\n" + injected)
+    assert _io_private_uses(module, path, path.read_text()), injected
+    assert not _io_private_uses(module, _modules()[module], _modules()[module].read_text())
+
+
+def test_an_injected_storage_kind_question_is_caught():
+    assert _storage_kind_asked("def f(out):\n    return storage_for(out).remote\n") == [2]
+    assert not _storage_kind_asked("def f(out):\n    return storage_for(out).user_path()\n")
 
 
 def test_at_most_eight_modules_sit_flat_in_the_package():

@@ -1106,6 +1106,49 @@ def test_both_storages_keep_the_same_protocol(place):
         io.remove_directory(place, "report")
 
 
+def test_what_the_layers_above_ask_of_a_storage(place):
+    """What code outside io asks instead of the kind of storage: the place to hand back (a
+    URL as given, a local Path), the place as writers take it, the checkpoint beside it and
+    what a reader of a local path or an opened group is given."""
+    from dfairpca.io import storage_for
+
+    storage = storage_for(str(place))
+    local = isinstance(place, Path)
+    assert storage.user_path() == (place if local else str(place))
+    assert storage.as_argument("model") == (place if local else storage.target)
+    beside = storage.sibling(".checkpoint")
+    assert beside.target == storage_for(f"{place}.checkpoint").target
+    assert type(beside) is type(storage)
+    opened = object()
+    assert storage.for_readers(opened) is (opened if not local else storage.given)
+    with io.atomic_directory(place, "report") as tmp:
+        (Path(tmp) / "table.txt").write_text("kept")
+    assert not beside.exists() and storage.exists()
+    with storage.local_copy() as copy:
+        assert (Path(copy) / "table.txt").read_text() == "kept"
+
+
+def test_a_backend_is_a_storage_class_and_a_line_of_the_table(tmp_path, monkeypatch):
+    """storage_for picks a place's storage by its protocol from one table: a backend added
+    there is what every write and read of that protocol goes through."""
+    from dfairpca.io import storage_for
+    from dfairpca.io._fsspec import FsspecStorage
+    from dfairpca.io._local import LocalStorage
+    from dfairpca.io._where import BACKENDS
+
+    class MemoryStorage(FsspecStorage):
+        pass
+
+    monkeypatch.setitem(BACKENDS, "memory", MemoryStorage)
+    url = f"memory://backend-{tmp_path.name}/out"
+    assert type(storage_for(url)) is MemoryStorage
+    assert type(storage_for(io.location(url))) is MemoryStorage
+    assert type(storage_for(tmp_path / "out")) is LocalStorage
+    assert type(storage_for(f"file://{tmp_path}/out")) is LocalStorage
+    monkeypatch.delitem(BACKENDS, "memory")
+    assert type(storage_for(url)) is FsspecStorage
+
+
 # ------------------------------------------------------------------ recovery and writers
 def test_a_recovery_removing_a_stale_aside_copy_never_holds_a_writer_back(tmp_path, monkeypatch):
     """A reader's recovery of a crash's aside copy (.old-, beside a whole model) holds the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ..io import check_stage_dir, check_target, staged_locally, storage_for
+from ..io import check_target, write_staged
 from .pool import worker_processes, write_rows, write_store
 from .schema import (
     ATTRIBUTE_NAMES, ATTRIBUTES, DEFAULT_SIZE, PARTITION, STORE_KIND, check_positive,
@@ -97,15 +98,17 @@ def ingest_celeba(
         If a list file is malformed (wrong count, names or values) or an
         image cannot be decoded; the message names the file.
     """
-    check_stage_dir(out, stage_dir)
-    if storage_for(out, storage_options).remote:
-        key = _stage_key(Path(celeba_dir), size, color, chunk_rows)
-        with staged_locally(out, STORE_KIND, overwrite=overwrite, storage_options=storage_options,
-                            key=key, stage_dir=stage_dir) as local:
-            if not local.exists():  # else: this call's finished store, its upload cut short
-                ingest_celeba(celeba_dir, local, size=size, color=color, chunk_rows=chunk_rows,
-                              progress=progress, n_jobs=n_jobs, client=client)
-        return str(out)  # the URL given
+    return write_staged(
+        out, STORE_KIND,
+        functools.partial(_ingest_in_place, celeba_dir, size=size, color=color, chunk_rows=chunk_rows,
+                          progress=progress, n_jobs=n_jobs, client=client),
+        overwrite=overwrite, storage_options=storage_options, stage_dir=stage_dir,
+        key=functools.partial(_stage_key, Path(celeba_dir), size, color, chunk_rows))
+
+
+def _ingest_in_place(celeba_dir, out, overwrite: bool, *, size, color: bool, chunk_rows, progress: bool,
+                     n_jobs, client) -> Path:
+    """:func:`ingest_celeba` of the local path ``out``, written there."""
     celeba_dir, out = Path(celeba_dir), Path(out)
     protect = {"the CelebA folder": celeba_dir}
     check_target(out, STORE_KIND, overwrite=overwrite, protect=protect)  # before any file is read

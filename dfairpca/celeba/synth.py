@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from ..io import check_stage_dir, staged_locally, storage_for
+from ..io import write_staged
 from .pool import write_store
 from .render import draw_faces
 from .sampling import sample_attributes
@@ -132,24 +132,22 @@ def synth_celeba(
     chunk_rows = default_chunk_rows(shape) if chunk_rows is None else chunk_rows
     check_positive(chunk_rows=chunk_rows)
     _check_drawing_memory(shape, min(chunk_rows, n), n_jobs, client)
-    check_stage_dir(out, stage_dir)
     settings = {"source": "synthetic", "seed": int(seed), **shape_attributes(size, color)}
-    if storage_for(out, storage_options).remote:
-        key = {**settings, "n": int(n), "chunk_rows": int(chunk_rows)}  # what the store is made of
-        with staged_locally(out, STORE_KIND, overwrite=overwrite, storage_options=storage_options,
-                            key=key, stage_dir=stage_dir) as local:
-            if not local.exists():  # else: this call's finished store, its upload cut short
-                synth_celeba(local, n, seed=seed, size=size, color=color, chunk_rows=chunk_rows,
-                             progress=progress, n_jobs=n_jobs, client=client)
-        return str(out)  # the URL given
-    return write_store(
-        Path(out), shape=shape, chunk_rows=chunk_rows,
-        chunks=[(i, start, min(start + chunk_rows, n)) for i, start in enumerate(range(0, n, chunk_rows))],
-        settings=settings, labels={PARTITION: official_like_partition(n)},
-        write_chunk=_synth_chunk, args=(int(seed), image_shape(size), bool(color)),
-        n_jobs=n_jobs, client=client, progress=progress, overwrite=overwrite, protect=None,
-        desc="synth CelebA", check_part=_synth_part, check_whole_chunks=True,
-    )
+
+    def write(folder: Path, overwrite: bool) -> Path:
+        return write_store(
+            folder, shape=shape, chunk_rows=chunk_rows,
+            chunks=[(i, start, min(start + chunk_rows, n))
+                    for i, start in enumerate(range(0, n, chunk_rows))],
+            settings=settings, labels={PARTITION: official_like_partition(n)},
+            write_chunk=_synth_chunk, args=(int(seed), image_shape(size), bool(color)),
+            n_jobs=n_jobs, client=client, progress=progress, overwrite=overwrite, protect=None,
+            desc="synth CelebA", check_part=_synth_part, check_whole_chunks=True,
+        )
+
+    return write_staged(out, STORE_KIND, write, overwrite=overwrite, storage_options=storage_options,
+                        stage_dir=stage_dir,  # the key: what the store is made of
+                        key=lambda: {**settings, "n": int(n), "chunk_rows": int(chunk_rows)})
 
 
 def ensure_store(path: str | os.PathLike, n: int, seed: int = 0, *, overwrite: bool = False,

@@ -248,8 +248,7 @@ def run_fit(args: FitJob) -> dict:
     _check_method_options(args)
     out = _place(args.out, "model", _storage(args))
     ckpt = (_place(args.checkpoint, "checkpoint", _storage(args)) if args.checkpoint else
-            _place(f"{args.out.rstrip('/')}.checkpoint", "checkpoint", _storage(args)) if storage_for(out).remote else
-            out.with_name(out.name + ".checkpoint"))
+            storage_for(out).sibling(".checkpoint").as_argument("checkpoint"))
     inputs = _input_paths(args)
     _check_out(out, "model", args.overwrite, {**inputs, "the checkpoint": ckpt})
     # the checkpoint is replaced after every segment: only a dfairpca checkpoint may be there

@@ -96,10 +96,9 @@ def _place(value, kind: str, storage_options: dict | None = None):
     """An output path as the write protocol takes it: a Path with a name of its own (the
     checkpoint's is made from it), or for a URL its location, which carries the storage
     options to every read and write (the estimator's checkpoint too)."""
-    from ..io import local_path, named, storage_for
+    from ..io import storage_for
 
-    storage = storage_for(value, storage_options)
-    return storage.target if storage.remote else named(local_path(value), kind)
+    return storage_for(value, storage_options).as_argument(kind)
 
 
 
@@ -233,7 +232,7 @@ def _source(args, root):
     its storage options."""
     from ..io import storage_for
 
-    return root if storage_for(args.store).remote else args.store
+    return storage_for(args.store).for_readers(root)
 
 
 def _input_paths(args) -> dict:

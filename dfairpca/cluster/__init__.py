@@ -21,7 +21,7 @@ that no worker could hold below its pause threshold is refused before it starts:
 This package is an edge that the command line and users call; the library's core never
 imports it.  Computing on the active client with a time limit is the engine's
 (:mod:`dfairpca.engine._compute`), the checks of paths the workers share are io's
-(:mod:`dfairpca.io._shared`); both are offered here under the names they are documented by.
+(:mod:`dfairpca.io`); both are offered here under the names they are documented by.
 (The repository's top-level ``cluster/`` folder is not this package: it holds recipes for
 starting Dask schedulers and workers.)
 """
@@ -32,7 +32,7 @@ from ..engine._compute import (WORKER_POLL_SECONDS, check_timeout, cluster_failu
                                gather_watched, ship, shipping_inline, worker_timeout)
 from ..engine._failures import (MEMORY_FIX, MEMORY_FIX_RESUMED, NoWorkers, SchedulerLost, WorkerKilled, WorkersLost,
                                 WorkersPaused, WorkersTooSmall)
-from ..io._shared import (SHARE_FIX, SHARE_FIX_LOCAL, NotShared, active_client, check_inputs_shared,
+from ..io import (SHARE_FIX, SHARE_FIX_LOCAL, NotShared, active_client, check_inputs_shared,
                           check_workers_see, not_here)
 from ._connect import (DASHBOARD_PORT, check_scheduler, connect, describe, local_cluster_size, log,
                        scheduler_address_from_file)

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..base._system import cpu_count
 from ..errors import InvalidInputError, PathNotFoundError
 from ..engine._failures import NoWorkers
-from ..io._remote import StoreTimeout
+from ..io import StoreTimeout
 from ._errors import _CHECK_RUNNING, SchedulerUnreachable
 from ._signals import (_abandoned_gathers, _dropping, _nanny_kills, _quiet_cancelled_tasks, _quiet_failed_tasks,
                        _cancelled_feeds, _quiet_closed_heartbeats, _sigint_only_here, _Switch, holding_lost_connections)
@@ -147,7 +147,7 @@ def connect(
             raise
         finally:  # the workers end with this block: no unclosed session, also after an error
             if not ctrl_c:
-                from ..io._remote import close_sessions
+                from ..io import close_sessions
 
                 with contextlib.suppress(Exception):  # workers lost: the error raised stands
                     client.run(close_sessions)

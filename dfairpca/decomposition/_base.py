@@ -132,9 +132,7 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
     def _write(self, path, overwrite: bool, statistics=None) -> Path:
         """Write the model (and ``statistics``, a Moments, beside it) atomically."""
-        from ..io import storage_for
-        from ..io._writes import atomic_directory
-        from ..io import write_arrays
+        from ..io import atomic_directory, storage_for, write_arrays
 
         self._check_fitted()
         validate_params(self)  # set_params after the fit: a model load() would refuse
@@ -156,7 +154,7 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             write_arrays(tmp, arrays, meta)
             if statistics is not None:
                 statistics.save(tmp / "statistics")
-        return path if storage_for(path).remote else Path(path)
+        return storage_for(path).user_path()  # a URL as given, a local Path
 
     def _check_savable(self) -> None:
         """Raise if the fitted model cannot be written as arrays and JSON."""

@@ -26,7 +26,7 @@ from ..errors import InvalidInputError
 from ..inputs._validation import (
     SENSITIVE_IDS, Input, check_finite_input, check_finite_output, check_input, compute_dtype_for, is_xarray, row_origin,
 )
-from ..io._registry import register
+from ..io import register_model_class
 from ..solve._erasure import ERASURE_METHODS, Erasure, fit_erasure
 from ..stats._exact import statistics_dtype
 from ..stats._auto import row_width
@@ -57,7 +57,7 @@ class _NotInvertible:
         raise AttributeError(NOT_INVERTIBLE)
 
 
-@register
+@register_model_class
 class ConceptEraser(OneToOneFeatureMixin, Estimator):
     """Erase protected attributes from the features at full rank: LEACE or the orthogonal
     projection, from one pass over X.

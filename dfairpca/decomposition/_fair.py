@@ -25,7 +25,7 @@ from ._linear import (
     LINEAR_RULES, LinearDecomposition, release, whitening,
 )
 from ..base._params import TRADEOFF, is_int, outside_stacklevel
-from ..io._registry import register
+from ..io import register_model_class
 from ..solve._limits import check_fair_k, check_rows, known
 from ._saved import fair_meta, restore_fair_meta
 from ._fair_input import FairInput, fair_input
@@ -37,7 +37,7 @@ from ..errors import InvalidInputError, LowVarianceWarning
 __all__ = ["FairPCA"]
 
 
-@register
+@register_model_class
 class FairPCA(LinearDecomposition):
     """Fair PCA (Kleindessner, Donini, Russell & Zafar, AISTATS 2023).
 

@@ -521,7 +521,7 @@ def whitening(variances) -> np.ndarray:
 def release(checkpoint, keep: bool) -> None:
     """Delete a successful fit's checkpoint unless the caller keeps it."""
     if checkpoint is not None and not keep:
-        from ..io._writes import remove_directory
+        from ..io import remove_directory
 
         remove_directory(checkpoint, "checkpoint")
 

@@ -21,7 +21,7 @@ from ._linear import (
 )
 from ..base._params import Rule, is_int
 from ..solve._limits import check_rows, known, too_large
-from ..io._registry import register
+from ..io import register_model_class
 from ._saved import load
 from ..engine._compute import with_known_rows
 from ..inputs._weights import check_weights
@@ -32,7 +32,7 @@ from ..errors import InvalidInputError
 __all__ = ["PCA", "FairPCA", "load"]  # load: dfairpca.decomposition._saved's, importable from here too
 
 
-@register
+@register_model_class
 class PCA(LinearDecomposition):
     """Principal component analysis on the one-pass statistics engine.
 

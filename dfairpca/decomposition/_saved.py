@@ -3,10 +3,10 @@
 A model is a directory ``model/`` (``meta.json``: the class, its parameters and the
 fitted scalars; ``arrays.npz``: the fitted arrays, never pickled) and, for the linear
 estimators, an optional ``statistics/`` (:meth:`Moments.save`).  :func:`load` looks the
-class up in :mod:`dfairpca.io._registry` and checks everything before it is trusted:
-meta.json's keys and types for that class (its ``_saved_layout``), the declared shape of
-every array against the others before any is read (:func:`dfairpca.io.load_arrays`), then
-the values (the class's ``_check_restored``).  Models written by earlier versions, which
+class up among those registered (:func:`dfairpca.io.register_model_class`) and checks
+everything before it is trusted: meta.json's keys and types for that class (its
+``_saved_layout``), the declared shape of every array against the others before any is
+read (:func:`dfairpca.io.load_arrays`), then the values (the class's ``_check_restored``).  Models written by earlier versions, which
 lack some keys, still load: each check says which keys may be absent.
 """
 
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..io import _registry
 from ..solve import _fairness
 from ..base._compat import current_params
 from ..base._params import validate_params
-from ..io._moments_format import categories_from_json, categories_to_json, saved_group_counts
+from ..io import (categories_from_json, categories_to_json, meta_value, model_class, model_class_names,
+                  saved_group_counts)
 from ..stats.moments import Moments
 from ..base._typing import PathInput
 from ..errors import InvalidInputError
@@ -58,18 +58,18 @@ def load(path: PathInput, *, storage_options: dict | None = None) -> BaseEstimat
         The fitted estimator, of the class that was saved, with its statistics where they
         were saved with it.
     """
-    from ..io._files import check_folder
-    from ..io._fsspec import local_copy
-    from ..io._writes import recover_for_reading
-    from ..io import SavedFileError, load_arrays, storage_for
-    from ..io._arrays import RESAVE_HINT
+    from ..io import storage_for
 
-    storage = storage_for(path, storage_options)
-    if storage.remote:
-        with local_copy(storage.target) as local:
-            return load(local)
-    path = Path(path)
-    recover_for_reading(path)  # a replace cut short: put the intact old version back
+    # a local model is read where it is (a replace cut short: the intact old version put
+    # back first), a URL's from a local copy
+    with storage_for(path, storage_options).local_copy() as local:
+        return _load_folder(local)
+
+
+def _load_folder(path: Path) -> BaseEstimator:
+    """:func:`load` of the local folder ``path``."""
+    from ..io import RESAVE_HINT, SavedFileError, check_folder, load_arrays
+
     # the model's files: at the top of its folder, or (saved by 0.2) in its "model" folder
     files = path / "model" if is_older_layout(path) else path
     try:
@@ -79,7 +79,7 @@ def load(path: PathInput, *, storage_options: dict | None = None) -> BaseEstimat
         raise SavedFileError(f"cannot load {str(path)!r}: {exc}{RESAVE_HINT}") from None
     arrays, meta = load_arrays(files, kind="estimator", layout=_layout)
     try:
-        est = _registry.lookup(meta["class"])._from_saved(arrays, meta)
+        est = model_class(meta["class"])._from_saved(arrays, meta)
     except ValueError as exc:
         raise SavedFileError(f"cannot load {str(files)!r}: {exc}; it was edited or "
                              "not written by dfairpca: save the model again") from None
@@ -96,10 +96,8 @@ def is_older_layout(path: Path) -> bool:
 
 def _layout(meta: dict, headers: dict) -> dict:
     """Check meta.json's class against the registry, then the rest for that class."""
-    from ..io._arrays import meta_value
-
-    name = meta_value(meta, "class", _registry.names())
-    return _registry.lookup(name)._saved_layout(meta, headers)
+    name = meta_value(meta, "class", model_class_names())
+    return model_class(name)._saved_layout(meta, headers)
 
 
 # ---------------------------------------------------------------------------- what every model keeps
@@ -148,8 +146,6 @@ def restore_fair_meta(est, meta: dict) -> None:
 # ---------------------------------------------------------------------------- meta.json checks
 def saved_params(cls, meta: dict) -> dict:
     """meta.json's ``params``, checked to be ``cls``'s parameters with valid values."""
-    from ..io._arrays import meta_value
-
     params = meta_value(meta, "params", "dict")
     unknown = sorted(set(params) - set(cls._get_param_names()))
     if unknown:
@@ -165,8 +161,6 @@ def saved_input_meta(meta: dict, width: int) -> tuple[list, list]:
     """Check meta.json's ``feature_names_in_`` (width strings), ``sensitive_feature_indices_``
     (distinct columns of X) and ``numeric_sensitive_columns_`` (as many or fewer columns of
     the statistics); all optional.  Returns the last two."""
-    from ..io._arrays import meta_value
-
     names = meta_value(meta, "feature_names_in_", "list", optional=True)
     if names is not None and (len(names) != width or not all(isinstance(c, str) for c in names)):
         raise InvalidInputError(f"meta.json: 'feature_names_in_' must be {width} strings; got {names!r:.80}")
@@ -188,8 +182,6 @@ def saved_certificate(meta: dict, p: int) -> None:
     """Check meta.json's fairness certificate: ``fairness_violation_`` a number >= 0 and
     ``fairness_violation_per_attribute_`` p of them (both absent in models saved before
     fits were certified)."""
-    from ..io._arrays import meta_value
-
     total = meta_value(meta, "fairness_violation_", "number", optional=True)
     per = meta_value(meta, "fairness_violation_per_attribute_", "list", optional=True)
     if total is None and per is None:
@@ -209,8 +201,6 @@ def saved_certificate(meta: dict, p: int) -> None:
 def saved_groups(meta: dict, q: int = 0) -> list[int]:
     """Group counts of each attribute from meta.json's ``groups_`` and ``attribute_names_``
     (which also names the q numeric attributes, after the labelled ones)."""
-    from ..io._arrays import meta_value
-
     groups = meta_value(meta, "groups_", "list")
     names = meta_value(meta, "attribute_names_", "list")
     if len(groups) + q < 1 or len(names) != len(groups) + q or not all(isinstance(n, str) for n in names):
@@ -222,8 +212,6 @@ def saved_groups(meta: dict, q: int = 0) -> list[int]:
 
 def linear_layout(cls, meta: dict, fair: bool) -> dict:
     """Check a saved PCA's (``fair``: FairPCA's) meta.json; the arrays it implies."""
-    from ..io._arrays import meta_value
-
     saved_params(cls, meta)
     width = meta_value(meta, "n_features_in_", "positive")
     sensitive, numeric = saved_input_meta(meta, width)
@@ -262,8 +250,6 @@ def linear_layout(cls, meta: dict, fair: bool) -> dict:
 def kernel_layout(cls, meta: dict, kernels: tuple) -> dict:
     """Check a saved FairKernelPCA's meta.json (its kernel one of ``kernels``: a saved
     kernel is a name, never code); the shape and kind of each array it implies."""
-    from ..io._arrays import meta_value
-
     kernel = meta_value(meta, "params", "dict").get("kernel", "rbf")
     if kernel not in kernels:
         raise InvalidInputError(f"meta.json: kernel {kernel!r:.40} is not one of {list(kernels)}")
@@ -293,8 +279,6 @@ def kernel_layout(cls, meta: dict, kernels: tuple) -> dict:
 
 def eraser_layout(cls, meta: dict) -> dict:
     """Check a saved ConceptEraser's meta.json; the shape and kind of each array it implies."""
-    from ..io._arrays import meta_value
-
     saved_params(cls, meta)
     width = meta_value(meta, "n_features_in_", "positive")
     sensitive, numeric = saved_input_meta(meta, width)

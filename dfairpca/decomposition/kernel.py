@@ -69,7 +69,7 @@ from ..solve._exact import row_variance
 from ..solve._fairness import CONSTRAINT_RULES, constraint_of
 from ..solve._limits import check_fair_k
 from ..base._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
-from ..io._registry import register
+from ..io import register_model_class
 from ._saved import fair_meta, kernel_layout, restore_fair_meta
 from ._fair_input import fair_input
 from ..inputs._validation import SENSITIVE_IDS, Input, check_finite_input, check_input
@@ -102,7 +102,7 @@ def _check_kernel(est, kernel) -> None:
         )
 
 
-@register
+@register_model_class
 class FairKernelPCA(Estimator):
     """Fair kernel PCA: a k-dimensional non-linear representation with equal group means.
 

@@ -31,7 +31,7 @@ from ..stats._chunk import chunk_sums
 from ..stats._exact import ExactSums, is_exact, merge_exact, nbytes as exact_nbytes
 from ..stats._sums import GroupSums, Sums, fill_lower, merge_sums, nbytes
 from ..stats.moments import AttributeMoments, Moments, exact_moments
-from ..io._moments_format import (categories_from_json, categories_to_json, read_saved, saved_fields,
+from ..io import (categories_from_json, categories_to_json, read_saved, saved_fields,
                                   saved_layout, sums_to_arrays)
 from ..errors import InvalidInputError
 
@@ -236,8 +236,7 @@ class ExactTotal(ExactSums):
     @classmethod
     def load(cls, path) -> "ExactTotal":
         """Read what :meth:`save` wrote, checked (SavedFileError says what is wrong)."""
-        from ..io import SavedFileError, load_arrays
-        from ..io._arrays import header_shape, meta_value
+        from ..io import SavedFileError, header_shape, load_arrays, meta_value
 
         def layout(meta, headers):
             p = meta_value(meta, "n_attributes", "count")
@@ -317,7 +316,7 @@ def _full(M, d: int, out: np.ndarray | None = None) -> np.ndarray:
 
 def _saved_layout(meta: dict, headers: dict) -> dict:
     """The saved form of a running total (see :func:`dfairpca.io.load_arrays`)."""
-    from ..io._arrays import meta_value
+    from ..io import meta_value
 
     specs, d = saved_layout(meta, headers)
     if "scatter_panels" in headers:

@@ -16,13 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..io import SavedFileError
-from ..io._arrays import RESAVE_HINT
-from ..io._files import open_regular
-from ..io._remote import zarr_roots
-from ..io._urls import Location
-from ..io._writes import atomic_directory, check_target
-from ..io._where import storage_for
+from ..io import (RESAVE_HINT, Location, SavedFileError, atomic_directory, check_target, open_regular,
+                  storage_for, zarr_roots)
 from ..errors import InvalidInputError
 
 __all__ = ["Where", "CHECKPOINT_VERSION", "CheckpointMismatch", "array_digest", "checkpoint_path",

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import DfairpcaError, InvalidInputError
 from ..inputs._validation import is_dask
-from ..io._shared import active_client
+from ..io import active_client
 from ._failures import SchedulerLost, WorkerKilled, WorkersLost, WorkersPaused, WorkersTooSmall
 from ._memory import OWN_BYTES_COUNTED, WorkingSet, current_working_set, memory_state
 
@@ -160,7 +160,7 @@ class _ContextPool:
     """A thread pool for Dask's threaded scheduler that runs each task in a copy of the
     context that submits it (the scheduler's loop, in the caller's thread): the pool Dask
     makes carries no context variables into its threads, so a task there would not see the
-    caller's :func:`dfairpca.io._remote.store_timeout`."""
+    caller's :func:`dfairpca.io.store_timeout`."""
 
     def __init__(self, workers: int):
         from concurrent.futures import ThreadPoolExecutor
@@ -178,7 +178,7 @@ class _ContextPool:
 
 def _compute_locally(args, seconds: float | None) -> tuple:
     """``dask.compute(*args)`` without a Client, its reads of remote stores bounded by
-    ``seconds`` as on a cluster (:func:`dfairpca.io._remote.store_timeout`): in this thread
+    ``seconds`` as on a cluster (:func:`dfairpca.io.store_timeout`): in this thread
     (the synchronous scheduler) and, on the threaded scheduler, in every thread of a pool
     that carries this context into its tasks (:class:`_ContextPool`).  Other schedulers
     (processes) read as the file system does."""
@@ -186,7 +186,7 @@ def _compute_locally(args, seconds: float | None) -> tuple:
     import dask.threaded
     from dask.base import get_scheduler
 
-    from ..io._remote import store_timeout
+    from ..io import store_timeout
 
     if seconds is None:
         return dask.compute(*args)
@@ -205,7 +205,7 @@ def _compute_locally(args, seconds: float | None) -> tuple:
 def submit(client, collections, seconds: float | None):
     """``client.compute(collections)``, its tasks annotated with ``seconds``: a read of a
     remote store that goes unanswered that long ends the task (see
-    :func:`dfairpca.io._remote.task_store_timeout`), so that a frozen store ends the fit
+    :func:`dfairpca.io.task_store_timeout`), so that a frozen store ends the fit
     within its timeout, as a cluster without workers does.
 
     Parameters
@@ -224,7 +224,7 @@ def submit(client, collections, seconds: float | None):
     """
     import dask
 
-    from ..io._remote import STORE_TIMEOUT_ANNOTATION
+    from ..io import STORE_TIMEOUT_ANNOTATION
 
     if seconds is None:
         return client.compute(collections)
@@ -441,7 +441,7 @@ def _all_paused(workers: dict, since: float | None, now: float) -> float | None:
 
 def _store_timed_out(futures) -> bool:
     """Whether one of ``futures`` failed with :class:`dfairpca.io.StoreTimeout`."""
-    from ..io._remote import StoreTimeout
+    from ..io import StoreTimeout
 
     for f in futures:
         if f.status == "error":

@@ -258,7 +258,7 @@ def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress
     import dask
     from dask import delayed
 
-    from ..io._shared import check_inputs_shared
+    from ..io import check_inputs_shared
 
     check_inputs_shared(X)  # a worker that cannot see a local store: said now, by name
     if len(X.chunks[1]) > 1:  # a fold needs whole rows: merge the column chunks of each row chunk

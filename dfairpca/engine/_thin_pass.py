@@ -426,8 +426,7 @@ def restore_statistics(saved: dict, categories, numeric, dtype):
                     tuple(len(c) for c in categories), True)
         return full, a["off"], plan
     except (KeyError, TypeError, ValueError) as exc:
-        from ..io import SavedFileError
-        from ..io._arrays import RESAVE_HINT
+        from ..io import RESAVE_HINT, SavedFileError
 
         raise SavedFileError(f"cannot load checkpoint {saved['path']!r}: its state lacks "
                              f"{exc}{RESAVE_HINT}") from None

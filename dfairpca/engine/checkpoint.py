@@ -44,15 +44,9 @@ from ._accumulator import ExactTotal, RunningTotal
 from ._compute import compute, worker_timeout
 from ._failures import CLUSTER_FAILURES
 from ._engine import check_pass_fits, checked_request, moments_sums_bytes, row_slice, run_moments_pass, threads
-from ..io._fsspec import exists, local_copy
-from ..io._remote import StoreTimeout, zarr_arrays, zarr_roots
-from ..io._urls import Location
-from ..io._shared import check_inputs_shared
 from ..base.progress import progress_bar, reporting
-from ..io._writes import atomic_directory, check_target
-from ..io._where import storage_for
-from ..io import SavedFileError, disk_full, is_disk_full
-from ..io._arrays import RESAVE_HINT, meta_value
+from ..io import (RESAVE_HINT, SavedFileError, StoreTimeout, atomic_directory, check_inputs_shared,
+                  check_target, disk_full, is_disk_full, meta_value, storage_for, zarr_arrays, zarr_roots)
 from ..inputs._weights import check_sample_weight, check_total_weight
 from ..stats.moments import Moments
 from ..stats._exact import is_exact
@@ -117,7 +111,7 @@ def compute_moments_checkpointed(
         is saved (:func:`dfairpca.io.remove_directory`).  Refused before the pass if it
         exists and is not a dfairpca checkpoint, or holds the store the pass reads.  A URL
         (``s3://bucket/run.checkpoint``) or an fsspec mapper works too: the checkpoint is
-        uploaded after every segment (see :mod:`dfairpca.io._fsspec`).
+        uploaded after every segment (see :func:`dfairpca.io.storage_for`).
     resume : bool, default True
         Continue from ``checkpoint`` if it exists; False starts over and overwrites it.
     segment_rows : int, optional
@@ -416,13 +410,15 @@ def _save(path: Where, total: RunningTotal | ExactTotal, fingerprint: dict, segm
 def _load(path: Where) -> dict | None:
     """The saved progress and total, or None if there is no checkpoint at ``path`` (a URL's
     is read from a local copy)."""
-    if isinstance(path, Location):
-        if not exists(path):
-            return None
-        with local_copy(path) as local:
-            return _load(local)
-    if not path.exists():
+    storage = storage_for(path)
+    if not storage.exists():
         return None
+    with storage.local_copy() as local:  # a local checkpoint is its own copy
+        return _load_folder(local)
+
+
+def _load_folder(path: Path) -> dict:
+    """:func:`_load` of the local checkpoint folder ``path``."""
     progress, file = _read_progress(path, "exact")
     check_progress(progress, file)
     if progress["version"] > CHECKPOINT_VERSION:

@@ -27,20 +27,30 @@ tasks) reach the same endpoint with the same credentials.  Every function of the
 protocol also takes such a URL with ``storage_options``: the same rules, with the copies
 object storage has instead of renames (:func:`storage_for`, the one place that tells the two
 apart); an output the workers cannot write to a URL themselves is written to a local folder
-first and uploaded when complete (:func:`staged_locally`).  Two processes that would write
+first and uploaded when complete (:func:`staged_locally`; :func:`write_staged` runs a writer of
+local folders either way).  Outside this package the kind of storage is asked of nobody:
+what a caller needs of a place (the path to hand back, a checkpoint beside it, a local
+copy to read) is a method of what :func:`storage_for` returns.  Two processes that would write
 the same partial output refuse each other (:func:`exclusive`).
 """
 
 from ._aligned import (MIN_OUTPUT_CHUNK_BYTES, OUTPUT_CHUNK_BYTES, WrongRowsError, aligned_to, check_rows,
                        chunks_written, output_chunks, sample_rows, store_aligned)
-from ._arrays import FORMAT_VERSION, load_arrays, save_arrays, write_arrays
-from ._files import MAX_JSON_BYTES, SavedFileError, read_capped
+from ._arrays import (FORMAT_VERSION, RESAVE_HINT, header_shape, load_arrays, meta_value, save_arrays,
+                      write_arrays)
+from ._files import MAX_JSON_BYTES, SavedFileError, check_folder, open_regular, read_capped
 from ._local import named, register_marked_file
 from ._locks import disk_full, exclusive, is_disk_full
 from ._metadata import MalformedStoreError, check_member_path
-from ._remote import StoreTimeout
+from ._moments_format import (categories_from_json, categories_to_json, moments_layout, read_saved,
+                              saved_fields, saved_group_counts, saved_layout, sums_to_arrays)
+from ._registry import lookup as model_class, names as model_class_names, register as register_model_class
+from ._remote import (STORE_TIMEOUT_ANNOTATION, StoreTimeout, close_sessions, store_timeout, zarr_arrays,
+                      zarr_roots)
 from ._marker import MARKER, MARKER_KEY, OutputPathError, marker, marker_attributes
-from ._stage import STAGE_ENV, check_stage_dir, staged_locally
+from ._shared import (SHARE_FIX, SHARE_FIX_LOCAL, NotShared, active_client, check_inputs_shared,
+                      check_workers_see, not_here)
+from ._stage import STAGE_ENV, check_stage_dir, staged_locally, write_staged
 from ._urls import Location, is_remote, local_path, location, zarr_store
 from ._where import open_zarr, storage_for
 from ._writes import (atomic_directory, atomic_file, check_target, foreign_entries, move_into_place,
@@ -63,7 +73,17 @@ __all__ = [
     "register_marked_file", "MARKER", "MARKER_KEY", "STAGE_ENV",
     # where data lives
     "is_remote", "local_path", "Location", "location", "open_zarr", "zarr_store", "read_capped",
-    "MAX_JSON_BYTES", "storage_for",
+    "MAX_JSON_BYTES", "storage_for", "write_staged",
+    # what the library's own layers above read and write through (this package's modules
+    # are private to it, tests/test_structure.py holds that)
+    "RESAVE_HINT", "meta_value", "header_shape", "check_folder", "open_regular",
+    "sums_to_arrays", "saved_fields", "read_saved", "saved_group_counts", "saved_layout", "moments_layout",
+    "categories_to_json", "categories_from_json",
+    "register_model_class", "model_class", "model_class_names",
+    "zarr_arrays", "zarr_roots", "store_timeout", "STORE_TIMEOUT_ANNOTATION", "close_sessions",
+    # the paths the workers share (offered by dfairpca.cluster too)
+    "SHARE_FIX", "SHARE_FIX_LOCAL", "NotShared", "active_client", "check_inputs_shared",
+    "check_workers_see", "not_here",
 ]
 
 # the public modules of 0.2.0 that held these names import as this package (until 0.4.0)

@@ -49,10 +49,9 @@ def save_arrays(path: PathInput, arrays: dict, meta: dict, overwrite: bool = Fal
         The directory written: a Path for a local one, the URL as given for a remote one.
     """
     storage = storage_for(path, storage_options)
-    path = path if storage.remote else storage.target
     with storage.atomic_directory(meta["kind"], overwrite=overwrite) as tmp:
         write_arrays(tmp, arrays, meta)
-    return path
+    return storage.user_path()
 
 
 def write_arrays(folder: Path, arrays: dict, meta: dict) -> None:
@@ -297,7 +296,26 @@ def _check_finite(arrays: dict, specs: dict) -> None:
 def meta_value(meta: dict, key: str, kind: str | tuple, *, optional: bool = False,
                file: str = "meta.json") -> Any:
     """``meta[key]`` checked to be of ``kind`` ("int", "count" (int >= 0), "positive",
-    "number", "str", "list", "dict", "bool" or a tuple of allowed values)."""
+    "number", "str", "list", "dict", "bool" or a tuple of allowed values).
+
+    Parameters
+    ----------
+    meta : dict
+        The JSON object read.
+    key : str
+        The entry.
+    kind : str or tuple
+        What it must be (above).
+    optional : bool
+        Whether it may be absent or null (then None is returned).
+    file : str
+        The file's name, named by the error.
+
+    Returns
+    -------
+    object
+        The value; InvalidInputError naming ``file`` and ``key`` if it is not of ``kind``.
+    """
     if key not in meta:
         if optional:
             return None
@@ -321,7 +339,22 @@ def meta_value(meta: dict, key: str, kind: str | tuple, *, optional: bool = Fals
 
 
 def header_shape(headers: dict, name: str, ndim: int) -> tuple:
-    """The declared shape of array ``name`` (which must exist with ``ndim`` axes)."""
+    """The declared shape of array ``name`` (which must exist with ``ndim`` axes).
+
+    Parameters
+    ----------
+    headers : dict
+        The arrays' headers, as :func:`load_arrays` gives them to a layout.
+    name : str
+        The array.
+    ndim : int
+        The number of axes it must have.
+
+    Returns
+    -------
+    tuple
+        Its shape; SavedFileError if it is absent or has another number of axes.
+    """
     if name not in headers:
         raise SavedFileError(f"arrays.npz has no {name!r}")
     shape = headers[name][0]

@@ -44,7 +44,18 @@ def _refusal(name: str, mode: int, wanted: str = "a regular file") -> SavedFileE
 def open_regular(file):
     """``file`` opened for reading in binary, refused with :class:`SavedFileError` (one
     phrase naming it, to which the caller adds its fix) unless it is a regular file and
-    not a link; FileNotFoundError if it does not exist."""
+    not a link; FileNotFoundError if it does not exist.
+
+    Parameters
+    ----------
+    file : str or os.PathLike
+        The file to read.
+
+    Returns
+    -------
+    io.BufferedReader
+        The file, open for reading in binary.
+    """
     name = os.path.basename(os.fspath(file))
     mode = os.lstat(file).st_mode  # refuses a device before opening it (opening can act)
     if not stat.S_ISREG(mode):
@@ -107,7 +118,18 @@ def capped(read, name: str, cap: int | None = None) -> bytes:
 
 def check_folder(path) -> None:
     """Refuse ``path``, a folder dfairpca wrote inside the one it was given (a model's
-    ``model/``), if it is a link or no folder; nothing if it is absent (its reader says so)."""
+    ``model/``), if it is a link or no folder; nothing if it is absent (its reader says so).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The folder.
+
+    Raises
+    ------
+    SavedFileError
+        ``path`` is a link, a file or anything else but a folder.
+    """
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:

@@ -442,8 +442,26 @@ class FsspecStorage(Storage):
 
     remote = True
 
-    def __init__(self, target: Location):
+    def __init__(self, target: Location, given=None):
         self.target = target
+        self.given = target if given is None else given
+
+    @classmethod
+    def at(cls, path, storage_options: dict | None = None) -> "FsspecStorage":
+        return cls(location(path, storage_options), given=path)
+
+    def user_path(self):
+        return self.given  # the URL as given, not the Location made of it
+
+    def as_argument(self, kind: str) -> Location:
+        return self.target
+
+    def sibling(self, suffix: str) -> "FsspecStorage":
+        loc = self.target
+        return FsspecStorage(Location(loc.fs, loc.path.rstrip("/") + suffix, loc.options))
+
+    def for_readers(self, opened):
+        return opened
 
     def exists(self) -> bool:
         return exists(self.target)

@@ -33,7 +33,7 @@ from ._marker import (
     zarr_foreign, zarr_layout,
 )
 from ._storage import Protected, Storage, each_protected
-from ._urls import on_disk
+from ._urls import local_path, on_disk
 
 __all__ = ["LocalStorage", "register_marked_file", "named", "remove_tree", "files_under", "temporary_file",
            "temporary_sibling", "is_empty_dir"]
@@ -98,7 +98,24 @@ class LocalStorage(Storage):
     """
 
     def __init__(self, target):
+        self.given = target
         self.target = Path(target)
+
+    @classmethod
+    def at(cls, path, storage_options: dict | None = None) -> "LocalStorage":
+        return cls(path)  # a local path has no options
+
+    def user_path(self) -> Path:
+        return self.target
+
+    def as_argument(self, kind: str) -> Path:
+        return named(local_path(self.given), kind)  # a file:// URL names its path
+
+    def sibling(self, suffix: str) -> "LocalStorage":
+        return LocalStorage(self.target.with_name(self.target.name + suffix))
+
+    def for_readers(self, opened):
+        return self.given
 
     def exists(self) -> bool:
         return _exists(self.target)
@@ -328,6 +345,7 @@ class LocalStorage(Storage):
 
     @contextlib.contextmanager
     def local_copy(self) -> Iterator[Path]:
+        self.recover_for_reading()  # a replace cut short: the intact old version put back
         yield self.target
 
 

@@ -20,7 +20,22 @@ __all__ = ["sums_to_arrays", "saved_fields", "read_saved", "saved_group_counts",
 
 def sums_to_arrays(s, group_scatter) -> tuple[dict, dict]:
     """(arrays, meta) of everything in sums ``s`` but the overall scatter, whose form is
-    the caller's; ``group_scatter(attribute)`` gives an attribute's (m, d, d) array."""
+    the caller's; ``group_scatter(attribute)`` gives an attribute's (m, d, d) array.
+
+    Parameters
+    ----------
+    s : Moments or a pass's running total
+        The statistics to save.
+    group_scatter : callable
+        ``group_scatter(attribute)``: that attribute's (m, d, d) array to save, or None.
+
+    Returns
+    -------
+    arrays : dict
+        The arrays to save, by name.
+    meta : dict
+        The meta.json entries to save.
+    """
     arrays = {"n": np.asarray(s.n), "mean": s.mean,
               "precision": np.asarray(s.precision),
               "scatter_exponent": np.asarray(s.scatter_exponent),
@@ -40,7 +55,20 @@ def sums_to_arrays(s, group_scatter) -> tuple[dict, dict]:
 
 def saved_fields(arrays, meta) -> dict:
     """The fields of saved statistics but the overall scatter; ``attributes`` as tuples
-    (categories, counts, deviation, (m, d, d) group scatter or None)."""
+    (categories, counts, deviation, (m, d, d) group scatter or None).
+
+    Parameters
+    ----------
+    arrays : dict
+        The saved arrays (:func:`read_saved`).
+    meta : dict
+        The saved meta.json.
+
+    Returns
+    -------
+    dict
+        The fields, by name, as the statistics' constructor takes them.
+    """
     attrs = []
     for j in range(meta["n_attributes"]):
         sc = arrays.get(f"group_scatter_{j}")
@@ -58,7 +86,22 @@ def saved_fields(arrays, meta) -> dict:
 
 def read_saved(path, layout) -> tuple[dict, dict]:
     """The arrays and meta of saved statistics, checked (``layout`` as for
-    :func:`dfairpca.io.load_arrays`) and consistent: ``SavedFileError`` says what is wrong."""
+    :func:`dfairpca.io.load_arrays`) and consistent: ``SavedFileError`` says what is wrong.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The saved statistics' directory.
+    layout : callable
+        What the arrays must be (see :func:`dfairpca.io.load_arrays`).
+
+    Returns
+    -------
+    arrays : dict
+        The arrays, by name.
+    meta : dict
+        The saved meta.json.
+    """
     from ._arrays import load_arrays
     from ._files import SavedFileError
 
@@ -93,7 +136,22 @@ def read_saved(path, layout) -> tuple[dict, dict]:
 
 def saved_group_counts(cats: list, key: str, names: list) -> list[int]:
     """Number of groups of each attribute saved in meta.json's ``key`` (one error naming
-    the attribute whose labels do not decode)."""
+    the attribute whose labels do not decode).
+
+    Parameters
+    ----------
+    cats : list
+        The JSON form of each attribute's labels (:func:`categories_to_json`).
+    key : str
+        The meta.json entry they were read from, named by the error.
+    names : list
+        The attributes' names, named by the error.
+
+    Returns
+    -------
+    list of int
+        The number of labels of each attribute.
+    """
     ms = []
     for name, c in zip(names, cats):
         try:
@@ -105,7 +163,22 @@ def saved_group_counts(cats: list, key: str, names: list) -> list[int]:
 
 def saved_layout(meta: dict, headers: dict) -> tuple[dict, int]:
     """Check a saved Moments' meta.json: ``(specs, d)``, the shape and kind of every array
-    it implies but the overall scatter's (see :func:`dfairpca.io.load_arrays`)."""
+    it implies but the overall scatter's (see :func:`dfairpca.io.load_arrays`).
+
+    Parameters
+    ----------
+    meta : dict
+        The saved meta.json.
+    headers : dict
+        The arrays' headers, as :func:`dfairpca.io.load_arrays` gives them to a layout.
+
+    Returns
+    -------
+    specs : dict
+        The shape and kind of every array but the overall scatter.
+    d : int
+        The number of features.
+    """
     from ._arrays import header_shape, meta_value
 
     p = meta_value(meta, "n_attributes", "count")
@@ -130,7 +203,20 @@ def saved_layout(meta: dict, headers: dict) -> tuple[dict, int]:
 def moments_layout(meta: dict, headers: dict) -> dict:
     """The arrays of a saved Moments (:func:`saved_layout`) with its overall scatter: the
     full (d, d) matrix, or the packed panels of a pass's running total, which
-    :meth:`dfairpca.stats.moments.Moments.load` refuses by name."""
+    :meth:`dfairpca.stats.moments.Moments.load` refuses by name.
+
+    Parameters
+    ----------
+    meta : dict
+        The saved meta.json.
+    headers : dict
+        The arrays' headers, as :func:`dfairpca.io.load_arrays` gives them to a layout.
+
+    Returns
+    -------
+    dict
+        The shape and kind of every array, as a layout of :func:`dfairpca.io.load_arrays`.
+    """
     specs, d = saved_layout(meta, headers)
     if "scatter_panels" in headers:  # a pass's running total: refused by Moments.load
         specs["scatter_panels"] = ((None,), "f")
@@ -150,6 +236,16 @@ def categories_to_json(c) -> dict:
     Labels held in an object array are kept if they all are of one kind (str, bool, int or
     float); anything else (mixed kinds, arbitrary objects, bytes, dates) is refused here,
     at save time, rather than written in a form that loads as different groups.
+
+    Parameters
+    ----------
+    c : numpy.ndarray
+        One attribute's sorted labels.
+
+    Returns
+    -------
+    dict
+        Their values and dtype, as JSON.
     """
     c = np.asarray(c)
     if c.dtype.kind == "O":
@@ -193,6 +289,16 @@ def categories_from_json(obj) -> np.ndarray:
 
     Files written before the dtype was recorded hold only the kind: integers then load as
     int64, or uint64 where a label needs it.
+
+    Parameters
+    ----------
+    obj : dict
+        The JSON form of one attribute's labels, as read from meta.json.
+
+    Returns
+    -------
+    numpy.ndarray
+        The sorted labels, of the dtype they were saved with.
     """
     if not isinstance(obj, dict) or not isinstance(obj.get("values"), list):
         raise InvalidInputError(f"group labels must be {{'kind': ..., 'values': [...]}}; got {obj!r:.80}")

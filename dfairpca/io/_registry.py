@@ -16,17 +16,45 @@ __all__ = ["register", "names", "lookup"]
 _CLASSES: dict[str, type] = {}
 
 
-def register(cls: type) -> type:
-    """Class decorator: let saved models of ``cls`` (by its ``__name__``) be loaded."""
-    _CLASSES[cls.__name__] = cls
-    return cls
+def register(estimator: type) -> type:
+    """Class decorator: let saved models of ``estimator`` (by its ``__name__``) be loaded.
+
+    Parameters
+    ----------
+    estimator : type
+        An estimator class with the saved-model methods :func:`dfairpca.load` calls.
+
+    Returns
+    -------
+    type
+        ``estimator``, registered.
+    """
+    _CLASSES[estimator.__name__] = estimator
+    return estimator
 
 
 def names() -> tuple[str, ...]:
-    """The registered class names, in the order they were registered."""
+    """The registered class names, in the order they were registered.
+
+    Returns
+    -------
+    tuple of str
+        The names.
+    """
     return tuple(_CLASSES)
 
 
 def lookup(name: str) -> type[Any]:
-    """The registered class called ``name`` (KeyError if there is none)."""
+    """The registered class called ``name`` (KeyError if there is none).
+
+    Parameters
+    ----------
+    name : str
+        The class's ``__name__``, as a saved model records it.
+
+    Returns
+    -------
+    type
+        The class.
+    """
     return _CLASSES[name]

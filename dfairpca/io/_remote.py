@@ -101,7 +101,18 @@ def task_store_timeout() -> float | None:
 def store_timeout(seconds: float | None) -> Iterator[None]:
     """Requests to remote stores awaited through :func:`answered` in this context (and in
     the coroutines it starts: asyncio copies the context into them) end after ``seconds``
-    without an answer (None: no limit of dfairpca's, only the file system's own)."""
+    without an answer (None: no limit of dfairpca's, only the file system's own).
+
+    Parameters
+    ----------
+    seconds : float or None
+        How long a request may go unanswered.
+
+    Yields
+    ------
+    None
+        The block runs with that limit.
+    """
     token = _STORE_TIMEOUT.set(seconds)
     try:
         yield
@@ -173,7 +184,18 @@ def close_sessions() -> None:
 
 
 def zarr_arrays(X) -> list:
-    """The Zarr arrays a Dask array's graph reads (dask's from_array keeps the array)."""
+    """The Zarr arrays a Dask array's graph reads (dask's from_array keeps the array).
+
+    Parameters
+    ----------
+    X : dask.array.Array
+        The array.
+
+    Returns
+    -------
+    list of zarr.Array
+        Each array its graph reads, once.
+    """
     import zarr
 
     graph = X.__dask_graph__()
@@ -187,7 +209,18 @@ def zarr_arrays(X) -> list:
 
 
 def zarr_roots(X) -> list:
-    """The roots of the stores X's graph reads: local folders (Path) and URLs (str)."""
+    """The roots of the stores X's graph reads: local folders (Path) and URLs (str).
+
+    Parameters
+    ----------
+    X : dask.array.Array
+        The array.
+
+    Returns
+    -------
+    list of pathlib.Path or str
+        The roots, sorted.
+    """
     roots = set()
     for array in zarr_arrays(X):
         root = getattr(getattr(array, "store", None), "root", None)

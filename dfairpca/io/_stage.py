@@ -13,7 +13,9 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ._files import read_capped
 from ._local import LocalStorage, is_empty_dir, temporary_sibling
@@ -27,7 +29,7 @@ from ..base._version import code_digest
 from ..errors import AccessError, DiscardedWriteWarning, DiskFullError, InvalidInputError
 
 __all__ = ["STAGE_KIND", "STAGE_FILE", "STAGE_WORK", "STAGE_ENV", "stage_folder", "check_stage_dir",
-           "staged_locally"]
+           "staged_locally", "write_staged"]
 
 #: the kind of the local folder that stages a store for a URL (:func:`staged_locally`)
 STAGE_KIND = "stage"
@@ -155,6 +157,50 @@ def staged_locally(path, kind: str, *, overwrite: bool = False, storage_options:
                     "on another disk") from None
             raise
         LocalStorage(folder).remove_directory(STAGE_KIND)
+
+
+def write_staged(path, kind: str, write: Callable[[Path, bool], Any], *, overwrite: bool = False,
+                 storage_options: dict | None = None, key: Callable[[], dict] | None = None,
+                 stage_dir=None):
+    """Write ``path`` with ``write``, a writer of local folders that resumes its own partial
+    output (ingest, synth): in place for a local path, else through its stage.
+
+    For a URL, ``write`` writes the stage :func:`staged_locally` gives (skipped where the
+    stage holds this call's finished output, its upload cut short), which is then uploaded.
+
+    Parameters
+    ----------
+    path : str, os.PathLike or Location
+        The output (a URL for a remote one).
+    kind : str
+        What it holds ("store", ...).
+    write : callable
+        ``write(folder, overwrite)`` writes the output at the local path ``folder`` by its
+        own protocol (checked, resumed, moved into place) and returns what to hand back.
+    overwrite : bool
+        Replace dfairpca's own output of the same ``kind``; discards a stage too.
+    storage_options : dict, optional
+        fsspec options of a URL ``path``.
+    key : callable, optional
+        ``key()``: what determines the output (JSON), asked only for a URL; given, the stage
+        survives a failure and is resumed by a call with an equal key.
+    stage_dir : str or os.PathLike, optional
+        The local folder stages go in (a URL's only, see :func:`staged_locally`).
+
+    Returns
+    -------
+    object
+        What ``write`` returned for a local ``path``; for a URL, ``path`` as given.
+    """
+    check_stage_dir(path, stage_dir)
+    storage = storage_for(path, storage_options)
+    if not storage.remote:
+        return write(storage.target, overwrite)
+    with staged_locally(path, kind, overwrite=overwrite, storage_options=storage_options,
+                        key=None if key is None else key(), stage_dir=stage_dir) as local:
+        if not local.exists():  # else: this call's finished output, its upload cut short
+            write(local, False)
+    return storage.user_path()
 
 
 def _unstaged_full(exc: OSError) -> bool:

@@ -31,12 +31,42 @@ class Storage(abc.ABC):
 
     #: the output: a :class:`pathlib.Path` or a :class:`dfairpca.io._urls.Location`
     target: Any
+    #: the output as the caller named it (a path, a URL, a Location or an fsspec mapper)
+    given: Any
     #: whether the target is reached through fsspec (a URL or a mapper), not a local disk:
-    #: what callers ask instead of telling a URL from a path themselves
+    #: io's own question; the layers above ask the methods below what they need instead
+    #: (tests/test_structure.py keeps this attribute inside io)
     remote: bool = False
 
     def __str__(self) -> str:
         return str(self.target)
+
+    @classmethod
+    @abc.abstractmethod
+    def at(cls, path, storage_options: dict | None = None) -> "Storage":
+        """The storage of ``path`` (``storage_options``: a URL's fsspec options)."""
+
+    @abc.abstractmethod
+    def user_path(self) -> Any:
+        """The target as a writer hands it back to its caller: a local Path, or a URL's
+        place as the caller gave it."""
+
+    @abc.abstractmethod
+    def as_argument(self, kind: str) -> Any:
+        """The target as dfairpca's writers and readers take it: a local Path with a name
+        of its own (:func:`dfairpca.io.named`, for a ``kind``), or a URL's Location, which
+        carries its storage options to every read and write."""
+
+    @abc.abstractmethod
+    def sibling(self, suffix: str) -> "Storage":
+        """The storage of ``NAME + suffix`` beside the target, on the same storage and with
+        the same options (a checkpoint beside its model)."""
+
+    @abc.abstractmethod
+    def for_readers(self, opened) -> Any:
+        """What a reader that takes a local path or an opened Zarr group is given: the local
+        path as given (its messages name it), or for a URL ``opened``, the group opened with
+        the storage options (which a URL alone does not carry)."""
 
     @abc.abstractmethod
     def exists(self) -> bool:
@@ -92,7 +122,8 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def local_copy(self) -> contextlib.AbstractContextManager:
-        """A context yielding a local folder holding the target (itself when it is local)."""
+        """A context yielding a local folder holding the target whole (itself when it is
+        local), made readable first (:meth:`recover_for_reading`)."""
 
 
 def each_protected(protect: Protected) -> Iterator[tuple[str, Any]]:

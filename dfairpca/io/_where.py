@@ -14,16 +14,36 @@ from ._metadata import checked_store
 from ._fsspec import FsspecStorage, check_settled, list_keys
 from ._local import LocalStorage
 from ._storage import Storage
-from ._urls import explaining, is_remote, local_path, location, zarr_store
+from ._urls import explaining, is_remote, local_path, zarr_store
 from ..errors import InvalidInputError, PathNotFoundError
 
-__all__ = ["storage_for", "open_zarr"]
+__all__ = ["storage_for", "open_zarr", "BACKENDS"]
+
+#: the storage of each kind of place, the one table that tells them apart: a local path
+#: (``""``, a ``file://`` URL too), else a URL's protocol (``"s3"``), else any other fsspec
+#: URL or mapper (``"*"``).  A backend is a :class:`Storage` subclass in a module of its
+#: own and a line here.
+BACKENDS: dict[str, type[Storage]] = {
+    "": LocalStorage,
+    "*": FsspecStorage,
+}
+
+
+def _protocols(path) -> tuple[str, ...]:
+    """The protocols ``path`` is reached by: ``("",)`` for a local path, a URL's scheme, or
+    the protocols of a Location's or a mapper's file system."""
+    if not is_remote(path):
+        return ("",)
+    if isinstance(path, str):
+        return (path.split("://", 1)[0],)
+    protocol = path.fs.protocol
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
 def storage_for(path, storage_options: dict | None = None) -> Storage:
-    """The storage of ``path``: :class:`FsspecStorage` for an fsspec URL, a mapper or a
-    :class:`Location`, else :class:`LocalStorage` (a ``file://`` URL names a local path
-    too, and is taken as written, as every local path is).
+    """The storage of ``path``, by :data:`BACKENDS`: :class:`FsspecStorage` for an fsspec
+    URL, a mapper or a :class:`Location`, else :class:`LocalStorage` (a ``file://`` URL
+    names a local path too, and is taken as written, as every local path is).
 
     Parameters
     ----------
@@ -37,9 +57,8 @@ def storage_for(path, storage_options: dict | None = None) -> Storage:
     Storage
         The write protocol's operations on ``path``.
     """
-    if is_remote(path):
-        return FsspecStorage(location(path, storage_options))
-    return LocalStorage(path)
+    backend = next((BACKENDS[p] for p in _protocols(path) if p in BACKENDS), BACKENDS["*"])
+    return backend.at(path, storage_options)
 
 
 def open_zarr(store, storage_options: dict | None = None):

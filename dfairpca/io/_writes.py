@@ -218,7 +218,7 @@ def move_into_place(src, path, kind: str, *, overwrite: bool = False,
     source = storage_for(src, storage_options).target  # a Location on the same storage, or a Path
     storage = storage_for(path, storage_options)
     storage.move_into_place(source, kind, overwrite=overwrite)
-    return path if storage.remote else storage.target
+    return storage.user_path()
 
 
 @contextlib.contextmanager

@@ -345,13 +345,21 @@ def strict_array(array: zarr.Array, *, fill: bool = False) -> zarr.Array:
     """
     import zarr
 
-    cls = _strict_store_class()
-    store = array.store
-    if isinstance(store, cls):
-        if store.fill == fill:
-            return array
-        store = store._store
+    store = _unwrapped(array, fill)
+    if store is None:
+        return array
     return zarr.open_array(store=_strict_store(store, fill), path=array.path, mode="r")
+
+
+def _unwrapped(node, fill: bool):
+    """The store under ``node``'s (an array's or a group's) strict store, or its own store
+    where it has none; None where its strict store already reads absent chunks by ``fill``."""
+    store = node.store
+    if isinstance(store, _strict_store_class()):
+        if store.fill == fill:
+            return None
+        store = store._store  # e.g. opened by open_zarr, which reads absent chunks as zarr does
+    return store
 
 
 def strict_group(group: zarr.Group) -> zarr.Group:
@@ -370,12 +378,9 @@ def strict_group(group: zarr.Group) -> zarr.Group:
     """
     import zarr
 
-    cls = _strict_store_class()
-    store = group.store
-    if isinstance(store, cls):
-        if not store.fill:
-            return group
-        store = store._store  # opened by open_zarr, which reads absent chunks as zarr does
+    store = _unwrapped(group, False)
+    if store is None:
+        return group
     return zarr.open_group(store=_strict_store(store), path=group.path, mode="r",
                            use_consolidated=False)  # the members as stored (see open_zarr)
 

@@ -42,7 +42,7 @@ from ..engine._thin_pass import (
     statistics_state,
 )
 from ..engine._failures import CLUSTER_FAILURES
-from ..io._remote import StoreTimeout
+from ..io import StoreTimeout
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
 from ..inputs._weights import too_few_samples
@@ -274,7 +274,7 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, constraint, sta
             std = Krylov.restore(saved["arrays"], "std", unprojected, k, d) if standard and r else None
         except KeyError as exc:
             from ..io import SavedFileError
-            from ..io._arrays import RESAVE_HINT
+            from ..io import RESAVE_HINT
 
             raise SavedFileError(f"cannot load checkpoint {saved['path']!r}: its state lacks "
                                  f"{exc}{RESAVE_HINT}") from None

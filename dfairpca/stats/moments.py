@@ -39,7 +39,7 @@ from ..base._compat import fill_new_fields
 from ..base._typing import PathInput
 from ..errors import InvalidInputError, InvalidTypeError
 from ..inputs._weights import too_few_samples
-from ..io._moments_format import moments_layout, read_saved, saved_fields, sums_to_arrays
+from ..io import moments_layout, read_saved, saved_fields, sums_to_arrays
 # the saved form's label encoding, by the names the saved models import it under
 
 __all__ = ["Moments", "AttributeMoments", "merge", "exact_moments", "constraint_matrix", "deviation_floor", "check_finite"]
