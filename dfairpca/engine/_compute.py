@@ -205,7 +205,7 @@ def _compute_locally(args, seconds: float | None) -> tuple:
 def submit(client, collections, seconds: float | None):
     """``client.compute(collections)``, its tasks annotated with ``seconds``: a read of a
     remote store that goes unanswered that long ends the task (see
-    :func:`dfairpca.io.task_store_timeout`), so that a frozen store ends the fit
+    :data:`dfairpca.io.STORE_TIMEOUT_ANNOTATION`), so that a frozen store ends the fit
     within its timeout, as a cluster without workers does.
 
     Parameters
