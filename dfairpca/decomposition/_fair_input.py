@@ -63,17 +63,18 @@ class FairInput:
 
 
 def fair_input(est, X, sensitive_features, y, *, reset, min_samples: int = 2,
-               sample_weight=None, partial: bool = False) -> FairInput:
+               sample_weight=None, partial: bool = False, groups: bool = True) -> FairInput:
     """Check X, the protected attributes, y and the weights of a fair fit by ``est``.
 
     ``reset`` as in :func:`~dfairpca.inputs._validation.check_input`; ``partial``: one call
     of ``partial_fit``, which may see a single group and weights totalling under 2.
     ``est.constraint`` says whether y is read (equal opportunity); an estimator without
-    that parameter fits all rows (demographic parity).
+    that parameter fits all rows (demographic parity).  ``groups=False``: an estimator
+    without protected attributes (PCA), whose input is X and the weights only.
     """
     checked = check_input(est, X, reset=reset, min_samples=min_samples,
                           ids=getattr(est, "sensitive_feature_ids", None))
-    labels = group_labels(est, checked, sensitive_features)
+    labels = group_labels(est, checked, sensitive_features) if groups else None
     data, labels, y, w = with_known_rows(checked.data, labels, y, sample_weight)
     n = data.shape[0]
     mask = binary_target(y, n) if getattr(est, "constraint", None) == "equal_opportunity" else None
