@@ -84,6 +84,31 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         """Why an estimator that has seen data is not fitted yet ("" if nothing to say)."""
         return ""
 
+    # ------------------------------------------------------------------ the input
+    def _input(self, X, *, reset, min_samples: int = 1) -> Input:
+        """X checked (:func:`dfairpca.inputs._validation.check_input`), its sensitive columns found."""
+        return check_input(self, X, reset=reset, min_samples=min_samples,
+                           ids=getattr(self, "sensitive_feature_ids", None))
+
+    def _represented(self, X) -> ArrayOutput:
+        """``transform``: X checked once, against the fitted model, then represented."""
+        self._check_fitted()
+        return self._represent(self._input(X, reset=False), X)
+
+    def _represent(self, inp: Input, X) -> ArrayOutput:
+        """The representation of X, checked already as ``inp`` (:meth:`_input`), its
+        sensitive columns checked against the fit's first: ``transform`` without checking
+        X again."""
+        raise NotImplementedError
+
+    def _check_layout(self, inp: Input) -> None:
+        check_layout(self, inp, self._features_fitted())
+
+    def _features_fitted(self) -> int:
+        """The features (sensitive columns excluded) the model was fitted on."""
+        raise NotImplementedError
+
+
     def _output_matrix(self) -> np.ndarray:
         """The matrix whose columns are transform's outputs."""
         raise NotImplementedError
@@ -241,11 +266,6 @@ class StatisticsEstimator(Estimator):
     _two_groups_for = "fitting needs at least two"
 
     # ------------------------------------------------------------------ the input
-    def _input(self, X, *, reset, min_samples: int = 1) -> Input:
-        """X checked (:func:`dfairpca.inputs._validation.check_input`), its sensitive columns found."""
-        return check_input(self, X, reset=reset, min_samples=min_samples,
-                           ids=getattr(self, "sensitive_feature_ids", None))
-
     def _read(self, X, y=None, sensitive_features=None, sample_weight=None, *, reset,
               partial: bool = False) -> FairInput:
         """X, its protected attributes, y and the weights of a fit, checked once
@@ -271,13 +291,7 @@ class StatisticsEstimator(Estimator):
         """Raise unless a later partial_fit's X has the columns, sensitive ones and
         attributes of the statistics gathered so far."""
         before = self.statistics_
-        sensitive = np.asarray(getattr(self, "sensitive_feature_indices_", ()), dtype=np.intp)
-        numeric = np.asarray(getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
-        if not (np.array_equal(f.checked.sensitive, sensitive) and np.array_equal(f.checked.numeric, numeric)):
-            raise InvalidInputError(
-                "X's sensitive columns differ from those of the earlier partial_fit calls: "
-                "give the same columns, with the same dtypes"
-            )
+        check_layout(self, f.checked, None)
         d, p = f.data.shape[1], 0 if f.groups is None else f.groups.n_attributes
         if d != before.n_features:
             raise InvalidInputError(f"X has {d} features; earlier partial_fit calls had "
@@ -285,13 +299,6 @@ class StatisticsEstimator(Estimator):
         if p != len(before.attributes):
             raise InvalidInputError(f"groups has {p} attribute(s); earlier partial_fit calls had "
                                     f"{len(before.attributes)}")
-
-    def _check_layout(self, inp: Input) -> None:
-        check_layout(self, inp, self._features_fitted())
-
-    def _features_fitted(self) -> int:
-        """The features (sensitive columns excluded) the model was fitted on."""
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ the pass
     def _pass_dtype(self, X, numeric: bool = False, *, weighted: bool = False,
@@ -491,11 +498,20 @@ def release(checkpoint, keep: bool) -> None:
         remove_directory(checkpoint, "checkpoint")
 
 
-def check_layout(est, inp: Input, d: int) -> None:
+def check_layout(est, inp: Input, d: int | None) -> None:
     """Raise unless X's sensitive columns sit where they sat when ``est`` was fitted on d
-    features (a DataFrame column of labels at fit and of numbers now would move the others)."""
+    features (a DataFrame column of labels at fit and of numbers now would move the
+    others); d None: where they sat in the earlier partial_fit calls, which gave the same
+    sensitive columns (X's width is compared with their statistics')."""
     fitted = np.asarray(getattr(est, "numeric_sensitive_columns_", ()), dtype=np.intp)
-    if inp.data.shape[1] != d + len(fitted) or not np.array_equal(inp.numeric, fitted):
+    if d is None:
+        before = np.asarray(getattr(est, "sensitive_feature_indices_", ()), dtype=np.intp)
+        if not (np.array_equal(inp.sensitive, before) and np.array_equal(inp.numeric, fitted)):
+            raise InvalidInputError(
+                "X's sensitive columns differ from those of the earlier partial_fit calls: "
+                "give the same columns, with the same dtypes"
+            )
+    elif inp.data.shape[1] != d + len(fitted) or not np.array_equal(inp.numeric, fitted):
         raise InvalidInputError(
             f"X's sensitive columns differ from those at fit ({len(inp.numeric)} numeric "
             f"of {inp.data.shape[1]} read now, {len(fitted)} at fit): give the columns the "

@@ -310,8 +310,9 @@ class ConceptEraser(OneToOneFeatureMixin, FairStatisticsEstimator):
         ndarray, Dask array or xarray.DataArray
             The erased data.
         """
-        self._check_fitted()
-        inp = self._input(X, reset=False)
+        return self._represented(X)
+
+    def _represent(self, inp: Input, X) -> ArrayOutput:
         self._check_layout(inp)
         Xa = inp.data
         dtype = compute_dtype_for(Xa.dtype, self.compute_dtype)

@@ -332,8 +332,9 @@ class LinearDecomposition(ProbabilisticPCA):
             The representations: ``n_components_`` columns, then the λ-scaled standard
             components when ``tradeoff > 0`` (:meth:`get_feature_names_out`).
         """
-        self._check_fitted()
-        inp = self._input(X, reset=False)
+        return self._represented(X)
+
+    def _represent(self, inp: Input, X) -> ArrayOutput:
         self._check_layout(inp)
         Xa = inp.data
         dtype = compute_dtype_for(Xa.dtype, self.compute_dtype)

@@ -64,7 +64,7 @@ import numpy as np
 from ..solve import _kernels as kn
 from ..solve._kernel_method import choose_method, exact_fit_bytes
 from ..base import _solvers
-from ._base import Estimator, check_layout, fit_context, set_certificate
+from ._base import Estimator, fit_context, set_certificate
 from ..engine._compute import compute, worker_timeout
 from ..engine._engine import coded_moments
 from ..solve._exact import row_variance
@@ -74,7 +74,7 @@ from ..base._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_
 from ..io._registry import register
 from ._saved import fair_meta, kernel_layout, restore_fair_meta
 from ._fair_input import fair_input
-from ..inputs._validation import SENSITIVE_IDS, Input, check_finite_input, check_input
+from ..inputs._validation import SENSITIVE_IDS, Input, check_finite_input
 from ._fair import FairPCA
 from ..base._typing import ArrayInput, ArrayOutput, ColumnIds, PathInput, Seed
 from ..errors import InvalidInputError
@@ -592,9 +592,13 @@ class FairKernelPCA(Estimator):
         ndarray, Dask array or xarray.DataArray of float64, shape (n, k)
             The representations, ``k = n_components_``; lazy for Dask input.
         """
-        self._check_fitted()
-        inp = check_input(self, X, reset=False, ids=self.sensitive_feature_ids)
-        check_layout(self, inp, self.basis_.shape[1])
+        return self._represented(X)
+
+    def _features_fitted(self) -> int:
+        return self.basis_.shape[1]
+
+    def _represent(self, inp: Input, X) -> ArrayOutput:
+        self._check_layout(inp)
         columns = inp.features if len(inp.numeric) else None
         # models saved before kernel_shift_ existed use the unshifted kernel they were fitted with
         kern = self._kernel_function(self.gamma_, getattr(self, "kernel_shift_", None))

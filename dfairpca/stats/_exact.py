@@ -107,22 +107,20 @@ def statistics_dtype(x_dtype, requested="auto", width: int | None = None, choose
     auto = requested in ("auto", None)
     if auto and resumed is not None:
         return resumed if is_exact(resumed) else np.dtype(resumed)
-    if auto and not auto_exact and auto_float is not None:
-        return np.dtype(auto_float)
-    if matrix_free:
-        return compute_dtype_for(x_dtype, requested)
-    if is_exact(requested):
+    if is_exact(requested) and not matrix_free:
         check_exact(x_dtype, 0)
         if weighted:
             raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
         int8_kernel_available()  # the kernels chosen and self-tested here, before the pass
         return EXACT
-    if auto and not weighted and np.dtype(x_dtype) in (np.uint8, np.int8):
+    if (auto and auto_exact and not (weighted or matrix_free)
+            and np.dtype(x_dtype) in (np.uint8, np.int8)):
         choice = (choose or auto_choice)(x_dtype, AUTO_WIDTH if width is None else width)
         if choice.choice == EXACT:
             return EXACT
     if auto and auto_float is not None:
         return np.dtype(auto_float)
+    # the float products, also of the matrix-free passes (which never sum exactly)
     return compute_dtype_for(x_dtype, requested)
 
 
