@@ -12,7 +12,7 @@ import pytest
 import dfairpca
 import dfairpca.solve._kernels as kernels
 from dfairpca.solve._fairness import constraint_violation
-from dfairpca.solve._fairness import certify
+from dfairpca.solve._fairness import certify, constraint_of
 from dfairpca.decomposition.kernel import FairKernelPCA
 from dfairpca.stats.moments import Moments
 from oracle import make_data, max_angle_deg
@@ -180,9 +180,9 @@ def test_exact_kernel_certificate_is_the_feature_space_share():
     assert m.fairness_violation_ <= 1e-10
     Kc = dense_centred_rbf(X, m.gamma_)
     Y = m.transform(X)  # training representation: Kc B (fair), Kc B_std (standard)
-    Z = kernels.centred_onehot(z[:, None], [np.arange(3)])
-    _, _, C, G = kernels.constraint_directions(Kc, Z)
-    columns = kernels.zero_groups(C, G, Z, Kc, [np.arange(3)], ["z"])
+    dp = constraint_of("demographic_parity")
+    Z = dp.kernel_indicators(z[:, None], [np.arange(3)], np.zeros((len(z), 0)), [])
+    _, _, columns = dp.kernel_rows(Kc, Z, [np.arange(3)], ["z"])
     for half, coef in ((slice(0, 3), m.dual_coef_[:, :3]), (slice(3, 6), m.dual_coef_[:, 3:])):
         got = kernels.exact_violations(coef, columns)[0]
         for g in range(3):

@@ -13,6 +13,7 @@ validates or a rule that also reads other parameters.
 
 from __future__ import annotations
 
+import argparse
 import numbers
 import os
 import sys
@@ -56,6 +57,25 @@ class Rule:
         if not self.accepts(value):
             raise InvalidInputError(f"{name} must be {self.must_be}; got {value!r}")
 
+    def argument(self, convert: Callable[[str], Any] = int, words: tuple = ()) -> Callable[[str], Any]:
+        """This rule as an argparse ``type``: the text converted by ``convert`` (or one of
+        ``words``, kept as it is) and accepted, else a usage error (exit status 2) that says
+        what it must be, as the estimators' parameters do."""
+        def parse(text: str):
+            if text in words:
+                return text
+            try:
+                value = convert(text)
+            except ValueError:
+                value = None
+            if value is None or not self.accepts(value):
+                either = "".join(f"{w!r} or " for w in words)
+                raise argparse.ArgumentTypeError(f"must be {either}{self.must_be}; got {text!r}")
+            return value
+
+        parse.__name__ = self.must_be
+        return parse
+
 
 @dataclass(frozen=True)
 class Check:
@@ -73,7 +93,20 @@ def one_of(options: tuple) -> Rule:
 
 
 def int_at_least(low: int) -> Rule:
-    """An integer (not a bool) >= ``low``."""
+    """The rule "an integer (not a bool) >= ``low``", of the estimators' parameters and,
+    by its :meth:`Rule.argument`, of the command lines' integer options.
+
+    Parameters
+    ----------
+    low : int
+        The smallest integer accepted.
+
+    Returns
+    -------
+    Rule
+        Its ``check`` raises ``InvalidInputError`` naming the parameter; ``argument()`` is
+        an argparse ``type`` that refuses with "must be an integer >= low".
+    """
     return Rule(lambda v: is_int(v) and v >= low, f"an integer >= {low}")
 
 

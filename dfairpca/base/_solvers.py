@@ -1,9 +1,10 @@
 """Eigensolvers of symmetric matrices, the linear algebra every solve above uses: the top
 k eigenpairs by LAPACK or block subspace iteration (one switch rule, :func:`iterative`),
-optionally outside the span of an orthonormal Q (:func:`deflated`), and deterministic signs.
+and deterministic signs.
 
-The fair PCA algebra built on them (constraint basis, certificate, Fair PCA-S's equalising
-basis, the fair eigenproblem) is :mod:`dfairpca.solve._fairness`'.  Every threshold and
+The fair PCA algebra built on them (the restriction to the complement of the constraint
+directions, :mod:`dfairpca.solve._restricted`; the constraints, certificate and Fair PCA-S's
+equalising basis, :mod:`dfairpca.solve._fairness`) lives in :mod:`dfairpca.solve`.  Every threshold and
 shift here is relative to the matrix it applies to, so that the solution of ``c * S`` is
 that of S for any c > 0 the dtype can hold.
 """
@@ -21,7 +22,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .progress import phase
 from ..errors import InvalidInputError
 
-__all__ = ["top_eigh", "top_eigh_exact", "iterative", "subspace_iteration", "orthonormal", "deflated",
+__all__ = ["top_eigh", "top_eigh_exact", "iterative", "subspace_iteration", "orthonormal",
            "pca_components", "flip_signs", "EIGEN_SOLVERS", "ITERATIVE_MIN_SIZE"]
 
 
@@ -45,14 +46,12 @@ def iterative(n: int, k: int) -> bool:
     return n >= ITERATIVE_MIN_SIZE and 10 * k <= n
 
 
-def top_eigh(M: np.ndarray, k: int, solver: str = "dense", Q: np.ndarray | None = None,
-             rtol: float = 1e-8, seed: int = 0):
+def top_eigh(M: np.ndarray, k: int, solver: str = "dense", rtol: float = 1e-8, seed: int = 0):
     """Largest k eigenpairs of symmetric M, eigenvalues descending.
 
     ``solver="dense"`` is LAPACK (``eigh`` with ``subset_by_index``); "subspace" is block
     subspace iteration with Rayleigh-Ritz (:func:`subspace_iteration`), for PSD M, which
     captures the variance of the top k to ``rtol`` relative (at d = 6400, k = 400: 1e-9).
-    Q (d, r), if given, is an orthonormal basis the eigenvectors must be orthogonal to.
     "auto" is :func:`iterative`'s choice.
     """
     d = M.shape[0]
@@ -63,16 +62,13 @@ def top_eigh(M: np.ndarray, k: int, solver: str = "dense", Q: np.ndarray | None 
     how = "block subspace iteration" if solver == "subspace" and k < d else "LAPACK eigh"
     with phase(f"eigensolve: top {k:,} of {d:,} dimensions ({how})"):
         if solver == "subspace" and k < d:
-            return subspace_iteration(M, k, Q=Q, rtol=rtol, seed=seed)
-        return _dense_top(M, k, Q)
+            return subspace_iteration(M, k, rtol=rtol, seed=seed)
+        return _dense_top(M, k)
 
 
-def _dense_top(M: np.ndarray, k: int, Q: np.ndarray | None):
+def _dense_top(M: np.ndarray, k: int):
     """:func:`top_eigh` by LAPACK."""
     d = M.shape[0]
-    if Q is not None and Q.shape[1]:
-        # below every eigenvalue of the PSD M (all in [0, trace]), at M's own scale
-        M = deflated(M, Q, -(abs(np.trace(M)) or 1.0))
     if k >= d:
         w, V = scipy.linalg.eigh(M)
     else:
@@ -116,9 +112,12 @@ def _top_exact(M: np.ndarray, k: int, rng, overwrite: bool):
     return np.append(w, np.zeros(short)), np.hstack([V, np.zeros((n, short))])
 
 
-def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_iter: int = 100,
+def subspace_iteration(S: np.ndarray, k: int, project=None, rtol: float = 1e-8, max_iter: int = 100,
                        oversample: int | None = None, seed: int = 0):
-    """Top-k eigenpairs of PSD S (restricted to the complement of Q) by block iteration.
+    """Top-k eigenpairs of PSD S by block iteration, restricted to a subspace by ``project``:
+    a callable that maps a d x p block (C-ordered float64) onto it in place and returns it,
+    applied to every block formed (the identity if None; for fair PCA the projector off
+    the constraint directions, :meth:`dfairpca.solve._restricted.Nullspace.project_in_place`).
 
     A random block of ``p = k + oversample`` vectors is filtered by a polynomial of
     ``P S P`` and re-orthonormalised; before every filter a Rayleigh-Ritz step rotates the
@@ -147,7 +146,7 @@ def subspace_iteration(S: np.ndarray, k: int, Q=None, rtol: float = 1e-8, max_it
     """
     d = S.shape[0]
     p = min(d, k + (oversample if oversample is not None else max(16, k // 2)))
-    proj = _projector(Q)
+    proj = project if project is not None else (lambda A: A)
     # an exact power of two that brings S near 1: the filter's products square S's scale,
     # which overflows (or underflows) for a norm beyond about 1e150 (1e-150)
     e = _exponent(float(np.abs(np.trace(S))))
@@ -221,23 +220,6 @@ def _stall_cause(w: np.ndarray, k: int, rtol: float, max_iter: int) -> str:
             f"what float64 resolves or an ill-conditioned S{negative}")
 
 
-def _projector(Q):
-    """``proj(A)``: A (d x p) projected off the orthonormal columns of Q in place,
-    ``A -= Q (Q^T A)``, and returned (the identity without Q).  By blocks of rows: the
-    temporaries stay in cache."""
-    if Q is None or not Q.shape[1]:
-        return lambda A: A
-    Qt = np.ascontiguousarray(Q.T)
-
-    def proj(A):
-        T = Qt @ A  # (r, p)
-        for s in range(0, A.shape[0], 512):
-            A[s : s + 512] -= Q[s : s + 512] @ T
-        return A
-
-    return proj
-
-
 #: the ratio of the k-th Ritz value to the block's smallest above which
 #: :func:`subspace_iteration` filters (below it, a plain power step)
 FILTER_GAP = 1.02
@@ -304,29 +286,6 @@ def pca_components(S: np.ndarray, k: int, solver: str = "dense") -> np.ndarray:
     """Top-k eigenvectors of S as rows (k, d), signs fixed."""
     _, V = top_eigh(S, k, solver)
     return flip_signs(V.T)
-
-
-def deflated(A: np.ndarray, Q: np.ndarray, c: float) -> np.ndarray:
-    """``P A P + c Q Q^T`` with ``P = I - Q Q^T``, by rank-r updates (no d x d projector):
-    with c outside A's spectrum, Q's directions leave the top (or bottom) eigenpairs.
-
-    Parameters
-    ----------
-    A : ndarray (d, d)
-        A symmetric matrix.
-    Q : ndarray (d, r)
-        Orthonormal columns.
-    c : float
-        The eigenvalue given to Q's directions.
-
-    Returns
-    -------
-    ndarray (d, d)
-        The symmetric result.
-    """
-    AQ = A @ Q
-    M = A - Q @ AQ.T - AQ @ Q.T + Q @ (Q.T @ AQ + c * np.eye(Q.shape[1])) @ Q.T
-    return (M + M.T) / 2
 
 
 def flip_signs(U: np.ndarray) -> np.ndarray:

@@ -44,6 +44,7 @@ import json
 import logging
 import sys
 
+from ..base import int_at_least
 from ._errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, ONE_LINE_ERRORS,
                       _malformed_file, exit_status, one_line, sigterm_as_interrupt)
 from ._fit import (CLUSTER_TIMEOUT, FitJob, cmd_demo, cmd_fit, cmd_show,
@@ -86,31 +87,22 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(self.prog, message)
 
 
-def _positive(kind):
-    """An argparse type: ``kind`` (int or float) greater than zero."""
-    name = "integer" if kind is int else "number"
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not value > 0:
-            raise argparse.ArgumentTypeError(f"must be a positive {name}; got {text!r}")
-        return value
-
-    parse.__name__ = f"positive {name}"
-    return parse
+#: the argparse types of the integer options: the estimators' own rule (a refused value is
+#: a usage error, exit status 2)
+_COUNT = int_at_least(1).argument()
+_SEED = int_at_least(0).argument()  # as numpy takes one
+_FOLDS = int_at_least(2).argument()  # of a cross-validation
+_POWER = int_at_least(0).argument(words=("auto",))  # --iterated-power
 
 
-def _seed(text: str) -> int:
-    """An argparse type: an integer >= 0 (a random seed, as numpy takes one)."""
+def _positive_number(text: str) -> float:
+    """An argparse type: a number greater than zero."""
     try:
-        value = int(text)
+        value = float(text)
     except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}")
+        value = None
+    if value is None or not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number; got {text!r}")
     return value
 
 
@@ -122,17 +114,6 @@ def _probability(text: str) -> float:
         value = -1.0
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"must be a number between 0 and 1; got {text!r}")
-    return value
-
-
-def _at_least_two(text: str) -> int:
-    """An argparse type: an integer >= 2 (the folds of a cross-validation)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 2; got {text!r}")
     return value
 
 
@@ -156,26 +137,13 @@ def _add_face_options(p, size_help: str, default_size: int, full: bool):
     p.add_argument("--size", type=_face_size(full), default=str(default_size), help=size_help)
     p.add_argument("--color", action="store_true",
                    help="RGB faces (n, H, W, 3) instead of grey (n, H, W)")
-    p.add_argument("--n-jobs", type=_positive(int), metavar="N",
+    p.add_argument("--n-jobs", type=_COUNT, metavar="N",
                    help="processes writing chunks, this one included (default: the usable CPUs)")
 
 
 OVERWRITE_HELP = "replace what dfairpca wrote there before (never anything else)"
 JSON_HELP = ("print one JSON object (the summary) on stdout, and send the human lines, progress "
              "and cluster messages to stderr")
-
-
-def _power(text: str):
-    """An argparse type: "auto" or an integer >= 0 (``--iterated-power``)."""
-    if text == "auto":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer >= 0; got {text!r}")
-    return value
 
 
 STORAGE_HELP = ("options of the file system of s3:// (or any fsspec) URLs, as a JSON object, "
@@ -186,6 +154,18 @@ STORAGE_HELP = ("options of the file system of s3:// (or any fsspec) URLs, as a 
 
 def _add_storage(p):
     p.add_argument("--storage-options", metavar="JSON", help=STORAGE_HELP)
+
+
+def _add_writes(p, group=None, fits: bool = False, json: bool = True):
+    """The options of a command that writes a store or model: --json (where ``json``),
+    --overwrite and --storage-options in ``group`` (default: p), then p's cluster options
+    (``fits``: a fit's --timeout)."""
+    g = p if group is None else group
+    if json:
+        g.add_argument("--json", action="store_true", help=JSON_HELP)
+    g.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    _add_storage(g)
+    _add_cluster(p, fits=fits)
 
 
 def _add_stage(p):
@@ -207,7 +187,7 @@ def _add_cluster(p, scheduler_help: str = "tcp://host:port of a Dask scheduler (
     during = ("; and, once every worker has left during the fit, for new ones (then the fit "
               "stops, its checkpoint kept for --resume); and, on a cluster, for an answer "
               "from a remote store (s3://) the workers read") if fits else ""
-    g.add_argument("--timeout", type=_positive(float), default=CLUSTER_TIMEOUT, metavar="SECONDS",
+    g.add_argument("--timeout", type=_positive_number, default=CLUSTER_TIMEOUT, metavar="SECONDS",
                    help="how long to wait for the scheduler to answer, then for a first "
                         f"worker{during}")
 
@@ -256,8 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("synth-celeba", help="write a synthetic CelebA-shaped Zarr store")
     p.add_argument("out", metavar="OUT", help="the Zarr store to write (a directory)")
-    p.add_argument("--n", type=_positive(int), default=202_599, help="number of faces")
-    p.add_argument("--seed", type=_seed, default=0,
+    p.add_argument("--n", type=_COUNT, default=202_599, help="number of faces")
+    p.add_argument("--seed", type=_SEED, default=0,
                    help="random seed (the same seed, the same faces)")
     _add_face_options(p, "faces are SIZE x SIZE pixels, or HxW (218x178: CelebA's aligned faces)",
                       DEFAULT_SIZE, full=False)
@@ -286,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store", metavar="STORE",
                    help="a Zarr store: a group (CelebA layout unless --array) or a bare array")
     _add_array(p)
-    p.add_argument("-k", "--k", type=_positive(int), required=True,
+    p.add_argument("-k", "--k", type=_COUNT, required=True,
                    help="number of components (required)")
     p.add_argument("--out", required=True, help="model directory to write (required)")
     p.add_argument("--method", choices=["pca", "fair", "fair-s"], default=FitJob.method,
@@ -331,9 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "float32 for 8- and 16-bit input unless an exact 8-bit kernel passed "
                         "its self-test and is not slower here (timed; DFAIRPCA_AUTO_KERNEL="
                         "exact|float32 forces it), float64 otherwise (the summary says which ran)")
-    g.add_argument("--n-oversamples", type=_positive(int), default=FitJob.n_oversamples,
+    g.add_argument("--n-oversamples", type=_COUNT, default=FitJob.n_oversamples,
                    metavar="P", help="randomized: the blocks have k + P columns")
-    g.add_argument("--iterated-power", type=_power, default=FitJob.iterated_power, metavar="Q",
+    g.add_argument("--iterated-power", type=_POWER, default=FitJob.iterated_power, metavar="Q",
                    help="randomized: at most Q + 2 passes over X; auto stops once the captured "
                         "variance is within 1e-4 of the optimum, by its Ritz residuals")
     g.add_argument("--random-state", type=int, default=FitJob.random_state, metavar="SEED",
@@ -348,12 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--resume", action="store_true",
                    help="continue an interrupted fit from its checkpoint, skipping finished "
                         "chunks (randomized: passes)")
-    g.add_argument("--rows-per-chunk", type=_positive(int),
+    g.add_argument("--rows-per-chunk", type=_COUNT,
                    help="rows per task of the pass (default: store chunks merged to "
                         f"~{BLOCK_BYTES >> 20} MiB)")
-    g.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
-    _add_storage(g)
-    _add_cluster(p, fits=True)
+    _add_writes(p, g, fits=True, json=False)  # its --json leads the group
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("transform", help="project a store lazily and write the result to Zarr")
@@ -366,14 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "--reconstruct X's reconstruction under X's name (required)")
     p.add_argument("--reconstruct", action="store_true",
                    help="write the reconstruction in X's space and dtype (images for CelebA)")
-    p.add_argument("--json", action="store_true", help=JSON_HELP)
-    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
-    _add_storage(p)
-    _add_cluster(p)
+    _add_writes(p)
     p.set_defaults(func=cmd_transform)
 
-    add_erase_parser(sub, _add_array, _add_sensitive, _add_storage, _add_cluster, OVERWRITE_HELP,
-                     JSON_HELP)
+    add_erase_parser(sub, _add_array, _add_sensitive, _add_writes)
     p = sub.add_parser("evaluate", help="how fair a model's representation is on a store's rows "
                        "(typically held out): group-mean gap, its bounds and a verdict against a "
                        "tolerance, a test of equal means, a linear probe; the attributes are the "
@@ -384,14 +358,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_array(p)
     _add_sensitive(p, "protected attributes (the sources combine; one report line each)",
                    use="as the attributes to evaluate")
-    p.add_argument("--baseline-k", type=_positive(int), metavar="K",
+    p.add_argument("--baseline-k", type=_COUNT, metavar="K",
                    help="also report standard PCA with K components, fitted on STORE's rows, one "
                         "more pass (default: no baseline)")
-    p.add_argument("--cv", type=_at_least_two, default=5, metavar="FOLDS",
+    p.add_argument("--cv", type=_FOLDS, default=5, metavar="FOLDS",
                    help="folds of the linear probe's cross-validation")
-    p.add_argument("--random-state", type=_seed, default=0, metavar="SEED",
+    p.add_argument("--random-state", type=_SEED, default=0, metavar="SEED",
                    help=f"seed of the probe's sample (at most {MAX_PROBE_ROWS:,} rows) and folds")
-    p.add_argument("--tolerance", type=_positive(float), default=0.1, metavar="SD",
+    p.add_argument("--tolerance", type=_positive_number, default=0.1, metavar="SD",
                    help="the largest group-mean gap you accept, in standard deviations of a "
                         "component: the verdict is fair when the gap's upper bound is below it")
     p.add_argument("--alpha", type=_probability, default=0.05, metavar="ALPHA",
@@ -406,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a model written by dfairpca fit on CelebA images")
     p.add_argument("store", metavar="STORE", help="a CelebA-layout store of the model's image size")
     p.add_argument("--out", default="faces.png", help="the PNG file to write")
-    p.add_argument("--n", type=_positive(int), default=DEFAULT_FACES, help="faces per row")
+    p.add_argument("--n", type=_COUNT, default=DEFAULT_FACES, help="faces per row")
     p.add_argument("--overwrite", action="store_true", help="replace a picture dfairpca drew")
     p.set_defaults(func=cmd_show)
 
@@ -415,8 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("demo", help="the main job: synth-celeba -> fit -> show")
-    p.add_argument("--n", type=_positive(int), default=202_599, help="number of synthetic faces")
-    p.add_argument("-k", "--k", type=_positive(int), default=400, help="number of components")
+    p.add_argument("--n", type=_COUNT, default=202_599, help="number of synthetic faces")
+    p.add_argument("-k", "--k", type=_COUNT, default=400, help="number of components")
     p.add_argument("--attribute", default="Eyeglasses", help="the protected CelebA attribute")
     p.add_argument("--workdir", default=None,
                    help="folder for the store, the model and faces.png (default: the user's "

@@ -91,8 +91,7 @@ def _fraction(text: str) -> float:
     return value
 
 
-def add_erase_parser(sub, add_array, add_sensitive, add_storage, add_cluster, overwrite_help: str,
-                     json_help: str) -> None:
+def add_erase_parser(sub, add_array, add_sensitive, add_writes) -> None:
     """The ``erase`` subcommand's options (the shared groups of options by the parser's
     helpers, passed in)."""
     p = sub.add_parser("erase", help="erase protected attributes from a store at full rank "
@@ -125,9 +124,6 @@ def add_erase_parser(sub, add_array, add_sensitive, add_storage, add_cluster, ov
                         "largest are outside its support (default: d * eps)")
     g.add_argument("--model", metavar="DIR",
                    help="also save the fitted eraser there, for dfairpca.load (default: none)")
-    g.add_argument("--json", action="store_true", help=json_help)
-    g.add_argument("--overwrite", action="store_true", help=overwrite_help)
-    add_storage(g)
-    add_cluster(p, fits=True)
+    add_writes(p, g, fits=True)
     # what the shared readers of the protected attributes also look at
     p.set_defaults(func=cmd_erase, target_column=None, rows_per_chunk=None)

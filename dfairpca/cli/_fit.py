@@ -318,23 +318,19 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
                     else:
                         est.fit(X, y, sensitive_features=groups, **fit)
             except WorkersLost as exc:
-                held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
-                raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: start workers and rerun "
-                               "with --resume, or wait longer with --timeout") from None
+                raise _stopped(exc, ckpt, "start workers and rerun with --resume, or wait longer "
+                                          "with --timeout") from None
             except SchedulerLost as exc:
                 # lost outside the checkpointed pass (before it, or in the solve's own passes)
-                held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
-                raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: start a scheduler and its "
-                               "workers again and rerun with --resume (and --scheduler ADDRESS)") from None
+                raise _stopped(exc, ckpt, "start a scheduler and its workers again and rerun with "
+                                          "--resume (and --scheduler ADDRESS)") from None
             except WorkerKilled as exc:
-                held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
-                raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: give the workers more "
-                               "memory (`dask worker --memory-limit`) and rerun with --resume") from None
+                raise _stopped(exc, ckpt, "give the workers more memory (`dask worker "
+                                          "--memory-limit`) and rerun with --resume") from None
             except WorkersPaused as exc:
-                held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
-                raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: {MEMORY_FIX_RESUMED} "
-                               "and rerun with --resume, or rerun with a smaller --rows-per-chunk "
-                               "and --overwrite (which starts over)") from None
+                raise _stopped(exc, ckpt, f"{MEMORY_FIX_RESUMED} and rerun with --resume, or rerun "
+                                          "with a smaller --rows-per-chunk and --overwrite (which "
+                                          "starts over)") from None
             except WorkersTooSmall as exc:
                 raise CLIError(f"{exc.what}: rerun with a smaller --rows-per-chunk, or "
                                f"{MEMORY_FIX_RESUMED}") from None
@@ -342,10 +338,9 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
                 raise CLIError(f"{exc} (rerun with --resume)" if "resume" in str(exc) else str(exc)) from None
             dt = time.perf_counter() - t
     except StoreTimeout as exc:
-        held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
-        raise CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: check that the server is "
-                       "up and reachable from the Dask workers, then rerun with --resume, or "
-                       "wait longer with --timeout") from None
+        raise _stopped(exc, ckpt, "check that the server is up and reachable from the Dask "
+                                  "workers, then rerun with --resume, or wait longer with "
+                                  "--timeout") from None
     try:
         with staged_locally(out, "model", overwrite=args.overwrite) as local:
             est.save(local, statistics=args.statistics, overwrite=args.overwrite)
@@ -367,6 +362,13 @@ def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
           + (f" ({est.statistics_kernel_} statistics); " if hasattr(est, "statistics_kernel_") else "; ")
           + f"fit in {dt:.1f} s; model written to {out}")
     return _fit_summary(est, args, data, dt, time.perf_counter() - start)
+
+
+def _stopped(exc, ckpt, fix: str) -> CLIError:
+    """The error of a fit that ``exc`` stopped (its ``what``, and the ``progress`` its
+    checkpoint at ``ckpt`` holds, if any), then ``fix``: what to do before ``--resume``."""
+    held = f"holds {exc.progress}" if exc.progress else "is kept if the pass saved one"
+    return CLIError(f"{exc.what}; the checkpoint {ckpt} {held}: {fix}")
 
 
 def _model_bytes(est, statistics) -> int | None:

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from ..base.progress import reported
 from ..solve._solution import FairSolution, exact_fair_solution, randomized_fair_solution
-from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, low_variance_message
+from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, constraint_of, low_variance_message
 from ._base import FairStatisticsEstimator, fit_context, set_certificate
 from ._linear import (
     LINEAR_RULES, LinearDecomposition, whitening,
@@ -296,8 +296,8 @@ class FairPCA(LinearDecomposition, FairStatisticsEstimator):
         raise if n_components exceeds it or the n fitted rows (when known)."""
         limit = check_fair_k(self.n_components, d, ms, q)
         k = self.n_components
-        what = "rows with y == 1" if self.constraint == "equal_opportunity" else "rows"
-        check_rows(k if is_int(k) else None, n, min(limit, n) if known(n) else limit, what)
+        check_rows(k if is_int(k) else None, n, min(limit, n) if known(n) else limit,
+                   constraint_of(self.constraint).rows_word)
         return limit
 
     @fit_context
@@ -353,7 +353,8 @@ class FairPCA(LinearDecomposition, FairStatisticsEstimator):
         solution = exact_fair_solution(
             m, num, names, limit, k=self.n_components, center=self.center,
             standardize=self.standardize, equalize=self.equalize_covariance,
-            eigen_solver=self._eigen_solver, tradeoff=self.tradeoff, estimator=type(self).__name__)
+            eigen_solver=self._eigen_solver, tradeoff=self.tradeoff, estimator=type(self).__name__,
+            constraint=self.constraint)
         self._set_solution(solution)
         if given:
             self.numeric_sensitive_columns_ = num

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from ..engine._compute import with_known_rows
-from ..inputs._groups import Groups, binary_target, encode_groups, group_labels
+from ..inputs._groups import Groups, encode_groups, group_labels
+from ..solve._fairness import constraint_of
 from ..inputs._validation import Input, check_input
 from ..inputs._weights import check_weights
 
@@ -68,16 +69,17 @@ def fair_input(est, X, sensitive_features, y, *, reset, min_samples: int = 2,
 
     ``reset`` as in :func:`~dfairpca.inputs._validation.check_input`; ``partial``: one call
     of ``partial_fit``, which may see a single group and weights totalling under 2.
-    ``est.constraint`` says whether y is read (equal opportunity); an estimator without
-    that parameter fits all rows (demographic parity).  ``groups=False``: an estimator
-    without protected attributes (PCA), whose input is X and the weights only.
+    ``est.constraint`` names the fairness constraint, whose row mask says which rows are
+    fitted (:meth:`dfairpca.solve._fairness.FairnessConstraint.row_mask`); an estimator
+    without that parameter fits all rows (demographic parity).  ``groups=False``: an
+    estimator without protected attributes (PCA), whose input is X and the weights only.
     """
     checked = check_input(est, X, reset=reset, min_samples=min_samples,
                           ids=getattr(est, "sensitive_feature_ids", None))
     labels = group_labels(est, checked, sensitive_features) if groups else None
     data, labels, y, w = with_known_rows(checked.data, labels, y, sample_weight)
     n = data.shape[0]
-    mask = binary_target(y, n) if getattr(est, "constraint", None) == "equal_opportunity" else None
+    mask = constraint_of(getattr(est, "constraint", None)).row_mask(y, n)
     if w is not None:
         w = check_weights(w, data, mask, min_total=0 if partial else 2)
     groups = None if labels is None else encode_groups(labels, n, mask=mask, require_two=not partial)

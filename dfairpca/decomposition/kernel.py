@@ -55,7 +55,6 @@ rows as landmarks it equals the exact method.
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -63,12 +62,11 @@ import numpy as np
 
 from ..solve import _kernels as kn
 from ..solve._kernel_method import choose_method, exact_fit_bytes
-from ..base import _solvers
 from ._base import Estimator, fit_context, set_certificate
 from ..engine._compute import compute, worker_timeout
 from ..engine._engine import coded_moments
 from ..solve._exact import row_variance
-from ..solve._fairness import CONSTRAINT_RULES, certify
+from ..solve._fairness import CONSTRAINT_RULES, constraint_of
 from ..solve._limits import check_fair_k
 from ..base._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_real
 from ..io._registry import register
@@ -76,7 +74,7 @@ from ._saved import fair_meta, kernel_layout, restore_fair_meta
 from ._fair_input import fair_input
 from ..inputs._validation import SENSITIVE_IDS, Input, check_finite_input
 from ._fair import FairPCA
-from ..base._typing import ArrayInput, ArrayOutput, ColumnIds, PathInput, Seed
+from ..base._typing import ArrayInput, ArrayOutput, ColumnIds, Seed
 from ..errors import InvalidInputError
 
 __all__ = ["FairKernelPCA", "KERNELS", "exact_fit_bytes"]
@@ -134,7 +132,8 @@ class FairKernelPCA(Estimator):
         scikit-learn's kernels: ``exp(-gamma ||x - y||^2)``, ``(gamma <x, y> + coef0)^degree``,
         ``tanh(gamma <x, y> + coef0)``, ``<x, y>``.  A callable ``kernel(A, B)`` must return the
         ``(len(A), len(B))`` kernel matrix of two float64 row blocks (and be picklable to
-        run on a distributed cluster).
+        run on a distributed cluster); ``save`` refuses a model with one (it never pickles:
+        refit after loading, or use a named kernel).
     gamma : "scale" or float > 0, default "scale"
         "scale" is ``1 / (d * Var(X))`` with Var over the flattened fitted rows (the paper's
         App. C.1 and scikit-learn's SVC default; 1 if that variance is 0), computed by a
@@ -388,7 +387,8 @@ class FairKernelPCA(Estimator):
         return self
 
     def _fit_exact(self, Xa, fit_rows, g, inp: Input, names, limit: int):
-        """Alg. 3 on the centred kernel of the fitted rows, via the downdate ``Kc - D D^T``."""
+        """Alg. 3 on the centred kernel of the fitted rows
+        (:func:`dfairpca.solve._kernels.exact_fair_kernel`), its rows read here."""
         rows = None if len(fit_rows) == Xa.shape[0] else fit_rows
         Xr = kn.take_rows(Xa, rows)
         var = kn.flat_variance(Xr[:, inp.features]) if self._needs_variance() else None
@@ -397,56 +397,30 @@ class FairKernelPCA(Estimator):
         Xf = Xr[:, inp.features] if len(inp.numeric) else Xr
         if self.center:  # equal rows: a centred kernel of zeros (uncentred, they hold a direction)
             row_variance(Xf)
-        Zn = kn.numeric_attributes(Xr[:, inp.numeric], inp.numeric_names)
         n = Xf.shape[0]
         k = limit if self.n_components is None else self.n_components
         self.gamma_ = self._resolve_gamma(var, Xf.shape[1])
         self.kernel_shift_ = self._kernel_shift(Xf)
-        kern = self._kernel_function(self.gamma_, self.kernel_shift_)
-        rng = np.random.default_rng(self.random_state)
-
-        K = kn.kernel_matrix(Xf, kern)
-        kn.check_not_identity(K, self.kernel, self.gamma_)
-        col_mean = kn.centre_in_place(K) if self.center else np.zeros(n)
-        positive = None if self._kernel_is_psd() else kn.clip_to_psd_in_place(K)
-        total = float(np.trace(K))
-        standard = _solvers.top_eigh_exact(K, k, rng) if self.tradeoff > 0 else None
-        parts = [] if g is None else [kn.centred_onehot(g.codes[fit_rows], g.categories)]
-        Z = np.hstack(parts + [Zn])
-        categories = ([] if g is None else list(g.categories)) + [None] * Zn.shape[1]
-        ZT, D, C, G = kn.constraint_directions(K, Z)
-        columns = kn.zero_groups(C, G, Z, K, categories, names)
-        kn.downdate_in_place(K, D)
-        s, E = _solvers.top_eigh_exact(K, k, rng, overwrite=True)
-        del K
-        tol = n * np.finfo(np.float64).eps * max(total, 0.0)
-        k = self._live_components(np.where(s > tol, s, 0.0), k, total > 0)
-        s, E = s[:k], E[:, :k]
-        coef = kn.dual_coefficients(E, s, ZT, D, tol)
-        if standard is not None:
-            s0, E0 = standard
-            coef = np.hstack([coef, self.tradeoff * kn.dual_coefficients(E0[:, :k], s0[:k], None, None, tol)])
-        if positive is not None:  # coefficients in the clipped kernel's range: Kc B = Kc_+ B
-            coef = positive @ (positive.T @ coef)
-        if self.center:
-            # Kc 1 = 0, so this keeps Kc B and makes kernel(x, X) B - col_mean B the centred
-            # cross-kernel expansion (the row-mean term of the centring multiplies 1^T B = 0)
-            coef -= coef.mean(axis=0)
-
-        per_group = kn.exact_violations(coef[:, :k], columns)
-        certify(per_group, names, categories, np.finfo(np.float64).eps, type(self).__name__,
-                fix=KERNEL_CERTIFY_FIX)
-        set_certificate(self, per_group)
+        sol = kn.exact_fair_kernel(
+            Xf, self._kernel_function(self.gamma_, self.kernel_shift_), k,
+            constraint=constraint_of(self.constraint),
+            codes=None if g is None else g.codes[fit_rows],
+            categories=None if g is None else g.categories,
+            numeric=Xr[:, inp.numeric], numeric_names=inp.numeric_names, names=names,
+            tradeoff=self.tradeoff, center=self.center, psd=self._kernel_is_psd(),
+            rng=np.random.default_rng(self.random_state), live=self._live_components,
+            estimator=type(self).__name__, fix=KERNEL_CERTIFY_FIX, kernel=self.kernel, gamma=self.gamma_)
+        set_certificate(self, sol.violations)
         self.method_ = "exact"
         self.n_landmarks_ = n
         self.basis_ = Xf
         self.basis_indices_ = fit_rows
-        self.dual_coef_ = coef
-        self.offset_ = col_mean @ coef
-        self.n_components_ = k
-        self.explained_variance_ = np.maximum(s, 0.0) / (n - 1)
-        self.explained_variance_ratio_ = np.maximum(s, 0.0) / total
-        self.n_constraints_ = D.shape[1]
+        self.dual_coef_ = sol.coef
+        self.offset_ = sol.offset
+        self.n_components_ = len(sol.variances)
+        self.explained_variance_ = np.maximum(sol.variances, 0.0) / (n - 1)
+        self.explained_variance_ratio_ = np.maximum(sol.variances, 0.0) / sol.total
+        self.n_constraints_ = sol.n_constraints
         self.max_components_ = limit
 
     def _fit_nystroem(self, Xa, fit_rows, mask, g, m, inp: Input, names):
@@ -524,27 +498,6 @@ class FairKernelPCA(Estimator):
                     "explained_variance_ratio_", "kernel_shift_")
     _meta_attrs = ("gamma_", "method_", "n_landmarks_", "n_features_in_", "n_samples_seen_",
                    "n_components_", "n_constraints_", "max_components_", "attribute_names_")
-
-    def save(self, path: PathInput, *, overwrite: bool = False) -> Path:
-        """Save the fitted model to directory ``path`` (.npz + JSON, written atomically).
-
-        Loaded back by :func:`dfairpca.load`.  Never pickles, so a callable ``kernel``
-        cannot be saved (refit after loading, or use a named kernel).
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-            The directory (local, or a URL such as ``s3://bucket/key``); it must not exist
-            or be an empty directory, unless ``overwrite``.
-        overwrite : bool
-            Replace a model saved by dfairpca at ``path``, and nothing else.
-
-        Returns
-        -------
-        pathlib.Path or str
-            The directory written: a Path for a local one, the URL as given for a remote one.
-        """
-        return self._write(path, overwrite)
 
     def _check_savable(self) -> None:
         if callable(self.kernel):

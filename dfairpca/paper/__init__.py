@@ -22,6 +22,7 @@ compared with the paper.  This module imports nothing heavy, so the CLI can buil
 from __future__ import annotations
 
 import argparse
+from ..base import int_at_least
 from ..errors import InvalidInputError
 
 __all__ = ["PARTS", "PROG", "add_arguments", "build_parser", "main"]
@@ -31,17 +32,6 @@ PROG = "python -m dfairpca.paper"
 
 #: the report's parts, in the order they are run and written
 PARTS = ("tables", "synthetic", "tradeoff", "faces")
-
-
-def _at_least_one(text: str) -> int:
-    """An argparse type: an integer >= 1 (a refused one is a usage error, exit status 2)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -54,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "or Ctrl-C skips them (default: paper-report)")
     parser.add_argument("--only", nargs="+", choices=PARTS, metavar="PART",
                         help=f"run only these parts ({', '.join(PARTS)}) (default: all)")
-    parser.add_argument("--jobs", type=_at_least_one, default=1,
+    parser.add_argument("--jobs", type=int_at_least(1).argument(), default=1,
                         help="run the parts side by side in this many processes ")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a report dfairpca wrote at --out (nothing else is replaced)")

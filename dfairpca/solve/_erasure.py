@@ -7,7 +7,7 @@ Both erasers are affine maps ``r(x) = x - L R (x - mean)`` of rank r, with L (d,
 the data only through the covariance Sigma and the cross-covariance Sigma_XZ of the
 features with the concept Z (the one-hot indicators of every group of every attribute,
 and any numeric attribute): the columns of Sigma_XZ are the rows of the fairness
-constraint (:func:`dfairpca.solve._fairness.fair_constraints`, ``n_g (mean_g - mean)`` up to
+constraint (:meth:`dfairpca.solve._fairness.FairnessConstraint.rows`, ``n_g (mean_g - mean)`` up to
 a common factor), so the statistics of one :class:`~dfairpca.stats.moments.Moments` pass
 serve fair PCA and the erasers alike.
 
@@ -32,7 +32,7 @@ import numpy as np
 
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
-from ._fairness import by_attribute, certify, constraint_basis, fair_constraints, row_norms
+from ._fairness import by_attribute, certify, constraint_basis, constraint_of, row_norms
 
 __all__ = ["ERASURE_METHODS", "Erasure", "support_whitening", "independent_rows", "erasure_maps",
            "erasure_violation", "fit_erasure", "default_rtol"]
@@ -160,7 +160,7 @@ def fit_erasure(m: Moments, num: np.ndarray, names, *, method: str, rtol: float 
     (None: :func:`default_rtol`).  Raises before it returns an eraser that fails its
     certificate, naming the group."""
     problem = m.problem(num)
-    C = fair_constraints(problem, names, None)
+    C = constraint_of(None).rows(problem, names, None)
     d = problem.n_features
     tol = default_rtol(d, problem.precision) if rtol is None else float(rtol)
     assert problem.scatter is not None  # a complete problem

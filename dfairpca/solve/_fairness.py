@@ -1,13 +1,14 @@
-"""The fair PCA algebra, which the fair estimators share: the constraint vectors
-and their orthonormal basis, the certificate, Fair PCA-S's equalising basis and the fair
-eigenproblem.
+"""The fair PCA algebra, which the fair estimators share: the fairness constraints
+(:class:`FairnessConstraint`, one class per notion, owning its rows, its row mask and which
+rows count, for the linear and the kernel solves alike), the certificate, Fair PCA-S's
+equalising basis and the fair eigenproblem.
 
 Fair PCA (Kleindessner et al. 2023, Alg. 1/2, Sec. 3.5) maximises ``trace(U^T S U)`` over
 orthonormal U subject to ``Z^T X U = 0``.  The paper builds an explicit basis R of the
 nullspace of ``Z^T X`` (d x (d - r)) and solves ``R^T S R``.  Here R is never formed: with
 Q an orthonormal basis of the r constraint directions (the group-mean deviations,
-:func:`constraint_basis`) and ``P = I - Q Q^T``, the top-k eigenvectors of ``P S P - c Q Q^T``
-(c > 0 pushes the constraint directions below every admissible eigenvalue) span the same
+:func:`constraint_basis`) and ``P = I - Q Q^T`` (:class:`~dfairpca.solve._restricted.Nullspace`),
+the top-k eigenvectors of ``P S P - c Q Q^T`` (c > 0 pushes the constraint directions below every admissible eigenvalue) span the same
 subspace ``R Lambda`` (:func:`fair_components`).  A final projection and Rayleigh-Ritz step
 make ``Q^T U = 0`` hold to rounding, and :func:`constraint_violation` measures what is left,
 in float64, after every solve.
@@ -18,8 +19,8 @@ each constraint vector the components keep is measured in float64 and :func:`cer
 refuses a fit above :data:`~dfairpca.solve._fairness.FAIRNESS_TOLERANCE`.
 
 Everything here reads the statistics through one :class:`~dfairpca.stats.moments.Problem`
-(plain arrays, :meth:`~dfairpca.stats.moments.Moments.problem`) and calls the eigensolvers of
-:mod:`dfairpca.base._solvers` only for the eigenproblem itself.
+(plain arrays, :meth:`~dfairpca.stats.moments.Moments.problem`); the restricted eigensolve is
+:mod:`dfairpca.solve._restricted`'s.
 """
 
 from __future__ import annotations
@@ -30,26 +31,19 @@ import numpy as np
 
 import scipy.linalg
 
-from ..base import _solvers
 from ..base._params import Check, is_int, is_real, one_of, outside_stacklevel
+from ..inputs._groups import binary_target
 from ..stats.moments import Problem
 from ._exact import fraction_to_k
+from ._restricted import Nullspace, restricted_components
 from ..errors import ConstraintDroppedWarning, InvalidInputError
 
-__all__ = ["CONSTRAINTS", "CONSTRAINT_RULES", "certify", "row_norms", "by_attribute",
-           "group_constraints", "numeric_constraints", "covariance_terms", "EQUALIZE_RULES",
-           "FAIRNESS_TOLERANCE", "constraint_basis", "constraint_violation", "equalizing_basis",
-           "fair_constraints", "fair_components", "LOW_VARIANCE", "equalized_dimensions",
+__all__ = ["FairnessConstraint", "DemographicParity", "EqualOpportunity", "CONSTRAINT_KINDS",
+           "CONSTRAINTS", "CONSTRAINT_RULES", "constraint_of", "certify", "row_norms", "by_attribute",
+           "EQUALIZE_RULES", "FAIRNESS_TOLERANCE", "constraint_basis", "constraint_violation",
+           "equalizing_basis", "fair_components", "LOW_VARIANCE", "equalized_dimensions",
            "low_variance_message"]
 
-#: the largest ``|U^T U - I|`` entry of the eigensolvers' components, after their
-#: projection off Q, that is taken as orthonormal (Householder and Cholesky QR leave a few
-#: eps times sqrt(k); a projection that moved U more is re-orthonormalised)
-ORTHONORMAL_ATOL = 1e-12
-
-#: the fairness notions of Sec. 3.2: equal group means over all rows, or over the y == 1 rows
-CONSTRAINTS = ("demographic_parity", "equal_opportunity")
-CONSTRAINT_RULES = [one_of(CONSTRAINTS)]
 
 #: the largest ``|U^T v| / |v|`` a fitted fair model may leave of any group-mean deviation v
 #: (its certificate, :func:`constraint_violation`).  What rounding leaves is far smaller:
@@ -104,73 +98,6 @@ def certify(per_group, names, categories, precision: float, estimator: str,
     )
 
 
-def group_constraints(problem: Problem, names) -> np.ndarray:
-    """The constraint matrix (rows ``n_g (mean_g - mean)``), with the rows of groups whose
-    mean is the overall mean to float64 rounding set to 0, with a warning for each."""
-    C = problem.constraint_rows.copy()
-    if not problem.counts:
-        return C
-    counts = np.concatenate(problem.counts).astype(np.float64)
-    floor = problem.deviation_floor
-    # a deviation is rounding only if it is within the rounding bound in every feature
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        # (weighted counts may be below 1: divide by the count itself wherever it is not 0)
-        dev = np.abs(C) / np.where(counts > 0, counts, 1.0)[:, None]
-    zero = (counts > 0) & np.all(dev <= floor[None, :], axis=1)
-    if zero.any():
-        start = 0
-        for name, categories in zip(names, problem.categories):
-            hit = np.flatnonzero(zero[start : start + len(categories)])
-            start += len(categories)
-            if hit.size:
-                labels = ", ".join(str(categories[i]) for i in hit)
-                word = "group" if hit.size == 1 else "groups"
-                warnings.warn(
-                    f"{word} {labels} of {name}: the mean of each equals the overall mean to "
-                    "float64 rounding in every feature (within 2 n eps of the feature's root "
-                    "mean square, the rounding bound of means of these rows), so they impose "
-                    "no constraint and none is kept for them",
-                    ConstraintDroppedWarning, stacklevel=outside_stacklevel(),
-                )
-        C[zero] = 0.0
-    return C
-
-
-def numeric_constraints(problem: Problem, names) -> np.ndarray:
-    """The numeric attributes' constraint rows (their cross sums with the features,
-    ``sum_i (z_i - mean z)(x_i - mean x)`` in stored units ``true * 4**-exponent``), checked
-    against rounding: against the attributes' own sums of squares and the features' (the
-    scatter's trace), for products in the statistics' precision.
-
-    A row below the rounding of such a sum (at most ``2 n eps |z - mean z| |X - mean X|``
-    for products in the statistics' precision eps, by Cauchy-Schwarz) is set to 0 with a
-    warning: that attribute is uncorrelated with the features to rounding and constrains
-    nothing.  A constant attribute (spread below the rounding of its mean) is an error.
-    """
-    n, means = problem.n, problem.numeric_means
-    C = np.array(problem.numeric_rows, dtype=np.float64)
-    zz = np.maximum(np.asarray(problem.numeric_own, np.float64), 0.0)
-    ff = max(float(problem.feature_spread), 0.0)
-    eps = float(np.finfo(np.float64).eps)
-    spread = np.ldexp(np.sqrt(zz / max(n, 1)), problem.exponent)
-    for j, name in enumerate(names):
-        if spread[j] <= 2 * n * eps * abs(means[j]) or zz[j] == 0:
-            raise InvalidInputError(
-                f"{name} is constant over the rows fitted, so it tells no one apart; drop it "
-                "from sensitive_feature_ids"
-            )
-    floor = 2.0 * n * problem.precision * np.sqrt(zz * ff)
-    zero = row_norms(C) <= floor
-    for j in np.flatnonzero(zero).tolist():
-        warnings.warn(
-            f"{names[j]}: its covariance with the features is float64 rounding (below "
-            f"{floor[j]:.2e} in the scatter's units), so it imposes no constraint and none is kept",
-            ConstraintDroppedWarning, stacklevel=outside_stacklevel(),
-        )
-    C[zero] = 0.0
-    return C
-
-
 #: the share of the variance under which a fair fit warns (:func:`low_variance_message`)
 LOW_VARIANCE = 0.05
 
@@ -201,35 +128,6 @@ def low_variance_message(kept: float, k: int, d: int, r: int, equalize) -> str |
             "most variance); a larger k keeps more")
 
 
-def covariance_terms(problem: Problem, scale, k: int, r: int,
-                     equalize) -> tuple[list | None, int | None]:
-    """(cov_diffs, l) for Fair PCA-S (``equalize``: ``equalize_covariance``), or (None,
-    None) where it is plain fair PCA: see :func:`dfairpca.solve._fairness.equalizing_basis`."""
-    if equalize is None:
-        return None, None
-    d = problem.n_features
-    l = equalized_dimensions(equalize, k, d)
-    if l >= d - r:  # the whole fair subspace: plain fair PCA (the paper's "S(1.0)")
-        return None, None
-    if problem.group_scatter is None:
-        raise InvalidInputError(
-            "these statistics hold no per-group scatter matrices; fit with "
-            "equalize_covariance set so that the pass accumulates them"
-        )
-    inv = 1.0 if scale is None else 1.0 / np.outer(scale, scale)
-    covs = []  # per attribute: [(n_g, Sigma_g)] of the groups with two or more rows
-    for scatter, counts in zip(problem.group_scatter, problem.counts):
-        covs.append([(c, scatter[g] / (c - 1) * inv) for g, c in enumerate(counts) if c > 1])
-    if len(covs) == 1 and len(covs[0]) == 2:
-        return [(1.0, covs[0][0][1] - covs[0][1][1])], l
-    diffs = []
-    for groups in covs:
-        n = sum(c for c, _ in groups)
-        pooled = sum(c / n * cov for c, cov in groups)
-        diffs += [(c / n, cov - pooled) for c, cov in groups]
-    return diffs, l
-
-
 def _check_equalize(est, e) -> None:
     """``equalize_covariance``: None, a fraction in (0, 1] or an int l >= an int k, and
     not with a fraction ``n_components`` (l depends on k)."""
@@ -257,6 +155,287 @@ def _check_equalize(est, e) -> None:
 EQUALIZE_RULES = [Check(_check_equalize)]
 
 
+class FairnessConstraint:
+    """A fairness notion of Sec. 3.2, the one owner of what it constrains, for the linear
+    and the kernel solves alike: which rows it is measured over (:meth:`row_mask`), the
+    vectors the components must be orthogonal to (:meth:`rows`, and in a kernel's feature
+    space :meth:`kernel_rows`) and which of those count (:meth:`basis`,
+    :meth:`kernel_basis`: rows without signal and dependent ones dropped).  Fair PCA-S's
+    covariance terms (:meth:`covariance_terms`) equalise the groups' covariances on top of
+    any of them.
+
+    Its rows are the group means' deviations over the rows of :meth:`row_mask`: a new
+    notion is a subclass with its :attr:`name` and what it changes, listed in
+    :data:`CONSTRAINT_KINDS`, and that name where the user picks it (the estimators'
+    ``constraint`` and the CLI's ``--constraint``).
+    """
+
+    #: the estimators' ``constraint`` value
+    name: str
+    #: the rows a fit is of, in messages
+    rows_word = "rows"
+
+    def row_mask(self, y, n: int) -> np.ndarray | None:
+        """The rows the constraint is measured over, as a boolean mask of X's n rows
+        (None: all of them); y is the task label fit was given."""
+        return None
+
+    # ------------------------------------------------------------ in the feature space
+    def rows(self, problem: Problem, names, scale) -> np.ndarray:
+        """The constraint vectors (rows) in the fitted feature space, for the exact and the
+        matrix-free solve alike: every group's mean deviation, then every numeric attribute's
+        covariance with the features, divided by the features' ``scale`` when standardised;
+        ``names`` name the attributes in that order for the warnings."""
+        p = len(problem.counts)
+        C = self._group_rows(problem, names[:p])  # first: its warnings come before the numeric ones'
+        if len(problem.numeric_means):
+            C = np.vstack([C, self._numeric_rows(problem, names[p:])])
+        return C if scale is None else C / scale[None, :]
+
+    def basis(self, C: np.ndarray) -> np.ndarray:
+        """Q (d, r), the orthonormal basis of the constraint rows C that counts
+        (:func:`constraint_basis`); P = I - Q Q^T (:class:`~dfairpca.solve._restricted.Nullspace`)
+        is the fair subspace's projector."""
+        return constraint_basis(C) if len(C) else np.zeros((C.shape[1], 0))
+
+    def covariance_terms(self, problem: Problem, scale, k: int, r: int,
+                         equalize) -> tuple[list | None, int | None]:
+        """Fair PCA-S's covariance constraints, on top of the group means: (cov_diffs, l) for
+        ``equalize_covariance`` ``equalize``, or (None, None) where it is plain fair PCA; see
+        :func:`equalizing_basis`."""
+        if equalize is None:
+            return None, None
+        d = problem.n_features
+        l = equalized_dimensions(equalize, k, d)
+        if l >= d - r:  # the whole fair subspace: plain fair PCA (the paper's "S(1.0)")
+            return None, None
+        if problem.group_scatter is None:
+            raise InvalidInputError(
+                "these statistics hold no per-group scatter matrices; fit with "
+                "equalize_covariance set so that the pass accumulates them"
+            )
+        inv = 1.0 if scale is None else 1.0 / np.outer(scale, scale)
+        covs = []  # per attribute: [(n_g, Sigma_g)] of the groups with two or more rows
+        for scatter, counts in zip(problem.group_scatter, problem.counts):
+            covs.append([(c, scatter[g] / (c - 1) * inv) for g, c in enumerate(counts) if c > 1])
+        if len(covs) == 1 and len(covs[0]) == 2:
+            return [(1.0, covs[0][0][1] - covs[0][1][1])], l
+        diffs = []
+        for groups in covs:
+            n = sum(c for c, _ in groups)
+            pooled = sum(c / n * cov for c, cov in groups)
+            diffs += [(c / n, cov - pooled) for c, cov in groups]
+        return diffs, l
+
+    def _group_rows(self, problem: Problem, names) -> np.ndarray:
+        """The constraint matrix (rows ``n_g (mean_g - mean)``), with the rows of groups whose
+        mean is the overall mean to float64 rounding set to 0, with a warning for each."""
+        C = problem.constraint_rows.copy()
+        if not problem.counts:
+            return C
+        counts = np.concatenate(problem.counts).astype(np.float64)
+        floor = problem.deviation_floor
+        # a deviation is rounding only if it is within the rounding bound in every feature
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            # (weighted counts may be below 1: divide by the count itself wherever it is not 0)
+            dev = np.abs(C) / np.where(counts > 0, counts, 1.0)[:, None]
+        zero = (counts > 0) & np.all(dev <= floor[None, :], axis=1)
+        if zero.any():
+            start = 0
+            for name, categories in zip(names, problem.categories):
+                hit = np.flatnonzero(zero[start : start + len(categories)])
+                start += len(categories)
+                if hit.size:
+                    labels = ", ".join(str(categories[i]) for i in hit)
+                    word = "group" if hit.size == 1 else "groups"
+                    warnings.warn(
+                        f"{word} {labels} of {name}: the mean of each equals the overall mean to "
+                        "float64 rounding in every feature (within 2 n eps of the feature's root "
+                        "mean square, the rounding bound of means of these rows), so they impose "
+                        "no constraint and none is kept for them",
+                        ConstraintDroppedWarning, stacklevel=outside_stacklevel(),
+                    )
+            C[zero] = 0.0
+        return C
+
+    def _numeric_rows(self, problem: Problem, names) -> np.ndarray:
+        """The numeric attributes' constraint rows (their cross sums with the features,
+        ``sum_i (z_i - mean z)(x_i - mean x)`` in stored units ``true * 4**-exponent``), checked
+        against rounding: against the attributes' own sums of squares and the features' (the
+        scatter's trace), for products in the statistics' precision.
+
+        A row below the rounding of such a sum (at most ``2 n eps |z - mean z| |X - mean X|``
+        for products in the statistics' precision eps, by Cauchy-Schwarz) is set to 0 with a
+        warning: that attribute is uncorrelated with the features to rounding and constrains
+        nothing.  A constant attribute (spread below the rounding of its mean) is an error.
+        """
+        n, means = problem.n, problem.numeric_means
+        C = np.array(problem.numeric_rows, dtype=np.float64)
+        zz = np.maximum(np.asarray(problem.numeric_own, np.float64), 0.0)
+        ff = max(float(problem.feature_spread), 0.0)
+        eps = float(np.finfo(np.float64).eps)
+        spread = np.ldexp(np.sqrt(zz / max(n, 1)), problem.exponent)
+        for j, name in enumerate(names):
+            if spread[j] <= 2 * n * eps * abs(means[j]) or zz[j] == 0:
+                raise InvalidInputError(
+                    f"{name} is constant over the rows fitted, so it tells no one apart; drop it "
+                    "from sensitive_feature_ids"
+                )
+        floor = 2.0 * n * problem.precision * np.sqrt(zz * ff)
+        zero = row_norms(C) <= floor
+        for j in np.flatnonzero(zero).tolist():
+            warnings.warn(
+                f"{names[j]}: its covariance with the features is float64 rounding (below "
+                f"{floor[j]:.2e} in the scatter's units), so it imposes no constraint and none is kept",
+                ConstraintDroppedWarning, stacklevel=outside_stacklevel(),
+            )
+        C[zero] = 0.0
+        return C
+
+    # ------------------------------------------------------------ in a kernel's feature space
+    def kernel_indicators(self, codes: np.ndarray | None, categories, numeric: np.ndarray,
+                          numeric_names) -> np.ndarray:
+        """Z of the exact kernel method (n, sum(m_r) - p + q): every attribute's centred
+        group indicators without its last group's (:meth:`_centred_onehot`), then the
+        centred numeric attributes; the constraint is ``Z^T Kc B = 0``."""
+        parts = [] if codes is None else [self._centred_onehot(codes, categories)]
+        return np.hstack(parts + [self._centred_numeric(numeric, numeric_names)])
+
+    def kernel_rows(self, Kc: np.ndarray, Z: np.ndarray, categories, names):
+        """(Z T, D = Kc Z T, columns): the orthonormal feature-space constraint directions
+        that count (:meth:`kernel_basis`) and, per attribute, each group's ``(Kc z_g,
+        z_g^T Kc z_g)`` for its certificate (:meth:`_kernel_columns`); ``categories`` per
+        attribute, None for a numeric one."""
+        ZT, D, C, G = self.kernel_basis(Kc, Z)
+        return ZT, D, self._kernel_columns(C, G, Z, Kc, categories, names)
+
+    def kernel_basis(self, Kc: np.ndarray, Z: np.ndarray):
+        """(Z T, D = Kc Z T, C = Kc Z, G = Z^T Kc Z): T makes the feature-space constraint
+        directions ``Phi Z T`` orthonormal.
+
+        G is their Gram matrix.  Its columns are scaled to a unit diagonal first (every group's
+        direction then counts alike, however the groups' deviations differ in size), columns
+        of groups without signal (:meth:`_kernel_columns`) are left out, and eigenvalues at or
+        below ``10 max(n, q) eps`` times the largest are rounding noise of the Gram product
+        (dependent constraints, e.g. two attributes that split the rows alike) and are dropped.
+        """
+        C = Kc @ Z
+        G = Z.T @ C
+        G = (G + G.T) / 2
+        live = np.flatnonzero(np.diagonal(G) > self._noise_level(Kc) * np.einsum("ij,ij->j", Z, Z))
+        if live.size == 0:
+            return Z[:, :0], C[:, :0], C, G
+        N = 1.0 / np.sqrt(np.diagonal(G)[live])
+        w, V = scipy.linalg.eigh(G[np.ix_(live, live)] * np.outer(N, N))
+        keep = _kept(w, Z.shape)
+        T = N[:, None] * V[:, keep] / np.sqrt(w[keep])
+        return Z[:, live] @ T, C[:, live] @ T, C, G
+
+
+    @staticmethod
+    def _noise_level(Kc: np.ndarray) -> float:
+        """``z^T Kc z`` below ``level * |z|^2`` is rounding noise of the kernel's entries
+        (``level = 10 n eps max|Kc|``): a group whose centred indicator z gives less has the
+        overall mean in the kernel's feature space, to the kernel's precision."""
+        n = Kc.shape[0]
+        return 10 * n * np.finfo(np.float64).eps * (float(np.abs(np.diagonal(Kc)).max()) if n else 0.0)
+
+
+    def _kernel_columns(self, C, G, Z, Kc, categories, names):
+        """Per attribute: ``(Kc z_g, z_g^T Kc z_g)`` for all m groups (the last group's
+        centred indicator is minus the sum of the other m - 1 columns of Z), or for a numeric
+        attribute (categories None) its one centred column, with those without signal
+        (:meth:`_noise_level`) set to zero and a warning naming them."""
+        level = self._noise_level(Kc)
+        columns, start = [], 0
+        for cats, name in zip(categories, names):
+            numeric = cats is None
+            width = 1 if numeric else len(cats) - 1
+            cols = np.arange(start, start + width)
+            start += width
+            Zb = Z[:, cols]
+            Gb = G[np.ix_(cols, cols)]
+            if numeric:
+                KZ, sq, zsq = C[:, cols].copy(), np.diagonal(Gb).copy(), np.einsum("ij,ij->j", Zb, Zb)
+            else:
+                KZ = np.hstack([C[:, cols], -C[:, cols].sum(axis=1, keepdims=True)])
+                sq = np.append(np.diagonal(Gb), Gb.sum())
+                zsq = np.append(np.einsum("ij,ij->j", Zb, Zb), np.square(Zb.sum(axis=1)).sum())
+            zero = sq <= level * zsq
+            if zero.any():
+                what = (f"{name}: its covariance with the kernel's features is rounding" if numeric else
+                        f"group(s) {', '.join(str(c) for c in np.asarray(cats)[zero])} of {name}: "
+                        "the mean in the kernel's feature space equals the overall mean to rounding")
+                warnings.warn(f"{what}, so they impose no constraint and none is kept",
+                              ConstraintDroppedWarning, stacklevel=outside_stacklevel())
+                KZ[:, zero], sq[zero] = 0.0, 0.0
+            columns.append((KZ, sq))
+        return columns
+
+    @staticmethod
+    def _centred_onehot(codes: np.ndarray, categories) -> np.ndarray:
+        """Z_comb of Sec. 3.5 without each attribute's last column, (n, sum(m_r) - p).
+
+        The centred one-hot columns of an attribute sum to zero, so its last column is minus the
+        sum of the others: leaving it out keeps the nullspace of ``Z^T Kc`` and makes the
+        structural rank deficiency disappear instead of leaving it to rounding.
+        """
+        cols = []
+        for j, cats in enumerate(categories):
+            onehot = (codes[:, j][:, None] == np.arange(len(cats) - 1)[None, :]).astype(np.float64)
+            cols.append(onehot - onehot.mean(axis=0))
+        return np.hstack(cols)
+
+    @staticmethod
+    def _centred_numeric(values, names) -> np.ndarray:
+        """Centred numeric protected attributes (n, q): the Z columns of the exact method
+        (``Z^T Kc B = 0``: the representation is uncorrelated with each); a constant one is an
+        error."""
+        Z = np.asarray(values, dtype=np.float64)
+        for j, name in enumerate(names):
+            if Z.shape[0] and np.ptp(Z[:, j]) == 0:
+                raise InvalidInputError(f"{name} is constant over the rows fitted, so it tells no one "
+                                 "apart; drop it from sensitive_feature_ids")
+        return Z - Z.mean(axis=0)
+
+
+class DemographicParity(FairnessConstraint):
+    """Equal group means over all rows."""
+
+    name = "demographic_parity"
+
+
+class EqualOpportunity(FairnessConstraint):
+    """Equal group means over the rows of the positive class (y == 1) only."""
+
+    name = "equal_opportunity"
+    rows_word = "rows with y == 1"
+
+    def row_mask(self, y, n: int) -> np.ndarray:
+        return binary_target(y, n)
+
+
+#: the fairness notions, by the name the user picks them with
+CONSTRAINT_KINDS = {c.name: c for c in (DemographicParity(), EqualOpportunity())}
+#: their names, in that order
+CONSTRAINTS = tuple(CONSTRAINT_KINDS)
+CONSTRAINT_RULES = [one_of(CONSTRAINTS)]
+
+
+def constraint_of(name: str | None) -> FairnessConstraint:
+    """The fairness constraint of an estimator's ``constraint`` (None: one without that
+    parameter, demographic parity)."""
+    return CONSTRAINT_KINDS[name or DemographicParity.name]
+
+
+def _kept(spectrum: np.ndarray, shape) -> np.ndarray:
+    """Which values of a spectrum (singular values of unit constraint rows, or eigenvalues
+    of their unit-diagonal Gram matrix) are independent directions: above ``10 max(shape)
+    eps`` times the largest (``scipy.linalg.null_space``'s rule); the rest are rounding of
+    rows that are combinations of the others."""
+    return spectrum > 10 * max(shape) * np.finfo(np.float64).eps * max(spectrum.max(), 0.0)
+
+
 def constraint_basis(C: np.ndarray, rtol: float | None = None, rank: int | None = None
                      ) -> np.ndarray:
     """Orthonormal basis (d, r) of the row space of C (the constraint directions).
@@ -277,9 +456,7 @@ def constraint_basis(C: np.ndarray, rtol: float | None = None, rank: int | None 
     if C.shape[0] == 0:
         return np.zeros((d, 0))
     U, s, _ = scipy.linalg.svd(C.T, full_matrices=False)
-    if rtol is None:
-        rtol = max(C.shape) * np.finfo(np.float64).eps * 10
-    r = int(np.sum(s > rtol * s[0]))
+    r = int(np.sum(_kept(s, C.shape) if rtol is None else s > rtol * s[0]))
     return U[:, : r if rank is None else min(r, rank)]
 
 
@@ -308,20 +485,8 @@ def row_norms(A: np.ndarray) -> np.ndarray:
     return top * np.linalg.norm(A / safe[:, None], axis=1)
 
 
-def fair_constraints(problem: Problem, names, scale) -> np.ndarray:
-    """The constraint vectors (rows) in the fitted feature space, for the exact and the
-    matrix-free solve alike: every group's mean deviation, then every numeric attribute's
-    covariance with the features, divided by the features' ``scale`` when standardised;
-    ``names`` name the attributes in that order for the warnings."""
-    p = len(problem.counts)
-    C = group_constraints(problem, names[:p])  # first: its warnings come before the numeric ones'
-    if len(problem.numeric_means):
-        C = np.vstack([C, numeric_constraints(problem, names[p:])])
-    return C if scale is None else C / scale[None, :]
-
-
 def fair_components(S, Q, problem: Problem, scale, largest: int, k, equalize,
-                    eigen_solver: str) -> np.ndarray:
+                    eigen_solver: str, constraint: FairnessConstraint) -> np.ndarray:
     """Fair components (k, d) of S outside Q's columns for ``n_components`` k (int,
     fraction or None; None and a fraction consider the ``largest`` allowed), with Fair
     PCA-S's equalising directions for ``equalize_covariance`` (from the problem's group
@@ -332,39 +497,14 @@ def fair_components(S, Q, problem: Problem, scale, largest: int, k, equalize,
     fraction = not (k is None or is_int(k))
     top = largest if k is None or fraction else k
     r = Q.shape[1]
-    terms = (None, None) if fraction else covariance_terms(problem, scale, top, r, equalize)
-    U = _restricted_top(S, Q, top, *terms, solver="dense" if fraction else eigen_solver)
+    cov_diffs, l = (None, None) if fraction else constraint.covariance_terms(problem, scale, top, r,
+                                                                              equalize)
+    within = None if cov_diffs is None else equalizing_basis(cov_diffs, Q, l)
+    U = restricted_components(S, Q, top, within, solver="dense" if fraction else eigen_solver)
     if not fraction:
         return U
     captured = np.sum((U @ S) * U, axis=1)
     return U[: fraction_to_k(captured, np.trace(S), k, "the fair subspace")]
-
-
-def _restricted_top(S: np.ndarray, Q: np.ndarray, k: int, cov_diffs=None, l=None,
-                    solver: str = "dense") -> np.ndarray:
-    """Top-k eigenvectors of S restricted to the orthogonal complement of Q's columns.
-
-    Returns (k, d) orthonormal rows U with ``U Q = 0``; equivalent to Alg. 2's ``R Lambda``.
-    With ``cov_diffs`` (Fair PCA-S, Sec. 3.6) the search is further restricted to the l
-    directions of the complement along which the group covariances differ least, see
-    :func:`equalizing_basis`.
-    """
-    if cov_diffs is not None:
-        W = equalizing_basis(cov_diffs, Q, l)
-        _, V = _solvers.top_eigh(W.T @ S @ W, k, solver)
-        U = W @ V
-    else:
-        _, U = _solvers.top_eigh(S, k, solver, Q=Q)
-    # enforce the constraint to rounding; where that moved U off orthonormal (a solver
-    # that does not project, as LAPACK on the deflated matrix), re-orthonormalise and
-    # re-diagonalise (Rayleigh-Ritz on span U): the eigensolvers return Ritz vectors, so
-    # an orthonormal U needs neither (at d = 6,400, k = 400 two products of S saved)
-    U = U - Q @ (Q.T @ U)
-    if np.abs(U.T @ U - np.eye(U.shape[1])).max() > ORTHONORMAL_ATOL:
-        U = _solvers.orthonormal(U)
-        _, G = np.linalg.eigh(U.T @ S @ U)
-        U = U @ G[:, ::-1]
-    return _solvers.flip_signs(U.T)
 
 
 def equalizing_basis(cov_diffs, Q: np.ndarray, l: int) -> np.ndarray:
@@ -377,7 +517,7 @@ def equalizing_basis(cov_diffs, Q: np.ndarray, l: int) -> np.ndarray:
     ``sum_g w_g ||R^T D_g R v||^2``; for two groups this is the same subspace as the paper's
     (the sum is proportional to ``(R^T D R)^2``).
     """
-    d = Q.shape[0]
+    d, null = Q.shape[0], Nullspace(Q)
     # one power of two for all differences (exact; the order of the eigenvalues is that
     # of c D for any c > 0): they become O(1), so their squares below neither underflow
     # nor overflow and the shift that parks Q's directions is relative
@@ -387,14 +527,14 @@ def equalizing_basis(cov_diffs, Q: np.ndarray, l: int) -> np.ndarray:
         (_, D), = cov_diffs
         D = np.ldexp(D, -e)
         big = 2.0 * np.abs(D).sum(1).max() + 1.0  # above every |eigenvalue| of P D P
-        w, V = scipy.linalg.eigh(_solvers.deflated(D, Q, big))
+        w, V = scipy.linalg.eigh(null.deflate(D, big))
         order = np.argsort(np.abs(w), kind="stable")
     else:
         T = np.zeros((d, d))
         for wt, D in cov_diffs:
-            A = _solvers.deflated(np.ldexp(D, -e), Q, 0.0)
+            A = null.deflate(np.ldexp(D, -e), 0.0)
             T += wt * (A @ A)
         big = 2.0 * np.abs(T).sum(1).max() + 1.0
-        w, V = scipy.linalg.eigh(_solvers.deflated(T, Q, big))
+        w, V = scipy.linalg.eigh(null.deflate(T, big))
         order = np.argsort(w, kind="stable")
     return V[:, order[:l]]

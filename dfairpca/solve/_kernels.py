@@ -2,30 +2,31 @@
 
 Kernels (scikit-learn's definitions, computed in float64 row blocks), the expansion
 ``k(x, basis) @ coef - offset`` that every transform and the Nyström features are, the
-exact method's steps on the n x n centred kernel (centring, constraint directions, the
-downdate ``Kc - D D^T``, dual coefficients, the certificate's feature-space shares) and
-the lazy variance ``gamma="scale"`` needs.  See :mod:`dfairpca.decomposition.kernel` for the method.
+exact method's solve on the n x n centred kernel (:func:`exact_fair_kernel`: centring,
+the constraint's feature-space directions from its
+:class:`~dfairpca.solve._fairness.FairnessConstraint`, the downdate ``Kc - D D^T``, dual
+coefficients, the certificate's feature-space shares) and the lazy variance
+``gamma="scale"`` needs.  See :mod:`dfairpca.decomposition.kernel` for the method.
 """
 
 from __future__ import annotations
 
 import functools
-import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
 from sklearn.metrics import pairwise
 
 from ..base import _solvers, _system
-from ..base._params import outside_stacklevel
 from ..inputs._validation import check_finite_input, row_origin
-from ..errors import ConstraintDroppedWarning, InvalidInputError
+from ..errors import InvalidInputError
+from ._fairness import certify
 
 __all__ = ["KERNELS", "BLOCK_BYTES", "kernel_function", "block_rows", "expand", "nystroem_features",
-           "numeric_attributes", "kernel_matrix", "centre_in_place", "centred_onehot",
-           "constraint_directions", "zero_groups", "exact_violations", "clip_to_psd_in_place",
-           "downdate_in_place", "dual_coefficients", "inverse_sqrt", "take_rows", "flat_variance",
-           "check_not_identity", "live_components"]
+           "kernel_matrix", "centre_in_place", "exact_violations", "clip_to_psd_in_place",
+           "downdate_in_place", "dual_coefficients", "KernelSolution", "exact_fair_kernel",
+           "inverse_sqrt", "take_rows", "flat_variance", "check_not_identity", "live_components"]
 
 #: the named kernels (scikit-learn's definitions, :mod:`sklearn.metrics.pairwise`)
 KERNELS = ("rbf", "poly", "sigmoid", "linear")
@@ -135,18 +136,6 @@ def _phi_block(x, basis, coef, kern, features, numeric, block_info=None):
     return np.hstack([phi, np.asarray(x)[:, numeric].astype(np.float64)])
 
 
-def numeric_attributes(values, names) -> np.ndarray:
-    """Centred numeric protected attributes (n, q): the Z columns of the exact method
-    (``Z^T Kc B = 0``: the representation is uncorrelated with each); a constant one is an
-    error."""
-    Z = np.asarray(values, dtype=np.float64)
-    for j, name in enumerate(names):
-        if Z.shape[0] and np.ptp(Z[:, j]) == 0:
-            raise InvalidInputError(f"{name} is constant over the rows fitted, so it tells no one "
-                             "apart; drop it from sensitive_feature_ids")
-    return Z - Z.mean(axis=0)
-
-
 def kernel_matrix(X: np.ndarray, kern) -> np.ndarray:
     """The n x n kernel matrix of the rows of X, computed as a chunked Dask array by local
     threads and written block by block into one float64 array (no concatenation copy)."""
@@ -168,84 +157,6 @@ def centre_in_place(K: np.ndarray) -> np.ndarray:
     K -= col_mean[None, :]
     K -= (col_mean - col_mean.mean())[:, None]
     return col_mean
-
-
-def centred_onehot(codes: np.ndarray, categories) -> np.ndarray:
-    """Z_comb of Sec. 3.5 without each attribute's last column, (n, sum(m_r) - p).
-
-    The centred one-hot columns of an attribute sum to zero, so its last column is minus the
-    sum of the others: leaving it out keeps the nullspace of ``Z^T Kc`` and makes the
-    structural rank deficiency disappear instead of leaving it to rounding.
-    """
-    cols = []
-    for j, cats in enumerate(categories):
-        onehot = (codes[:, j][:, None] == np.arange(len(cats) - 1)[None, :]).astype(np.float64)
-        cols.append(onehot - onehot.mean(axis=0))
-    return np.hstack(cols)
-
-
-def constraint_directions(Kc: np.ndarray, Z: np.ndarray):
-    """(Z T, D = Kc Z T, C = Kc Z, G = Z^T Kc Z): T makes the feature-space constraint
-    directions ``Phi Z T`` orthonormal.
-
-    G is their Gram matrix.  Its columns are scaled to a unit diagonal first (every group's
-    direction then counts alike, however the groups' deviations differ in size), columns
-    of groups without signal (:func:`zero_groups`) are left out, and eigenvalues at or
-    below ``10 max(n, q) eps`` times the largest are rounding noise of the Gram product
-    (dependent constraints, e.g. two attributes that split the rows alike) and are dropped.
-    """
-    C = Kc @ Z
-    G = Z.T @ C
-    G = (G + G.T) / 2
-    live = np.flatnonzero(np.diagonal(G) > _noise_level(Kc) * np.einsum("ij,ij->j", Z, Z))
-    if live.size == 0:
-        return Z[:, :0], C[:, :0], C, G
-    N = 1.0 / np.sqrt(np.diagonal(G)[live])
-    w, V = scipy.linalg.eigh(G[np.ix_(live, live)] * np.outer(N, N))
-    rtol = 10 * max(Z.shape) * np.finfo(np.float64).eps
-    keep = w > rtol * max(w.max(), 0.0)
-    T = N[:, None] * V[:, keep] / np.sqrt(w[keep])
-    return Z[:, live] @ T, C[:, live] @ T, C, G
-
-
-def _noise_level(Kc: np.ndarray) -> float:
-    """``z^T Kc z`` below ``level * |z|^2`` is rounding noise of the kernel's entries
-    (``level = 10 n eps max|Kc|``): a group whose centred indicator z gives less has the
-    overall mean in the kernel's feature space, to the kernel's precision."""
-    n = Kc.shape[0]
-    return 10 * n * np.finfo(np.float64).eps * (float(np.abs(np.diagonal(Kc)).max()) if n else 0.0)
-
-
-def zero_groups(C, G, Z, Kc, categories, names):
-    """Per attribute: ``(Kc z_g, z_g^T Kc z_g)`` for all m groups (the last group's
-    centred indicator is minus the sum of the other m - 1 columns of Z), or for a numeric
-    attribute (categories None) its one centred column, with those without signal
-    (:func:`_noise_level`) set to zero and a warning naming them."""
-    level = _noise_level(Kc)
-    columns, start = [], 0
-    for cats, name in zip(categories, names):
-        numeric = cats is None
-        width = 1 if numeric else len(cats) - 1
-        cols = np.arange(start, start + width)
-        start += width
-        Zb = Z[:, cols]
-        Gb = G[np.ix_(cols, cols)]
-        if numeric:
-            KZ, sq, zsq = C[:, cols].copy(), np.diagonal(Gb).copy(), np.einsum("ij,ij->j", Zb, Zb)
-        else:
-            KZ = np.hstack([C[:, cols], -C[:, cols].sum(axis=1, keepdims=True)])
-            sq = np.append(np.diagonal(Gb), Gb.sum())
-            zsq = np.append(np.einsum("ij,ij->j", Zb, Zb), np.square(Zb.sum(axis=1)).sum())
-        zero = sq <= level * zsq
-        if zero.any():
-            what = (f"{name}: its covariance with the kernel's features is rounding" if numeric else
-                    f"group(s) {', '.join(str(c) for c in np.asarray(cats)[zero])} of {name}: "
-                    "the mean in the kernel's feature space equals the overall mean to rounding")
-            warnings.warn(f"{what}, so they impose no constraint and none is kept",
-                          ConstraintDroppedWarning, stacklevel=outside_stacklevel())
-            KZ[:, zero], sq[zero] = 0.0, 0.0
-        columns.append((KZ, sq))
-    return columns
 
 
 def exact_violations(coef: np.ndarray, columns) -> list:
@@ -301,6 +212,72 @@ def dual_coefficients(E, s, ZT, D, tol):
     B = np.zeros_like(E)
     B[:, live] = E[:, live] / np.sqrt(s[live])
     return B
+
+
+@dataclass(frozen=True)
+class KernelSolution:
+    """A certified exact fair kernel PCA solve (problem (6) by the downdate ``Kc - D D^T``).
+
+    ``coef`` (n, k), or (n, 2k) with the λ-scaled standard kernel PCA's after the fair
+    ones: the representation is ``kernel(x, X) @ coef - offset``; ``variances`` the k
+    fair components' eigenvalues of the downdated kernel (sums of squares, 0 at or below
+    rounding), ``total`` the trace of the centred (clipped) kernel; ``n_constraints`` the
+    independent constraint directions removed; ``violations`` per attribute, the share of
+    every group's feature-space mean deviation the components keep."""
+
+    coef: np.ndarray
+    offset: np.ndarray
+    variances: np.ndarray
+    total: float
+    n_constraints: int
+    violations: list
+
+
+def exact_fair_kernel(X: np.ndarray, kern, k: int, *, constraint, codes, categories, numeric,
+                      numeric_names, names, tradeoff: float, center: bool, psd: bool, rng,
+                      live, estimator: str, fix: str, kernel=None, gamma=None) -> KernelSolution:
+    """Fair kernel PCA of the rows of X (the fitted rows' features), exactly: Alg. 3 on the
+    n x n kernel of ``kern``, via the downdate ``Kc - D D^T`` (see
+    :mod:`dfairpca.decomposition.kernel`).
+
+    ``constraint``: the fairness constraint (:class:`dfairpca.solve._fairness.FairnessConstraint`),
+    whose feature-space rows are those of the groups ``codes`` (n, p) of ``categories`` (None
+    without labelled attributes) and of the ``numeric`` attributes (n, q); ``names`` name
+    them, labelled first.  ``center``: centre the kernel; ``psd``: whether the kernel is
+    positive semi-definite (else its positive part is used); ``live(s, k, nonzero)``: the
+    components kept (:func:`live_components`).  Certified before it returns
+    (:func:`dfairpca.solve._fairness.certify`, naming ``estimator`` and ``fix``).  ``kernel``
+    and ``gamma`` name the kernel in the identity-matrix refusal (:func:`check_not_identity`).
+    """
+    Z = constraint.kernel_indicators(codes, categories, numeric, numeric_names)
+    n = X.shape[0]
+    K = kernel_matrix(X, kern)
+    check_not_identity(K, kernel, gamma)
+    col_mean = centre_in_place(K) if center else np.zeros(n)
+    positive = None if psd else clip_to_psd_in_place(K)
+    total = float(np.trace(K))
+    standard = _solvers.top_eigh_exact(K, k, rng) if tradeoff > 0 else None
+    cats = ([] if codes is None else list(categories)) + [None] * np.shape(numeric)[1]
+    ZT, D, columns = constraint.kernel_rows(K, Z, cats, names)
+    downdate_in_place(K, D)
+    s, E = _solvers.top_eigh_exact(K, k, rng, overwrite=True)
+    del K
+    tol = n * np.finfo(np.float64).eps * max(total, 0.0)
+    k = live(np.where(s > tol, s, 0.0), k, total > 0)
+    s, E = s[:k], E[:, :k]
+    coef = dual_coefficients(E, s, ZT, D, tol)
+    if standard is not None:
+        s0, E0 = standard
+        coef = np.hstack([coef, tradeoff * dual_coefficients(E0[:, :k], s0[:k], None, None, tol)])
+    if positive is not None:  # coefficients in the clipped kernel's range: Kc B = Kc_+ B
+        coef = positive @ (positive.T @ coef)
+    if center:
+        # Kc 1 = 0, so this keeps Kc B and makes kernel(x, X) B - col_mean B the centred
+        # cross-kernel expansion (the row-mean term of the centring multiplies 1^T B = 0)
+        coef -= coef.mean(axis=0)
+    per_group = exact_violations(coef[:, :k], columns)
+    certify(per_group, names, cats, np.finfo(np.float64).eps, estimator, fix=fix)
+    return KernelSolution(coef, col_mean @ coef, s, total, D.shape[1], per_group)
 
 
 # ---------------------------------------------------------------------------- Nyström

@@ -8,8 +8,8 @@ threads' running sums of the same size and the chunks at hand; the client the Kr
 d x w per pass (float64: 140 MB at d = 116,412, w = 60 and 4 passes); neither depends on n.
 
 Fair PCA is the top-k eigenspace of ``M = P S P`` with ``P = I - Q Q^T`` and Q (d x r) an
-orthonormal basis of the group-mean deviations (:func:`dfairpca.solve._fairness.constraint_basis`,
-the exact solve's basis).  P is applied exactly to every block, so the components are
+orthonormal basis of the group-mean deviations
+(:meth:`dfairpca.solve._fairness.FairnessConstraint.basis`, the exact solve's basis).  P is applied exactly to every block, so the components are
 orthogonal to Q to rounding however far the iteration has converged: the fit passes the
 exact solve's certificate (:func:`dfairpca.solve._fairness.constraint_violation`).
 
@@ -35,7 +35,8 @@ from ..base._params import is_int
 from ._exact import check_variance, standard_scale
 from ._krylov import Krylov, ritz_components
 from ._limits import check_features, check_rows, too_large
-from ._fairness import by_attribute, constraint_basis, constraint_violation, fair_constraints
+from ._fairness import by_attribute, constraint_of, constraint_violation
+from ._restricted import Nullspace
 from ..engine._thin_pass import (
     Plan, as_rows, chunked, corrected, first_pass, restore_statistics, run_thin_pass,
     statistics_state,
@@ -131,7 +132,8 @@ def _check(k, n_oversamples, iterated_power) -> None:
 
 
 def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, numeric=(),
-                   standard: bool = False, center: bool = True, standardize: bool = False,
+                   constraint: str | None = None, standard: bool = False, center: bool = True,
+                   standardize: bool = False,
                    dtype=None, n_oversamples: int = N_OVERSAMPLES, iterated_power="auto",
                    random_state=None, split_every: int = 8, progress: bool = False,
                    checkpoint=None, resume: bool = True, on_pass=None) -> RandomizedFit:
@@ -145,6 +147,10 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
         (:func:`dfairpca.inputs._validation.encode_groups`); none: no group constraint.
     names : names of the p attributes, then of the numeric ones (for warnings and errors)
     mask : (n,) bool, the rows to fit (equal opportunity: y == 1)
+    constraint : str, optional
+        The fairness notion whose constraint rows are fitted
+        (:func:`dfairpca.solve._fairness.constraint_of`; None: demographic parity); its
+        row mask is ``mask``, applied by the passes.
     numeric : columns of X that are numeric protected attributes: the components are
         made uncorrelated with them and leave them out (``sensitive_feature_ids``)
     standard : also the standard PCA components of the same operator, from the same
@@ -192,8 +198,9 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
             iterated_power=iterated_power, numeric=numeric, center=center,
             standardize=standardize, standard=standard), resume)
     try:
-        return _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, center,
-                    standardize, dtype, omega, iterated_power, split_every, progress, ck, on_pass)
+        return _fit(X, k, d, keep, codes, categories, names, mask, numeric, constraint_of(constraint),
+                    standard, center, standardize, dtype, omega, iterated_power, split_every,
+                    progress, ck, on_pass)
     except (KeyboardInterrupt, *CLUSTER_FAILURES, StoreTimeout) as exc:
         if ck is None:
             raise
@@ -209,7 +216,8 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
         raise stopped from None
 
 
-def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, center, standardize,
+def _fit(X, k, d, keep, codes, categories, names, mask, numeric, constraint, standard, center,
+         standardize,
          dtype, omega, iterated_power, split_every, progress, ck, on_pass) -> RandomizedFit:
     """:func:`fit_randomized` once its arguments are checked (``ck``: its checkpoint)."""
     p = len(categories)
@@ -237,15 +245,14 @@ def _fit(X, k, d, keep, codes, categories, names, mask, numeric, standard, cente
     check_variance(diagonal, n, mu if sd is None else mu / sd, m.rows)  # before the other passes
     # the exact fit's rules on the same first-order fields (what Moments without a scatter holds)
     problem = full.problem(complete=False)
-    C = fair_constraints(problem, names, scale)
-    Q = constraint_basis(C) if len(C) else np.zeros((d, 0))
-    r = Q.shape[1]
+    C = constraint.rows(problem, names, scale)
+    null = Nullspace(constraint.basis(C))
+    Q, r = null.Q, null.rank
     if k > d - r:
         raise too_large(k, f"the {r} constraint directions leave {d - r} dimensions; the largest "
                            f"k is {d - r}")
 
-    def project(A):
-        return A - Q @ (Q.T @ A) if r else A
+    project = null.project
 
     def scaled(A):
         return A if sd is None else A / sd[:, None]

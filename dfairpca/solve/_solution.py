@@ -19,7 +19,7 @@ from ..stats._exact import kernel_name
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
 from ._exact import fitted_space
-from ._fairness import by_attribute, certify, constraint_basis, constraint_violation, fair_components, fair_constraints
+from ._fairness import by_attribute, certify, constraint_of, constraint_violation, fair_components
 
 __all__ = ["FairSolution", "exact_fair_solution", "randomized_fair_solution"]
 
@@ -60,23 +60,26 @@ class FairSolution:
 
 def exact_fair_solution(m: Moments, num: np.ndarray, names, limit: int, *, k, center: bool,
                         standardize: bool, equalize, eigen_solver: str, tradeoff: float,
-                        estimator: str) -> FairSolution:
+                        estimator: str, constraint: str | None = None) -> FairSolution:
     """Fair PCA from complete statistics m, whose columns ``num`` are numeric protected
     attributes and the others the features; ``limit`` the largest k the attributes allow
-    (checked by the caller), ``k`` the ``n_components`` asked for (int, fraction or None).
+    (checked by the caller), ``k`` the ``n_components`` asked for (int, fraction or None),
+    ``constraint`` the fairness notion (:func:`dfairpca.solve._fairness.constraint_of`; its
+    row mask was the pass's).
 
     m is read once (:meth:`Moments.problem`); the rest is the fair algebra of
-    :mod:`dfairpca.solve._fairness` on its arrays: the constraint rows, their basis, the
+    :mod:`dfairpca.solve._fairness` on its arrays: the constraint's rows and their basis, the
     fair eigenproblem, the certificate."""
+    fairness = constraint_of(constraint)
     if equalize is not None and not m.attributes:
         raise InvalidInputError("equalize_covariance equalises the covariances of groups: give the "
                                 "protected attribute as group labels, or leave it None")
     problem = m.problem(num)
     S, scale, e = fitted_space(problem, center, standardize)
-    C = fair_constraints(problem, names, scale)
-    Q = constraint_basis(C)
+    C = fairness.rows(problem, names, scale)
+    Q = fairness.basis(C)
     largest = min(limit, problem.n_effective)
-    U = fair_components(S, Q, problem, scale, largest, k, equalize, eigen_solver)
+    U = fair_components(S, Q, problem, scale, largest, k, equalize, eigen_solver, fairness)
     per_group = by_attribute(constraint_violation(U, C), problem)
     certify(per_group, names, problem.categories + [None] * len(num), problem.precision, estimator)
     standard = None
