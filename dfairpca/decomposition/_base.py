@@ -16,18 +16,23 @@ from typing import Any, Self
 
 import numpy.typing as npt
 
+import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import NotFittedError
 
 from ..base._compat import current_params
 from ..base._params import validate_params
+from ..base._system import rows_per_block
+from ..engine._checkpoint_files import saved_compute_dtype
+from ..engine._compute import worker_timeout
 from ..engine._engine import auto_choice_for_pass, coded_moments
+from ..engine.checkpoint import coded_moments_checkpointed
 from ..errors import InvalidInputError
 from ..inputs._validation import Input, check_input
 from ..stats._auto import row_width
 from ..stats._exact import statistics_dtype
-from ..stats.moments import Moments
+from ..stats.moments import Moments, merge
 from ._fair_input import FairInput, fair_input
 from ._saved import input_meta, restore_input_meta
 from ..base._typing import ArrayInput, ArrayOutput, PathInput
@@ -321,8 +326,6 @@ class StatisticsEstimator(Estimator):
         ``checkpoint`` as it goes if given."""
         resumed = None
         if checkpoint is not None and self.compute_dtype in ("auto", None):
-            from ..engine._checkpoint_files import saved_compute_dtype
-
             resumed = saved_compute_dtype(checkpoint)  # "auto" resumes what it chose then
         dtype = self._pass_dtype(X, numeric, weighted=weights is not None, resumed=resumed)
         codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
@@ -336,11 +339,6 @@ class StatisticsEstimator(Estimator):
         if checkpoint is None:
             m = coded_moments(X, codes, cats, **kw)
         else:
-            import dask.array as da
-
-            from ..base._system import rows_per_block
-            from ..engine.checkpoint import coded_moments_checkpointed
-
             if not isinstance(X, da.Array):  # a checkpointed pass reads X in segments of chunks
                 X = da.from_array(X, chunks=(rows_per_block(X.shape[1] * X.itemsize), -1))
             m = coded_moments_checkpointed(X, codes, cats, checkpoint=checkpoint, **kw)
@@ -352,8 +350,6 @@ class StatisticsEstimator(Estimator):
              keep_checkpoint: bool = False, timeout=None):
         """``fit``: the input checked, the one pass (or the matrix-free passes where the
         estimator runs them), the solve; ``checkpoint`` released after it unless kept."""
-        from ..engine._compute import worker_timeout
-
         with worker_timeout(timeout):
             f = self._read(X, y, sensitive_features, sample_weight, reset=True)
             if not self._fit_matrix_free(f, checkpoint):
@@ -381,8 +377,6 @@ class StatisticsEstimator(Estimator):
     def _partial_fit(self, X, y, sensitive_features, sample_weight):
         """``partial_fit``: the statistics of X merged with those gathered so far, solved
         once they can be (until then only kept)."""
-        from ..stats.moments import merge
-
         self._check_partial()
         first = not hasattr(self, "statistics_")
         f = self._read(X, y, sensitive_features, sample_weight, reset=first, partial=True)
