@@ -29,7 +29,7 @@ from ..inputs._validation import (
     Input, check_finite_output, compute_dtype_for, is_xarray,
     row_origin,
 )
-from ..stats._exact import WEIGHTED_EXACT_MESSAGE, check_exact, is_exact, kernel_name
+from ..stats._exact import is_exact, kernel_name
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput, ArrayOutput, PathInput
 from ..errors import InvalidInputError
@@ -151,10 +151,9 @@ class LinearDecomposition(ProbabilisticPCA):
         d = X.shape[1] - len(getattr(self, "numeric_sensitive_columns_", ()))
         n_groups = 0 if groups is None else sum(len(c) for c in groups.categories)
         if is_exact(self.compute_dtype):
-            # exact statistics are the d x d sums: the covariance solve, never matrix-free passes
-            check_exact(X.dtype, 0)
-            if weighted:
-                raise InvalidInputError(WEIGHTED_EXACT_MESSAGE)
+            # exact statistics are the d x d sums: the covariance solve, never matrix-free
+            # passes; the pass's dtype refuses float X and weighted rows before any work
+            self._pass_dtype(X, weighted=weighted)
             if self.svd_solver == "randomized":
                 raise InvalidInputError(
                     "compute_dtype='exact' sums the d x d statistics exactly, which the "
