@@ -296,7 +296,8 @@ def group_reconstruction_error(model: LinearDecomposition, X: ArrayInput, sensit
     errors = []
     for m in models:
         source = X if m is model or m.n_features_in_ == model.n_features_in_ else _without(X, inp.sensitive)
-        R = m.inverse_transform(m.transform(source))
+        # the model's representation of the X checked above (transform would check it again)
+        R = m.inverse_transform(m._represent(inp, X) if m is model else m.transform(source))
         if R.shape[1] != data.shape[1]:
             raise InvalidInputError(
                 f"{type(m).__name__} reconstructs {R.shape[1]} features, the model "
@@ -497,7 +498,9 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
     else:  # numpy, DataFrames, DataArrays: the models' own transform
         reps = []
         for m, drop in zip(models, drops):
-            out = m.transform(X if drop is None else _without(X, drop))
+            # the model represents the X checked above (its transform would check it again)
+            out = (m._represent(inp, X) if m is model and hasattr(m, "_represent")
+                   else m.transform(X if drop is None else _without(X, drop)))
             reps.append(out.data if is_xarray(out) else out)
         widths = [int(r.shape[1]) for r in reps]
         if any(isinstance(r, da.Array) for r in reps):

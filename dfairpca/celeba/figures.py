@@ -304,7 +304,7 @@ def _group_means(model) -> tuple[np.ndarray, np.ndarray]:
     return before, model.inverse_transform(model.transform(before))
 
 
-def _gap(means: np.ndarray) -> float:
+def _gap(means) -> float:
     """The largest difference, in grey levels, between two mean faces (rows of ``means``)."""
     return float(np.abs(means[0] - means[1]).max())
 
@@ -357,20 +357,20 @@ def _evidence_panel(sub, evidence: Evidence, name) -> None:
              f"linear probe AUC (logistic regression,\ncross-validated): can it tell {name}?", "{:.2f}", 1.0),
             (axes[1], evidence.gap_sd, evidence.gap_interval,
              "group-mean gap: largest over the\ncomponents, in each one's SD", "{:.2f}", None)]:
-        values = np.asarray(values, float)
-        lower, upper = _bounds(values, intervals)
+        heights = np.asarray(values, float)
+        lower, upper = _bounds(heights, intervals)
         known = np.isfinite(lower) & np.isfinite(upper)
-        top = max(float(np.nanmax(np.where(known, upper, values))), 1e-9) if right is None else right
-        ax.barh(y, values, color=colours)
+        top = max(float(np.nanmax(np.where(known, upper, heights))), 1e-9) if right is None else right
+        ax.barh(y, heights, color=colours)
         if known.any():  # whiskers from the interval's bounds; an unbounded one is left out
-            err = np.vstack([values - lower, upper - values])[:, known]
-            ax.errorbar(values[known], y[known], xerr=np.clip(err, 0, None), fmt="none", ecolor="k",
+            err = np.vstack([heights - lower, upper - heights])[:, known]
+            ax.errorbar(heights[known], y[known], xerr=np.clip(err, 0, None), fmt="none", ecolor="k",
                         elinewidth=1.5, capsize=6)
         ax.set_yticks(y, evidence.methods, fontsize=TEXT_POINTS)
         ax.invert_yaxis()
         ax.set_title(title, fontsize=TEXT_POINTS + 1)
         ax.tick_params(axis="x", labelsize=TEXT_POINTS - 1)
-        for yi, v, lo, up, ok in zip(y, values, lower, upper, known):
+        for yi, v, lo, up, ok in zip(y, heights, lower, upper, known):
             words = fmt.format(v) + (f"\n({fmt.format(lo)} to {fmt.format(up)})" if ok else "")
             ax.text((up if ok else v) + 0.03 * top, yi, words, va="center", fontsize=TEXT_POINTS)
         ax.set_xlim(0, top * 1.55)

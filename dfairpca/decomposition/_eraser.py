@@ -20,19 +20,14 @@ from sklearn.base import OneToOneFeatureMixin
 from ..base._params import BOOL, SPLIT_EVERY, Check, Rule, is_real, one_of
 from ..base._system import rows_per_block
 from ..base._typing import ArrayInput, ArrayOutput, ColumnIds
-from ..engine._compute import ship, worker_timeout
-from ..engine._engine import auto_choice_for_pass, coded_moments
-from ..errors import InvalidInputError
+from ..engine._compute import ship
 from ..inputs._validation import (
-    SENSITIVE_IDS, Input, check_finite_input, check_finite_output, check_input, compute_dtype_for, is_xarray, row_origin,
+    SENSITIVE_IDS, Input, check_finite_input, check_finite_output, compute_dtype_for, is_xarray, row_origin,
 )
 from ..io import register_model_class
 from ..solve._erasure import ERASURE_METHODS, Erasure, fit_erasure
-from ..stats._exact import statistics_dtype
-from ..stats._auto import row_width
 from ..stats.moments import Moments
-from ._base import Estimator, set_certificate
-from ._fair_input import fair_input
+from ._base import FairStatisticsEstimator, fit_context, set_certificate
 from ._saved import eraser_layout, check_eraser_values, fair_meta, restore_fair_meta
 
 __all__ = ["ConceptEraser"]
@@ -58,7 +53,7 @@ class _NotInvertible:
 
 
 @register_model_class
-class ConceptEraser(OneToOneFeatureMixin, Estimator):
+class ConceptEraser(OneToOneFeatureMixin, FairStatisticsEstimator):
     """Erase protected attributes from the features at full rank: LEACE or the orthogonal
     projection, from one pass over X.
 
@@ -151,6 +146,10 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
         "progress": BOOL,
     }
     _fitted_attribute = "proj_left_"
+    #: the pass in float64 for "auto" (LEACE whitens by Sigma's smallest eigenvalues, which
+    #: float32 products round at 1e-7 of the largest), or exact sums where "auto" chooses them
+    _auto_float = np.float64
+    _two_groups_for = "erasing it needs at least two"
     statistics_: Moments  # the fitted (or, before partial_fit can solve, the gathered) statistics
     _array_attrs = ("proj_left_", "proj_right_", "mean_")
     _meta_attrs = ("n_features_in_", "n_samples_seen_", "sample_weight_sum_", "n_constraints_",
@@ -172,6 +171,7 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
         return tags
 
     # ------------------------------------------------------------------ fitting
+    @fit_context
     def fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
             sensitive_features: ArrayInput | None = None, sample_weight: ArrayInput | None = None,
             timeout: float | None = None) -> Self:
@@ -199,90 +199,15 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
         self : ConceptEraser
             The fitted eraser.
         """
-        with worker_timeout(timeout):
-            self._check_params()
-            f = fair_input(self, X, sensitive_features, y, reset=True, min_samples=2,
-                           sample_weight=sample_weight)
-            m = self._pass(f.data, f.groups, f.weights)
-            self._solve(m, f.checked.numeric, f.names)
-        self.sensitive_feature_indices_ = f.checked.sensitive
-        self.numeric_sensitive_columns_ = f.checked.numeric
-        return self
+        return self._fit(X, y, sensitive_features, sample_weight, timeout=timeout)
 
-    def partial_fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
-                    sensitive_features: ArrayInput | None = None,
-                    sample_weight: ArrayInput | None = None) -> Self:
-        """Add the rows of X to the statistics and refit; a sequence of calls equals one fit
-        on the union (the statistics merge exactly).
+    def _solvable(self, m: Moments) -> bool:
+        return m.n >= 2 and super()._solvable(m)
 
-        Until every attribute has shown two groups the statistics are kept and the eraser
-        is not fitted yet.
+    def _features_fitted(self) -> int:
+        return self.proj_left_.shape[0]
 
-        Parameters
-        ----------
-        X : array-like of shape (n, d) or (n, h, w)
-            More rows, with the columns of the earlier calls.
-        y : ignored
-            The task label; never taken for the protected attributes.
-        sensitive_features : array-like, list of arrays or DataFrame, optional
-            The rows' protected attribute(s), the same attributes in every call (a call may
-            see only some of the groups).
-        sample_weight : array-like of shape (n,), optional
-            As in :meth:`fit` (a call without weights: weights of 1).
-
-        Returns
-        -------
-        self : ConceptEraser
-            The eraser, fitted once every attribute has two groups.
-        """
-        from ..stats.moments import merge
-
-        self._check_params()
-        first = not hasattr(self, "statistics_")
-        f = fair_input(self, X, sensitive_features, y, reset=first, min_samples=1,
-                       sample_weight=sample_weight, partial=True)
-        if not first and not (np.array_equal(f.checked.sensitive, self.sensitive_feature_indices_)
-                              and np.array_equal(f.checked.numeric, self.numeric_sensitive_columns_)):
-            raise InvalidInputError("X's sensitive columns differ from those of the earlier "
-                                    "partial_fit calls: give the same columns, with the same dtypes")
-        m = self._pass(f.data, f.groups, f.weights)
-        if not first:
-            before: Moments = self.statistics_
-            if m.n_features != before.n_features or len(m.attributes) != len(before.attributes):
-                raise InvalidInputError(
-                    f"X has {m.n_features} columns and {len(m.attributes)} attribute(s); the "
-                    f"earlier partial_fit calls had {before.n_features} and "
-                    f"{len(before.attributes)}")
-            m = merge([before, m])
-        self.sensitive_feature_indices_ = f.checked.sensitive
-        self.numeric_sensitive_columns_ = f.checked.numeric
-        if m.n < 2 or any(np.sum(a.counts > 0) < 2 for a in m.attributes):
-            self.statistics_ = m  # not solvable yet: a piece may hold a single group
-            self.n_samples_seen_ = m.rows
-            return self
-        self._solve(m, f.checked.numeric, f.names)
-        return self
-
-    def _not_fitted_hint(self) -> str:
-        if hasattr(self, "statistics_"):
-            return " (partial_fit has not yet seen two groups of every attribute)"
-        return ""
-
-    def _products_dtype(self, dtype, weighted: bool, width: int):
-        """The pass's products (:func:`statistics_dtype` decides): for "auto" float64, or the
-        exact sums of 8-bit data where they are not slower."""
-        return statistics_dtype(dtype, self.compute_dtype, width, auto_choice_for_pass, weighted=weighted,
-                                auto_float=np.float64)
-
-    def _pass(self, X, groups, weights) -> Moments:
-        """The statistics of X with its groups (the one pass)."""
-        codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
-        kw = {} if weights is None else {"weights": weights}
-        m = coded_moments(X, codes, cats, dtype=self._products_dtype(X.dtype, weights is not None, row_width(X)),
-                          split_every=self.split_every, progress=self.progress, **kw)
-        m.check_finite()
-        return m
-
+    @fit_context
     def fit_statistics(self, statistics: Moments, *, attribute_names: Sequence[str] | None = None,
                        numeric_columns: npt.ArrayLike | None = None) -> Self:
         """Fit the eraser from precomputed (merged, loaded) statistics, and certify it.
@@ -307,37 +232,25 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
         self : ConceptEraser
             The fitted eraser; ``transform`` then takes X with the statistics' columns.
         """
-        self._check_params()
-        if not isinstance(statistics, Moments):
-            raise InvalidInputError(f"statistics must be a dfairpca.Moments; got {type(statistics).__name__}")
         num = np.asarray([] if numeric_columns is None else numeric_columns, dtype=np.intp)
-        if num.size and (num.min() < 0 or num.max() >= statistics.n_features):
-            raise InvalidInputError(f"numeric_columns {num.tolist()} are not columns of the statistics' "
-                                    f"{statistics.n_features}")
-        p = len(statistics.attributes)
-        names = list(attribute_names) if attribute_names is not None else []
-        if len(names) != p + len(num):
-            names = [f"attribute {j}" for j in range(p + len(num))]
-        self._solve(statistics, num, names)
+        self._fit_statistics(statistics, attribute_names=[] if attribute_names is None else attribute_names,
+                             numeric_columns=num)
         self.__dict__.pop("feature_names_in_", None)  # from an earlier fit on a DataFrame
         self.n_features_in_ = statistics.n_features
         self.sensitive_feature_indices_ = num
         self.numeric_sensitive_columns_ = num
         return self
 
-    def _solve(self, m: Moments, num, names) -> None:
-        """Solve, certify and keep the fitted attributes (nothing is set if it fails)."""
-        p, q = len(m.attributes), len(num)
-        if p + q == 0:
-            raise InvalidInputError("these statistics carry no groups; ConceptEraser needs "
-                                    "protected attributes")
-        for name, a in zip(names, m.attributes):
-            present = int(np.sum(a.counts > 0))
-            if present < 2:
-                raise InvalidInputError(f"{name} has {present} non-empty group(s) among the rows "
-                                        "seen; erasing it needs at least two")
+    def _fit_statistics(self, m: Moments, *, attribute_names=None, numeric_columns=None) -> Self:
+        """Solve, certify and keep the fitted attributes (nothing is set if it fails); the
+        names and numeric columns default to those of the fit that gathered ``m``."""
+        num = np.asarray(getattr(self, "numeric_sensitive_columns_", ()) if numeric_columns is None
+                         else numeric_columns, dtype=np.intp)
+        names = self._checked_statistics(m, num, getattr(self, "attribute_names_", None)
+                                         if attribute_names is None else attribute_names)
         self._set_erasure(fit_erasure(m, num, names, method=self.method, rtol=self.rtol,
                                       estimator=type(self).__name__))
+        return self
 
     def _set_erasure(self, e: Erasure) -> None:
         self.proj_left_ = e.proj_left
@@ -376,15 +289,6 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
         names = OneToOneFeatureMixin.get_feature_names_out(self, input_features)
         return np.delete(names, getattr(self, "sensitive_feature_indices_", []))
 
-    def _check_layout(self, inp: Input) -> None:
-        fitted = np.asarray(self.numeric_sensitive_columns_, dtype=np.intp)
-        d = self.proj_left_.shape[0]
-        if inp.data.shape[1] != d + len(fitted) or not np.array_equal(inp.numeric, fitted):
-            raise InvalidInputError(
-                f"X's sensitive columns differ from those at fit ({len(inp.numeric)} numeric "
-                f"of {inp.data.shape[1]} read now, {len(fitted)} at fit): give the columns the "
-                "dtypes they had at fit")
-
     def transform(self, X: ArrayInput) -> ArrayOutput:
         """Erase the concept: ``X - (X - mean_) @ proj_right_.T @ proj_left_.T``.
 
@@ -406,8 +310,9 @@ class ConceptEraser(OneToOneFeatureMixin, Estimator):
         ndarray, Dask array or xarray.DataArray
             The erased data.
         """
-        self._check_fitted()
-        inp = check_input(self, X, reset=False, ids=self.sensitive_feature_ids)
+        return self._represented(X)
+
+    def _represent(self, inp: Input, X) -> ArrayOutput:
         self._check_layout(inp)
         Xa = inp.data
         dtype = compute_dtype_for(Xa.dtype, self.compute_dtype)

@@ -17,28 +17,27 @@ import numpy as np
 import numpy.typing as npt
 
 from ..base.progress import reported
-from ..engine._compute import worker_timeout
 from ..solve._solution import FairSolution, exact_fair_solution, randomized_fair_solution
 from ..solve._fairness import CONSTRAINT_RULES, EQUALIZE_RULES, constraint_of, low_variance_message
-from ._base import set_certificate
+from ._base import FairStatisticsEstimator, fit_context, set_certificate
 from ._linear import (
-    LINEAR_RULES, LinearDecomposition, release, whitening,
+    LINEAR_RULES, LinearDecomposition, whitening,
 )
 from ..base._params import TRADEOFF, is_int, outside_stacklevel
 from ..io import register_model_class
 from ..solve._limits import check_fair_k, check_rows, known
 from ._saved import fair_meta, restore_fair_meta
-from ._fair_input import FairInput, fair_input
-from ..inputs._validation import SENSITIVE_IDS, Input
-from ..stats.moments import Moments, merge
+from ._fair_input import FairInput
+from ..inputs._validation import SENSITIVE_IDS
+from ..stats.moments import Moments
 from ..base._typing import ArrayInput, ColumnIds, PathInput, Seed
-from ..errors import InvalidInputError, LowVarianceWarning
+from ..errors import LowVarianceWarning
 
 __all__ = ["FairPCA"]
 
 
 @register_model_class
-class FairPCA(LinearDecomposition):
+class FairPCA(LinearDecomposition, FairStatisticsEstimator):
     """Fair PCA (Kleindessner, Donini, Russell & Zafar, AISTATS 2023).
 
     The best k-dimensional orthonormal projection under which every group of every
@@ -189,33 +188,13 @@ class FairPCA(LinearDecomposition):
         self.progress = progress
         self.eigen_solver = eigen_solver
 
-    def _prepare(self, X, groups, y, partial, reset, sample_weight=None) -> FairInput:
-        """The parameters checked (once per public call), then the fair input
-        (:func:`dfairpca.decomposition._fair_input.fair_input`) with its column layout kept
-        (``reset``) or compared with the earlier partial_fit calls', and k checked against
-        the fitted rows unless ``partial``."""
-        self._check_params()
-        f = fair_input(self, X, groups, y, reset=reset, min_samples=1 if partial else 2,
-                       sample_weight=sample_weight, partial=partial)
-        if reset:
-            self.sensitive_feature_indices_ = f.checked.sensitive
-            self.numeric_sensitive_columns_ = f.checked.numeric
-            self.attribute_names_ = f.names
-        elif reset is False and hasattr(self, "statistics_"):
-            self._check_layout_of(f.checked)
-        if not partial:
+    _two_groups_for = "fair PCA needs at least two"
+
+    def _check_input(self, f: FairInput, partial: bool) -> None:
+        if not partial:  # k against the fitted rows (a partial_fit's piece may hold fewer)
             self._check_k_groups(f.n_features, f.group_sizes, f.fitted_rows, f.n_numeric)
-        return f
 
-    def _check_layout_of(self, inp: Input) -> None:
-        """Raise unless a later partial_fit's X has its sensitive columns where the first had."""
-        if not (np.array_equal(inp.sensitive, self.sensitive_feature_indices_)
-                and np.array_equal(inp.numeric, self.numeric_sensitive_columns_)):
-            raise InvalidInputError(
-                "X's sensitive columns differ from those of the earlier partial_fit calls: "
-                "give the same columns, with the same dtypes"
-            )
-
+    @fit_context
     def fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
             sensitive_features: ArrayInput | None = None, sample_weight: ArrayInput | None = None,
             checkpoint: PathInput | None = None,
@@ -248,27 +227,16 @@ class FairPCA(LinearDecomposition):
         self : FairPCA
             The fitted estimator.
         """
-        with worker_timeout(timeout):
-            f = self._prepare(X, sensitive_features, y, partial=False, reset=True,
-                              sample_weight=sample_weight)
-            numeric = f.n_numeric > 0
-            if self._solver_of(f.data, f.groups, checkpoint, weighted=f.weights is not None) == "randomized":
-                self._fit_randomized(f.data, f.groups, f.mask, numeric, checkpoint)
-            else:
-                self._fit_statistics(self._pass(f.data, f.groups, f.mask, checkpoint, numeric=numeric,
-                                                weights=f.weights))
-        release(checkpoint, keep_checkpoint)
-        return self
+        return self._fit(X, y, sensitive_features, sample_weight, checkpoint=checkpoint,
+                         keep_checkpoint=keep_checkpoint, timeout=timeout)
 
-    def _fit_randomized(self, Xa, g, mask, numeric: bool, checkpoint=None):
-        """Fit by randomized passes (:mod:`dfairpca.solve._randomized`), certify, keep."""
-        fit = self._randomized_fit(Xa, g, mask, numeric, checkpoint)
+    def _set_randomized(self, fit) -> None:
+        """Certify a fit by randomized passes (:mod:`dfairpca.solve._randomized`), keep it."""
         m = fit.statistics
         ms = [int(np.sum(a.counts > 0)) for a in m.attributes]
         limit = self._check_k_groups(fit.components.shape[1], ms, m.n, len(m.numeric))
         self._set_solution(randomized_fair_solution(fit, self.attribute_names_, limit,
                                                     self._features(m), estimator=type(self).__name__))
-        return self
 
     def _set_solution(self, sol: FairSolution) -> None:
         """The fitted attributes of a certified fair solve, exact or matrix-free."""
@@ -295,6 +263,7 @@ class FairPCA(LinearDecomposition):
         if why is not None:
             warnings.warn(why, LowVarianceWarning, stacklevel=outside_stacklevel())
 
+    @fit_context
     def validate_fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
                      sensitive_features: ArrayInput | None = None,
                      sample_weight: ArrayInput | None = None) -> None:
@@ -314,57 +283,13 @@ class FairPCA(LinearDecomposition):
         sample_weight : array-like of shape (n,), optional
             The weights ``fit`` would be given.
         """
-        f = self._prepare(X, sensitive_features, y, partial=False, reset=None,
-                          sample_weight=sample_weight)
-        self._solver_of(f.data, f.groups, weighted=f.weights is not None)
+        self._validate_fit(X, y, sensitive_features, sample_weight)
 
-    def partial_fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
-                    sensitive_features: ArrayInput | None = None,
-                    sample_weight: ArrayInput | None = None) -> Self:
-        """Add the rows of X and refit; a sequence of calls equals one fit on the union.
-
-        Always the exact solve (it adds to the d x d statistics); not after a randomized fit.
-
-        Parameters
-        ----------
-        X : array-like of shape (n, d) or (n, h, w)
-            More rows, with the features (and sensitive columns) of the earlier calls.
-        y : array-like of shape (n,), optional
-            Binary task label, as in :meth:`fit`.
-        sensitive_features : array-like, list of arrays or DataFrame, optional
-            The rows' protected attribute(s), as in :meth:`fit`; the same attributes in
-            every call (a call may see only some of the groups).
-        sample_weight : array-like of shape (n,), optional
-            As in :meth:`fit` (a call without weights: weights of 1).
-
-        Returns
-        -------
-        self : FairPCA
-            The fitted estimator.
-        """
-        self._check_partial()
-        first = not hasattr(self, "statistics_")
-        f = self._prepare(X, sensitive_features, y, partial=True, reset=first,
-                          sample_weight=sample_weight)
-        self._check_previous(f.data.shape[1])
-        p = 0 if f.groups is None else f.groups.n_attributes
-        if not first and len(self.statistics_.attributes) != p:
-            raise InvalidInputError(
-                f"groups has {p} attribute(s); earlier partial_fit calls had "
-                f"{len(self.statistics_.attributes)}"
-            )
-        m = self._pass(f.data, f.groups, f.mask, numeric=f.n_numeric > 0, weights=f.weights)
-        if not first:
-            m = merge([self.statistics_, m])
+    def _solvable(self, m: Moments) -> bool:
+        # not solvable yet also where a numeric attribute is constant so far
         num = self.numeric_sensitive_columns_
-        if any(np.sum(a.counts > 0) < 2 for a in m.attributes) or (
-                is_int(self.n_components) and m.n_effective < self.n_components) or (
-                len(num) and m.n_effective < 2) or np.any(np.diagonal(m.scatter)[num] == 0):
-            # not solvable yet (a piece may hold a single group, a constant numeric
-            # attribute, or fewer than k rows)
-            self._keep_statistics(m)
-            return self
-        return self._fit_statistics(m)
+        return super()._solvable(m) and not (len(num) and m.n_effective < 2) and not np.any(
+            m.scatter_diagonal[num] == 0)
 
     def _check_k_groups(self, d, ms, n=None, q: int = 0):
         """The largest k the attributes allow (:func:`dfairpca.solve._limits.check_fair_k`);
@@ -375,6 +300,7 @@ class FairPCA(LinearDecomposition):
                    constraint_of(self.constraint).rows_word)
         return limit
 
+    @fit_context
     def fit_statistics(self, statistics: Moments, *, attribute_names: Sequence[str] | None = None,
                        numeric_columns: npt.ArrayLike | None = None) -> Self:
         """Solve fair PCA from precomputed (merged, loaded) statistics, and certify it.
@@ -402,7 +328,6 @@ class FairPCA(LinearDecomposition):
         self : FairPCA
             The fitted estimator.
         """
-        self._check_params()
         self._fit_statistics(statistics, attribute_names=attribute_names,
                              numeric_columns=numeric_columns)
         if not hasattr(self, "sensitive_feature_indices_") and numeric_columns is None:
@@ -420,23 +345,9 @@ class FairPCA(LinearDecomposition):
         given = numeric_columns is not None
         num = np.asarray(numeric_columns if given else
                          getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
-        p, q = len(m.attributes), len(num)
-        if p + q == 0:
-            raise InvalidInputError("these statistics carry no groups; FairPCA needs protected attributes")
-        if q and num.max() >= m.n_features:
-            raise InvalidInputError(f"numeric_sensitive_columns_ {num.tolist()} exceed the statistics' "
-                             f"{m.n_features} columns")
-        names = list(attribute_names if attribute_names is not None else
-                     getattr(self, "attribute_names_", None) or [])
-        if len(names) != p + q:
-            names = [f"attribute {j}" for j in range(p + q)]
-        for name, a in zip(names, m.attributes):
-            present = int(np.sum(a.counts > 0))
-            if present < 2:
-                raise InvalidInputError(
-                    f"{name} has {present} non-empty group(s) among the rows seen; fair PCA "
-                    "needs at least two"
-                )
+        q = len(num)
+        names = self._checked_statistics(m, num, attribute_names if attribute_names is not None
+                                         else getattr(self, "attribute_names_", None))
         ms = [int(np.sum(a.counts > 0)) for a in m.attributes]
         limit = self._check_k_groups(m.n_features - q, ms, m.n_effective, q)
         solution = exact_fair_solution(

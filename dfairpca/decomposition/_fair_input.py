@@ -64,23 +64,24 @@ class FairInput:
 
 
 def fair_input(est, X, sensitive_features, y, *, reset, min_samples: int = 2,
-               sample_weight=None, partial: bool = False) -> FairInput:
+               sample_weight=None, partial: bool = False, groups: bool = True) -> FairInput:
     """Check X, the protected attributes, y and the weights of a fair fit by ``est``.
 
     ``reset`` as in :func:`~dfairpca.inputs._validation.check_input`; ``partial``: one call
     of ``partial_fit``, which may see a single group and weights totalling under 2.
     ``est.constraint`` names the fairness constraint, whose row mask says which rows are
     fitted (:meth:`dfairpca.solve._fairness.FairnessConstraint.row_mask`); an estimator
-    without that parameter fits all rows (demographic parity).
+    without that parameter fits all rows (demographic parity).  ``groups=False``: an
+    estimator without protected attributes (PCA), whose input is X and the weights only.
     """
     checked = check_input(est, X, reset=reset, min_samples=min_samples,
                           ids=getattr(est, "sensitive_feature_ids", None))
-    labels = group_labels(est, checked, sensitive_features)
+    labels = group_labels(est, checked, sensitive_features) if groups else None
     data, labels, y, w = with_known_rows(checked.data, labels, y, sample_weight)
     n = data.shape[0]
     mask = constraint_of(getattr(est, "constraint", None)).row_mask(y, n)
     if w is not None:
         w = check_weights(w, data, mask, min_total=0 if partial else 2)
-    groups = None if labels is None else encode_groups(labels, n, mask=mask, require_two=not partial)
-    names = ([] if groups is None else list(groups.names)) + checked.numeric_names
-    return FairInput(checked, data, groups, mask, w, names)
+    encoded = None if labels is None else encode_groups(labels, n, mask=mask, require_two=not partial)
+    names = ([] if encoded is None else list(encoded.names)) + checked.numeric_names
+    return FairInput(checked, data, encoded, mask, w, names)

@@ -19,7 +19,6 @@ import numpy as np
 from ..base import _solvers
 from ..engine._compute import ship
 from ._probabilistic import ProbabilisticPCA, noise_variance
-from ..engine._engine import auto_choice_for_pass, coded_moments
 from ..base._compat import current
 from ..base._params import (
     BOOL, SPLIT_EVERY, Check, RenamedOneOf, Rule, int_at_least, is_int, is_real, one_of,
@@ -27,11 +26,10 @@ from ..base._params import (
 from ._saved import check_linear_values, linear_layout, load_statistics
 from ..base._system import rows_per_block
 from ..inputs._validation import (
-    Input, check_finite_output, check_input, compute_dtype_for, is_xarray,
+    Input, check_finite_output, compute_dtype_for, is_xarray,
     row_origin,
 )
-from ..stats._exact import check_exact, check_unweighted, is_exact, kernel_name, statistics_dtype
-from ..stats._auto import row_width
+from ..stats._exact import is_exact, kernel_name
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput, ArrayOutput, PathInput
 from ..errors import InvalidInputError
@@ -153,9 +151,9 @@ class LinearDecomposition(ProbabilisticPCA):
         d = X.shape[1] - len(getattr(self, "numeric_sensitive_columns_", ()))
         n_groups = 0 if groups is None else sum(len(c) for c in groups.categories)
         if is_exact(self.compute_dtype):
-            # exact statistics are the d x d sums: the covariance solve, never matrix-free passes
-            check_exact(X.dtype, 0)
-            check_unweighted(self.compute_dtype, weighted)
+            # exact statistics are the d x d sums: the covariance solve, never matrix-free
+            # passes; the pass's dtype refuses float X and weighted rows before any work
+            self._pass_dtype(X, weighted=weighted)
             if self.svd_solver == "randomized":
                 raise InvalidInputError(
                     "compute_dtype='exact' sums the d x d statistics exactly, which the "
@@ -188,24 +186,13 @@ class LinearDecomposition(ProbabilisticPCA):
                                        "equalize_covariance=None (fair PCA, matrix-free)")
         return None
 
-    def _check_partial(self) -> None:
-        """partial_fit adds to the exact fit's d x d statistics: refuse where there are none."""
-        if self.svd_solver == "randomized":
-            raise InvalidInputError("partial_fit adds rows to the exact fit's d x d statistics; "
-                             "svd_solver='randomized' needs passes over all rows: call fit, or "
-                             "use svd_solver='full'")
-        if getattr(self, "fitted_svd_solver_", None) == "randomized":
-            raise InvalidInputError("this model was fitted by randomized passes, which keep no d x d "
-                             "statistics for partial_fit to add rows to: fit it again with "
-                             "svd_solver='full' to go on with partial_fit")
-
     def _randomized_fit(self, X, groups=None, mask=None, numeric: bool = False, checkpoint=None):
         """:func:`dfairpca.solve._randomized.fit_randomized` of X with this estimator's
         parameters (products in float64 where ``numeric``, as :meth:`_pass`), saving its
         state after every pass to ``checkpoint`` if given."""
         from ..solve._randomized import fit_randomized
 
-        dtype = self._products_dtype(X, numeric, matrix_free=True)
+        dtype = self._pass_dtype(X, numeric, matrix_free=True)
         codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
         return fit_randomized(
             X, self.n_components, codes=codes, categories=cats, mask=mask,
@@ -216,6 +203,22 @@ class LinearDecomposition(ProbabilisticPCA):
             iterated_power=self.iterated_power, random_state=self.random_state,
             split_every=self.split_every, progress=self.progress, checkpoint=checkpoint)
 
+    def _fit_matrix_free(self, f, checkpoint) -> bool:
+        """Fit by randomized passes where the solve chosen is "randomized"."""
+        if self._solver_of(f.data, f.groups, checkpoint, weighted=f.weights is not None) != "randomized":
+            return False
+        self._set_randomized(self._randomized_fit(f.data, f.groups, f.mask, f.n_numeric > 0, checkpoint))
+        return True
+
+    def _validate_fit(self, X, y=None, sensitive_features=None, sample_weight=None) -> None:
+        """``validate_fit``: the errors of fit before its pass (the input, k and the solve)."""
+        f = self._read(X, y, sensitive_features, sample_weight, reset=None)
+        self._solver_of(f.data, f.groups, weighted=f.weights is not None)
+
+    def _solvable(self, m) -> bool:
+        k = self.n_components
+        return super()._solvable(m) and not (is_int(k) and m.n_effective < k)
+
     def _set_randomized(self, fit) -> None:
         """The fitted attributes of a randomized fit (``statistics_``: its first-order
         statistics)."""
@@ -225,51 +228,6 @@ class LinearDecomposition(ProbabilisticPCA):
         self.statistics_kernel_ = kernel_name(fit.statistics)
         self.fitted_svd_solver_ = "randomized"
         self.n_passes_ = fit.passes
-
-    # ------------------------------------------------------------------ fitting
-    def _input(self, X, *, reset, min_samples: int = 1) -> Input:
-        """X checked (:func:`dfairpca.inputs._validation.check_input`), its sensitive columns found."""
-        return check_input(self, X, reset=reset, min_samples=min_samples,
-                           ids=getattr(self, "sensitive_feature_ids", None))
-
-    def _products_dtype(self, X, numeric: bool, *, weighted: bool = False, matrix_free: bool = False):
-        """What ``compute_dtype`` resolves to for a fit's pass over X (:func:`statistics_dtype`
-        decides): ``numeric`` protected attributes, ``weighted`` rows, ``matrix_free`` passes."""
-        return statistics_dtype(X.dtype, self.compute_dtype, row_width(X), auto_choice_for_pass,
-                                weighted=weighted, numeric=numeric, floats_only=matrix_free)
-
-    def _pass(self, X, groups=None, mask=None, checkpoint=None, numeric: bool = False, weights=None):
-        """The statistics of X; ``numeric``: X holds numeric protected attributes, whose
-        covariances with the features are the constraint, so the products run in float64
-        (float32 products would hold them to 1e-7 only) unless compute_dtype says otherwise.
-        ``weights``: the rows' sample_weight (checked, :func:`check_weights`), or None."""
-        saved = None
-        if checkpoint is not None and self.compute_dtype in ("auto", None):
-            from ..engine._checkpoint_files import saved_compute_dtype
-
-            saved = saved_compute_dtype(checkpoint)  # "auto" resumes what it chose then
-        dtype = (self._products_dtype(X, numeric, weighted=weights is not None) if saved is None else
-                 saved if is_exact(saved) else np.dtype(saved))
-        codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
-        kw = dict(
-            mask=mask, dtype=dtype, split_every=self.split_every,
-            group_scatter=getattr(self, "equalize_covariance", None) is not None,
-            progress=self.progress,
-        )
-        if weights is not None:
-            kw["weights"] = weights
-        if checkpoint is None:
-            m = coded_moments(X, codes, cats, **kw)
-        else:
-            import dask.array as da
-
-            from ..engine.checkpoint import coded_moments_checkpointed
-
-            if not isinstance(X, da.Array):
-                X = da.from_array(X, chunks=(rows_per_block(X.shape[1] * X.itemsize), -1))
-            m = coded_moments_checkpointed(X, codes, cats, checkpoint=checkpoint, **kw)
-        m.check_finite()
-        return m
 
     def _set_fitted(self, m: Moments, U: np.ndarray, S: np.ndarray, scale, e: int = 0):
         """The fitted attributes of the exact solve U of S (``S * 4**e`` in true units)."""
@@ -312,23 +270,19 @@ class LinearDecomposition(ProbabilisticPCA):
             self.noise_variance_ = float(np.ldexp(noise, 2 * e))
         self.explained_variance_ratio_ = captured / total
 
-    def _keep_statistics(self, m: Moments) -> None:
-        """Record the statistics of a partial_fit that cannot be solved yet."""
-        self.statistics_ = m
-        self.n_samples_seen_ = m.rows
-
-    def _check_previous(self, d):
-        if hasattr(self, "statistics_") and d != self.statistics_.n_features:
-            raise InvalidInputError(f"X has {d} features; earlier partial_fit calls had "
-                             f"{self.statistics_.n_features}")
+    # ------------------------------------------------------------------ fitting
+    def _check_partial(self) -> None:
+        """partial_fit adds to the exact fit's d x d statistics: refuse where there are none."""
+        if self.svd_solver == "randomized":
+            raise InvalidInputError("partial_fit adds rows to the exact fit's d x d statistics; "
+                             "svd_solver='randomized' needs passes over all rows: call fit, or "
+                             "use svd_solver='full'")
+        if getattr(self, "fitted_svd_solver_", None) == "randomized":
+            raise InvalidInputError("this model was fitted by randomized passes, which keep no d x d "
+                             "statistics for partial_fit to add rows to: fit it again with "
+                             "svd_solver='full' to go on with partial_fit")
 
     # ------------------------------------------------------------------ transforming
-    def _not_fitted_hint(self) -> str:
-        if hasattr(self, "statistics_"):
-            return (" (partial_fit has not yet seen two groups of every attribute, or "
-                    "n_components rows)")
-        return ""
-
     def _projection(self) -> np.ndarray:
         """(d, k_out) matrix applied to standardised, centred rows (whitening folded in)."""
         W = self.components_.T
@@ -337,17 +291,8 @@ class LinearDecomposition(ProbabilisticPCA):
     def _output_matrix(self) -> np.ndarray:
         return self._projection()
 
-    def _check_layout(self, inp: Input) -> None:
-        """Raise unless X's sensitive columns sit where they sat at fit (a DataFrame column
-        of labels at fit and of numbers now would move the others)."""
-        fitted = np.asarray(getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
-        if inp.data.shape[1] != self.components_.shape[1] + len(fitted) or not np.array_equal(
-                inp.numeric, fitted):
-            raise InvalidInputError(
-                f"X's sensitive columns differ from those at fit ({len(inp.numeric)} numeric "
-                f"of {inp.data.shape[1]} read now, {len(fitted)} at fit): give the columns the "
-                "dtypes they had at fit"
-            )
+    def _features_fitted(self) -> int:
+        return self.components_.shape[1]
 
     def _folded(self, inp: Input, dtype):
         """(mu, W) over the columns of ``inp.data``: ``(x - mu) @ W`` is the transform, with
@@ -386,8 +331,9 @@ class LinearDecomposition(ProbabilisticPCA):
             The representations: ``n_components_`` columns, then the λ-scaled standard
             components when ``tradeoff > 0`` (:meth:`get_feature_names_out`).
         """
-        self._check_fitted()
-        inp = self._input(X, reset=False)
+        return self._represented(X)
+
+    def _represent(self, inp: Input, X) -> ArrayOutput:
         self._check_layout(inp)
         Xa = inp.data
         dtype = compute_dtype_for(Xa.dtype, self.compute_dtype)
@@ -516,14 +462,6 @@ def whitening(variances) -> np.ndarray:
     rank-deficient data: whitening must not divide by 0)."""
     scale = np.sqrt(np.maximum(np.asarray(variances, dtype=np.float64), 0.0))
     return np.maximum(scale, np.finfo(np.float64).eps)
-
-
-def release(checkpoint, keep: bool) -> None:
-    """Delete a successful fit's checkpoint unless the caller keeps it."""
-    if checkpoint is not None and not keep:
-        from ..io import remove_directory
-
-        remove_directory(checkpoint, "checkpoint")
 
 
 def _project(x, mu, W):

@@ -14,18 +14,16 @@ from typing import Self
 import numpy.typing as npt
 
 from ..base.progress import reported
-from ..engine._compute import worker_timeout
 from ..solve._exact import fitted_space, standard_components
 from ._linear import (
-    LINEAR_RULES, LinearDecomposition, n_components_ok, release,
+    LINEAR_RULES, LinearDecomposition, n_components_ok,
 )
 from ..base._params import Rule, is_int
 from ..solve._limits import check_rows, known, too_large
 from ..io import register_model_class
 from ._saved import load
-from ..engine._compute import with_known_rows
-from ..inputs._weights import check_weights
-from ..stats.moments import Moments, merge
+from ._base import fit_context
+from ..stats.moments import Moments
 from ..base._typing import ArrayInput, PathInput, Seed
 from ..errors import InvalidInputError
 
@@ -186,6 +184,7 @@ class PCA(LinearDecomposition):
         self.progress = progress
         self.eigen_solver = eigen_solver
 
+    @fit_context
     def fit(self, X: ArrayInput, y: object = None, *, sample_weight: ArrayInput | None = None,
             checkpoint: PathInput | None = None,
             keep_checkpoint: bool = False, timeout: float | None = None) -> Self:
@@ -238,24 +237,16 @@ class PCA(LinearDecomposition):
         self : PCA
             The fitted estimator.
         """
-        self._check_params()
-        with worker_timeout(timeout):
-            inp = self._input(X, reset=True, min_samples=2)
-            (Xa, w) = with_known_rows(inp.data, sample_weight)
-            self._check_k(Xa.shape[1], Xa.shape[0])  # rows now known, also of a filtered Dask X
-            w = check_weights(w, Xa, min_total=2)
-            if self._solver_of(Xa, None, checkpoint, weighted=w is not None) == "randomized":
-                self._set_randomized(self._randomized_fit(Xa, checkpoint=checkpoint))
-            else:
-                self._fit_statistics(self._pass(Xa, checkpoint=checkpoint, weights=w))
-        release(checkpoint, keep_checkpoint)
-        return self
+        return self._fit(X, sample_weight=sample_weight, checkpoint=checkpoint,
+                         keep_checkpoint=keep_checkpoint, timeout=timeout)
 
+    @fit_context
     def validate_fit(self, X: ArrayInput, y: object = None, *,
                      sample_weight: ArrayInput | None = None) -> None:
         """Raise the error ``fit(X, y)`` would raise for the parameters and X's shape.
 
-        Reads no data: the command line calls it before it connects to a cluster.
+        Reads no data of X (only the row counts of a Dask array of unknown chunk sizes):
+        the command line calls it before it connects to a cluster.
 
         Parameters
         ----------
@@ -266,47 +257,9 @@ class PCA(LinearDecomposition):
         sample_weight : array-like of shape (n,), optional
             The weights ``fit`` would be given (checked: finite, >= 0, not all 0).
         """
-        self._check_params()
-        inp = self._input(X, reset=None, min_samples=2)
-        self._check_k(inp.data.shape[1], inp.data.shape[0])
-        w = check_weights(sample_weight, inp.data, min_total=2)
-        self._solver_of(inp.data, None, weighted=w is not None)
+        self._validate_fit(X, sample_weight=sample_weight)
 
-    def partial_fit(self, X: ArrayInput, y: object = None, *,
-                    sample_weight: ArrayInput | None = None) -> Self:
-        """Add the rows of X to what was seen so far and refit (equals fit on the union).
-
-        Until ``n_components`` rows have been seen only the statistics are kept.  Always
-        the exact solve (it adds to the d x d statistics); not after a randomized fit.
-
-        Parameters
-        ----------
-        X : array-like of shape (n, d) or (n, h, w)
-            More rows, with the features of the earlier calls.
-        y : None
-            Ignored; present for the scikit-learn API.
-        sample_weight : array-like of shape (n,), optional
-            As in :meth:`fit` (calls with and without weights mix: no weights is weight 1).
-
-        Returns
-        -------
-        self : PCA
-            The fitted estimator.
-        """
-        self._check_params()
-        self._check_partial()
-        inp = self._input(X, reset=not hasattr(self, "statistics_"))
-        (Xa, w) = with_known_rows(inp.data, sample_weight)
-        self._check_previous(Xa.shape[1])
-        self._check_k(Xa.shape[1])
-        m = self._pass(Xa, weights=check_weights(w, Xa))
-        if hasattr(self, "statistics_"):
-            m = merge([self.statistics_, m])
-        if is_int(self.n_components) and m.n_effective < self.n_components:
-            self._keep_statistics(m)
-            return self
-        return self._fit_statistics(m)
-
+    @fit_context
     def fit_statistics(self, statistics: Moments) -> Self:
         """Solve from precomputed (e.g. merged or loaded) statistics.
 
@@ -321,7 +274,6 @@ class PCA(LinearDecomposition):
         self : PCA
             The fitted estimator.
         """
-        self._check_params()
         return self._fit_statistics(statistics)
 
     @reported
@@ -333,6 +285,9 @@ class PCA(LinearDecomposition):
                                 rows=statistics.n_effective if statistics.weighted else None)
         self._set_fitted(statistics, U, S, scale, e)
         return self
+
+    def _check_input(self, f, partial: bool) -> None:
+        self._check_k(f.data.shape[1], None if partial else f.n_rows)  # rows known, also of a filtered Dask X
 
     def _check_k(self, d, n=None):
         """Raise unless ``n_components <= min(n, d)`` (n: rows, when known)."""

@@ -10,14 +10,14 @@ import math
 import numpy as np
 
 from ..engine._compute import ship
-from ..inputs._validation import Input, check_finite_input, row_origin
+from ..inputs._validation import check_finite_input, row_origin
 from ..base._typing import ArrayInput, ArrayOutput
-from ._base import Estimator
+from ._base import StatisticsEstimator
 
 __all__ = ["ProbabilisticPCA", "noise_variance"]
 
 
-class ProbabilisticPCA(Estimator):
+class ProbabilisticPCA(StatisticsEstimator):
     """The probabilistic model of the fitted components (the base of
     :class:`~dfairpca.decomposition._linear.LinearDecomposition`, which fits them)."""
 
@@ -27,12 +27,6 @@ class ProbabilisticPCA(Estimator):
     scale_: np.ndarray | None
     noise_variance_: float
     whiten: bool
-
-    def _input(self, X, *, reset, min_samples: int = 1) -> Input:
-        raise NotImplementedError
-
-    def _check_layout(self, inp: Input) -> None:
-        raise NotImplementedError
 
     def get_covariance(self) -> np.ndarray:
         """Covariance of the features under the probabilistic PCA model (Tipping & Bishop

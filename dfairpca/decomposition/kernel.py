@@ -62,7 +62,7 @@ import numpy as np
 
 from ..solve import _kernels as kn
 from ..solve._kernel_method import choose_method, exact_fit_bytes
-from ._base import Estimator, set_certificate
+from ._base import Estimator, fit_context, set_certificate
 from ..engine._compute import compute, worker_timeout
 from ..engine._engine import coded_moments
 from ..solve._exact import row_variance
@@ -72,7 +72,7 @@ from ..base._params import BOOL, SPLIT_EVERY, TRADEOFF, Check, Rule, is_int, is_
 from ..io import register_model_class
 from ._saved import fair_meta, kernel_layout, restore_fair_meta
 from ._fair_input import fair_input
-from ..inputs._validation import SENSITIVE_IDS, Input, check_finite_input, check_input
+from ..inputs._validation import SENSITIVE_IDS, Input, check_finite_input
 from ._fair import FairPCA
 from ..base._typing import ArrayInput, ArrayOutput, ColumnIds, Seed
 from ..errors import InvalidInputError
@@ -325,6 +325,7 @@ class FairKernelPCA(Estimator):
         return kn.live_components(s, k, nonzero, self.n_components, self.kernel, self.gamma_)
 
     # ------------------------------------------------------------------ fitting
+    @fit_context
     def fit(self, X: ArrayInput, y: ArrayInput | None = None, *,
             sensitive_features: ArrayInput | None = None,
             sample_weight: ArrayInput | None = None, timeout: float | None = None) -> Self:
@@ -358,7 +359,6 @@ class FairKernelPCA(Estimator):
                 "kernel with equal weights and its Nystroem solve draws landmarks uniformly; use "
                 "FairPCA(sample_weight=...) for weighted fair PCA, or repeat/resample the rows "
                 "by their weights (e.g. rng.choice(n, size, p=w / w.sum()))")
-        self._check_params()
         with worker_timeout(timeout):
             return self._fit(X, y, sensitive_features)
 
@@ -545,14 +545,14 @@ class FairKernelPCA(Estimator):
         ndarray, Dask array or xarray.DataArray of float64, shape (n, k)
             The representations, ``k = n_components_``; lazy for Dask input.
         """
-        self._check_fitted()
-        inp = check_input(self, X, reset=False, ids=self.sensitive_feature_ids)
-        fitted = np.asarray(getattr(self, "numeric_sensitive_columns_", ()), dtype=np.intp)
-        if not np.array_equal(inp.numeric, fitted) or \
-                inp.data.shape[1] != self.basis_.shape[1] + len(fitted):
-            raise InvalidInputError("X's sensitive columns differ from those at fit: give the columns "
-                             "the dtypes they had at fit")
-        columns = inp.features if len(fitted) else None
+        return self._represented(X)
+
+    def _features_fitted(self) -> int:
+        return self.basis_.shape[1]
+
+    def _represent(self, inp: Input, X) -> ArrayOutput:
+        self._check_layout(inp)
+        columns = inp.features if len(inp.numeric) else None
         # models saved before kernel_shift_ existed use the unshifted kernel they were fitted with
         kern = self._kernel_function(self.gamma_, getattr(self, "kernel_shift_", None))
         out = kn.expand(inp.data, self.basis_, self.dual_coef_, self.offset_, kern, columns)

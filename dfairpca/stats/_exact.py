@@ -95,39 +95,38 @@ def check_exact(dtype, n: int) -> None:
 
 
 def statistics_dtype(x_dtype, requested="auto", width: int | None = None, choose=None, *,
-                     weighted: bool = False, numeric: bool = False, floats_only: bool = False,
-                     auto_float=None):
-    """The compute dtype of a pass over X of ``x_dtype`` for the estimators'
-    ``compute_dtype`` (``requested``): the one place that decides it.
+                     weighted: bool = False, matrix_free: bool = False, resumed=None,
+                     auto_float=None, auto_exact: bool = True):
+    """The dtype of a fit's pass over X of ``x_dtype`` for the estimators' ``compute_dtype``
+    (``requested``), decided here alone.
 
-    - "exact" when asked for (refused for weighted rows and for float X), and for "auto"
-      on 8-bit integers where the exact kernel is not slower than float32 products on
-      blocks of ``width`` columns (:func:`dfairpca.stats._auto.auto_choice`, or
-      ``choose(x_dtype, width)``: a cluster's choice), never for ``weighted`` rows
-      (weighted sums are not integer sums);
-    - float64 for "auto" where X holds ``numeric`` protected attributes: their covariances
-      with the features are the constraint, which float32 products would hold to 1e-7 only;
-    - the float dtype only where ``floats_only`` (matrix-free passes, projections);
-    - otherwise the float dtype that "auto" falls back to, ``auto_float`` where given, or
-      the float dtype of :func:`dfairpca.inputs._validation.compute_dtype_for`."""
+    "exact" when asked for (refused for float X, and for ``weighted`` rows: weighted sums
+    are not integer sums), and for "auto" on 8-bit integers where the exact kernel is not
+    slower than float32 products on blocks of ``width`` columns
+    (:func:`dfairpca.stats._auto.auto_choice`, or ``choose(x_dtype, width)``: a cluster's
+    choice), unless the rows are ``weighted`` or ``auto_exact`` is False; otherwise for
+    "auto" ``auto_float`` if given, and the float dtype of
+    :func:`dfairpca.inputs._validation.compute_dtype_for`.  ``matrix_free``: the float
+    dtype of the randomized passes (no exact sums); ``resumed``: what a checkpoint's
+    "auto" chose when it began, which it keeps."""
     from ..inputs._validation import compute_dtype_for
 
     auto = requested in ("auto", None)
-    if auto and numeric:
-        return np.dtype(np.float64)
-    if floats_only:
-        return compute_dtype_for(x_dtype, requested)
-    if is_exact(requested):
+    if auto and resumed is not None:
+        return resumed if is_exact(resumed) else np.dtype(resumed)
+    if is_exact(requested) and not matrix_free:
         check_unweighted(requested, weighted)
         check_exact(x_dtype, 0)
         int8_kernel_available()  # the kernels chosen and self-tested here, before the pass
         return EXACT
-    if auto and not weighted and np.dtype(x_dtype) in (np.uint8, np.int8):
+    if (auto and auto_exact and not (weighted or matrix_free)
+            and np.dtype(x_dtype) in (np.uint8, np.int8)):
         choice = (choose or auto_choice)(x_dtype, AUTO_WIDTH if width is None else width)
         if choice.choice == EXACT:
             return EXACT
     if auto and auto_float is not None:
         return np.dtype(auto_float)
+    # the float products, also of the matrix-free passes (which never sum exactly)
     return compute_dtype_for(x_dtype, requested)
 
 
