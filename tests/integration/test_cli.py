@@ -232,11 +232,11 @@ def test_parameter_errors_come_before_any_cluster(store, tmp_path, capsys, sched
     fit = ["fit", store, "--attribute", "Eyeglasses", "--out", tmp_path / "m", *nowhere]
     cases = [
         (["-k", "256"], "largest k is"),
-        (["-k", "0"], "argument -k/--k: must be a positive integer; got '0'"),
+        (["-k", "0"], "argument -k/--k: must be an integer >= 1; got '0'"),
         (["-k", "5", "--tradeoff", "1.5"], "tradeoff must be a number in [0, 1]"),
         (["-k", "5", "--method", "fair-s", "--equalize", "0"], "equalize_covariance"),
-        (["-k", "5", "--rows-per-chunk", "0"], "--rows-per-chunk: must be a positive integer"),
-        (["-k", "5", "--rows-per-chunk", "-3"], "--rows-per-chunk: must be a positive integer"),
+        (["-k", "5", "--rows-per-chunk", "0"], "--rows-per-chunk: must be an integer >= 1"),
+        (["-k", "5", "--rows-per-chunk", "-3"], "--rows-per-chunk: must be an integer >= 1"),
         (["-k", "5", "--constraint", "equal_opportunity"], "--target"),
         (["-k", "5", "--timeout", "0"], "--timeout: must be a positive number"),
     ]
@@ -256,7 +256,7 @@ def test_parameter_errors_come_before_any_cluster(store, tmp_path, capsys, sched
     assert code == 2 and "64 features" in err and "scheduler" not in err, err  # not connected
     assert not (tmp_path / "t.zarr").exists()
     code, _, err = run(["show", tmp_path / "m16", store, "--n", "0"], capsys)
-    assert code == 2 and "argument --n: must be a positive integer; got '0'" in err
+    assert code == 2 and "argument --n: must be an integer >= 1; got '0'" in err
 
 
 def test_options_the_method_would_ignore_are_refused_before_any_cluster(store, tmp_path,
