@@ -5,6 +5,7 @@ chunked pass over numpy, Dask or Zarr arrays, then a small local eigenproblem.
 """
 
 from typing import TYPE_CHECKING, Any
+import importlib
 
 from .base._version import __version__
 from .errors import DfairpcaError, DfairpcaWarning
@@ -41,8 +42,6 @@ _SUBPACKAGES = frozenset({
 
 
 def __getattr__(name: str) -> Any:
-    import importlib
-
     if name in _SUBPACKAGES:  # importing a subpackage binds it here (globals) itself
         return importlib.import_module(f".{name}", __name__)
     if name not in _PUBLIC:

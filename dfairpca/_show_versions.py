@@ -13,6 +13,12 @@ import platform
 import sys
 from importlib import metadata
 from typing import Any, TextIO
+from .base._system import cpu_info
+from .base._version import __version__
+
+# Deferred imports: threadpoolctl (heavy, or optional); package modules that would import those, or
+# this one, at load are imported in the functions that use them, so that importing this module stays
+# light.
 
 __all__ = ["show_versions", "versions_report"]
 
@@ -52,8 +58,6 @@ def versions_report() -> dict[str, Any]:
         ``auto_choice`` (what compute_dtype="auto" chose for 8-bit data in this process, per
         width, with the timings: measured at 1,024 columns if no fit asked yet).
     """
-    from .base._system import cpu_info
-    from .base._version import __version__
     from .stats._auto import auto_report
     from .stats._exact import AUTO_WIDTH
     from .stats._int_kernels import kernel_report

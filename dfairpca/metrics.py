@@ -38,8 +38,14 @@ import numpy as np
 import numpy.typing as npt
 
 from .base._typing import ArrayInput, Seed
-from .engine._compute import compute
+from .engine._compute import compute, with_known_rows
 from .errors import DfairpcaWarning, InvalidInputError, InvalidTypeError
+from .inputs._validation import as_data, check_input, is_xarray
+from .inputs._groups import encode_groups
+
+# Deferred imports: dask, pandas, sklearn (heavy, or optional); package modules that would import
+# those, or this one, at load are imported in the functions that use them, so that importing this
+# module stays light.
 
 if TYPE_CHECKING:
     import dask.array
@@ -87,7 +93,6 @@ def explained_variance_pct(X: ArrayInput, components: npt.ArrayLike) -> float:
         The share of the trace of X's scatter matrix that the components span, in percent.
     """
     from .engine._engine import compute_moments
-    from .inputs._validation import as_data
 
     Xa = as_data(X)
     U = np.asarray(components, dtype=np.float64)
@@ -255,9 +260,6 @@ def group_reconstruction_error(model: LinearDecomposition, X: ArrayInput, sensit
     """
     import dask.array as da
     import pandas as pd
-
-    from .inputs._groups import encode_groups
-    from .engine._compute import with_known_rows
 
     models = [model] if baseline is None else [model, baseline]
     for m in models:
@@ -436,9 +438,6 @@ def fairness_report(model, X: ArrayInput, sensitive_features: ArrayInput | None 
     import pandas as pd
 
     from .engine.sampled import moments_and_sample
-    from .inputs._groups import encode_groups
-    from .engine._compute import with_known_rows
-    from .inputs._validation import check_input, is_xarray
     from .stats.equal_means import group_mean_test, verdict
 
     models = [model] if baseline is None else [model, baseline]

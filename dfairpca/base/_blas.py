@@ -10,11 +10,16 @@ by side.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 
 import numpy as np
 import scipy.linalg.blas
+from scipy.linalg import cython_blas
 from ..errors import InvalidInputError
+
+# Deferred imports: threadpoolctl (heavy, or optional) are imported in the functions that use them,
+# so that importing this module stays light.
 
 __all__ = ["syrk", "ctypes_syrk", "blas_lock", "BLAS_LOCK"]
 
@@ -52,10 +57,6 @@ def syrk(dtype):
 def ctypes_syrk(char: str):
     """The BLAS ``ssyrk`` (``char == "f"``) or ``dsyrk`` (``"d"``) as :func:`syrk`'s
     ``syrk(C, xc)``, called through ctypes so that the GIL is released while it runs."""
-    import ctypes
-
-    from scipy.linalg import cython_blas
-
     name = {"f": "ssyrk", "d": "dsyrk"}[char]
     capsule = cython_blas.__pyx_capi__[name]
     # private prototypes: ctypes.pythonapi's shared function objects are left as they are

@@ -15,6 +15,7 @@ may be dropped in 0.4.0, once users had a release that reads the old form and wr
 from __future__ import annotations
 
 from dataclasses import MISSING, fields
+import sys
 
 __all__ = ["RENAMED", "current", "current_params", "fill_new_fields", "first_moments_state",
            "MOVED_MODULES", "alias_moved_modules"]
@@ -29,8 +30,6 @@ MOVED_MODULES = {"dfairpca.io.writes": "dfairpca.io", "dfairpca.io.storage": "df
 def alias_moved_modules(package: str) -> None:
     """Make the old module paths that :data:`MOVED_MODULES` maps to ``package`` import as
     the package itself (called by the package's ``__init__``)."""
-    import sys
-
     for old, new in MOVED_MODULES.items():
         if new == package:
             sys.modules.setdefault(old, sys.modules[package])

@@ -10,6 +10,10 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+import platform
+
+# Deferred imports: dask (heavy, or optional) are imported in the functions that use them, so that
+# importing this module stays light.
 
 __all__ = ["BLOCK_BYTES", "INT8_FLAGS", "cache_folder", "cpu_count", "cpu_info", "rows_per_block"]
 
@@ -78,8 +82,6 @@ def cpu_info() -> dict:
         ``{"model_name": str, "cpus": int, "int8_flags": {flag: bool}}`` for the flags of
         :data:`INT8_FLAGS`.
     """
-    import platform
-
     model, flags = platform.processor() or platform.machine(), set()
     try:
         with open("/proc/cpuinfo") as f:

@@ -27,6 +27,9 @@ import time
 from collections.abc import Iterator
 from typing import IO
 
+# Deferred imports: tqdm (heavy, or optional) are imported in the functions that use them, so that
+# importing this module stays light.
+
 __all__ = ["is_terminal", "reporting", "reported", "progress_bar", "phase", "LineBar", "NullBar", "HEARTBEAT_SECONDS"]
 
 #: seconds between the "still running" lines of a phase written to a log (a terminal's line

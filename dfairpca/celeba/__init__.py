@@ -20,6 +20,7 @@ download; :func:`open_celeba` and :func:`attribute_column` read either.
 """
 
 from typing import TYPE_CHECKING
+import importlib
 
 __all__ = [
     "ATTRIBUTE_NAMES",
@@ -54,8 +55,6 @@ if TYPE_CHECKING:  # the real names, for type checkers
 
 
 def __getattr__(name: str):
-    import importlib
-
     if name in _SUBMODULES:  # importing it binds it here
         return importlib.import_module(f".{name}", __name__)
     if name not in _PUBLIC:

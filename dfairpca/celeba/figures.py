@@ -10,12 +10,17 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from statistics import NormalDist
+import textwrap
 
 import numpy as np
 
 from ..io import MARKER_KEY, atomic_file, check_target, marker, register_marked_file
 from .schema import DEFAULT_FACES, attribute_column, open_celeba
 from ..errors import InvalidInputError
+
+# Deferred imports: PIL, matplotlib (heavy, or optional) are imported in the functions that use
+# them, so that importing this module stays light.
 
 __all__ = ["DEFAULT_FACES", "MAX_FACES_PER_ROW", "Evidence", "auc_interval", "draw_faces", "faces_figure",
            "faces_held", "faces_picture", "full_fair_projection"]
@@ -104,8 +109,6 @@ def auc_interval(auc: float, positives: int, negatives: int, alpha: float = 0.05
     are every row) it covers the sampling of the rows, not the spread of the fitted probes,
     which a bootstrap that refits them would add.  NaN bounds for a NaN AUC or an empty
     group."""
-    from statistics import NormalDist
-
     if not (auc == auc and positives > 0 and negatives > 0):
         return float("nan"), float("nan")
     a = float(auc)
@@ -393,8 +396,6 @@ def _caption(sub, name, width_in: float, before: float, after: float, fitted: in
              evidence: Evidence | None) -> None:
     """What fair PCA does not do first, then what it does on the fitted faces and, with
     ``evidence``, on new ones, wrapped to the picture's width."""
-    import textwrap
-
     on_fitted = f"the {fitted:,} fitted faces" if fitted else "the fitted faces"
     where = " at the lenses" if name == "Eyeglasses" else " where the group means differ"
     text = (f"Fair PCA does not remove {name} from each face: it takes the difference of the two "

@@ -19,6 +19,9 @@ from .schema import (
 )
 from ..errors import InvalidInputError, PathNotFoundError
 
+# Deferred imports: package modules that would import those, or this one, at load are imported in
+# the functions that use them, so that importing this module stays light.
+
 __all__ = ["decode_face", "ingest_celeba"]
 
 

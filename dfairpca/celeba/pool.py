@@ -32,10 +32,16 @@ import zarr.errors
 
 from ..base import code_digest, cpu_count
 from ..base.progress import NullBar, progress_bar, reporting
-from ..io import (check_target, disk_full, exclusive, is_disk_full, marker_attributes, move_into_place,
-                  read_capped, read_marker, remove_directory, write_marker, writing_every_chunk)
+from ..io import (check_rows, check_target, disk_full, exclusive, is_disk_full, marker_attributes,
+                  move_into_place, read_capped, read_marker, remove_directory, write_marker,
+                  writing_every_chunk)
 from .schema import IMAGES, PARTITION, STORE_KIND, check_positive, create_store
 from ..errors import DiscardedWriteWarning, InvalidInputError, RunError
+from ..cluster import cluster_failures_said
+
+# Deferred imports: distributed (heavy, or optional); package modules that would import those, or
+# this one, at load; platform-specific or rarely needed standard modules are imported in the
+# functions that use them, so that importing this module stays light.
 
 __all__ = ["Split", "Workers", "partial_path", "resolve_jobs", "run_tasks", "worker_processes", "write_rows",
            "write_store"]
@@ -208,8 +214,6 @@ def _check_content(partial: Path, out: Path, chunks: Sequence[tuple], part: Call
     """Raise :class:`dfairpca.io.WrongRowsError` unless the faces the store ``partial``
     holds equal ``part``'s same rows computed again here: the first and last row of every
     chunk, or (``whole``) every row of the first, middle and last chunk."""
-    from ..io import check_rows
-
     picked = [chunks[i] for i in sorted({0, len(chunks) // 2, len(chunks) - 1})] if whole else chunks
     parts = [(c, 0, c[2] - c[1]) for c in picked] if whole else [
         (c, lo, lo + 1) for c in picked for lo in sorted({0, c[2] - c[1] - 1})]
@@ -583,8 +587,6 @@ def _refuse_bootstrapping_child() -> None:
 def _run_dask(func: Callable, tasks: list[tuple], client, refresh: Callable[[], None]) -> list:
     """:func:`run_tasks` as Dask tasks on ``client``'s cluster."""
     import distributed
-
-    from ..cluster import cluster_failures_said
 
     def wait(fs):
         try:

@@ -11,7 +11,7 @@ import numpy as np
 import zarr
 
 from ..io import write_staged
-from .pool import write_store
+from .pool import resolve_jobs, write_store
 from .render import draw_faces
 from .sampling import sample_attributes
 from .schema import (
@@ -20,6 +20,9 @@ from .schema import (
     size_attribute, store_settings,
 )
 from ..errors import InvalidInputError
+
+# Deferred imports: psutil (heavy, or optional) are imported in the functions that use them, so that
+# importing this module stays light.
 
 __all__ = ["synth_celeba", "ensure_store"]
 
@@ -213,8 +216,6 @@ def _check_drawing_memory(shape: tuple[int, ...], rows: int, n_jobs, client) -> 
     if client is not None:
         return
     import psutil
-
-    from .pool import resolve_jobs
 
     processes = resolve_jobs(n_jobs, None)
     assert processes is not None  # without a client, a number

@@ -45,7 +45,7 @@ import logging
 import sys
 import warnings
 
-from ..base import int_at_least
+from ..base import BLOCK_BYTES, __version__, int_at_least
 from ..errors import DfairpcaWarning
 from ._errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, ONE_LINE_ERRORS,
                       _malformed_file, exit_status, one_line, sigterm_as_interrupt)
@@ -55,6 +55,10 @@ from ._erase import add_erase_parser
 from ._evaluate import cmd_evaluate
 from ._inputs import TARGET_OPTIONS
 from ._stores import cmd_ingest, cmd_synth
+from .. import paper
+
+# Deferred imports: package modules that would import those, or this one, at load are imported in
+# the functions that use them, so that importing this module stays light.
 
 __all__ = ["main", "build_parser", "exit_status", "one_line", "ONE_LINE_ERRORS", "EXIT_FAILURE", "EXIT_USAGE",
            "EXIT_INTERRUPTED", "EXIT_TERMINATED", "sigterm_as_interrupt"]
@@ -226,7 +230,6 @@ def _add_array(p):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..base import BLOCK_BYTES, __version__
     from ..celeba.schema import DEFAULT_FACES, DEFAULT_SIZE
     from ..metrics import MAX_PROBE_ROWS
 
@@ -399,8 +402,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "cache folder, $XDG_CACHE_HOME/dfairpca/demo or ~/.cache/dfairpca/demo)")
     _add_cluster(p, fits=True)
     p.set_defaults(func=cmd_demo)
-
-    from .. import paper  # argparse only: the experiments import lazily
 
     p = sub.add_parser("paper", help="rerun the paper's tables and figures into a report (DIR/README.md)")
     paper.add_arguments(p)

@@ -3,6 +3,7 @@ erased data, X's shape, under X's name, in one command (one pass to fit, one to 
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 import time
@@ -11,6 +12,9 @@ from ._errors import UsageError
 from ._fit import TRANSFORM_KIND, _check_two_groups, write_result
 from ._inputs import (_check_out, _client, _data, _describe_groups, _input_paths, _place,
                       _sample_weight, _sensitive, _storage)
+
+# Deferred imports: package modules that would import those, or this one, at load are imported in
+# the functions that use them, so that importing this module stays light.
 
 
 def cmd_erase(args) -> dict:
@@ -80,8 +84,6 @@ def cmd_erase(args) -> dict:
 
 def _fraction(text: str) -> float:
     """``--rtol``: a number in [0, 1)."""
-    import argparse
-
     try:
         value = float(text)
     except ValueError:

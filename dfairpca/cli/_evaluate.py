@@ -9,6 +9,9 @@ from ..base.progress import reporting
 from ._errors import UsageError, _plain, arguments
 from ._inputs import _client, _data, _sensitive, _storage
 
+# Deferred imports: package modules that would import those, or this one, at load are imported in
+# the functions that use them, so that importing this module stays light.
+
 def _p(p: float) -> str:
     """A p-value in words (below float64's range: not 0)."""
     return "p n/a" if p != p else "p < 1e-300" if p == 0 else f"p = {p:.2g}"

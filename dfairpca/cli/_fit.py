@@ -8,13 +8,21 @@ import sys
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
+import threading
 
 import numpy as np
 
-from ..base.progress import phase, reporting
+from ..base.progress import phase, progress_bar, reporting
 from ._errors import CLIError, UsageError, _plain, arguments
 from ._inputs import (_Data, _check_out, _client, _data, _describe_groups, _input_paths, _place,
                       _sample_weight, _sensitive, _storage, _target, _tuple, writing_alone)
+from ..errors import DiskFullError
+from ..celeba import attribute_column, ensure_store, open_celeba
+from ..base import cache_folder
+
+# Deferred imports: pandas, zarr (heavy, or optional); package modules that would import those, or
+# this one, at load are imported in the functions that use them, so that importing this module stays
+# light.
 
 #: the kind in dfairpca's marker of what ``transform`` writes: another kind than the data
 #: stores of synth and ingest ("store"), so that ``transform --overwrite`` can never replace
@@ -261,7 +269,6 @@ def run_fit(args: FitJob) -> dict:
 
 def _run_fit(args: FitJob, start: float, out, ckpt) -> dict:
     """:func:`run_fit` once its outputs are checked and held."""
-    from ..errors import DiskFullError
     from ..io import StoreTimeout, disk_full, is_disk_full, read_marker, remove_directory, staged_locally
 
     if read_marker(ckpt) is not None and not args.resume and not args.overwrite:
@@ -434,9 +441,6 @@ def _counting_chunks(array, store, name: str):
     """Show how many of ``array``'s chunks are in the local ``store`` while the block
     inside writes them (a terminal's bar, or whole lines in a log), counted every two
     seconds; for a URL, the phase's own heartbeat instead (a count would list the bucket)."""
-    import threading
-
-    from ..base.progress import phase, progress_bar, reporting
     from ..io import chunks_written
 
     total = math.prod(array.cdata_shape)
@@ -545,7 +549,6 @@ def run_show(model_path, store, out, *, n: int | None = None, overwrite: bool = 
     (:class:`dfairpca.celeba.figures.Evidence`).  A number the store cannot fill, or above
     :data:`dfairpca.celeba.figures.MAX_FACES_PER_ROW`, is refused before any face is read."""
     from .. import load
-    from ..celeba import open_celeba
     from ..celeba.figures import DEFAULT_FACES, MAX_FACES_PER_ROW, faces_figure, faces_held
 
     out = Path(out)
@@ -579,14 +582,10 @@ def demo_folder() -> Path:
     -------
     Path
     """
-    from ..base import cache_folder
-
     return cache_folder() / "demo"
 
 
 def cmd_demo(args):
-    from ..celeba import ensure_store
-
     work = Path(args.workdir) if args.workdir is not None else demo_folder()
     make_folder(work, "--workdir" if args.workdir is not None else "the demo's folder")
     print(f"the demo's folder (its store, model and picture): {work}"
@@ -655,7 +654,6 @@ def heldout_report(model_path, store, attribute: str, k: int):
     import pandas as pd
 
     from .. import PCA, load
-    from ..celeba import attribute_column
     from ..io import from_zarr
     from ..metrics import fairness_report
     from ._evaluate import verdict_line

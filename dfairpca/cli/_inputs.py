@@ -15,6 +15,10 @@ import numpy as np
 
 from ._errors import CLIError, UsageError, _did_you_mean, _shown, arguments
 
+# Deferred imports: pandas, pyarrow, zarr (heavy, or optional); package modules that would import
+# those, or this one, at load are imported in the functions that use them, so that importing this
+# module stays light.
+
 
 # ----------------------------------------------------------------------------- helpers
 @contextlib.contextmanager

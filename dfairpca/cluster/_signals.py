@@ -6,10 +6,15 @@ itself (:func:`holding_lost_connections`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
 import threading
+import traceback
+from multiprocessing import resource_tracker
+from ..engine._compute import loss_reported
+from ..engine._failures import SchedulerLost
 
 class _Switch:
     """A flag a filter reads: set when the block it guards was interrupted."""
@@ -32,8 +37,6 @@ def _lost_scheduler_logs(record: logging.LogRecord) -> bool:
     """distributed's records of a connection to the scheduler refused, closed or cancelled
     (with their tracebacks), and the client's giving up on it: what a lost scheduler logs,
     and also what a connection that drops and comes back logs."""
-    import asyncio
-
     exc = record.exc_info[1] if record.exc_info else None
     # its last word when the client closes while reconnecting, without a traceback
     given_up = str(record.msg).startswith("Failed to reconnect to scheduler")
@@ -105,8 +108,6 @@ class HeldLoss:
 
     def reported(self) -> bool:
         """Whether a computation on the Client has reported the loss of its scheduler."""
-        from ..engine._compute import loss_reported
-
         return self.client is not None and loss_reported(self.client)
 
     def settle(self, reported: bool) -> None:
@@ -129,8 +130,6 @@ def _log(held) -> None:
 def reports_lost_scheduler(exc: BaseException | None) -> bool:
     """Whether ``exc``, or an error it was raised from or while handling, is the one line
     of a lost scheduler (:class:`~dfairpca.cluster.SchedulerLost`)."""
-    from ..engine._failures import SchedulerLost
-
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, SchedulerLost):
@@ -232,9 +231,6 @@ def _cancelled_feeds(record: logging.LogRecord) -> bool:
     key) is cancelled, and distributed logs the cancellation with a traceback after the
     command's own last line.  Any other error of the scheduler still shows.
     """
-    import asyncio
-    import traceback
-
     exc = record.exc_info[1] if record.exc_info else None
     if not isinstance(exc, asyncio.CancelledError):
         return False
@@ -286,8 +282,6 @@ def _sigint_only_here():
             signal, "pthread_sigmask"):  # only the main thread gets signals; Windows has none
         yield
         return
-    from multiprocessing import resource_tracker
-
     resource_tracker.ensure_running()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:

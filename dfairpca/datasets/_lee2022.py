@@ -24,6 +24,9 @@ from sklearn.utils import Bunch
 from ._paper import PAPER_TABLES
 from ..errors import InvalidInputError, InvalidTypeError
 
+# Deferred imports: pandas (heavy, or optional) are imported in the functions that use them, so that
+# importing this module stays light.
+
 #: every data set comes in ten random 70/30 train/test splits
 N_SPLITS = 10
 #: the arrays of each .npz file (see the module docstring for their shapes)

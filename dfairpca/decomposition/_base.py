@@ -36,6 +36,10 @@ from ..stats.moments import Moments, merge
 from ._fair_input import FairInput, fair_input
 from ._saved import input_meta, restore_input_meta
 from ..base._typing import ArrayInput, ArrayOutput, PathInput
+from ..io import SavedFileError, atomic_directory, storage_for, write_arrays
+
+# Deferred imports: package modules that would import those, or this one, at load are imported in
+# the functions that use them, so that importing this module stays light.
 
 __all__ = ["Estimator", "StatisticsEstimator", "fit_context", "set_certificate", "fair_feature_names"]
 
@@ -183,8 +187,6 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
     def _write(self, path, overwrite: bool, statistics=None) -> Path:
         """Write the model (and ``statistics``, a Moments, beside it) atomically."""
-        from ..io import atomic_directory, storage_for, write_arrays
-
         self._check_fitted()
         validate_params(self)  # set_params after the fit: a model load() would refuse
         self._check_savable()
@@ -244,8 +246,6 @@ class Estimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
     def _restore_statistics(self, path: Path) -> None:
         """Attach the ``statistics/`` saved beside the model at ``path``."""
-        from ..io import SavedFileError
-
         raise SavedFileError(f"cannot load {str(path)!r}: a {type(self).__name__} saves no "
                              "statistics/, so it was not written by dfairpca: save the model again")
 

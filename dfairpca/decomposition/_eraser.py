@@ -16,6 +16,7 @@ from typing import Self
 import numpy as np
 import numpy.typing as npt
 from sklearn.base import OneToOneFeatureMixin
+import dask.array as da
 
 from ..base._params import BOOL, SPLIT_EVERY, Check, Rule, is_real, one_of
 from ..base._system import rows_per_block
@@ -29,6 +30,10 @@ from ..solve._erasure import ERASURE_METHODS, Erasure, fit_erasure
 from ..stats.moments import Moments
 from ._base import FairStatisticsEstimator, fit_context, set_certificate
 from ._saved import eraser_layout, check_eraser_values, fair_meta, restore_fair_meta
+
+# Deferred imports: xarray (heavy, or optional); package modules that would import those, or this
+# one, at load are imported in the functions that use them, so that importing this module stays
+# light.
 
 __all__ = ["ConceptEraser"]
 
@@ -320,8 +325,6 @@ class ConceptEraser(OneToOneFeatureMixin, FairStatisticsEstimator):
         # NaN there is bad input as anywhere else
         feats = inp.features if len(inp.numeric) else None
         mu, L, R = (a.astype(dtype) for a in (self.mean_, self.proj_left_, self.proj_right_))
-        import dask.array as da
-
         if isinstance(Xa, da.Array):
             out = da.map_blocks(_erase_block, Xa, ship(mu), ship(L), ship(R), feats, dtype=dtype,
                                 chunks=(Xa.chunks[0], (L.shape[0],)), meta=np.empty((0, 0), dtype))
@@ -386,8 +389,6 @@ def _like(X, out, inp: Input, names):
     or Zarr X, X's chunks; a DataArray with X's dimensions and coordinates for a DataArray
     X.  ``names``: the output's feature names where sensitive columns were dropped (the
     output is then (n, d - ids) and keeps only X's row chunks and row coordinate)."""
-    import dask.array as da
-
     data = X.data if is_xarray(X) else X
     if names is None:
         if isinstance(data, (str, os.PathLike)) or type(data).__module__.startswith("zarr"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dask.array as da
 import numpy as np
 
 from ..base import _solvers
@@ -33,6 +34,12 @@ from ..stats._exact import is_exact, kernel_name
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput, ArrayOutput, PathInput
 from ..errors import InvalidInputError
+from ..solve._choice import check_exact_memory, choose_svd_solver, memory_budget, needs_dense_message
+from ..engine._checkpoint_files import saved_solver
+from ..solve._randomized import fit_randomized
+
+# Deferred imports: xarray (heavy, or optional) are imported in the functions that use them, so that
+# importing this module stays light.
 
 __all__ = ["LinearDecomposition", "LINEAR_RULES", "SVD_SOLVERS", "n_components_ok"]
 
@@ -125,9 +132,6 @@ class LinearDecomposition(ProbabilisticPCA):
         :func:`dfairpca.solve._choice.choose_svd_solver` among those that can run.
         "randomized" where it cannot run raises, naming why (``groups``: the groups of all
         attributes, whose d x d covariances Fair PCA-S needs)."""
-        from ..solve._choice import check_exact_memory, choose_svd_solver, memory_budget
-        from ..engine._checkpoint_files import saved_solver
-
         blocker = self._randomized_blocker(d, groups) or (WEIGHTED_BLOCKER if weighted else None)
         if self.svd_solver == "randomized":
             if blocker:
@@ -175,8 +179,6 @@ class LinearDecomposition(ProbabilisticPCA):
 
     def _randomized_blocker(self, d: int, groups: int) -> str | None:
         """Why the randomized solve cannot fit (None if it can)."""
-        from ..solve._choice import needs_dense_message
-
         k = self.n_components
         if not is_int(k):
             return (f"svd_solver='randomized' needs n_components as an int, got {k!r}: None, "
@@ -190,8 +192,6 @@ class LinearDecomposition(ProbabilisticPCA):
         """:func:`dfairpca.solve._randomized.fit_randomized` of X with this estimator's
         parameters (products in float64 where ``numeric``, as :meth:`_pass`), saving its
         state after every pass to ``checkpoint`` if given."""
-        from ..solve._randomized import fit_randomized
-
         dtype = self._pass_dtype(X, numeric, matrix_free=True)
         codes, cats = (None, ()) if groups is None else (groups.codes, groups.categories)
         return fit_randomized(
@@ -338,8 +338,6 @@ class LinearDecomposition(ProbabilisticPCA):
         Xa = inp.data
         dtype = compute_dtype_for(Xa.dtype, self.compute_dtype)
         mu, Ws = self._folded(inp, dtype)
-        import dask.array as da
-
         if isinstance(Xa, da.Array):
             # the matrices by key: shipped to a cluster once, not inside the graph
             out = da.map_blocks(
@@ -381,8 +379,6 @@ class LinearDecomposition(ProbabilisticPCA):
             coords = {dim: Y.coords[dim]} if dim in Y.coords else {}
             return xr.DataArray(self.inverse_transform(Y.data), dims=(dim, "feature"),
                                 coords=coords, name="reconstruction")
-        import dask.array as da
-
         k = self.n_components_
         if Y.ndim != 2 or Y.shape[1] not in (k, self._n_features_out):
             raise InvalidInputError(f"Y must have shape (n, {k}); got {Y.shape}")

@@ -8,6 +8,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import scipy.linalg
+from sklearn.utils.extmath import fast_logdet
+import dask.array as da
 
 from ..engine._compute import ship
 from ..inputs._validation import check_finite_input, row_origin
@@ -58,8 +61,6 @@ class ProbabilisticPCA(StatisticsEstimator):
             The precision matrix, over the columns of ``components_``.
         """
         self._check_fitted()
-        import scipy.linalg
-
         U, ev, noise = self._model()
         d = U.shape[1]
         if noise == 0.0:
@@ -102,13 +103,9 @@ class ProbabilisticPCA(StatisticsEstimator):
         inp = self._input(X, reset=False)
         self._check_layout(inp)
         precision = self.get_precision()
-        from sklearn.utils.extmath import fast_logdet
-
         d = precision.shape[0]
         const = -0.5 * (d * math.log(2.0 * np.pi) - fast_logdet(precision))
         args = (inp.features, self.mean_, precision, const)
-        import dask.array as da
-
         if isinstance(inp.data, da.Array):
             shipped = (*map(ship, args[:3]), const)  # the d x d precision above all
             return da.map_blocks(_loglik_block, inp.data, *shipped, drop_axis=1, dtype=np.float64,

@@ -21,10 +21,13 @@ from ..solve import _fairness
 from ..base._compat import current_params
 from ..base._params import validate_params
 from ..io import (categories_from_json, categories_to_json, meta_value, model_class, model_class_names,
-                  saved_group_counts)
+                  saved_group_counts, storage_for)
 from ..stats.moments import Moments
 from ..base._typing import PathInput
 from ..errors import InvalidInputError
+
+# Deferred imports: package modules that would import those, or this one, at load are imported in
+# the functions that use them, so that importing this module stays light.
 
 if TYPE_CHECKING:  # the estimators' base (._base imports this module)
     from sklearn.base import BaseEstimator
@@ -58,8 +61,6 @@ def load(path: PathInput, *, storage_options: dict | None = None) -> BaseEstimat
         The fitted estimator, of the class that was saved, with its statistics where they
         were saved with it.
     """
-    from ..io import storage_for
-
     # a local model is read where it is (a replace cut short: the intact old version put
     # back first), a URL's from a local copy
     with storage_for(path, storage_options).local_copy() as local:

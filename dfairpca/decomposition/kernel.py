@@ -58,6 +58,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Self
 
+import dask.array as da
 import numpy as np
 
 from ..solve import _kernels as kn
@@ -425,8 +426,6 @@ class FairKernelPCA(Estimator):
 
     def _fit_nystroem(self, Xa, fit_rows, mask, g, m, inp: Input, names):
         """Linear fair PCA on Nyström features, from one chunked pass of additive statistics."""
-        import dask.array as da
-
         rng = np.random.default_rng(self.random_state)
         idx = np.sort(rng.choice(fit_rows, size=m, replace=False))
         var_rows = None if mask is None else fit_rows

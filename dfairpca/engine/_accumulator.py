@@ -23,6 +23,8 @@ float64 matrix, what ``syrk`` writes, in half the memory and half the bytes on t
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+import json
+from pathlib import Path
 
 import numpy as np
 import scipy.linalg.blas
@@ -31,9 +33,12 @@ from ..stats._chunk import chunk_sums
 from ..stats._exact import ExactSums, is_exact, merge_exact, nbytes as exact_nbytes
 from ..stats._sums import GroupSums, Sums, fill_lower, merge_sums, nbytes
 from ..stats.moments import AttributeMoments, Moments, exact_moments
-from ..io import (categories_from_json, categories_to_json, read_saved, saved_fields,
-                                  saved_layout, sums_to_arrays)
+from ..io import (categories_from_json, categories_to_json, read_capped, read_saved, save_arrays,
+                  saved_fields, saved_layout, sums_to_arrays)
 from ..errors import InvalidInputError
+
+# Deferred imports: dask (heavy, or optional); package modules that would import those, or this one,
+# at load are imported in the functions that use them, so that importing this module stays light.
 
 __all__ = ["chunk", "fold", "combine", "RunningTotal", "ExactTotal", "UpperPanels", "load_total"]
 
@@ -187,8 +192,6 @@ class RunningTotal(Sums):
     def save(self, path, *, overwrite: bool = False) -> None:
         """Save as a checkpoint keeps it: the scatter as its panels (half the bytes), the
         group scatters complete; a ``Moments`` directory that :meth:`load` reads back."""
-        from ..io import save_arrays
-
         d = self.mean.shape[0]
         arrays, meta = sums_to_arrays(self, lambda a: np.stack([_full(M, d) for M in a.scatter]))
         arrays["scatter_panels"] = self.scatter.data
@@ -224,8 +227,6 @@ class ExactTotal(ExactSums):
 
     def save(self, path, *, overwrite: bool = False) -> None:
         """Save as a checkpoint keeps it (meta.json's ``kind`` "ExactSums")."""
-        from ..io import save_arrays
-
         arrays, meta = self.to_arrays()
         for j, a in enumerate(self.attributes):
             arrays[f"exact_counts_{j}"] = a.counts
@@ -289,11 +290,6 @@ def combine(parts: list) -> "RunningTotal | ExactTotal":
 def load_total(path):
     """A running total saved by ``save``: a :class:`RunningTotal`, or the
     :class:`ExactSums` of an exact pass (told apart by meta.json's kind)."""
-    import json
-    from pathlib import Path
-
-    from ..io import read_capped
-
     try:  # a regular file, read to a cap: a pipe or a device in its place never ends
         kind = json.loads(read_capped(Path(path) / "meta.json")).get("kind")
     except (OSError, ValueError, AttributeError):

@@ -12,18 +12,26 @@ command line uses to make one active).
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ..errors import DfairpcaError, InvalidInputError
 from ..inputs._validation import is_dask
-from ..io import active_client
+from ..io import STORE_TIMEOUT_ANNOTATION, StoreTimeout, active_client, store_timeout
 from ._failures import SchedulerLost, WorkerKilled, WorkersLost, WorkersPaused, WorkersTooSmall
 from ._memory import OWN_BYTES_COUNTED, WorkingSet, current_working_set, memory_state
+from ..base._params import is_real
+from . import _on_scheduler
+
+# Deferred imports: cloudpickle, dask, distributed (heavy, or optional) are imported in the
+# functions that use them, so that importing this module stays light.
 
 
 def _killed_worker(exc: BaseException) -> WorkerKilled | None:
@@ -45,9 +53,6 @@ def _lost_scheduler(client, exc: BaseException) -> bool:
     graph, asking it about its workers), means the Client lost its scheduler (its futures
     cancelled for that, its connection closed, or the Client closed after failing to
     reconnect) rather than a task's own failure."""
-    import asyncio
-    import concurrent.futures
-
     if isinstance(exc, DfairpcaError):  # said already, in dfairpca's words
         return False
     if "scheduler-connection-lost" in str(exc) or type(exc).__name__ == "ClosedClientError":
@@ -98,8 +103,6 @@ def check_timeout(timeout) -> None:
     timeout : float or None
         The value to check.
     """
-    from ..base._params import is_real
-
     if timeout is not None and not (is_real(timeout) and timeout > 0):
         raise InvalidInputError(
             f"timeout must be None (wait for new workers as long as it takes) or the seconds "
@@ -163,8 +166,6 @@ class _ContextPool:
     caller's :func:`dfairpca.io.store_timeout`."""
 
     def __init__(self, workers: int):
-        from concurrent.futures import ThreadPoolExecutor
-
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="dfairpca-compute")
         self._max_workers = workers  # what dask.threaded.get reads of a pool
 
@@ -185,8 +186,6 @@ def _compute_locally(args, seconds: float | None) -> tuple:
     import dask
     import dask.threaded
     from dask.base import get_scheduler
-
-    from ..io import store_timeout
 
     if seconds is None:
         return dask.compute(*args)
@@ -223,8 +222,6 @@ def submit(client, collections, seconds: float | None):
         As ``client.compute`` returns.
     """
     import dask
-
-    from ..io import STORE_TIMEOUT_ANNOTATION
 
     if seconds is None:
         return client.compute(collections)
@@ -313,8 +310,6 @@ def on_scheduler(client, name: str, *args):
     :mod:`dfairpca.engine._on_scheduler`, sent by value: a scheduler without dfairpca
     installed runs it too."""
     import cloudpickle
-
-    from . import _on_scheduler
 
     cloudpickle.register_pickle_by_value(_on_scheduler)
     return client.run_on_scheduler(getattr(_on_scheduler, name), *args)
@@ -441,8 +436,6 @@ def _all_paused(workers: dict, since: float | None, now: float) -> float | None:
 
 def _store_timed_out(futures) -> bool:
     """Whether one of ``futures`` failed with :class:`dfairpca.io.StoreTimeout`."""
-    from ..io import StoreTimeout
-
     for f in futures:
         if f.status == "error":
             try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from typing import TYPE_CHECKING
+import pickle
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +37,14 @@ from ..stats._exact import check_exact, check_unweighted, is_exact
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput
 from ..errors import InvalidInputError
+from ..base._params import is_int
+from ..inputs._weights import check_sample_weight, check_total_weight
+from ..io import check_inputs_shared
+from ..stats._int_kernels import chosen_kernel
+
+# Deferred imports: dask, distributed (heavy, or optional); package modules that would import those,
+# or this one, at load; platform-specific or rarely needed standard modules are imported in the
+# functions that use them, so that importing this module stays light.
 
 _log = logging.getLogger("dfairpca")
 #: the differing workers' kernels already said (:func:`check_worker_kernels`)
@@ -134,9 +143,6 @@ def checked_request(X, sensitive_features, mask, split_every, sample_weight):
     """
     import dask.array as da
 
-    from ..base._params import is_int
-    from ..inputs._weights import check_sample_weight
-
     n = np.shape(X)[0]
     if not (is_int(split_every) and split_every >= 2):
         raise InvalidInputError(f"split_every must be at least 2; got {split_every}")
@@ -162,8 +168,6 @@ def coded_moments(X, codes=None, categories=(), *, weights=None, **kw) -> Moment
     only the pass sees of Dask weights."""
     if weights is None:
         return run_moments_pass(X, codes, categories, **kw).finalize()
-    from ..inputs._weights import check_total_weight
-
     m = run_moments_pass(X, codes, categories, weights=weights, **kw).finalize()
     check_total_weight(m)
     return m
@@ -258,8 +262,6 @@ def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress
     import dask
     from dask import delayed
 
-    from ..io import check_inputs_shared
-
     check_inputs_shared(X)  # a worker that cannot see a local store: said now, by name
     if len(X.chunks[1]) > 1:  # a fold needs whole rows: merge the column chunks of each row chunk
         X = X.rechunk({1: -1})
@@ -328,8 +330,6 @@ def _block_sources(X) -> tuple[list, dict]:
     whose chunks share *work* (a rechunk that splits chunks, a statistic of all of X)
     cannot be split like that: its chunks stay plain task dependencies.
     """
-    import pickle
-
     from dask.core import flatten, istask
     from dask.delayed import Delayed
     from dask.optimization import cull
@@ -393,8 +393,6 @@ def check_worker_kernels(x_dtype) -> dict:
         client = get_client()
     except (ImportError, ValueError):
         return {}
-    from ..stats._int_kernels import chosen_kernel
-
     here = chosen_kernel(x_dtype)
     # asked once per set of workers (a checkpointed pass runs one pass per segment): the
     # client's cached view of its workers costs no round trip

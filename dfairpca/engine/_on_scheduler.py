@@ -6,6 +6,7 @@ the functions sent belongs here.
 """
 
 from __future__ import annotations
+import time
 
 
 def release_pinned(dask_scheduler=None) -> list:
@@ -25,8 +26,6 @@ def release_pinned(dask_scheduler=None) -> list:
     list of list of str
         For each task sent on, the addresses it was pinned to.
     """
-    import time
-
     s = dask_scheduler
     if not s.running:
         return []

@@ -28,6 +28,11 @@ from ..stats._chunk import group_sums
 from ..stats._sums import MAX_BAD_ROWS_REPORTED
 from ..stats.moments import AttributeMoments, Moments
 from ..errors import InvalidInputError
+from ..base._blas import blas_lock
+from ..inputs._validation import compute_dtype_for
+
+# Deferred imports: dask (heavy, or optional); package modules that would import those, or this one,
+# at load are imported in the functions that use them, so that importing this module stays light.
 
 __all__ = ["Plan", "first_moments", "first_pass", "run_thin_pass", "corrected",
            "as_rows", "chunked", "statistics_state", "restore_statistics"]
@@ -150,8 +155,6 @@ def _add_byte_sums(out: ThinSums, x, codes, plan: Plan) -> None:
 def thin_chunk_sums(x, plan: Plan, V, codes, mask, offset: int) -> ThinSums:
     """The sums of one chunk of rows: the first-order ones (first pass) and ``A^T (A V)``
     (where :func:`dfairpca.stats._chunk.chunk_sums` sums the d x d products)."""
-    from ..base._blas import blas_lock
-
     x = np.asarray(x)
     if x.ndim > 2:
         x = x.reshape(x.shape[0], -1)
@@ -350,8 +353,6 @@ def first_pass(X, V, codes, categories, mask, numeric, dtype, split_every, progr
     """(first-order Moments, mean - shift in the products' units, the plan, the raw sums: ``G`` of
     V and, if ``digest``, the chunks' ``digests``)."""
     import dask.array as da
-
-    from ..inputs._validation import compute_dtype_for
 
     D = int(np.prod(X.shape[1:]))
     dtype = compute_dtype_for(X.dtype) if dtype is None else np.dtype(dtype)

@@ -58,6 +58,9 @@ from ._checkpoint_files import (CHECKPOINT_VERSION, _START_OVER, CheckpointMisma
 from ._checkpoint_files import (array_digest, check_digests, checkpoint_path, open_state, save_state,
                                 saved_solver, saved_state_meta)
 
+# Deferred imports: dask (heavy, or optional) are imported in the functions that use them, so that
+# importing this module stays light.
+
 
 __all__ = [
     "compute_moments_checkpointed", "job_fingerprint", "segment_bounds", "chunk_digests",

@@ -16,6 +16,10 @@ import numpy as np
 from . import _accumulator
 from ._engine import chain_reduce, row_slice
 from ..stats.moments import Moments
+from ._compute import ship
+
+# Deferred imports: dask (heavy, or optional); package modules that would import those, or this one,
+# at load are imported in the functions that use them, so that importing this module stays light.
 
 __all__ = ["moments_and_sample"]
 
@@ -65,8 +69,6 @@ def moments_and_sample(Y, codes, categories, rows, *, represent=None, group_scat
         Y = np.asarray(Y) if represent is None else np.asarray(represent(Y))
         return (coded_moments(Y, codes, categories, dtype=np.float64, group_scatter=group_scatter),
                 np.asarray(Y[rows], np.float64))
-    from ._compute import ship
-
     shared = None if represent is None else ship(represent)
 
     def args(s: int, e: int):

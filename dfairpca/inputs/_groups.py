@@ -11,6 +11,9 @@ import numpy as np
 from ._validation import MAX_ROWS_SHOWN, Input, is_dask, unique_columns
 from ..errors import InvalidInputError
 
+# Deferred imports: pandas (heavy, or optional) are imported in the functions that use them, so that
+# importing this module stays light.
+
 __all__ = [
     "Groups", "require_sensitive_features", "group_labels", "encode_groups", "binary_target",
 ]

@@ -9,12 +9,17 @@ import math
 import os
 from dataclasses import dataclass
 from typing import Any
+import warnings
 
 import numpy as np
 
 from ..base._params import Check, is_int, outside_stacklevel
 from ..base._system import rows_per_block
 from ..errors import InvalidInputError, InvalidTypeError, NumericAttributeWarning
+
+# Deferred imports: dask, pandas, scipy, sklearn, xarray, zarr (heavy, or optional); package modules
+# that would import those, or this one, at load are imported in the functions that use them, so that
+# importing this module stays light.
 
 __all__ = [
     "as_data", "compute_dtype_for", "check_n_features", "check_finite_output",
@@ -399,8 +404,6 @@ def warn_integer_codes(arr, positions, names) -> None:
     groups are then decorrelated from the code, not given equal means: a weaker constraint
     that would look right, so it is never silent.
     """
-    import warnings
-
     for j, name in zip(positions, names):
         col = np.asarray(arr[:, j])
         values = np.unique(col[np.isfinite(col)]) if col.dtype.kind == "f" else np.unique(col)

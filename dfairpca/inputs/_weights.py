@@ -15,6 +15,11 @@ import numbers
 import numpy as np
 
 from ..errors import InvalidInputError, InvalidTypeError
+from ._validation import is_dask, is_xarray
+
+# Deferred imports: dask, zarr (heavy, or optional); package modules that would import those, or
+# this one, at load are imported in the functions that use them, so that importing this module stays
+# light.
 
 #: how many offending rows a message names (as the statistics' NaN report)
 MAX_BAD_ROWS_REPORTED = 10
@@ -67,8 +72,6 @@ def _as_array(w):
     import zarr
 
     import dask.array as da
-
-    from ._validation import is_dask, is_xarray
 
     if is_xarray(w):
         w = w.data

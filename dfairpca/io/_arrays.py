@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+import zipfile
 
 import numpy as np
 
@@ -194,8 +195,6 @@ def _npz_headers(file) -> dict:
     inflates it beyond the bytes on disk) and members whose size in the zip directory
     differs from what their header declares.
     """
-    import zipfile
-
     try:
         zf = zipfile.ZipFile(file)
     except (zipfile.BadZipFile, OSError) as exc:
@@ -272,8 +271,6 @@ def _check_arrays(headers: dict, specs: dict) -> None:
 def _read_npz(file, headers: dict) -> dict:
     """The arrays of the open arrays.npz ``file``, read without pickle once their headers
     were checked."""
-    import zipfile
-
     arrays = {}
     file.seek(0)  # np.load tells a zip archive by its first bytes
     with np.load(file, allow_pickle=False) as z:

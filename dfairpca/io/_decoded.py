@@ -18,6 +18,13 @@ from __future__ import annotations
 
 import math
 from typing import NamedTuple
+import bz2
+import lzma
+import numpy as np
+import zlib
+
+# Deferred imports: numcodecs, zarr (heavy, or optional) are imported in the functions that use
+# them, so that importing this module stays light.
 
 __all__ = ["ChunkBound", "bounds_in", "STREAMING", "HEADERS"]
 
@@ -194,9 +201,6 @@ def _streamed(codec: str, raw: memoryview, limit: int) -> int | None:
     discarded, stopped past ``limit``; every member of a multi-member gzip stream counted
     (numcodecs' GZip reads them all).  None where the stream is damaged within the limit:
     zarr's own decoding says so."""
-    import lzma
-    import zlib
-
     total, rest = 0, bytes(raw)
     try:
         while rest and total <= limit:
@@ -212,8 +216,6 @@ def _streamed(codec: str, raw: memoryview, limit: int) -> int | None:
 def _inflated(codec: str, data: bytes, total: int, limit: int) -> tuple[bool, bytes, int]:
     """One zlib or gzip member of ``data`` counted onto ``total`` (stopped past ``limit``):
     whether it ended, the bytes after it, the new total."""
-    import zlib
-
     d = zlib.decompressobj(16 + zlib.MAX_WBITS if codec == "gzip" else zlib.MAX_WBITS)
     buf = data
     while total <= limit:
@@ -227,9 +229,6 @@ def _inflated(codec: str, data: bytes, total: int, limit: int) -> tuple[bool, by
 
 def _unpacked(codec: str, data: bytes, total: int, limit: int) -> tuple[bool, bytes, int]:
     """The bz2 or lzma stream ``data`` counted onto ``total``, as :func:`_inflated`."""
-    import bz2
-    import lzma
-
     d = bz2.BZ2Decompressor() if codec == "bz2" else lzma.LZMADecompressor()
     total += len(d.decompress(data, STEP))
     while not d.eof and not d.needs_input and total <= limit:
@@ -282,7 +281,6 @@ def _zstd_size(raw: memoryview, limit: int) -> int | None:
 def _zstd_bounded(raw: memoryview, limit: int) -> int | None:
     """The size ``raw`` (zstd frames without a declared size) decodes to, decoded into a
     buffer of ``limit`` bytes: past it, ``limit + 1``."""
-    import numpy as np
     from numcodecs import Zstd  # type: ignore[import-untyped]
 
     try:

@@ -22,6 +22,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+import signal
+import threading
 
 from ._files import read_capped
 from ._locks import (REPLACE_LOCK, drop_stale_lock, exclusive, holder_gone, holding, is_mount_point,
@@ -34,6 +36,9 @@ from ._marker import (
 )
 from ._storage import Protected, Storage, each_protected
 from ._urls import local_path, on_disk
+
+# Deferred imports: zarr (heavy, or optional) are imported in the functions that use them, so that
+# importing this module stays light.
 
 __all__ = ["LocalStorage", "register_marked_file", "named", "remove_tree", "files_under", "temporary_file",
            "temporary_sibling", "is_empty_dir"]
@@ -387,9 +392,6 @@ def _interrupts_deferred():
     """Hold a SIGINT or SIGTERM that arrives inside the block and deliver it to the previous
     handler when the block ends (main thread only, where Python runs signal handlers): a
     KeyboardInterrupt for SIGINT's default, the default's end of the process for SIGTERM's."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -10,9 +10,18 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+import errno
+import fcntl
+import re
+import shutil
+import sys
+import time
 
 from ._marker import OutputPathError
 from ..errors import AccessError, DiskFullError
+
+# Deferred imports: dask (heavy, or optional); platform-specific or rarely needed standard modules
+# are imported in the functions that use them, so that importing this module stays light.
 
 __all__ = ["exclusive", "LOCK_MARK", "REPLACE_LOCK", "drop_stale_lock", "is_held", "holding", "holder_gone",
            "not_writable", "is_mount_point", "is_disk_full", "disk_full"]
@@ -33,8 +42,6 @@ def _holder_line() -> bytes:
     runs, so that a second writer's refusal names the first.  Only the program and, for
     the command line, its command: the options may hold credentials (``--storage-options``)
     and the file is readable by other users."""
-    import sys
-
     prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
     if prog == "__main__.py":  # python -m PACKAGE: the package's name
         prog = os.path.basename(os.path.dirname(sys.argv[0])) or prog
@@ -172,9 +179,6 @@ BRIEF_HOLD_S = 2.0
 def _flock_briefly(fd: int, seconds: float) -> None:
     """``flock(fd, LOCK_EX)``, waiting up to ``seconds`` for a brief holder; BlockingIOError
     if it is held longer (another writer)."""
-    import fcntl
-    import time
-
     deadline = time.monotonic() + seconds
     while True:
         try:
@@ -189,8 +193,6 @@ def _flock_briefly(fd: int, seconds: float) -> None:
 def drop_stale_lock(lock: Path) -> None:
     """Remove the lock file ``lock`` if dfairpca made it and no process holds it (its
     holder crashed); a held one (this process's own too) is left alone."""
-    import fcntl
-
     try:
         fd = os.open(lock, os.O_RDONLY)
     except OSError:
@@ -209,8 +211,6 @@ def drop_stale_lock(lock: Path) -> None:
 def is_held(lock: Path) -> bool:
     """Whether some process holds the lock file ``lock`` (:func:`exclusive`) now; this
     process's own holds count too (a second ``flock`` descriptor conflicts with them)."""
-    import fcntl
-
     try:
         fd = os.open(lock, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
@@ -308,8 +308,6 @@ def is_disk_full(exc: BaseException) -> bool:
         True for an ``OSError`` with ``errno`` ENOSPC or EDQUOT, and for a provisional
         :class:`~dfairpca.errors.DiskFullError`.
     """
-    import errno
-
     if isinstance(exc, DiskFullError):
         return exc.provisional
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
@@ -341,9 +339,6 @@ def disk_full(path, what: str, kept: str, needed: int | None = None, *, stage=No
     DiskFullError
         The error to raise (``from None``: the operating system's adds nothing).
     """
-    import errno
-    import shutil
-
     from dask.utils import format_bytes
 
     stage = stage if stage is not None else getattr(cause, "stage", None)
@@ -386,6 +381,4 @@ def is_mount_point(path: Path) -> bool:
 
 def _unescape(field: str) -> str:
     """A mountinfo path with its octal escapes (``\\040`` for a space) undone."""
-    import re
-
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)

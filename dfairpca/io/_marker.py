@@ -8,6 +8,8 @@ fsspec URLs (copies); both import them from here, so that one rule holds in both
 from __future__ import annotations
 
 from ..errors import DfairpcaError, KeptFilesWarning
+from ..base._version import __version__
+from ..base._params import outside_stacklevel
 
 import contextlib
 import os
@@ -18,6 +20,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
+import warnings
+import zarr
 
 __all__ = [
     "MARKER", "MARKER_KEY", "OutputPathError", "marker", "marker_attributes", "known_entries",
@@ -82,8 +86,6 @@ def marker(kind: str, files=None) -> dict:
     dict
         ``written_by``, ``kind``, ``version`` and, with ``files``, ``entries`` and ``files``.
     """
-    from ..base._version import __version__
-
     found: dict = {"written_by": "dfairpca", "kind": kind, "version": __version__}
     if kind in _KNOWN_MEMBERS:
         found["layout"] = STORE_LAYOUT
@@ -144,10 +146,6 @@ def zarr_layout(store) -> dict[str, ZarrNode]:
     depth, by its path relative to the root ("" for the root); {} if its metadata cannot be
     read (then nothing but the root's zarr.json is known to be ours), an error if the
     storage cannot be reached or refuses access."""
-    import warnings
-
-    import zarr
-
     try:
         with warnings.catch_warnings():  # a user's folder in a group makes zarr warn
             warnings.simplefilter("ignore")
@@ -163,8 +161,6 @@ def zarr_layout(store) -> dict[str, ZarrNode]:
 
 def _zarr_node(member) -> ZarrNode:
     """The :class:`ZarrNode` of a zarr Group or Array."""
-    import zarr
-
     meta = member.metadata
     attributes = tuple(sorted(str(name) for name in (meta.attributes or {})))
     if isinstance(member, zarr.Group):
@@ -513,10 +509,6 @@ def not_ours(where: str, kind: str) -> OutputPathError:
 def warn_kept(where: str, kind: str, foreign) -> None:
     """Say that deleting dfairpca's ``kind`` at ``where`` kept the user's ``foreign`` entries
     (to the first caller outside dfairpca)."""
-    import warnings
-
-    from ..base._params import outside_stacklevel
-
     warnings.warn(f"removed dfairpca's {kind} from {where} but kept the directory and what "
                   f"dfairpca did not write in it: {', '.join(foreign)}", KeptFilesWarning, stacklevel=outside_stacklevel())
 
@@ -528,10 +520,6 @@ def consolidate(store) -> None:
     with consolidated metadata" warning.  zarr's own warning that consolidated metadata is
     not yet part of the Zarr 3 specification is silenced: xarray and zarr read it, and a
     reader that does not simply ignores the extra field."""
-    import warnings
-
-    import zarr
-
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
         zarr.consolidate_metadata(store)

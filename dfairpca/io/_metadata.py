@@ -16,9 +16,13 @@ import os
 import stat
 from pathlib import Path
 from typing import TypeGuard
+from zarr.storage import WrapperStore
 
 from ..errors import InvalidInputError
 from ._files import MAX_JSON_BYTES
+
+# Deferred imports: zarr (heavy, or optional) are imported in the functions that use them, so that
+# importing this module stays light.
 
 __all__ = ["MalformedStoreError", "MAX_METADATA_BYTES", "MAX_CHUNKS", "METADATA_NAMES",
            "check_metadata", "check_size", "check_member_path", "checked_get", "checked_store",
@@ -228,8 +232,6 @@ def checked_store_class():
     global _Checked
     if _Checked is not None:
         return _Checked
-    from zarr.storage import WrapperStore
-
     class CheckedStore(WrapperStore):
         """A store whose metadata documents are checked before zarr parses them."""
 

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from zarr.core.sync import sync
+import zarr
 
 from ._urls import store_url
 from ..errors import UnreachableError
@@ -168,8 +170,6 @@ def close_sessions() -> None:
     s3fs = sys.modules.get("s3fs")
     if s3fs is None:  # never imported: no session to close
         return
-    from zarr.core.sync import sync
-
     cache = s3fs.S3FileSystem._cache
     for key, fs in list(cache.items()):
         s3 = getattr(fs, "_s3", None)
@@ -196,8 +196,6 @@ def zarr_arrays(X) -> list:
     list of zarr.Array
         Each array its graph reads, once.
     """
-    import zarr
-
     graph = X.__dask_graph__()
     found: dict[int, Any] = {}
     for layer in getattr(graph, "layers", {"": graph}).values():

@@ -20,7 +20,11 @@ import math
 from typing import NamedTuple
 
 import numpy as np
+from zarr.abc.store import RangeByteRequest, SuffixByteRequest
 from ..errors import InvalidInputError
+
+# Deferred imports: google_crc32c (heavy, or optional) are imported in the functions that use them,
+# so that importing this module stays light.
 
 #: an index entry's offset and length for a chunk never written (the sharding spec)
 EMPTY = 2**64 - 1
@@ -78,8 +82,6 @@ class ShardLayout(NamedTuple):
         """What is wrong with the bytes ``value`` (a zarr Buffer) that the store gave for
         ``byte_range`` of shard ``key``; None if nothing, or if ``key`` is no shard of this
         array."""
-        from zarr.abc.store import RangeByteRequest
-
         coords = self.coords(key)
         if coords is None:
             return None
@@ -104,8 +106,6 @@ class ShardLayout(NamedTuple):
 
     def _index_read(self, byte_range) -> bool:
         """Whether ``byte_range`` is zarr's read of a shard's index alone."""
-        from zarr.abc.store import RangeByteRequest, SuffixByteRequest
-
         n = self.index_size
         if self.index_at_start:
             return isinstance(byte_range, RangeByteRequest) and (byte_range.start, byte_range.end) == (0, n)

@@ -15,6 +15,9 @@ from ..errors import DfairpcaError, UnreachableError
 from ._remote import zarr_arrays
 from ._where import storage_for
 
+# Deferred imports: distributed (heavy, or optional) are imported in the functions that use them, so
+# that importing this module stays light.
+
 
 class NotShared(DfairpcaError, FileNotFoundError):
     """A local path this process reads or writes is not the same on some of the cluster's

@@ -17,9 +17,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+import traceback
+from zarr.storage import FsspecStore
 
 from ._marker import OutputPathError
 from ..errors import AccessError, InvalidInputError, PathNotFoundError, UnreachableError
+
+# Deferred imports: fsspec (heavy, or optional) are imported in the functions that use them, so that
+# importing this module stays light.
 
 __all__ = [
     "is_remote", "local_path", "Location", "location", "on_disk", "normalised", "explained",
@@ -235,8 +240,6 @@ _CLIENT_MAKERS = {"set_session"}
 
 def _making_the_client(exc: BaseException) -> bool:
     """Whether ``exc`` was raised while the file system made its client from the options."""
-    import traceback
-
     return any(frame.f_code.co_name in _CLIENT_MAKERS for frame, _ in traceback.walk_tb(exc.__traceback__))
 
 
@@ -277,8 +280,6 @@ def zarr_store(path, storage_options: dict | None = None):
     """
     if not is_remote(path):
         return os.path.abspath(path)  # a worker's working directory is not this process's
-    from zarr.storage import FsspecStore
-
     loc = location(path, storage_options)
     return FsspecStore.from_url(loc.url, storage_options=loc.options or None)
 

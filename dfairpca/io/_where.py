@@ -9,6 +9,7 @@ at either.
 from __future__ import annotations
 
 import os
+import zarr
 
 from ._metadata import checked_store
 from ._fsspec import FsspecStorage, check_settled, list_keys
@@ -16,6 +17,9 @@ from ._local import LocalStorage
 from ._storage import Storage
 from ._urls import explaining, is_remote, local_path, zarr_store
 from ..errors import InvalidInputError, PathNotFoundError
+
+# Deferred imports: zarr (heavy, or optional) are imported in the functions that use them, so that
+# importing this module stays light.
 
 __all__ = ["storage_for", "open_zarr", "BACKENDS"]
 
@@ -83,8 +87,6 @@ def open_zarr(store, storage_options: dict | None = None):
     dfairpca.errors.InvalidInputError
         What is there is not a Zarr store (one line, naming the fix for a URL).
     """
-    import zarr
-
     # dfairpca reads the members as they are, not the consolidated copy of the metadata it
     # writes for other readers: an array a user added since (without consolidating again)
     # is read too

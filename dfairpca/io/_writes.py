@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+import zarr
 
 from ._local import LocalStorage, named, register_marked_file, temporary_file
 from ._locks import LOCK_MARK, REPLACE_LOCK, disk_full, exclusive, is_disk_full
@@ -353,6 +354,4 @@ def writing_every_chunk():
     context manager
         Zarr's configuration with ``array.write_empty_chunks`` set, for a ``with`` block.
     """
-    import zarr
-
     return zarr.config.set({"array.write_empty_chunks": True})

@@ -9,8 +9,12 @@ import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+import itertools
+import warnings
 
 import numpy as np
+import zarr
+from zarr.core.sync import sync
 
 from ._marker import stored_chunks as _store_chunks
 from ._metadata import METADATA_NAMES, check_member_path, checked_store_class
@@ -20,6 +24,9 @@ from ._where import open_zarr
 from ..base._system import rows_per_block
 from ..base._typing import PathInput
 from ..errors import InvalidInputError, NotFoundError
+
+# Deferred imports: dask (heavy, or optional); package modules that would import those, or this one,
+# at load are imported in the functions that use them, so that importing this module stays light.
 
 if TYPE_CHECKING:
     import dask.array
@@ -69,7 +76,6 @@ def from_zarr(store: PathInput | zarr.Array | zarr.Group, component: str | None 
         A chunk that cannot be decoded raises :class:`CorruptChunkError` naming it.
     """
     import dask.array as da
-    import zarr
     from dask.base import tokenize
 
     if missing_chunks not in ("error", "fill"):
@@ -343,8 +349,6 @@ def strict_array(array: zarr.Array, *, fill: bool = False) -> zarr.Array:
     zarr.Array
         The same array, read only, on the strict store.
     """
-    import zarr
-
     store = _unwrapped(array, fill)
     if store is None:
         return array
@@ -376,8 +380,6 @@ def strict_group(group: zarr.Group) -> zarr.Group:
     zarr.Group
         The same group, read only, on the strict store.
     """
-    import zarr
-
     store = _unwrapped(group, False)
     if store is None:
         return group
@@ -474,8 +476,6 @@ def _chunk_key(array, coords) -> str:
 def _chunk_coords(array, selection=()):
     """Grid positions of the stored objects a selection touches (all of an axis that is
     indexed by an array)."""
-    import itertools
-
     if not isinstance(selection, tuple):
         selection = (selection,)
     selection = selection + (slice(None),) * (array.ndim - len(selection))
@@ -569,8 +569,6 @@ def _chunk_count(array) -> int:
 def _absent_chunks(array) -> list:
     """(key, coords) of every stored object of ``array`` absent from its store, by one
     listing of the store (which must support listing)."""
-    from zarr.core.sync import sync
-
     if _chunk_count(array) == 0:
         return []
     prefix = f"{array.path}/" if array.path else ""
@@ -601,10 +599,6 @@ def check_written(group: zarr.Group, shown: object, fix: str | None = None) -> N
         What to do about it, said at the end of the message (default
         :data:`dfairpca.cluster.SHARE_FIX`).
     """
-    import warnings
-
-    import zarr
-
     from ._shared import SHARE_FIX, NotShared
 
     if not group.store.supports_listing:

@@ -25,6 +25,9 @@ import argparse
 from ..base import int_at_least
 from ..errors import InvalidInputError
 
+# Deferred imports: package modules that would import those, or this one, at load are imported in
+# the functions that use them, so that importing this module stays light.
+
 __all__ = ["PARTS", "PROG", "add_arguments", "build_parser", "main"]
 
 #: how ``python -m dfairpca.paper`` names itself in its usage and its errors

@@ -19,7 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import read_capped
+from ..io import OutputPathError, read_capped, read_marker, remove_directory, write_marker
+from ..base import __version__, code_digest
+
+# Deferred imports: package modules that would import those, or this one, at load are imported in
+# the functions that use them, so that importing this module stays light.
 
 #: the kind in the marker of the pieces' directory
 KIND = "paper-pieces"
@@ -65,15 +69,11 @@ def _name(part: str, task) -> str:
 
 
 def _stamp(cfg) -> dict:
-    from ..base import __version__, code_digest
-
     return {"config": _encode(dataclasses.asdict(cfg)), "version": __version__, "code": code_digest()}
 
 
 def _own(path: Path) -> bool:
     """Whether ``path`` is a pieces' directory dfairpca wrote (else it is never touched)."""
-    from ..io import read_marker
-
     found = read_marker(path)
     return path.is_dir() and not path.is_symlink() and found is not None and found.get("kind") == KIND
 
@@ -95,8 +95,6 @@ def load(out, cfg, part: str, task):
 
 def save(out, cfg, part: str, task, result) -> None:
     """Write the result of piece (part, task): whole, or not at all."""
-    from ..io import OutputPathError, write_marker
-
     path = folder(out)
     if path.exists() and not _own(path):
         raise OutputPathError(f"{path} exists and was not written by dfairpca: move it away to "
@@ -124,8 +122,6 @@ def save(out, cfg, part: str, task, result) -> None:
 
 def discard(out) -> None:
     """Remove the pieces' directory of ``out`` once the report is written (if dfairpca's)."""
-    from ..io import remove_directory
-
     path = folder(out)
     if _own(path):
         for leftover in path.glob(f".*.json{_TMP}*"):  # a crash's half-written piece

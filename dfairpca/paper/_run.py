@@ -7,8 +7,17 @@ import platform
 import sys
 import time
 from pathlib import Path
+import importlib
+import re
 
 from ..errors import RunError
+from ..base import __version__, cpu_count
+from ._config import config
+from ._report import Report, pyplot
+
+# Deferred imports: package modules that would import those, or this one, at load; platform-specific
+# or rarely needed standard modules are imported in the functions that use them, so that importing
+# this module stays light.
 
 #: the kind in dfairpca's marker of a report directory: only such a directory is replaced
 KIND = "paper-report"
@@ -16,8 +25,6 @@ KIND = "paper-report"
 
 def _prose(module) -> str:
     """A part module's docstring without its first line, as Markdown (Sphinx roles dropped)."""
-    import re
-
     text = module.__doc__.split("\n\n", 1)[1].strip()
     text = re.sub(r":(mod|class|func|attr|data):`~?([^`]+)`", r"`\2`", text)
     return text.replace("``", "`")
@@ -44,8 +51,6 @@ def _guarded_piece(job):
 
 
 def _module(name: str):
-    import importlib
-
     return importlib.import_module(f"{__package__}.{name}")
 
 
@@ -126,11 +131,8 @@ def run(out, quick: bool = False, parts=("tables", "synthetic", "tradeoff", "fac
     Finished pieces are kept in ``OUT.partial`` until then (:mod:`._pieces`): rerunning the
     same command after a crash or Ctrl-C skips them.
     """
-    from ..base import __version__, cpu_count
     from ..io import atomic_directory
     from . import _pieces, faces, synthetic, tables, tradeoff
-    from ._config import config
-    from ._report import Report, pyplot
 
     cfg = config(quick)
     plt = pyplot()

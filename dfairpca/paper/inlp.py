@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
+# Deferred imports: scipy, sklearn (heavy, or optional) are imported in the functions that use them,
+# so that importing this module stays light.
+
 
 def inlp_directions(X, z, n_directions: int, random_state: int = 0) -> np.ndarray:
     """The (r, d) orthonormal directions INLP removes, r <= ``n_directions``.

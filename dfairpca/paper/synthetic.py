@@ -21,6 +21,11 @@ import time
 import numpy as np
 
 from ._report import markdown_table
+from .inlp import inlp_components
+
+# Deferred imports: scipy (heavy, or optional); package modules that would import those, or this
+# one, at load are imported in the functions that use them, so that importing this module stays
+# light.
 
 METHODS = ("PCA", "Fair PCA", "Fair PCA-S (0.85)", "Fair Kernel PCA", "INLP")
 #: peers of the paper's figures that cannot run here, and why
@@ -79,7 +84,6 @@ def split(X1, X2, index: int):
 def fit_method(method: str, X, z, k: int):
     """Fit ``method``; return (seconds, representation function, components or None)."""
     from .. import PCA, FairKernelPCA, FairPCA
-    from .inlp import inlp_components
 
     t0 = time.perf_counter()
     if method == "INLP":

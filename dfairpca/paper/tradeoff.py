@@ -28,6 +28,11 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from ._report import markdown_table
+
+# Deferred imports: fairlearn, sklearn (heavy, or optional); package modules that would import
+# those, or this one, at load are imported in the functions that use them, so that importing this
+# module stays light.
 
 LAMBDAS = tuple((i / 10) ** 3 for i in range(11))
 BOUNDS = (0.001, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2)
@@ -268,8 +273,6 @@ def figures(report, curves, times, cfg, plt) -> None:
 
 def markdown(curves) -> str:
     """Per classifier and goal: the best accuracy reached at ΔDP/ΔEO <= 0.05 per method."""
-    from ._report import markdown_table
-
     rows = []
     for clf_name in CLASSIFIERS:
         for goal in GOALS:

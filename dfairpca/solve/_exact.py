@@ -13,6 +13,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from scipy.special import gammaln
 
 from ..base import _solvers
 from ..stats._problem import Problem
@@ -174,8 +175,6 @@ def mle_rank(spectrum, n: float) -> int:
 def mle_evidence(spectrum, n: float) -> np.ndarray:
     """The log evidence :func:`mle_rank` maximises, for k = 1, ..., d - 1 (-inf where a
     k is ruled out)."""
-    from scipy.special import gammaln
-
     lam = np.asarray(spectrum, dtype=np.float64)
     d = lam.shape[0]
     ranks = np.arange(1, d)  # every candidate k

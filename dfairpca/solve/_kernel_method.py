@@ -9,6 +9,9 @@ import math
 
 from ..errors import InvalidInputError
 
+# Deferred imports: psutil (heavy, or optional) are imported in the functions that use them, so that
+# importing this module stays light.
+
 __all__ = ["choose_method", "fit_budget", "exact_fit_bytes", "nystroem_fit_bytes",
            "AUTO_EXACT_MAX_ROWS", "AUTO_LANDMARKS", "EXACT_MATRICES", "NYSTROEM_MATRICES"]
 

@@ -46,6 +46,12 @@ from ..io import StoreTimeout
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
 from ..inputs._weights import too_few_samples
+from ..inputs._validation import compute_dtype_for
+from ..engine._checkpoint_files import array_digest, check_digests, checkpoint_path, open_state, save_state
+from ..engine.checkpoint import job_fingerprint
+
+# Deferred imports: package modules that would import those, or this one, at load are imported in
+# the functions that use them, so that importing this module stays light.
 
 __all__ = ["RandomizedFit", "fit_randomized", "resolve_iterated_power", "N_OVERSAMPLES", "AUTO_RTOL"]
 
@@ -179,8 +185,6 @@ def fit_randomized(X, k, *, codes=None, categories=(), names=None, mask=None, nu
 
     Each pass runs on the active ``distributed.Client`` when there is one.
     """
-    from ..inputs._validation import compute_dtype_for
-
     _check(k, n_oversamples, iterated_power)
     X = as_rows(X)
     D = int(np.prod(X.shape[1:]))
@@ -340,8 +344,6 @@ class _Checkpoint:
     """
 
     def __init__(self, path, X, fingerprint: dict, resume: bool):
-        from ..engine._checkpoint_files import checkpoint_path, open_state
-
         self.path, self.fingerprint = checkpoint_path(path), fingerprint
         self.saved = open_state(self.path, X, fingerprint, "randomized", resume)
         self.digests = None if self.saved is None else self.saved["digests"]
@@ -351,8 +353,6 @@ class _Checkpoint:
 
     def bind(self, read: list) -> None:
         """Take (a fresh fit) or check (a resumed one) the digests of the chunks just read."""
-        from ..engine._checkpoint_files import check_digests
-
         if self.digests is None:
             self.digests = [h for _, _, h in sorted(read)]
         else:
@@ -360,8 +360,6 @@ class _Checkpoint:
         self.bound = True
 
     def save(self, meta: dict, arrays: dict) -> None:
-        from ..engine._checkpoint_files import save_state
-
         assert self.digests is not None  # bound by the first pass, before any save
         try:
             save_state(self.path, self.fingerprint, "randomized", meta, arrays, self.digests)
@@ -399,9 +397,6 @@ def _fingerprint(X, codes, categories, mask, dtype, omega, **options) -> dict:
     """What a randomized fit's checkpoint is for: the pass's job (X's shape, chunks and
     stores, the groups, the mask, the compute dtype), the options that change the result
     and the start block itself (whatever random_state drew it)."""
-    from ..engine._checkpoint_files import array_digest
-    from ..engine.checkpoint import job_fingerprint
-
     fp = job_fingerprint(X, codes, categories, mask, dtype=dtype)
     for key, v in options.items():
         fp[key] = [int(i) for i in v] if isinstance(v, np.ndarray) else (

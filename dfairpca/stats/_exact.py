@@ -36,6 +36,7 @@ from ._int_kernels import add_gram, int8_kernel_available, value_range
 from ._sums import GroupSums, Sums, _check_one_label_type, fill_lower
 from ..base._system import cpu_count
 from ..errors import InvalidInputError, RunError
+from ..inputs._validation import compute_dtype_for
 
 __all__ = ["EXACT", "statistics_dtype", "kernel_name", "ExactGroups", "ExactSums", "exact_chunk_sums", "merge_exact", "check_exact",
            "check_unweighted", "is_exact", "centred"]
@@ -109,8 +110,6 @@ def statistics_dtype(x_dtype, requested="auto", width: int | None = None, choose
     :func:`dfairpca.inputs._validation.compute_dtype_for`.  ``matrix_free``: the float
     dtype of the randomized passes (no exact sums); ``resumed``: what a checkpoint's
     "auto" chose when it began, which it keeps."""
-    from ..inputs._validation import compute_dtype_for
-
     auto = requested in ("auto", None)
     if auto and resumed is not None:
         return resumed if is_exact(resumed) else np.dtype(resumed)

@@ -29,9 +29,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from scipy.linalg import cython_blas
 
 from ..base._blas import blas_lock
 from ..base._system import BLOCK_BYTES
+
+# Deferred imports: package modules that would import those, or this one, at load are imported in
+# the functions that use them, so that importing this module stays light.
 
 _log = logging.getLogger("dfairpca")
 
@@ -77,8 +81,6 @@ def _syrk_beta0(char: str):
     fn = _SYRK0.get(char)
     if fn is not None:
         return fn
-    from scipy.linalg import cython_blas
-
     capsule = cython_blas.__pyx_capi__[{"f": "ssyrk", "d": "dsyrk"}[char]]
     get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
     get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(

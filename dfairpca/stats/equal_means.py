@@ -48,6 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from .moments import Moments
 from ..errors import InvalidInputError
@@ -137,8 +138,6 @@ def welch_james(counts, means, covariances):
         The p-value of ``F = T / c`` under F(f1, f2), Johansen's T, F and the degrees of
         freedom.
     """
-    from scipy import stats
-
     n = np.asarray(counts, dtype=np.float64)
     M = np.asarray(means, dtype=np.float64)
     S = np.asarray(covariances, dtype=np.float64)
@@ -189,8 +188,6 @@ def gap_bounds(counts, deviation, variances, sd, alpha: float):
     lower, upper : float or arrays of the leading shape
         The bounds; upper is infinite where a group of one row takes part.
     """
-    from scipy import stats
-
     D = np.asarray(deviation, dtype=np.float64)
     var, df, contrasts = _contrasts(counts, D, variances)
     level = -np.expm1(np.log1p(-alpha) / contrasts)  # Sidak: 1 - (1 - alpha)^(1/C), exact
@@ -213,8 +210,6 @@ def componentwise_p(counts, deviation, variances):
     Sidak 1967).  Its rejections at alpha are where :func:`gap_bounds`' lower bound is
     above 0.  Arguments as :func:`gap_bounds`'; NaN where a group of one row takes part.
     """
-    from scipy import stats
-
     D = np.asarray(deviation, dtype=np.float64)
     var, df, contrasts = _contrasts(counts, D, variances)
     usable = (var > 0) & np.isfinite(var)

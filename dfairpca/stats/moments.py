@@ -39,7 +39,10 @@ from ..base._compat import fill_new_fields
 from ..base._typing import PathInput
 from ..errors import InvalidInputError, InvalidTypeError
 from ..inputs._weights import too_few_samples
-from ..io import moments_layout, read_saved, saved_fields, sums_to_arrays
+from ..io import moments_layout, read_saved, save_arrays, saved_fields, sums_to_arrays
+
+# Deferred imports: dask (heavy, or optional) are imported in the functions that use them, so that
+# importing this module stays light.
 # the saved form's label encoding, by the names the saved models import it under
 
 __all__ = ["Moments", "AttributeMoments", "merge", "exact_moments", "constraint_matrix", "deviation_floor", "check_finite"]
@@ -491,8 +494,6 @@ class Moments:
         overwrite : bool
             Replace statistics saved by dfairpca at ``path``; nothing else is replaced.
         """
-        from ..io import save_arrays
-
         arrays, meta = self.to_arrays()
         save_arrays(path, arrays, {"kind": "Moments", **meta}, overwrite=overwrite)
 
