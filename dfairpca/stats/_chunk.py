@@ -24,7 +24,7 @@ import numpy as np
 from ..base._blas import blas_lock, syrk
 from ._exact import ExactSums, exact_chunk_sums, is_exact
 from ._sums import MAX_BAD_ROWS_REPORTED, STORED_RANGE_BITS, TRUE_UNITS_BITS, GroupSums, Sums
-from ..base._system import BLOCK_BYTES
+from ..base._system import BLOCK_BYTES, PRODUCT_BLOCK_BYTES
 from ..errors import InvalidInputError
 
 __all__ = ["chunk_sums", "OVERFLOW_MESSAGE", "OFFSET_BITS"]
@@ -134,7 +134,7 @@ def _products(x, mean, shifts, dtype, exponents=None):
     back = (lambda v: np.ldexp(v.astype(np.float64), exponents)) if exponents is not None else (
         lambda v: v.astype(np.float64))
     centres = (centre, [centre + back(v) for v in devs])
-    step = max(64, BLOCK_BYTES // (d * dtype.itemsize))
+    step = max(64, PRODUCT_BLOCK_BYTES // (d * dtype.itemsize))
     # values the dtype cannot hold exactly (float64 into float32 products) are centred in
     # float64 first: cast first, 1e8 + N(0, 1) would keep nothing of its spread
     exact = np.can_cast(x.dtype, dtype, "safe")
