@@ -5,9 +5,10 @@ between the phases of the fit (the pass, completing its statistics, the solve).
 
 ``STORE`` is a synthetic CelebA stack (:func:`dfairpca.celeba.ensure_store`); the fit is
 ``FairPCA(k).fit`` of its first ``--rows`` faces against Eyeglasses on Dask's threaded
-scheduler, one thread per core, as ``benchmarks/bench_auto.py``'s default.  The peak grows
-with the rows up to about 60,000 (1.16-1.29 GB at 20,000 rows, 1.50 at 60,000 on the same CPU
-before the pass's blocks shrank): measure at least that many to see it.  Prints the fit's
+scheduler, one thread per core, as ``benchmarks/bench_auto.py``'s default.  The peak is
+the pass's state once each of its chains folds its second row chunk (10,240 rows of the
+stack): 20,000 rows give each chain one and understate it (1.16-1.29 GB against 1.50 at
+60,000 on the same CPU before the pass's blocks shrank).  Prints the fit's
 peak and when it came, then the peak before each phase mark.
 """
 
