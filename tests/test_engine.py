@@ -186,12 +186,12 @@ def test_a_timeout_without_a_client_changes_nothing(two_groups):
 
 def test_a_pass_working_set_counts_the_read_chunk_twice_or_the_fold_whichever_is_more():
     """The largest row chunk, held twice while it is read; else the chunk, its float32
-    block (at most BLOCK_BYTES) and the chain's sums while it is folded."""
-    from dfairpca.base import BLOCK_BYTES
+    block (at most PRODUCT_BLOCK_BYTES) and the chain's sums while it is folded."""
+    from dfairpca.base._system import PRODUCT_BLOCK_BYTES
     from dfairpca.engine._memory import working_set
 
     ws = working_set((24000, 6000), 6400, 1, 2 << 20)  # uint8 faces, thin sums
-    assert (ws.rows, ws.chunk, ws.block) == (24000, 24000 * 6400, BLOCK_BYTES)
+    assert (ws.rows, ws.chunk, ws.block) == (24000, 24000 * 6400, PRODUCT_BLOCK_BYTES)
     assert ws.total == 2 * 24000 * 6400  # the read is the peak
     exact = working_set((100,), 5000, 4, 12 * 5000**2)
     assert exact.total == 100 * 5000 * 4 * 2 + 12 * 5000**2  # the fold is

@@ -14,7 +14,7 @@ import contextlib
 import contextvars
 from dataclasses import dataclass
 
-from ..base._system import BLOCK_BYTES
+from ..base._system import PRODUCT_BLOCK_BYTES
 
 __all__ = ["PASS_BYTES_PER_THREAD", "OWN_BYTES_COUNTED", "WorkingSet", "working_set", "pass_working_set",
            "current_working_set", "memory_state", "gib"]
@@ -45,7 +45,8 @@ OWN_BYTES_COUNTED = 64 << 20
 class WorkingSet:
     """What one worker thread holds while it reads and folds a chunk of a pass: the
     largest row chunk as read (``rows`` x ``d``, ``chunk`` bytes), the float block it is
-    converted to (``block`` bytes, at most :data:`~dfairpca.base.BLOCK_BYTES`), and the
+    converted to (``block`` bytes, at most
+    :data:`~dfairpca.base._system.PRODUCT_BLOCK_BYTES`), and the
     chain's sums and the chunk's product (``sums`` bytes).
 
     ``total`` is the peak of the two steps: the read holds the chunk twice (zarr decodes
@@ -65,7 +66,7 @@ class WorkingSet:
 
     def describe(self) -> str:
         """E.g. "about 195 MiB per thread (a row chunk of 16,000 x 6,400, 98 MiB as read
-        and twice that while it is read; its float block, 64 MiB; the sums, 2 MiB)"."""
+        and twice that while it is read; its float block, 16 MiB; the sums, 2 MiB)"."""
         return (f"about {gib(self.total)} per thread (a row chunk of {self.rows:,} x {self.d:,}, "
                 f"{gib(self.chunk)} as read and twice that while it is read; its float block, "
                 f"{gib(self.block)}; the sums, {gib(self.sums)})")
@@ -80,7 +81,7 @@ def working_set(row_chunks, d: int, itemsize: int, sums: int) -> WorkingSet:
     :func:`dfairpca.engine._compute.check_workers_hold`)."""
     rows = max((int(r) for r in row_chunks if r == r), default=0)  # (NaN: a size not known)
     return WorkingSet(rows, int(d), rows * int(d) * int(itemsize),
-                      min(rows * int(d) * 4, BLOCK_BYTES), int(sums))
+                      min(rows * int(d) * 4, PRODUCT_BLOCK_BYTES), int(sums))
 
 
 #: the working set of the pass now computing (None: not a pass, or not estimated)

@@ -24,7 +24,7 @@ import numpy as np
 from ..base._blas import blas_lock, syrk
 from ._exact import ExactSums, check_unweighted, exact_chunk_sums, is_exact
 from ._sums import MAX_BAD_ROWS_REPORTED, STORED_RANGE_BITS, TRUE_UNITS_BITS, GroupSums, Sums
-from ..base._system import BLOCK_BYTES
+from ..base._system import BLOCK_BYTES, PRODUCT_BLOCK_BYTES
 from ..errors import InvalidInputError
 from ..inputs._weights import check_weight_values
 
@@ -206,7 +206,7 @@ def _products(x, mean, shifts, dtype, exponents=None, sw=None):
     back = (lambda v: np.ldexp(v.astype(np.float64), exponents)) if exponents is not None else (
         lambda v: v.astype(np.float64))
     centres = (centre, [centre + back(v) for v in devs])
-    step = max(64, BLOCK_BYTES // (d * (dtype if sw is None else work).itemsize))
+    step = max(64, PRODUCT_BLOCK_BYTES // (d * (dtype if sw is None else work).itemsize))
     for s in range(0, r, step):
         xc = np.subtract(x[s : s + step], mu, dtype=work)
         if exponents is not None:
