@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 
-from ..base._interrupts import ctrl_c_kept
+from ..base import ctrl_c_kept
 from ..errors import DfairpcaError, InvalidInputError, InvalidTypeError, NotFoundError
 
 #: exit status of a run that failed: what it read, wrote or reached refused (a missing or
@@ -42,7 +42,7 @@ def sigterm_as_interrupt():
     orchestrator sends SIGKILL after its grace period anyway); outside the main thread,
     where Python runs no signal handler, nothing changes.  A Ctrl-C or SIGTERM whose
     KeyboardInterrupt Python would drop (raised in a gc callback or a finalizer) is raised
-    again where it can propagate (:func:`~dfairpca.base._interrupts.ctrl_c_kept`).
+    again where it can propagate (:func:`~dfairpca.base.ctrl_c_kept`).
     """
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
