@@ -27,7 +27,12 @@ def ctrl_c_kept() -> Iterator[None]:
     """Within the block, a KeyboardInterrupt that Python could only report as unraisable
     (raised in a gc callback, a finalizer or a weakref callback) is raised again by the
     SIGINT handler at the next point where it can propagate.  Nestable; the previous
-    ``sys.unraisablehook`` handles everything else."""
+    ``sys.unraisablehook`` handles everything else.
+
+    Yields
+    ------
+    None
+    """
     previous = sys.unraisablehook
 
     def hook(unraisable) -> None:
