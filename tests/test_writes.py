@@ -950,6 +950,29 @@ def test_removing_a_finished_checkpoint_keeps_a_users_file_inside_it(tmp_path, t
     assert (ckpt / "notes.txt").read_text() == "mine"
 
 
+@contextlib.contextmanager
+def _python_handles(signum):
+    """Within the block ``signum`` is unblocked in this thread and SIGINT has Python's
+    default handler, whatever an earlier test of this process left (another handler, or
+    the signal blocked, where it would wait unseen); such a leftover is warned about by
+    name, so that a leak shows, and restored after."""
+    import signal
+    import warnings
+
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is not signal.default_int_handler:
+        warnings.warn(f"SIGINT's handler was {handler!r} before this test", stacklevel=2)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+    if signum in mask:
+        warnings.warn(f"{signal.Signals(signum).name} was blocked in the main thread before this test", stacklevel=2)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, handler)
+
+
 @pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
 def test_ctrl_c_between_the_two_renames_is_held_until_both_are_done(models, tmp_path, monkeypatch,
                                                                     signum):
@@ -973,7 +996,8 @@ def test_ctrl_c_between_the_two_renames_is_held_until_both_are_done(models, tmp_
 
     monkeypatch.setattr(os, "replace", interrupted)
     handler = sigterm_as_interrupt() if signum == "SIGTERM" else contextlib.nullcontext([])
-    with pytest.raises(KeyboardInterrupt), handler as received:
+    with _python_handles(getattr(signal, signum)), pytest.raises(KeyboardInterrupt), \
+            handler as received:
         models["FairPCA"].save(path, overwrite=True)
     assert received == ([signal.SIGTERM] if signum == "SIGTERM" else [])
     monkeypatch.setattr(os, "replace", real)

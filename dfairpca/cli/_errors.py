@@ -13,6 +13,7 @@ import threading
 
 import numpy as np
 
+from ..base import ctrl_c_kept
 from ..errors import DfairpcaError, InvalidInputError, InvalidTypeError, NotFoundError
 
 #: exit status of a run that failed: what it read, wrote or reached refused (a missing or
@@ -39,7 +40,9 @@ def sigterm_as_interrupt():
     Yields a list that holds the signal once one arrived (the caller's exit status and
     line).  A second SIGTERM while the first one's cleanup runs is ignored (an
     orchestrator sends SIGKILL after its grace period anyway); outside the main thread,
-    where Python runs no signal handler, nothing changes.
+    where Python runs no signal handler, nothing changes.  A Ctrl-C or SIGTERM whose
+    KeyboardInterrupt Python would drop (raised in a gc callback or a finalizer) is raised
+    again where it can propagate (:func:`~dfairpca.base.ctrl_c_kept`).
     """
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
@@ -53,7 +56,8 @@ def sigterm_as_interrupt():
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        yield received
+        with ctrl_c_kept():  # a Ctrl-C that lands in a gc callback still stops the command
+            yield received
     finally:
         signal.signal(signal.SIGTERM, previous)
 

@@ -14,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..base._interrupts import ctrl_c_kept
 from ..base._system import cpu_count
 from ..errors import InvalidInputError, PathNotFoundError
 from ..engine._failures import NoWorkers
@@ -104,7 +105,8 @@ def connect(
         check_scheduler(scheduler, timeout, security, origin)
         # a lost scheduler's tracebacks are held, and dropped if the loss is reported in
         # one line (SchedulerLost) or logged if the connection comes back
-        with holding_lost_connections() as held:
+        # a Ctrl-C raised inside distributed's gc callback would be dropped: kept
+        with ctrl_c_kept(), holding_lost_connections() as held:
             with _dropping("asyncio", _abandoned_gathers), \
                     Client(scheduler, timeout=timeout, security=security) as client:
                 held.client = client
@@ -128,7 +130,8 @@ def connect(
         )
     interrupted = _Switch()
     # the nanny's warnings are dropped only while the cluster closes after a Ctrl-C
-    with _dropping("asyncio", _abandoned_gathers), \
+    # the scheduler's gc callback runs in this process: a Ctrl-C raised in it is kept
+    with ctrl_c_kept(), _dropping("asyncio", _abandoned_gathers), \
             _dropping("distributed.nanny", _nanny_kills(interrupted)), \
             _dropping("distributed.scheduler", _cancelled_feeds), cluster, Client(cluster) as client:
         client.run(_quiet_cancelled_tasks)  # in the workers this started, not here

@@ -400,7 +400,7 @@ def test_ctrl_c_during_fit_is_one_line_exit_130_and_resume_finishes(tmp_path, ca
 
     returncode, out, err = interrupted(
         [sys.executable, "-c", STALLED_AFTER_ONE_SEGMENT, *map(str, args)],
-        a_segment_is_saved, timeout=120, env=env)
+        a_segment_is_saved, timeout=300, env=env)  # bounds a hang: it exits in seconds
     # on a loaded machine distributed may log that an event loop was unresponsive: that
     # line is the machine's, not the interrupt's, so it is the only other line allowed
     lines = [line for line in err.splitlines() if "Event loop was unresponsive" not in line]

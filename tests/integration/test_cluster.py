@@ -652,7 +652,7 @@ def test_ctrl_c_on_a_local_cluster_prints_nothing_of_its_own(tmp_path):
         assert proc.stdout.readline() == "computing\n", proc.communicate()
         time.sleep(1.5)  # tasks are running, the gather of 200 results is pending
 
-    returncode, _, err = interrupted([sys.executable, str(script)], computing, timeout=60,
+    returncode, _, err = interrupted([sys.executable, str(script)], computing, timeout=300,
                                      env=env, cwd=tmp_path)
     assert returncode == 130 and err == "interrupted\n", err
 

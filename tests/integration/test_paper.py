@@ -248,6 +248,18 @@ def test_pieces_round_trip_and_are_reused_only_for_the_same_sizes(tmp_path):
     assert (theirs / "notes.txt").read_text() == "keep me"
 
 
+#: ``python -m dfairpca.paper`` whose saves after the first one wait a minute: a Ctrl-C
+#: sent once the first piece is on disk finds the run unfinished, however fast or slow the
+#: machine (without the wait, the other pieces may be done before the signal comes)
+STALLED_AFTER_ONE_PIECE = (
+    "import runpy, sys, time; from dfairpca.paper import _pieces; saved = _pieces.save\n"
+    "def save(out, *args, **kwargs):\n"
+    "    if list(_pieces.folder(out).glob('*.json')): time.sleep(60)\n"
+    "    saved(out, *args, **kwargs)\n"
+    "_pieces.save = save\n"
+    "sys.argv[0] = 'dfairpca.paper'; runpy.run_module('dfairpca.paper', run_name='__main__')")
+
+
 def test_an_interrupted_run_resumes_from_its_finished_pieces(tmp_path, capsys):
     # a real Ctrl-C (SIGINT) once the first piece of the synthetic part is saved; the rerun
     # takes that piece from OUT.partial, computes the others and removes OUT.partial
@@ -261,14 +273,16 @@ def test_an_interrupted_run_resumes_from_its_finished_pieces(tmp_path, capsys):
 
     n = len(synthetic.tasks(config(True)))
     out = tmp_path / "report"
-    cmd = [sys.executable, "-m", "dfairpca.paper", "--quick", "--only", "synthetic", "--out", str(out)]
+    cmd = [sys.executable, "-c", STALLED_AFTER_ONE_PIECE, "--quick", "--only", "synthetic",
+           "--out", str(out)]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not list(_pieces.folder(out).glob("*.json")):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(60) != 0 and not out.exists()
+    # 300 s bounds a hang only (the interrupted run ends in seconds)
+    assert proc.wait(300) == 130 and not out.exists(), proc.stderr.read()
     saved = sorted(p.name for p in _pieces.folder(out).glob("*.json"))
     assert saved and len(saved) < n
     main(["--quick", "--only", "synthetic", "--out", str(out)])
