@@ -211,8 +211,9 @@ def test_a_cluster_is_exact_only_where_every_worker_chose_exact(client, monkeypa
 def test_statistics_dtype_decides_every_estimators_pass_dtype():
     """One function decides a pass's dtype: 'auto' takes the exact sums where the 8-bit
     choice says so, but never for weighted rows (their sums are not integer sums) nor
-    for numeric protected attributes (float64: their covariances are the constraint);
-    floats_only gives the float dtype, auto_float what 'auto' falls back to."""
+    where the estimator says not (numeric protected attributes: float64, their covariances
+    are the constraint); matrix_free gives the float dtype, auto_float what 'auto' falls
+    back to, resumed what a checkpoint's 'auto' chose."""
     from dfairpca.stats._auto import AutoChoice
     from dfairpca.stats._exact import EXACT, statistics_dtype
 
@@ -231,10 +232,12 @@ def test_statistics_dtype_decides_every_estimators_pass_dtype():
     assert statistics_dtype(u8, "auto", 64, floats, auto_float=np.float64) == np.float64
     assert statistics_dtype(u8, "auto", 64, exact, weighted=True) == np.float32
     assert statistics_dtype(u8, "auto", 64, exact, weighted=True, auto_float=np.float64) == np.float64
-    assert statistics_dtype(u8, "auto", 64, exact, numeric=True) == np.float64
-    assert statistics_dtype(u8, "auto", 64, exact, floats_only=True) == np.float32
-    assert statistics_dtype(u8, "exact", floats_only=True) == np.float32
-    assert statistics_dtype(u8, "float64", 64, exact, numeric=True) == np.float64
+    assert statistics_dtype(u8, "auto", 64, exact, auto_float=np.float64, auto_exact=False) == np.float64
+    assert statistics_dtype(u8, "auto", 64, exact, matrix_free=True) == np.float32
+    assert statistics_dtype(u8, "exact", matrix_free=True) == np.float32
+    assert statistics_dtype(u8, "float64", 64, exact, auto_float=np.float64, auto_exact=False) == np.float64
+    assert statistics_dtype(u8, "auto", 64, exact, resumed="float32") == np.float32
+    assert statistics_dtype(u8, "auto", 64, floats, resumed=EXACT) == EXACT
     assert statistics_dtype(np.dtype(np.int32), "auto", 64, exact) == np.float64
     assert statistics_dtype(u8, "float32", 64, exact, auto_float=np.float64) == np.float32
     assert asked == [64]  # only where 'auto' may choose the exact sums

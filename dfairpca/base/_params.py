@@ -21,7 +21,7 @@ import types
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
-import numpy as np
+
 from ..errors import InvalidInputError
 from ._compat import current
 
@@ -42,6 +42,8 @@ def is_real(v) -> bool:
 
 def is_bool(v) -> bool:
     """True or False (numpy's too); not a truthy string such as "no", nor 0 or 1."""
+    import numpy as np  # `import dfairpca` reaches this module: numpy only when a value is checked
+
     return isinstance(v, (bool, np.bool_))
 
 
