@@ -362,13 +362,16 @@ def test_too_little_memory_for_the_exact_fit_auto_chose_is_an_error_naming_the_f
     """Memory never changes the choice: it is checked before the pass."""
     X = np.random.default_rng(1).normal(size=(200, 30))
     budgets = iter([1 << 40, 1000])  # plenty, then less than 4 x 8 x 30^2 bytes
-    monkeypatch.setattr(dfairpca.solve._choice, "memory_budget", lambda: next(budgets))
+    budget = lambda: next(budgets)  # noqa: E731
+    monkeypatch.setattr(dfairpca.solve._choice, "memory_budget", budget)
+    monkeypatch.setattr(dfairpca.decomposition._linear, "memory_budget", budget)  # its own name
     assert dfairpca.PCA(3).fit(X).fitted_svd_solver_ == "covariance_eigh"
     with pytest.raises(ValueError, match="exact fit.*0.0 GB.*svd_solver='randomized'.*svd_solver='full'"):
         dfairpca.PCA(3).fit(X)
     assert dfairpca.PCA(3, svd_solver="full").fit(X).fitted_svd_solver_ == "covariance_eigh"  # as asked
     with pytest.raises(ValueError, match="matrix-free fit cannot run.*equalize_covariance"):
         monkeypatch.setattr(dfairpca.solve._choice, "memory_budget", lambda: 1000)
+        monkeypatch.setattr(dfairpca.decomposition._linear, "memory_budget", lambda: 1000)
         FairPCA(3, equalize_covariance=3).fit(X, sensitive_features=np.arange(200) % 2)
 
 

@@ -229,7 +229,7 @@ def test_pieces_round_trip_and_are_reused_only_for_the_same_sizes(tmp_path):
     assert _pieces.load(out, full, "faces", None) is None  # other sizes: recomputed
     assert _pieces.load(out, quick, "tables", "adult") is None
     with pytest.MonkeyPatch.context() as mp:  # other code of the same version: recomputed
-        mp.setattr("dfairpca.base.code_digest", lambda: "0" * 16)
+        mp.setattr(_pieces, "code_digest", lambda: "0" * 16)
         assert _pieces.load(out, quick, "faces", None) is None
     assert _pieces.load(out, quick, "faces", None) is not None
     stamped = json.dumps(_pieces._stamp(quick))  # this run's stamp, but no result
