@@ -166,10 +166,9 @@ def coded_moments(X, codes=None, categories=(), *, weights=None, **kw) -> Moment
     (:func:`checked_request`): codes and mask one per row, weights checked and chunked
     like X's rows.  A weighted pass is still refused when no row has a positive weight, which
     only the pass sees of Dask weights."""
-    if weights is None:
-        return run_moments_pass(X, codes, categories, **kw).finalize()
     m = run_moments_pass(X, codes, categories, weights=weights, **kw).finalize()
-    check_total_weight(m)
+    if weights is not None:
+        check_total_weight(m)
     return m
 
 
