@@ -55,8 +55,8 @@ _KERNELS_ASKED: dict = {}
 if TYPE_CHECKING:
     import dask.array
 
-__all__ = ["compute_moments", "checked_request", "coded_moments", "run_moments_pass", "chain_reduce",
-           "check_pass_fits", "moments_sums_bytes"]
+__all__ = ["compute_moments", "checked_request", "check_pass_dtype", "coded_moments", "run_moments_pass",
+           "chain_reduce", "check_pass_fits", "moments_sums_bytes"]
 
 #: data shared by every chunk (pickled size) up to which it is copied into each fold task
 SHARED_INLINE_BYTES = 1 << 20
@@ -124,6 +124,7 @@ def compute_moments(
     """
     codes, categories, sample_weight = checked_request(X, sensitive_features, mask, split_every,
                                                        sample_weight)
+    check_pass_dtype(X, dtype, sample_weight is not None)
     with worker_timeout(timeout):
         return coded_moments(X, codes, categories, mask=mask, dtype=dtype,
                              split_every=split_every, group_scatter=group_scatter,
@@ -156,6 +157,16 @@ def checked_request(X, sensitive_features, mask, split_every, sample_weight):
         codes, categories = g.codes, g.categories
     weights = check_sample_weight(sample_weight, n, X.chunks[0] if isinstance(X, da.Array) else None)
     return codes, categories, weights
+
+
+def check_pass_dtype(X, dtype, weighted: bool) -> None:
+    """Refuse, before any work, exact statistics (``dtype`` "exact") of ``weighted`` rows,
+    or of an X whose dtype is not integer or whose sums would not fit int64: the check of
+    the public functions of a pass, which take a dtype as given (the estimators' dtype is
+    checked where it is decided, :func:`dfairpca.stats._exact.statistics_dtype`)."""
+    check_unweighted(dtype, weighted)
+    if is_exact(dtype):
+        check_exact(X.dtype, X.shape[0])
 
 
 def coded_moments(X, codes=None, categories=(), *, weights=None, **kw) -> Moments:
@@ -199,10 +210,6 @@ def run_moments_pass(
     """
     import dask.array as da
 
-    check_unweighted(dtype, weights is not None)  # before any work
-    if is_exact(dtype):  # before any work: integer input whose sums fit int64
-        n = X.shape[0]
-        check_exact(X.dtype, int(n) if n == n else 0)
     kw = dict(categories=list(categories), dtype=dtype, group_scatter=group_scatter)
     if isinstance(weights, da.Array) and not isinstance(X, da.Array):
         (weights,) = compute(weights)  # n numbers, against X in memory

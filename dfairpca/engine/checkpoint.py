@@ -43,7 +43,7 @@ from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ._compute import compute, worker_timeout
 from ._failures import CLUSTER_FAILURES
-from ._engine import check_pass_fits, checked_request, moments_sums_bytes, row_slice, run_moments_pass, threads
+from ._engine import check_pass_dtype, check_pass_fits, checked_request, moments_sums_bytes, row_slice, run_moments_pass, threads
 from ..base.progress import progress_bar, reporting
 from ..io import (RESAVE_HINT, SavedFileError, StoreTimeout, atomic_directory, check_inputs_shared,
                   check_target, disk_full, is_disk_full, meta_value, storage_for, zarr_arrays, zarr_roots)
@@ -158,8 +158,17 @@ def compute_moments_checkpointed(
         The scheduler lost, or a task that killed every worker that ran it (past its
         memory limit), saying how many chunks the checkpoint holds.
     """
+    import dask.array as da
+
     codes, categories, sample_weight = checked_request(
         X, sensitive_features, compute_kw.get("mask"), compute_kw.get("split_every", 8), sample_weight)
+    if not isinstance(X, da.Array):
+        raise InvalidTypeError(
+            f"X must be a Dask array (e.g. dfairpca.from_zarr(...)); got {type(X).__name__}"
+        )
+    if X.ndim < 2 or X.shape[0] == 0:
+        raise InvalidInputError(f"X must be (n, d) or (n, h, w) with n >= 1; got shape {X.shape}")
+    check_pass_dtype(X, compute_kw.get("dtype", np.float64), sample_weight is not None)
     with worker_timeout(timeout):
         if sample_weight is not None:
             compute_kw["weights"] = sample_weight
@@ -175,16 +184,8 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     """:func:`compute_moments_checkpointed` of groups already encoded: ``codes`` (n, p)
     indices into ``categories`` (p label arrays), the estimators' route.  Like
     :func:`~dfairpca.engine._engine.coded_moments` it trusts codes, mask and weights as
-    checked by the estimators or :func:`compute_moments_checkpointed`; it checks what only a
-    checkpoint needs (a Dask X, the checkpoint's place)."""
-    import dask.array as da
-
-    if not isinstance(X, da.Array):
-        raise InvalidTypeError(
-            f"X must be a Dask array (e.g. dfairpca.from_zarr(...)); got {type(X).__name__}"
-        )
-    if X.ndim < 2 or X.shape[0] == 0:
-        raise InvalidInputError(f"X must be (n, d) or (n, h, w) with n >= 1; got shape {X.shape}")
+    checked by the estimators or :func:`compute_moments_checkpointed` (X a Dask array of at
+    least one row); it checks what only a checkpoint needs (the checkpoint's place)."""
     # a URL's Location carries its storage options to every write and read below
     path = storage_for(checkpoint, storage_options).target
     # before any work: the checkpoint may replace only a checkpoint, never the data it reads
