@@ -46,17 +46,16 @@ from ._failures import CLUSTER_FAILURES
 from ._engine import check_pass_dtype, check_pass_fits, checked_request, moments_sums_bytes, row_slice, run_moments_pass, threads
 from ..base.progress import progress_bar, reporting
 from ..io import (RESAVE_HINT, SavedFileError, StoreTimeout, atomic_directory, check_inputs_shared,
-                  check_target, disk_full, is_disk_full, meta_value, storage_for, zarr_arrays, zarr_roots)
+                  check_target, disk_full, is_disk_full, meta_value, storage_for, zarr_roots)
 from ..inputs._weights import check_sample_weight, check_total_weight
 from ..stats.moments import Moments
-from ..stats._exact import is_exact
 from ..errors import InvalidInputError, InvalidTypeError
 from ._checkpoint_files import (CHECKPOINT_VERSION, _START_OVER, CheckpointMismatch, Where,
                                 _check_same_job, _digest,
                                 check_saved_digest, files_digest, _progress_text, _read_progress)
 # the checkpoint files' public names are this module's interface (docs/api.rst)
-from ._checkpoint_files import (array_digest, check_digests, checkpoint_path, open_state, save_state,
-                                saved_solver, saved_state_meta)
+from ._checkpoint_files import (array_digest, check_digests, checkpoint_path, job_fingerprint, open_state,
+                                save_state, saved_solver, saved_state_meta)
 
 # Deferred imports: dask (heavy, or optional) are imported in the functions that use them, so that
 # importing this module stays light.
@@ -277,29 +276,6 @@ def segment_bounds(row_chunks, segment_rows: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def job_fingerprint(X, codes=None, categories=(), mask=None, *, dtype=np.float64,
-                    group_scatter: bool = False, **_ignored) -> dict:
-    """What identifies a pass: a checkpoint is resumed only if this is unchanged.
-
-    Shape, dtype and chunking of X, the Zarr stores its graph reads (their URLs), digests
-    of the codes, labels and mask, and the options that change the statistics (compute
-    ``dtype``, ``group_scatter``).  ``split_every`` and ``progress`` change only the order
-    of the sums and are ignored.  X's values are not part of it (that would cost a pass
-    before the pass): they are bound chunk by chunk with :func:`chunk_digests`.
-    """
-    return {
-        "shape": list(X.shape),
-        "dtype": str(X.dtype),
-        "chunks": _digest(json.dumps([list(c) for c in X.chunks]).encode()),
-        "stores": _zarr_sources(X),
-        "codes": _digest(codes),
-        "categories": _digest(json.dumps([np.asarray(c).tolist() for c in categories]).encode()),
-        "mask": _digest(mask),
-        "compute_dtype": dtype if is_exact(dtype) else str(np.dtype(dtype)),
-        "group_scatter": bool(group_scatter),
-    }
-
-
 def chunk_digests(X) -> list[str]:
     """sha256 (:func:`_digest`: dtype, shape and bytes) of every row chunk of X, in order.
 
@@ -373,11 +349,6 @@ def _default_segment_rows(row_chunks) -> int:
     n_chunks = len(row_chunks)
     per_segment = max(8 * threads(), -(-n_chunks // 20))
     return per_segment * int(max(row_chunks))
-
-
-def _zarr_sources(X) -> list[str]:
-    """URLs of the Zarr arrays X's graph reads from (``file:///...``, ``s3://...``)."""
-    return sorted({str(array.store_path) for array in zarr_arrays(X)})
 
 
 def _save(path: Where, total: RunningTotal | ExactTotal, fingerprint: dict, segments, done, digests) -> None:
