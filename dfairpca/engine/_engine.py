@@ -38,7 +38,7 @@ from ..stats.moments import Moments
 from ..base._typing import ArrayInput
 from ..errors import InvalidInputError
 from ..base._params import is_int
-from ..inputs._weights import check_sample_weight, check_total_weight
+from ..inputs._weights import check_sample_weight
 from ..io import check_inputs_shared
 from ..stats._int_kernels import chosen_kernel
 
@@ -176,11 +176,9 @@ def coded_moments(X, codes=None, categories=(), *, weights=None, **kw) -> Moment
     It trusts its arguments as the estimators and :func:`compute_moments` check them
     (:func:`checked_request`): codes and mask one per row, weights checked and chunked
     like X's rows.  A weighted pass is still refused when no row has a positive weight, which
-    only the pass sees of Dask weights."""
-    m = run_moments_pass(X, codes, categories, weights=weights, **kw).finalize()
-    if weights is not None:
-        check_total_weight(m)
-    return m
+    only the pass sees of Dask weights (:meth:`RunningTotal.finalize
+    <dfairpca.engine._accumulator.RunningTotal.finalize>` says so)."""
+    return run_moments_pass(X, codes, categories, weights=weights, **kw).finalize()
 
 
 def run_moments_pass(

@@ -47,7 +47,7 @@ from ._engine import check_pass_dtype, check_pass_fits, checked_request, moments
 from ..base.progress import progress_bar, reporting
 from ..io import (RESAVE_HINT, SavedFileError, StoreTimeout, atomic_directory, check_inputs_shared,
                   check_target, disk_full, is_disk_full, meta_value, storage_for, zarr_roots)
-from ..inputs._weights import check_sample_weight, check_total_weight
+from ..inputs._weights import check_sample_weight
 from ..stats.moments import Moments
 from ..errors import InvalidInputError, InvalidTypeError
 from ._checkpoint_files import (CHECKPOINT_VERSION, _START_OVER, CheckpointMismatch, Where,
@@ -246,10 +246,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
         if bar is not None:
             bar.close()
     assert total is not None  # X has a row, hence a segment, which the loop ran or resumed
-    m = total.finalize()
-    if weights is not None:
-        check_total_weight(m)
-    return m
+    return total.finalize()  # (refused there when weighted rows hold no positive weight)
 
 
 def _chunks_saved(path: Where, X, segments, done: list) -> int:
