@@ -74,7 +74,7 @@ def check_unweighted(dtype, weighted: bool) -> None:
         raise InvalidInputError(_WEIGHTED_EXACT_MESSAGE)
 
 
-def check_exact(dtype, n: int) -> None:
+def check_exact(dtype, n: float) -> None:
     """Refuse exact statistics of ``n`` rows of ``dtype`` (before any work) unless the
     dtype is integer or boolean and the sums fit int64 (``n`` NaN, a Dask array's rows
     not known yet: the dtype alone)."""
