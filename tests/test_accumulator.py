@@ -116,3 +116,15 @@ def test_dask_knows_what_a_running_total_weighs():
     assert sizeof(total.scatter) == panels
     assert 3 * panels <= sizeof(total) < 3 * panels + 8 * 64 * 10
     assert sizeof(total.finalize()) >= 3 * 8 * 64 * 64
+
+
+def test_a_weighted_total_without_a_positive_weight_is_not_finalized():
+    """Dask weights' values only the pass sees: the total refuses to become statistics."""
+    X, g = make_data(60, 4, (2,), seed=5)
+    cats = [np.arange(2)]
+    kw = dict(EVERY_ROW, group_scatter=False)
+    zero = combine([chunk(X, g[0][:, None], cats, weights=np.zeros(60), **kw)])
+    with pytest.raises(ValueError, match="zero for every row"):
+        zero.finalize()
+    some = combine([chunk(X, g[0][:, None], cats, weights=np.r_[1.0, np.zeros(59)], **kw)])
+    assert some.finalize().n == 1

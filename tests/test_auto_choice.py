@@ -245,3 +245,13 @@ def test_statistics_dtype_decides_every_estimators_pass_dtype():
         statistics_dtype(u8, "exact", weighted=True)
     with pytest.raises(InvalidInputError, match="sums integer data exactly"):
         statistics_dtype(np.dtype(np.float32), "exact")
+    # every "exact" answer holds the pass's n rows to int64 sums, before any work
+    i16 = np.dtype(np.int16)
+    assert statistics_dtype(i16, "exact", n=2 ** 31) == EXACT
+    assert statistics_dtype(i16, "exact", n=float("nan")) == EXACT  # rows not known yet: the dtype alone
+    with pytest.raises(InvalidInputError, match="cannot sum .* rows of int16 exactly"):
+        statistics_dtype(i16, "exact", n=2 ** 33)
+    with pytest.raises(InvalidInputError, match="cannot sum .* rows of int16 exactly"):
+        statistics_dtype(i16, "auto", 64, floats, resumed=EXACT, n=2 ** 33)
+    with pytest.raises(InvalidInputError, match="cannot sum .* rows of uint8 exactly"):
+        statistics_dtype(u8, "auto", 64, exact, n=2 ** 50)

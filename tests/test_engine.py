@@ -10,6 +10,7 @@ import zarr
 
 import dfairpca
 from dfairpca.engine._engine import _Block, _block_sources, coded_moments, compute_moments
+from dfairpca.engine.checkpoint import compute_moments_checkpointed
 from oracle import make_data
 
 
@@ -150,6 +151,25 @@ def test_labels_of_the_wrong_length_are_refused_before_any_work():
             compute_moments(A, sensitive_features=codes[:299, 0])
         with pytest.raises(ValueError, match="split_every must be at least 2; got 1"):
             compute_moments(A, split_every=1)
+
+
+def test_exact_statistics_the_pass_cannot_give_are_refused_at_the_public_boundary(tmp_path):
+    """compute_moments and compute_moments_checkpointed take a dtype as given, and check it
+    before any work (the estimators' dtype is checked where they decide it)."""
+    X, _ = _data(300, 4)
+    A = da.from_array(X, chunks=(100, 4))
+    w = np.ones(300)
+    for run in (dfairpca.compute_moments,
+                lambda X, **kw: compute_moments_checkpointed(X, checkpoint=tmp_path / "c", **kw)):
+        with pytest.raises(ValueError, match="sums integer data exactly; X is float64"):
+            run(A, dtype="exact")
+        with pytest.raises(ValueError, match="weighted rows are not integer sums"):
+            run(A, dtype="exact", sample_weight=w)
+        with pytest.raises(ValueError, match="rows of int32 exactly"):
+            run(A.astype(np.int32), dtype="exact")
+    assert not (tmp_path / "c").exists()
+    with pytest.raises(TypeError, match="X must be a Dask array"):
+        compute_moments_checkpointed(X, checkpoint=tmp_path / "c", dtype="exact")
 
 
 def test_the_public_pass_takes_group_labels_of_any_type():

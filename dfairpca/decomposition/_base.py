@@ -315,7 +315,7 @@ class StatisticsEstimator(Estimator):
             X.dtype, self.compute_dtype, width=row_width(X), choose=auto_choice_for_pass,
             weighted=weighted, matrix_free=matrix_free, resumed=resumed,
             auto_float=np.float64 if numeric else self._auto_float,
-            auto_exact=not (numeric and self._auto_float is None))
+            auto_exact=not (numeric and self._auto_float is None), n=X.shape[0])
 
     def _pass(self, X, groups=None, mask=None, checkpoint=None, numeric: bool = False,
               weights=None) -> Moments:

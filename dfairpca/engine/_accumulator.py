@@ -35,6 +35,7 @@ from ..stats._sums import GroupSums, Sums, fill_lower, merge_sums, nbytes
 from ..stats.moments import AttributeMoments, Moments, exact_moments
 from ..io import (categories_from_json, categories_to_json, read_capped, read_saved, save_arrays,
                   saved_fields, saved_layout, sums_to_arrays)
+from ..inputs._weights import check_total_weight
 from ..errors import InvalidInputError
 
 # Deferred imports: dask (heavy, or optional); package modules that would import those, or this one,
@@ -175,7 +176,10 @@ class RunningTotal(Sums):
     def finalize(self) -> Moments:
         """The complete :class:`~dfairpca.stats.moments.Moments`.  Hands the group scatters
         over: their panels are freed one by one as each is completed, so the running total
-        is spent afterwards (the peak is one d x d matrix above the result)."""
+        is spent afterwards (the peak is one d x d matrix above the result).  Weighted rows
+        of which none has a positive weight (Dask weights, whose values only the pass sees)
+        are refused here, before anything is handed over."""
+        check_total_weight(self)
         d = self.mean.shape[0]
         attrs = []
         for a in self.attributes:

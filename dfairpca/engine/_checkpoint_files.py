@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from ..io import (RESAVE_HINT, Location, SavedFileError, atomic_directory, check_target, open_regular,
-                  storage_for, zarr_roots)
+                  storage_for, zarr_arrays, zarr_roots)
+from ..stats._exact import is_exact
 from ..errors import InvalidInputError
 
-__all__ = ["Where", "CHECKPOINT_VERSION", "CheckpointMismatch", "array_digest", "checkpoint_path",
+__all__ = ["Where", "CHECKPOINT_VERSION", "CheckpointMismatch", "array_digest", "job_fingerprint", "checkpoint_path",
            "saved_solver", "open_state", "save_state", "saved_state_meta", "check_digests",
            "files_digest", "check_saved_digest"]
 
@@ -71,6 +72,34 @@ def _digest(a) -> str | None:
 
 #: public: the randomized fit's passes bind their chunks the same way (dfairpca.engine._thin_pass)
 array_digest = _digest
+
+
+def job_fingerprint(X, codes=None, categories=(), mask=None, *, dtype=np.float64,
+                    group_scatter: bool = False, **_ignored) -> dict:
+    """What identifies a pass: a checkpoint is resumed only if this is unchanged.
+
+    Shape, dtype and chunking of X, the Zarr stores its graph reads (their URLs), digests
+    of the codes, labels and mask, and the options that change the statistics (compute
+    ``dtype``, ``group_scatter``).  ``split_every`` and ``progress`` change only the order
+    of the sums and are ignored.  X's values are not part of it (that would cost a pass
+    before the pass): they are bound chunk by chunk with :func:`chunk_digests`.
+    """
+    return {
+        "shape": list(X.shape),
+        "dtype": str(X.dtype),
+        "chunks": _digest(json.dumps([list(c) for c in X.chunks]).encode()),
+        "stores": _zarr_sources(X),
+        "codes": _digest(codes),
+        "categories": _digest(json.dumps([np.asarray(c).tolist() for c in categories]).encode()),
+        "mask": _digest(mask),
+        "compute_dtype": dtype if is_exact(dtype) else str(np.dtype(dtype)),
+        "group_scatter": bool(group_scatter),
+    }
+
+
+def _zarr_sources(X) -> list[str]:
+    """URLs of the Zarr arrays X's graph reads from (``file:///...``, ``s3://...``)."""
+    return sorted({str(array.store_path) for array in zarr_arrays(X)})
 
 
 def _check_same_job(path: Where, saved: dict, now: dict) -> None:

@@ -38,7 +38,7 @@ from ..stats.moments import Moments
 from ..base._typing import ArrayInput
 from ..errors import InvalidInputError
 from ..base._params import is_int
-from ..inputs._weights import check_sample_weight, check_total_weight
+from ..inputs._weights import check_sample_weight
 from ..io import check_inputs_shared
 from ..stats._int_kernels import chosen_kernel
 
@@ -55,8 +55,8 @@ _KERNELS_ASKED: dict = {}
 if TYPE_CHECKING:
     import dask.array
 
-__all__ = ["compute_moments", "checked_request", "coded_moments", "run_moments_pass", "chain_reduce",
-           "check_pass_fits", "moments_sums_bytes"]
+__all__ = ["compute_moments", "checked_request", "check_pass_dtype", "coded_moments", "run_moments_pass",
+           "chain_reduce", "check_pass_fits", "moments_sums_bytes"]
 
 #: data shared by every chunk (pickled size) up to which it is copied into each fold task
 SHARED_INLINE_BYTES = 1 << 20
@@ -124,6 +124,7 @@ def compute_moments(
     """
     codes, categories, sample_weight = checked_request(X, sensitive_features, mask, split_every,
                                                        sample_weight)
+    check_pass_dtype(X, dtype, sample_weight is not None)
     with worker_timeout(timeout):
         return coded_moments(X, codes, categories, mask=mask, dtype=dtype,
                              split_every=split_every, group_scatter=group_scatter,
@@ -158,6 +159,16 @@ def checked_request(X, sensitive_features, mask, split_every, sample_weight):
     return codes, categories, weights
 
 
+def check_pass_dtype(X, dtype, weighted: bool) -> None:
+    """Refuse, before any work, exact statistics (``dtype`` "exact") of ``weighted`` rows,
+    or of an X whose dtype is not integer or whose sums would not fit int64: the check of
+    the public functions of a pass, which take a dtype as given (the estimators' dtype is
+    checked where it is decided, :func:`dfairpca.stats._exact.statistics_dtype`)."""
+    check_unweighted(dtype, weighted)
+    if is_exact(dtype):
+        check_exact(X.dtype, X.shape[0])
+
+
 def coded_moments(X, codes=None, categories=(), *, weights=None, **kw) -> Moments:
     """:func:`compute_moments` of groups already encoded: ``codes`` (n, p) indices into
     ``categories`` (p label arrays), the estimators' route; ``kw`` as :func:`run_moments_pass`.
@@ -165,12 +176,9 @@ def coded_moments(X, codes=None, categories=(), *, weights=None, **kw) -> Moment
     It trusts its arguments as the estimators and :func:`compute_moments` check them
     (:func:`checked_request`): codes and mask one per row, weights checked and chunked
     like X's rows.  A weighted pass is still refused when no row has a positive weight, which
-    only the pass sees of Dask weights."""
-    if weights is None:
-        return run_moments_pass(X, codes, categories, **kw).finalize()
-    m = run_moments_pass(X, codes, categories, weights=weights, **kw).finalize()
-    check_total_weight(m)
-    return m
+    only the pass sees of Dask weights (:meth:`RunningTotal.finalize
+    <dfairpca.engine._accumulator.RunningTotal.finalize>` says so)."""
+    return run_moments_pass(X, codes, categories, weights=weights, **kw).finalize()
 
 
 def run_moments_pass(
@@ -200,10 +208,6 @@ def run_moments_pass(
     """
     import dask.array as da
 
-    check_unweighted(dtype, weights is not None)  # before any work
-    if is_exact(dtype):  # before any work: integer input whose sums fit int64
-        n = X.shape[0]
-        check_exact(X.dtype, int(n) if n == n else 0)
     kw = dict(categories=list(categories), dtype=dtype, group_scatter=group_scatter)
     if isinstance(weights, da.Array) and not isinstance(X, da.Array):
         (weights,) = compute(weights)  # n numbers, against X in memory

@@ -43,20 +43,19 @@ from . import _accumulator
 from ._accumulator import ExactTotal, RunningTotal
 from ._compute import compute, worker_timeout
 from ._failures import CLUSTER_FAILURES
-from ._engine import check_pass_fits, checked_request, moments_sums_bytes, row_slice, run_moments_pass, threads
+from ._engine import check_pass_dtype, check_pass_fits, checked_request, moments_sums_bytes, row_slice, run_moments_pass, threads
 from ..base.progress import progress_bar, reporting
 from ..io import (RESAVE_HINT, SavedFileError, StoreTimeout, atomic_directory, check_inputs_shared,
-                  check_target, disk_full, is_disk_full, meta_value, storage_for, zarr_arrays, zarr_roots)
-from ..inputs._weights import check_sample_weight, check_total_weight
+                  check_target, disk_full, is_disk_full, meta_value, storage_for, zarr_roots)
+from ..inputs._weights import check_sample_weight
 from ..stats.moments import Moments
-from ..stats._exact import is_exact
 from ..errors import InvalidInputError, InvalidTypeError
 from ._checkpoint_files import (CHECKPOINT_VERSION, _START_OVER, CheckpointMismatch, Where,
                                 _check_same_job, _digest,
                                 check_saved_digest, files_digest, _progress_text, _read_progress)
 # the checkpoint files' public names are this module's interface (docs/api.rst)
-from ._checkpoint_files import (array_digest, check_digests, checkpoint_path, open_state, save_state,
-                                saved_solver, saved_state_meta)
+from ._checkpoint_files import (array_digest, check_digests, checkpoint_path, job_fingerprint, open_state,
+                                save_state, saved_solver, saved_state_meta)
 
 # Deferred imports: dask (heavy, or optional) are imported in the functions that use them, so that
 # importing this module stays light.
@@ -158,8 +157,17 @@ def compute_moments_checkpointed(
         The scheduler lost, or a task that killed every worker that ran it (past its
         memory limit), saying how many chunks the checkpoint holds.
     """
+    import dask.array as da
+
     codes, categories, sample_weight = checked_request(
         X, sensitive_features, compute_kw.get("mask"), compute_kw.get("split_every", 8), sample_weight)
+    if not isinstance(X, da.Array):
+        raise InvalidTypeError(
+            f"X must be a Dask array (e.g. dfairpca.from_zarr(...)); got {type(X).__name__}"
+        )
+    if X.ndim < 2 or X.shape[0] == 0:
+        raise InvalidInputError(f"X must be (n, d) or (n, h, w) with n >= 1; got shape {X.shape}")
+    check_pass_dtype(X, compute_kw.get("dtype", np.float64), sample_weight is not None)
     with worker_timeout(timeout):
         if sample_weight is not None:
             compute_kw["weights"] = sample_weight
@@ -175,16 +183,8 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     """:func:`compute_moments_checkpointed` of groups already encoded: ``codes`` (n, p)
     indices into ``categories`` (p label arrays), the estimators' route.  Like
     :func:`~dfairpca.engine._engine.coded_moments` it trusts codes, mask and weights as
-    checked by the estimators or :func:`compute_moments_checkpointed`; it checks what only a
-    checkpoint needs (a Dask X, the checkpoint's place)."""
-    import dask.array as da
-
-    if not isinstance(X, da.Array):
-        raise InvalidTypeError(
-            f"X must be a Dask array (e.g. dfairpca.from_zarr(...)); got {type(X).__name__}"
-        )
-    if X.ndim < 2 or X.shape[0] == 0:
-        raise InvalidInputError(f"X must be (n, d) or (n, h, w) with n >= 1; got shape {X.shape}")
+    checked by the estimators or :func:`compute_moments_checkpointed` (X a Dask array of at
+    least one row); it checks what only a checkpoint needs (the checkpoint's place)."""
     # a URL's Location carries its storage options to every write and read below
     path = storage_for(checkpoint, storage_options).target
     # before any work: the checkpoint may replace only a checkpoint, never the data it reads
@@ -246,10 +246,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
         if bar is not None:
             bar.close()
     assert total is not None  # X has a row, hence a segment, which the loop ran or resumed
-    m = total.finalize()
-    if weights is not None:
-        check_total_weight(m)
-    return m
+    return total.finalize()  # (refused there when weighted rows hold no positive weight)
 
 
 def _chunks_saved(path: Where, X, segments, done: list) -> int:
@@ -274,29 +271,6 @@ def segment_bounds(row_chunks, segment_rows: int) -> list[tuple[int, int]]:
     if stop > start:
         bounds.append((start, stop))
     return bounds
-
-
-def job_fingerprint(X, codes=None, categories=(), mask=None, *, dtype=np.float64,
-                    group_scatter: bool = False, **_ignored) -> dict:
-    """What identifies a pass: a checkpoint is resumed only if this is unchanged.
-
-    Shape, dtype and chunking of X, the Zarr stores its graph reads (their URLs), digests
-    of the codes, labels and mask, and the options that change the statistics (compute
-    ``dtype``, ``group_scatter``).  ``split_every`` and ``progress`` change only the order
-    of the sums and are ignored.  X's values are not part of it (that would cost a pass
-    before the pass): they are bound chunk by chunk with :func:`chunk_digests`.
-    """
-    return {
-        "shape": list(X.shape),
-        "dtype": str(X.dtype),
-        "chunks": _digest(json.dumps([list(c) for c in X.chunks]).encode()),
-        "stores": _zarr_sources(X),
-        "codes": _digest(codes),
-        "categories": _digest(json.dumps([np.asarray(c).tolist() for c in categories]).encode()),
-        "mask": _digest(mask),
-        "compute_dtype": dtype if is_exact(dtype) else str(np.dtype(dtype)),
-        "group_scatter": bool(group_scatter),
-    }
 
 
 def chunk_digests(X) -> list[str]:
@@ -372,11 +346,6 @@ def _default_segment_rows(row_chunks) -> int:
     n_chunks = len(row_chunks)
     per_segment = max(8 * threads(), -(-n_chunks // 20))
     return per_segment * int(max(row_chunks))
-
-
-def _zarr_sources(X) -> list[str]:
-    """URLs of the Zarr arrays X's graph reads from (``file:///...``, ``s3://...``)."""
-    return sorted({str(array.store_path) for array in zarr_arrays(X)})
 
 
 def _save(path: Where, total: RunningTotal | ExactTotal, fingerprint: dict, segments, done, digests) -> None:

@@ -74,9 +74,10 @@ def check_unweighted(dtype, weighted: bool) -> None:
         raise InvalidInputError(_WEIGHTED_EXACT_MESSAGE)
 
 
-def check_exact(dtype, n: int) -> None:
+def check_exact(dtype, n: float) -> None:
     """Refuse exact statistics of ``n`` rows of ``dtype`` (before any work) unless the
-    dtype is integer or boolean and the sums fit int64."""
+    dtype is integer or boolean and the sums fit int64 (``n`` NaN, a Dask array's rows
+    not known yet: the dtype alone)."""
     dtype = np.dtype(dtype)
     if dtype.kind not in "biu":
         raise InvalidInputError(
@@ -86,7 +87,7 @@ def check_exact(dtype, n: int) -> None:
         )
     lo, hi = value_range(dtype)
     top = max(lo * lo, hi * hi, 1)
-    if n * top >= 2 ** _INT_BITS:
+    if n == n and n * top >= 2 ** _INT_BITS:
         raise InvalidInputError(
             f"compute_dtype='exact' cannot sum {n} rows of {dtype} exactly: products of its values "
             f"reach {top:.3g}, and int64 sums hold n * {top:.3g} < 2**{_INT_BITS} only for n < "
@@ -97,7 +98,7 @@ def check_exact(dtype, n: int) -> None:
 
 def statistics_dtype(x_dtype, requested="auto", width: int | None = None, choose=None, *,
                      weighted: bool = False, matrix_free: bool = False, resumed=None,
-                     auto_float=None, auto_exact: bool = True):
+                     auto_float=None, auto_exact: bool = True, n: float = 0):
     """The dtype of a fit's pass over X of ``x_dtype`` for the estimators' ``compute_dtype``
     (``requested``), decided here alone.
 
@@ -109,20 +110,20 @@ def statistics_dtype(x_dtype, requested="auto", width: int | None = None, choose
     "auto" ``auto_float`` if given, and the float dtype of
     :func:`dfairpca.inputs._validation.compute_dtype_for`.  ``matrix_free``: the float
     dtype of the randomized passes (no exact sums); ``resumed``: what a checkpoint's
-    "auto" chose when it began, which it keeps."""
+    "auto" chose when it began, which it keeps; ``n``: the pass's rows, whose exact sums
+    must fit int64 (checked here, before any work, whenever the answer is "exact")."""
     auto = requested in ("auto", None)
-    if auto and resumed is not None:
-        return resumed if is_exact(resumed) else np.dtype(resumed)
-    if is_exact(requested) and not matrix_free:
-        check_unweighted(requested, weighted)
-        check_exact(x_dtype, 0)
-        int8_kernel_available()  # the kernels chosen and self-tested here, before the pass
+    if auto and resumed is not None and not is_exact(resumed):
+        return np.dtype(resumed)
+    if ((auto and resumed is not None) or (is_exact(requested) and not matrix_free)
+            or (auto and auto_exact and not (weighted or matrix_free)
+                and np.dtype(x_dtype) in (np.uint8, np.int8)
+                and (choose or auto_choice)(x_dtype, AUTO_WIDTH if width is None else width).choice == EXACT)):
+        check_unweighted(EXACT, weighted)
+        check_exact(x_dtype, n)
+        if is_exact(requested):
+            int8_kernel_available()  # the kernels chosen and self-tested here, before the pass
         return EXACT
-    if (auto and auto_exact and not (weighted or matrix_free)
-            and np.dtype(x_dtype) in (np.uint8, np.int8)):
-        choice = (choose or auto_choice)(x_dtype, AUTO_WIDTH if width is None else width)
-        if choice.choice == EXACT:
-            return EXACT
     if auto and auto_float is not None:
         return np.dtype(auto_float)
     # the float products, also of the matrix-free passes (which never sum exactly)
