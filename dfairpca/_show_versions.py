@@ -16,9 +16,9 @@ from typing import Any, TextIO
 from .base._system import cpu_info
 from .base._version import __version__
 
-# Deferred imports: threadpoolctl (heavy, or optional); package modules that would import those, or
-# this one, at load are imported in the functions that use them, so that importing this module stays
-# light.
+# Deferred imports: threadpoolctl (heavy or optional) and package modules that load such libraries,
+# or this module, at import are imported in the functions that use them, so that importing this
+# module stays light.
 
 __all__ = ["show_versions", "versions_report"]
 

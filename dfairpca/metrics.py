@@ -43,9 +43,9 @@ from .errors import DfairpcaWarning, InvalidInputError, InvalidTypeError
 from .inputs._validation import as_data, check_input, is_xarray
 from .inputs._groups import encode_groups
 
-# Deferred imports: dask, pandas, sklearn (heavy, or optional); package modules that would import
-# those, or this one, at load are imported in the functions that use them, so that importing this
-# module stays light.
+# Deferred imports: dask, pandas, sklearn (heavy or optional) and package modules that load such
+# libraries, or this module, at import are imported in the functions that use them, so that
+# importing this module stays light.
 
 if TYPE_CHECKING:
     import dask.array

@@ -64,3 +64,36 @@ def test_other_unraisable_errors_and_the_hook_are_left_as_they_were():
         assert sys.unraisablehook == seen.append
     finally:
         sys.unraisablehook = previous
+
+
+def test_blocks_closed_out_of_order_in_two_threads_put_the_first_hook_back():
+    import sys
+    import threading
+
+    original = sys.unraisablehook
+    a_open, b_open, a_closed = threading.Event(), threading.Event(), threading.Event()
+
+    def a():
+        with ctrl_c_kept():
+            a_open.set()
+            b_open.wait(60)
+        a_closed.set()
+
+    t = threading.Thread(target=a)
+    t.start()
+    a_open.wait(60)
+    with ctrl_c_kept():  # opened after a's, closed after it
+        b_open.set()
+        a_closed.wait(60)
+        assert sys.unraisablehook is not original  # still kept while this block is open
+    t.join(60)
+    assert sys.unraisablehook is original
+
+
+def test_a_ctrl_c_dropped_just_before_the_block_ends_is_raised_as_it_ends_not_after():
+    with pytest.raises(KeyboardInterrupt):
+        with ctrl_c_kept():
+            _InterruptedFinalizer()  # dropped; the block ends before its redelivery
+    _run_briefly = time.monotonic() + 0.2  # nothing is delivered after the block
+    while time.monotonic() < _run_briefly:
+        time.sleep(0.001)

@@ -542,3 +542,14 @@ print(type(dfairpca.metrics.mmd2).__name__, len(data.X_train) > 0)
     done = subprocess.run([sys.executable, "-c", "import dfairpca; dfairpca.no_such_name"],
                           capture_output=True, text=True, timeout=300)
     assert "has no attribute 'no_such_name'" in done.stderr
+
+
+def test_the_command_line_loads_no_heavy_library_before_a_command_needs_it():
+    """``dfairpca --help`` and a refused command line answer at once: the cli package
+    loads numpy at most, the rest when a command runs (its deferred imports)."""
+    code = ("import sys\nimport dfairpca.cli\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'zarr', 'PIL', 'scipy', 'sklearn', "
+            "'dask', 'distributed', 'pandas', 'matplotlib', 'fsspec', 'xarray'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout

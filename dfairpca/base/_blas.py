@@ -18,8 +18,8 @@ import scipy.linalg.blas
 from scipy.linalg import cython_blas
 from ..errors import InvalidInputError
 
-# Deferred imports: threadpoolctl (heavy, or optional) are imported in the functions that use them,
-# so that importing this module stays light.
+# Deferred imports: threadpoolctl (heavy or optional) is imported in the functions that use them, so
+# that importing this module stays light.
 
 __all__ = ["syrk", "ctypes_syrk", "blas_lock", "BLAS_LOCK"]
 

@@ -25,6 +25,9 @@ from typing import Any, Callable
 from ..errors import InvalidInputError
 from ._compat import current
 
+# Deferred imports: standard modules needed rarely or on one platform only are imported in the
+# functions that use them, so that importing this module stays light.
+
 __all__ = ["Rule", "Check", "validate_params", "is_int", "is_real", "is_bool", "one_of",
            "int_at_least", "RenamedOneOf", "BOOL",
            "SPLIT_EVERY", "TRADEOFF"]

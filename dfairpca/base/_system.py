@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 import platform
 
-# Deferred imports: dask (heavy, or optional) are imported in the functions that use them, so that
+# Deferred imports: dask (heavy or optional) is imported in the functions that use it, so that
 # importing this module stays light.
 
 __all__ = ["BLOCK_BYTES", "PRODUCT_BLOCK_BYTES", "INT8_FLAGS", "cache_folder", "cpu_count", "cpu_info", "rows_per_block"]

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from typing import IO
 
-# Deferred imports: tqdm (heavy, or optional) are imported in the functions that use them, so that
+# Deferred imports: tqdm (heavy or optional) is imported in the functions that use it, so that
 # importing this module stays light.
 
 __all__ = ["is_terminal", "reporting", "reported", "progress_bar", "phase", "LineBar", "NullBar", "HEARTBEAT_SECONDS"]

@@ -19,8 +19,8 @@ from ..io import MARKER_KEY, atomic_file, check_target, marker, register_marked_
 from .schema import DEFAULT_FACES, attribute_column, open_celeba
 from ..errors import InvalidInputError
 
-# Deferred imports: PIL, matplotlib (heavy, or optional) are imported in the functions that use
-# them, so that importing this module stays light.
+# Deferred imports: PIL, matplotlib (heavy or optional) are imported in the functions that use them,
+# so that importing this module stays light.
 
 __all__ = ["DEFAULT_FACES", "MAX_FACES_PER_ROW", "Evidence", "auc_interval", "draw_faces", "faces_figure",
            "faces_held", "faces_picture", "full_fair_projection"]

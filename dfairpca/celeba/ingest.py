@@ -19,8 +19,8 @@ from .schema import (
 )
 from ..errors import InvalidInputError, PathNotFoundError
 
-# Deferred imports: package modules that would import those, or this one, at load are imported in
-# the functions that use them, so that importing this module stays light.
+# Deferred imports: package modules that load such libraries, or this module, at import are imported
+# in the functions that use them, so that importing this module stays light.
 
 __all__ = ["decode_face", "ingest_celeba"]
 

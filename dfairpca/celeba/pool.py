@@ -39,9 +39,9 @@ from .schema import IMAGES, PARTITION, STORE_KIND, check_positive, create_store
 from ..errors import DiscardedWriteWarning, InvalidInputError, RunError
 from ..cluster import cluster_failures_said
 
-# Deferred imports: distributed (heavy, or optional); package modules that would import those, or
-# this one, at load; platform-specific or rarely needed standard modules are imported in the
-# functions that use them, so that importing this module stays light.
+# Deferred imports: distributed (heavy or optional), package modules that load such libraries, or
+# this module, at import and standard modules needed rarely or on one platform only are imported in
+# the functions that use them, so that importing this module stays light.
 
 __all__ = ["Split", "Workers", "partial_path", "resolve_jobs", "run_tasks", "worker_processes", "write_rows",
            "write_store"]

@@ -21,7 +21,7 @@ from .schema import (
 )
 from ..errors import InvalidInputError
 
-# Deferred imports: psutil (heavy, or optional) are imported in the functions that use them, so that
+# Deferred imports: psutil (heavy or optional) is imported in the functions that use it, so that
 # importing this module stays light.
 
 __all__ = ["synth_celeba", "ensure_store"]

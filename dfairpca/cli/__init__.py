@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import sys
@@ -57,8 +58,8 @@ from ._inputs import TARGET_OPTIONS
 from ._stores import cmd_ingest, cmd_synth
 from .. import paper
 
-# Deferred imports: package modules that would import those, or this one, at load are imported in
-# the functions that use them, so that importing this module stays light.
+# Deferred imports: package modules that load such libraries, or this module, at import are imported
+# in the functions that use them, so that importing this module stays light.
 
 __all__ = ["main", "build_parser", "exit_status", "one_line", "ONE_LINE_ERRORS", "EXIT_FAILURE", "EXIT_USAGE",
            "EXIT_INTERRUPTED", "EXIT_TERMINATED", "sigterm_as_interrupt"]
@@ -428,24 +429,24 @@ def _showing_log():
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     formatwarning = warnings.formatwarning
-    warnings.formatwarning = _one_line_warning  # a caught warning (pytest.warns) keeps its record
+    ours = functools.partial(_one_line_warning, formatwarning)
+    warnings.formatwarning = ours  # a caught warning (pytest.warns) keeps its record
     try:
         yield
     finally:
-        warnings.formatwarning = formatwarning
+        if warnings.formatwarning is ours:  # else replaced since: leave it be
+            warnings.formatwarning = formatwarning
         logger.removeHandler(handler)
         logger.setLevel(level)
 
 
-def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+def _one_line_warning(others, message, category, filename, lineno, line=None) -> str:
     """dfairpca's own warnings as one "dfairpca: warning: ..." line: the file and source
-    line Python adds point into the package and mean nothing to a command's user."""
+    line Python adds point into the package and mean nothing to a command's user; the
+    others as ``others`` (the format in place when the command began) writes them."""
     if issubclass(category, DfairpcaWarning):
         return f"dfairpca: warning: {message}\n"
-    return _python_formatwarning(message, category, filename, lineno, line)
-
-
-_python_formatwarning = warnings.formatwarning
+    return others(message, category, filename, lineno, line)
 
 
 def main(argv=None) -> int:

@@ -13,8 +13,8 @@ from ._fit import TRANSFORM_KIND, _check_two_groups, write_result
 from ._inputs import (_check_out, _client, _data, _describe_groups, _input_paths, _place,
                       _sample_weight, _sensitive, _storage)
 
-# Deferred imports: package modules that would import those, or this one, at load are imported in
-# the functions that use them, so that importing this module stays light.
+# Deferred imports: package modules that load such libraries, or this module, at import are imported
+# in the functions that use them, so that importing this module stays light.
 
 
 def cmd_erase(args) -> dict:

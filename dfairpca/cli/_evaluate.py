@@ -9,8 +9,8 @@ from ..base.progress import reporting
 from ._errors import UsageError, _plain, arguments
 from ._inputs import _client, _data, _sensitive, _storage
 
-# Deferred imports: package modules that would import those, or this one, at load are imported in
-# the functions that use them, so that importing this module stays light.
+# Deferred imports: package modules that load such libraries, or this module, at import are imported
+# in the functions that use them, so that importing this module stays light.
 
 def _p(p: float) -> str:
     """A p-value in words (below float64's range: not 0)."""

@@ -17,12 +17,11 @@ from ._errors import CLIError, UsageError, _plain, arguments
 from ._inputs import (_Data, _check_out, _client, _data, _describe_groups, _input_paths, _place,
                       _sample_weight, _sensitive, _storage, _target, _tuple, writing_alone)
 from ..errors import DiskFullError
-from ..celeba import attribute_column, ensure_store, open_celeba
 from ..base import cache_folder
 
-# Deferred imports: pandas, zarr (heavy, or optional); package modules that would import those, or
-# this one, at load are imported in the functions that use them, so that importing this module stays
-# light.
+# Deferred imports: pandas, zarr (heavy or optional) and package modules that load such libraries,
+# or this module, at import are imported in the functions that use them, so that importing this
+# module stays light.
 
 #: the kind in dfairpca's marker of what ``transform`` writes: another kind than the data
 #: stores of synth and ingest ("store"), so that ``transform --overwrite`` can never replace
@@ -548,6 +547,8 @@ def run_show(model_path, store, out, *, n: int | None = None, overwrite: bool = 
     fewer when the store holds fewer; ``evidence``: held-out figures for its chart
     (:class:`dfairpca.celeba.figures.Evidence`).  A number the store cannot fill, or above
     :data:`dfairpca.celeba.figures.MAX_FACES_PER_ROW`, is refused before any face is read."""
+    from ..celeba import open_celeba
+
     from .. import load
     from ..celeba.figures import DEFAULT_FACES, MAX_FACES_PER_ROW, faces_figure, faces_held
 
@@ -586,6 +587,8 @@ def demo_folder() -> Path:
 
 
 def cmd_demo(args):
+    from ..celeba import ensure_store
+
     work = Path(args.workdir) if args.workdir is not None else demo_folder()
     make_folder(work, "--workdir" if args.workdir is not None else "the demo's folder")
     print(f"the demo's folder (its store, model and picture): {work}"
@@ -651,6 +654,8 @@ def heldout_report(model_path, store, attribute: str, k: int):
     against PCA at the same k (solved from the model's saved statistics); return it as two
     lines, and as the figures of the picture's chart
     (:class:`dfairpca.celeba.figures.Evidence`)."""
+    from ..celeba import attribute_column
+
     import pandas as pd
 
     from .. import PCA, load

@@ -15,9 +15,9 @@ import numpy as np
 
 from ._errors import CLIError, UsageError, _did_you_mean, _shown, arguments
 
-# Deferred imports: pandas, pyarrow, zarr (heavy, or optional); package modules that would import
-# those, or this one, at load are imported in the functions that use them, so that importing this
-# module stays light.
+# Deferred imports: pandas, pyarrow, zarr (heavy or optional) and package modules that load such
+# libraries, or this module, at import are imported in the functions that use them, so that
+# importing this module stays light.
 
 
 # ----------------------------------------------------------------------------- helpers

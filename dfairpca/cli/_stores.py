@@ -8,10 +8,9 @@ import time
 
 from ._errors import CLIError, arguments
 from ._inputs import _check_out, _place, _storage
-from ..celeba import ingest_celeba, synth_celeba
 
-# Deferred imports: package modules that would import those, or this one, at load are imported in
-# the functions that use them, so that importing this module stays light.
+# Deferred imports: package modules that load such libraries, or this module, at import are imported
+# in the functions that use them, so that importing this module stays light.
 
 
 def _check_stage(out, args) -> None:
@@ -39,6 +38,8 @@ def _saying_how_to_resume():
 
 
 def cmd_synth(args):
+    from ..celeba import synth_celeba
+
     out = _place(args.out, "store", _storage(args))
     _check_stage(out, args)
     _check_out(out, "store", args.overwrite)
@@ -50,6 +51,8 @@ def cmd_synth(args):
 
 
 def cmd_ingest(args):
+    from ..celeba import ingest_celeba
+
     from ..cluster import connect
 
     out = _place(args.out, "store", _storage(args))

@@ -23,9 +23,9 @@ from ._errors import _CHECK_RUNNING, SchedulerUnreachable
 from ._signals import (_abandoned_gathers, _dropping, _nanny_kills, _quiet_cancelled_tasks, _quiet_failed_tasks,
                        _cancelled_feeds, _quiet_closed_heartbeats, _sigint_only_here, _Switch, holding_lost_connections)
 
-# Deferred imports: dask, distributed (heavy, or optional); package modules that would import those,
-# or this one, at load are imported in the functions that use them, so that importing this module
-# stays light.
+# Deferred imports: dask, distributed (heavy or optional) and package modules that load such
+# libraries, or this module, at import are imported in the functions that use them, so that
+# importing this module stays light.
 
 #: where the cluster's size, dashboard and waits are told (INFO): the command line shows
 #: them on stderr; a program sees them only if it configures logging to

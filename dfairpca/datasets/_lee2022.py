@@ -24,7 +24,7 @@ from sklearn.utils import Bunch
 from ._paper import PAPER_TABLES
 from ..errors import InvalidInputError, InvalidTypeError
 
-# Deferred imports: pandas (heavy, or optional) are imported in the functions that use them, so that
+# Deferred imports: pandas (heavy or optional) is imported in the functions that use it, so that
 # importing this module stays light.
 
 #: every data set comes in ten random 70/30 train/test splits

@@ -38,8 +38,8 @@ from ._saved import input_meta, restore_input_meta
 from ..base._typing import ArrayInput, ArrayOutput, PathInput
 from ..io import SavedFileError, atomic_directory, storage_for, write_arrays
 
-# Deferred imports: package modules that would import those, or this one, at load are imported in
-# the functions that use them, so that importing this module stays light.
+# Deferred imports: package modules that load such libraries, or this module, at import are imported
+# in the functions that use them, so that importing this module stays light.
 
 __all__ = ["Estimator", "StatisticsEstimator", "fit_context", "set_certificate", "fair_feature_names"]
 

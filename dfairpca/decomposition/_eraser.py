@@ -31,8 +31,8 @@ from ..stats.moments import Moments
 from ._base import FairStatisticsEstimator, fit_context, set_certificate
 from ._saved import eraser_layout, check_eraser_values, fair_meta, restore_fair_meta
 
-# Deferred imports: xarray (heavy, or optional); package modules that would import those, or this
-# one, at load are imported in the functions that use them, so that importing this module stays
+# Deferred imports: xarray (heavy or optional) and package modules that load such libraries, or this
+# module, at import are imported in the functions that use them, so that importing this module stays
 # light.
 
 __all__ = ["ConceptEraser"]

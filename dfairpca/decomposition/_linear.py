@@ -30,7 +30,7 @@ from ..inputs._validation import (
     Input, check_finite_output, compute_dtype_for, is_xarray,
     row_origin,
 )
-from ..stats._exact import is_exact, kernel_name
+from ..stats._exact import check_exact, check_unweighted, is_exact, kernel_name
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput, ArrayOutput, PathInput
 from ..errors import InvalidInputError
@@ -38,7 +38,7 @@ from ..solve._choice import check_exact_memory, choose_svd_solver, memory_budget
 from ..engine._checkpoint_files import saved_solver
 from ..solve._randomized import fit_randomized
 
-# Deferred imports: xarray (heavy, or optional) are imported in the functions that use them, so that
+# Deferred imports: xarray (heavy or optional) is imported in the functions that use it, so that
 # importing this module stays light.
 
 __all__ = ["LinearDecomposition", "LINEAR_RULES", "SVD_SOLVERS", "n_components_ok"]
@@ -156,8 +156,10 @@ class LinearDecomposition(ProbabilisticPCA):
         n_groups = 0 if groups is None else sum(len(c) for c in groups.categories)
         if is_exact(self.compute_dtype):
             # exact statistics are the d x d sums: the covariance solve, never matrix-free
-            # passes; the pass's dtype refuses float X and weighted rows before any work
-            self._pass_dtype(X, weighted=weighted)
+            # passes; float X and weighted rows refused here, before any work (the kernels'
+            # loading and self-test wait for the pass: validate_fit stays cheap)
+            check_unweighted(self.compute_dtype, weighted)
+            check_exact(X.dtype, float("nan"))
             if self.svd_solver == "randomized":
                 raise InvalidInputError(
                     "compute_dtype='exact' sums the d x d statistics exactly, which the "

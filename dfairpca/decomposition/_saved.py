@@ -26,8 +26,8 @@ from ..stats.moments import Moments
 from ..base._typing import PathInput
 from ..errors import InvalidInputError
 
-# Deferred imports: package modules that would import those, or this one, at load are imported in
-# the functions that use them, so that importing this module stays light.
+# Deferred imports: package modules that load such libraries, or this module, at import are imported
+# in the functions that use them, so that importing this module stays light.
 
 if TYPE_CHECKING:  # the estimators' base (._base imports this module)
     from sklearn.base import BaseEstimator

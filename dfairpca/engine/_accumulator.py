@@ -38,8 +38,9 @@ from ..io import (categories_from_json, categories_to_json, read_capped, read_sa
 from ..inputs._weights import check_total_weight
 from ..errors import InvalidInputError
 
-# Deferred imports: dask (heavy, or optional); package modules that would import those, or this one,
-# at load are imported in the functions that use them, so that importing this module stays light.
+# Deferred imports: dask (heavy or optional) and package modules that load such libraries, or this
+# module, at import are imported in the functions that use them, so that importing this module stays
+# light.
 
 __all__ = ["chunk", "fold", "combine", "RunningTotal", "ExactTotal", "UpperPanels", "load_total"]
 

@@ -18,8 +18,10 @@ import numpy as np
 
 from ..io import (RESAVE_HINT, Location, SavedFileError, atomic_directory, check_target, open_regular,
                   storage_for, zarr_arrays, zarr_roots)
-from ..stats._exact import is_exact
 from ..errors import InvalidInputError
+
+# Deferred imports: package modules that load such libraries, or this module, at import are imported
+# in the functions that use them, so that importing this module stays light.
 
 __all__ = ["Where", "CHECKPOINT_VERSION", "CheckpointMismatch", "array_digest", "job_fingerprint", "checkpoint_path",
            "saved_solver", "open_state", "save_state", "saved_state_meta", "check_digests",
@@ -84,6 +86,8 @@ def job_fingerprint(X, codes=None, categories=(), mask=None, *, dtype=np.float64
     of the sums and are ignored.  X's values are not part of it (that would cost a pass
     before the pass): they are bound chunk by chunk with :func:`chunk_digests`.
     """
+    from ..stats._exact import is_exact
+
     return {
         "shape": list(X.shape),
         "dtype": str(X.dtype),

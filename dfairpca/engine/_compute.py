@@ -30,8 +30,8 @@ from ._memory import OWN_BYTES_COUNTED, WorkingSet, current_working_set, memory_
 from ..base._params import is_real
 from . import _on_scheduler
 
-# Deferred imports: cloudpickle, dask, distributed (heavy, or optional) are imported in the
-# functions that use them, so that importing this module stays light.
+# Deferred imports: cloudpickle, dask, distributed (heavy or optional) are imported in the functions
+# that use them, so that importing this module stays light.
 
 
 def _killed_worker(exc: BaseException) -> WorkerKilled | None:

@@ -42,9 +42,9 @@ from ..inputs._weights import check_sample_weight
 from ..io import check_inputs_shared
 from ..stats._int_kernels import chosen_kernel
 
-# Deferred imports: dask, distributed (heavy, or optional); package modules that would import those,
-# or this one, at load; platform-specific or rarely needed standard modules are imported in the
-# functions that use them, so that importing this module stays light.
+# Deferred imports: dask, distributed (heavy or optional), package modules that load such libraries,
+# or this module, at import and standard modules needed rarely or on one platform only are imported
+# in the functions that use them, so that importing this module stays light.
 
 _log = logging.getLogger("dfairpca")
 #: the differing workers' kernels already said (:func:`check_worker_kernels`)

@@ -31,8 +31,9 @@ from ..errors import InvalidInputError
 from ..base._blas import blas_lock
 from ..inputs._validation import compute_dtype_for
 
-# Deferred imports: dask (heavy, or optional); package modules that would import those, or this one,
-# at load are imported in the functions that use them, so that importing this module stays light.
+# Deferred imports: dask (heavy or optional) and package modules that load such libraries, or this
+# module, at import are imported in the functions that use them, so that importing this module stays
+# light.
 
 __all__ = ["Plan", "first_moments", "first_pass", "run_thin_pass", "corrected",
            "as_rows", "chunked", "statistics_state", "restore_statistics"]

@@ -57,7 +57,7 @@ from ._checkpoint_files import (CHECKPOINT_VERSION, _START_OVER, CheckpointMisma
 from ._checkpoint_files import (array_digest, check_digests, checkpoint_path, job_fingerprint, open_state,
                                 save_state, saved_solver, saved_state_meta)
 
-# Deferred imports: dask (heavy, or optional) are imported in the functions that use them, so that
+# Deferred imports: dask (heavy or optional) is imported in the functions that use it, so that
 # importing this module stays light.
 
 

@@ -18,8 +18,9 @@ from ._engine import chain_reduce, row_slice
 from ..stats.moments import Moments
 from ._compute import ship
 
-# Deferred imports: dask (heavy, or optional); package modules that would import those, or this one,
-# at load are imported in the functions that use them, so that importing this module stays light.
+# Deferred imports: dask (heavy or optional) and package modules that load such libraries, or this
+# module, at import are imported in the functions that use them, so that importing this module stays
+# light.
 
 __all__ = ["moments_and_sample"]
 

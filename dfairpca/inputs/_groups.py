@@ -11,7 +11,7 @@ import numpy as np
 from ._validation import MAX_ROWS_SHOWN, Input, is_dask, unique_columns
 from ..errors import InvalidInputError
 
-# Deferred imports: pandas (heavy, or optional) are imported in the functions that use them, so that
+# Deferred imports: pandas (heavy or optional) is imported in the functions that use it, so that
 # importing this module stays light.
 
 __all__ = [

@@ -17,9 +17,9 @@ from ..base._params import Check, is_int, outside_stacklevel
 from ..base._system import rows_per_block
 from ..errors import InvalidInputError, InvalidTypeError, NumericAttributeWarning
 
-# Deferred imports: dask, pandas, scipy, sklearn, xarray, zarr (heavy, or optional); package modules
-# that would import those, or this one, at load are imported in the functions that use them, so that
-# importing this module stays light.
+# Deferred imports: dask, pandas, scipy, sklearn, xarray, zarr (heavy or optional) and package
+# modules that load such libraries, or this module, at import are imported in the functions that use
+# them, so that importing this module stays light.
 
 __all__ = [
     "as_data", "compute_dtype_for", "check_n_features", "check_finite_output",

@@ -17,9 +17,9 @@ import numpy as np
 from ..errors import InvalidInputError, InvalidTypeError
 from ._validation import is_dask, is_xarray
 
-# Deferred imports: dask, zarr (heavy, or optional); package modules that would import those, or
-# this one, at load are imported in the functions that use them, so that importing this module stays
-# light.
+# Deferred imports: dask, zarr (heavy or optional) and package modules that load such libraries, or
+# this module, at import are imported in the functions that use them, so that importing this module
+# stays light.
 
 #: how many offending rows a message names (as the statistics' NaN report)
 MAX_BAD_ROWS_REPORTED = 10

@@ -23,8 +23,9 @@ import zarr
 
 from ..errors import RunError
 
-# Deferred imports: dask (heavy, or optional); package modules that would import those, or this one,
-# at load are imported in the functions that use them, so that importing this module stays light.
+# Deferred imports: dask (heavy or optional) and package modules that load such libraries, or this
+# module, at import are imported in the functions that use them, so that importing this module stays
+# light.
 
 if TYPE_CHECKING:  # Dask is imported where it is used: a store writer's processes never need it
     import dask.array as da

@@ -23,8 +23,8 @@ import lzma
 import numpy as np
 import zlib
 
-# Deferred imports: numcodecs, zarr (heavy, or optional) are imported in the functions that use
-# them, so that importing this module stays light.
+# Deferred imports: numcodecs, zarr (heavy or optional) are imported in the functions that use them,
+# so that importing this module stays light.
 
 __all__ = ["ChunkBound", "bounds_in", "STREAMING", "HEADERS"]
 

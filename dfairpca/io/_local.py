@@ -37,7 +37,7 @@ from ._marker import (
 from ._storage import Protected, Storage, each_protected
 from ._urls import local_path, on_disk
 
-# Deferred imports: zarr (heavy, or optional) are imported in the functions that use them, so that
+# Deferred imports: zarr (heavy or optional) is imported in the functions that use it, so that
 # importing this module stays light.
 
 __all__ = ["LocalStorage", "register_marked_file", "named", "remove_tree", "files_under", "temporary_file",

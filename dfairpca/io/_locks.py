@@ -20,8 +20,8 @@ import time
 from ._marker import OutputPathError
 from ..errors import AccessError, DiskFullError
 
-# Deferred imports: dask (heavy, or optional); platform-specific or rarely needed standard modules
-# are imported in the functions that use them, so that importing this module stays light.
+# Deferred imports: dask (heavy or optional) and standard modules needed rarely or on one platform
+# only are imported in the functions that use them, so that importing this module stays light.
 
 __all__ = ["exclusive", "LOCK_MARK", "REPLACE_LOCK", "drop_stale_lock", "is_held", "holding", "holder_gone",
            "not_writable", "is_mount_point", "is_disk_full", "disk_full"]

@@ -21,7 +21,7 @@ from zarr.storage import WrapperStore
 from ..errors import InvalidInputError
 from ._files import MAX_JSON_BYTES
 
-# Deferred imports: zarr (heavy, or optional) are imported in the functions that use them, so that
+# Deferred imports: zarr (heavy or optional) is imported in the functions that use it, so that
 # importing this module stays light.
 
 __all__ = ["MalformedStoreError", "MAX_METADATA_BYTES", "MAX_CHUNKS", "METADATA_NAMES",

@@ -15,8 +15,8 @@ import numpy as np
 
 from ..errors import InvalidInputError
 
-# Deferred imports: package modules that would import those, or this one, at load are imported in
-# the functions that use them, so that importing this module stays light.
+# Deferred imports: package modules that load such libraries, or this module, at import are imported
+# in the functions that use them, so that importing this module stays light.
 
 __all__ = ["sums_to_arrays", "saved_fields", "read_saved", "saved_group_counts", "saved_layout",
            "moments_layout", "categories_to_json", "categories_from_json"]

@@ -23,8 +23,8 @@ import numpy as np
 from zarr.abc.store import RangeByteRequest, SuffixByteRequest
 from ..errors import InvalidInputError
 
-# Deferred imports: google_crc32c (heavy, or optional) are imported in the functions that use them,
-# so that importing this module stays light.
+# Deferred imports: google_crc32c (heavy or optional) is imported in the functions that use them, so
+# that importing this module stays light.
 
 #: an index entry's offset and length for a chunk never written (the sharding spec)
 EMPTY = 2**64 - 1

@@ -15,7 +15,7 @@ from ..errors import DfairpcaError, UnreachableError
 from ._remote import zarr_arrays
 from ._where import storage_for
 
-# Deferred imports: distributed (heavy, or optional) are imported in the functions that use them, so
+# Deferred imports: distributed (heavy or optional) is imported in the functions that use them, so
 # that importing this module stays light.
 
 

@@ -28,7 +28,7 @@ from ..base._params import outside_stacklevel
 from ..base._version import code_digest
 from ..errors import AccessError, DiscardedWriteWarning, DiskFullError, InvalidInputError
 
-# Deferred imports: platform-specific or rarely needed standard modules are imported in the
+# Deferred imports: standard modules needed rarely or on one platform only are imported in the
 # functions that use them, so that importing this module stays light.
 
 __all__ = ["STAGE_KIND", "STAGE_FILE", "STAGE_WORK", "STAGE_ENV", "stage_folder", "check_stage_dir",

@@ -23,7 +23,7 @@ from zarr.storage import FsspecStore
 from ._marker import OutputPathError
 from ..errors import AccessError, InvalidInputError, PathNotFoundError, UnreachableError
 
-# Deferred imports: fsspec (heavy, or optional) are imported in the functions that use them, so that
+# Deferred imports: fsspec (heavy or optional) is imported in the functions that use it, so that
 # importing this module stays light.
 
 __all__ = [

@@ -18,7 +18,7 @@ from ._storage import Storage
 from ._urls import explaining, is_remote, local_path, zarr_store
 from ..errors import InvalidInputError, PathNotFoundError
 
-# Deferred imports: zarr (heavy, or optional) are imported in the functions that use them, so that
+# Deferred imports: zarr (heavy or optional) is imported in the functions that use it, so that
 # importing this module stays light.
 
 __all__ = ["storage_for", "open_zarr", "BACKENDS"]

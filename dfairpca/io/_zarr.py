@@ -25,8 +25,9 @@ from ..base._system import rows_per_block
 from ..base._typing import PathInput
 from ..errors import InvalidInputError, NotFoundError
 
-# Deferred imports: dask (heavy, or optional); package modules that would import those, or this one,
-# at load are imported in the functions that use them, so that importing this module stays light.
+# Deferred imports: dask (heavy or optional) and package modules that load such libraries, or this
+# module, at import are imported in the functions that use them, so that importing this module stays
+# light.
 
 if TYPE_CHECKING:
     import dask.array

@@ -25,8 +25,8 @@ import argparse
 from ..base import int_at_least
 from ..errors import InvalidInputError
 
-# Deferred imports: package modules that would import those, or this one, at load are imported in
-# the functions that use them, so that importing this module stays light.
+# Deferred imports: package modules that load such libraries, or this module, at import are imported
+# in the functions that use them, so that importing this module stays light.
 
 __all__ = ["PARTS", "PROG", "add_arguments", "build_parser", "main"]
 

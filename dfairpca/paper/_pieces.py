@@ -22,8 +22,8 @@ import numpy as np
 from ..io import OutputPathError, read_capped, read_marker, remove_directory, write_marker
 from ..base import __version__, code_digest
 
-# Deferred imports: package modules that would import those, or this one, at load are imported in
-# the functions that use them, so that importing this module stays light.
+# Deferred imports: package modules that load such libraries, or this module, at import are imported
+# in the functions that use them, so that importing this module stays light.
 
 #: the kind in the marker of the pieces' directory
 KIND = "paper-pieces"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-# Deferred imports: matplotlib (heavy, or optional) are imported in the functions that use them, so
+# Deferred imports: matplotlib (heavy or optional) is imported in the functions that use them, so
 # that importing this module stays light.
 
 #: resolution of the figures: small files (docs/paper/ keeps a full run's report) that still

@@ -15,9 +15,9 @@ from ..base import __version__, cpu_count
 from ._config import config
 from ._report import Report, pyplot
 
-# Deferred imports: package modules that would import those, or this one, at load; platform-specific
-# or rarely needed standard modules are imported in the functions that use them, so that importing
-# this module stays light.
+# Deferred imports: package modules that load such libraries, or this module, at import and standard
+# modules needed rarely or on one platform only are imported in the functions that use them, so that
+# importing this module stays light.
 
 #: the kind in dfairpca's marker of a report directory: only such a directory is replaced
 KIND = "paper-report"

@@ -13,10 +13,9 @@ import tempfile
 import time
 
 import numpy as np
-from ..celeba import attribute_column, open_celeba, synth_celeba
 
-# Deferred imports: package modules that would import those, or this one, at load are imported in
-# the functions that use them, so that importing this module stays light.
+# Deferred imports: package modules that load such libraries, or this module, at import are imported
+# in the functions that use them, so that importing this module stays light.
 
 #: figure number -> (the paper's attribute name, CelebA's column, inverted?)
 ATTRIBUTES = {
@@ -41,6 +40,8 @@ PER_GROUP = 4  # faces shown with and without the attribute
 
 
 def _load(n: int, size: int, folder: str):
+    from ..celeba import open_celeba, synth_celeba
+
     store = synth_celeba(f"{folder}/faces.zarr", n=n, size=size, progress=False, n_jobs=1)
     images, _, _ = open_celeba(store)
     return store, np.asarray(images[:], dtype=np.float32).reshape(n, -1)
@@ -54,6 +55,8 @@ def tasks(cfg) -> tuple:
 def run(cfg, log=print, task=None) -> tuple[list[dict], list]:
     """Fit one fair PCA per attribute: rows of what was measured, and the faces to draw
     (per figure: the three rows of :data:`PER_GROUP` faces with and without)."""
+    from ..celeba import attribute_column
+
     from .. import FairPCA
     from ..celeba.figures import full_fair_projection
 

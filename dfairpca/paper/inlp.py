@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-# Deferred imports: scipy, sklearn (heavy, or optional) are imported in the functions that use them,
+# Deferred imports: scipy, sklearn (heavy or optional) are imported in the functions that use them,
 # so that importing this module stays light.
 
 

@@ -23,8 +23,8 @@ import numpy as np
 from ._report import markdown_table
 from .inlp import inlp_components
 
-# Deferred imports: scipy (heavy, or optional); package modules that would import those, or this
-# one, at load are imported in the functions that use them, so that importing this module stays
+# Deferred imports: scipy (heavy or optional) and package modules that load such libraries, or this
+# module, at import are imported in the functions that use them, so that importing this module stays
 # light.
 
 METHODS = ("PCA", "Fair PCA", "Fair PCA-S (0.85)", "Fair Kernel PCA", "INLP")

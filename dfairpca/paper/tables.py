@@ -35,18 +35,14 @@ import time
 import warnings
 
 import numpy as np
-from sklearn.neural_network import MLPClassifier
-from sklearn.svm import SVC
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics.pairwise import rbf_kernel
 
 from ..datasets import N_SPLITS, PAPER_TABLES, load_adult, load_compas, load_german
 from ..datasets import PAPER_DIGITS as DIGITS, PAPER_METHODS as OUR_METHODS
 from ._report import cell, markdown_table
 
-# Deferred imports: fairlearn (heavy, or optional); package modules that would import those, or this
-# one, at load are imported in the functions that use them, so that importing this module stays
-# light.
+# Deferred imports: fairlearn, sklearn (heavy or optional) and package modules that load such
+# libraries, or this module, at import are imported in the functions that use them, so that
+# importing this module stays light.
 
 #: data set -> (table number, title, loader)
 DATASETS = {
@@ -83,6 +79,10 @@ def estimators(k: int) -> dict:
 
 def classifiers(mlp_max_iter: int) -> dict:
     """The three downstream classifiers (see the module docstring for the settings)."""
+    from sklearn.svm import SVC
+
+    from sklearn.neural_network import MLPClassifier
+
     return {
         "ksvm": SVC(kernel="rbf", C=1.0, gamma=1.0),  # fitcsvm(X, y, 'KernelFunction', 'RBF')
         "lsvm": SVC(kernel="linear", C=1.0),  # fitcsvm(X, y)
@@ -92,6 +92,8 @@ def classifiers(mlp_max_iter: int) -> dict:
 
 def downstream(R, y, z, mlp_max_iter: int) -> dict:
     """Accuracy (%) and ΔDP of each classifier trained and scored on (R, y) (Lee et al.)."""
+    from sklearn.exceptions import ConvergenceWarning
+
     from fairlearn.metrics import demographic_parity_difference
 
     out = {}
@@ -108,6 +110,8 @@ def feature_space_var_pct(X, gamma: float, R) -> float:
     """%Var in the Gaussian kernel's feature space: the share of the centred variance of the
     features of X's rows that R keeps (R: X's coordinates along directions that are
     orthonormal in that space, as :class:`dfairpca.FairKernelPCA`'s are)."""
+    from sklearn.metrics.pairwise import rbf_kernel
+
     K = rbf_kernel(X, gamma=gamma)
     total = np.trace(K) - K.sum() / len(K)  # trace of the centred feature covariance (x n)
     Rc = R - R.mean(axis=0)

@@ -30,9 +30,9 @@ import time
 import numpy as np
 from ._report import markdown_table
 
-# Deferred imports: fairlearn, sklearn (heavy, or optional); package modules that would import
-# those, or this one, at load are imported in the functions that use them, so that importing this
-# module stays light.
+# Deferred imports: fairlearn, sklearn (heavy or optional) and package modules that load such
+# libraries, or this module, at import are imported in the functions that use them, so that
+# importing this module stays light.
 
 LAMBDAS = tuple((i / 10) ** 3 for i in range(11))
 BOUNDS = (0.001, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2)

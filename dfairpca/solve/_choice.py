@@ -10,7 +10,7 @@ from ..engine._compute import cluster_failures_said, scheduler_workers
 from ..engine._memory import PASS_BYTES_PER_THREAD
 from ..errors import InvalidInputError
 
-# Deferred imports: distributed, psutil (heavy, or optional) are imported in the functions that use
+# Deferred imports: distributed, psutil (heavy or optional) are imported in the functions that use
 # them, so that importing this module stays light.
 
 __all__ = ["choose_svd_solver", "check_exact_memory", "worker_memory", "memory_budget",

@@ -9,7 +9,7 @@ import math
 
 from ..errors import InvalidInputError
 
-# Deferred imports: psutil (heavy, or optional) are imported in the functions that use them, so that
+# Deferred imports: psutil (heavy or optional) is imported in the functions that use it, so that
 # importing this module stays light.
 
 __all__ = ["choose_method", "fit_budget", "exact_fit_bytes", "nystroem_fit_bytes",

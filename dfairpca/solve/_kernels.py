@@ -23,8 +23,9 @@ from ..inputs._validation import check_finite_input, row_origin
 from ..errors import InvalidInputError
 from ._fairness import certify
 
-# Deferred imports: dask (heavy, or optional); package modules that would import those, or this one,
-# at load are imported in the functions that use them, so that importing this module stays light.
+# Deferred imports: dask (heavy or optional) and package modules that load such libraries, or this
+# module, at import are imported in the functions that use them, so that importing this module stays
+# light.
 
 __all__ = ["KERNELS", "BLOCK_BYTES", "kernel_function", "block_rows", "expand", "nystroem_features",
            "kernel_matrix", "centre_in_place", "exact_violations", "clip_to_psd_in_place",

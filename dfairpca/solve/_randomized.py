@@ -50,8 +50,8 @@ from ..inputs._validation import compute_dtype_for
 from ..engine._checkpoint_files import array_digest, check_digests, checkpoint_path, open_state, save_state
 from ..engine.checkpoint import job_fingerprint
 
-# Deferred imports: package modules that would import those, or this one, at load are imported in
-# the functions that use them, so that importing this module stays light.
+# Deferred imports: package modules that load such libraries, or this module, at import are imported
+# in the functions that use them, so that importing this module stays light.
 
 __all__ = ["RandomizedFit", "fit_randomized", "resolve_iterated_power", "N_OVERSAMPLES", "AUTO_RTOL"]
 

@@ -34,8 +34,8 @@ from scipy.linalg import cython_blas
 from ..base._blas import blas_lock
 from ..base._system import BLOCK_BYTES
 
-# Deferred imports: package modules that would import those, or this one, at load are imported in
-# the functions that use them, so that importing this module stays light.
+# Deferred imports: package modules that load such libraries, or this module, at import are imported
+# in the functions that use them, so that importing this module stays light.
 
 _log = logging.getLogger("dfairpca")
 

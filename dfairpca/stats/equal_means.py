@@ -48,10 +48,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from .moments import Moments
 from ..errors import InvalidInputError
+
+# Deferred imports: scipy (heavy or optional) is imported in the functions that use it, so that
+# importing this module stays light.
 
 __all__ = ["GroupMeanTest", "group_mean_test", "welch_james", "gap_bounds", "componentwise_p", "verdict",
            "RANK_TOLERANCE", "ROWS_PER_DIRECTION", "VERDICTS"]
@@ -138,6 +140,8 @@ def welch_james(counts, means, covariances):
         The p-value of ``F = T / c`` under F(f1, f2), Johansen's T, F and the degrees of
         freedom.
     """
+    from scipy import stats
+
     n = np.asarray(counts, dtype=np.float64)
     M = np.asarray(means, dtype=np.float64)
     S = np.asarray(covariances, dtype=np.float64)
@@ -188,6 +192,8 @@ def gap_bounds(counts, deviation, variances, sd, alpha: float):
     lower, upper : float or arrays of the leading shape
         The bounds; upper is infinite where a group of one row takes part.
     """
+    from scipy import stats
+
     D = np.asarray(deviation, dtype=np.float64)
     var, df, contrasts = _contrasts(counts, D, variances)
     level = -np.expm1(np.log1p(-alpha) / contrasts)  # Sidak: 1 - (1 - alpha)^(1/C), exact
@@ -210,6 +216,8 @@ def componentwise_p(counts, deviation, variances):
     Sidak 1967).  Its rejections at alpha are where :func:`gap_bounds`' lower bound is
     above 0.  Arguments as :func:`gap_bounds`'; NaN where a group of one row takes part.
     """
+    from scipy import stats
+
     D = np.asarray(deviation, dtype=np.float64)
     var, df, contrasts = _contrasts(counts, D, variances)
     usable = (var > 0) & np.isfinite(var)

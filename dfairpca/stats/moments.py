@@ -41,9 +41,8 @@ from ..errors import InvalidInputError, InvalidTypeError
 from ..inputs._weights import too_few_samples
 from ..io import moments_layout, read_saved, save_arrays, saved_fields, sums_to_arrays
 
-# Deferred imports: dask (heavy, or optional) are imported in the functions that use them, so that
+# Deferred imports: dask (heavy or optional) is imported in the functions that use it, so that
 # importing this module stays light.
-# the saved form's label encoding, by the names the saved models import it under
 
 __all__ = ["Moments", "AttributeMoments", "merge", "exact_moments", "constraint_matrix", "deviation_floor", "check_finite"]
 
