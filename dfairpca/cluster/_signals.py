@@ -211,10 +211,14 @@ def _quiet_closed_heartbeats() -> None:
     it (its block ends, after an error or a Ctrl-C) or ends: a heartbeat in flight at that
     moment found the connection closed, which says nothing the caller has not said (seen
     after a Ctrl-C on a loaded machine, its traceback on the terminal after the one-line
-    message).  Other failed heartbeats (a timeout, an error of the scheduler's) still show.
+    message).  The same for "failed during get data": a transfer between two workers cut
+    because the cluster closes (seen after a Ctrl-C at load 4-10); a worker that dies is
+    reported by the fit itself.  Other failed heartbeats and transfers (a timeout, an
+    error of the scheduler's or a peer's) still show.
     """
     def keep(record: logging.LogRecord) -> bool:
-        if not str(record.msg).startswith("Failed to communicate with scheduler during heartbeat"):
+        if not str(record.msg).startswith(("Failed to communicate with scheduler during heartbeat",
+                                           "failed during get data")):
             return True
         exc = record.exc_info[1] if record.exc_info else None
         return not _closed_connection(exc)

@@ -132,6 +132,16 @@ def test_a_heartbeat_on_a_closed_connection_is_quiet_on_local_workers(caplog):
             assert not caplog.records
             heartbeat_failure(TimeoutError("the scheduler did not answer"))
             assert len(caplog.records) == 1
+            try:  # a transfer between workers cut as the cluster closes: quiet too
+                raise closed
+            except CommClosedError:
+                logger.exception("failed during get data with %s -> %s", "tcp://a", "tcp://b")
+            assert len(caplog.records) == 1
+            try:
+                raise TimeoutError("the peer did not answer")
+            except TimeoutError:
+                logger.exception("failed during get data with %s -> %s", "tcp://a", "tcp://b")
+            assert len(caplog.records) == 2
     finally:
         logger.filters[:] = before
 
