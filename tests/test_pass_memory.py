@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from dfairpca.base import _system
-from dfairpca.stats import _auto, _chunk
-from dfairpca.stats import _int_kernels as ik
+from dfairpca.stats import _chunk
 from dfairpca.stats.moments import Moments
 
 
@@ -73,60 +72,3 @@ def test_the_peak_of_a_chunks_sums_is_its_product_and_one_block_not_the_converte
     # buffers (about 100 KiB); the whole chunk in float32 (8 MiB) is eight times all that
     assert peak < product + 2 * budget + (128 << 10), peak
     assert 8 * peak < r * d * 4
-
-
-@pytest.fixture
-def kernels(monkeypatch):
-    """Register test kernels alone (the installed ones withdrawn, back afterwards)."""
-    monkeypatch.delenv(_auto.AUTO_ENV, raising=False)
-    ik._load_optional()
-    installed = list(ik._REGISTERED)
-    for k in installed:
-        ik.unregister(k.name)
-    names = []
-
-    def register(kernel):
-        ik.register(kernel)
-        names.append(kernel.name)
-
-    yield register
-    for name in names:
-        ik.unregister(name)
-    for k in installed:
-        ik.register(k, first=False)
-
-
-def _gram(x):
-    xi = x.astype(np.int64)
-    return np.asfortranarray(np.triu(xi.T @ xi))
-
-
-def test_auto_releases_the_kernels_buffers_only_where_it_keeps_float32(kernels, monkeypatch):
-    released = []
-    kernels(ik.Kernel("test-released", _gram, ("uint8", "int8"), release=lambda: released.append(1)))
-    monkeypatch.setattr(_auto, "decide", lambda exact_s, float32_s: "float32")
-    assert _auto.auto_choice("uint8", 96).choice == "float32"
-    assert released == [1]  # the pass will not call the kernel: its library's pool goes
-    ik.unregister("test-released")
-    kernels(ik.Kernel("test-kept", _gram, ("uint8", "int8"), release=lambda: released.append(2)))
-    monkeypatch.setattr(_auto, "decide", lambda exact_s, float32_s: "exact")
-    assert _auto.auto_choice("uint8", 96).choice == "exact"
-    assert released == [1]  # the pass calls it next: its buffers are reused
-
-
-def test_mkls_buffers_are_handed_back_after_a_probe_that_keeps_float32():
-    from dfairpca.stats import _mkl
-
-    if _mkl.mkl_kernel() is None:
-        pytest.skip("MKL (dfairpca[mkl]) is not installed")
-    import ctypes
-
-    lib = _mkl._LOADED[0]
-    lib.mkl_mem_stat.restype = ctypes.c_int64
-    fn = _mkl._library()
-    x = np.random.default_rng(0).integers(0, 256, size=(256, 512)).astype(np.uint8)
-    _mkl.mkl_gram(fn, x)
-    count = ctypes.c_int(0)
-    assert lib.mkl_mem_stat(ctypes.byref(count)) > 0  # MKL kept its work buffers
-    _mkl.free_buffers()
-    assert lib.mkl_mem_stat(ctypes.byref(count)) == 0

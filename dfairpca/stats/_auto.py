@@ -243,10 +243,7 @@ def _measure(kernel: ik.Kernel, dtype: str, width: int) -> AutoChoice:
         best = time_candidates({EXACT: exact, FLOAT32: _float32_call(x)})
     finally:
         cleanup()
-    choice = decide(best[EXACT], best[FLOAT32])
-    if choice == FLOAT32 and kernel.release is not None:
-        kernel.release()  # the pass will not call it: what its library kept from the probe goes
-    return AutoChoice(choice, width, kernel.name, rows, best[EXACT], best[FLOAT32])
+    return AutoChoice(decide(best[EXACT], best[FLOAT32]), width, kernel.name, rows, best[EXACT], best[FLOAT32])
 
 
 def auto_report(width: int | None = None) -> list[dict]:

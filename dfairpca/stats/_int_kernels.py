@@ -203,14 +203,12 @@ class Kernel:
     through a scratch object the caller keeps between calls (None at first): a pass's
     running total then never holds a chunk's Gram of its own.  With ``keep`` the kernel
     may leave the last products in the scratch: G is complete once ``scratch.flush()``
-    ran (see :func:`add_gram`).  ``release()``, optional, hands back what the kernel's
-    library keeps for its next call (MKL's buffer pool), where a process stops using it."""
+    ran (see :func:`add_gram`)."""
 
     name: str
     gram: Callable[[np.ndarray], np.ndarray]
     dtypes: tuple[str, ...]
     add: Callable | None = None
-    release: Callable[[], None] | None = None
 
     def adder(self) -> Callable:
         """``add(G, x, scratch) -> scratch``: the kernel's own, else its gram added in."""

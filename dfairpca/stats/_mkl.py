@@ -29,7 +29,7 @@ import numpy as np
 from ..base._blas import blas_lock
 from ._column_sums import column_sums
 
-__all__ = ["mkl_kernel", "free_buffers", "mkl_gram", "mkl_add", "Pending", "ROWS_PER_CALL", "PANEL", "NAME"]
+__all__ = ["mkl_kernel", "mkl_gram", "mkl_add", "Pending", "ROWS_PER_CALL", "PANEL", "NAME"]
 
 NAME = "mkl-gemm-s8u8s32"
 #: rows per call, and rows whose products int32 sums hold before they go into int64: the
@@ -46,13 +46,8 @@ _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _ROW_OFFSET, _COL_OFFSET, _FIX_OFFSET = 171, 172, 173
 
 
-#: the libmkl_rt that :func:`_library` loaded (its other entry points), once loaded
-_LOADED: list = []
-
-
 def _library():
-    """MKL's ``cblas_gemm_s8u8s32`` from its runtime library (``libmkl_rt``), or None where
-    it is not installed."""
+    """The MKL runtime library (``libmkl_rt``), or None where it is not installed."""
     names = [ctypes.util.find_library("mkl_rt")]
     for prefix in {sys.prefix, os.path.dirname(os.path.dirname(sys.executable))}:
         names += sorted(glob.glob(os.path.join(prefix, "lib", "libmkl_rt.so*")))
@@ -67,22 +62,13 @@ def _library():
         #  ldc, co): MKL_INT is 32-bit in mkl_rt's default LP64 interface
         fn.argtypes = [i, i, i, i, i, i, i, f, p, i, ctypes.c_int8, p, i, ctypes.c_int8, f, p, i, p]
         fn.restype = None
-        _LOADED[:] = [lib]
         return fn
     return None
 
 
-def free_buffers() -> None:
-    """Hand back the memory MKL's allocator keeps for its next call (``mkl_free_buffers``):
-    after "auto"'s probe at 6,400 columns about 60 MB, which a pass of float32 products
-    would hold to its end for nothing."""
-    if _LOADED:
-        _LOADED[0].mkl_free_buffers()
-
-
 def mkl_kernel():
-    """``(name, gram, dtypes, add, release)`` of MKL's int8 GEMM as a Gram kernel, or None
-    without MKL (see :class:`dfairpca.stats._int_kernels.Kernel`)."""
+    """``(name, gram, dtypes, add)`` of MKL's int8 GEMM as a Gram kernel, or None without MKL
+    (see :class:`dfairpca.stats._int_kernels.Kernel`)."""
     fn = _library()
     if fn is None:
         return None
@@ -93,7 +79,7 @@ def mkl_kernel():
     def add(G: np.ndarray, x: np.ndarray, scratch=None, keep: bool = False):
         return mkl_add(fn, G, x, scratch, keep)
 
-    return NAME, gram, ("uint8", "int8"), add, free_buffers
+    return NAME, gram, ("uint8", "int8"), add
 
 
 def mkl_gram(fn, x: np.ndarray) -> np.ndarray:
