@@ -51,6 +51,12 @@ DONE_DIR = ".done"
 #: file in :data:`DONE_DIR` holding the digest of the code that wrote the chunks
 #: (:func:`dfairpca.base.code_digest`): other code, even of the same version, starts over
 CODE_FILE = "code"
+#: file in :data:`DONE_DIR` made once a Dask task failed: the others stop before their next
+#: chunk, so that the call ends with no worker still writing the partial store
+STOP_FILE = "stop"
+#: seconds a failed write waits for its other Dask tasks to stop (each ends after the chunk
+#: it is writing) before it says which are still running
+STOP_WAIT_SECONDS = 120.0
 #: ranges of chunks per Dask worker: several, so that a worker slowed by other load does not
 #: leave the rest idle at the end (the tail is at most one range), few, so that a range is
 #: many chunks of work per task sent
@@ -170,6 +176,8 @@ def write_store(
 
             check_workers_see(client, partial / DONE_DIR, "the store", output=True, shown=out,
                               fix=SHARE_FIX_LOCAL)
+        stop = partial / DONE_DIR / STOP_FILE
+        stop.unlink(missing_ok=True)  # a failed call's, whose tasks are gone
         done = _done(partial)
         pending = [chunk for chunk in chunks if chunk[0] not in done]
         with reporting(progress):  # a terminal's bar, or whole lines into a log
@@ -190,6 +198,7 @@ def write_store(
                     tasks = [(write_chunk, store, part, args) for part in parts]
                     run_tasks(_write_range, tasks, n_jobs=n_jobs, client=client, workers=workers,
                               refresh=lambda: bar.update(_rows_done(partial, chunks) - bar.n),
+                              stop=(stop.touch, functools.partial(stop.unlink, missing_ok=True)),
                               split=None if read_part is None else Split(
                                   functools.partial(_chunk_parts, read_part), _write_joined))
             except (Exception, KeyboardInterrupt) as exc:
@@ -299,15 +308,23 @@ def split(items: Sequence, parts: int) -> list[list]:
 
 def run_tasks(func: Callable, tasks: list[tuple], *, n_jobs: int | None, client,
               refresh: Callable[[], None] = lambda: None,
-              workers: Workers | None = None, split: Split | None = None) -> list:
+              workers: Workers | None = None, split: Split | None = None,
+              stop: tuple[Callable[[], None], Callable[[], None]] | None = None) -> list:
     """``[func(*task) for task in tasks]``, run on ``n_jobs`` cores (this process and
     ``n_jobs - 1`` spawned ones, or ``workers`` from :func:`worker_processes`; only this
     one for 1) or as Dask tasks on ``client``'s cluster; ``refresh`` is called about every
-    :data:`POLL_SECONDS` while they run.  The first error is raised, the tasks not yet
-    started cancelled.  ``split``: how worker processes may share the last tasks
-    (:class:`Split`)."""
+    :data:`POLL_SECONDS` while they run.  The first error is raised once no task runs any
+    more (in worker processes, those not yet started never start).  ``split``: how worker
+    processes may share the last tasks (:class:`Split`).
+
+    A Dask task cannot be cancelled once it runs: ``stop`` is ``(ask, clear)``, where
+    ``ask()`` asks the tasks to end early (they must look) and ``clear()`` takes the
+    request back once they have; without it they run to their end.  Either way the error
+    waits for them, up to :data:`STOP_WAIT_SECONDS` (a note counts those still running):
+    the caller's clean-up, or its next call, must not race a worker still writing.
+    """
     if client is not None:
-        return _run_dask(func, tasks, client, refresh)
+        return _run_dask(func, tasks, client, refresh, stop)
     n_jobs = resolve_jobs(n_jobs, None)
     if n_jobs == 1:
         return [func(*task) for task in tasks]
@@ -409,8 +426,11 @@ def _write_range(write_chunk, store: str, chunks: list[tuple], args: tuple, on_c
 
         raise not_here(store, "the store being written", "writes")
     rows = 0
+    stop = Path(store, DONE_DIR, STOP_FILE)
     with writing_every_chunk():  # set here: a worker process does not inherit it
         for chunk in chunks:
+            if stop.exists():  # another task failed: the caller waits for this one to end
+                break
             written = write_chunk(store, *chunk, *args)
             _mark_done(store, chunk[0])
             rows += written
@@ -584,7 +604,8 @@ def _refuse_bootstrapping_child() -> None:
             "the script's code under `if __name__ == \"__main__\":` (or use n_jobs=1)")
 
 
-def _run_dask(func: Callable, tasks: list[tuple], client, refresh: Callable[[], None]) -> list:
+def _run_dask(func: Callable, tasks: list[tuple], client, refresh: Callable[[], None],
+              stop: tuple[Callable[[], None], Callable[[], None]] | None) -> list:
     """:func:`run_tasks` as Dask tasks on ``client``'s cluster."""
     import distributed
 
@@ -599,10 +620,34 @@ def _run_dask(func: Callable, tasks: list[tuple], client, refresh: Callable[[], 
         futures = [client.submit(func, *task, pure=False) for task in tasks]
         try:
             return _wait_all(futures, wait, refresh)
-        except BaseException:
-            with contextlib.suppress(Exception):  # a client that lost its scheduler cannot
-                client.cancel(futures)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):  # a stop file that cannot be written: no wait
+                _wind_down(futures, stop, exc)
             raise
+
+
+def _wind_down(futures: list, stop: tuple[Callable[[], None], Callable[[], None]] | None,
+               exc: BaseException) -> None:
+    """After ``exc``: ask ``futures`` to stop (``stop``, see :func:`run_tasks`) and wait
+    until none runs; a note on ``exc`` says how many still ran after
+    :data:`STOP_WAIT_SECONDS`.  None is cancelled: distributed cannot end a task that has
+    started, nor tell which have, so a cancelled one might still be writing unseen."""
+    import distributed
+
+    if stop is not None:
+        stop[0]()
+    try:
+        distributed.wait(futures, timeout=STOP_WAIT_SECONDS)
+    except TimeoutError:
+        left = sum(not f.done() for f in futures)
+        exc.add_note(f"{left} of its Dask tasks were still running {STOP_WAIT_SECONDS:.0f} s after the "
+                     "error (they stop after the chunk they write): let them end before the same "
+                     "call again")
+        return
+    except Exception:  # noqa: S110 - a client that lost its scheduler waits for nothing
+        return
+    if stop is not None:
+        stop[1]()
 
 
 def _wait_all(futures: list, wait: Callable, refresh: Callable[[], None]) -> list:

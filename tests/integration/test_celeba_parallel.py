@@ -86,6 +86,36 @@ def test_a_killed_synthesis_resumes_where_it_stopped(tmp_path):
     assert store_files(out) == store_files(reference)
 
 
+def test_a_failed_write_on_a_cluster_ends_with_no_worker_still_writing(tmp_path, client):
+    """The other tasks of a write that failed on one worker stop after their chunk, and the
+    error waits for them: a worker still writing would race the next call's clean-up."""
+    from dfairpca.celeba.pool import write_store
+
+    def slow_or_failing(store, index, start, stop):
+        import time
+
+        from dfairpca.celeba.pool import write_rows
+
+        if index == 0:
+            time.sleep(0.3)  # the other worker's first range is under way
+            raise RuntimeError("chunk 0 failed")
+        time.sleep(0.3)
+        write_rows(store, start, stop, np.full((stop - start, 4, 4), index, np.uint8))
+        return stop - start
+
+    out = tmp_path / "s.zarr"
+    chunks = [(i, 2 * i, 2 * i + 2) for i in range(48)]  # 16 ranges of 3 chunks on 2 workers
+    with pytest.raises(RuntimeError, match="chunk 0 failed"):
+        write_store(out, shape=(4, 4), chunks=chunks, chunk_rows=2, settings={"source": "test"},
+                    labels={}, write_chunk=slow_or_failing, args=(), n_jobs=None, client=client,
+                    progress=False, overwrite=False, protect=None, desc="test")
+    done = partial_path(out) / ".done"
+    marks = sorted(os.listdir(done))
+    assert "code" in marks and "stop" not in marks and len(marks) < 48, marks
+    time.sleep(1.5)  # a range still being written would mark a chunk meanwhile
+    assert sorted(os.listdir(done)) == marks
+
+
 def test_the_commands_write_colour_stores_of_any_size(celeba, tmp_path, capsys, client):
     assert main(["synth-celeba", str(tmp_path / "s.zarr"), "--n", "40", "--size", "24x16",
                  "--color", "--n-jobs", "1"]) == 0
