@@ -42,6 +42,33 @@ def test_blas_products_are_serialised_only_when_blas_is_multithreaded():
         assert blas_lock() is BLAS_LOCK
 
 
+def test_the_blas_libraries_are_searched_once_until_one_is_loaded(monkeypatch):
+    import contextlib
+
+    from threadpoolctl import threadpool_limits
+
+    from dfairpca.base import _blas
+
+    monkeypatch.setattr(_blas, "_CONTROLLER", [])
+    with threadpool_limits(2):
+        assert blas_lock() is BLAS_LOCK
+        (found,) = _blas._CONTROLLER
+        assert [blas_lock() for _ in range(50)] == [BLAS_LOCK] * 50
+        assert _blas._CONTROLLER == [found]  # each product asks the libraries found, no search
+    with threadpool_limits(1):
+        assert isinstance(blas_lock(), contextlib.nullcontext)  # their threads, asked anew
+
+    class OneThread:  # the view of a process whose BLAS, as last searched, runs one thread
+        def info(self):
+            return [{"user_api": "blas", "num_threads": 1}]
+
+    monkeypatch.setattr(_blas, "_CONTROLLER", [OneThread()])
+    with threadpool_limits(2):
+        assert isinstance(blas_lock(), contextlib.nullcontext)
+        _blas.blas_libraries_loaded()  # a library loaded since (MKL's, by its kernel)
+        assert blas_lock() is BLAS_LOCK
+
+
 def test_syrk_lets_other_threads_run():
     """The product releases the GIL: while it runs in one thread, Python code in another
     keeps running (with scipy's f2py wrapper that thread would stall for the whole call):

@@ -21,7 +21,7 @@ from ..errors import InvalidInputError
 # Deferred imports: threadpoolctl (heavy or optional) is imported in the functions that use them, so
 # that importing this module stays light.
 
-__all__ = ["syrk", "ctypes_syrk", "blas_lock", "BLAS_LOCK"]
+__all__ = ["syrk", "ctypes_syrk", "blas_lock", "blas_libraries_loaded", "BLAS_LOCK"]
 
 #: one multi-threaded BLAS product at a time per process: two concurrent calls that each
 #: use every BLAS thread (Dask's threaded scheduler) run 25% slower than the same calls in
@@ -92,10 +92,30 @@ def ctypes_syrk(char: str):
 def blas_lock():
     """:data:`BLAS_LOCK` when BLAS runs several threads, else no lock."""
     try:
-        from threadpoolctl import threadpool_info
-
-        threads = max((i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"),
+        threads = max((i["num_threads"] for i in _blas_controller().info() if i["user_api"] == "blas"),
                       default=1)
     except Exception:
         threads = 2
     return BLAS_LOCK if threads > 1 else contextlib.nullcontext()
+
+
+_CONTROLLER: list = []
+
+
+def _blas_controller():
+    """threadpoolctl's view of the BLAS libraries loaded in this process, found once: the
+    search walks every loaded library (about 3 ms, which every product paid, and the
+    exact kernels' self-tests and timings a hundred times); asking the libraries found for
+    their thread counts, as :func:`blas_lock` does, costs microseconds and follows
+    ``threadpool_limits``.  :func:`blas_libraries_loaded` makes the next call search again."""
+    if not _CONTROLLER:
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER.append(ThreadpoolController())
+    return _CONTROLLER[0]
+
+
+def blas_libraries_loaded() -> None:
+    """Say that a BLAS library was loaded (MKL's, by its kernel): :func:`blas_lock` counts
+    its threads from the next call."""
+    _CONTROLLER.clear()

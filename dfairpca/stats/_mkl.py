@@ -26,7 +26,7 @@ import threading
 
 import numpy as np
 
-from ..base._blas import blas_lock
+from ..base._blas import blas_libraries_loaded, blas_lock
 from ._column_sums import column_sums
 
 __all__ = ["mkl_kernel", "mkl_gram", "mkl_add", "Pending", "ROWS_PER_CALL", "PANEL", "NAME"]
@@ -62,6 +62,7 @@ def _library():
         #  ldc, co): MKL_INT is 32-bit in mkl_rt's default LP64 interface
         fn.argtypes = [i, i, i, i, i, i, i, f, p, i, ctypes.c_int8, p, i, ctypes.c_int8, f, p, i, p]
         fn.restype = None
+        blas_libraries_loaded()  # its threads count in blas_lock from now
         return fn
     return None
 
