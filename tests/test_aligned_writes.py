@@ -143,6 +143,21 @@ def test_a_store_writer_that_writes_wrong_rows_is_caught_before_the_store_is_kep
                                   zarr.open_group(str(good))["images"][:])
 
 
+def test_a_store_with_a_chunk_never_marked_written_is_not_moved_into_place(tmp_path, monkeypatch):
+    from dfairpca.celeba import pool
+    from dfairpca.errors import RunError
+
+    mark = pool._mark_done
+    monkeypatch.setattr(pool, "_mark_done", lambda store, index: None if index == 1 else mark(store, index))
+    out = tmp_path / "holes.zarr"
+    with pytest.raises(RunError, match="1 of its 4 chunks .the first: 1. were never marked written"):
+        pool.write_store(
+            out, shape=(4, 4), chunks=[(i, s, min(s + 16, 50)) for i, s in enumerate(range(0, 50, 16))],
+            chunk_rows=16, settings={"source": "test"}, labels={}, write_chunk=_writes_right, args=(7,),
+            n_jobs=1, client=None, progress=False, overwrite=False, protect=None, desc="test")
+    assert not out.exists()
+
+
 def test_small_row_chunks_grow_to_whole_multiples_so_checks_do_not_grow_with_n():
     # X sharded in chunks of one row, a representation of 10 float32 columns
     rows = output_chunks((4096, 10), np.float32, 1)[0]
@@ -166,3 +181,43 @@ def test_rounded_and_thresholded_outputs_are_checked_against_the_values_before_r
     with pytest.raises(WrongRowsError):  # a 0/1 image zeroed is off by one, yet caught
         check_rows(np.zeros((3, 3), np.uint8), np.array([[1.0, 0, 1], [0, 1, 0], [1, 1, 1]]), rows, "u.zarr")
     check_rows(np.zeros((0, 3)), np.zeros((0, 3)), np.zeros(0, np.int64), "e.zarr")  # no rows
+
+
+def test_a_failed_cluster_write_that_gives_up_waiting_says_so_and_leaves_the_request(monkeypatch, tmp_path):
+    import distributed
+
+    from dfairpca.celeba import pool
+
+    class Running:  # a task's future that does not end
+        def done(self):
+            return False
+
+    class Client:
+        def __init__(self):
+            self.cancelled = []
+
+        def cancel(self, futures):
+            self.cancelled += futures
+
+    stop = tmp_path / "stop-x"
+    for interrupt in (TimeoutError, KeyboardInterrupt):  # the wait's end, a second Ctrl-C
+
+        def wait(futures, timeout, interrupt=interrupt):
+            raise interrupt()
+
+        monkeypatch.setattr(distributed, "wait", wait)
+        client, futures, exc = Client(), [Running(), Running()], RuntimeError("chunk 0 failed")
+        pool._wind_down(client, futures, (stop.touch, stop.unlink), exc)  # returns: exc is raised
+        assert stop.exists()  # the request stays for the tasks still running
+        assert client.cancelled == futures
+        assert exc.__notes__[0].startswith("2 of its Dask tasks had not finished")
+        stop.unlink()
+    # a request that cannot be written (a full disk): waited for all the same
+    waited = []
+    monkeypatch.setattr(distributed, "wait", lambda futures, timeout: waited.append(timeout))
+
+    def full():
+        raise OSError(28, "No space left on device")
+
+    pool._wind_down(Client(), [], (full, stop.unlink), RuntimeError("x"))
+    assert waited == [pool.STOP_NOTICE_SECONDS]

@@ -69,6 +69,25 @@ def test_the_blas_libraries_are_searched_once_until_one_is_loaded(monkeypatch):
         assert blas_lock() is BLAS_LOCK
 
 
+def test_a_search_that_a_library_load_overtook_is_not_kept(monkeypatch):
+    import threadpoolctl
+
+    from dfairpca.base import _blas
+
+    real = threadpoolctl.ThreadpoolController
+
+    def overtaken():
+        found = real()
+        _blas.blas_libraries_loaded()  # another thread loads MKL while this one searched
+        return found
+
+    monkeypatch.setattr(_blas, "_CONTROLLER", [])
+    monkeypatch.setattr(threadpoolctl, "ThreadpoolController", overtaken)
+    assert _blas._blas_controller() is not None and _blas._CONTROLLER == []  # used once, not kept
+    monkeypatch.setattr(threadpoolctl, "ThreadpoolController", real)
+    assert _blas._blas_controller() is _blas._CONTROLLER[0]
+
+
 def test_syrk_lets_other_threads_run():
     """The product releases the GIL: while it runs in one thread, Python code in another
     keeps running (with scipy's f2py wrapper that thread would stall for the whole call):

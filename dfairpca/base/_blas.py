@@ -99,7 +99,9 @@ def blas_lock():
     return BLAS_LOCK if threads > 1 else contextlib.nullcontext()
 
 
-_CONTROLLER: list = []
+_CONTROLLER: list = []  # [the view of the libraries] once found
+_SEARCHES = [0]  # how many times the libraries must be searched again (blas_libraries_loaded)
+_CONTROLLER_LOCK = threading.Lock()
 
 
 def _blas_controller():
@@ -108,14 +110,23 @@ def _blas_controller():
     exact kernels' self-tests and timings a hundred times); asking the libraries found for
     their thread counts, as :func:`blas_lock` does, costs microseconds and follows
     ``threadpool_limits``.  :func:`blas_libraries_loaded` makes the next call search again."""
-    if not _CONTROLLER:
-        from threadpoolctl import ThreadpoolController
+    with _CONTROLLER_LOCK:
+        if _CONTROLLER:
+            return _CONTROLLER[0]
+        generation = _SEARCHES[0]
+    from threadpoolctl import ThreadpoolController
 
-        _CONTROLLER.append(ThreadpoolController())
-    return _CONTROLLER[0]
+    found = ThreadpoolController()  # outside the lock: the other threads' products go on
+    with _CONTROLLER_LOCK:
+        # kept only if no library was loaded during the search (it may have missed it)
+        if not _CONTROLLER and _SEARCHES[0] == generation:
+            _CONTROLLER.append(found)
+    return found
 
 
 def blas_libraries_loaded() -> None:
     """Say that a BLAS library was loaded (MKL's, by its kernel): :func:`blas_lock` counts
     its threads from the next call."""
-    _CONTROLLER.clear()
+    with _CONTROLLER_LOCK:
+        _SEARCHES[0] += 1
+        _CONTROLLER.clear()

@@ -19,7 +19,9 @@ import concurrent.futures.process
 import contextlib
 import dataclasses
 import functools
+import logging
 import multiprocessing
+import secrets
 import shutil
 import threading
 from queue import SimpleQueue
@@ -43,6 +45,8 @@ from ..cluster import cluster_failures_said
 # this module, at import and standard modules needed rarely or on one platform only are imported in
 # the functions that use them, so that importing this module stays light.
 
+_log = logging.getLogger("dfairpca")
+
 __all__ = ["Split", "Workers", "partial_path", "resolve_jobs", "run_tasks", "worker_processes", "write_rows",
            "write_store"]
 
@@ -51,12 +55,15 @@ DONE_DIR = ".done"
 #: file in :data:`DONE_DIR` holding the digest of the code that wrote the chunks
 #: (:func:`dfairpca.base.code_digest`): other code, even of the same version, starts over
 CODE_FILE = "code"
-#: file in :data:`DONE_DIR` made once a Dask task failed: the others stop before their next
-#: chunk, so that the call ends with no worker still writing the partial store
-STOP_FILE = "stop"
+#: start of the name of a file in :data:`DONE_DIR` that a call makes once one of its Dask
+#: tasks failed (one name per call): its other tasks stop before their next chunk, so that
+#: the call ends with none of its workers still writing the partial store
+STOP_PREFIX = "stop-"
 #: seconds a failed write waits for its other Dask tasks to stop (each ends after the chunk
-#: it is writing) before it says which are still running
+#: it is writing) before it gives up on them, saying so; after :data:`STOP_NOTICE_SECONDS`
+#: of it, a log record says what it waits for
 STOP_WAIT_SECONDS = 120.0
+STOP_NOTICE_SECONDS = 5.0
 #: ranges of chunks per Dask worker: several, so that a worker slowed by other load does not
 #: leave the rest idle at the end (the tail is at most one range), few, so that a range is
 #: many chunks of work per task sent
@@ -176,8 +183,8 @@ def write_store(
 
             check_workers_see(client, partial / DONE_DIR, "the store", output=True, shown=out,
                               fix=SHARE_FIX_LOCAL)
-        stop = partial / DONE_DIR / STOP_FILE
-        stop.unlink(missing_ok=True)  # a failed call's, whose tasks are gone
+        # this call's own: an earlier call's stays for its tasks, if any still run
+        stop = partial / DONE_DIR / f"{STOP_PREFIX}{secrets.token_hex(8)}"
         done = _done(partial)
         pending = [chunk for chunk in chunks if chunk[0] not in done]
         with reporting(progress):  # a terminal's bar, or whole lines into a log
@@ -195,7 +202,7 @@ def write_store(
                     # Dask tasks, a few ranges of chunks per worker
                     parts = ([[c] for c in pending] if client is None else
                              split(pending, slots * TASKS_PER_WORKER))
-                    tasks = [(write_chunk, store, part, args) for part in parts]
+                    tasks = [(write_chunk, store, part, args, stop.name) for part in parts]
                     run_tasks(_write_range, tasks, n_jobs=n_jobs, client=client, workers=workers,
                               refresh=lambda: bar.update(_rows_done(partial, chunks) - bar.n),
                               stop=(stop.touch, functools.partial(stop.unlink, missing_ok=True)),
@@ -210,6 +217,11 @@ def write_store(
             from ..io import check_written
 
             check_written(zarr.open_group(partial, mode="r"), out, SHARE_FIX_LOCAL)
+        unmarked = sorted({c[0] for c in chunks} - _done(partial))
+        if unmarked:  # a task that ended early without an error: never a store with holes
+            raise RunError(f"{out} is not written: {len(unmarked)} of its {len(chunks)} chunks "
+                           f"(the first: {unmarked[0]}) were never marked written in {partial}; "
+                           "the same call again writes them")
         check_part = check_part or read_part
         if check_part is not None:
             _check_content(partial, out, chunks, check_part, args, check_whole_chunks)
@@ -273,7 +285,7 @@ def write_rows(store: str, start: int, stop: int, block: np.ndarray) -> None:
 def _chunk_parts(read_part: Callable, task: tuple) -> list[tuple[Callable, tuple]] | None:
     """The :data:`TAIL_PARTS` parts of the one-chunk task ``task`` of :func:`write_store`
     (:class:`Split`): ``read_part`` calls of near-equal rows."""
-    _, _, (chunk,), args = task
+    _, _, (chunk,), args, *_ = task
     bounds = _bounds(chunk[2] - chunk[1], TAIL_PARTS)
     if len(bounds) < 3:
         return None
@@ -283,7 +295,7 @@ def _chunk_parts(read_part: Callable, task: tuple) -> list[tuple[Callable, tuple
 def _write_joined(task: tuple, blocks: list[np.ndarray]) -> int:
     """Write the rows of the parts of ``task`` (:func:`_chunk_parts`), mark its chunk done;
     its rows."""
-    _, store, (chunk,), _ = task
+    _, store, (chunk,), *_ = task
     with writing_every_chunk():
         write_rows(store, chunk[1], chunk[2], np.concatenate(blocks))
     _mark_done(store, chunk[0])
@@ -313,15 +325,16 @@ def run_tasks(func: Callable, tasks: list[tuple], *, n_jobs: int | None, client,
     """``[func(*task) for task in tasks]``, run on ``n_jobs`` cores (this process and
     ``n_jobs - 1`` spawned ones, or ``workers`` from :func:`worker_processes`; only this
     one for 1) or as Dask tasks on ``client``'s cluster; ``refresh`` is called about every
-    :data:`POLL_SECONDS` while they run.  The first error is raised once no task runs any
-    more (in worker processes, those not yet started never start).  ``split``: how worker
-    processes may share the last tasks (:class:`Split`).
+    :data:`POLL_SECONDS` while they run.  The first error is raised once the other tasks
+    have ended (in worker processes, those not yet started never start).  ``split``: how
+    worker processes may share the last tasks (:class:`Split`).
 
     A Dask task cannot be cancelled once it runs: ``stop`` is ``(ask, clear)``, where
     ``ask()`` asks the tasks to end early (they must look) and ``clear()`` takes the
     request back once they have; without it they run to their end.  Either way the error
-    waits for them, up to :data:`STOP_WAIT_SECONDS` (a note counts those still running):
-    the caller's clean-up, or its next call, must not race a worker still writing.
+    waits for them (the caller's clean-up, or its next call, must not race a worker still
+    writing), up to :data:`STOP_WAIT_SECONDS` or a second Ctrl-C; then those not finished
+    are cancelled, the request stays, and a note on the error says so.
     """
     if client is not None:
         return _run_dask(func, tasks, client, refresh, stop)
@@ -414,23 +427,26 @@ def _is_resumable(partial: Path, settings: dict, shape: tuple, chunk_rows: int) 
         return False
 
 
-def _write_range(write_chunk, store: str, chunks: list[tuple], args: tuple, on_chunk=None) -> int:
+def _write_range(write_chunk, store: str, chunks: list[tuple], args: tuple, stop: str | None = None,
+                 on_chunk=None) -> int:
     """Write ``chunks`` to ``store`` one after the other, marking each done; the rows written.
 
     What one task runs, in a worker process, a Dask worker or this process.  A Dask
     worker that does not find ``store`` (made by the caller) is on a machine that does not
-    share the caller's folder, which it is told, by name.
+    share the caller's folder, which it is told, by name.  Once the file ``stop`` (a name
+    in :data:`DONE_DIR`) exists, another task of the call has failed: this one raises
+    before its next chunk.
     """
     if not Path(store).is_dir():
         from ..cluster import not_here
 
         raise not_here(store, "the store being written", "writes")
     rows = 0
-    stop = Path(store, DONE_DIR, STOP_FILE)
+    stopped = None if stop is None else Path(store, DONE_DIR, stop)
     with writing_every_chunk():  # set here: a worker process does not inherit it
         for chunk in chunks:
-            if stop.exists():  # another task failed: the caller waits for this one to end
-                break
+            if stopped is not None and stopped.exists():  # the caller waits for this task to end
+                raise RunError(f"stopped before chunk {chunk[0]}: another task of the write failed")
             written = write_chunk(store, *chunk, *args)
             _mark_done(store, chunk[0])
             rows += written
@@ -621,33 +637,45 @@ def _run_dask(func: Callable, tasks: list[tuple], client, refresh: Callable[[], 
         try:
             return _wait_all(futures, wait, refresh)
         except BaseException as exc:
-            with contextlib.suppress(OSError):  # a stop file that cannot be written: no wait
-                _wind_down(futures, stop, exc)
+            _wind_down(client, futures, stop, exc)
             raise
 
 
-def _wind_down(futures: list, stop: tuple[Callable[[], None], Callable[[], None]] | None,
+def _wind_down(client, futures: list, stop: tuple[Callable[[], None], Callable[[], None]] | None,
                exc: BaseException) -> None:
     """After ``exc``: ask ``futures`` to stop (``stop``, see :func:`run_tasks`) and wait
-    until none runs; a note on ``exc`` says how many still ran after
-    :data:`STOP_WAIT_SECONDS`.  None is cancelled: distributed cannot end a task that has
-    started, nor tell which have, so a cancelled one might still be writing unseen."""
+    until none runs, saying after :data:`STOP_NOTICE_SECONDS` what it waits for.  Given up
+    after :data:`STOP_WAIT_SECONDS` or at a second Ctrl-C: those not finished are cancelled
+    (distributed cannot end one that runs: the request stays for it) and a note on ``exc``
+    says so.  Nothing here hides ``exc``."""
     import distributed
 
     if stop is not None:
-        stop[0]()
+        try:
+            stop[0]()
+        except OSError:  # (a full disk): the tasks run to their ends, waited for all the same
+            stop = None
     try:
-        distributed.wait(futures, timeout=STOP_WAIT_SECONDS)
-    except TimeoutError:
-        left = sum(not f.done() for f in futures)
-        exc.add_note(f"{left} of its Dask tasks were still running {STOP_WAIT_SECONDS:.0f} s after the "
-                     "error (they stop after the chunk they write): let them end before the same "
+        try:
+            distributed.wait(futures, timeout=STOP_NOTICE_SECONDS)
+        except TimeoutError:
+            _log.warning("waiting up to %.0f s for %d Dask task(s) of the failed write to stop after "
+                         "the chunk they write (Ctrl-C leaves them running)", STOP_WAIT_SECONDS,
+                         sum(not f.done() for f in futures))
+            distributed.wait(futures, timeout=STOP_WAIT_SECONDS - STOP_NOTICE_SECONDS)
+    except (TimeoutError, KeyboardInterrupt):
+        left = [f for f in futures if not f.done()]
+        with contextlib.suppress(Exception):
+            client.cancel(left)
+        exc.add_note(f"{len(left)} of its Dask tasks had not finished when this call gave up waiting: "
+                     "those that run stop after the chunk they write; let them end before the same "
                      "call again")
         return
     except Exception:  # noqa: S110 - a client that lost its scheduler waits for nothing
         return
     if stop is not None:
-        stop[1]()
+        with contextlib.suppress(OSError):
+            stop[1]()
 
 
 def _wait_all(futures: list, wait: Callable, refresh: Callable[[], None]) -> list:

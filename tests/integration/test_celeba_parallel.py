@@ -94,6 +94,8 @@ def test_a_failed_write_on_a_cluster_ends_with_no_worker_still_writing(tmp_path,
     def slow_or_failing(store, index, start, stop):
         import time
 
+        import zarr
+
         from dfairpca.celeba.pool import write_rows
 
         if index == 0:
@@ -101,19 +103,39 @@ def test_a_failed_write_on_a_cluster_ends_with_no_worker_still_writing(tmp_path,
             raise RuntimeError("chunk 0 failed")
         time.sleep(0.3)
         write_rows(store, start, stop, np.full((stop - start, 4, 4), index, np.uint8))
+        labels = zarr.open_array(f"{store}/attributes", mode="r+")
+        labels[start:stop] = np.ones((stop - start, labels.shape[1]), labels.dtype)
         return stop - start
+
+    def write(writer):
+        return write_store(out, shape=(4, 4), chunks=chunks, chunk_rows=2, settings={"source": "test"},
+                           labels={}, write_chunk=writer, args=(), n_jobs=None, client=client,
+                           progress=False, overwrite=False, protect=None, desc="test")
 
     out = tmp_path / "s.zarr"
     chunks = [(i, 2 * i, 2 * i + 2) for i in range(48)]  # 16 ranges of 3 chunks on 2 workers
     with pytest.raises(RuntimeError, match="chunk 0 failed"):
-        write_store(out, shape=(4, 4), chunks=chunks, chunk_rows=2, settings={"source": "test"},
-                    labels={}, write_chunk=slow_or_failing, args=(), n_jobs=None, client=client,
-                    progress=False, overwrite=False, protect=None, desc="test")
+        write(slow_or_failing)
     done = partial_path(out) / ".done"
     marks = sorted(os.listdir(done))
-    assert "code" in marks and "stop" not in marks and len(marks) < 48, marks
+    assert "code" in marks and not any(m.startswith("stop") for m in marks) and len(marks) < 48, marks
     time.sleep(1.5)  # a range still being written would mark a chunk meanwhile
     assert sorted(os.listdir(done)) == marks
+    # an earlier call's request to stop (one that gave up waiting) is its own: this call resumes
+    (done / "stop-0123456789abcdef").touch()
+
+    def fills_its_index(store, index, start, stop):  # and its labels: every chunk is checked
+        import zarr
+
+        from dfairpca.celeba.pool import write_rows
+
+        write_rows(store, start, stop, np.full((stop - start, 4, 4), index, np.uint8))
+        labels = zarr.open_array(f"{store}/attributes", mode="r+")
+        labels[start:stop] = np.ones((stop - start, labels.shape[1]), labels.dtype)
+        return stop - start
+
+    store = zarr.open_group(str(write(fills_its_index)), mode="r")["images"][:]
+    assert [int(store[2 * i, 0, 0]) for i in range(48)] == list(range(48))
 
 
 def test_the_commands_write_colour_stores_of_any_size(celeba, tmp_path, capsys, client):
