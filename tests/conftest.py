@@ -1,4 +1,5 @@
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -14,6 +15,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 settings.register_profile("unit", max_examples=15, deadline=None)
 settings.register_profile("thorough", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "unit"))
+
+
+def pytest_configure(config):
+    """The Ctrl-C tests are of a terminal's process, where Python handles SIGINT.  A suite
+    started with SIGINT ignored (a script's ``command &``, without job control, as POSIX
+    shells start background jobs) would run them, and every command they start, with
+    Ctrl-C ignored (Python keeps an inherited SIG_IGN): handled again here, for the session
+    and the processes it starts."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
