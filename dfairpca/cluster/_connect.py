@@ -17,6 +17,7 @@ from pathlib import Path
 from ..base._interrupts import ctrl_c_kept
 from ..base._system import cpu_count
 from ..errors import InvalidInputError, PathNotFoundError
+from ..engine._compute import cluster_failures_said
 from ..engine._failures import NoWorkers
 from ..io import StoreTimeout
 from ._errors import _CHECK_RUNNING, SchedulerUnreachable
@@ -112,7 +113,10 @@ def connect(
                 held.client = client
                 # without a worker every computation waits forever, silently
                 _wait_for_a_worker(client, scheduler, scheduler_file, timeout, quiet)
-                yield client
+                # a loss met by a call that computes nothing (asking the workers, shipping
+                # a model) is said as a computation's is: one line naming the scheduler
+                with cluster_failures_said(client):
+                    yield client
         return
     if not local:
         raise InvalidInputError(

@@ -64,15 +64,17 @@ def _lost_scheduler(client, exc: BaseException) -> bool:
         return False
     if client.status not in ("running", "newly-created"):
         return True
-    # a call that met the closed connection before the Client noticed (its status still
-    # "running" for a moment after the scheduler died): distributed names the comm it
-    # was on, "<TCP ... remote=<the scheduler's address>>"; the address as given (a host
-    # name, maybe) or as the scheduler told it, whole (tcp://h:5000 is not tcp://h:50001)
     if not isinstance(exc, OSError):
         return False
+    # a call that met the closed connection before the Client noticed (its status still
+    # "running" for a moment after the scheduler died): distributed names the comm it
+    # was on, "<TCP ... remote=<the scheduler's address>>", or the one it could not open,
+    # "Timed out trying to connect to <address> after ...": the address as given (a host
+    # name, maybe) or as the scheduler told it, whole (tcp://h:5000 is not tcp://h:50001)
     known = getattr(client, "_scheduler_identity", None) or {}
     addresses = {_scheduler_address(client), known.get("address")}
-    return any(f"remote={a}>" in str(exc) for a in addresses if isinstance(a, str))
+    return any(f"remote={a}>" in str(exc) or f"connect to {a} " in str(exc)
+               for a in addresses if isinstance(a, str))
 
 
 #: longest pause (s) between two looks at the Client's workers while a computation waits
@@ -273,7 +275,7 @@ def cluster_failures_said(client):
     address = _scheduler_address(client)
     try:
         yield
-    except (DfairpcaError, KeyboardInterrupt):  # already said: a lost worker, a lost scheduler
+    except (DfairpcaError, KeyboardInterrupt, GeneratorExit):  # said already, or not an error
         raise
     except BaseException as exc:
         killed = _killed_worker(exc)  # first: a client closing meanwhile does not hide it

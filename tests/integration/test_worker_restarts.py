@@ -217,6 +217,45 @@ def test_a_scheduler_lost_between_two_computations_is_one_error_naming_it(tmp_pa
     assert not [r for r in records if "reconnect" in r.getMessage()], records
 
 
+def test_a_scheduler_lost_outside_a_computation_is_one_error_naming_it(tmp_path):
+    """A call of the Client's that computes nothing (asking the workers, as a command's
+    checks do before its pass) when the scheduler has just died: the error out of
+    connect()'s block is one SchedulerLost naming it, with no record of distributed's."""
+    from dfairpca.cluster import SchedulerLost
+
+    with _distributed_records() as records, DaskProcesses(tmp_path, worker_hosts=("127.0.0.1",)) as procs:
+        _wait_for_a_worker(procs.scheduler_file)
+        with pytest.raises(SchedulerLost) as info, \
+                connect(scheduler_file=procs.scheduler_file, timeout=3) as client:
+            address = client.scheduler.address
+            procs.scheduler.kill()
+            procs.scheduler.wait()
+            deadline = time.monotonic() + BOUND_SECONDS
+            while time.monotonic() < deadline:  # a call made before the Client notices, or after
+                client.run(os.getpid)
+                time.sleep(0.05)
+    assert str(info.value).startswith(f"lost the Dask scheduler at {address} ") and "\n" not in str(info.value)
+    assert not [r for r in records if r.levelno >= logging.ERROR], [r.getMessage() for r in records]
+
+
+@contextlib.contextmanager
+def _worker_first(scheduler_file):
+    """:func:`_wait_for_a_worker` as a block's entry: connect()'s short timeout (the
+    Client's, so that a lost scheduler is given up on quickly) is then not spent waiting
+    for a worker still starting."""
+    _wait_for_a_worker(scheduler_file)
+    yield
+
+
+def _wait_for_a_worker(scheduler_file) -> None:
+    """Return once the scheduler of ``scheduler_file`` has a worker (a loaded machine starts
+    one in seconds), asked by a Client of its own."""
+    from distributed import Client
+
+    with Client(json_address(scheduler_file), timeout=30) as watcher:
+        watcher.wait_for_workers(1, timeout=BOUND_SECONDS)
+
+
 @contextlib.contextmanager
 def _distributed_records():
     """The records distributed's loggers hand to their handlers during the block."""
@@ -323,8 +362,7 @@ def test_a_scheduler_lost_mid_ingest_is_one_error_naming_it_and_the_kept_chunks(
 
     out = tmp_path / "faces.zarr"
     with DaskProcesses(tmp_path, worker_hosts=("127.0.0.1",), worker_args=["--preload", "slow_folds"]) as procs, \
-            connect(scheduler_file=procs.scheduler_file, timeout=3) as client:
-        client.wait_for_workers(1, timeout=30)
+            _worker_first(procs.scheduler_file), connect(scheduler_file=procs.scheduler_file, timeout=3) as client:
         address = client.scheduler.address
         thread, outcome = _in_a_daemon_thread(lambda: synth_celeba(
             out, n=800, size=8, chunk_rows=8, progress=False, client=client))  # 100 chunks
