@@ -115,7 +115,8 @@ def connect(
                 _wait_for_a_worker(client, scheduler, scheduler_file, timeout, quiet)
                 # a loss met by a call that computes nothing (asking the workers, shipping
                 # a model) is said as a computation's is: one line naming the scheduler
-                with cluster_failures_said(client):
+                # (only an error that names it: the block runs the caller's code too)
+                with cluster_failures_said(client, named_only=True):
                     yield client
         return
     if not local:

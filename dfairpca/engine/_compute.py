@@ -48,6 +48,28 @@ def _killed_worker(exc: BaseException) -> WorkerKilled | None:
                         int(exc.allowed_failures) + 1)
 
 
+def _names_the_loss(client, exc: BaseException) -> bool:
+    """Whether ``exc`` itself says that ``client`` lost its scheduler, whatever the
+    client's state: distributed's words for it, or a connection to the scheduler's address
+    closed or not opened (see :func:`_lost_scheduler`)."""
+    if isinstance(exc, DfairpcaError):
+        return False
+    if "scheduler-connection-lost" in str(exc) or type(exc).__name__ == "ClosedClientError":
+        return True
+    return isinstance(exc, OSError) and _names_the_scheduler(client, exc)
+
+
+def _names_the_scheduler(client, exc: OSError) -> bool:
+    """Whether ``exc`` names a connection to ``client``'s scheduler: the comm it was on,
+    "<TCP ... remote=<the scheduler's address>>", or the one it could not open, "Timed out
+    trying to connect to <address> after ...": the address as given (a host name, maybe)
+    or as the scheduler told it, whole (tcp://h:5000 is not tcp://h:50001)."""
+    known = getattr(client, "_scheduler_identity", None) or {}
+    addresses = {_scheduler_address(client), known.get("address")}
+    return any(f"remote={a}>" in str(exc) or f"connect to {a} " in str(exc)
+               for a in addresses if isinstance(a, str))
+
+
 def _lost_scheduler(client, exc: BaseException) -> bool:
     """Whether ``exc``, raised by a call of ``client`` (waiting on its futures, sending it a
     graph, asking it about its workers), means the Client lost its scheduler (its futures
@@ -64,17 +86,9 @@ def _lost_scheduler(client, exc: BaseException) -> bool:
         return False
     if client.status not in ("running", "newly-created"):
         return True
-    if not isinstance(exc, OSError):
-        return False
     # a call that met the closed connection before the Client noticed (its status still
-    # "running" for a moment after the scheduler died): distributed names the comm it
-    # was on, "<TCP ... remote=<the scheduler's address>>", or the one it could not open,
-    # "Timed out trying to connect to <address> after ...": the address as given (a host
-    # name, maybe) or as the scheduler told it, whole (tcp://h:5000 is not tcp://h:50001)
-    known = getattr(client, "_scheduler_identity", None) or {}
-    addresses = {_scheduler_address(client), known.get("address")}
-    return any(f"remote={a}>" in str(exc) or f"connect to {a} " in str(exc)
-               for a in addresses if isinstance(a, str))
+    # "running" for a moment after the scheduler died): distributed names it
+    return isinstance(exc, OSError) and _names_the_scheduler(client, exc)
 
 
 #: longest pause (s) between two looks at the Client's workers while a computation waits
@@ -256,17 +270,22 @@ def _scheduler_address(client) -> str:
 
 
 @contextlib.contextmanager
-def cluster_failures_said(client):
+def cluster_failures_said(client, *, named_only: bool = False):
     """Inside the block, an error of ``client`` that means it has lost its scheduler
     (a closed connection, a closed client, cancelled futures) is :class:`SchedulerLost`,
     naming the scheduler, and distributed's ``KilledWorker`` (a task that killed every
     worker that ran it) is :class:`WorkerKilled`, naming the worker and its memory limit:
-    one line each, instead of distributed's own words and traceback.
+    one line each, instead of distributed's own words and traceback (the original's
+    notes kept).
 
     Parameters
     ----------
     client : distributed.Client
         The client the block calls.
+    named_only : bool, default False
+        Only an error that names the loss itself (distributed's closed-client error, or a
+        connection to the scheduler's address) is the loss: for a block that runs other
+        code than the client's calls, whose errors the client's state says nothing about.
 
     Yields
     ------
@@ -275,16 +294,18 @@ def cluster_failures_said(client):
     address = _scheduler_address(client)
     try:
         yield
-    except (DfairpcaError, KeyboardInterrupt, GeneratorExit):  # said already, or not an error
+    except (DfairpcaError, KeyboardInterrupt, GeneratorExit, SystemExit):  # said, or not an error
         raise
     except BaseException as exc:
-        killed = _killed_worker(exc)  # first: a client closing meanwhile does not hide it
-        if killed is not None:
-            raise killed from None
-        if _lost_scheduler(client, exc):
+        said: DfairpcaError | None = _killed_worker(exc)  # first: a client closing meanwhile does not hide it
+        if said is None and (_names_the_loss(client, exc) if named_only else _lost_scheduler(client, exc)):
             _REPORTED_LOSSES.add(client)
-            raise SchedulerLost(address) from None
-        raise
+            said = SchedulerLost(address)
+        if said is None:
+            raise
+        for note in getattr(exc, "__notes__", ()):
+            said.add_note(note)
+        raise said from None
 
 
 #: the Clients whose lost scheduler a computation has reported (:class:`SchedulerLost`)

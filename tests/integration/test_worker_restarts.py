@@ -457,3 +457,20 @@ def test_a_call_that_meets_the_closed_scheduler_connection_before_the_client_not
     with pytest.raises(SchedulerLost, match=scheduler):
         with cluster_failures_said(client):
             raise reset
+    # the connection it could not open names it too (the client's own timeout)
+    assert _lost_scheduler(client, OSError(f"Timed out trying to connect to {scheduler} after 3 s"))
+    assert not _lost_scheduler(client, OSError(f"Timed out trying to connect to {scheduler}7 after 3 s"))
+    # a block that runs the caller's code too (connect()'s) translates only what names the
+    # loss; the original's notes stay on it
+    full = OSError(28, "No space left on device")
+    full.add_note("kept the finished chunks")
+    for named_only in (False, True):
+        with pytest.raises(OSError) as info, cluster_failures_said(client, named_only=named_only):
+            raise full
+        assert info.value is full
+    with pytest.raises(SchedulerLost) as lost, cluster_failures_said(client, named_only=True):
+        reset.add_note("kept the finished chunks")
+        raise reset
+    assert lost.value.__notes__ == ["kept the finished chunks"]
+    with pytest.raises(SystemExit), cluster_failures_said(client):
+        raise SystemExit(2)
