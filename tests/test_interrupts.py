@@ -1,12 +1,19 @@
 """A Ctrl-C that Python would drop (its KeyboardInterrupt raised in a gc callback or a
-finalizer, where Python can only report it) is delivered again inside ctrl_c_kept."""
+finalizer, where Python can only report it) is delivered again inside ctrl_c_kept; one that
+lands before distributed's event loop started the interrupted call logs no traceback."""
 
 import gc
+import logging
+import os
+import signal
+import sys
+import threading
 import time
 
 import pytest
 
 from dfairpca.base._interrupts import ctrl_c_kept
+from dfairpca.cluster._signals import _dropping, _early_sync_cancels
 
 
 class _InterruptedFinalizer:
@@ -97,3 +104,88 @@ def test_a_ctrl_c_dropped_just_before_the_block_ends_is_raised_as_it_ends_not_af
     _run_briefly = time.monotonic() + 0.2  # nothing is delivered after the block
     while time.monotonic() < _run_briefly:
         time.sleep(0.001)
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+def _ctrl_c_once_waiting_in(function, thread_id):
+    """SIGINT to this process once thread ``thread_id`` waits in ``function``'s ``wait``
+    (distributed's sync waits for its call there, after queueing it)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread_id)
+        while frame is not None and not (frame.f_code.co_name == "wait" and frame.f_back is not None
+                                         and frame.f_back.f_code.co_name == function):
+            frame = frame.f_back
+        if frame is not None:
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        time.sleep(0.001)
+
+
+def _ctrl_c_before_the_loop_starts_the_call(records):
+    """distributed's blocking ``sync`` interrupted by a real SIGINT while its event loop is
+    busy (as on a loaded machine), so that its cancel callback runs before the call began;
+    returns tornado's records of callback errors."""
+    from distributed.utils import LoopRunner, sync
+
+    logger = logging.getLogger("tornado.application")
+    logger.addHandler(records)
+    runner = LoopRunner(asynchronous=False)
+    runner.start()
+    try:
+        busy, free = threading.Event(), threading.Event()
+        runner.loop.add_callback(lambda: (busy.set(), free.wait(60)))
+        assert busy.wait(30)
+        threading.Thread(target=_ctrl_c_once_waiting_in, args=("sync", threading.get_ident()),
+                         daemon=True).start()
+
+        async def call():
+            return None
+
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                sync(runner.loop, call)
+        finally:
+            free.set()
+        # the loop runs the cancel callback once it is free; an event, not a wait: the
+        # next callback queued after it runs only after it
+        done = threading.Event()
+        runner.loop.add_callback(done.set)
+        assert done.wait(30)
+    finally:
+        runner.stop()
+        logger.removeHandler(records)
+    return [r for r in records.records if r.exc_info]
+
+
+def test_distributed_cancel_before_its_call_started_is_a_logged_name_error():
+    # what the filter below drops is a real record of distributed's: if this fails, the
+    # filter is no longer needed
+    errors = _ctrl_c_before_the_loop_starts_the_call(_Records())
+    assert [type(r.exc_info[1]) for r in errors] == [NameError]
+    assert _early_sync_cancels(errors[0])
+
+
+def test_a_ctrl_c_before_distributed_started_the_call_logs_no_traceback():
+    with _dropping("tornado.application", _early_sync_cancels):
+        errors = _ctrl_c_before_the_loop_starts_the_call(_Records())
+    assert errors == []
+
+
+def test_other_callback_errors_are_still_logged():
+    try:
+        raise NameError("a bug of the caller's")
+    except NameError:
+        record = logging.LogRecord("tornado.application", logging.ERROR, __file__, 1,
+                                   "Exception in callback", None, sys.exc_info())
+    assert not _early_sync_cancels(record)
+    assert not _early_sync_cancels(logging.LogRecord("tornado.application", logging.ERROR,
+                                                     __file__, 1, "no exception", None, None))

@@ -21,8 +21,9 @@ from ..engine._compute import cluster_failures_said
 from ..engine._failures import NoWorkers
 from ..io import StoreTimeout
 from ._errors import _CHECK_RUNNING, SchedulerUnreachable
-from ._signals import (_abandoned_gathers, _dropping, _nanny_kills, _quiet_cancelled_tasks, _quiet_failed_tasks,
-                       _cancelled_feeds, _quiet_closed_heartbeats, _sigint_only_here, _Switch, holding_lost_connections)
+from ._signals import (_abandoned_gathers, _cancelled_feeds, _dropping, _early_sync_cancels, _nanny_kills,
+                       _quiet_cancelled_tasks, _quiet_closed_heartbeats, _quiet_failed_tasks, _sigint_only_here,
+                       _Switch, holding_lost_connections)
 
 # Deferred imports: dask, distributed (heavy or optional) and package modules that load such
 # libraries, or this module, at import are imported in the functions that use them, so that
@@ -109,6 +110,7 @@ def connect(
         # a Ctrl-C raised inside distributed's gc callback would be dropped: kept
         with ctrl_c_kept(), holding_lost_connections() as held:
             with _dropping("asyncio", _abandoned_gathers), \
+                    _dropping("tornado.application", _early_sync_cancels), \
                     Client(scheduler, timeout=timeout, security=security) as client:
                 held.client = client
                 # without a worker every computation waits forever, silently
@@ -138,7 +140,8 @@ def connect(
     # the scheduler's gc callback runs in this process: a Ctrl-C raised in it is kept
     with ctrl_c_kept(), _dropping("asyncio", _abandoned_gathers), \
             _dropping("distributed.nanny", _nanny_kills(interrupted)), \
-            _dropping("distributed.scheduler", _cancelled_feeds), cluster, Client(cluster) as client:
+            _dropping("distributed.scheduler", _cancelled_feeds), \
+            _dropping("tornado.application", _early_sync_cancels), cluster, Client(cluster) as client:
         client.run(_quiet_cancelled_tasks)  # in the workers this started, not here
         client.run(_quiet_failed_tasks)
         client.run(_quiet_closed_heartbeats)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import threading
 import traceback
@@ -31,6 +32,24 @@ def _abandoned_gathers(record: logging.LogRecord) -> bool:
     """
     exc = record.exc_info[1] if record.exc_info else None
     return type(exc).__name__ == "AllExit" and type(exc).__module__ == "distributed.client"
+
+
+def _early_sync_cancels(record: logging.LogRecord) -> bool:
+    """tornado's error for distributed's ``sync`` cancel callback run before its coroutine
+    had started.
+
+    A Ctrl-C while a blocking call of the client waits queues a callback that cancels the
+    call's future; when the Ctrl-C lands before the event loop (busy on a loaded machine)
+    has started that call, the future does not exist yet and the callback fails with a
+    NameError, which tornado logs with a traceback after the command's one line.  Nothing
+    was left to cancel.  Any other callback's error still shows.
+    """
+    exc = record.exc_info[1] if record.exc_info else None
+    if not isinstance(exc, NameError) or exc.__traceback__ is None:
+        return False
+    last = traceback.extract_tb(exc.__traceback__)[-1]
+    return last.name == "cancel" and last.filename.endswith(
+        os.path.join("distributed", "utils.py"))
 
 
 def _lost_scheduler_logs(record: logging.LogRecord) -> bool:
