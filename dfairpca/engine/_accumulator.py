@@ -273,13 +273,13 @@ def fold(acc, x, codes, *, mask, row_offset: int, categories, dtype, group_scatt
     chunk's), added in place; the chunk's arguments as :func:`chunk`.  Exact sums add the
     chunk's products straight into the total's Grams (no d x d array per chunk)."""
     kw = dict(mask=mask, row_offset=row_offset, dtype=dtype, group_scatter=group_scatter, weights=weights)
-    if is_exact(dtype) and (acc is None or isinstance(acc, ExactTotal)):
-        into = acc if acc is not None else ExactTotal.no_rows(int(np.prod(np.shape(x)[1:])), categories, group_scatter)
-        out = chunk(x, codes, categories, into=into, **kw)
-        assert isinstance(out, ExactTotal)  # `into` itself, or its merge with the chunk (its class)
-        return out
-    part = chunk(x, codes, categories, **kw)
-    return combine([part] if acc is None else [acc, part])
+    if not (is_exact(dtype) and (acc is None or isinstance(acc, ExactTotal))):
+        part = chunk(x, codes, categories, **kw)
+        return combine([part] if acc is None else [acc, part])
+    into = acc if acc is not None else ExactTotal.no_rows(int(np.prod(np.shape(x)[1:])), categories, group_scatter)
+    out = chunk(x, codes, categories, into=into, **kw)
+    assert isinstance(out, ExactTotal)  # `into` itself, or its merge with the chunk (its class)
+    return out
 
 
 def combine(parts: list) -> "RunningTotal | ExactTotal":

@@ -193,21 +193,23 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     mask = compute_kw.pop("mask", None)
     weights = _weights_in_memory(compute_kw.pop("weights", None))
     check_inputs_shared(X)  # before the workers' first read: the digests come before the pass
+    # before a saved total is loaded or a chunk read: a pass the workers cannot hold is
+    # refused now
+    check_pass_fits(X, moments_sums_bytes(int(np.prod(X.shape[1:])), categories,
+                                          compute_kw.get("group_scatter", False)))
     fingerprint = job_fingerprint(X, codes, categories, mask, **compute_kw)
     if weights is not None:  # (an unweighted job's fingerprint stays what it was)
         fingerprint["weights"] = _digest(weights)
     state = _load(path) if resume else None
-    if state is None:
-        rows = _default_segment_rows(X.chunks[0]) if segment_rows is None else segment_rows
-        segments, done, total = segment_bounds(X.chunks[0], rows), [], None
-        digests: list[list[str] | None] = [None] * len(segments)
-    else:
+    digests: list[list[str] | None]
+    if state is not None:  # the same job goes on where it was saved
         _check_same_job(path, state["fingerprint"], fingerprint)
         segments, done, total = state["segments"], state["done"], state["total"]
         digests = _saved_digests(path, state["digests"], segments, done)
-    # before the digests read any chunk: a pass the workers cannot hold is refused now
-    check_pass_fits(X, moments_sums_bytes(int(np.prod(X.shape[1:])), categories,
-                                          compute_kw.get("group_scatter", False)))
+    else:
+        rows = _default_segment_rows(X.chunks[0]) if segment_rows is None else segment_rows
+        segments, done, total = segment_bounds(X.chunks[0], rows), [], None
+        digests = [None] * len(segments)
     # one bar for the whole pass, a step per row chunk, moved once per segment (a bar per
     # segment would draw twenty bars, and twenty times a log's few lines)
     segment_kw = {**compute_kw, "progress": False}

@@ -2,8 +2,10 @@
 processes on 127.0.0.1: a fit whose workers all stay paused ends within its timeout in one
 line naming them and the fix, keeping its checkpoint, which a worker with more memory then
 finishes exactly; a worker that pauses and resumes is no error; a pass that no worker can
-hold below its pause threshold is refused before it starts."""
+hold below its pause threshold is refused before it starts, and before its checkpoint
+is read."""
 
+import json
 import re
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import zarr
 
 import dfairpca
 from dfairpca.cluster import WorkersTooSmall, connect
+from dfairpca.errors import InvalidInputError
 from processes import DaskProcesses, dask_env, stop
 
 N, D = 3000, 40
@@ -140,3 +143,24 @@ def test_a_pass_no_worker_can_hold_below_its_pause_threshold_is_refused_before_i
     assert "read smaller row chunks" in message and "`dask worker --memory-limit`" in message
     assert info.value.threads == 1 and info.value.memory_limit == 300 << 20
     assert executed == {address: 0}  # nothing ran
+
+
+def test_a_resumed_pass_no_worker_can_hold_is_refused_before_its_checkpoint_is_read(tmp_path):
+    """The refusal comes before a saved total (as large as the sums it would hold) is read:
+    a checkpoint of this very job, made here and marked as from a newer dfairpca, would
+    be refused as such when read; what is said is that no worker can hold the pass."""
+    X = da.from_array(np.random.default_rng(3).random((200, 5000), dtype=np.float32), chunks=(100, 5000))
+    ck = tmp_path / "ck"
+    dfairpca.PCA(2, svd_solver="full").fit(X, checkpoint=ck, keep_checkpoint=True)
+    progress = json.loads((ck / "progress.json").read_text())
+    (ck / "progress.json").write_text(json.dumps({**progress, "version": progress["version"] + 1}))
+    with pytest.raises(InvalidInputError, match="newer dfairpca"):  # what reading it says
+        dfairpca.PCA(2, svd_solver="full").fit(X, checkpoint=ck, keep_checkpoint=True)
+    with DaskProcesses(tmp_path, worker_hosts=()) as procs:
+        procs.add_worker(memory_limit="300MiB")
+        with connect(scheduler_file=procs.scheduler_file, timeout=20) as client:
+            client.wait_for_workers(1, timeout=30)
+            with pytest.raises(WorkersTooSmall):
+                dfairpca.PCA(2, svd_solver="full").fit(X, checkpoint=ck, keep_checkpoint=True,
+                                                       timeout=TIMEOUT)
+    assert (ck / "progress.json").is_file()  # the checkpoint stays, for a larger worker
