@@ -166,18 +166,30 @@ def _ctrl_c_before_the_loop_starts_the_call(records):
     return [r for r in records.records if r.exc_info]
 
 
+def _cancel_errors(records):
+    return [r for r in records if r.exc_info and "sync.<locals>.cancel" in r.getMessage()]
+
+
 def test_distributed_cancel_before_its_call_started_is_a_logged_name_error():
     # what the filter below drops is a real record of distributed's: if this fails, the
     # filter is no longer needed
-    errors = _ctrl_c_before_the_loop_starts_the_call(_Records())
+    errors = _cancel_errors(_ctrl_c_before_the_loop_starts_the_call(_Records()))
     assert [type(r.exc_info[1]) for r in errors] == [NameError]
     assert _early_sync_cancels(errors[0])
 
 
 def test_a_ctrl_c_before_distributed_started_the_call_logs_no_traceback():
-    with _dropping("tornado.application", _early_sync_cancels):
+    dropped = []
+
+    def counted(record):
+        hit = _early_sync_cancels(record)
+        dropped.append(hit)
+        return hit
+
+    with _dropping("tornado.application", counted):
         errors = _ctrl_c_before_the_loop_starts_the_call(_Records())
-    assert errors == []
+    assert sum(dropped) == 1  # the record came, and was dropped
+    assert _cancel_errors(errors) == []
 
 
 def test_other_callback_errors_are_still_logged():
@@ -189,3 +201,29 @@ def test_other_callback_errors_are_still_logged():
     assert not _early_sync_cancels(record)
     assert not _early_sync_cancels(logging.LogRecord("tornado.application", logging.ERROR,
                                                      __file__, 1, "no exception", None, None))
+
+
+def _drop_all(record):
+    return True
+
+
+@pytest.mark.parametrize("after_ctrl_c", [False, True])
+def test_a_block_dropping_records_ends_with_the_logger_as_it_was_unless_after_ctrl_c(after_ctrl_c):
+    name = f"dfairpca.test.dropping.{after_ctrl_c}"
+    logger = logging.getLogger(name)
+    with _dropping(name, _drop_all, after_ctrl_c=after_ctrl_c):
+        assert len(logger.filters) == 1
+    assert logger.filters == []
+    with pytest.raises(RuntimeError), _dropping(name, _drop_all, after_ctrl_c=after_ctrl_c):
+        raise RuntimeError
+    assert logger.filters == []
+    try:
+        for _ in range(2):  # the rule is kept once, however many blocks a Ctrl-C ends
+            with pytest.raises(KeyboardInterrupt), _dropping(name, _drop_all, after_ctrl_c=after_ctrl_c):
+                raise KeyboardInterrupt
+        assert len(logger.filters) == (1 if after_ctrl_c else 0)
+        record = logging.LogRecord(name, logging.ERROR, __file__, 1, "x", None, None)
+        assert bool(logger.filter(record)) is not after_ctrl_c  # dropped by the rule kept
+    finally:
+        for f in list(logger.filters):
+            logger.removeFilter(f)

@@ -107,10 +107,12 @@ def connect(
         check_scheduler(scheduler, timeout, security, origin)
         # a lost scheduler's tracebacks are held, and dropped if the loss is reported in
         # one line (SchedulerLost) or logged if the connection comes back
-        # a Ctrl-C raised inside distributed's gc callback would be dropped: kept
+        # a Ctrl-C raised inside distributed's gc callback would be dropped: kept; the
+        # traceback distributed logs for one that lands before its loop started the call
+        # interrupted (on a loaded machine) is dropped, also after a Ctrl-C ends the block
         with ctrl_c_kept(), holding_lost_connections() as held:
             with _dropping("asyncio", _abandoned_gathers), \
-                    _dropping("tornado.application", _early_sync_cancels), \
+                    _dropping("tornado.application", _early_sync_cancels, after_ctrl_c=True), \
                     Client(scheduler, timeout=timeout, security=security) as client:
                 held.client = client
                 # without a worker every computation waits forever, silently
@@ -137,11 +139,13 @@ def connect(
         )
     interrupted = _Switch()
     # the nanny's warnings are dropped only while the cluster closes after a Ctrl-C
-    # the scheduler's gc callback runs in this process: a Ctrl-C raised in it is kept
+    # the scheduler's gc callback runs in this process: a Ctrl-C raised in it is kept;
+    # distributed's traceback of a Ctrl-C that came before its loop started the call: dropped
     with ctrl_c_kept(), _dropping("asyncio", _abandoned_gathers), \
             _dropping("distributed.nanny", _nanny_kills(interrupted)), \
             _dropping("distributed.scheduler", _cancelled_feeds), \
-            _dropping("tornado.application", _early_sync_cancels), cluster, Client(cluster) as client:
+            _dropping("tornado.application", _early_sync_cancels, after_ctrl_c=True), \
+            cluster, Client(cluster) as client:
         client.run(_quiet_cancelled_tasks)  # in the workers this started, not here
         client.run(_quiet_failed_tasks)
         client.run(_quiet_closed_heartbeats)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import threading
 import traceback
@@ -41,15 +40,15 @@ def _early_sync_cancels(record: logging.LogRecord) -> bool:
     A Ctrl-C while a blocking call of the client waits queues a callback that cancels the
     call's future; when the Ctrl-C lands before the event loop (busy on a loaded machine)
     has started that call, the future does not exist yet and the callback fails with a
-    NameError, which tornado logs with a traceback after the command's one line.  Nothing
-    was left to cancel.  Any other callback's error still shows.
+    NameError, which tornado logs with a traceback after the command's one line.  The call
+    then runs, not cancelled: the Ctrl-C ends :func:`connect`'s block, which closes the
+    client (and a local cluster).  Any other callback's error still shows.
     """
     exc = record.exc_info[1] if record.exc_info else None
     if not isinstance(exc, NameError) or exc.__traceback__ is None:
         return False
-    last = traceback.extract_tb(exc.__traceback__)[-1]
-    return last.name == "cancel" and last.filename.endswith(
-        os.path.join("distributed", "utils.py"))
+    *_, (frame, _) = traceback.walk_tb(exc.__traceback__)
+    return frame.f_code.co_name == "cancel" and frame.f_globals.get("__name__") == "distributed.utils"
 
 
 def _lost_scheduler_logs(record: logging.LogRecord) -> bool:
@@ -270,22 +269,37 @@ def _closed_connection(exc) -> bool:
     return False
 
 
+#: the filters left in place after a Ctrl-C (see :func:`_dropping`), one per logger and rule
+_KEPT: dict = {}
+
+
+def _not(drop):
+    def keep(record: logging.LogRecord) -> bool:
+        return not drop(record)
+
+    return keep
+
+
 @contextlib.contextmanager
-def _dropping(name: str, drop):
+def _dropping(name: str, drop, *, after_ctrl_c: bool = False):
     """While the block runs, the records of logger ``name`` that ``drop(record)`` selects
     are not logged.
 
     The filter sits on that one logger and is removed when the block ends, so that a
-    program's logging is as it was once :func:`connect` returns.
+    program's logging is as it was once :func:`connect` returns; ``after_ctrl_c``: when
+    the block ends by Ctrl-C the rule stays for the rest of the process (once, however
+    many blocks end so): a record of the interrupt may come later, from an event loop the
+    block no longer reaches (that of a client whose start was interrupted).
     """
     logger = logging.getLogger(name)
-
-    def keep(record: logging.LogRecord) -> bool:
-        return not drop(record)
-
+    keep = _not(drop)
     logger.addFilter(keep)
     try:
         yield
+    except KeyboardInterrupt:
+        if after_ctrl_c:
+            logger.addFilter(_KEPT.setdefault((name, drop), _not(drop)))
+        raise
     finally:
         logger.removeFilter(keep)
 

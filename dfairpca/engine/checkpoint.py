@@ -192,6 +192,8 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
                  protect=[("the input store", root) for root in zarr_roots(X)])
     mask = compute_kw.pop("mask", None)
     weights = _weights_in_memory(compute_kw.pop("weights", None))
+    if segment_rows is not None:  # an argument's error before the workers' limits
+        _check_segment_rows(segment_rows)
     check_inputs_shared(X)  # before the workers' first read: the digests come before the pass
     # before a saved total is loaded or a chunk read: a pass the workers cannot hold is
     # refused now
@@ -257,13 +259,17 @@ def _chunks_saved(path: Where, X, segments, done: list) -> int:
     return sum(len(X[s:e].chunks[0]) for i, (s, e) in enumerate(segments) if i in done)
 
 
+def _check_segment_rows(segment_rows) -> None:
+    if segment_rows < 1:
+        raise InvalidInputError(f"segment_rows must be a positive integer; got {segment_rows!r}")
+
+
 def segment_bounds(row_chunks, segment_rows: int) -> list[tuple[int, int]]:
     """Contiguous ``(start, stop)`` row ranges of whole row chunks.
 
     Each range holds at least ``segment_rows`` rows, except possibly the last.
     """
-    if segment_rows < 1:
-        raise InvalidInputError(f"segment_rows must be a positive integer; got {segment_rows!r}")
+    _check_segment_rows(segment_rows)
     bounds, start, stop = [], 0, 0
     for size in row_chunks:
         stop += int(size)
