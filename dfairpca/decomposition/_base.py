@@ -14,16 +14,13 @@ import functools
 from pathlib import Path
 from typing import Any, Self
 
-import numpy.typing as npt
-
-import dask.array as da
 import numpy as np
+import numpy.typing as npt
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import NotFittedError
 
 from ..base._compat import current_params
 from ..base._params import validate_params
-from ..base._system import rows_per_block
 from ..engine._checkpoint_files import saved_compute_dtype
 from ..engine._compute import worker_timeout
 from ..engine._engine import auto_choice_for_pass, coded_moments
@@ -337,8 +334,6 @@ class StatisticsEstimator(Estimator):
         if checkpoint is None:
             m = coded_moments(X, codes, cats, **kw)
         else:
-            if not isinstance(X, da.Array):  # a checkpointed pass reads X in segments of chunks
-                X = da.from_array(X, chunks=(rows_per_block(X.shape[1] * X.itemsize), -1))
             m = coded_moments_checkpointed(X, codes, cats, checkpoint=checkpoint, **kw)
         m.check_finite()
         return m

@@ -36,7 +36,7 @@ from ..inputs._validation import compute_dtype_for
 # light.
 
 __all__ = ["Plan", "first_moments", "first_pass", "run_thin_pass", "corrected",
-           "as_rows", "chunked", "statistics_state", "restore_statistics"]
+           "as_rows", "statistics_state", "restore_statistics"]
 
 #: the products of values of rms ``2**+-RANGE_BITS[dtype]`` about the shift stay far from
 #: overflow and the subnormals in that dtype: rows times ``rms^2 sqrt(d)`` with d up to 1e6
@@ -390,14 +390,6 @@ def corrected(G, V, m: Moments, off, plan: Plan, center: bool) -> np.ndarray:
     h = m.n * a
     return G + np.outer(h, b @ V) + np.outer(b, h @ V) + m.n * np.outer(b, b @ V)
 
-
-def chunked(X):
-    """X as a Dask array (a checkpoint binds row chunks): numpy and Zarr in blocks of rows."""
-    import dask.array as da
-
-    if isinstance(X, da.Array):
-        return X
-    return da.from_array(X, chunks=(rows_per_block(int(np.prod(X.shape[1:])) * X.dtype.itemsize), -1))
 
 
 def statistics_state(full: Moments, off, plan: Plan) -> tuple[dict, dict]:

@@ -44,6 +44,7 @@ from ._accumulator import ExactTotal, RunningTotal
 from ._compute import compute, worker_timeout
 from ._failures import CLUSTER_FAILURES
 from ._engine import check_pass_dtype, check_pass_fits, checked_request, moments_sums_bytes, row_slice, run_moments_pass, threads
+from ..base._system import rows_per_block
 from ..base.progress import progress_bar, reporting
 from ..io import (RESAVE_HINT, SavedFileError, StoreTimeout, atomic_directory, check_inputs_shared,
                   check_target, disk_full, is_disk_full, meta_value, storage_for, zarr_roots)
@@ -177,6 +178,15 @@ def compute_moments_checkpointed(
                                           storage_options=storage_options, **compute_kw)
 
 
+def chunked(X):
+    """X as a Dask array (a checkpoint binds row chunks): numpy and Zarr in blocks of rows."""
+    import dask.array as da
+
+    if isinstance(X, da.Array):
+        return X
+    return da.from_array(X, chunks=(rows_per_block(int(np.prod(X.shape[1:])) * X.dtype.itemsize), -1))
+
+
 def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resume: bool = True,
                                segment_rows: int | None = None, on_segment=None,
                                storage_options: dict | None = None, **compute_kw) -> Moments:
@@ -185,6 +195,7 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     :func:`~dfairpca.engine._engine.coded_moments` it trusts codes, mask and weights as
     checked by the estimators or :func:`compute_moments_checkpointed` (X a Dask array of at
     least one row); it checks what only a checkpoint needs (the checkpoint's place)."""
+    X = chunked(X)
     # a URL's Location carries its storage options to every write and read below
     path = storage_for(checkpoint, storage_options).target
     # before any work: the checkpoint may replace only a checkpoint, never the data it reads

@@ -38,7 +38,7 @@ from ._limits import check_features, check_rows, too_large
 from ._fairness import by_attribute, constraint_of, constraint_violation
 from ._restricted import Nullspace
 from ..engine._thin_pass import (
-    Plan, as_rows, chunked, corrected, first_pass, restore_statistics, run_thin_pass,
+    Plan, as_rows, corrected, first_pass, restore_statistics, run_thin_pass,
     statistics_state,
 )
 from ..engine._failures import CLUSTER_FAILURES
@@ -48,7 +48,7 @@ from ..errors import InvalidInputError
 from ..inputs._weights import too_few_samples
 from ..inputs._validation import compute_dtype_for
 from ..engine._checkpoint_files import array_digest, check_digests, checkpoint_path, open_state, save_state
-from ..engine.checkpoint import job_fingerprint
+from ..engine.checkpoint import chunked, job_fingerprint
 
 # Deferred imports: package modules that load such libraries, or this module, at import are imported
 # in the functions that use them, so that importing this module stays light.
