@@ -77,18 +77,14 @@ def _lost_scheduler(client, exc: BaseException) -> bool:
     reconnect) rather than a task's own failure."""
     if isinstance(exc, DfairpcaError):  # said already, in dfairpca's words
         return False
-    if "scheduler-connection-lost" in str(exc) or type(exc).__name__ == "ClosedClientError":
+    # distributed's words for it, or a call that met the closed connection before the
+    # Client noticed (its status still "running" for a moment after the scheduler died)
+    if _names_the_loss(client, exc):
         return True
     if client.status in ("closing", "closed"):  # whatever a closed client's calls raise
         return True
     connection = (OSError, asyncio.CancelledError, concurrent.futures.CancelledError)
-    if not isinstance(exc, connection):
-        return False
-    if client.status not in ("running", "newly-created"):
-        return True
-    # a call that met the closed connection before the Client noticed (its status still
-    # "running" for a moment after the scheduler died): distributed names it
-    return isinstance(exc, OSError) and _names_the_scheduler(client, exc)
+    return isinstance(exc, connection) and client.status not in ("running", "newly-created")
 
 
 #: longest pause (s) between two looks at the Client's workers while a computation waits
