@@ -391,7 +391,6 @@ def corrected(G, V, m: Moments, off, plan: Plan, center: bool) -> np.ndarray:
     return G + np.outer(h, b @ V) + np.outer(b, h @ V) + m.n * np.outer(b, b @ V)
 
 
-
 def statistics_state(full: Moments, off, plan: Plan) -> tuple[dict, dict]:
     """(JSON meta, arrays) of the first pass's results, as a checkpoint keeps them (the group
     labels are the job's, bound by its fingerprint)."""

@@ -193,8 +193,9 @@ def coded_moments_checkpointed(X, codes=None, categories=(), *, checkpoint, resu
     """:func:`compute_moments_checkpointed` of groups already encoded: ``codes`` (n, p)
     indices into ``categories`` (p label arrays), the estimators' route.  Like
     :func:`~dfairpca.engine._engine.coded_moments` it trusts codes, mask and weights as
-    checked by the estimators or :func:`compute_moments_checkpointed` (X a Dask array of at
-    least one row); it checks what only a checkpoint needs (the checkpoint's place)."""
+    checked by the estimators or :func:`compute_moments_checkpointed` (X of at least one
+    row: a Dask array, or numpy cut into blocks of rows here, :func:`chunked`); it checks
+    what only a checkpoint needs (the checkpoint's place)."""
     X = chunked(X)
     # a URL's Location carries its storage options to every write and read below
     path = storage_for(checkpoint, storage_options).target
