@@ -109,10 +109,10 @@ def connect(
         # one line (SchedulerLost) or logged if the connection comes back
         # a Ctrl-C raised inside distributed's gc callback would be dropped: kept; the
         # traceback distributed logs for one that lands before its loop started the call
-        # interrupted (on a loaded machine) is dropped, also after a Ctrl-C ends the block
+        # interrupted (on a loaded machine) is dropped
         with ctrl_c_kept(), holding_lost_connections() as held:
             with _dropping("asyncio", _abandoned_gathers), \
-                    _dropping("tornado.application", _early_sync_cancels, after_ctrl_c=True), \
+                    _dropping("tornado.application", _early_sync_cancels), \
                     Client(scheduler, timeout=timeout, security=security) as client:
                 held.client = client
                 # without a worker every computation waits forever, silently
@@ -144,7 +144,7 @@ def connect(
     with ctrl_c_kept(), _dropping("asyncio", _abandoned_gathers), \
             _dropping("distributed.nanny", _nanny_kills(interrupted)), \
             _dropping("distributed.scheduler", _cancelled_feeds), \
-            _dropping("tornado.application", _early_sync_cancels, after_ctrl_c=True), \
+            _dropping("tornado.application", _early_sync_cancels), \
             cluster, Client(cluster) as client:
         client.run(_quiet_cancelled_tasks)  # in the workers this started, not here
         client.run(_quiet_failed_tasks)
