@@ -273,7 +273,8 @@ def fold(acc, x, codes, *, mask, row_offset: int, categories, dtype, group_scatt
     chunk's), added in place; the chunk's arguments as :func:`chunk`.  Exact sums add the
     chunk's products straight into the total's Grams (no d x d array per chunk)."""
     kw = dict(mask=mask, row_offset=row_offset, dtype=dtype, group_scatter=group_scatter, weights=weights)
-    if not (is_exact(dtype) and (acc is None or isinstance(acc, ExactTotal))):
+    in_place = is_exact(dtype) and (acc is None or isinstance(acc, ExactTotal))
+    if not in_place:  # float sums: the chunk's, merged into the running total's panels
         part = chunk(x, codes, categories, **kw)
         return combine([part] if acc is None else [acc, part])
     into = acc if acc is not None else ExactTotal.no_rows(int(np.prod(np.shape(x)[1:])), categories, group_scatter)
