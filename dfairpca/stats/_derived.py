@@ -1,8 +1,7 @@
 """The rules derived from statistics' fields, as functions of the fields themselves: the
-fairness constraint rows, the rounding floor of a group-mean deviation, and the refusal of
-rows that held NaN or infinity.  :class:`dfairpca.stats.moments.Moments` applies them
-through its methods, to complete statistics and to the randomized fit's first-order ones
-alike."""
+fairness constraint rows and the rounding floor of a group-mean deviation.
+:class:`dfairpca.stats.moments.Moments` applies them through its methods, to complete
+statistics and to the randomized fit's first-order ones alike."""
 
 from __future__ import annotations
 
@@ -11,9 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidInputError
 
-__all__ = ["constraint_matrix", "deviation_floor", "check_finite"]
+__all__ = ["constraint_matrix", "deviation_floor"]
 
 
 def constraint_matrix(attributes: Sequence[Any], d: int) -> np.ndarray:
@@ -84,24 +82,3 @@ def deviation_floor(n: float, mean: np.ndarray, sq: np.ndarray, exponent: int,
         sd = np.ldexp(np.sqrt(np.maximum(sq, 0.0) / (n if n > 0 else 1)), exponent)  # true = stored * 4**exponent
         rms = np.hypot(np.abs(mean), sd)
     return 2.0 * max(terms, 1) * float(np.finfo(np.float64).eps) * rms
-
-
-def check_finite(n_nonfinite: int, nonfinite_rows: Sequence[int]) -> None:
-    """Raise ``ValueError`` naming the rows if ``n_nonfinite`` rows (the first of them
-    ``nonfinite_rows``) held NaN or infinity.
-
-    Parameters
-    ----------
-    n_nonfinite : int
-        Rows that held NaN or infinity.
-    nonfinite_rows : sequence of int
-        The first few of them, as global row indices (named in the message).
-    """
-    if n_nonfinite:
-        rows = ", ".join(map(str, nonfinite_rows))
-        more = ", ..." if n_nonfinite > len(nonfinite_rows) else ""
-        raise InvalidInputError(
-            f"X contains NaN or infinity in {n_nonfinite} row(s) (rows {rows}{more}); "
-            "drop or impute them before fitting, e.g. with dask.array.nan_to_num or "
-            "sklearn.impute.SimpleImputer."
-        )

@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from ._chunk import OVERFLOW_MESSAGE, chunk_sums
 from ._exact import ExactSums, kernel_name, merge_exact
-from ._derived import check_finite, constraint_matrix, deviation_floor
+from ._derived import constraint_matrix, deviation_floor
 from ._problem import Problem
 from ._sums import DENSE, Sums, fill_lower, merge_sums, nbytes
 from ..base._compat import fill_new_fields
@@ -44,7 +44,7 @@ from ..io import moments_layout, read_saved, save_arrays, saved_fields, sums_to_
 # Deferred imports: dask (heavy or optional) is imported in the functions that use it, so that
 # importing this module stays light.
 
-__all__ = ["Moments", "AttributeMoments", "merge", "exact_moments", "constraint_matrix", "deviation_floor", "check_finite"]
+__all__ = ["Moments", "AttributeMoments", "merge", "exact_moments", "constraint_matrix", "deviation_floor"]
 
 
 @dataclass(frozen=True)
@@ -438,8 +438,16 @@ class Moments:
         return problem
 
     def check_finite(self) -> None:
-        """Raise ``ValueError`` naming the rows if any row held NaN or infinity."""
-        check_finite(self.n_nonfinite, self.nonfinite_rows)
+        """Raise ``ValueError`` (an :class:`~dfairpca.errors.InvalidInputError`) naming the
+        first rows (``nonfinite_rows``, global indices) if any row held NaN or infinity."""
+        if self.n_nonfinite:
+            rows = ", ".join(map(str, self.nonfinite_rows))
+            more = ", ..." if self.n_nonfinite > len(self.nonfinite_rows) else ""
+            raise InvalidInputError(
+                f"X contains NaN or infinity in {self.n_nonfinite} row(s) (rows {rows}{more}); "
+                "drop or impute them before fitting, e.g. with dask.array.nan_to_num or "
+                "sklearn.impute.SimpleImputer."
+            )
 
     # ------------------------------------------------------------------ persistence
     def to_arrays(self) -> tuple[dict, dict]:
