@@ -260,7 +260,7 @@ class StatisticsEstimator(Estimator):
     #: whether a fit takes protected attributes (``sensitive_features`` or columns of X)
     _takes_groups = False
     #: the float dtype compute_dtype="auto" passes in where it does not choose exact sums
-    #: (None: X's, :func:`~dfairpca.inputs._validation.compute_dtype_for`)
+    #: (None: X's, :func:`~dfairpca.stats._exact.compute_dtype_for`)
     _auto_float: type[np.floating] | None = None
     #: what an attribute's two non-empty groups are needed for (said where it has fewer)
     _two_groups_for = "fitting needs at least two"

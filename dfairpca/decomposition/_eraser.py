@@ -23,10 +23,11 @@ from ..base._system import rows_per_block
 from ..base._typing import ArrayInput, ArrayOutput, ColumnIds
 from ..engine._compute import ship
 from ..inputs._validation import (
-    SENSITIVE_IDS, Input, check_finite_input, check_finite_output, compute_dtype_for, is_xarray, row_origin,
+    SENSITIVE_IDS, Input, check_finite_input, check_finite_output, is_xarray, row_origin,
 )
 from ..io import register_model_class
 from ..solve._erasure import ERASURE_METHODS, Erasure, fit_erasure
+from ..stats._exact import compute_dtype_for
 from ..stats.moments import Moments
 from ._base import FairStatisticsEstimator, fit_context, set_certificate
 from ._saved import eraser_layout, check_eraser_values, fair_meta, restore_fair_meta

@@ -27,10 +27,10 @@ from ..base._params import (
 from ._saved import check_linear_values, linear_layout, load_statistics
 from ..base._system import rows_per_block
 from ..inputs._validation import (
-    Input, check_finite_output, compute_dtype_for, is_xarray,
+    Input, check_finite_output, is_xarray,
     row_origin,
 )
-from ..stats._exact import check_exact, check_unweighted, is_exact, kernel_name
+from ..stats._exact import check_exact, check_unweighted, compute_dtype_for, is_exact, kernel_name
 from ..stats.moments import Moments
 from ..base._typing import ArrayInput, ArrayOutput, PathInput
 from ..errors import InvalidInputError

@@ -29,7 +29,7 @@ from ..stats._sums import MAX_BAD_ROWS_REPORTED
 from ..stats.moments import AttributeMoments, Moments
 from ..errors import InvalidInputError
 from ..base._blas import blas_lock
-from ..inputs._validation import compute_dtype_for
+from ..stats._exact import compute_dtype_for
 
 # Deferred imports: dask (heavy or optional) and package modules that load such libraries, or this
 # module, at import are imported in the functions that use them, so that importing this module stays

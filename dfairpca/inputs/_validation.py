@@ -22,7 +22,7 @@ from ..errors import InvalidInputError, InvalidTypeError, NumericAttributeWarnin
 # them, so that importing this module stays light.
 
 __all__ = [
-    "as_data", "compute_dtype_for", "check_n_features", "check_finite_output",
+    "as_data", "check_n_features", "check_finite_output",
     "check_finite_input", "row_origin", "check_input", "Input", "is_dask", "is_lazy", "is_xarray",
     "sensitive_columns", "check_ids", "unique_columns", "MAX_ROWS_SHOWN", "SENSITIVE_IDS",
 ]
@@ -214,28 +214,6 @@ def check_n_features(estimator, d: int) -> None:
             f"X has {d} features, but {type(estimator).__name__} is expecting "
             f"{estimator.n_features_in_} features as input"
         )
-
-
-def compute_dtype_for(dtype, requested="auto") -> np.dtype:
-    """Dtype of the per-chunk products: float64 for float64/wide ints, else float32.
-
-    "exact" (integer statistics, :mod:`dfairpca.stats._exact`) is accepted and gives the
-    float dtype of the projections, as "auto" does."""
-    if isinstance(requested, str) and requested == "exact":
-        requested = "auto"
-    if requested not in ("auto", None):
-        try:
-            rd = np.dtype(requested)
-        except TypeError:
-            rd = None
-        if rd not in (np.float32, np.float64):
-            raise InvalidInputError("compute_dtype must be 'auto', 'float32', 'float64' or 'exact'; "
-                                    f"got {requested!r}")
-        return rd
-    dtype = np.dtype(dtype)
-    if dtype == np.float64 or (dtype.kind in "iu" and dtype.itemsize >= 4):
-        return np.dtype(np.float64)
-    return np.dtype(np.float32)
 
 
 # ---------------------------------------------------------------------------- estimator input

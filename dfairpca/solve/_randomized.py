@@ -46,7 +46,7 @@ from ..io import StoreTimeout
 from ..stats.moments import Moments
 from ..errors import InvalidInputError
 from ..inputs._weights import too_few_samples
-from ..inputs._validation import compute_dtype_for
+from ..stats._exact import compute_dtype_for
 from ..engine._checkpoint_files import array_digest, check_digests, checkpoint_path, open_state, save_state
 from ..engine.checkpoint import chunked, job_fingerprint
 

@@ -32,13 +32,12 @@ import numpy as np
 from ._int_kernels import _add_upper as add_upper
 from ._column_sums import column_sums
 from ._auto import auto_choice
-from ._int_kernels import add_gram, int8_kernel_available, value_range
+from ._int_kernels import add_gram, int8_kernel_available, max_product
 from ._sums import GroupSums, Sums, _check_one_label_type, fill_lower
 from ..base._system import cpu_count
 from ..errors import InvalidInputError, RunError
-from ..inputs._validation import compute_dtype_for
 
-__all__ = ["EXACT", "statistics_dtype", "kernel_name", "ExactGroups", "ExactSums", "exact_chunk_sums", "merge_exact", "check_exact",
+__all__ = ["EXACT", "statistics_dtype", "compute_dtype_for", "kernel_name", "ExactGroups", "ExactSums", "exact_chunk_sums", "merge_exact", "check_exact",
            "check_unweighted", "is_exact", "centred"]
 
 #: the compute dtype of exact statistics
@@ -85,8 +84,7 @@ def check_exact(dtype, n: float) -> None:
             "compute_dtype='float64' (or 'float32') for floating-point data, or convert X to "
             "an integer dtype if its values are integers"
         )
-    lo, hi = value_range(dtype)
-    top = max(lo * lo, hi * hi, 1)
+    top = max_product(dtype, shifted=False)
     if n == n and n * top >= 2 ** _INT_BITS:
         raise InvalidInputError(
             f"compute_dtype='exact' cannot sum {n} rows of {dtype} exactly: products of its values "
@@ -94,6 +92,28 @@ def check_exact(dtype, n: float) -> None:
             f"{2 ** _INT_BITS // top}; cast X to a narrower integer dtype if its values fit "
             "(e.g. X.astype('int16')), or pass compute_dtype='float64'"
         )
+
+
+def compute_dtype_for(dtype, requested="auto") -> np.dtype:
+    """The float dtype of the products of X of ``dtype`` for ``compute_dtype`` ``requested``
+    (the float route of :func:`statistics_dtype`, and the dtype of the projections):
+    float64 for float64 and integers of 4 bytes or more, else float32.  "exact" is
+    accepted and gives what "auto" does."""
+    if isinstance(requested, str) and requested == "exact":
+        requested = "auto"
+    if requested not in ("auto", None):
+        try:
+            rd = np.dtype(requested)
+        except TypeError:
+            rd = None
+        if rd not in (np.float32, np.float64):
+            raise InvalidInputError("compute_dtype must be 'auto', 'float32', 'float64' or 'exact'; "
+                                    f"got {requested!r}")
+        return rd
+    dtype = np.dtype(dtype)
+    if dtype == np.float64 or (dtype.kind in "iu" and dtype.itemsize >= 4):
+        return np.dtype(np.float64)
+    return np.dtype(np.float32)
 
 
 def statistics_dtype(x_dtype, requested="auto", width: int | None = None, choose=None, *,
@@ -107,27 +127,25 @@ def statistics_dtype(x_dtype, requested="auto", width: int | None = None, choose
     slower than float32 products on blocks of ``width`` columns
     (:func:`dfairpca.stats._auto.auto_choice`, or ``choose(x_dtype, width)``: a cluster's
     choice), unless the rows are ``weighted`` or ``auto_exact`` is False; otherwise for
-    "auto" ``auto_float`` if given, and the float dtype of
-    :func:`dfairpca.inputs._validation.compute_dtype_for`.  ``matrix_free``: the float
-    dtype of the randomized passes (no exact sums); ``resumed``: what a checkpoint's
-    "auto" chose when it began, which it keeps; ``n``: the pass's rows, whose exact sums
-    must fit int64 (checked here, before any work, whenever the answer is "exact")."""
+    "auto" ``auto_float`` if given, and the float dtype of :func:`compute_dtype_for`.
+    ``matrix_free``: the float dtype of the randomized passes (no exact sums);
+    ``resumed``: what a checkpoint's "auto" chose when it began, which it keeps; ``n``:
+    the pass's rows, whose exact sums must fit int64 (checked here, before any work,
+    whenever the answer is "exact")."""
     auto = requested in ("auto", None)
     if auto and resumed is not None and not is_exact(resumed):
         return np.dtype(resumed)
-    if ((auto and resumed is not None) or (is_exact(requested) and not matrix_free)
-            or (auto and auto_exact and not (weighted or matrix_free)
-                and np.dtype(x_dtype) in (np.uint8, np.int8)
-                and (choose or auto_choice)(x_dtype, AUTO_WIDTH if width is None else width).choice == EXACT)):
-        check_unweighted(EXACT, weighted)
-        check_exact(x_dtype, n)
-        if is_exact(requested):
-            int8_kernel_available()  # the kernels chosen and self-tested here, before the pass
-        return EXACT
-    if auto and auto_float is not None:
-        return np.dtype(auto_float)
-    # the float products, also of the matrix-free passes (which never sum exactly)
-    return compute_dtype_for(x_dtype, requested)
+    exact = ((auto and resumed is not None) or (is_exact(requested) and not matrix_free)
+             or (auto and auto_exact and not (weighted or matrix_free)
+                 and np.dtype(x_dtype) in (np.uint8, np.int8)
+                 and (choose or auto_choice)(x_dtype, AUTO_WIDTH if width is None else width).choice == EXACT))
+    if not exact:  # the float products, also of the matrix-free passes (which never sum exactly)
+        return np.dtype(auto_float) if auto and auto_float is not None else compute_dtype_for(x_dtype, requested)
+    check_unweighted(EXACT, weighted)
+    check_exact(x_dtype, n)
+    if is_exact(requested):
+        int8_kernel_available()  # the kernels chosen and self-tested here, before the pass
+    return EXACT
 
 
 def kernel_name(m) -> str:
