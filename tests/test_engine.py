@@ -9,7 +9,7 @@ import pytest
 import zarr
 
 import dfairpca
-from dfairpca.engine._engine import _Block, _block_sources, coded_moments, compute_moments
+from dfairpca.engine._engine import _Block, _block_sources, coded_moments, compute_moments, run_moments_pass
 from dfairpca.engine.checkpoint import compute_moments_checkpointed
 from oracle import make_data
 
@@ -251,3 +251,17 @@ def test_workers_paused_says_the_workers_the_working_set_and_what_the_checkpoint
     assert isinstance(saved, WorkersPaused) and saved.workers == exc.workers
     assert "the checkpoint '/x/m.checkpoint' holds 16 of 60 chunks: give each worker more memory" in str(saved)
     assert "(smaller row chunks start over)" in str(saved)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "exact"])
+def test_x_in_memory_without_rows_gives_the_sums_of_no_rows_with_its_groups(dtype):
+    X = np.zeros((0, 3), np.uint8)
+    cats = [np.array(["a", "b"])]
+    total = run_moments_pass(X, np.zeros((0, 1), np.int64), cats, dtype=dtype)
+    m = total.finalize()
+    assert m.n == 0 and m.mean.shape == (3,) and not m.mean.any()
+    assert [list(a.categories) for a in m.attributes] == [["a", "b"]]
+    assert m.attributes[0].counts.tolist() == [0, 0]
+    # a Dask X of the same rows agrees (its one chunk folded by a task)
+    dm = coded_moments(da.from_array(X, chunks=(1, 3)), np.zeros((0, 1), np.int64), cats, dtype=dtype)
+    assert dm.n == 0 and dm.attributes[0].counts.tolist() == [0, 0]

@@ -268,9 +268,11 @@ class ExactTotal(ExactSums):
         return out
 
 
-def fold(acc, x, codes, *, mask, row_offset: int, categories, dtype, group_scatter: bool, weights=None):
+def fold(acc, x, codes=None, mask=None, row_offset: int = 0, weights=None, *, categories, dtype,
+         group_scatter: bool):
     """``acc`` plus the sums of one chunk of rows (acc None: a new running total of the
-    chunk's), added in place; the chunk's arguments as :func:`chunk`.  Exact sums add the
+    chunk's), added in place; the arguments as :func:`chunk`'s, the chunk's own (its
+    rows' codes, mask, offset and weights) before the pass's.  Exact sums add the
     chunk's products straight into the total's Grams (no d x d array per chunk)."""
     kw = dict(mask=mask, row_offset=row_offset, dtype=dtype, group_scatter=group_scatter, weights=weights)
     in_place = is_exact(dtype) and (acc is None or isinstance(acc, ExactTotal))

@@ -18,6 +18,7 @@ of this module end instead (:func:`dfairpca.engine._compute.compute`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from typing import TYPE_CHECKING
 import pickle
@@ -211,21 +212,20 @@ def run_moments_pass(
     kw = dict(categories=list(categories), dtype=dtype, group_scatter=group_scatter)
     if isinstance(weights, da.Array) and not isinstance(X, da.Array):
         (weights,) = compute(weights)  # n numbers, against X in memory
-    chunk_args = _chunk_args(X, weights, codes, mask, row_offset, kw)
+    chunk_args = _chunk_args(X, weights, codes, mask, row_offset)
     if not isinstance(X, da.Array):
         X = np.asarray(X)
         n, d = X.shape
         rows = rows_per_block(d * X.itemsize)
         total = None
-        starts = range(0, n, rows)
+        starts = range(0, max(n, 1), rows)  # (no rows: one empty block, the sums of none)
         if progress:  # one step per block of rows (a Dask pass: one per task)
             starts = with_bar(starts, "pass", "block")
         for s in starts:
             e = min(n, s + rows)
             # the running sum is ours: each block is added into it in place
-            total = _fold(total, X[s:e], *chunk_args(s, e))
-        if total is None:  # no rows: the sums of an empty chunk
-            total = _fold(None, X, None, None, row_offset, kw, row_slice(weights, 0, 0))
+            total = _accumulator.fold(total, X[s:e], *chunk_args(s, e), **kw)
+        assert total is not None  # (the loop folds at least one block)
         if isinstance(total, ExactTotal):  # no chunk will come: its pending products in, its scratch freed
             total.settle()
         return total
@@ -235,8 +235,10 @@ def run_moments_pass(
     if is_exact(dtype):
         check_worker_kernels(X.dtype)
     sums = moments_sums_bytes(X.shape[1], categories, group_scatter)
-    total = chain_reduce(X, _fold, _accumulator.combine, chunk_args, split_every=split_every,
-                         progress=progress, n_chains=n_chains, sums=sums)
+    # the pass's own arguments bound once; each task adds its chunk's (a partial of a
+    # module-level function travels to the workers by name, as the function does)
+    total = chain_reduce(X, functools.partial(_accumulator.fold, **kw), _accumulator.combine, chunk_args,
+                         split_every=split_every, progress=progress, n_chains=n_chains, sums=sums)
     if isinstance(total, ExactTotal):  # no chunk will come: its pending products in, its scratch freed
         total.settle()
     return total
@@ -251,10 +253,11 @@ def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress
     ``acc = fold(acc, rows, *chunk_args(s, e))`` (acc None for a chain's first chunk; rows
     ``s:e`` of X as numpy), so what a process holds is its threads' sums plus the chunk at
     hand, whatever n is; then ``combine(list of sums)`` merges the chains' sums in a tree
-    of fan-in ``split_every``.  ``fold`` and ``combine`` are module-level functions (they
-    travel to the workers); numpy data in ``chunk_args`` is embedded per task, so large
-    data every chunk needs belongs in a ``dask.delayed`` object (one key, sent once per
-    worker).  Runs on the active ``distributed.Client`` when there is one.
+    of fan-in ``split_every``.  ``fold`` and ``combine`` are module-level functions, or
+    partials of them (they travel to the workers by name); numpy data in ``chunk_args`` is
+    embedded per task, so large data every chunk needs belongs in a ``dask.delayed``
+    object (one key, sent once per worker).  Runs on the active ``distributed.Client``
+    when there is one.
 
     ``sums``: the bytes a chain holds besides its chunk (its running sums and the chunk's
     product).  With the chunk, that is the pass's working set per thread
@@ -487,21 +490,16 @@ def row_slice(a, s: int, e: int):
     return None if a is None else a[s:e]
 
 
-def _fold(acc, block, codes, mask, offset, kw, weights=None):
-    """Add one chunk's sums to a chain's running total (in place) or start the chain
-    (``weights``: the chunk's, numpy, or None)."""
-    return _accumulator.fold(acc, block, codes, mask=mask, row_offset=offset, weights=weights, **kw)
-
-
-def _chunk_args(X, weights, codes, mask, row_offset: int, kw):
-    """``chunk_args`` of :func:`_fold` for rows ``s:e``: numpy codes, mask and weights are
-    sliced into every task; a Dask array of weights' chunk (its row chunks are X's) is a
+def _chunk_args(X, weights, codes, mask, row_offset: int):
+    """The arguments of rows ``s:e`` of :func:`dfairpca.engine._accumulator.fold`, in its
+    order (codes, mask, row offset, and the weights if any): numpy codes, mask and weights
+    are sliced into every task; a Dask array of weights' chunk (its row chunks are X's) is a
     dependency of the fold of the same rows, so its values are read, and checked, where
     that fold runs."""
     import dask.array as da
 
     if weights is None:
-        return lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s, kw)
+        return lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s)
     if isinstance(weights, da.Array):
         bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(int)
         if tuple(weights.chunks[0]) != tuple(X.chunks[0]):
@@ -509,8 +507,8 @@ def _chunk_args(X, weights, codes, mask, row_offset: int, kw):
                 f"sample_weight's row chunks {weights.chunks[0][:4]}... differ from X's "
                 f"{X.chunks[0][:4]}...: rechunk it like X (weights.rechunk({{0: X.chunks[0]}}))")
         blocks = dict(zip(bounds[:-1].tolist(), weights.to_delayed().ravel()))
-        return lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s, kw, blocks[s])
-    return lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s, kw, weights[s:e])
+        return lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s, blocks[s])
+    return lambda s, e: (row_slice(codes, s, e), row_slice(mask, s, e), row_offset + s, weights[s:e])
 
 
 def with_bar(steps, desc: str, unit: str):
