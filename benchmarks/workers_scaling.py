@@ -72,7 +72,7 @@ def write_store(path: Path, n: int, d: int, rows_per_chunk: int) -> np.ndarray:
 
 
 def task_name(key) -> str:
-    """``_fold`` for ``('_fold-<token>', ...)`` and the like."""
+    """``_fold_block`` for ``('_fold_block-<token>', ...)`` and the like."""
     name = key[0] if isinstance(key, tuple) else key
     return str(name).rsplit("-", 1)[0]
 
@@ -132,8 +132,11 @@ def summarize(tasks, logs, moments) -> dict:
     )
 
 
+#: the name of a chain's fold task (the engine's task of one chunk)
+FOLD = "_fold_block"
+
 #: names of the tasks whose results are running sums (a chain's fold, a merge of sums)
-PARTIALS = ("_fold", "combine")
+PARTIALS = (FOLD, "combine")
 
 
 def partial_bytes(d: int, m=None) -> int:
@@ -162,7 +165,7 @@ def calibrate(single: dict, args, n_chunks: int) -> dict:
     c = single["compute"]
     return dict(
         # a fold: read the chunk, cast, float32 syrk, add into the float64 panels
-        fold_per_row=c["_fold"] / args.n / args.d ** 2,
+        fold_per_row=c[FOLD] / args.n / args.d ** 2,
         # merging the sums (there is one chain on one thread: this is the final symmetrise
         # on the client, measured here as adding one sum of d^2 / 2 doubles in place)
         add_per_sum=_time_add(args.d) / args.d ** 2,
@@ -217,7 +220,7 @@ def report(args, results, n_chunks, notes) -> str:
         "",
         f"Data: {args.n:,} x {args.d:,} uint8 in a Zarr store, {n_chunks} row chunks of "
         f"{args.rows_per_chunk:,}; `FairPCA({args.k}, split_every={args.split_every})`, two "
-        f"groups. The pass runs one chain per worker thread: each `_fold` task reads one chunk "
+        f"groups. The pass runs one chain per worker thread: each `_fold_block` task reads one chunk "
         "from the store, forms its float32 Gram matrix and adds it into the chain's running "
         f"float64 sum in place; the sums ({P / 1e6:.1f} MB each: the upper triangle) are then "
         "merged (`combine`). *pass*: first task start to last task end on the workers (the "
@@ -235,7 +238,7 @@ def report(args, results, n_chunks, notes) -> str:
         lines.append(
             f"| {r['workers']} x {r['threads']} | "
             f"{r['fit']:.2f} | {r['pass_']:.2f} | {r['rest']:.2f} | "
-            f"{single['pass_'] / r['pass_']:.2f} | {r['tasks'].get('_fold', 0)} | "
+            f"{single['pass_'] / r['pass_']:.2f} | {r['tasks'].get(FOLD, 0)} | "
             f"{r['tasks'].get('combine', 0)} | {other} | {r['moved_partials']} | "
             f"{r['moved_bytes'] / 1e6:.0f} MB | {r['dask_counted_bytes']:,} B |"
         )

@@ -268,8 +268,7 @@ class ExactTotal(ExactSums):
         return out
 
 
-def fold(acc, x, codes=None, mask=None, row_offset: int = 0, weights=None, *, categories, dtype,
-         group_scatter: bool):
+def fold(acc, x, codes, mask, row_offset: int, weights=None, *, categories, dtype, group_scatter: bool):
     """``acc`` plus the sums of one chunk of rows (acc None: a new running total of the
     chunk's), added in place; the arguments as :func:`chunk`'s, the chunk's own (its
     rows' codes, mask, offset and weights) before the pass's.  Exact sums add the

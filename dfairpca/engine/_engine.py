@@ -235,8 +235,9 @@ def run_moments_pass(
     if is_exact(dtype):
         check_worker_kernels(X.dtype)
     sums = moments_sums_bytes(X.shape[1], categories, group_scatter)
-    # the pass's own arguments bound once; each task adds its chunk's (a partial of a
-    # module-level function travels to the workers by name, as the function does)
+    # the pass's own arguments bound once, each task adding its chunk's (the partial's
+    # function travels to the workers by name, its bound arguments with every task as a
+    # task's own arguments do)
     total = chain_reduce(X, functools.partial(_accumulator.fold, **kw), _accumulator.combine, chunk_args,
                          split_every=split_every, progress=progress, n_chains=n_chains, sums=sums)
     if isinstance(total, ExactTotal):  # no chunk will come: its pending products in, its scratch freed
@@ -254,10 +255,10 @@ def chain_reduce(X, fold, combine, chunk_args, *, split_every: int = 8, progress
     ``s:e`` of X as numpy), so what a process holds is its threads' sums plus the chunk at
     hand, whatever n is; then ``combine(list of sums)`` merges the chains' sums in a tree
     of fan-in ``split_every``.  ``fold`` and ``combine`` are module-level functions, or
-    partials of them (they travel to the workers by name); numpy data in ``chunk_args`` is
-    embedded per task, so large data every chunk needs belongs in a ``dask.delayed``
-    object (one key, sent once per worker).  Runs on the active ``distributed.Client``
-    when there is one.
+    partials of them (the functions travel to the workers by name, a partial's arguments
+    with every task); numpy data in ``chunk_args`` is embedded per task, so large data
+    every chunk needs belongs in a ``dask.delayed`` object (one key, sent once per
+    worker).  Runs on the active ``distributed.Client`` when there is one.
 
     ``sums``: the bytes a chain holds besides its chunk (its running sums and the chunk's
     product).  With the chunk, that is the pass's working set per thread
